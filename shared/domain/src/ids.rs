@@ -1,0 +1,480 @@
+//! Validated identifiers and UTC timestamps.
+//!
+//! Everything here is validated at the edge (`parse`/`new`) so the rest of the code
+//! never sees an empty id, an attempt 0 or a schedule name the Scheduler would reject.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use thiserror::Error;
+
+/// Longest transaction id accepted, in characters.
+pub const MAX_TRANSACTION_ID_CHARS: usize = 128;
+
+/// A transaction id: 1 to [`MAX_TRANSACTION_ID_CHARS`] Unicode characters, no control
+/// characters, no leading or trailing white space. Any other character is accepted
+/// (`#`, `/`, spaces inside, non-ASCII): the schedule name hashes ids that do not fit
+/// the Scheduler's name rules.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct TransactionId(String);
+
+/// Why a value was rejected. Each variant names the rule broken.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum IdError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("has {chars} characters; at most {max} are accepted")]
+    TooLong { chars: usize, max: usize },
+    #[error("contains the control character U+{code:04X} at position {position}")]
+    ControlCharacter { code: u32, position: usize },
+    #[error("must not start or end with white space")]
+    SurroundingWhitespace,
+    #[error("must be at least 1 (attempt 1 is the original request), got {0}")]
+    AttemptZero(u32),
+    #[error("must be between 1 and {max}, got {value}")]
+    OutOfRange { value: u64, max: u64 },
+    #[error("is not an RFC 3339 UTC time ending in Z: {0}")]
+    BadTimestamp(String),
+}
+
+impl TransactionId {
+    /// Validates a transaction id (see the type's documentation for the rules).
+    pub fn parse(raw: &str) -> Result<Self, IdError> {
+        if raw.is_empty() {
+            return Err(IdError::Empty);
+        }
+        let chars = raw.chars().count();
+        if chars > MAX_TRANSACTION_ID_CHARS {
+            return Err(IdError::TooLong {
+                chars,
+                max: MAX_TRANSACTION_ID_CHARS,
+            });
+        }
+        if let Some((position, c)) = raw.chars().enumerate().find(|(_, c)| c.is_control()) {
+            return Err(IdError::ControlCharacter {
+                code: c as u32,
+                position,
+            });
+        }
+        if raw.trim() != raw {
+            return Err(IdError::SurroundingWhitespace);
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Shard of this id among `shards` write shards of the reconciler index: a stable
+    /// hash, the same on every machine and every version.
+    pub fn shard(&self, shards: u16) -> u16 {
+        let digest = Sha256::digest(self.0.as_bytes());
+        let n = u16::from_be_bytes([digest[0], digest[1]]);
+        n % shards.max(1)
+    }
+}
+
+impl<'de> Deserialize<'de> for TransactionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        TransactionId::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for TransactionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An attempt number. Attempt 1 is the original request; the first retry is attempt 2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct Attempt(u32);
+
+impl Attempt {
+    pub const FIRST: Attempt = Attempt(1);
+
+    pub fn new(n: u32) -> Result<Self, IdError> {
+        if n == 0 {
+            Err(IdError::AttemptZero(n))
+        } else {
+            Ok(Self(n))
+        }
+    }
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+
+    /// The attempt after this one (saturating; budgets are far below `u32::MAX`).
+    pub fn next(self) -> Attempt {
+        Attempt(self.0.saturating_add(1))
+    }
+}
+
+impl<'de> Deserialize<'de> for Attempt {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Attempt::new(u32::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for Attempt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Highest `max_attempts` accepted. Far above any sensible budget; it only stops typos.
+pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
+
+/// The attempt budget, **counting the original request**: with 4, there is one
+/// original request and at most three retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct MaxAttempts(u32);
+
+impl MaxAttempts {
+    pub fn new(n: u32) -> Result<Self, IdError> {
+        if n == 0 || n > MAX_ATTEMPTS_LIMIT {
+            Err(IdError::OutOfRange {
+                value: u64::from(n),
+                max: u64::from(MAX_ATTEMPTS_LIMIT),
+            })
+        } else {
+            Ok(Self(n))
+        }
+    }
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+
+    /// True when attempt `n` is the last one the budget allows (or beyond it).
+    pub fn exhausted_by(self, n: Attempt) -> bool {
+        n.get() >= self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for MaxAttempts {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        MaxAttempts::new(u32::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for MaxAttempts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// The key the external service deduplicates by: `<transaction_id>#<attempt>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn new(id: &TransactionId, attempt: Attempt) -> Self {
+        Self(format!("{}#{}", id.as_str(), attempt.get()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Longest schedule name EventBridge Scheduler accepts.
+pub const SCHEDULE_NAME_MAX: usize = 64;
+
+/// A deterministic one-time schedule name: `retry-<id>-<attempt>`.
+///
+/// `<id>` is the transaction id itself when the whole name fits the Scheduler's rules
+/// (1–64 characters of `[0-9a-zA-Z-_.]`); otherwise it is `h.` followed by the first 16
+/// hex digits of the SHA-256 of the id. `#` is not allowed in schedule names, which is
+/// why names use `-` where idempotency keys use `#`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ScheduleName(String);
+
+impl ScheduleName {
+    pub fn for_retry(id: &TransactionId, attempt: Attempt) -> Self {
+        let direct = format!("retry-{}-{}", id.as_str(), attempt.get());
+        if direct.len() <= SCHEDULE_NAME_MAX && direct.chars().all(is_schedule_name_char) {
+            return Self(direct);
+        }
+        let digest = Sha256::digest(id.as_str().as_bytes());
+        let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        Self(format!("retry-h.{hex}-{}", attempt.get()))
+    }
+
+    /// Wraps a name read back from a store. Only checked against the Scheduler's rules.
+    pub fn from_stored(raw: &str) -> Result<Self, IdError> {
+        if raw.is_empty() {
+            return Err(IdError::Empty);
+        }
+        if raw.len() > SCHEDULE_NAME_MAX {
+            return Err(IdError::TooLong {
+                chars: raw.len(),
+                max: SCHEDULE_NAME_MAX,
+            });
+        }
+        if let Some((position, c)) = raw
+            .chars()
+            .enumerate()
+            .find(|(_, c)| !is_schedule_name_char(*c))
+        {
+            return Err(IdError::ControlCharacter {
+                code: c as u32,
+                position,
+            });
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The Scheduler's name alphabet: `[0-9a-zA-Z-_.]`.
+pub fn is_schedule_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'
+}
+
+impl fmt::Display for ScheduleName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A UTC instant with millisecond precision, written as RFC 3339 with a `Z` suffix
+/// and always three fractional digits (`2026-10-03T16:38:00.000Z`), so that stored
+/// times sort as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    pub const fn from_millis(ms: i64) -> Self {
+        Self(ms)
+    }
+
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+
+    pub fn plus_millis(self, ms: i64) -> Self {
+        Self(self.0.saturating_add(ms))
+    }
+
+    /// The next whole second at or after this instant (one-time schedules take seconds).
+    pub fn ceil_to_second(self) -> Self {
+        Self(
+            self.0.div_euclid(1000) * 1000
+                + if self.0.rem_euclid(1000) == 0 {
+                    0
+                } else {
+                    1000
+                },
+        )
+    }
+
+    fn datetime(self) -> time::OffsetDateTime {
+        let nanos = i128::from(self.0) * 1_000_000;
+        time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+    }
+
+    /// `2026-10-03T16:38:00.000Z`
+    pub fn to_rfc3339(self) -> String {
+        let d = self.datetime();
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            d.year(),
+            u8::from(d.month()),
+            d.day(),
+            d.hour(),
+            d.minute(),
+            d.second(),
+            d.millisecond()
+        )
+    }
+
+    /// The body of a Scheduler `at()` expression: `2026-10-03T16:38:00` (UTC, seconds).
+    pub fn to_schedule_at(self) -> String {
+        let d = self.datetime();
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+            d.year(),
+            u8::from(d.month()),
+            d.day(),
+            d.hour(),
+            d.minute(),
+            d.second()
+        )
+    }
+
+    /// Parses RFC 3339 in UTC (`Z` suffix). Any fractional precision is accepted and
+    /// truncated to milliseconds.
+    pub fn parse(raw: &str) -> Result<Self, IdError> {
+        if !raw.ends_with('Z') {
+            return Err(IdError::BadTimestamp(raw.to_owned()));
+        }
+        let d = time::OffsetDateTime::parse(raw, &time::format_description::well_known::Rfc3339)
+            .map_err(|_| IdError::BadTimestamp(raw.to_owned()))?;
+        let ms = d.unix_timestamp_nanos() / 1_000_000;
+        i64::try_from(ms)
+            .map(Self)
+            .map_err(|_| IdError::BadTimestamp(raw.to_owned()))
+    }
+
+    /// Seconds since the Unix epoch (for TTL attributes).
+    pub fn epoch_seconds(self) -> i64 {
+        self.0.div_euclid(1000)
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_rfc3339())
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        Timestamp::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> TransactionId {
+        TransactionId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn transaction_id_rules() {
+        assert_eq!(TransactionId::parse(""), Err(IdError::Empty));
+        assert_eq!(
+            TransactionId::parse("TX\u{7}1"),
+            Err(IdError::ControlCharacter {
+                code: 7,
+                position: 2
+            })
+        );
+        assert_eq!(
+            TransactionId::parse(" TX"),
+            Err(IdError::SurroundingWhitespace)
+        );
+        let long = "x".repeat(MAX_TRANSACTION_ID_CHARS + 1);
+        assert_eq!(
+            TransactionId::parse(&long),
+            Err(IdError::TooLong {
+                chars: 129,
+                max: 128
+            })
+        );
+        assert!(TransactionId::parse(&"é".repeat(MAX_TRANSACTION_ID_CHARS)).is_ok());
+        assert_eq!(id("TX-100200").as_str(), "TX-100200");
+    }
+
+    #[test]
+    fn attempt_rules() {
+        assert_eq!(Attempt::new(0), Err(IdError::AttemptZero(0)));
+        assert_eq!(Attempt::new(2).unwrap().get(), 2);
+        assert_eq!(Attempt::FIRST.next().get(), 2);
+        assert!(MaxAttempts::new(0).is_err());
+        assert!(MaxAttempts::new(MAX_ATTEMPTS_LIMIT + 1).is_err());
+        let max = MaxAttempts::new(4).unwrap();
+        assert!(!max.exhausted_by(Attempt::new(3).unwrap()));
+        assert!(max.exhausted_by(Attempt::new(4).unwrap()));
+    }
+
+    #[test]
+    fn idempotency_key_joins_with_hash() {
+        let key = IdempotencyKey::new(&id("TX-100200"), Attempt::new(2).unwrap());
+        assert_eq!(key.as_str(), "TX-100200#2");
+    }
+
+    /// Fixed vectors: a change to the naming scheme breaks these on purpose, because
+    /// names already stored in production must keep resolving to the same schedule.
+    #[test]
+    fn schedule_name_vectors() {
+        let a2 = Attempt::new(2).unwrap();
+        let cases = [
+            ("TX-100200", "retry-TX-100200-2"),
+            ("a_b.c", "retry-a_b.c-2"),
+            ("TX#1", "retry-h.fdf18baedeb320b1-2"),
+            ("orders/2026/17", "retry-h.a00ce02a433f4a8b-2"),
+            ("with space", "retry-h.b8b8f25a5fc711ca-2"),
+            ("ñandú-7", "retry-h.e067fafa3d14fee6-2"),
+        ];
+        for (raw, expected) in cases {
+            let name = ScheduleName::for_retry(&id(raw), a2);
+            assert_eq!(name.as_str(), expected, "id {raw:?}");
+            assert!(name.as_str().len() <= SCHEDULE_NAME_MAX, "{name}");
+            assert!(name.as_str().chars().all(is_schedule_name_char), "{name}");
+        }
+    }
+
+    #[test]
+    fn long_ids_are_hashed_and_stable() {
+        let a = Attempt::new(3).unwrap();
+        // 64 - len("retry-") - len("-3") = 56 characters still fit.
+        let fits = "x".repeat(56);
+        assert_eq!(
+            ScheduleName::for_retry(&id(&fits), a).as_str(),
+            format!("retry-{fits}-3")
+        );
+        let too_long = "x".repeat(57);
+        let hashed = ScheduleName::for_retry(&id(&too_long), a);
+        assert!(hashed.as_str().starts_with("retry-h."));
+        assert_eq!(hashed, ScheduleName::for_retry(&id(&too_long), a));
+        assert_ne!(
+            hashed,
+            ScheduleName::for_retry(&id(&too_long), Attempt::new(4).unwrap())
+        );
+    }
+
+    #[test]
+    fn timestamps_round_trip_and_sort_as_text() {
+        let t = Timestamp::parse("2026-10-03T16:38:00Z").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-10-03T16:38:00.000Z");
+        assert_eq!(t.to_schedule_at(), "2026-10-03T16:38:00");
+        let later = t.plus_millis(1_500);
+        assert!(later.to_rfc3339() > t.to_rfc3339());
+        assert_eq!(
+            later.ceil_to_second().to_rfc3339(),
+            "2026-10-03T16:38:02.000Z"
+        );
+        assert_eq!(t.ceil_to_second(), t);
+        assert!(Timestamp::parse("2026-10-03T16:38:00+02:00").is_err());
+        assert!(Timestamp::parse("yesterday").is_err());
+    }
+
+    #[test]
+    fn shards_are_stable_and_in_range() {
+        for s in ["a", "TX-1", "TX-2", "ñ"] {
+            let shard = id(s).shard(8);
+            assert!(shard < 8);
+            assert_eq!(shard, id(s).shard(8));
+        }
+        assert_eq!(id("a").shard(1), 0);
+    }
+}

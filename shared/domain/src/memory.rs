@@ -1,0 +1,330 @@
+//! In-memory adapters of every port, with DynamoDB's conditional semantics (a write
+//! applies only when its guard holds; a failed condition hands back the current
+//! record). Used by handler tests, the simulator, benchmarks and examples.
+//!
+//! Every change is also kept as a (before, after) pair, like a DynamoDB stream with
+//! `NEW_AND_OLD_IMAGES`, so the audit trail derives from it exactly as in AWS.
+
+use crate::audit::AuditEntry;
+use crate::decide::ScheduleSpec;
+use crate::ids::{ScheduleName, Timestamp, TransactionId};
+use crate::machine::{ReconcileKey, TransactionRecord, Write};
+use crate::message::{Payload, Request, RetryEvent};
+use crate::ports::{
+    Clock, CreateOutcome, PortError, RequestPublisher, RetryPublisher, ScheduleCreated,
+    ScheduleDeleted, Scheduler, StateStore, StuckPage, StuckQuery, WriteOutcome,
+};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another test thread panicked; the data is still usable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Calls made to a store, by operation (to assert the cost of a handler path).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreCalls {
+    pub creates: u64,
+    pub writes: u64,
+    pub failed_conditions: u64,
+    pub reads: u64,
+    pub payload_reads: u64,
+    pub queries: u64,
+}
+
+#[derive(Debug, Default)]
+struct StoreState {
+    records: BTreeMap<TransactionId, TransactionRecord>,
+    payloads: BTreeMap<TransactionId, Payload>,
+    changes: Vec<(Option<TransactionRecord>, TransactionRecord)>,
+    calls: StoreCalls,
+}
+
+/// The state store in memory.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<StoreState>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn record(&self, id: &TransactionId) -> Option<TransactionRecord> {
+        lock(&self.state).records.get(id).cloned()
+    }
+
+    pub fn records(&self) -> Vec<TransactionRecord> {
+        lock(&self.state).records.values().cloned().collect()
+    }
+
+    /// Inserts or replaces a record as is (test set-up).
+    pub fn put(&self, record: TransactionRecord, payload: Option<Payload>) {
+        let mut s = lock(&self.state);
+        if let Some(p) = payload {
+            s.payloads.insert(record.transaction_id.clone(), p);
+        }
+        s.records.insert(record.transaction_id.clone(), record);
+    }
+
+    /// The audit trail, derived from every change as the stream consumer does.
+    pub fn audit(&self, id: &TransactionId) -> Vec<AuditEntry> {
+        lock(&self.state)
+            .changes
+            .iter()
+            .filter(|(_, new)| &new.transaction_id == id)
+            .filter_map(|(old, new)| AuditEntry::from_change(old.as_ref(), new))
+            .collect()
+    }
+
+    /// Number of changes applied (stream records).
+    pub fn change_count(&self) -> usize {
+        lock(&self.state).changes.len()
+    }
+
+    pub fn calls(&self) -> StoreCalls {
+        lock(&self.state).calls
+    }
+
+    pub fn reset_calls(&self) {
+        lock(&self.state).calls = StoreCalls::default();
+    }
+}
+
+impl StateStore for MemoryStore {
+    async fn create(
+        &self,
+        record: &TransactionRecord,
+        payload: &Payload,
+    ) -> Result<CreateOutcome, PortError> {
+        let mut s = lock(&self.state);
+        s.calls.creates += 1;
+        if let Some(existing) = s.records.get(&record.transaction_id).cloned() {
+            let same_payload = s.payloads.get(&record.transaction_id) == Some(payload);
+            return Ok(CreateOutcome::AlreadyExists {
+                record: existing,
+                same_payload,
+            });
+        }
+        s.payloads
+            .insert(record.transaction_id.clone(), payload.clone());
+        s.records
+            .insert(record.transaction_id.clone(), record.clone());
+        s.changes.push((None, record.clone()));
+        Ok(CreateOutcome::Created)
+    }
+
+    async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
+        let mut s = lock(&self.state);
+        s.calls.writes += 1;
+        let Some(current) = s.records.get(&write.transaction_id).cloned() else {
+            s.calls.failed_conditions += 1;
+            return Ok(WriteOutcome::ConditionFailed(None));
+        };
+        match write.apply(&current) {
+            Ok(next) => {
+                s.records.insert(next.transaction_id.clone(), next.clone());
+                s.changes.push((Some(current), next.clone()));
+                Ok(WriteOutcome::Written(next))
+            }
+            Err(_) => {
+                s.calls.failed_conditions += 1;
+                Ok(WriteOutcome::ConditionFailed(Some(current)))
+            }
+        }
+    }
+
+    async fn get(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
+        let mut s = lock(&self.state);
+        s.calls.reads += 1;
+        Ok(s.records.get(id).cloned())
+    }
+
+    async fn payload(&self, id: &TransactionId) -> Result<Option<Payload>, PortError> {
+        let mut s = lock(&self.state);
+        s.calls.payload_reads += 1;
+        Ok(s.payloads.get(id).cloned())
+    }
+
+    async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
+        let mut s = lock(&self.state);
+        s.calls.queries += 1;
+        let partition = ReconcileKey::partition_for(q.status, q.shard);
+        let mut matching: Vec<&TransactionRecord> = s
+            .records
+            .values()
+            .filter(|r| {
+                r.reconcile
+                    .as_ref()
+                    .is_some_and(|k| k.partition == partition && k.at < q.before)
+            })
+            .collect();
+        matching.sort_by_key(|r| (r.reconcile.as_ref().map(|k| k.at), r.transaction_id.clone()));
+        let skip = q
+            .cursor
+            .as_deref()
+            .and_then(|c| c.parse::<usize>().ok())
+            .unwrap_or(0);
+        let limit = usize::try_from(q.limit.max(1)).unwrap_or(usize::MAX);
+        let records: Vec<TransactionRecord> = matching
+            .iter()
+            .skip(skip)
+            .take(limit)
+            .map(|r| (*r).clone())
+            .collect();
+        let next =
+            (skip + records.len() < matching.len()).then(|| (skip + records.len()).to_string());
+        Ok(StuckPage { records, next })
+    }
+}
+
+/// The scheduler in memory: live schedules by name, fired on demand.
+#[derive(Debug, Default)]
+pub struct MemoryScheduler {
+    live: Mutex<BTreeMap<ScheduleName, ScheduleSpec>>,
+    created: AtomicU64,
+    conflicts: AtomicU64,
+}
+
+impl MemoryScheduler {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn live(&self) -> Vec<ScheduleSpec> {
+        lock(&self.live).values().cloned().collect()
+    }
+
+    pub fn get(&self, name: &ScheduleName) -> Option<ScheduleSpec> {
+        lock(&self.live).get(name).cloned()
+    }
+
+    /// Removes and returns every schedule due at `now` (what `ActionAfterCompletion =
+    /// DELETE` does after firing).
+    pub fn take_due(&self, now: Timestamp) -> Vec<ScheduleSpec> {
+        let mut live = lock(&self.live);
+        let due: Vec<ScheduleName> = live
+            .iter()
+            .filter(|(_, s)| s.fire_at <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        due.iter().filter_map(|n| live.remove(n)).collect()
+    }
+
+    pub fn created(&self) -> u64 {
+        self.created.load(Ordering::Relaxed)
+    }
+
+    pub fn conflicts(&self) -> u64 {
+        self.conflicts.load(Ordering::Relaxed)
+    }
+}
+
+impl Scheduler for MemoryScheduler {
+    async fn create(&self, spec: &ScheduleSpec) -> Result<ScheduleCreated, PortError> {
+        let mut live = lock(&self.live);
+        if live.contains_key(&spec.name) {
+            self.conflicts.fetch_add(1, Ordering::Relaxed);
+            return Ok(ScheduleCreated::AlreadyExists);
+        }
+        live.insert(spec.name.clone(), spec.clone());
+        self.created.fetch_add(1, Ordering::Relaxed);
+        Ok(ScheduleCreated::Created)
+    }
+
+    async fn delete(&self, name: &ScheduleName) -> Result<ScheduleDeleted, PortError> {
+        Ok(match lock(&self.live).remove(name) {
+            Some(_) => ScheduleDeleted::Deleted,
+            None => ScheduleDeleted::NotFound,
+        })
+    }
+}
+
+/// A queue in memory (requests or retry events), in publish order.
+#[derive(Debug)]
+pub struct MemoryQueue<T> {
+    messages: Mutex<Vec<T>>,
+}
+
+impl<T> Default for MemoryQueue<T> {
+    fn default() -> Self {
+        Self {
+            messages: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<T: Clone> MemoryQueue<T> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn messages(&self) -> Vec<T> {
+        lock(&self.messages).clone()
+    }
+
+    pub fn drain(&self) -> Vec<T> {
+        std::mem::take(&mut *lock(&self.messages))
+    }
+
+    pub fn len(&self) -> usize {
+        lock(&self.messages).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        lock(&self.messages).is_empty()
+    }
+}
+
+impl RequestPublisher for MemoryQueue<Request> {
+    async fn publish(&self, request: &Request) -> Result<(), PortError> {
+        lock(&self.messages).push(request.clone());
+        Ok(())
+    }
+}
+
+impl RetryPublisher for MemoryQueue<RetryEvent> {
+    async fn publish(&self, event: &RetryEvent) -> Result<(), PortError> {
+        lock(&self.messages).push(event.clone());
+        Ok(())
+    }
+}
+
+/// A clock tests move by hand.
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    pub fn at(t: Timestamp) -> Self {
+        Self(AtomicI64::new(t.millis()))
+    }
+
+    pub fn set(&self, t: Timestamp) {
+        self.0.store(t.millis(), Ordering::Relaxed);
+    }
+
+    pub fn advance_millis(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::Relaxed);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// Polls a future that never waits (every in-memory port) to completion without an
+/// async runtime: what the synchronous simulator and model checker use.
+pub fn block_on_ready<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    use std::task::{Context, Poll, Waker};
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}

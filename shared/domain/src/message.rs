@@ -1,0 +1,607 @@
+//! The three message contracts (JSON bodies) and their parsers.
+//!
+//! ```text
+//! request  → {"transaction_id":"TX-100200","attempt":2,"idempotency_key":"TX-100200#2","payload":{...}}
+//! response ← {"transaction_id":"TX-100200","attempt":2,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}
+//! retry    → {"transaction_id":"TX-100200","origin":"RETRY_SCHEDULER","attempt":2}
+//! ```
+//!
+//! Each message has one parse function returning a [`MessageError`] that names the
+//! field and the value at fault. Unknown fields are ignored (forward compatibility).
+//! The article's Spanish names are accepted as aliases: fields `transaccion_id`,
+//! `intento`, `resultado`, `motivo`, `origen`; outcomes `EXITOSO`, `CANCELADO`;
+//! origins `PLANIFICADOR_REINTENTO`, `RECONCILIADOR`, `OPERADOR`.
+
+use crate::ids::{Attempt, IdError, IdempotencyKey, TransactionId};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use std::fmt;
+use thiserror::Error;
+
+/// Largest message body accepted, in bytes (SQS's limit is 256 KiB).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+/// Largest request payload accepted, in bytes, leaving room for the envelope.
+pub const MAX_PAYLOAD_BYTES: usize = 240 * 1024;
+/// Longest `reason` accepted, in characters.
+pub const MAX_REASON_CHARS: usize = 256;
+
+/// What the external service answered for an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Outcome {
+    #[serde(alias = "EXITOSO")]
+    Success,
+    #[serde(alias = "CANCELADO")]
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "SUCCESS" | "EXITOSO" => Some(Self::Success),
+            "CANCELLED" | "CANCELADO" => Some(Self::Cancelled),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "SUCCESS",
+            Self::Cancelled => "CANCELLED",
+        }
+    }
+}
+
+/// Who put a retry event on the retry queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Origin {
+    #[serde(alias = "PLANIFICADOR_REINTENTO")]
+    RetryScheduler,
+    #[serde(alias = "RECONCILIADOR")]
+    Reconciler,
+    #[serde(alias = "OPERADOR")]
+    Operator,
+}
+
+impl Origin {
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "RETRY_SCHEDULER" | "PLANIFICADOR_REINTENTO" => Some(Self::RetryScheduler),
+            "RECONCILER" | "RECONCILIADOR" => Some(Self::Reconciler),
+            "OPERATOR" | "OPERADOR" => Some(Self::Operator),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RetryScheduler => "RETRY_SCHEDULER",
+            Self::Reconciler => "RECONCILER",
+            Self::Operator => "OPERATOR",
+        }
+    }
+}
+
+/// A request payload: any JSON value, kept as the exact text it arrived as, so the
+/// bytes published for every attempt are the bytes the transaction was started with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Payload(Box<RawValue>);
+
+impl Payload {
+    /// Validates JSON text as a payload (well-formed, at most [`MAX_PAYLOAD_BYTES`]).
+    pub fn from_json(text: &str) -> Result<Self, MessageError> {
+        if text.len() > MAX_PAYLOAD_BYTES {
+            return Err(MessageError::TooLarge {
+                what: "payload",
+                bytes: text.len(),
+                max: MAX_PAYLOAD_BYTES,
+            });
+        }
+        RawValue::from_string(text.to_owned())
+            .map(Self)
+            .map_err(|e| MessageError::InvalidJson {
+                detail: e.to_string(),
+            })
+    }
+
+    pub fn as_json(&self) -> &str {
+        self.0.get()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.get().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.get().is_empty()
+    }
+}
+
+impl PartialEq for Payload {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_json() == other.as_json()
+    }
+}
+
+/// The request for attempt `attempt`, published on the request queue.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Request {
+    pub transaction_id: TransactionId,
+    pub attempt: Attempt,
+    pub idempotency_key: IdempotencyKey,
+    pub payload: Payload,
+}
+
+impl Request {
+    pub fn new(transaction_id: TransactionId, attempt: Attempt, payload: Payload) -> Self {
+        let idempotency_key = IdempotencyKey::new(&transaction_id, attempt);
+        Self {
+            transaction_id,
+            attempt,
+            idempotency_key,
+            payload,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parses a request body (used by the simulated external service and tests).
+    pub fn parse(body: &str) -> Result<Self, MessageError> {
+        let obj = object(body)?;
+        let transaction_id = transaction_id(&obj)?;
+        let attempt = attempt(&obj, "attempt", &[])?;
+        let key = string(&obj, "idempotency_key", &[])?;
+        let expected = IdempotencyKey::new(&transaction_id, attempt);
+        if key != expected.as_str() {
+            return Err(MessageError::InvalidValue {
+                field: "idempotency_key",
+                value: key,
+                reason: format!("must be `{expected}`"),
+            });
+        }
+        let payload_value = obj
+            .get("payload")
+            .ok_or(MessageError::MissingField { field: "payload" })?;
+        let payload = Payload::from_json(&payload_value.to_string())?;
+        Ok(Self {
+            transaction_id,
+            attempt,
+            idempotency_key: expected,
+            payload,
+        })
+    }
+}
+
+/// The external service's answer for one attempt, read from the response queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Response {
+    pub transaction_id: TransactionId,
+    pub attempt: Attempt,
+    pub outcome: Outcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Response {
+    pub fn parse(body: &str) -> Result<Self, MessageError> {
+        let obj = object(body)?;
+        let transaction_id = transaction_id(&obj)?;
+        let attempt = attempt(&obj, "attempt", &["intento"])?;
+        let raw = string(&obj, "outcome", &["resultado"])?;
+        let outcome = Outcome::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
+            field: "outcome",
+            value: raw.clone(),
+            reason: "expected SUCCESS or CANCELLED (or EXITOSO / CANCELADO)".into(),
+        })?;
+        let reason = match lookup(&obj, "reason", &["motivo"]) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => {
+                let chars = s.chars().count();
+                if chars > MAX_REASON_CHARS {
+                    return Err(MessageError::InvalidValue {
+                        field: "reason",
+                        value: truncate(s),
+                        reason: format!("{chars} characters; at most {MAX_REASON_CHARS}"),
+                    });
+                }
+                Some(s.clone())
+            }
+            Some(other) => return Err(wrong_type("reason", "a string", other)),
+        };
+        Ok(Self {
+            transaction_id,
+            attempt,
+            outcome,
+            reason,
+        })
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// A retry event, delivered on the retry queue by the scheduler, the reconciler or an
+/// operator.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct RetryEvent {
+    pub transaction_id: TransactionId,
+    pub origin: Origin,
+    pub attempt: Attempt,
+}
+
+impl RetryEvent {
+    pub fn parse(body: &str) -> Result<Self, MessageError> {
+        let obj = object(body)?;
+        let transaction_id = transaction_id(&obj)?;
+        let raw = string(&obj, "origin", &["origen"])?;
+        let origin = Origin::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
+            field: "origin",
+            value: raw.clone(),
+            reason: "expected RETRY_SCHEDULER, RECONCILER or OPERATOR".into(),
+        })?;
+        let attempt = attempt(&obj, "attempt", &["intento"])?;
+        Ok(Self {
+            transaction_id,
+            origin,
+            attempt,
+        })
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Why a message body was rejected. Every variant names the field and the value, so a
+/// log line is enough to fix the producer.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MessageError {
+    #[error("body is not valid JSON: {detail}")]
+    InvalidJson { detail: String },
+    #[error("body must be a JSON object, got {found}")]
+    NotAnObject { found: &'static str },
+    #[error("{what} has {bytes} bytes; at most {max} are accepted")]
+    TooLarge {
+        what: &'static str,
+        bytes: usize,
+        max: usize,
+    },
+    #[error("field `{field}` is missing")]
+    MissingField { field: &'static str },
+    #[error("field `{field}` must be {expected}, got {found} `{value}`")]
+    WrongType {
+        field: &'static str,
+        expected: &'static str,
+        found: &'static str,
+        value: String,
+    },
+    #[error("field `{field}` has invalid value `{value}`: {reason}")]
+    InvalidValue {
+        field: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+impl MessageError {
+    /// The field at fault, when there is one (for metrics and structured logs).
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::MissingField { field }
+            | Self::WrongType { field, .. }
+            | Self::InvalidValue { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+fn object(body: &str) -> Result<Map<String, Value>, MessageError> {
+    if body.len() > MAX_BODY_BYTES {
+        return Err(MessageError::TooLarge {
+            what: "body",
+            bytes: body.len(),
+            max: MAX_BODY_BYTES,
+        });
+    }
+    match serde_json::from_str::<Value>(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(MessageError::NotAnObject {
+            found: type_name(&other),
+        }),
+        Err(e) => Err(MessageError::InvalidJson {
+            detail: e.to_string(),
+        }),
+    }
+}
+
+fn lookup<'a>(obj: &'a Map<String, Value>, field: &str, aliases: &[&str]) -> Option<&'a Value> {
+    obj.get(field)
+        .or_else(|| aliases.iter().find_map(|a| obj.get(*a)))
+}
+
+fn string(
+    obj: &Map<String, Value>,
+    field: &'static str,
+    aliases: &[&str],
+) -> Result<String, MessageError> {
+    match lookup(obj, field, aliases) {
+        None | Some(Value::Null) => Err(MessageError::MissingField { field }),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(wrong_type(field, "a string", other)),
+    }
+}
+
+fn transaction_id(obj: &Map<String, Value>) -> Result<TransactionId, MessageError> {
+    let raw = string(obj, "transaction_id", &["transaccion_id"])?;
+    TransactionId::parse(&raw).map_err(|e| MessageError::InvalidValue {
+        field: "transaction_id",
+        value: truncate(&raw),
+        reason: e.to_string(),
+    })
+}
+
+fn attempt(
+    obj: &Map<String, Value>,
+    field: &'static str,
+    aliases: &[&str],
+) -> Result<Attempt, MessageError> {
+    match lookup(obj, field, aliases) {
+        None | Some(Value::Null) => Err(MessageError::MissingField { field }),
+        Some(Value::Number(n)) => {
+            let value = n.to_string();
+            let Some(int) = n.as_u64() else {
+                return Err(MessageError::InvalidValue {
+                    field,
+                    value,
+                    reason: "must be a whole number >= 1".into(),
+                });
+            };
+            let small = u32::try_from(int).map_err(|_| MessageError::InvalidValue {
+                field,
+                value: value.clone(),
+                reason: "is too large".into(),
+            })?;
+            Attempt::new(small).map_err(|e: IdError| MessageError::InvalidValue {
+                field,
+                value,
+                reason: e.to_string(),
+            })
+        }
+        Some(other) => Err(wrong_type(field, "a whole number >= 1", other)),
+    }
+}
+
+fn wrong_type(field: &'static str, expected: &'static str, found: &Value) -> MessageError {
+    MessageError::WrongType {
+        field,
+        expected,
+        found: type_name(found),
+        value: truncate(&found.to_string()),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Values echoed in errors are cut to 80 characters so a hostile body cannot flood logs.
+fn truncate(s: &str) -> String {
+    if s.chars().count() <= 80 {
+        s.to_owned()
+    } else {
+        let mut cut: String = s.chars().take(80).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_design_examples() {
+        let r = Response::parse(
+            r#"{"transaction_id":"TX-100200","attempt":2,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.transaction_id.as_str(), "TX-100200");
+        assert_eq!(r.attempt.get(), 2);
+        assert_eq!(r.outcome, Outcome::Cancelled);
+        assert_eq!(r.reason.as_deref(), Some("NOT_AVAILABLE"));
+
+        let e = RetryEvent::parse(
+            r#"{"transaction_id":"TX-100200","origin":"RETRY_SCHEDULER","attempt":2}"#,
+        )
+        .unwrap();
+        assert_eq!(e.origin, Origin::RetryScheduler);
+        assert_eq!(
+            e.to_json(),
+            r#"{"transaction_id":"TX-100200","origin":"RETRY_SCHEDULER","attempt":2}"#
+        );
+    }
+
+    #[test]
+    fn accepts_the_articles_spanish_names() {
+        let r = Response::parse(r#"{"transaccion_id":"TX-1","intento":1,"resultado":"EXITOSO"}"#)
+            .unwrap();
+        assert_eq!(r.outcome, Outcome::Success);
+        let e = RetryEvent::parse(
+            r#"{"transaccion_id":"TX-100200","origen":"PLANIFICADOR_REINTENTO","intento":2}"#,
+        )
+        .unwrap();
+        assert_eq!(e.origin, Origin::RetryScheduler);
+        assert_eq!(e.attempt.get(), 2);
+    }
+
+    #[test]
+    fn request_round_trips_with_exact_payload_bytes() {
+        let payload = Payload::from_json(r#"{"amount": 12.50, "items":[1,2]}"#).unwrap();
+        let id = TransactionId::parse("TX-9").unwrap();
+        let req = Request::new(id, Attempt::new(3).unwrap(), payload.clone());
+        let body = req.to_json();
+        assert!(body.contains(r#""idempotency_key":"TX-9#3""#), "{body}");
+        assert!(
+            body.contains(r#"{"amount": 12.50, "items":[1,2]}"#),
+            "{body}"
+        );
+        let back = Request::parse(&body).unwrap();
+        assert_eq!(back.attempt.get(), 3);
+        assert_eq!(back.idempotency_key.as_str(), "TX-9#3");
+    }
+
+    /// One row per malformed input: the error must name the field and say why.
+    #[test]
+    fn response_bad_inputs_name_field_and_value() {
+        let cases: &[(&str, &str)] = &[
+            ("not json", "not valid JSON"),
+            ("[1]", "must be a JSON object, got an array"),
+            (
+                r#"{"attempt":1,"outcome":"SUCCESS"}"#,
+                "field `transaction_id` is missing",
+            ),
+            (
+                r#"{"transaction_id":7,"attempt":1,"outcome":"SUCCESS"}"#,
+                "field `transaction_id` must be a string, got a number `7`",
+            ),
+            (
+                r#"{"transaction_id":"","attempt":1,"outcome":"SUCCESS"}"#,
+                "field `transaction_id` has invalid value ``: must not be empty",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":0,"outcome":"SUCCESS"}"#,
+                "field `attempt` has invalid value `0`: must be at least 1",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":"2","outcome":"SUCCESS"}"#,
+                "field `attempt` must be a whole number >= 1, got a string `\"2\"`",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1.5,"outcome":"SUCCESS"}"#,
+                "field `attempt` has invalid value `1.5`",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1}"#,
+                "field `outcome` is missing",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"outcome":"MAYBE"}"#,
+                "field `outcome` has invalid value `MAYBE`: expected SUCCESS or CANCELLED",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"outcome":"SUCCESS","reason":5}"#,
+                "field `reason` must be a string, got a number `5`",
+            ),
+        ];
+        for (body, expected) in cases {
+            let err = Response::parse(body).unwrap_err().to_string();
+            assert!(
+                err.contains(expected),
+                "{body}: got `{err}`, wanted `{expected}`"
+            );
+        }
+        let oversized = format!(
+            r#"{{"transaction_id":"{}","attempt":1,"outcome":"SUCCESS"}}"#,
+            "x".repeat(200)
+        );
+        let err = Response::parse(&oversized).unwrap_err();
+        assert_eq!(err.field(), Some("transaction_id"));
+        assert!(err.to_string().contains("at most 128"), "{err}");
+    }
+
+    #[test]
+    fn retry_event_bad_inputs_name_field_and_value() {
+        let cases: &[(&str, &str)] = &[
+            ("{", "not valid JSON"),
+            (
+                r#"{"transaction_id":"TX-1","attempt":2}"#,
+                "field `origin` is missing",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","origin":"CRON","attempt":2}"#,
+                "field `origin` has invalid value `CRON`: expected RETRY_SCHEDULER, RECONCILER or OPERATOR",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","origin":"RECONCILER","attempt":0}"#,
+                "field `attempt` has invalid value `0`",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","origin":"RECONCILER"}"#,
+                "field `attempt` is missing",
+            ),
+            (
+                r#"{"origin":"RECONCILER","attempt":2}"#,
+                "field `transaction_id` is missing",
+            ),
+            (
+                r#"{"transaction_id":"TX\u0001","origin":"RECONCILER","attempt":2}"#,
+                "control character U+0001",
+            ),
+        ];
+        for (body, expected) in cases {
+            let err = RetryEvent::parse(body).unwrap_err().to_string();
+            assert!(
+                err.contains(expected),
+                "{body}: got `{err}`, wanted `{expected}`"
+            );
+        }
+    }
+
+    #[test]
+    fn request_bad_inputs_name_field_and_value() {
+        let cases: &[(&str, &str)] = &[
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"payload":{}}"#,
+                "field `idempotency_key` is missing",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"idempotency_key":"TX-1#2","payload":{}}"#,
+                "field `idempotency_key` has invalid value `TX-1#2`: must be `TX-1#1`",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"idempotency_key":"TX-1#1"}"#,
+                "field `payload` is missing",
+            ),
+        ];
+        for (body, expected) in cases {
+            let err = Request::parse(body).unwrap_err().to_string();
+            assert!(
+                err.contains(expected),
+                "{body}: got `{err}`, wanted `{expected}`"
+            );
+        }
+        let huge = format!("\"{}\"", "x".repeat(MAX_PAYLOAD_BYTES));
+        assert!(matches!(
+            Payload::from_json(&huge),
+            Err(MessageError::TooLarge {
+                what: "payload",
+                ..
+            })
+        ));
+    }
+}
