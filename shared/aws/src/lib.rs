@@ -1,1 +1,12 @@
-//! placeholder
+//! AWS adapters of the domain's ports, configuration from the environment, and the
+//! local (moto server) stack used by tests and `retryctl demo`.
+//!
+//! - [`local`]: moto server launcher and loopback SDK configuration.
+//! - [`config`]: one configuration struct per function, read from the environment,
+//!   and the physical resource names of a stack ([`config::StackNames`]).
+//! - [`provision`]: creates every table, queue and the schedule group of a stack on
+//!   an endpoint, from definitions kept as data (compared with `template.yaml`).
+
+pub mod config;
+pub mod local;
+pub mod provision;

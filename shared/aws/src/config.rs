@@ -1,0 +1,722 @@
+//! Configuration from the environment: the ONLY place that reads environment
+//! variables for the functions.
+//!
+//! One struct per function. Each lists every variable it reads in `ENV_VARS` (the
+//! template test compares these lists with `template.yaml`). Every value is parsed
+//! with an error naming the variable and the value. `from_env()` reads the process
+//! environment; `from_lookup(f)` reads through any lookup function (tests, the local
+//! stack).
+//!
+//! Logging variables (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) are read by the
+//! tracing initialisation, not here. `AWS_ENDPOINT_URL` and the region are read by
+//! `aws-config` ([`load_sdk_config`]).
+
+use domain::policy::PolicyError;
+use domain::{PolicySet, RetryPolicy};
+use std::str::FromStr;
+use std::time::Duration;
+use thiserror::Error;
+
+/// A configuration value that is missing or cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    #[error("environment variable {name} is required but not set")]
+    Missing { name: &'static str },
+    #[error("environment variable {name}={value:?} is invalid: {reason}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Function timeouts in seconds (template.yaml sets the same values); queue
+/// visibility timeouts are [`VISIBILITY_FACTOR`] × the consuming function's timeout.
+pub mod timeouts {
+    pub const RESPONSE_HANDLER_SECONDS: u32 = 30;
+    pub const RETRY_HANDLER_SECONDS: u32 = 60;
+    pub const RECONCILER_SECONDS: u32 = 120;
+    pub const AUDIT_WRITER_SECONDS: u32 = 60;
+    pub const VISIBILITY_FACTOR: u32 = 6;
+}
+
+/// Loads the SDK configuration from the environment (region, credentials and
+/// `AWS_ENDPOINT_URL`, so the same code runs against AWS or a loopback server).
+pub async fn load_sdk_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// Reads variables through a lookup function.
+struct Env<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Env<'_> {
+    fn raw(&self, name: &'static str) -> Option<String> {
+        (self.lookup)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    fn required(&self, name: &'static str) -> Result<String, ConfigError> {
+        self.raw(name)
+            .map(|v| v.trim().to_owned())
+            .ok_or(ConfigError::Missing { name })
+    }
+
+    fn string_or(&self, name: &'static str, default: &str) -> String {
+        self.raw(name)
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| default.to_owned())
+    }
+
+    fn parsed<T>(&self, name: &'static str, default: T) -> Result<T, ConfigError>
+    where
+        T: FromStr,
+        T::Err: std::fmt::Display,
+    {
+        match self.raw(name) {
+            None => Ok(default),
+            Some(v) => v.trim().parse().map_err(|e: T::Err| ConfigError::Invalid {
+                name,
+                value: v.clone(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// An integer in `min..=max`.
+    fn ranged<T>(&self, name: &'static str, default: T, min: T, max: T) -> Result<T, ConfigError>
+    where
+        T: FromStr + PartialOrd + Copy + std::fmt::Display,
+        T::Err: std::fmt::Display,
+    {
+        let v = self.parsed(name, default)?;
+        if v < min || v > max {
+            return Err(ConfigError::Invalid {
+                name,
+                value: v.to_string(),
+                reason: format!("must be between {min} and {max}"),
+            });
+        }
+        Ok(v)
+    }
+
+    fn boolean(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.raw(name) {
+            None => Ok(default),
+            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => Ok(true),
+                "false" | "0" | "no" => Ok(false),
+                _ => Err(ConfigError::Invalid {
+                    name,
+                    value: v,
+                    reason: "must be true or false".to_owned(),
+                }),
+            },
+        }
+    }
+}
+
+fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+/// Defaults named in the brief and `template.yaml`.
+pub mod defaults {
+    pub const RECONCILE_SHARDS: u16 = 8;
+    pub const SCHEDULER_RETRY_ATTEMPTS: u32 = 5;
+    pub const SCHEDULER_MAX_EVENT_AGE_SECONDS: u32 = 3600;
+    pub const BACKOFF_BASE_SECONDS: f64 = 7200.0;
+    pub const BACKOFF_FACTOR: f64 = 2.0;
+    pub const BACKOFF_CAP_SECONDS: f64 = 86400.0;
+    pub const BACKOFF_JITTER: f64 = 0.1;
+    pub const BACKOFF_STRICT_CAP: bool = false;
+    pub const BATCH_CONCURRENCY: usize = 10;
+    pub const METRICS_NAMESPACE: &str = "DeferredRetry";
+    pub const RECONCILE_THRESHOLD_SECONDS: u64 = 900;
+    pub const RECONCILE_MAX_ITEMS: u32 = 500;
+    pub const AUDIT_RETENTION_DAYS: u32 = 365;
+}
+
+const MAX_SHARDS: u16 = 1000;
+
+fn shards(env: &Env<'_>) -> Result<u16, ConfigError> {
+    env.ranged(
+        "RECONCILE_SHARDS",
+        defaults::RECONCILE_SHARDS,
+        1,
+        MAX_SHARDS,
+    )
+}
+
+fn batch_concurrency(env: &Env<'_>) -> Result<usize, ConfigError> {
+    env.ranged("BATCH_CONCURRENCY", defaults::BATCH_CONCURRENCY, 1, 1000)
+}
+
+fn namespace(env: &Env<'_>) -> String {
+    env.string_or("METRICS_NAMESPACE", defaults::METRICS_NAMESPACE)
+}
+
+/// How schedules are created: the article's target settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerSettings {
+    /// Dedicated schedule group (`SCHEDULE_GROUP`).
+    pub group: String,
+    /// Target: the retry queue (`RETRY_QUEUE_ARN`).
+    pub retry_queue_arn: String,
+    /// Role the scheduler assumes to send to the retry queue (`SCHEDULER_ROLE_ARN`).
+    pub role_arn: String,
+    /// Where undeliverable events go (`SCHEDULER_DLQ_ARN`).
+    pub dlq_arn: String,
+    /// `RetryPolicy.MaximumRetryAttempts`, 0–185 (`SCHEDULER_RETRY_ATTEMPTS`).
+    pub retry_attempts: u32,
+    /// `RetryPolicy.MaximumEventAgeInSeconds`, 60–86400 (`SCHEDULER_MAX_EVENT_AGE_SECONDS`).
+    pub max_event_age_seconds: u32,
+}
+
+impl SchedulerSettings {
+    pub const ENV_VARS: &'static [&'static str] = &[
+        "SCHEDULE_GROUP",
+        "RETRY_QUEUE_ARN",
+        "SCHEDULER_ROLE_ARN",
+        "SCHEDULER_DLQ_ARN",
+        "SCHEDULER_RETRY_ATTEMPTS",
+        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
+    ];
+
+    fn read(env: &Env<'_>) -> Result<Self, ConfigError> {
+        Ok(Self {
+            group: env.required("SCHEDULE_GROUP")?,
+            retry_queue_arn: env.required("RETRY_QUEUE_ARN")?,
+            role_arn: env.required("SCHEDULER_ROLE_ARN")?,
+            dlq_arn: env.required("SCHEDULER_DLQ_ARN")?,
+            retry_attempts: env.ranged(
+                "SCHEDULER_RETRY_ATTEMPTS",
+                defaults::SCHEDULER_RETRY_ATTEMPTS,
+                0,
+                185,
+            )?,
+            max_event_age_seconds: env.ranged(
+                "SCHEDULER_MAX_EVENT_AGE_SECONDS",
+                defaults::SCHEDULER_MAX_EVENT_AGE_SECONDS,
+                60,
+                86_400,
+            )?,
+        })
+    }
+}
+
+/// Builds the backoff policies from `BACKOFF_*`; errors name the variable.
+fn policies(env: &Env<'_>) -> Result<PolicySet, ConfigError> {
+    let base: f64 = env.parsed("BACKOFF_BASE_SECONDS", defaults::BACKOFF_BASE_SECONDS)?;
+    let factor: f64 = env.parsed("BACKOFF_FACTOR", defaults::BACKOFF_FACTOR)?;
+    let cap: f64 = env.parsed("BACKOFF_CAP_SECONDS", defaults::BACKOFF_CAP_SECONDS)?;
+    let jitter: f64 = env.parsed("BACKOFF_JITTER", defaults::BACKOFF_JITTER)?;
+    let strict = env.boolean("BACKOFF_STRICT_CAP", defaults::BACKOFF_STRICT_CAP)?;
+    let secs = |name: &'static str, v: f64| {
+        if v.is_finite() && v > 0.0 && v < 1e12 {
+            Ok(Duration::from_secs_f64(v))
+        } else {
+            Err(ConfigError::Invalid {
+                name,
+                value: v.to_string(),
+                reason: "must be a number of seconds greater than 0".to_owned(),
+            })
+        }
+    };
+    let policy = RetryPolicy::new(
+        secs("BACKOFF_BASE_SECONDS", base)?,
+        factor,
+        secs("BACKOFF_CAP_SECONDS", cap)?,
+        jitter,
+        strict,
+    )
+    .map_err(|e| match e {
+        PolicyError::Invalid { field, value, rule } => {
+            let name = match field {
+                "base" => "BACKOFF_BASE_SECONDS",
+                "factor" => "BACKOFF_FACTOR",
+                "cap" => "BACKOFF_CAP_SECONDS",
+                _ => "BACKOFF_JITTER",
+            };
+            ConfigError::Invalid {
+                name,
+                value: value.to_string(),
+                reason: rule.to_owned(),
+            }
+        }
+        PolicyError::Overrides { detail } => ConfigError::Invalid {
+            name: "BACKOFF_OVERRIDES",
+            value: String::new(),
+            reason: detail,
+        },
+    })?;
+    let overrides = env.string_or("BACKOFF_OVERRIDES", "");
+    PolicySet::uniform(policy)
+        .with_overrides_json(&overrides)
+        .map_err(|e| ConfigError::Invalid {
+            name: "BACKOFF_OVERRIDES",
+            value: overrides.clone(),
+            reason: e.to_string(),
+        })
+}
+
+/// The response handler (A).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseHandlerConfig {
+    pub transactions_table: String,
+    pub reconcile_shards: u16,
+    pub scheduler: SchedulerSettings,
+    pub policies: PolicySet,
+    pub response_dlq_url: String,
+    pub batch_concurrency: usize,
+    pub metrics_namespace: String,
+}
+
+impl ResponseHandlerConfig {
+    pub const ENV_VARS: &'static [&'static str] = &[
+        "TRANSACTIONS_TABLE",
+        "RECONCILE_SHARDS",
+        "SCHEDULE_GROUP",
+        "RETRY_QUEUE_ARN",
+        "SCHEDULER_ROLE_ARN",
+        "SCHEDULER_DLQ_ARN",
+        "SCHEDULER_RETRY_ATTEMPTS",
+        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
+        "BACKOFF_BASE_SECONDS",
+        "BACKOFF_FACTOR",
+        "BACKOFF_CAP_SECONDS",
+        "BACKOFF_JITTER",
+        "BACKOFF_STRICT_CAP",
+        "BACKOFF_OVERRIDES",
+        "RESPONSE_DLQ_URL",
+        "BATCH_CONCURRENCY",
+        "METRICS_NAMESPACE",
+    ];
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&process_env)
+    }
+
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env { lookup };
+        Ok(Self {
+            transactions_table: env.required("TRANSACTIONS_TABLE")?,
+            reconcile_shards: shards(&env)?,
+            scheduler: SchedulerSettings::read(&env)?,
+            policies: policies(&env)?,
+            response_dlq_url: env.required("RESPONSE_DLQ_URL")?,
+            batch_concurrency: batch_concurrency(&env)?,
+            metrics_namespace: namespace(&env),
+        })
+    }
+}
+
+/// The retry handler (B).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryHandlerConfig {
+    pub transactions_table: String,
+    pub payloads_table: String,
+    pub request_queue_url: String,
+    pub retry_dlq_url: String,
+    pub reconcile_shards: u16,
+    /// Per concurrent execution; the fleet bound is ESM MaximumConcurrency × this.
+    pub max_requests_per_second: f64,
+    pub batch_concurrency: usize,
+    pub metrics_namespace: String,
+}
+
+impl RetryHandlerConfig {
+    pub const ENV_VARS: &'static [&'static str] = &[
+        "TRANSACTIONS_TABLE",
+        "PAYLOADS_TABLE",
+        "REQUEST_QUEUE_URL",
+        "RETRY_DLQ_URL",
+        "RECONCILE_SHARDS",
+        "MAX_REQUESTS_PER_SECOND",
+        "BATCH_CONCURRENCY",
+        "METRICS_NAMESPACE",
+    ];
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&process_env)
+    }
+
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env { lookup };
+        let raw = env.required("MAX_REQUESTS_PER_SECOND")?;
+        let rate: f64 =
+            raw.parse()
+                .map_err(|e: std::num::ParseFloatError| ConfigError::Invalid {
+                    name: "MAX_REQUESTS_PER_SECOND",
+                    value: raw.clone(),
+                    reason: e.to_string(),
+                })?;
+        if !rate.is_finite() || rate <= 0.0 {
+            return Err(ConfigError::Invalid {
+                name: "MAX_REQUESTS_PER_SECOND",
+                value: raw,
+                reason: "must be a number greater than 0".to_owned(),
+            });
+        }
+        Ok(Self {
+            transactions_table: env.required("TRANSACTIONS_TABLE")?,
+            payloads_table: env.required("PAYLOADS_TABLE")?,
+            request_queue_url: env.required("REQUEST_QUEUE_URL")?,
+            retry_dlq_url: env.required("RETRY_DLQ_URL")?,
+            reconcile_shards: shards(&env)?,
+            max_requests_per_second: rate,
+            batch_concurrency: batch_concurrency(&env)?,
+            metrics_namespace: namespace(&env),
+        })
+    }
+
+    /// Minimum interval between two publishes of one process.
+    pub fn min_publish_interval(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.max_requests_per_second)
+    }
+}
+
+/// The reconciler (cron).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReconcilerConfig {
+    pub transactions_table: String,
+    pub reconcile_shards: u16,
+    pub retry_queue_url: String,
+    pub scheduler: SchedulerSettings,
+    pub reconcile_threshold: Duration,
+    pub reconcile_max_items: u32,
+    pub metrics_namespace: String,
+}
+
+impl ReconcilerConfig {
+    pub const ENV_VARS: &'static [&'static str] = &[
+        "TRANSACTIONS_TABLE",
+        "RECONCILE_SHARDS",
+        "RETRY_QUEUE_URL",
+        "SCHEDULE_GROUP",
+        "RETRY_QUEUE_ARN",
+        "SCHEDULER_ROLE_ARN",
+        "SCHEDULER_DLQ_ARN",
+        "SCHEDULER_RETRY_ATTEMPTS",
+        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
+        "RECONCILE_THRESHOLD_SECONDS",
+        "RECONCILE_MAX_ITEMS",
+        "METRICS_NAMESPACE",
+    ];
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&process_env)
+    }
+
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env { lookup };
+        Ok(Self {
+            transactions_table: env.required("TRANSACTIONS_TABLE")?,
+            reconcile_shards: shards(&env)?,
+            retry_queue_url: env.required("RETRY_QUEUE_URL")?,
+            scheduler: SchedulerSettings::read(&env)?,
+            reconcile_threshold: Duration::from_secs(env.ranged(
+                "RECONCILE_THRESHOLD_SECONDS",
+                defaults::RECONCILE_THRESHOLD_SECONDS,
+                1,
+                30 * 86_400,
+            )?),
+            reconcile_max_items: env.ranged(
+                "RECONCILE_MAX_ITEMS",
+                defaults::RECONCILE_MAX_ITEMS,
+                1,
+                1_000_000,
+            )?,
+            metrics_namespace: namespace(&env),
+        })
+    }
+}
+
+/// The audit writer (DynamoDB stream consumer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditWriterConfig {
+    pub audit_table: String,
+    pub retention_days: u32,
+    pub metrics_namespace: String,
+}
+
+impl AuditWriterConfig {
+    pub const ENV_VARS: &'static [&'static str] =
+        &["AUDIT_TABLE", "AUDIT_RETENTION_DAYS", "METRICS_NAMESPACE"];
+
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&process_env)
+    }
+
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env { lookup };
+        Ok(Self {
+            audit_table: env.required("AUDIT_TABLE")?,
+            retention_days: env.ranged(
+                "AUDIT_RETENTION_DAYS",
+                defaults::AUDIT_RETENTION_DAYS,
+                1,
+                36_500,
+            )?,
+            metrics_namespace: namespace(&env),
+        })
+    }
+}
+
+/// Name of the reconciler index on the transactions table.
+pub const RECONCILE_INDEX: &str = "reconcile-index";
+
+/// Physical resource names of one stack, all derived from a prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackNames {
+    pub prefix: String,
+    pub transactions_table: String,
+    pub payloads_table: String,
+    pub audit_table: String,
+    pub request_queue: String,
+    pub request_dlq: String,
+    pub response_queue: String,
+    pub response_dlq: String,
+    pub retry_queue: String,
+    pub retry_dlq: String,
+    pub scheduler_dlq: String,
+    pub audit_dlq: String,
+    pub schedule_group: String,
+    /// The role the scheduler assumes (only its ARN is used locally).
+    pub scheduler_role: String,
+}
+
+impl StackNames {
+    pub fn new(prefix: &str) -> Self {
+        let n = |suffix: &str| format!("{prefix}-{suffix}");
+        Self {
+            prefix: prefix.to_owned(),
+            transactions_table: n("transactions"),
+            payloads_table: n("payloads"),
+            audit_table: n("audit"),
+            request_queue: n("request"),
+            request_dlq: n("request-dlq"),
+            response_queue: n("response"),
+            response_dlq: n("response-dlq"),
+            retry_queue: n("retry"),
+            retry_dlq: n("retry-dlq"),
+            scheduler_dlq: n("scheduler-dlq"),
+            audit_dlq: n("audit-dlq"),
+            schedule_group: n("retries"),
+            scheduler_role: n("scheduler"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    const SCHED: &[(&str, &str)] = &[
+        ("SCHEDULE_GROUP", "g"),
+        ("RETRY_QUEUE_ARN", "arn:aws:sqs:us-east-1:1:retry"),
+        ("SCHEDULER_ROLE_ARN", "arn:aws:iam::1:role/s"),
+        ("SCHEDULER_DLQ_ARN", "arn:aws:sqs:us-east-1:1:dlq"),
+    ];
+
+    fn response_env(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut v: Vec<(&str, &str)> = vec![
+            ("TRANSACTIONS_TABLE", "tx"),
+            ("RESPONSE_DLQ_URL", "http://q/dlq"),
+        ];
+        v.extend_from_slice(SCHED);
+        v.extend_from_slice(extra);
+        v
+    }
+
+    #[test]
+    fn response_handler_defaults() {
+        let c = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[]))).unwrap();
+        assert_eq!(c.reconcile_shards, 8);
+        assert_eq!(c.scheduler.retry_attempts, 5);
+        assert_eq!(c.scheduler.max_event_age_seconds, 3600);
+        assert_eq!(c.batch_concurrency, 10);
+        assert_eq!(c.metrics_namespace, "DeferredRetry");
+        assert_eq!(
+            c.policies,
+            PolicySet::uniform(RetryPolicy::article_default())
+        );
+    }
+
+    #[test]
+    fn errors_name_variable_and_value() {
+        let e = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
+            "BACKOFF_FACTOR",
+            "0.5",
+        )])))
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::Invalid {
+                    name: "BACKOFF_FACTOR",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("0.5"), "{e}");
+
+        let e = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
+            "RECONCILE_SHARDS",
+            "eight",
+        )])))
+        .unwrap_err();
+        assert!(e.to_string().contains("RECONCILE_SHARDS=\"eight\""), "{e}");
+
+        let e = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
+            "BACKOFF_OVERRIDES",
+            "{nope",
+        )])))
+        .unwrap_err();
+        assert!(e.to_string().contains("BACKOFF_OVERRIDES=\"{nope\""), "{e}");
+
+        let e = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
+            "SCHEDULER_MAX_EVENT_AGE_SECONDS",
+            "10",
+        )])))
+        .unwrap_err();
+        assert!(e.to_string().contains("between 60 and 86400"), "{e}");
+
+        let e = ResponseHandlerConfig::from_lookup(&lookup(&[("TRANSACTIONS_TABLE", "t")]))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::Missing {
+                name: "SCHEDULE_GROUP"
+            }
+        );
+    }
+
+    #[test]
+    fn backoff_variables_build_the_policy_set() {
+        let c = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[
+            ("BACKOFF_BASE_SECONDS", "60"),
+            ("BACKOFF_FACTOR", "3"),
+            ("BACKOFF_CAP_SECONDS", "600"),
+            ("BACKOFF_JITTER", "0"),
+            ("BACKOFF_STRICT_CAP", "true"),
+            (
+                "BACKOFF_OVERRIDES",
+                r#"{"NOT_AVAILABLE":{"base_seconds":10,"factor":1,"cap_seconds":10,"jitter":0}}"#,
+            ),
+        ])))
+        .unwrap();
+        let p = &c.policies.default;
+        assert_eq!(p.base(), Duration::from_secs(60));
+        assert_eq!(p.factor(), 3.0);
+        assert_eq!(p.cap(), Duration::from_secs(600));
+        assert_eq!(p.jitter(), 0.0);
+        assert!(p.strict_cap());
+        assert_eq!(
+            c.policies.for_reason(Some("NOT_AVAILABLE")).base(),
+            Duration::from_secs(10)
+        );
+    }
+
+    #[test]
+    fn every_variable_read_is_listed() {
+        // Record every name each config asks for and compare with ENV_VARS.
+        type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+        fn asked(f: &dyn Fn(Lookup<'_>)) -> Vec<String> {
+            let seen = std::cell::RefCell::new(Vec::<String>::new());
+            let l = |k: &str| {
+                seen.borrow_mut().push(k.to_owned());
+                Some(match k {
+                    "MAX_REQUESTS_PER_SECOND" => "5".to_owned(),
+                    "RECONCILE_SHARDS" | "BATCH_CONCURRENCY" | "SCHEDULER_RETRY_ATTEMPTS" => {
+                        "3".to_owned()
+                    }
+                    "SCHEDULER_MAX_EVENT_AGE_SECONDS" | "RECONCILE_THRESHOLD_SECONDS" => {
+                        "600".to_owned()
+                    }
+                    "RECONCILE_MAX_ITEMS" | "AUDIT_RETENTION_DAYS" => "30".to_owned(),
+                    "BACKOFF_BASE_SECONDS" | "BACKOFF_CAP_SECONDS" => "100".to_owned(),
+                    "BACKOFF_FACTOR" => "2".to_owned(),
+                    "BACKOFF_JITTER" => "0.1".to_owned(),
+                    "BACKOFF_STRICT_CAP" => "false".to_owned(),
+                    "BACKOFF_OVERRIDES" => "{}".to_owned(),
+                    _ => "x".to_owned(),
+                })
+            };
+            f(&l);
+            let mut v = seen.into_inner();
+            v.sort();
+            v.dedup();
+            v
+        }
+        let sorted = |s: &[&str]| {
+            let mut v: Vec<String> = s.iter().map(|x| (*x).to_owned()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(
+            asked(&|l| {
+                ResponseHandlerConfig::from_lookup(l).unwrap();
+            }),
+            sorted(ResponseHandlerConfig::ENV_VARS)
+        );
+        assert_eq!(
+            asked(&|l| {
+                RetryHandlerConfig::from_lookup(l).unwrap();
+            }),
+            sorted(RetryHandlerConfig::ENV_VARS)
+        );
+        assert_eq!(
+            asked(&|l| {
+                ReconcilerConfig::from_lookup(l).unwrap();
+            }),
+            sorted(ReconcilerConfig::ENV_VARS)
+        );
+        assert_eq!(
+            asked(&|l| {
+                AuditWriterConfig::from_lookup(l).unwrap();
+            }),
+            sorted(AuditWriterConfig::ENV_VARS)
+        );
+    }
+
+    #[test]
+    fn retry_handler_rate_must_be_positive() {
+        let base = [
+            ("TRANSACTIONS_TABLE", "t"),
+            ("PAYLOADS_TABLE", "p"),
+            ("REQUEST_QUEUE_URL", "u"),
+            ("RETRY_DLQ_URL", "d"),
+        ];
+        let mut v = base.to_vec();
+        v.push(("MAX_REQUESTS_PER_SECOND", "0"));
+        let e = RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap_err();
+        assert!(
+            e.to_string().contains("MAX_REQUESTS_PER_SECOND=\"0\""),
+            "{e}"
+        );
+        let mut v = base.to_vec();
+        v.push(("MAX_REQUESTS_PER_SECOND", "4"));
+        let c = RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap();
+        assert_eq!(c.min_publish_interval(), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn stack_names_follow_the_prefix() {
+        let n = StackNames::new("dr");
+        assert_eq!(n.transactions_table, "dr-transactions");
+        assert_eq!(n.request_dlq, "dr-request-dlq");
+        assert_eq!(n.schedule_group, "dr-retries");
+        assert_eq!(n.audit_dlq, "dr-audit-dlq");
+    }
+}

@@ -1,0 +1,269 @@
+//! A real AWS API server on loopback (moto server) for tests and the local stack.
+//!
+//! [`MotoServer::start`] launches `moto_server -H 127.0.0.1 -p <free port>` (the binary
+//! is found on `PATH`; `. scripts/tools.sh` puts it there), waits until it answers
+//! and stops it when dropped. The server is started through a small `sh` watchdog that
+//! holds a pipe from this process: when this process ends for any reason — including
+//! a test binary exiting with the shared server still in a `static` — the pipe
+//! closes and the watchdog stops moto. No server outlives its owner.
+//!
+//! [`shared_endpoint`] gives every test of one binary the same server (or the one
+//! named by `AWS_ENDPOINT_URL`); tests isolate themselves with [`unique_prefix`]
+//! rather than resetting a server other tests are using.
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_dynamodb::config::{Credentials, SharedCredentialsProvider};
+use std::io::{Read, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// The region every local resource lives in.
+pub const LOCAL_REGION: &str = "us-east-1";
+/// The account id moto uses in ARNs.
+pub const LOCAL_ACCOUNT: &str = "123456789012";
+
+/// Why a local server could not be used.
+#[derive(Debug, Error)]
+pub enum LocalError {
+    #[error("cannot start `moto_server` (is it on PATH? run `. scripts/tools.sh`): {0}")]
+    Spawn(std::io::Error),
+    #[error("no free loopback port: {0}")]
+    Port(std::io::Error),
+    #[error("moto server at {endpoint} did not answer within {waited:?}")]
+    NotReady { endpoint: String, waited: Duration },
+    #[error("moto server exited before answering (status {0})")]
+    Exited(String),
+    #[error("request to moto server at {endpoint} failed: {detail}")]
+    Http { endpoint: String, detail: String },
+    #[error("AWS_ENDPOINT_URL = {0:?} is not an http://host:port URL")]
+    BadEndpoint(String),
+}
+
+/// A moto server process on 127.0.0.1, stopped on drop.
+#[derive(Debug)]
+pub struct MotoServer {
+    child: Child,
+    /// Closing this pipe makes the watchdog stop moto.
+    lifeline: Option<ChildStdin>,
+    addr: SocketAddr,
+}
+
+impl MotoServer {
+    /// Starts moto on a free loopback port and waits (up to 60 s) until it answers.
+    pub fn start() -> Result<Self, LocalError> {
+        Self::start_with("moto_server", Duration::from_secs(60))
+    }
+
+    /// Starts `program` (a moto server executable) and waits up to `wait`.
+    pub fn start_with(program: &str, wait: Duration) -> Result<Self, LocalError> {
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // The watchdog: start moto, then block reading stdin; EOF (our end closed,
+        // normally or because this process died) stops moto.
+        let script = "\"$0\" -H 127.0.0.1 -p \"$1\" >/dev/null 2>&1 & m=$!; \
+                      trap 'kill $m 2>/dev/null; exit 0' TERM INT; \
+                      cat >/dev/null; kill $m 2>/dev/null; wait $m 2>/dev/null; exit 0";
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(program)
+            .arg(port.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(LocalError::Spawn)?;
+        let lifeline = child.stdin.take();
+        let mut server = Self {
+            child,
+            lifeline,
+            addr,
+        };
+        server.wait_ready(wait)?;
+        Ok(server)
+    }
+
+    fn wait_ready(&mut self, wait: Duration) -> Result<(), LocalError> {
+        let started = Instant::now();
+        loop {
+            if http(self.addr, "GET", "/moto-api/data.json").is_ok() {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(LocalError::Exited(status.to_string()));
+            }
+            if started.elapsed() > wait {
+                return Err(LocalError::NotReady {
+                    endpoint: self.endpoint_url(),
+                    waited: wait,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`
+    pub fn endpoint_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Forgets every resource (`POST /moto-api/reset`). Only for a server this test
+    /// owns alone: tests sharing one server isolate by name instead.
+    pub fn reset(&self) -> Result<(), LocalError> {
+        reset(&self.endpoint_url())
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        // EOF on the watchdog's stdin stops moto; then reap the watchdog.
+        drop(self.lifeline.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `POST /moto-api/reset` on any moto endpoint.
+pub fn reset(endpoint: &str) -> Result<(), LocalError> {
+    let addr = parse_endpoint(endpoint)?;
+    let status = http(addr, "POST", "/moto-api/reset").map_err(|detail| LocalError::Http {
+        endpoint: endpoint.to_owned(),
+        detail,
+    })?;
+    if (200..300).contains(&status) {
+        Ok(())
+    } else {
+        Err(LocalError::Http {
+            endpoint: endpoint.to_owned(),
+            detail: format!("reset answered HTTP {status}"),
+        })
+    }
+}
+
+fn parse_endpoint(endpoint: &str) -> Result<SocketAddr, LocalError> {
+    let rest = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| LocalError::BadEndpoint(endpoint.to_owned()))?;
+    let hostport = rest.trim_end_matches('/');
+    let hostport = hostport.replace("localhost", "127.0.0.1");
+    hostport
+        .parse()
+        .map_err(|_| LocalError::BadEndpoint(endpoint.to_owned()))
+}
+
+fn free_port() -> Result<u16, LocalError> {
+    let l = TcpListener::bind(("127.0.0.1", 0)).map_err(LocalError::Port)?;
+    let port = l.local_addr().map_err(LocalError::Port)?.port();
+    Ok(port)
+}
+
+/// A minimal HTTP/1.1 request without a body; returns the status code.
+fn http(addr: SocketAddr, method: &str, path: &str) -> Result<u16, String> {
+    let timeout = Duration::from_secs(5);
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    let mut head = [0u8; 64];
+    let mut got = 0;
+    while got < 12 {
+        let n = s.read(&mut head[got..]).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    let text = String::from_utf8_lossy(&head[..got]);
+    let mut parts = text.split_whitespace();
+    match (parts.next(), parts.next()) {
+        (Some(v), Some(code)) if v.starts_with("HTTP/1.") => code
+            .parse()
+            .map_err(|_| format!("bad status line {text:?}")),
+        _ => Err(format!("not an HTTP answer: {text:?}")),
+    }
+}
+
+static SHARED: OnceLock<Result<MotoServer, String>> = OnceLock::new();
+
+/// The endpoint every test of this binary shares: `AWS_ENDPOINT_URL` when set,
+/// otherwise one moto server started on first use and stopped when the process ends.
+pub fn shared_endpoint() -> Result<String, LocalError> {
+    if let Ok(url) = std::env::var("AWS_ENDPOINT_URL") {
+        if !url.trim().is_empty() {
+            return Ok(url);
+        }
+    }
+    match SHARED.get_or_init(|| MotoServer::start().map_err(|e| e.to_string())) {
+        Ok(server) => Ok(server.endpoint_url()),
+        Err(e) => Err(LocalError::Http {
+            endpoint: "(shared moto server)".to_owned(),
+            detail: e.clone(),
+        }),
+    }
+}
+
+/// A short name prefix unique to this process and call (`t<pid>x<n>`), for tests that
+/// share a server: every resource a test creates carries it.
+pub fn unique_prefix(tag: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{tag}{}x{n}", std::process::id())
+}
+
+/// SDK configuration for a loopback endpoint: dummy credentials, region us-east-1.
+pub async fn sdk_config(endpoint: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(LOCAL_REGION))
+        .endpoint_url(endpoint)
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "testing", "testing", None, None, "loopback",
+        )))
+        .load()
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(
+            parse_endpoint("http://127.0.0.1:5000").unwrap(),
+            SocketAddr::from(([127, 0, 0, 1], 5000))
+        );
+        assert_eq!(
+            parse_endpoint("http://localhost:5000/").unwrap(),
+            SocketAddr::from(([127, 0, 0, 1], 5000))
+        );
+        assert!(parse_endpoint("https://example.com").is_err());
+    }
+
+    #[test]
+    fn prefixes_are_unique() {
+        let a = unique_prefix("t");
+        let b = unique_prefix("t");
+        assert_ne!(a, b);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+    }
+}
