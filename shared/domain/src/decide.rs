@@ -283,6 +283,11 @@ impl std::fmt::Display for Rejection {
                 f,
                 "transaction `{transaction_id}` is {status}: only SCHEDULING or SCHEDULED can be resolved by other means"
             ),
+            Rejection::NotReplayable { transaction_id, status: Status::Failed } => write!(
+                f,
+                "transaction `{transaction_id}` is FAILED at the highest max_attempts accepted ({}): no attempt is left to replay",
+                crate::ids::MAX_ATTEMPTS_LIMIT
+            ),
             Rejection::NotReplayable { transaction_id, status } => write!(
                 f,
                 "transaction `{transaction_id}` is {status}: only FAILED transactions can be replayed"
@@ -433,6 +438,19 @@ pub fn decide_response(
         Known::Record(r) => Some(r),
     };
     if let Some(r) = rec {
+        // The response for the attempt B is publishing (SENDING, next_attempt = n): it
+        // proves request n left, so complete B's last arrow (SENDING → IN_PROGRESS(n))
+        // and then handle the response. Dropping it as late would leave the
+        // transaction IN_PROGRESS(n) waiting for a response already consumed (B's
+        // final write comes after its publish, and a crash there leaves SENDING).
+        if r.status == Status::Sending && r.next_attempt == Some(n) && r.current_attempt != n {
+            let published = in_progress_write(id, n, ctx, Actor::ResponseHandler);
+            if let Ok(after) = published.apply(r) {
+                let mut plan = vec![Effect::Write(published)];
+                plan.extend(decide_response(Known::Record(&after), resp, ctx, rng));
+                return plan;
+            }
+        }
         // Rule 1: a response for another attempt is late: acknowledge, change nothing.
         if r.current_attempt != n {
             return vec![Effect::Drop(DropReason::LateResponse {
@@ -740,20 +758,24 @@ fn send(
 }
 
 fn to_in_progress(id: &TransactionId, m: Attempt, ctx: &Context) -> Effect {
-    let mut set = changes(ctx, Status::InProgress, Actor::RetryHandler);
+    Effect::Write(in_progress_write(id, m, ctx, Actor::RetryHandler))
+}
+
+/// SENDING → IN_PROGRESS(m): request m left; `current_attempt = m`, next cleared.
+fn in_progress_write(id: &TransactionId, m: Attempt, ctx: &Context, actor: Actor) -> Write {
+    let mut set = changes(ctx, Status::InProgress, actor);
     set.current_attempt = Some(m);
     set.next_attempt = Change::Clear;
     set.next_fire_at = Change::Clear;
-    write(
-        id,
-        Some(Status::Sending),
-        Event::RequestPublished,
-        Guard {
+    Write {
+        transaction_id: id.clone(),
+        event: Event::RequestPublished,
+        guard: Guard {
             next_attempt: Some(m),
             ..guard(&[Status::Sending])
         },
         set,
-    )
+    }
 }
 
 /// True when the reconciler should act on this record now.
@@ -858,6 +880,11 @@ pub fn decide_resolve(known: Known<'_>, id: &TransactionId, ctx: &Context) -> Pl
             Status::Scheduling | Status::Scheduled => {
                 let mut set = changes(ctx, Status::Succeeded, Actor::Operator);
                 set.last_reason = Change::Set("RESOLVED_BY_OTHER_MEANS".into());
+                // next_attempt is absent outside SCHEDULING/SCHEDULED/SENDING (DESIGN
+                // glossary); the fire time goes with it. The schedule name stays: it
+                // names the schedule deleted below; earlier audit rows keep both values.
+                set.next_attempt = Change::Clear;
+                set.next_fire_at = Change::Clear;
                 let mut plan = vec![write(
                     id,
                     Some(r.status),
@@ -901,11 +928,16 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
                 .get()
                 .saturating_add(budget.max(1))
                 .min(crate::ids::MAX_ATTEMPTS_LIMIT);
-            let Ok(max) = MaxAttempts::new(new_max) else {
-                return vec![Effect::Reject(Rejection::NotReplayable {
-                    transaction_id: id.clone(),
-                    status: r.status,
-                })];
+            // At the highest budget accepted there is no attempt left to reopen with:
+            // the reopened attempt must stay within max_attempts.
+            let max = match MaxAttempts::new(new_max) {
+                Ok(max) if !max.exhausted_by(r.current_attempt) => max,
+                _ => {
+                    return vec![Effect::Reject(Rejection::NotReplayable {
+                        transaction_id: id.clone(),
+                        status: r.status,
+                    })]
+                }
             };
             let mut set = changes(ctx, Status::Scheduling, Actor::Operator);
             set.next_attempt = Change::Set(next);

@@ -129,3 +129,1636 @@ fn retry_event_found_sending_resumes_the_publish() {
     assert_eq!(labels(&plan), ["publish-request", "write", "ack"]);
     assert_eq!(plan[2], Effect::Ack(Ack::Resumed));
 }
+
+// ---------------------------------------------------------------------------
+// Exhaustive decision table: every status × every input kind × what is known.
+// ---------------------------------------------------------------------------
+
+use crate::machine::transition as arrow;
+
+/// The fixed "now" of the table: 2026-10-03T12:00:00Z.
+fn t0() -> Timestamp {
+    Timestamp::parse("2026-10-03T12:00:00Z").unwrap()
+}
+
+fn at(secs: i64) -> Timestamp {
+    t0().plus_millis(secs * 1000)
+}
+
+fn table_ctx() -> Context {
+    Context::new(
+        t0(),
+        PolicySet::uniform(RetryPolicy::article_default()),
+        8,
+        Duration::from_secs(600),
+    )
+}
+
+/// Times relative to the table's now, in seconds.
+fn rel(t: Timestamp) -> String {
+    let ms = t.millis() - t0().millis();
+    if ms % 1000 == 0 {
+        format!("T0{:+}s", ms / 1000)
+    } else {
+        format!("T0{ms:+}ms")
+    }
+}
+
+fn change<T>(out: &mut String, name: &str, c: &Change<T>, show: impl Fn(&T) -> String) {
+    match c {
+        Change::Keep => {}
+        Change::Set(v) => out.push_str(&format!(" {name}={}", show(v))),
+        Change::Clear => out.push_str(&format!(" {name}=-")),
+    }
+}
+
+/// One line per effect with every field a decision chooses.
+fn describe(e: &Effect) -> String {
+    match e {
+        Effect::Read(id) => format!("read {id}"),
+        Effect::Create { record, payload } => format!(
+            "create {} c={} max={} payload={}",
+            record.status,
+            record.current_attempt,
+            record.max_attempts,
+            payload.as_json()
+        ),
+        Effect::Write(w) => {
+            let g = &w.guard;
+            let statuses: Vec<&str> = g.statuses.iter().map(|s| s.as_str()).collect();
+            let mut s = format!("write {:?} if {}", w.event, statuses.join("|"));
+            if let Some(c) = g.current_attempt {
+                s.push_str(&format!(" c={c}"));
+            }
+            if let Some(n) = g.next_attempt {
+                s.push_str(&format!(" n={n}"));
+            }
+            if let Some(b) = g.budget {
+                s.push_str(&format!(" {b:?}"));
+            }
+            let c = &w.set;
+            s.push_str(&format!(" -> {}", c.status));
+            if let Some(a) = c.current_attempt {
+                s.push_str(&format!(" c={a}"));
+            }
+            change(&mut s, "n", &c.next_attempt, |a| a.to_string());
+            change(&mut s, "fire", &c.next_fire_at, |t| rel(*t));
+            change(&mut s, "name", &c.schedule_name, |n| n.to_string());
+            if let Some(m) = c.max_attempts {
+                s.push_str(&format!(" max={m}"));
+            }
+            if let Some(o) = c.last_outcome {
+                s.push_str(&format!(" outcome={o}"));
+            }
+            change(&mut s, "reason", &c.last_reason, Clone::clone);
+            change(&mut s, "origin", &c.origin, |o| o.to_string());
+            change(&mut s, "rk", &c.reconcile, |k| {
+                format!("{}@{}", k.partition, rel(k.at))
+            });
+            s.push_str(&format!(" by={}", c.actor.as_str()));
+            s
+        }
+        Effect::CreateSchedule(spec) => format!(
+            "create-schedule {} at {} event={}/{}/{}",
+            spec.name,
+            rel(spec.fire_at),
+            spec.event.transaction_id,
+            spec.event.attempt,
+            spec.event.origin
+        ),
+        Effect::DeleteSchedule(name) => format!("delete-schedule {name}"),
+        Effect::PublishRequest(h) => format!("publish-request {}#{}", h.transaction_id, h.attempt),
+        Effect::PublishRetry(ev) => format!(
+            "publish-retry {}/{}/{}",
+            ev.transaction_id, ev.attempt, ev.origin
+        ),
+        Effect::Alert(a) => format!(
+            "alert {} attempts={} reason={}",
+            a.transaction_id,
+            a.attempts,
+            a.last_reason.as_deref().unwrap_or("-")
+        ),
+        Effect::Ack(a) => format!("ack {a:?}"),
+        Effect::Drop(d) => match d {
+            DropReason::LateResponse { attempt, current } => {
+                format!("drop late-response attempt={attempt} current={current}")
+            }
+            DropReason::ConflictingOutcome { outcome, status } => {
+                format!("drop conflicting-outcome {outcome} in {status}")
+            }
+            DropReason::DuplicateResponse { status } => {
+                format!("drop duplicate-response in {status}")
+            }
+            DropReason::StaleRetry { attempt, pending } => format!(
+                "drop stale-retry attempt={attempt} pending={}",
+                pending.map_or("-".to_string(), |p| p.to_string())
+            ),
+            DropReason::DuplicateRetry { attempt, status } => {
+                format!("drop duplicate-retry attempt={attempt} in {status}")
+            }
+            DropReason::NotStuck { status } => format!("drop not-stuck {status}"),
+        },
+        Effect::Reject(r) => format!("reject {}", r.label()),
+    }
+}
+
+/// A well-formed record in `status` after attempt `current`: intermediate states carry
+/// `next_attempt = current + 1`, its fire time (T0+1h) and its schedule name.
+fn rec_in(status: Status, current: u32, max: u32) -> TransactionRecord {
+    let mut r = TransactionRecord::started(id(), MaxAttempts::new(max).unwrap(), at(-7200));
+    r.status = status;
+    r.current_attempt = a(current);
+    r.updated_at = at(-3600);
+    if status.is_intermediate() {
+        let next = a(current + 1);
+        r.next_attempt = Some(next);
+        r.next_fire_at = Some(at(3600));
+        r.schedule_name = Some(ScheduleName::for_retry(&id(), next));
+        r.reconcile = ReconcileKey::derive(status, &id(), 8, r.updated_at, r.next_fire_at);
+    }
+    r
+}
+
+fn known_name(k: &Known<'_>) -> String {
+    match k {
+        Known::Unread => "unread".into(),
+        Known::Missing => "missing".into(),
+        Known::Record(r) => format!(
+            "{} c={} max={}",
+            r.status, r.current_attempt, r.max_attempts
+        ),
+    }
+}
+
+/// Every (case, plan) of the table.
+fn all_cases() -> Vec<(String, Plan)> {
+    let ctx = table_ctx();
+    let mut out = Vec::new();
+    let mut push = |name: String, input: &Input, known: Known<'_>, same: Option<bool>| {
+        let plan = decide(input, known, same, &ctx, &mut FixedRandom(0.5));
+        out.push((name, plan));
+    };
+
+    // Records a message can meet: every status with budget remaining (current 2 of
+    // 4); and with the budget spent (current 2 of 2) for the states that can carry it
+    // (an intermediate state always has next_attempt <= max_attempts).
+    let mut records = Vec::new();
+    for s in Status::ALL {
+        records.push(rec_in(s, 2, 4));
+        if !s.is_intermediate() {
+            records.push(rec_in(s, 2, 2));
+        }
+    }
+
+    // Response handler (A): SUCCESS / CANCELLED for the matching attempt (2), a late
+    // one (1) and a future one (3 = the pending attempt of intermediate states).
+    for outcome in [Outcome::Success, Outcome::Cancelled] {
+        for n in [1, 2, 3] {
+            let resp = Input::Response(Response {
+                transaction_id: id(),
+                attempt: a(n),
+                outcome,
+                reason: Some("NOT_AVAILABLE".into()),
+            });
+            let mut knowns = vec![Known::Unread, Known::Missing];
+            knowns.extend(records.iter().map(Known::Record));
+            for k in knowns {
+                push(
+                    format!("response {outcome} n={n} / {}", known_name(&k)),
+                    &resp,
+                    k,
+                    None,
+                );
+            }
+        }
+    }
+
+    // The last attempt answered while B has not yet written IN_PROGRESS.
+    let last = rec_in(Status::Sending, 3, 4);
+    for outcome in [Outcome::Success, Outcome::Cancelled] {
+        let resp = Input::Response(Response {
+            transaction_id: id(),
+            attempt: a(4),
+            outcome,
+            reason: None,
+        });
+        push(
+            format!(
+                "response {outcome} n=4 / {}",
+                known_name(&Known::Record(&last))
+            ),
+            &resp,
+            Known::Record(&last),
+            None,
+        );
+    }
+
+    // Retry handler (B): m = current (2), m = next_attempt of intermediate states (3),
+    // m beyond anything pending (4); every origin on the path that records it.
+    for m in [2, 3, 4] {
+        for origin in [Origin::RetryScheduler, Origin::Reconciler, Origin::Operator] {
+            let ev = Input::Retry(RetryEvent {
+                transaction_id: id(),
+                origin,
+                attempt: a(m),
+            });
+            let mut knowns = vec![Known::Unread, Known::Missing];
+            knowns.extend(
+                records
+                    .iter()
+                    .filter(|r| r.max_attempts.get() == 4)
+                    .map(Known::Record),
+            );
+            for k in knowns {
+                // Every origin is decided the same way; the table shows all three only
+                // where the origin is written (the SENDING arrow).
+                let shows_origin = matches!(k, Known::Unread)
+                    || matches!(k, Known::Record(r) if m == 3 && r.status.is_intermediate());
+                if origin != Origin::RetryScheduler && !shows_origin {
+                    continue;
+                }
+                push(
+                    format!("retry m={m} {origin} / {}", known_name(&k)),
+                    &ev,
+                    k,
+                    None,
+                );
+            }
+        }
+    }
+
+    // Reconciler: every status, stuck or not; decided from the query's record
+    // (unread), from the current record, and when the record is gone.
+    for s in Status::ALL {
+        let mut variants: Vec<(&str, TransactionRecord)> = Vec::new();
+        let mut fresh = rec_in(s, 2, 4);
+        fresh.updated_at = at(-60);
+        variants.push(("fresh", fresh));
+        let mut stuck = rec_in(s, 2, 4);
+        if s == Status::Scheduled {
+            stuck.next_fire_at = Some(at(-3600));
+        }
+        variants.push(("stuck", stuck));
+        if s == Status::Scheduling {
+            let mut passed = rec_in(s, 2, 4);
+            passed.next_fire_at = Some(at(-1200));
+            variants.push(("stuck fire-passed", passed));
+        }
+        if s == Status::Scheduled {
+            let mut due = rec_in(s, 2, 4);
+            due.next_fire_at = Some(at(-300));
+            variants.push(("fire-passed-within-threshold", due));
+        }
+        for (variant, r) in &variants {
+            let input = Input::Reconcile(r.clone());
+            push(
+                format!("reconcile {s} {variant} / unread"),
+                &input,
+                Known::Unread,
+                None,
+            );
+            push(
+                format!("reconcile {s} {variant} / current"),
+                &input,
+                Known::Record(r),
+                None,
+            );
+            push(
+                format!("reconcile {s} {variant} / missing"),
+                &input,
+                Known::Missing,
+                None,
+            );
+        }
+    }
+    // The query's record is stale: the current one has moved on.
+    let stale = Input::Reconcile(rec_in(Status::Scheduling, 2, 4));
+    let moved = rec_in(Status::InProgress, 3, 4);
+    push(
+        "reconcile SCHEDULING stuck / current IN_PROGRESS c=3".into(),
+        &stale,
+        Known::Record(&moved),
+        None,
+    );
+
+    // Start: fresh, repeated with the same or another payload, in every status.
+    let start = Input::Start {
+        transaction_id: id(),
+        payload: Payload::from_json(r#"{"amount":12.50}"#).unwrap(),
+        max_attempts: MaxAttempts::new(4).unwrap(),
+    };
+    push("start / unread".into(), &start, Known::Unread, None);
+    push("start / missing".into(), &start, Known::Missing, None);
+    let mut start_records: Vec<TransactionRecord> =
+        Status::ALL.iter().map(|s| rec_in(*s, 2, 4)).collect();
+    start_records.push(rec_in(Status::InProgress, 1, 4));
+    for r in &start_records {
+        for same in [true, false] {
+            push(
+                format!(
+                    "start / {} payload={}",
+                    known_name(&Known::Record(r)),
+                    if same { "same" } else { "different" }
+                ),
+                &start,
+                Known::Record(r),
+                Some(same),
+            );
+        }
+    }
+
+    // Resolve and replay, in every status.
+    let resolve = Input::Resolve(id());
+    let replay = Input::Replay {
+        transaction_id: id(),
+        budget: 3,
+    };
+    for (name, input) in [("resolve", &resolve), ("replay", &replay)] {
+        push(format!("{name} / unread"), input, Known::Unread, None);
+        push(format!("{name} / missing"), input, Known::Missing, None);
+        for s in Status::ALL {
+            let r = rec_in(s, 2, if s == Status::Failed { 2 } else { 4 });
+            push(
+                format!("{name} / {}", known_name(&Known::Record(&r))),
+                input,
+                Known::Record(&r),
+                None,
+            );
+        }
+    }
+    // Replay of a transaction that used the highest budget accepted.
+    let limit = crate::ids::MAX_ATTEMPTS_LIMIT;
+    let at_limit = rec_in(Status::Failed, limit, limit);
+    push(
+        format!("replay / FAILED c={limit} max={limit}"),
+        &replay,
+        Known::Record(&at_limit),
+        None,
+    );
+    out
+}
+
+/// The table, row by row: (case, the plan's effects). Reviewed against DESIGN.md's
+/// rules; a change to a decision shows up here as a diff of one line per effect.
+#[rustfmt::skip]
+const EXPECTED: &[(&str, &[&str])] = &[
+    (
+        "response SUCCESS n=1 / unread",
+        &[
+            "write ResponseSuccess if IN_PROGRESS c=1 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / IN_PROGRESS c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / IN_PROGRESS c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / SCHEDULING c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / SCHEDULED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / SENDING c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / SUCCEEDED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / SUCCEEDED c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / FAILED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=1 / FAILED c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / unread",
+        &[
+            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / IN_PROGRESS c=2 max=4",
+        &[
+            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / IN_PROGRESS c=2 max=2",
+        &[
+            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / SCHEDULING c=2 max=4",
+        &[
+            "drop conflicting-outcome SUCCESS in SCHEDULING",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / SCHEDULED c=2 max=4",
+        &[
+            "drop conflicting-outcome SUCCESS in SCHEDULED",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / SENDING c=2 max=4",
+        &[
+            "drop conflicting-outcome SUCCESS in SENDING",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / SUCCEEDED c=2 max=4",
+        &[
+            "drop duplicate-response in SUCCEEDED",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / SUCCEEDED c=2 max=2",
+        &[
+            "drop duplicate-response in SUCCEEDED",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / FAILED c=2 max=4",
+        &[
+            "drop conflicting-outcome SUCCESS in FAILED",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / FAILED c=2 max=2",
+        &[
+            "drop conflicting-outcome SUCCESS in FAILED",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / unread",
+        &[
+            "write ResponseSuccess if IN_PROGRESS c=3 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / IN_PROGRESS c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / IN_PROGRESS c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / SCHEDULING c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / SCHEDULED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / SENDING c=2 max=4",
+        &[
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=3 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / SUCCEEDED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / SUCCEEDED c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / FAILED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=3 / FAILED c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / unread",
+        &[
+            "write ResponseCancelledRetry if IN_PROGRESS c=1 Remaining -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "create-schedule retry-TX-100200-2 at T0+7200s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED rk=SCHEDULED#5@T0+7200s by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / IN_PROGRESS c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / IN_PROGRESS c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / SCHEDULING c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / SCHEDULED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / SENDING c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / SUCCEEDED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / SUCCEEDED c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / FAILED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=1 / FAILED c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / unread",
+        &[
+            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+14400s by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / IN_PROGRESS c=2 max=4",
+        &[
+            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+14400s by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / IN_PROGRESS c=2 max=2",
+        &[
+            "write ResponseCancelledExhausted if IN_PROGRESS c=2 Exhausted -> FAILED outcome=CANCELLED reason=NOT_AVAILABLE rk=- by=response-handler",
+            "alert TX-100200 attempts=2 reason=NOT_AVAILABLE",
+            "ack Failed",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / SCHEDULING c=2 max=4",
+        &[
+            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+3600s by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / SCHEDULED c=2 max=4",
+        &[
+            "ack AlreadyHandled",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / SENDING c=2 max=4",
+        &[
+            "ack AlreadyHandled",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / SUCCEEDED c=2 max=4",
+        &[
+            "drop conflicting-outcome CANCELLED in SUCCEEDED",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / SUCCEEDED c=2 max=2",
+        &[
+            "drop conflicting-outcome CANCELLED in SUCCEEDED",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / FAILED c=2 max=4",
+        &[
+            "alert TX-100200 attempts=2 reason=NOT_AVAILABLE",
+            "ack Failed",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / FAILED c=2 max=2",
+        &[
+            "alert TX-100200 attempts=2 reason=NOT_AVAILABLE",
+            "ack Failed",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / unread",
+        &[
+            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED rk=SCHEDULED#5@T0+28800s by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / IN_PROGRESS c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / IN_PROGRESS c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / SCHEDULING c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / SCHEDULED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / SENDING c=2 max=4",
+        &[
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED rk=SCHEDULED#5@T0+28800s by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / SUCCEEDED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / SUCCEEDED c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / FAILED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response CANCELLED n=3 / FAILED c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response SUCCESS n=4 / SENDING c=3 max=4",
+        &[
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=4 -> SUCCEEDED outcome=SUCCESS reason=- rk=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response CANCELLED n=4 / SENDING c=3 max=4",
+        &[
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=response-handler",
+            "write ResponseCancelledExhausted if IN_PROGRESS c=4 Exhausted -> FAILED outcome=CANCELLED reason=- rk=- by=response-handler",
+            "alert TX-100200 attempts=4 reason=-",
+            "ack Failed",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / IN_PROGRESS c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in IN_PROGRESS",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / SCHEDULING c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in SCHEDULING",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / SCHEDULED c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in SCHEDULED",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / SENDING c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in SENDING",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / SUCCEEDED c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in SUCCEEDED",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / FAILED c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in FAILED",
+        ],
+    ),
+    (
+        "retry m=2 RECONCILER / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=2 OPERATOR / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 RETRY_SCHEDULER / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 RETRY_SCHEDULER / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "retry m=3 RETRY_SCHEDULER / IN_PROGRESS c=2 max=4",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "retry m=3 RETRY_SCHEDULER / SCHEDULING c=2 max=4",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 RETRY_SCHEDULER / SCHEDULED c=2 max=4",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 RETRY_SCHEDULER / SENDING c=2 max=4",
+        &[
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Resumed",
+        ],
+    ),
+    (
+        "retry m=3 RETRY_SCHEDULER / SUCCEEDED c=2 max=4",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "retry m=3 RETRY_SCHEDULER / FAILED c=2 max=4",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "retry m=3 RECONCILER / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 RECONCILER / SCHEDULING c=2 max=4",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 RECONCILER / SCHEDULED c=2 max=4",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 RECONCILER / SENDING c=2 max=4",
+        &[
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Resumed",
+        ],
+    ),
+    (
+        "retry m=3 OPERATOR / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 OPERATOR / SCHEDULING c=2 max=4",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 OPERATOR / SCHEDULED c=2 max=4",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=3 OPERATOR / SENDING c=2 max=4",
+        &[
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "ack Resumed",
+        ],
+    ),
+    (
+        "retry m=4 RETRY_SCHEDULER / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#4",
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=4 RETRY_SCHEDULER / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "retry m=4 RETRY_SCHEDULER / IN_PROGRESS c=2 max=4",
+        &[
+            "drop stale-retry attempt=4 pending=-",
+        ],
+    ),
+    (
+        "retry m=4 RETRY_SCHEDULER / SCHEDULING c=2 max=4",
+        &[
+            "drop stale-retry attempt=4 pending=3",
+        ],
+    ),
+    (
+        "retry m=4 RETRY_SCHEDULER / SCHEDULED c=2 max=4",
+        &[
+            "drop stale-retry attempt=4 pending=3",
+        ],
+    ),
+    (
+        "retry m=4 RETRY_SCHEDULER / SENDING c=2 max=4",
+        &[
+            "drop stale-retry attempt=4 pending=3",
+        ],
+    ),
+    (
+        "retry m=4 RETRY_SCHEDULER / SUCCEEDED c=2 max=4",
+        &[
+            "drop stale-retry attempt=4 pending=-",
+        ],
+    ),
+    (
+        "retry m=4 RETRY_SCHEDULER / FAILED c=2 max=4",
+        &[
+            "drop stale-retry attempt=4 pending=-",
+        ],
+    ),
+    (
+        "retry m=4 RECONCILER / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#4",
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=4 OPERATOR / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "publish-request TX-100200#4",
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS fresh / unread",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS fresh / current",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS fresh / missing",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS stuck / unread",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS stuck / current",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS stuck / missing",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING fresh / unread",
+        &[
+            "drop not-stuck SCHEDULING",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING fresh / current",
+        &[
+            "drop not-stuck SCHEDULING",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING fresh / missing",
+        &[
+            "drop not-stuck SCHEDULING",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING stuck / unread",
+        &[
+            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+3600s by=reconciler",
+            "ack ReconcilerScheduled",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING stuck / current",
+        &[
+            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+3600s by=reconciler",
+            "ack ReconcilerScheduled",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING stuck / missing",
+        &[
+            "drop not-stuck SCHEDULING",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING stuck fire-passed / unread",
+        &[
+            "publish-retry TX-100200/3/RECONCILER",
+            "ack ReconcilerRequeued",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING stuck fire-passed / current",
+        &[
+            "publish-retry TX-100200/3/RECONCILER",
+            "ack ReconcilerRequeued",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING stuck fire-passed / missing",
+        &[
+            "drop not-stuck SCHEDULING",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED fresh / unread",
+        &[
+            "drop not-stuck SCHEDULED",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED fresh / current",
+        &[
+            "drop not-stuck SCHEDULED",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED fresh / missing",
+        &[
+            "drop not-stuck SCHEDULED",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED stuck / unread",
+        &[
+            "publish-retry TX-100200/3/RECONCILER",
+            "ack ReconcilerRequeued",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED stuck / current",
+        &[
+            "publish-retry TX-100200/3/RECONCILER",
+            "ack ReconcilerRequeued",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED stuck / missing",
+        &[
+            "drop not-stuck SCHEDULED",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED fire-passed-within-threshold / unread",
+        &[
+            "drop not-stuck SCHEDULED",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED fire-passed-within-threshold / current",
+        &[
+            "drop not-stuck SCHEDULED",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED fire-passed-within-threshold / missing",
+        &[
+            "drop not-stuck SCHEDULED",
+        ],
+    ),
+    (
+        "reconcile SENDING fresh / unread",
+        &[
+            "drop not-stuck SENDING",
+        ],
+    ),
+    (
+        "reconcile SENDING fresh / current",
+        &[
+            "drop not-stuck SENDING",
+        ],
+    ),
+    (
+        "reconcile SENDING fresh / missing",
+        &[
+            "drop not-stuck SENDING",
+        ],
+    ),
+    (
+        "reconcile SENDING stuck / unread",
+        &[
+            "publish-retry TX-100200/3/RECONCILER",
+            "ack ReconcilerRequeued",
+        ],
+    ),
+    (
+        "reconcile SENDING stuck / current",
+        &[
+            "publish-retry TX-100200/3/RECONCILER",
+            "ack ReconcilerRequeued",
+        ],
+    ),
+    (
+        "reconcile SENDING stuck / missing",
+        &[
+            "drop not-stuck SENDING",
+        ],
+    ),
+    (
+        "reconcile SUCCEEDED fresh / unread",
+        &[
+            "drop not-stuck SUCCEEDED",
+        ],
+    ),
+    (
+        "reconcile SUCCEEDED fresh / current",
+        &[
+            "drop not-stuck SUCCEEDED",
+        ],
+    ),
+    (
+        "reconcile SUCCEEDED fresh / missing",
+        &[
+            "drop not-stuck SUCCEEDED",
+        ],
+    ),
+    (
+        "reconcile SUCCEEDED stuck / unread",
+        &[
+            "drop not-stuck SUCCEEDED",
+        ],
+    ),
+    (
+        "reconcile SUCCEEDED stuck / current",
+        &[
+            "drop not-stuck SUCCEEDED",
+        ],
+    ),
+    (
+        "reconcile SUCCEEDED stuck / missing",
+        &[
+            "drop not-stuck SUCCEEDED",
+        ],
+    ),
+    (
+        "reconcile FAILED fresh / unread",
+        &[
+            "drop not-stuck FAILED",
+        ],
+    ),
+    (
+        "reconcile FAILED fresh / current",
+        &[
+            "drop not-stuck FAILED",
+        ],
+    ),
+    (
+        "reconcile FAILED fresh / missing",
+        &[
+            "drop not-stuck FAILED",
+        ],
+    ),
+    (
+        "reconcile FAILED stuck / unread",
+        &[
+            "drop not-stuck FAILED",
+        ],
+    ),
+    (
+        "reconcile FAILED stuck / current",
+        &[
+            "drop not-stuck FAILED",
+        ],
+    ),
+    (
+        "reconcile FAILED stuck / missing",
+        &[
+            "drop not-stuck FAILED",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING stuck / current IN_PROGRESS c=3",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "start / unread",
+        &[
+            "create IN_PROGRESS c=1 max=4 payload={\"amount\":12.50}",
+            "publish-request TX-100200#1",
+            "ack Started",
+        ],
+    ),
+    (
+        "start / missing",
+        &[
+            "create IN_PROGRESS c=1 max=4 payload={\"amount\":12.50}",
+            "publish-request TX-100200#1",
+            "ack Started",
+        ],
+    ),
+    (
+        "start / IN_PROGRESS c=2 max=4 payload=same",
+        &[
+            "ack AlreadyStarted",
+        ],
+    ),
+    (
+        "start / IN_PROGRESS c=2 max=4 payload=different",
+        &[
+            "reject payload-mismatch",
+        ],
+    ),
+    (
+        "start / SCHEDULING c=2 max=4 payload=same",
+        &[
+            "ack AlreadyStarted",
+        ],
+    ),
+    (
+        "start / SCHEDULING c=2 max=4 payload=different",
+        &[
+            "reject payload-mismatch",
+        ],
+    ),
+    (
+        "start / SCHEDULED c=2 max=4 payload=same",
+        &[
+            "ack AlreadyStarted",
+        ],
+    ),
+    (
+        "start / SCHEDULED c=2 max=4 payload=different",
+        &[
+            "reject payload-mismatch",
+        ],
+    ),
+    (
+        "start / SENDING c=2 max=4 payload=same",
+        &[
+            "ack AlreadyStarted",
+        ],
+    ),
+    (
+        "start / SENDING c=2 max=4 payload=different",
+        &[
+            "reject payload-mismatch",
+        ],
+    ),
+    (
+        "start / SUCCEEDED c=2 max=4 payload=same",
+        &[
+            "ack AlreadyStarted",
+        ],
+    ),
+    (
+        "start / SUCCEEDED c=2 max=4 payload=different",
+        &[
+            "reject payload-mismatch",
+        ],
+    ),
+    (
+        "start / FAILED c=2 max=4 payload=same",
+        &[
+            "ack AlreadyStarted",
+        ],
+    ),
+    (
+        "start / FAILED c=2 max=4 payload=different",
+        &[
+            "reject payload-mismatch",
+        ],
+    ),
+    (
+        "start / IN_PROGRESS c=1 max=4 payload=same",
+        &[
+            "publish-request TX-100200#1",
+            "ack AlreadyStarted",
+        ],
+    ),
+    (
+        "start / IN_PROGRESS c=1 max=4 payload=different",
+        &[
+            "reject payload-mismatch",
+        ],
+    ),
+    (
+        "resolve / unread",
+        &[
+            "read TX-100200",
+        ],
+    ),
+    (
+        "resolve / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "resolve / IN_PROGRESS c=2 max=4",
+        &[
+            "reject not-resolvable",
+        ],
+    ),
+    (
+        "resolve / SCHEDULING c=2 max=4",
+        &[
+            "write ResolvedElsewhere if SCHEDULING c=2 n=3 -> SUCCEEDED n=- fire=- reason=RESOLVED_BY_OTHER_MEANS rk=- by=operator",
+            "delete-schedule retry-TX-100200-3",
+            "ack Resolved",
+        ],
+    ),
+    (
+        "resolve / SCHEDULED c=2 max=4",
+        &[
+            "write ResolvedElsewhere if SCHEDULED c=2 n=3 -> SUCCEEDED n=- fire=- reason=RESOLVED_BY_OTHER_MEANS rk=- by=operator",
+            "delete-schedule retry-TX-100200-3",
+            "ack Resolved",
+        ],
+    ),
+    (
+        "resolve / SENDING c=2 max=4",
+        &[
+            "reject not-resolvable",
+        ],
+    ),
+    (
+        "resolve / SUCCEEDED c=2 max=4",
+        &[
+            "ack AlreadyResolved",
+        ],
+    ),
+    (
+        "resolve / FAILED c=2 max=2",
+        &[
+            "reject not-resolvable",
+        ],
+    ),
+    (
+        "replay / unread",
+        &[
+            "read TX-100200",
+        ],
+    ),
+    (
+        "replay / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "replay / IN_PROGRESS c=2 max=4",
+        &[
+            "reject not-replayable",
+        ],
+    ),
+    (
+        "replay / SCHEDULING c=2 max=4",
+        &[
+            "reject not-replayable",
+        ],
+    ),
+    (
+        "replay / SCHEDULED c=2 max=4",
+        &[
+            "reject not-replayable",
+        ],
+    ),
+    (
+        "replay / SENDING c=2 max=4",
+        &[
+            "reject not-replayable",
+        ],
+    ),
+    (
+        "replay / SUCCEEDED c=2 max=4",
+        &[
+            "reject not-replayable",
+        ],
+    ),
+    (
+        "replay / FAILED c=2 max=2",
+        &[
+            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=SCHEDULING#5@T0+0s by=operator",
+            "publish-retry TX-100200/3/OPERATOR",
+            "ack Replayed",
+        ],
+    ),
+    (
+        "replay / FAILED c=1000 max=1000",
+        &[
+            "reject not-replayable",
+        ],
+    ),
+];
+
+/// GIVEN every status × every input kind × what is known of the record
+/// WHEN the decision is made THEN the plan is exactly the table's row.
+#[test]
+fn every_status_times_every_input_is_the_expected_plan() {
+    let cases = all_cases();
+    let mut mismatches = Vec::new();
+    for (name, plan) in &cases {
+        let got: Vec<String> = plan.iter().map(describe).collect();
+        match EXPECTED.iter().find(|(n, _)| n == name) {
+            None => mismatches.push(format!("no expected row for `{name}`: {got:#?}")),
+            Some((_, want)) if got != *want => {
+                mismatches.push(format!("`{name}`\n  want {want:#?}\n  got  {got:#?}"))
+            }
+            Some(_) => {}
+        }
+    }
+    for (name, _) in EXPECTED {
+        assert_eq!(
+            cases.iter().filter(|(n, _)| n == name).count(),
+            1,
+            "row `{name}` must be produced exactly once"
+        );
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    assert_eq!(cases.len(), EXPECTED.len());
+}
+
+/// Every plan of the table: it ends with exactly one terminal effect (ack, drop or
+/// reject) and nothing after it; every write is an arrow of the state machine from
+/// each status its guard accepts; every write is stamped with the decision's now and
+/// carries the reconciler key exactly when it enters an intermediate state.
+#[test]
+fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
+    let ctx = table_ctx();
+    let mut writes = 0;
+    for (name, plan) in all_cases() {
+        let terminal: Vec<usize> = plan
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.is_terminal())
+            .map(|(i, _)| i)
+            .collect();
+        let ends_with_terminal = plan.len() == 1 && plan[0] == Effect::Read(id());
+        assert!(
+            ends_with_terminal || terminal == vec![plan.len() - 1],
+            "{name}: one terminal effect, last: {plan:?}"
+        );
+        for e in &plan {
+            if let Effect::Write(w) = e {
+                writes += 1;
+                assert!(!w.guard.statuses.is_empty(), "{name}");
+                for from in &w.guard.statuses {
+                    assert_eq!(
+                        arrow(Some(*from), w.event),
+                        Ok(w.set.status),
+                        "{name}: {from} --{:?}--> {}",
+                        w.event,
+                        w.set.status
+                    );
+                }
+                assert_eq!(w.set.updated_at, ctx.now, "{name}");
+                assert_eq!(w.transaction_id, id(), "{name}");
+                assert_eq!(
+                    w.set.reconcile == Change::Clear,
+                    !w.set.status.is_intermediate(),
+                    "{name}: the reconciler key exists exactly in intermediate states"
+                );
+            }
+        }
+    }
+    assert!(writes > 60, "the table exercises {writes} writes");
+}
