@@ -1,0 +1,196 @@
+//! Command-line interface (clap).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "retryctl",
+    version,
+    about = "Operate deferred-retry transactions (in AWS or on the local stack), or run the whole pipeline on this machine with `retryctl demo`.",
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Where the stack is: the same settings the functions get from the template.
+#[derive(Debug, Clone, Args, Default)]
+pub struct TargetArgs {
+    /// AWS API endpoint (the local stack's moto server); unset = real AWS.
+    #[arg(long, env = "AWS_ENDPOINT_URL", global = true)]
+    pub endpoint_url: Option<String>,
+    /// AWS region.
+    #[arg(long, env = "AWS_REGION", global = true)]
+    pub region: Option<String>,
+    /// Name prefix of a local stack (`retryctl demo --keep` prints it); derives every
+    /// name below unless given explicitly.
+    #[arg(long, env = "RETRYCTL_PREFIX", global = true)]
+    pub prefix: Option<String>,
+    /// State table (template output TransactionsTableName).
+    #[arg(long, env = "TRANSACTIONS_TABLE", global = true)]
+    pub transactions_table: Option<String>,
+    /// Payloads table.
+    #[arg(long, env = "PAYLOADS_TABLE", global = true)]
+    pub payloads_table: Option<String>,
+    /// Audit table.
+    #[arg(long, env = "AUDIT_TABLE", global = true)]
+    pub audit_table: Option<String>,
+    /// Request queue URL.
+    #[arg(long, env = "REQUEST_QUEUE_URL", global = true)]
+    pub request_queue_url: Option<String>,
+    /// Response queue URL.
+    #[arg(long, env = "RESPONSE_QUEUE_URL", global = true)]
+    pub response_queue_url: Option<String>,
+    /// Retry queue URL.
+    #[arg(long, env = "RETRY_QUEUE_URL", global = true)]
+    pub retry_queue_url: Option<String>,
+    /// Scheduler dead-letter queue URL.
+    #[arg(long, env = "SCHEDULER_DLQ_URL", global = true)]
+    pub scheduler_dlq_url: Option<String>,
+    /// Schedule group.
+    #[arg(long, env = "SCHEDULE_GROUP", global = true)]
+    pub schedule_group: Option<String>,
+    /// Write shards of the reconciler index.
+    #[arg(long, env = "RECONCILE_SHARDS", global = true)]
+    pub reconcile_shards: Option<u16>,
+    /// How long an intermediate state may last before the reconciler acts, in seconds.
+    #[arg(long, env = "RECONCILE_THRESHOLD_SECONDS", global = true)]
+    pub reconcile_threshold_seconds: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a transaction: conditional create of IN_PROGRESS attempt 1, then the
+    /// request with idempotency key `<id>#1`. Repeating it is harmless.
+    Submit {
+        /// Transaction id (1–128 characters, no control characters).
+        id: String,
+        /// The request payload, as JSON text (or `@file.json`).
+        #[arg(long)]
+        payload: String,
+        /// Attempt budget, counting the original request.
+        #[arg(long, default_value_t = 4)]
+        max_attempts: u32,
+    },
+    /// The transaction's state and its whole audit history as a timeline.
+    Show { id: String },
+    /// Transactions by status and by current attempt (a Scan of the state table).
+    Stats,
+    /// What the reconciler would act on now (the same index query and the same rule).
+    Stuck,
+    /// Resolved by other means: SCHEDULING or SCHEDULED → SUCCEEDED, schedule deleted.
+    Resolve { id: String },
+    /// Move every message of a dead-letter queue back to its source queue.
+    Redrive {
+        /// request | response | retry | scheduler (the scheduler DLQ goes back to the
+        /// retry queue).
+        queue: QueueName,
+        /// Move at most this many messages.
+        #[arg(long)]
+        max: Option<u64>,
+    },
+    /// Reopen a FAILED transaction with more attempts (recorded in the audit trail).
+    Replay {
+        id: String,
+        /// Attempts to add; default: the transaction's own max_attempts (a fresh budget).
+        #[arg(long)]
+        budget: Option<u32>,
+    },
+    /// Run the whole pipeline on this machine and print a report.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QueueName {
+    Request,
+    Response,
+    Retry,
+    Scheduler,
+}
+
+impl QueueName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueName::Request => "request",
+            QueueName::Response => "response",
+            QueueName::Retry => "retry",
+            QueueName::Scheduler => "scheduler",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Transactions in the workload.
+    #[arg(long, default_value_t = 200)]
+    pub transactions: u32,
+    /// Attempt budget of each transaction, counting the original request.
+    #[arg(long, default_value_t = 4)]
+    pub max_attempts: u32,
+    /// Probability that the external service answers CANCELLED.
+    #[arg(long, default_value_t = 0.5)]
+    pub cancel_probability: f64,
+    /// Probability that an answer reaches the response queue twice.
+    #[arg(long, default_value_t = 0.05)]
+    pub duplicate_responses: f64,
+    /// External service latency, lower bound (ms).
+    #[arg(long, default_value_t = 20)]
+    pub latency_min_ms: u64,
+    /// External service latency, upper bound (ms).
+    #[arg(long, default_value_t = 200)]
+    pub latency_max_ms: u64,
+    /// Backoff base (s): the compressed stand-in for the article's 2 h.
+    #[arg(long, default_value_t = 2.0)]
+    pub backoff_base: f64,
+    #[arg(long, default_value_t = 2.0)]
+    pub backoff_factor: f64,
+    /// Backoff cap (s).
+    #[arg(long, default_value_t = 10.0)]
+    pub backoff_cap: f64,
+    #[arg(long, default_value_t = 0.1)]
+    pub jitter: f64,
+    /// Reconciler cron interval (s).
+    #[arg(long, default_value_t = 5)]
+    pub reconcile_every: u64,
+    /// Reconciler threshold (s).
+    #[arg(long, default_value_t = 20)]
+    pub reconcile_threshold: u64,
+    /// Visibility timeout of received messages (s), compressed like the backoff.
+    #[arg(long, default_value_t = 10)]
+    pub visibility_timeout: i32,
+    /// MAX_REQUESTS_PER_SECOND of each retry-handler execution environment.
+    #[arg(long, default_value_t = 50.0)]
+    pub max_requests_per_second: f64,
+    /// Workload: transactions started per second.
+    #[arg(long, default_value_t = 100.0)]
+    pub submit_rate: f64,
+    /// Give up waiting for terminal states after this many seconds (then: stuck).
+    #[arg(long, default_value_t = 240)]
+    pub deadline: u64,
+    /// Seed of the external service's answers.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Prefix of every resource name (default: `demo<pid>`).
+    #[arg(long = "stack-prefix")]
+    pub stack_prefix: Option<String>,
+    /// Leave moto, the functions and the emulators running after the report (until
+    /// Ctrl-C), to try the other commands against the local stack.
+    #[arg(long)]
+    pub keep: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Use this moto endpoint instead of starting one.
+    #[arg(long = "moto-endpoint")]
+    pub moto_endpoint: Option<String>,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub report_json: Option<PathBuf>,
+}

@@ -1,0 +1,16 @@
+//! `retryctl`: the operator CLI of the deferred retry pattern, and `retryctl demo`, the
+//! whole pipeline on one machine.
+//!
+//! - [`cli`]: the command line.
+//! - [`local`]: the local stack: emulators of Lambda's SQS event source mapping, of
+//!   EventBridge Scheduler, of the DynamoDB stream feeding the audit writer, the
+//!   reconciler's cron and a simulated external service, all against moto.
+//! - [`report`]: the demo's final report and its checks.
+//! - [`view`], [`table`]: what the operator commands print and read.
+
+pub mod cli;
+pub mod error;
+pub mod local;
+pub mod report;
+pub mod table;
+pub mod view;

@@ -1,0 +1,255 @@
+//! A simulated external service: the other side of the request and response queues.
+//!
+//! It consumes the request queue, deduplicates by the `idempotency_key` message
+//! attribute (the precondition the pattern states loudly), and answers SUCCESS or
+//! CANCELLED on the response queue after a configurable latency. A repeated key gets
+//! the answer already given for it (an idempotent service replays its result), so
+//! duplicates reach the response handler as duplicates. It counts every request it
+//! receives, raw and after deduplication, per (transaction, attempt), and the unique
+//! requests per wall-clock second (to compare with the outbound rate limit).
+
+use super::stop::Stop;
+use domain::policy::{RandomSource, SplitMix64};
+use domain::{Outcome, Request, Response};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct ExternalSettings {
+    pub request_queue_url: String,
+    pub response_queue_url: String,
+    /// Probability that a new request is answered CANCELLED.
+    pub cancel_probability: f64,
+    /// Latency before answering, drawn uniformly in `[min, max]`.
+    pub latency_min: Duration,
+    pub latency_max: Duration,
+    /// Probability that an answer is sent twice (at-least-once delivery on the way back).
+    pub duplicate_response_probability: f64,
+    /// The `reason` of a CANCELLED answer.
+    pub cancel_reason: String,
+    /// Concurrent consumers.
+    pub consumers: usize,
+    pub seed: u64,
+}
+
+/// One attempt as the service saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// Requests received with this key (duplicates included).
+    pub raw: u32,
+    /// The answer given (the same for every duplicate).
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Default)]
+pub struct ExternalStats {
+    by_key: Mutex<BTreeMap<(String, u32), Seen>>,
+    per_second: Mutex<BTreeMap<i64, u32>>,
+    pub malformed: AtomicU64,
+    pub missing_key_attribute: AtomicU64,
+    pub responses_sent: AtomicU64,
+    pub send_failures: AtomicU64,
+}
+
+impl ExternalStats {
+    /// Every (transaction, attempt) received, with its raw count and answer.
+    pub fn seen(&self) -> BTreeMap<(String, u32), Seen> {
+        self.by_key.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    pub fn raw_requests(&self) -> u64 {
+        self.seen().values().map(|s| u64::from(s.raw)).sum()
+    }
+
+    pub fn unique_requests(&self) -> u64 {
+        self.seen().len() as u64
+    }
+
+    /// Highest number of unique requests received within one wall-clock second.
+    pub fn peak_per_second(&self) -> u32 {
+        self.per_second
+            .lock()
+            .map(|g| g.values().copied().max().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    pub fn get(&self, c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+struct Shared {
+    sqs: aws_sdk_sqs::Client,
+    settings: ExternalSettings,
+    stats: Arc<ExternalStats>,
+    rng: Mutex<SplitMix64>,
+}
+
+impl Shared {
+    fn draw(&self) -> f64 {
+        self.rng.lock().map(|mut r| r.next_unit()).unwrap_or(0.5)
+    }
+}
+
+pub fn spawn(
+    sqs: aws_sdk_sqs::Client,
+    settings: ExternalSettings,
+    stop: Stop,
+) -> (Vec<tokio::task::JoinHandle<()>>, Arc<ExternalStats>) {
+    let stats = Arc::new(ExternalStats::default());
+    let shared = Arc::new(Shared {
+        sqs,
+        rng: Mutex::new(SplitMix64::new(settings.seed)),
+        settings,
+        stats: stats.clone(),
+    });
+    let handles = (0..shared.settings.consumers.max(1))
+        .map(|_| {
+            let (shared, stop) = (shared.clone(), stop.clone());
+            tokio::spawn(async move { consume(shared, stop).await })
+        })
+        .collect();
+    (handles, stats)
+}
+
+async fn consume(shared: Arc<Shared>, mut stop: Stop) {
+    while !stop.is_stopped() {
+        let received = tokio::select! {
+            r = shared
+                .sqs
+                .receive_message()
+                .queue_url(&shared.settings.request_queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .message_attribute_names("All")
+                .send() => r,
+            () = stop.stopped() => break,
+        };
+        let messages = match received {
+            Ok(out) => out.messages.unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "external service: ReceiveMessage failed");
+                if stop.sleep(Duration::from_millis(500)).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        let work = messages.into_iter().map(|m| {
+            let shared = shared.clone();
+            async move { answer(&shared, m).await }
+        });
+        futures::future::join_all(work).await;
+    }
+}
+
+async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
+    let s = &shared.settings;
+    let stats = &shared.stats;
+    let body = m.body().unwrap_or_default();
+    let delete = || async {
+        if let Some(rh) = m.receipt_handle() {
+            if let Err(e) = shared
+                .sqs
+                .delete_message()
+                .queue_url(&s.request_queue_url)
+                .receipt_handle(rh)
+                .send()
+                .await
+            {
+                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "external service: DeleteMessage failed");
+            }
+        }
+    };
+    let request = match Request::parse(body) {
+        Ok(r) => r,
+        Err(e) => {
+            stats.malformed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "external service: malformed request dropped");
+            delete().await;
+            return;
+        }
+    };
+    let key_attr = m
+        .message_attributes()
+        .and_then(|a| a.get("idempotency_key"))
+        .and_then(|v| v.string_value())
+        .map(str::to_owned);
+    if key_attr.as_deref() != Some(request.idempotency_key.as_str()) {
+        stats.missing_key_attribute.fetch_add(1, Ordering::Relaxed);
+    }
+    let key = (
+        request.transaction_id.as_str().to_owned(),
+        request.attempt.get(),
+    );
+
+    // Latency first: the service "works" on it.
+    let span = s.latency_max.saturating_sub(s.latency_min);
+    let latency = s.latency_min + span.mul_f64(shared.draw());
+    tokio::time::sleep(latency).await;
+
+    let outcome = {
+        let fresh = if shared.draw() < s.cancel_probability {
+            Outcome::Cancelled
+        } else {
+            Outcome::Success
+        };
+        let Ok(mut by_key) = stats.by_key.lock() else {
+            return;
+        };
+        let entry = by_key.entry(key).or_insert(Seen {
+            raw: 0,
+            outcome: fresh,
+        });
+        entry.raw += 1;
+        if entry.raw == 1 {
+            let second = domain::ports::Clock::now(&domain::ports::SystemClock).millis() / 1000;
+            if let Ok(mut ps) = stats.per_second.lock() {
+                *ps.entry(second).or_insert(0) += 1;
+            }
+        }
+        entry.outcome
+    };
+    let response = Response {
+        transaction_id: request.transaction_id.clone(),
+        attempt: request.attempt,
+        outcome,
+        reason: (outcome == Outcome::Cancelled).then(|| s.cancel_reason.clone()),
+    };
+    let copies = if shared.draw() < s.duplicate_response_probability {
+        2
+    } else {
+        1
+    };
+    for _ in 0..copies {
+        match shared
+            .sqs
+            .send_message()
+            .queue_url(&s.response_queue_url)
+            .message_body(response.to_json())
+            .send()
+            .await
+        {
+            Ok(_) => {
+                stats.responses_sent.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                stats.send_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %aws_sdk_sqs::error::DisplayErrorContext(e), "external service: SendMessage (response) failed; the request will come back");
+                // Leave the request on the queue: it reappears and is answered again.
+                return;
+            }
+        }
+    }
+    delete().await;
+}
+
+/// The keys received more than once, with how many times.
+pub fn duplicated_keys(seen: &BTreeMap<(String, u32), Seen>) -> HashMap<(String, u32), u32> {
+    seen.iter()
+        .filter(|(_, s)| s.raw > 1)
+        .map(|(k, s)| (k.clone(), s.raw))
+        .collect()
+}

@@ -1,0 +1,390 @@
+//! An emulator of EventBridge Scheduler's delivery of one-time schedules.
+//!
+//! moto stores schedules but never fires them. This emulator does what the service
+//! does for the schedules of one group, through the real Scheduler and SQS APIs:
+//! - lists the group's schedules (`ListSchedules`, paginated) and reads each new or
+//!   modified one once (`GetSchedule`: expression, time zone, target, retry policy,
+//!   dead-letter config, action after completion);
+//! - fires each ENABLED one-time `at(yyyy-mm-ddThh:mm:ss)` schedule once its instant
+//!   has come, sending its `Target.Input` unchanged to the target queue (ARN → URL);
+//! - on delivery failure, retries up to `RetryPolicy.MaximumRetryAttempts` within
+//!   `MaximumEventAgeInSeconds`, then sends the input to `DeadLetterConfig.Arn` with
+//!   the service's error attributes;
+//! - deletes the schedule when `ActionAfterCompletion` is `DELETE` (a missing one is
+//!   fine), and otherwise never fires it again;
+//! - records the fire-time drift of each delivery (actual send − scheduled instant).
+//!
+//! Only the `UTC` time zone is supported (the one the pattern uses; anything else is
+//! reported and skipped), and only SQS targets.
+
+use super::stop::Stop;
+use super::SqsDirectory;
+use aws_sdk_scheduler::types::{ActionAfterCompletion, ScheduleState};
+use aws_sdk_sqs::types::MessageAttributeValue;
+use domain::ports::{Clock, SystemClock};
+use domain::Timestamp;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct SchedulerSettings {
+    pub group: String,
+    /// How often the group is listed (the resolution of the emulated clock).
+    pub tick: Duration,
+}
+
+/// What the emulator did, readable while it runs.
+#[derive(Debug, Default)]
+pub struct SchedulerStats {
+    pub fired: AtomicU64,
+    pub deleted: AtomicU64,
+    pub delivery_failures: AtomicU64,
+    pub dead_lettered: AtomicU64,
+    pub unsupported: AtomicU64,
+    drift_ms: Mutex<Vec<i64>>,
+}
+
+impl SchedulerStats {
+    pub fn get(&self, c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    /// Fire-time drift of every delivery so far, in milliseconds, sorted.
+    pub fn drift_ms(&self) -> Vec<i64> {
+        let mut v = self.drift_ms.lock().map(|g| g.clone()).unwrap_or_default();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// A schedule as read with `GetSchedule`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OneTime {
+    pub name: String,
+    pub arn: String,
+    pub fire_at: Timestamp,
+    pub target_arn: String,
+    pub input: String,
+    pub delete_after: bool,
+    pub enabled: bool,
+    pub max_retries: u32,
+    pub max_event_age: Duration,
+    pub dead_letter_arn: Option<String>,
+}
+
+/// Parses `at(yyyy-mm-ddThh:mm:ss)` in UTC.
+pub fn parse_at(expression: &str, timezone: Option<&str>) -> Result<Timestamp, String> {
+    let tz = timezone.unwrap_or("UTC");
+    if tz != "UTC" {
+        return Err(format!(
+            "schedule time zone `{tz}` is not supported by the local emulator (only UTC)"
+        ));
+    }
+    let inner = expression
+        .strip_prefix("at(")
+        .and_then(|r| r.strip_suffix(')'))
+        .ok_or_else(|| format!("`{expression}` is not a one-time at(...) expression"))?;
+    if inner.len() != 19 {
+        return Err(format!("`{expression}`: expected at(yyyy-mm-ddThh:mm:ss)"));
+    }
+    Timestamp::parse(&format!("{inner}Z")).map_err(|e| format!("`{expression}`: {e}"))
+}
+
+struct Entry {
+    modified: Option<i64>,
+    schedule: Option<OneTime>,
+    failures: u32,
+    fired: bool,
+}
+
+/// Starts the emulator; it runs until `stop` is asked.
+pub fn spawn(
+    scheduler: aws_sdk_scheduler::Client,
+    sqs: SqsDirectory,
+    settings: SchedulerSettings,
+    stop: Stop,
+) -> (tokio::task::JoinHandle<()>, Arc<SchedulerStats>) {
+    let stats = Arc::new(SchedulerStats::default());
+    let st = stats.clone();
+    let handle = tokio::spawn(async move { run(scheduler, sqs, settings, stop, st).await });
+    (handle, stats)
+}
+
+async fn run(
+    scheduler: aws_sdk_scheduler::Client,
+    sqs: SqsDirectory,
+    settings: SchedulerSettings,
+    mut stop: Stop,
+    stats: Arc<SchedulerStats>,
+) {
+    let mut known: HashMap<String, Entry> = HashMap::new();
+    loop {
+        if let Err(e) = tick(&scheduler, &sqs, &settings, &mut known, &stats).await {
+            tracing::warn!(group = %settings.group, error = %e, "scheduler emulator tick failed");
+        }
+        if stop.sleep(settings.tick).await {
+            break;
+        }
+    }
+}
+
+async fn tick(
+    scheduler: &aws_sdk_scheduler::Client,
+    sqs: &SqsDirectory,
+    settings: &SchedulerSettings,
+    known: &mut HashMap<String, Entry>,
+    stats: &SchedulerStats,
+) -> Result<(), String> {
+    let mut listed: HashMap<String, Option<i64>> = HashMap::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = scheduler
+            .list_schedules()
+            .group_name(&settings.group)
+            .set_next_token(token.take())
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "ListSchedules: {}",
+                    aws_sdk_scheduler::error::DisplayErrorContext(e)
+                )
+            })?;
+        for s in page.schedules() {
+            if let Some(name) = s.name() {
+                listed.insert(
+                    name.to_owned(),
+                    s.last_modification_date()
+                        .map(|d| d.to_millis().unwrap_or(0)),
+                );
+            }
+        }
+        match page.next_token() {
+            Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+            _ => break,
+        }
+    }
+    known.retain(|name, _| listed.contains_key(name));
+
+    let now = SystemClock.now();
+    for (name, modified) in listed {
+        let entry = known.entry(name.clone()).or_insert(Entry {
+            modified: None,
+            schedule: None,
+            failures: 0,
+            fired: false,
+        });
+        if entry.schedule.is_none() || entry.modified != modified {
+            match read(scheduler, &settings.group, &name).await {
+                Ok(Some(s)) => {
+                    entry.schedule = Some(s);
+                    entry.modified = modified;
+                    entry.fired = false;
+                    entry.failures = 0;
+                }
+                Ok(None) => continue,
+                Err(e) => {
+                    stats.unsupported.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(schedule = %name, error = %e, "schedule skipped");
+                    entry.modified = modified;
+                    continue;
+                }
+            }
+        }
+        let Some(s) = entry.schedule.clone() else {
+            continue;
+        };
+        if entry.fired || !s.enabled || s.fire_at > now {
+            continue;
+        }
+        let delivered = deliver(sqs, &s).await;
+        let completed = match delivered {
+            Ok(()) => {
+                let drift = SystemClock.now().millis() - s.fire_at.millis();
+                if let Ok(mut d) = stats.drift_ms.lock() {
+                    d.push(drift);
+                }
+                stats.fired.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                stats.delivery_failures.fetch_add(1, Ordering::Relaxed);
+                entry.failures += 1;
+                let age = Duration::from_millis(
+                    u64::try_from(now.millis() - s.fire_at.millis()).unwrap_or(0),
+                );
+                if entry.failures > s.max_retries || age > s.max_event_age {
+                    dead_letter(sqs, &s, &e, entry.failures).await;
+                    stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                    true
+                } else {
+                    tracing::warn!(schedule = %name, error = %e, "delivery failed; retrying on the next tick");
+                    false
+                }
+            }
+        };
+        if completed {
+            entry.fired = true;
+            if s.delete_after {
+                match scheduler
+                    .delete_schedule()
+                    .group_name(&settings.group)
+                    .name(&name)
+                    .send()
+                    .await
+                {
+                    Ok(_) => {
+                        stats.deleted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        let not_found = e
+                            .as_service_error()
+                            .is_some_and(|se| se.is_resource_not_found_exception());
+                        if !not_found {
+                            tracing::warn!(schedule = %name, error = %aws_sdk_scheduler::error::DisplayErrorContext(e), "DeleteSchedule failed after delivery");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn read(
+    scheduler: &aws_sdk_scheduler::Client,
+    group: &str,
+    name: &str,
+) -> Result<Option<OneTime>, String> {
+    let out = match scheduler
+        .get_schedule()
+        .group_name(group)
+        .name(name)
+        .send()
+        .await
+    {
+        Ok(o) => o,
+        Err(e) => {
+            if e.as_service_error()
+                .is_some_and(|se| se.is_resource_not_found_exception())
+            {
+                return Ok(None);
+            }
+            return Err(format!(
+                "GetSchedule: {}",
+                aws_sdk_scheduler::error::DisplayErrorContext(e)
+            ));
+        }
+    };
+    let expression = out.schedule_expression().unwrap_or_default();
+    let fire_at = parse_at(expression, out.schedule_expression_timezone())?;
+    let target = out
+        .target()
+        .ok_or_else(|| format!("schedule `{name}` has no target"))?;
+    let policy = target.retry_policy();
+    Ok(Some(OneTime {
+        name: name.to_owned(),
+        arn: out.arn().unwrap_or_default().to_owned(),
+        fire_at,
+        target_arn: target.arn().to_owned(),
+        input: target.input().unwrap_or_default().to_owned(),
+        delete_after: matches!(
+            out.action_after_completion(),
+            Some(ActionAfterCompletion::Delete)
+        ),
+        enabled: !matches!(out.state(), Some(ScheduleState::Disabled)),
+        // The service's defaults: 185 retries within 24 h.
+        max_retries: policy
+            .and_then(|p| p.maximum_retry_attempts())
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(185),
+        max_event_age: Duration::from_secs(
+            policy
+                .and_then(|p| p.maximum_event_age_in_seconds())
+                .and_then(|n| u64::try_from(n).ok())
+                .unwrap_or(86_400),
+        ),
+        dead_letter_arn: target
+            .dead_letter_config()
+            .and_then(|d| d.arn())
+            .map(str::to_owned),
+    }))
+}
+
+async fn deliver(sqs: &SqsDirectory, s: &OneTime) -> Result<(), String> {
+    let url = sqs.url_for_arn(&s.target_arn).await?;
+    sqs.client()
+        .send_message()
+        .queue_url(url)
+        .message_body(&s.input)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            format!(
+                "SendMessage: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(e)
+            )
+        })
+}
+
+async fn dead_letter(sqs: &SqsDirectory, s: &OneTime, error: &str, attempts: u32) {
+    let Some(dlq) = &s.dead_letter_arn else {
+        tracing::error!(schedule = %s.name, error, "delivery failed for good and the schedule has no dead-letter queue: the event is dropped");
+        return;
+    };
+    let attr = |v: &str| {
+        MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(v)
+            .build()
+            .ok()
+    };
+    let result = async {
+        let url = sqs.url_for_arn(dlq).await?;
+        let mut req = sqs
+            .client()
+            .send_message()
+            .queue_url(url)
+            .message_body(&s.input);
+        for (k, v) in [
+            ("SCHEDULE_ARN", s.arn.as_str()),
+            ("TARGET_ARN", s.target_arn.as_str()),
+            ("ERROR_MESSAGE", error),
+            ("EXHAUSTED_RETRY_CONDITION", "MaximumRetryAttempts"),
+            ("RETRY_ATTEMPTS", &attempts.to_string()),
+        ] {
+            if let Some(a) = attr(v) {
+                req = req.message_attributes(k, a);
+            }
+        }
+        req.send().await.map(|_| ()).map_err(|e| {
+            format!(
+                "SendMessage: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(e)
+            )
+        })
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::error!(schedule = %s.name, error = %e, "cannot write to the schedule's dead-letter queue");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_one_time_expressions() {
+        let t = parse_at("at(2026-10-03T16:38:00)", Some("UTC")).unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-10-03T16:38:00.000Z");
+        assert_eq!(t.to_schedule_at(), "2026-10-03T16:38:00");
+        assert!(parse_at("rate(5 minutes)", None).is_err());
+        assert!(parse_at("at(2026-10-03T16:38)", None).is_err());
+        let e = parse_at("at(2026-10-03T16:38:00)", Some("Europe/Madrid")).unwrap_err();
+        assert!(e.contains("Europe/Madrid"), "{e}");
+    }
+}

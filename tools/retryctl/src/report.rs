@@ -1,0 +1,678 @@
+//! The demo's final report, in the manner of Jepsen's queue checker: what was
+//! attempted, how it ended, and every transaction that was lost, duplicated, went past
+//! its budget or got stuck — each with the reason, checked against three independent
+//! witnesses: the state table, the audit trail, and what the external service saw.
+
+use crate::local::external::Seen;
+use domain::audit::AuditEntry;
+use domain::{Outcome, Status, TransactionRecord};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Everything the demo observed, gathered at the end of the run.
+#[derive(Debug, Default)]
+pub struct Observations {
+    /// The ids the workload started.
+    pub submitted: Vec<String>,
+    pub records: HashMap<String, TransactionRecord>,
+    /// Audit rows per transaction (any order).
+    pub audit: HashMap<String, Vec<AuditEntry>>,
+    /// What the external service received, per (transaction, attempt).
+    pub service: BTreeMap<(String, u32), Seen>,
+    /// Fire-time drift of every schedule delivery, in milliseconds.
+    pub drift_ms: Vec<i64>,
+    /// Messages left in each dead-letter queue.
+    pub dlq: BTreeMap<String, u64>,
+    /// Schedules still in the group at the end.
+    pub schedules_left: u64,
+    pub elapsed: Duration,
+    /// Highest number of unique requests the service received in one second.
+    pub peak_requests_per_second: u32,
+    /// The configured fleet bound (MaximumConcurrency × MAX_REQUESTS_PER_SECOND).
+    pub rate_bound: f64,
+    /// Per function: invocations, records, and the function's own metric counts.
+    pub functions: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Scheduler emulator counters.
+    pub scheduler: BTreeMap<String, u64>,
+    /// Reconciler runs and actions (`"SCHEDULED/requeued": 3`).
+    pub reconciler: BTreeMap<String, u64>,
+}
+
+/// One transaction that failed a check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub transaction_id: String,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Percentiles {
+    pub count: usize,
+    pub p50: i64,
+    pub p99: i64,
+    pub max: i64,
+}
+
+/// The report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub attempted: usize,
+    /// Final status → transactions.
+    pub statuses: BTreeMap<String, u64>,
+    /// Retries (attempts − 1) → transactions.
+    pub retries_histogram: BTreeMap<u32, u64>,
+    /// Requests the external service received, duplicates included.
+    pub requests_raw: u64,
+    /// Distinct idempotency keys among them.
+    pub requests_deduped: u64,
+    pub peak_requests_per_second: u32,
+    pub rate_bound: f64,
+    pub drift_ms: Option<Percentiles>,
+    pub dlq: BTreeMap<String, u64>,
+    pub schedules_left: u64,
+    pub lost: Vec<Finding>,
+    pub duplicated: Vec<Finding>,
+    pub exceeded: Vec<Finding>,
+    pub stuck: Vec<Finding>,
+    /// The state and the service disagree on an outcome.
+    pub unexpected: Vec<Finding>,
+    /// The audit trail is not one unbroken chain ending in the current state.
+    pub audit_gaps: Vec<Finding>,
+    pub functions: BTreeMap<String, BTreeMap<String, u64>>,
+    pub scheduler: BTreeMap<String, u64>,
+    pub reconciler: BTreeMap<String, u64>,
+    pub elapsed_seconds: f64,
+}
+
+impl Report {
+    /// True when nothing was lost, duplicated, exceeded, stuck or inconsistent.
+    pub fn ok(&self) -> bool {
+        self.lost.is_empty()
+            && self.duplicated.is_empty()
+            && self.exceeded.is_empty()
+            && self.stuck.is_empty()
+            && self.unexpected.is_empty()
+            && self.audit_gaps.is_empty()
+    }
+
+    pub fn count(&self, status: Status) -> u64 {
+        self.statuses.get(status.as_str()).copied().unwrap_or(0)
+    }
+}
+
+pub fn percentiles(sorted: &[i64]) -> Option<Percentiles> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let at = |q: f64| {
+        let idx = ((sorted.len() as f64) * q).ceil() as usize;
+        sorted[idx.saturating_sub(1).min(sorted.len() - 1)]
+    };
+    Some(Percentiles {
+        count: sorted.len(),
+        p50: at(0.50),
+        p99: at(0.99),
+        max: sorted[sorted.len() - 1],
+    })
+}
+
+/// Orders a transaction's audit rows into their chain: by time, and within one
+/// millisecond by following `from → to`.
+pub fn chain(rows: &[AuditEntry]) -> Vec<AuditEntry> {
+    let mut rest = rows.to_vec();
+    rest.sort_by(|a, b| a.at.cmp(&b.at));
+    let mut out: Vec<AuditEntry> = Vec::with_capacity(rest.len());
+    while !rest.is_empty() {
+        let prev = out.last().map(|r| r.to);
+        let first_at = rest[0].at;
+        // Among the rows of the earliest millisecond left, the one that continues the
+        // chain (lowest attempt first, a terminal row last); else the earliest.
+        let pick = rest
+            .iter()
+            .enumerate()
+            .take_while(|(_, r)| r.at == first_at)
+            .filter(|(_, r)| r.from == prev)
+            .min_by_key(|(_, r)| (r.current_attempt, r.to.is_terminal()))
+            .map_or(0, |(i, _)| i);
+        out.push(rest.remove(pick));
+    }
+    out
+}
+
+/// Checks one transaction against the three witnesses.
+fn check(
+    id: &str,
+    rec: Option<&TransactionRecord>,
+    audit: &[AuditEntry],
+    seen: &BTreeMap<u32, Seen>,
+    r: &mut Report,
+) {
+    let finding = |why: String| Finding {
+        transaction_id: id.to_owned(),
+        why,
+    };
+    let Some(rec) = rec else {
+        r.lost.push(finding("no item in the state table".into()));
+        return;
+    };
+    *r.statuses
+        .entry(rec.status.as_str().to_owned())
+        .or_insert(0) += 1;
+    let current = rec.current_attempt.get();
+    let max = rec.max_attempts.get();
+    if current > max {
+        r.exceeded.push(finding(format!(
+            "current attempt {current} > max_attempts {max}"
+        )));
+    }
+    if let Some((&k, _)) = seen.iter().rev().next() {
+        if k > max {
+            r.exceeded.push(finding(format!(
+                "the external service received attempt {k} > max_attempts {max}"
+            )));
+        }
+    }
+    if !rec.status.is_terminal() {
+        r.stuck.push(finding(format!(
+            "{} (attempt {current}, next {}, updated {})",
+            rec.status,
+            rec.next_attempt.map_or("-".to_owned(), |a| a.to_string()),
+            rec.updated_at
+        )));
+        return;
+    }
+    *r.retries_histogram.entry(current - 1).or_insert(0) += 1;
+    for k in 1..=current {
+        if !seen.contains_key(&k) {
+            r.lost.push(finding(format!(
+                "attempt {k} never reached the external service (state says attempt {current})"
+            )));
+        }
+    }
+    for &k in seen.keys().filter(|&&k| k > current) {
+        r.duplicated.push(finding(format!(
+            "attempt {k} reached the external service but the state ended at attempt {current}"
+        )));
+    }
+    let outcome = |k: u32| seen.get(&k).map(|s| s.outcome);
+    match rec.status {
+        Status::Succeeded => {
+            if outcome(current) != Some(Outcome::Success) {
+                r.unexpected.push(finding(format!(
+                    "SUCCEEDED at attempt {current} but the service answered {:?}",
+                    outcome(current)
+                )));
+            }
+        }
+        Status::Failed => {
+            if current < max {
+                r.lost.push(finding(format!(
+                    "FAILED at attempt {current} with {} attempts allowed: a retry was lost",
+                    max
+                )));
+            }
+            if outcome(current) != Some(Outcome::Cancelled) {
+                r.unexpected.push(finding(format!(
+                    "FAILED at attempt {current} but the service answered {:?}",
+                    outcome(current)
+                )));
+            }
+        }
+        _ => {}
+    }
+    for k in 1..current {
+        if outcome(k) == Some(Outcome::Success) {
+            r.unexpected.push(finding(format!(
+                "the service answered SUCCESS for attempt {k}, yet attempt {} followed",
+                k + 1
+            )));
+        }
+    }
+
+    // The audit trail: one unbroken chain from creation to the current state, one
+    // SENDING → IN_PROGRESS per retry.
+    let rows = chain(audit);
+    let mut prev: Option<Status> = None;
+    let mut reported = false;
+    for (i, row) in rows.iter().enumerate() {
+        if row.from != prev && !reported {
+            r.audit_gaps.push(finding(format!(
+                "audit row {} goes {} → {} but the previous row ended in {}",
+                i + 1,
+                row.from.map_or("[*]", Status::as_str),
+                row.to,
+                prev.map_or("[*]", Status::as_str)
+            )));
+            reported = true;
+        }
+        prev = Some(row.to);
+    }
+    if prev != Some(rec.status) && !reported {
+        r.audit_gaps.push(finding(format!(
+            "audit trail ends in {} but the state is {}",
+            prev.map_or("[*]", Status::as_str),
+            rec.status
+        )));
+    }
+    for k in 2..=current {
+        let n = rows
+            .iter()
+            .filter(|row| {
+                row.from == Some(Status::Sending)
+                    && row.to == Status::InProgress
+                    && row.current_attempt.get() == k
+            })
+            .count();
+        match n {
+            1 => {}
+            0 => r.audit_gaps.push(finding(format!(
+                "no SENDING → IN_PROGRESS row for attempt {k}"
+            ))),
+            n => r.duplicated.push(finding(format!(
+                "attempt {k} was published {n} times according to the audit trail"
+            ))),
+        }
+    }
+}
+
+/// Builds the report from what the demo observed.
+pub fn build(obs: &Observations) -> Report {
+    let mut r = Report {
+        attempted: obs.submitted.len(),
+        statuses: BTreeMap::new(),
+        retries_histogram: BTreeMap::new(),
+        requests_raw: obs.service.values().map(|s| u64::from(s.raw)).sum(),
+        requests_deduped: obs.service.len() as u64,
+        peak_requests_per_second: obs.peak_requests_per_second,
+        rate_bound: obs.rate_bound,
+        drift_ms: percentiles(&{
+            let mut d = obs.drift_ms.clone();
+            d.sort_unstable();
+            d
+        }),
+        dlq: obs.dlq.clone(),
+        schedules_left: obs.schedules_left,
+        lost: vec![],
+        duplicated: vec![],
+        exceeded: vec![],
+        stuck: vec![],
+        unexpected: vec![],
+        audit_gaps: vec![],
+        functions: obs.functions.clone(),
+        scheduler: obs.scheduler.clone(),
+        reconciler: obs.reconciler.clone(),
+        elapsed_seconds: obs.elapsed.as_secs_f64(),
+    };
+    let mut by_tx: HashMap<&str, BTreeMap<u32, Seen>> = HashMap::new();
+    for ((id, attempt), s) in &obs.service {
+        by_tx
+            .entry(id.as_str())
+            .or_default()
+            .insert(*attempt, s.clone());
+    }
+    let empty_seen = BTreeMap::new();
+    let empty_audit = Vec::new();
+    let mut submitted: Vec<&String> = obs.submitted.iter().collect();
+    submitted.sort();
+    submitted.dedup();
+    for id in &submitted {
+        check(
+            id,
+            obs.records.get(id.as_str()),
+            obs.audit.get(id.as_str()).unwrap_or(&empty_audit),
+            by_tx.get(id.as_str()).unwrap_or(&empty_seen),
+            &mut r,
+        );
+    }
+    // Requests for transactions nobody started.
+    for id in by_tx.keys() {
+        if !obs.submitted.iter().any(|s| s == id) {
+            r.unexpected.push(Finding {
+                transaction_id: (*id).to_owned(),
+                why: "the external service received a request for a transaction the workload never started".into(),
+            });
+        }
+    }
+    r
+}
+
+/// The report as text.
+pub fn render(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "deferred-retry demo report");
+    let _ = writeln!(s, "==========================");
+    let _ = writeln!(
+        s,
+        "transactions       attempted {}, finished in {:.1} s",
+        r.attempted, r.elapsed_seconds
+    );
+    let statuses: Vec<String> = Status::ALL
+        .iter()
+        .filter_map(|st| {
+            let n = r.count(*st);
+            (n > 0 || st.is_terminal()).then(|| format!("{st} {n}"))
+        })
+        .collect();
+    let _ = writeln!(s, "final status       {}", statuses.join(", "));
+    let hist: Vec<String> = r
+        .retries_histogram
+        .iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect();
+    let _ = writeln!(s, "retries per tx     {}", hist.join(", "));
+    let total: u64 = r.retries_histogram.values().sum();
+    let max_n = r
+        .retries_histogram
+        .values()
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    for (k, n) in &r.retries_histogram {
+        let bar = "#".repeat(((n * 40).div_ceil(max_n)) as usize);
+        let pct = if total == 0 {
+            0.0
+        } else {
+            *n as f64 * 100.0 / total as f64
+        };
+        let _ = writeln!(s, "  {k} retries {n:>6} {pct:>5.1} % {bar}");
+    }
+    let _ = writeln!(
+        s,
+        "external service   {} requests received, {} after dedupe by idempotency key ({} duplicates absorbed)",
+        r.requests_raw,
+        r.requests_deduped,
+        r.requests_raw.saturating_sub(r.requests_deduped)
+    );
+    let _ = writeln!(
+        s,
+        "outbound rate      peak {} unique requests/s (fleet bound {:.0}/s)",
+        r.peak_requests_per_second, r.rate_bound
+    );
+    match &r.drift_ms {
+        Some(p) => {
+            let _ = writeln!(
+                s,
+                "fire-time drift    p50 {} ms, p99 {} ms, max {} ms over {} schedule deliveries",
+                p.p50, p.p99, p.max, p.count
+            );
+        }
+        None => {
+            let _ = writeln!(s, "fire-time drift    no schedule fired");
+        }
+    }
+    let dlq: Vec<String> = r.dlq.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(s, "dead-letter queues {}", dlq.join(", "));
+    let _ = writeln!(s, "schedules left     {}", r.schedules_left);
+    for (f, counts) in &r.functions {
+        let c: Vec<String> = counts
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "{f:<18} {}", c.join(", "));
+    }
+    if !r.scheduler.is_empty() {
+        let c: Vec<String> = r
+            .scheduler
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "{:<18} {}", "scheduler", c.join(", "));
+    }
+    if !r.reconciler.is_empty() {
+        let c: Vec<String> = r
+            .reconciler
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(s, "{:<18} {}", "reconciler", c.join(", "));
+    }
+    let _ = writeln!(s, "checks");
+    for (name, list) in [
+        ("lost", &r.lost),
+        ("duplicated", &r.duplicated),
+        ("exceeded max", &r.exceeded),
+        ("stuck", &r.stuck),
+        ("unexpected", &r.unexpected),
+        ("audit gaps", &r.audit_gaps),
+    ] {
+        let _ = writeln!(s, "  {name:<14} {}", list.len());
+        for f in list.iter().take(10) {
+            let _ = writeln!(s, "    {}: {}", f.transaction_id, f.why);
+        }
+        if list.len() > 10 {
+            let _ = writeln!(s, "    … and {} more", list.len() - 10);
+        }
+    }
+    let _ = writeln!(
+        s,
+        "result             {}",
+        if r.ok() {
+            "OK: every transaction terminal, none lost, none duplicated"
+        } else {
+            "FAILED: see the checks above"
+        }
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::machine::Actor;
+    use domain::{Attempt, MaxAttempts, Timestamp, TransactionId};
+
+    fn rec(id: &str, status: Status, current: u32, max: u32) -> TransactionRecord {
+        let mut r = TransactionRecord::started(
+            TransactionId::parse(id).unwrap(),
+            MaxAttempts::new(max).unwrap(),
+            Timestamp::from_millis(0),
+        );
+        r.status = status;
+        r.current_attempt = Attempt::new(current).unwrap();
+        r
+    }
+
+    fn row(id: &str, at: i64, from: Option<Status>, to: Status, attempt: u32) -> AuditEntry {
+        AuditEntry {
+            transaction_id: TransactionId::parse(id).unwrap(),
+            at: Timestamp::from_millis(at),
+            actor: Actor::ResponseHandler,
+            from,
+            to,
+            current_attempt: Attempt::new(attempt).unwrap(),
+            next_attempt: None,
+            max_attempts: 4,
+            schedule_name: None,
+            next_fire_at: None,
+            outcome: None,
+            reason: None,
+            origin: None,
+        }
+    }
+
+    /// The full trail of a transaction that retried `retries` times and ended `end`.
+    fn trail(id: &str, retries: u32, end: Status) -> Vec<AuditEntry> {
+        use Status as S;
+        let mut v = vec![row(id, 0, None, S::InProgress, 1)];
+        let mut t = 0;
+        for k in 1..=retries {
+            for (from, to, a) in [
+                (S::InProgress, S::Scheduling, k),
+                (S::Scheduling, S::Scheduled, k),
+                (S::Scheduled, S::Sending, k),
+                (S::Sending, S::InProgress, k + 1),
+            ] {
+                t += 1;
+                v.push(row(id, t, Some(from), to, a));
+            }
+        }
+        v.push(row(id, t + 1, Some(S::InProgress), end, retries + 1));
+        v
+    }
+
+    fn seen(outcomes: &[Outcome]) -> Vec<(u32, Seen)> {
+        outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                (
+                    u32::try_from(i + 1).unwrap(),
+                    Seen {
+                        raw: 1,
+                        outcome: *o,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn obs_for(
+        txs: &[(&str, TransactionRecord, Vec<AuditEntry>, Vec<(u32, Seen)>)],
+    ) -> Observations {
+        let mut o = Observations::default();
+        for (id, r, a, s) in txs {
+            o.submitted.push((*id).to_owned());
+            o.records.insert((*id).to_owned(), r.clone());
+            o.audit.insert((*id).to_owned(), a.clone());
+            for (k, v) in s {
+                o.service.insert(((*id).to_owned(), *k), v.clone());
+            }
+        }
+        o
+    }
+
+    use Outcome::{Cancelled as C, Success as OK};
+
+    #[test]
+    fn consistent_transactions_pass_every_check() {
+        let o = obs_for(&[
+            (
+                "A",
+                rec("A", Status::Succeeded, 1, 4),
+                trail("A", 0, Status::Succeeded),
+                seen(&[OK]),
+            ),
+            (
+                "B",
+                rec("B", Status::Succeeded, 3, 4),
+                trail("B", 2, Status::Succeeded),
+                seen(&[C, C, OK]),
+            ),
+            (
+                "C",
+                rec("C", Status::Failed, 4, 4),
+                trail("C", 3, Status::Failed),
+                seen(&[C, C, C, C]),
+            ),
+        ]);
+        let r = build(&o);
+        assert!(r.ok(), "{}", render(&r));
+        assert_eq!(r.count(Status::Succeeded), 2);
+        assert_eq!(r.count(Status::Failed), 1);
+        assert_eq!(
+            r.retries_histogram,
+            BTreeMap::from([(0, 1), (2, 1), (3, 1)])
+        );
+        assert_eq!(r.requests_raw, 8);
+        assert_eq!(r.requests_deduped, 8);
+        assert!(render(&r).contains("result             OK"));
+    }
+
+    #[test]
+    fn each_kind_of_violation_is_reported_with_its_reason() {
+        let mut dup_seen = seen(&[C, OK]);
+        dup_seen.push((
+            3,
+            Seen {
+                raw: 1,
+                outcome: OK,
+            },
+        ));
+        let mut dup_trail = trail("D", 1, Status::Succeeded);
+        let extra = row("D", 2, Some(Status::Sending), Status::InProgress, 2);
+        dup_trail.push(extra);
+        let mut o = obs_for(&[
+            // A retry lost: FAILED before the budget was spent.
+            (
+                "L",
+                rec("L", Status::Failed, 2, 4),
+                trail("L", 1, Status::Failed),
+                seen(&[C, C]),
+            ),
+            // A request that the state never accounts for, and a doubled publish.
+            ("D", rec("D", Status::Succeeded, 2, 4), dup_trail, dup_seen),
+            // Stuck in SCHEDULED.
+            (
+                "S",
+                rec("S", Status::Scheduled, 1, 4),
+                trail("S", 0, Status::InProgress),
+                seen(&[C]),
+            ),
+            // The audit trail misses a row.
+            (
+                "G",
+                rec("G", Status::Succeeded, 2, 4),
+                trail("G", 1, Status::Succeeded)[1..].to_vec(),
+                seen(&[C, OK]),
+            ),
+        ]);
+        o.submitted.push("M".into()); // never created
+        let r = build(&o);
+        assert!(!r.ok());
+        let ids = |v: &[Finding]| {
+            v.iter()
+                .map(|f| f.transaction_id.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&r.lost), vec!["L", "M"], "{:?}", r.lost);
+        assert_eq!(ids(&r.duplicated), vec!["D", "D"], "{:?}", r.duplicated);
+        assert!(r.duplicated[0].why.contains("attempt 3"));
+        assert!(r.duplicated[1].why.contains("published 2 times"));
+        assert_eq!(ids(&r.stuck), vec!["S"]);
+        assert!(r.stuck[0].why.starts_with("SCHEDULED"));
+        assert_eq!(ids(&r.audit_gaps), vec!["D", "G"], "{:?}", r.audit_gaps);
+        assert!(r.audit_gaps[1]
+            .why
+            .contains("audit row 1 goes IN_PROGRESS → SCHEDULING"));
+        let text = render(&r);
+        assert!(text.contains("result             FAILED"));
+        assert!(text.contains("L: FAILED at attempt 2 with 4 attempts allowed"));
+    }
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let v: Vec<i64> = (1..=100).collect();
+        let p = percentiles(&v).unwrap();
+        assert_eq!((p.p50, p.p99, p.max, p.count), (50, 99, 100, 100));
+        assert_eq!(percentiles(&[]), None);
+        let p = percentiles(&[7]).unwrap();
+        assert_eq!((p.p50, p.p99), (7, 7));
+    }
+
+    #[test]
+    fn chain_orders_rows_written_in_the_same_millisecond() {
+        let mut rows = trail("A", 1, Status::Succeeded);
+        for r in &mut rows[1..] {
+            r.at = Timestamp::from_millis(5);
+        }
+        rows.reverse();
+        let c = chain(&rows);
+        let path: Vec<Status> = c.iter().map(|r| r.to).collect();
+        use Status as S;
+        assert_eq!(
+            path,
+            vec![
+                S::InProgress,
+                S::Scheduling,
+                S::Scheduled,
+                S::Sending,
+                S::InProgress,
+                S::Succeeded
+            ]
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! How operator commands print: a text form for people and a JSON form for scripts.
+
+use crate::report::chain;
+use domain::audit::AuditEntry;
+use domain::{Status, TransactionRecord};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The state item as JSON (the attribute names of the table).
+pub fn record_json(r: &TransactionRecord) -> Value {
+    json!({
+        "transaction_id": r.transaction_id.as_str(),
+        "status": r.status.as_str(),
+        "current_attempt": r.current_attempt.get(),
+        "next_attempt": r.next_attempt.map(|a| a.get()),
+        "max_attempts": r.max_attempts.get(),
+        "next_fire_at": r.next_fire_at.map(|t| t.to_rfc3339()),
+        "schedule_name": r.schedule_name.as_ref().map(|s| s.as_str()),
+        "last_outcome": r.last_outcome.map(|o| o.as_str()),
+        "last_reason": r.last_reason,
+        "created_at": r.created_at.to_rfc3339(),
+        "updated_at": r.updated_at.to_rfc3339(),
+        "last_actor": r.last_actor.as_str(),
+        "last_origin": r.last_origin.map(|o| o.as_str()),
+    })
+}
+
+pub fn audit_json(e: &AuditEntry) -> Value {
+    json!({
+        "at": e.at.to_rfc3339(),
+        "actor": e.actor.as_str(),
+        "from": e.from.map(Status::as_str),
+        "to": e.to.as_str(),
+        "current_attempt": e.current_attempt.get(),
+        "next_attempt": e.next_attempt.map(|a| a.get()),
+        "max_attempts": e.max_attempts,
+        "schedule_name": e.schedule_name.as_ref().map(|s| s.as_str()),
+        "next_fire_at": e.next_fire_at.map(|t| t.to_rfc3339()),
+        "outcome": e.outcome.map(|o| o.as_str()),
+        "reason": e.reason,
+        "origin": e.origin.map(|o| o.as_str()),
+    })
+}
+
+/// One line of the timeline for an audit row (without the time column).
+pub fn transition_text(e: &AuditEntry) -> String {
+    let from = e.from.map_or("[*]", Status::as_str);
+    let attempt = match e.next_attempt {
+        Some(n) => format!("{} → {}", e.current_attempt, n),
+        None => e.current_attempt.to_string(),
+    };
+    // Only what this transition is about: the schedule while waiting for a retry, the
+    // outcome when an answer moved it, the origin when a retry event did.
+    let waiting = matches!(e.to, Status::Scheduling | Status::Scheduled);
+    let schedule = if waiting {
+        e.schedule_name.as_ref().map(|s| s.as_str().to_owned())
+    } else {
+        None
+    };
+    let fire = if waiting || e.to == Status::Sending {
+        e.next_fire_at.map(|t| t.to_rfc3339())
+    } else {
+        None
+    };
+    let answered = e.from == Some(Status::InProgress) && e.actor.as_str() == "response-handler";
+    let outcome = if answered || e.to == Status::Succeeded {
+        match (e.outcome, &e.reason) {
+            (Some(o), Some(r)) => Some(format!("{} {r}", o.as_str())),
+            (Some(o), None) => Some(o.as_str().to_owned()),
+            (None, Some(r)) => Some(r.clone()),
+            (None, None) => None,
+        }
+    } else {
+        None
+    };
+    let origin = if matches!(e.to, Status::Sending) || e.from == Some(Status::Failed) {
+        e.origin.map(|o| o.as_str().to_owned())
+    } else {
+        None
+    };
+    format!(
+        "{:<17} {:<26} {:<8} {:<34} {:<24} {:<24} {}",
+        e.actor.as_str(),
+        format!("{from} → {}", e.to),
+        attempt,
+        schedule.unwrap_or_else(|| "-".into()),
+        fire.unwrap_or_else(|| "-".into()),
+        outcome.unwrap_or_else(|| "-".into()),
+        origin.unwrap_or_else(|| "-".into()),
+    )
+    .trim_end()
+    .to_owned()
+}
+
+/// `retryctl show`: the record, then the timeline.
+pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "transaction   {}", r.transaction_id);
+    let _ = writeln!(
+        s,
+        "status        {}   attempt {} of {}{}",
+        r.status,
+        r.current_attempt,
+        r.max_attempts,
+        r.next_attempt
+            .map(|n| format!(", next attempt {n}"))
+            .unwrap_or_default()
+    );
+    if let Some(t) = r.next_fire_at {
+        let _ = writeln!(s, "next fire at  {t}");
+    }
+    if let Some(n) = &r.schedule_name {
+        let _ = writeln!(s, "schedule      {n}");
+    }
+    if let Some(o) = r.last_outcome {
+        let _ = writeln!(
+            s,
+            "last outcome  {}{}",
+            o.as_str(),
+            r.last_reason
+                .as_ref()
+                .map(|x| format!(" ({x})"))
+                .unwrap_or_default()
+        );
+    } else if let Some(x) = &r.last_reason {
+        let _ = writeln!(s, "last reason   {x}");
+    }
+    let _ = writeln!(s, "created       {}", r.created_at);
+    let _ = writeln!(
+        s,
+        "updated       {} by {}{}",
+        r.updated_at,
+        r.last_actor.as_str(),
+        r.last_origin
+            .map(|o| format!(" (origin {})", o.as_str()))
+            .unwrap_or_default()
+    );
+    let rows = chain(audit);
+    let _ = writeln!(s);
+    let _ = writeln!(s, "timeline ({} transitions)", rows.len());
+    let _ = writeln!(
+        s,
+        "  {:<24}  {:<17} {:<26} {:<8} {:<34} {:<24} {:<24} {}",
+        "TIME",
+        "ACTOR",
+        "FROM → TO",
+        "ATTEMPT",
+        "SCHEDULE",
+        "FIRE AT",
+        "OUTCOME / REASON",
+        "ORIGIN"
+    );
+    for e in &rows {
+        let _ = writeln!(s, "  {}  {}", e.at, transition_text(e));
+    }
+    if rows.is_empty() {
+        let _ = writeln!(
+            s,
+            "  (no audit rows yet: the audit writer may still be catching up)"
+        );
+    }
+    s
+}
+
+pub fn show_json(r: &TransactionRecord, audit: &[AuditEntry]) -> Value {
+    let rows: Vec<Value> = chain(audit).iter().map(audit_json).collect();
+    json!({ "record": record_json(r), "timeline": rows })
+}
+
+/// `retryctl stats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    pub total: u64,
+    pub by_status: BTreeMap<String, u64>,
+    /// status → current attempt → count.
+    pub by_status_and_attempt: BTreeMap<String, BTreeMap<u32, u64>>,
+}
+
+pub fn stats_text(st: &Stats) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{} transactions", st.total);
+    let max_attempt = st
+        .by_status_and_attempt
+        .values()
+        .flat_map(|m| m.keys().copied())
+        .max()
+        .unwrap_or(1);
+    let _ = write!(s, "{:<12} {:>7}", "STATUS", "TOTAL");
+    for a in 1..=max_attempt {
+        let _ = write!(s, " {:>7}", format!("att {a}"));
+    }
+    let _ = writeln!(s);
+    for status in Status::ALL {
+        let total = st.by_status.get(status.as_str()).copied().unwrap_or(0);
+        let _ = write!(s, "{:<12} {:>7}", status.as_str(), total);
+        for a in 1..=max_attempt {
+            let n = st
+                .by_status_and_attempt
+                .get(status.as_str())
+                .and_then(|m| m.get(&a))
+                .copied()
+                .unwrap_or(0);
+            let _ = write!(s, " {:>7}", n);
+        }
+        let _ = writeln!(s);
+    }
+    s
+}
