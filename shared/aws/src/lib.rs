@@ -8,5 +8,9 @@
 //!   an endpoint, from definitions kept as data (compared with `template.yaml`).
 
 pub mod config;
+pub mod dynamo;
+pub mod errors;
+pub mod item;
 pub mod local;
+pub mod meter;
 pub mod provision;

@@ -1,4 +1,5 @@
 //! The moto launcher and provisioning, against a real moto server.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use aws::config::StackNames;
 use aws::local::{self, MotoServer};

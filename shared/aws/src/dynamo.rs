@@ -1,0 +1,579 @@
+//! The DynamoDB state store.
+//!
+//! - `create`: one `TransactWriteItems` of two conditional puts (the record and, apart,
+//!   its payload, both `attribute_not_exists`). On cancellation the record and the
+//!   payload's SHA-256 are read back: `AlreadyExists { same_payload }`.
+//! - `transition`: ONE `UpdateItem` built from a [`Write`]: the guard becomes the
+//!   `ConditionExpression` (attribute-name placeholders throughout), the changes a
+//!   `SET … REMOVE …`; `ReturnValues=ALL_NEW` gives the written record and
+//!   `ReturnValuesOnConditionCheckFailure=ALL_OLD` the current one when the condition
+//!   fails, with no second read (no item at all → `ConditionFailed(None)`).
+//! - `get`: consistent `GetItem`; `payload`: `GetItem` on the payloads table;
+//!   `query_stuck`: `Query` on the sparse index `reconcile-index`, never a Scan.
+//!
+//! `Write::apply` is the specification; `tests/dynamo_store.rs` checks that the
+//! table's result equals it for a table of writes and records.
+
+use crate::config::RECONCILE_INDEX;
+use crate::errors::classify;
+use crate::item::{attr, flat_from_dynamodb, n, record_from_flat, record_to_item, s, CodecError};
+use crate::meter::{Call, CallMeter};
+use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::operation::query::QueryError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, Put, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem,
+};
+use aws_sdk_dynamodb::Client;
+use domain::machine::ReconcileKey;
+use domain::machine::{BudgetGuard, Change, Write};
+use domain::ports::{
+    CreateOutcome, ErrorKind, PortError, StateStore, StuckPage, StuckQuery, WriteOutcome,
+};
+use domain::{Payload, TransactionId, TransactionRecord};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+
+/// An `UpdateItem` expression with its placeholders.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateExpr {
+    pub condition: String,
+    pub update: String,
+    pub names: HashMap<String, String>,
+    pub values: HashMap<String, AttributeValue>,
+}
+
+#[derive(Default)]
+struct Builder {
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl Builder {
+    /// `#<attribute>` placeholder, registered on first use (DynamoDB rejects unused ones).
+    fn name(&mut self, attribute: &str) -> String {
+        let p = format!("#{attribute}");
+        self.names.insert(p.clone(), attribute.to_owned());
+        p
+    }
+
+    fn value(&mut self, key: &str, v: AttributeValue) -> String {
+        let p = format!(":{key}");
+        self.values.insert(p.clone(), v);
+        p
+    }
+}
+
+/// The expression of a conditional write: guard → condition, changes → update.
+pub fn update_expression(w: &Write) -> UpdateExpr {
+    let mut b = Builder::default();
+    let g = &w.guard;
+
+    // Condition. `attribute_exists` makes a missing item fail the condition instead
+    // of creating a partial one.
+    let mut cond = vec![format!(
+        "attribute_exists({})",
+        b.name(attr::TRANSACTION_ID)
+    )];
+    let statuses: Vec<String> = g
+        .statuses
+        .iter()
+        .enumerate()
+        .map(|(i, st)| b.value(&format!("g_status{i}"), s(st.as_str())))
+        .collect();
+    cond.push(format!(
+        "{} IN ({})",
+        b.name(attr::STATUS),
+        statuses.join(", ")
+    ));
+    if let Some(a) = g.current_attempt {
+        let v = b.value("g_current", n(a.get()));
+        cond.push(format!("{} = {v}", b.name(attr::CURRENT_ATTEMPT)));
+    }
+    if let Some(a) = g.next_attempt {
+        let v = b.value("g_next", n(a.get()));
+        cond.push(format!("{} = {v}", b.name(attr::NEXT_ATTEMPT)));
+    }
+    match g.budget {
+        None => {}
+        Some(BudgetGuard::Remaining) => cond.push(format!(
+            "{} > {}",
+            b.name(attr::MAX_ATTEMPTS),
+            b.name(attr::CURRENT_ATTEMPT)
+        )),
+        Some(BudgetGuard::Exhausted) => cond.push(format!(
+            "{} <= {}",
+            b.name(attr::MAX_ATTEMPTS),
+            b.name(attr::CURRENT_ATTEMPT)
+        )),
+    }
+
+    // Update.
+    let c = &w.set;
+    let mut set: Vec<String> = Vec::new();
+    let mut remove: Vec<String> = Vec::new();
+    let put = |b: &mut Builder, set: &mut Vec<String>, a: &str, v: AttributeValue| {
+        let name = b.name(a);
+        let val = b.value(&format!("v_{a}"), v);
+        set.push(format!("{name} = {val}"));
+    };
+    put(&mut b, &mut set, attr::STATUS, s(c.status.as_str()));
+    if let Some(a) = c.current_attempt {
+        put(&mut b, &mut set, attr::CURRENT_ATTEMPT, n(a.get()));
+    }
+    if let Some(m) = c.max_attempts {
+        put(&mut b, &mut set, attr::MAX_ATTEMPTS, n(m.get()));
+    }
+    fn change<T>(
+        b: &mut Builder,
+        set: &mut Vec<String>,
+        remove: &mut Vec<String>,
+        a: &str,
+        ch: &Change<T>,
+        enc: impl Fn(&T) -> AttributeValue,
+    ) {
+        match ch {
+            Change::Keep => {}
+            Change::Set(v) => {
+                let name = b.name(a);
+                let val = b.value(&format!("v_{a}"), enc(v));
+                set.push(format!("{name} = {val}"));
+            }
+            Change::Clear => remove.push(b.name(a)),
+        }
+    }
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::NEXT_ATTEMPT,
+        &c.next_attempt,
+        |a| n(a.get()),
+    );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::NEXT_FIRE_AT,
+        &c.next_fire_at,
+        |t| s(t.to_rfc3339()),
+    );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::SCHEDULE_NAME,
+        &c.schedule_name,
+        |x| s(x.as_str()),
+    );
+    if let Some(o) = c.last_outcome {
+        put(&mut b, &mut set, attr::LAST_OUTCOME, s(o.as_str()));
+    }
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::LAST_REASON,
+        &c.last_reason,
+        |x| s(x.clone()),
+    );
+    put(
+        &mut b,
+        &mut set,
+        attr::UPDATED_AT,
+        s(c.updated_at.to_rfc3339()),
+    );
+    put(&mut b, &mut set, attr::LAST_ACTOR, s(c.actor.as_str()));
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::LAST_ORIGIN,
+        &c.origin,
+        |o| s(o.as_str()),
+    );
+    match &c.reconcile {
+        Change::Keep => {}
+        Change::Set(k) => {
+            put(&mut b, &mut set, attr::RECONCILE_PK, s(k.partition.clone()));
+            put(&mut b, &mut set, attr::RECONCILE_AT, s(k.at.to_rfc3339()));
+        }
+        Change::Clear => {
+            remove.push(b.name(attr::RECONCILE_PK));
+            remove.push(b.name(attr::RECONCILE_AT));
+        }
+    }
+    let mut update = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        update.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
+    UpdateExpr {
+        condition: cond.join(" AND "),
+        update,
+        names: b.names,
+        values: b.values,
+    }
+}
+
+/// The DynamoDB [`StateStore`].
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    transactions_table: String,
+    payloads_table: Option<String>,
+    meter: CallMeter,
+}
+
+fn key(id: &TransactionId) -> HashMap<String, AttributeValue> {
+    HashMap::from([(attr::TRANSACTION_ID.to_owned(), s(id.as_str()))])
+}
+
+fn codec(operation: &'static str, e: CodecError) -> PortError {
+    PortError::permanent(operation, e.to_string())
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl DynamoStore {
+    /// A store on `transactions_table`. Functions that create transactions or read
+    /// payloads also need [`DynamoStore::with_payloads_table`].
+    pub fn new(client: Client, transactions_table: impl Into<String>) -> Self {
+        Self {
+            client,
+            transactions_table: transactions_table.into(),
+            payloads_table: None,
+            meter: CallMeter::new(),
+        }
+    }
+
+    pub fn with_payloads_table(mut self, name: impl Into<String>) -> Self {
+        self.payloads_table = Some(name.into());
+        self
+    }
+
+    /// Records calls and capacity in `meter` (share one meter between adapters).
+    pub fn with_meter(mut self, meter: CallMeter) -> Self {
+        self.meter = meter;
+        self
+    }
+
+    pub fn meter(&self) -> &CallMeter {
+        &self.meter
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn transactions_table(&self) -> &str {
+        &self.transactions_table
+    }
+
+    fn payloads(&self, operation: &'static str) -> Result<&str, PortError> {
+        self.payloads_table.as_deref().ok_or_else(|| {
+            PortError::permanent(operation, "no payloads table is configured for this store")
+        })
+    }
+
+    /// Consistent read of the record (used by `get` and after a cancelled create).
+    async fn read(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
+        self.meter.count(Call::Read);
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.transactions_table)
+            .set_key(Some(key(id)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await
+            .map_err(|e| classify("GetItem", &e, get_item_kind))?;
+        self.meter.capacity(out.consumed_capacity(), false);
+        out.item()
+            .map(|i| record_from_flat(&flat_from_dynamodb(i)).map_err(|e| codec("GetItem", e)))
+            .transpose()
+    }
+
+    async fn read_payload_item(
+        &self,
+        id: &TransactionId,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
+        let table = self.payloads("GetItem")?;
+        self.meter.count(Call::PayloadRead);
+        let out = self
+            .client
+            .get_item()
+            .table_name(table)
+            .set_key(Some(key(id)))
+            .consistent_read(true)
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await
+            .map_err(|e| classify("GetItem", &e, get_item_kind))?;
+        self.meter.capacity(out.consumed_capacity(), false);
+        Ok(out.item)
+    }
+}
+
+fn get_item_kind(e: &GetItemError) -> Option<ErrorKind> {
+    match e {
+        GetItemError::ProvisionedThroughputExceededException(_)
+        | GetItemError::RequestLimitExceeded(_)
+        | GetItemError::ThrottlingException(_)
+        | GetItemError::InternalServerError(_) => Some(ErrorKind::Retryable),
+        GetItemError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
+        _ => None,
+    }
+}
+
+fn update_item_kind(e: &UpdateItemError) -> Option<ErrorKind> {
+    match e {
+        UpdateItemError::ProvisionedThroughputExceededException(_)
+        | UpdateItemError::RequestLimitExceeded(_)
+        | UpdateItemError::ThrottlingException(_)
+        | UpdateItemError::InternalServerError(_)
+        | UpdateItemError::TransactionConflictException(_)
+        | UpdateItemError::ReplicatedWriteConflictException(_) => Some(ErrorKind::Retryable),
+        UpdateItemError::ResourceNotFoundException(_)
+        | UpdateItemError::ItemCollectionSizeLimitExceededException(_) => {
+            Some(ErrorKind::Permanent)
+        }
+        _ => None,
+    }
+}
+
+fn transact_kind(e: &TransactWriteItemsError) -> Option<ErrorKind> {
+    match e {
+        TransactWriteItemsError::ProvisionedThroughputExceededException(_)
+        | TransactWriteItemsError::RequestLimitExceeded(_)
+        | TransactWriteItemsError::ThrottlingException(_)
+        | TransactWriteItemsError::InternalServerError(_)
+        | TransactWriteItemsError::TransactionInProgressException(_)
+        | TransactWriteItemsError::TransactionCanceledException(_) => Some(ErrorKind::Retryable),
+        TransactWriteItemsError::ResourceNotFoundException(_)
+        | TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
+            Some(ErrorKind::Permanent)
+        }
+        _ => None,
+    }
+}
+
+fn query_kind(e: &QueryError) -> Option<ErrorKind> {
+    match e {
+        QueryError::ProvisionedThroughputExceededException(_)
+        | QueryError::RequestLimitExceeded(_)
+        | QueryError::ThrottlingException(_)
+        | QueryError::InternalServerError(_) => Some(ErrorKind::Retryable),
+        QueryError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
+        _ => None,
+    }
+}
+
+/// The opaque pagination cursor: the index's LastEvaluatedKey as a JSON object of
+/// strings (every key attribute of the index and table is a string).
+fn encode_cursor(lek: &HashMap<String, AttributeValue>) -> Result<String, PortError> {
+    let mut m = BTreeMap::new();
+    for (k, v) in lek {
+        match v {
+            AttributeValue::S(s) => {
+                m.insert(k.clone(), s.clone());
+            }
+            _ => {
+                return Err(PortError::permanent(
+                    "Query",
+                    format!("LastEvaluatedKey attribute `{k}` is not a string"),
+                ))
+            }
+        }
+    }
+    serde_json::to_string(&m).map_err(|e| PortError::permanent("Query", e.to_string()))
+}
+
+fn decode_cursor(cursor: &str) -> Result<HashMap<String, AttributeValue>, PortError> {
+    let m: BTreeMap<String, String> = serde_json::from_str(cursor)
+        .map_err(|e| PortError::permanent("Query", format!("invalid cursor {cursor:?}: {e}")))?;
+    Ok(m.into_iter().map(|(k, v)| (k, s(v))).collect())
+}
+
+impl StateStore for DynamoStore {
+    async fn create(
+        &self,
+        record: &TransactionRecord,
+        payload: &Payload,
+    ) -> Result<CreateOutcome, PortError> {
+        let payloads = self.payloads("TransactWriteItems")?.to_owned();
+        let id_name = HashMap::from([("#id".to_owned(), attr::TRANSACTION_ID.to_owned())]);
+        let put_record = Put::builder()
+            .table_name(&self.transactions_table)
+            .set_item(Some(record_to_item(record)))
+            .condition_expression("attribute_not_exists(#id)")
+            .set_expression_attribute_names(Some(id_name.clone()))
+            .build()
+            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+        let mut payload_item = key(&record.transaction_id);
+        payload_item.insert(attr::PAYLOAD.to_owned(), s(payload.as_json()));
+        payload_item.insert(
+            attr::PAYLOAD_SHA256.to_owned(),
+            s(sha256_hex(payload.as_json())),
+        );
+        payload_item.insert(
+            attr::CREATED_AT.to_owned(),
+            s(record.created_at.to_rfc3339()),
+        );
+        let put_payload = Put::builder()
+            .table_name(payloads)
+            .set_item(Some(payload_item))
+            .condition_expression("attribute_not_exists(#id)")
+            .set_expression_attribute_names(Some(id_name))
+            .build()
+            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+        self.meter.count(Call::Create);
+        let result = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put_record).build())
+            .transact_items(TransactWriteItem::builder().put(put_payload).build())
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                self.meter.capacity(out.consumed_capacity(), true);
+                Ok(CreateOutcome::Created)
+            }
+            Err(e) => {
+                let cancelled = matches!(
+                    e.as_service_error(),
+                    Some(TransactWriteItemsError::TransactionCanceledException(_))
+                );
+                if !cancelled {
+                    return Err(classify("TransactWriteItems", &e, transact_kind));
+                }
+                // Cancelled: most likely the transaction exists. Read both back; if
+                // the record is not there the cancellation had another cause (a
+                // concurrent transaction), which is worth retrying.
+                let Some(existing) = self.read(&record.transaction_id).await? else {
+                    return Err(classify("TransactWriteItems", &e, transact_kind));
+                };
+                let stored = self.read_payload_item(&record.transaction_id).await?;
+                let stored_sha = stored
+                    .as_ref()
+                    .and_then(|i| i.get(attr::PAYLOAD_SHA256))
+                    .and_then(|v| v.as_s().ok());
+                let same_payload = stored_sha.is_some_and(|h| *h == sha256_hex(payload.as_json()));
+                Ok(CreateOutcome::AlreadyExists {
+                    record: existing,
+                    same_payload,
+                })
+            }
+        }
+    }
+
+    async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
+        let x = update_expression(write);
+        self.meter.count(Call::Write);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.transactions_table)
+            .set_key(Some(key(&write.transaction_id)))
+            .condition_expression(x.condition)
+            .update_expression(x.update)
+            .set_expression_attribute_names(Some(x.names))
+            .set_expression_attribute_values(Some(x.values))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                self.meter.capacity(out.consumed_capacity(), true);
+                let item = out.attributes().ok_or_else(|| {
+                    PortError::permanent("UpdateItem", "ALL_NEW returned no attributes")
+                })?;
+                record_from_flat(&flat_from_dynamodb(item))
+                    .map(WriteOutcome::Written)
+                    .map_err(|e| codec("UpdateItem", e))
+            }
+            Err(e) => match e.as_service_error() {
+                Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => {
+                    self.meter.count(Call::FailedCondition);
+                    // A failed condition still consumes write capacity; DynamoDB does
+                    // not report it on the error, so it is not booked here.
+                    let current = ccf
+                        .item()
+                        .map(|i| {
+                            record_from_flat(&flat_from_dynamodb(i))
+                                .map_err(|e| codec("UpdateItem", e))
+                        })
+                        .transpose()?;
+                    Ok(WriteOutcome::ConditionFailed(current))
+                }
+                _ => Err(classify("UpdateItem", &e, update_item_kind)),
+            },
+        }
+    }
+
+    async fn get(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
+        self.read(id).await
+    }
+
+    async fn payload(&self, id: &TransactionId) -> Result<Option<Payload>, PortError> {
+        let Some(item) = self.read_payload_item(id).await? else {
+            return Ok(None);
+        };
+        let text = item
+            .get(attr::PAYLOAD)
+            .and_then(|v| v.as_s().ok())
+            .ok_or_else(|| {
+                PortError::permanent(
+                    "GetItem",
+                    format!("payload of `{id}` has no `payload` string"),
+                )
+            })?;
+        Payload::from_json(text)
+            .map(Some)
+            .map_err(|e| PortError::permanent("GetItem", format!("stored payload of `{id}`: {e}")))
+    }
+
+    async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
+        self.meter.count(Call::Query);
+        let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
+        let out = self
+            .client
+            .query()
+            .table_name(&self.transactions_table)
+            .index_name(RECONCILE_INDEX)
+            .key_condition_expression("#pk = :pk AND #at < :before")
+            .expression_attribute_names("#pk", attr::RECONCILE_PK)
+            .expression_attribute_names("#at", attr::RECONCILE_AT)
+            .expression_attribute_values(":pk", s(ReconcileKey::partition_for(q.status, q.shard)))
+            .expression_attribute_values(":before", s(q.before.to_rfc3339()))
+            .limit(i32::try_from(q.limit.max(1)).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(start)
+            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+            .send()
+            .await
+            .map_err(|e| classify("Query", &e, query_kind))?;
+        self.meter.capacity(out.consumed_capacity(), false);
+        let records = out
+            .items()
+            .iter()
+            .map(|i| record_from_flat(&flat_from_dynamodb(i)).map_err(|e| codec("Query", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next = out
+            .last_evaluated_key()
+            .filter(|k| !k.is_empty())
+            .map(encode_cursor)
+            .transpose()?;
+        Ok(StuckPage { records, next })
+    }
+}

@@ -1,0 +1,420 @@
+//! The transaction item: record ⇄ DynamoDB attributes.
+//!
+//! Attribute names are those of DESIGN.md: `transaction_id, status, current_attempt (N),
+//! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
+//! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
+//! reconcile_pk, reconcile_at`. Times are `Timestamp::to_rfc3339` strings. Optional
+//! fields are absent, never NULL.
+//!
+//! Items arrive in three shapes (the DynamoDB SDK, the DynamoDB Streams SDK, and the
+//! DynamoDB JSON of a Lambda stream event); each is flattened into a [`FlatItem`]
+//! and decoded once.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use domain::machine::{Actor, ReconcileKey};
+use domain::{
+    Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
+    TransactionRecord,
+};
+use std::collections::{BTreeMap, HashMap};
+use thiserror::Error;
+
+/// Attribute names of the transaction item.
+pub mod attr {
+    pub const TRANSACTION_ID: &str = "transaction_id";
+    pub const STATUS: &str = "status";
+    pub const CURRENT_ATTEMPT: &str = "current_attempt";
+    pub const NEXT_ATTEMPT: &str = "next_attempt";
+    pub const MAX_ATTEMPTS: &str = "max_attempts";
+    pub const NEXT_FIRE_AT: &str = "next_fire_at";
+    pub const SCHEDULE_NAME: &str = "schedule_name";
+    pub const LAST_OUTCOME: &str = "last_outcome";
+    pub const LAST_REASON: &str = "last_reason";
+    pub const CREATED_AT: &str = "created_at";
+    pub const UPDATED_AT: &str = "updated_at";
+    pub const LAST_ACTOR: &str = "last_actor";
+    pub const LAST_ORIGIN: &str = "last_origin";
+    pub const RECONCILE_PK: &str = "reconcile_pk";
+    pub const RECONCILE_AT: &str = "reconcile_at";
+    /// Payloads table.
+    pub const PAYLOAD: &str = "payload";
+    pub const PAYLOAD_SHA256: &str = "payload_sha256";
+
+    /// Every attribute a transaction item may carry.
+    pub const ALL: [&str; 15] = [
+        TRANSACTION_ID,
+        STATUS,
+        CURRENT_ATTEMPT,
+        NEXT_ATTEMPT,
+        MAX_ATTEMPTS,
+        NEXT_FIRE_AT,
+        SCHEDULE_NAME,
+        LAST_OUTCOME,
+        LAST_REASON,
+        CREATED_AT,
+        UPDATED_AT,
+        LAST_ACTOR,
+        LAST_ORIGIN,
+        RECONCILE_PK,
+        RECONCILE_AT,
+    ];
+}
+
+/// A stored item that does not decode into a record.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("item attribute `{attribute}`{}: {problem}", value.as_ref().map(|v| format!(" = {v:?}")).unwrap_or_default())]
+pub struct CodecError {
+    pub attribute: &'static str,
+    pub value: Option<String>,
+    pub problem: String,
+}
+
+impl CodecError {
+    fn new(attribute: &'static str, value: Option<&str>, problem: impl Into<String>) -> Self {
+        Self {
+            attribute,
+            value: value.map(str::to_owned),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// One attribute value, reduced to what the codec needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scalar {
+    S(String),
+    N(String),
+    /// Any other type (named), which no attribute of ours uses.
+    Other(&'static str),
+}
+
+/// An item in any of its three shapes, flattened.
+pub type FlatItem = BTreeMap<String, Scalar>;
+
+/// Flattens an item from the DynamoDB SDK.
+pub fn flat_from_dynamodb(item: &HashMap<String, AttributeValue>) -> FlatItem {
+    item.iter()
+        .map(|(k, v)| {
+            let s = match v {
+                AttributeValue::S(s) => Scalar::S(s.clone()),
+                AttributeValue::N(n) => Scalar::N(n.clone()),
+                AttributeValue::Null(_) => Scalar::Other("NULL"),
+                AttributeValue::Bool(_) => Scalar::Other("BOOL"),
+                _ => Scalar::Other("non-scalar"),
+            };
+            (k.clone(), s)
+        })
+        .collect()
+}
+
+/// Flattens an item from the DynamoDB Streams SDK.
+pub fn flat_from_streams(
+    item: &HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>,
+) -> FlatItem {
+    use aws_sdk_dynamodbstreams::types::AttributeValue as A;
+    item.iter()
+        .map(|(k, v)| {
+            let s = match v {
+                A::S(s) => Scalar::S(s.clone()),
+                A::N(n) => Scalar::N(n.clone()),
+                A::Null(_) => Scalar::Other("NULL"),
+                A::Bool(_) => Scalar::Other("BOOL"),
+                _ => Scalar::Other("non-scalar"),
+            };
+            (k.clone(), s)
+        })
+        .collect()
+}
+
+/// Flattens an item written in DynamoDB JSON (`{"status": {"S": "SCHEDULED"}, ...}`),
+/// as Lambda stream events carry images.
+pub fn flat_from_json(value: &serde_json::Value) -> Result<FlatItem, CodecError> {
+    let map = value
+        .as_object()
+        .ok_or_else(|| CodecError::new("(image)", None, "not a JSON object"))?;
+    let mut out = FlatItem::new();
+    for (k, v) in map {
+        let typed = v.as_object().and_then(|o| o.iter().next());
+        let s = match typed {
+            Some((t, serde_json::Value::String(s))) if t == "S" => Scalar::S(s.clone()),
+            Some((t, serde_json::Value::String(n))) if t == "N" => Scalar::N(n.clone()),
+            // serde_dynamo writes numbers as strings too; accept a bare JSON number.
+            Some((t, serde_json::Value::Number(n))) if t == "N" => Scalar::N(n.to_string()),
+            Some((t, _)) if t == "NULL" => Scalar::Other("NULL"),
+            _ => Scalar::Other("non-scalar"),
+        };
+        out.insert(k.clone(), s);
+    }
+    Ok(out)
+}
+
+fn get_s<'a>(item: &'a FlatItem, name: &'static str) -> Result<Option<&'a str>, CodecError> {
+    match item.get(name) {
+        None => Ok(None),
+        Some(Scalar::S(s)) => Ok(Some(s)),
+        Some(Scalar::N(n)) => Err(CodecError::new(
+            name,
+            Some(n),
+            "expected a string (S), found a number",
+        )),
+        Some(Scalar::Other(t)) => Err(CodecError::new(
+            name,
+            None,
+            format!("expected a string (S), found {t}"),
+        )),
+    }
+}
+
+fn need_s<'a>(item: &'a FlatItem, name: &'static str) -> Result<&'a str, CodecError> {
+    get_s(item, name)?.ok_or_else(|| CodecError::new(name, None, "missing"))
+}
+
+fn get_n(item: &FlatItem, name: &'static str) -> Result<Option<u32>, CodecError> {
+    match item.get(name) {
+        None => Ok(None),
+        Some(Scalar::N(n)) => n
+            .parse()
+            .map(Some)
+            .map_err(|_| CodecError::new(name, Some(n), "not a whole number")),
+        Some(Scalar::S(s)) => Err(CodecError::new(
+            name,
+            Some(s),
+            "expected a number (N), found a string",
+        )),
+        Some(Scalar::Other(t)) => Err(CodecError::new(
+            name,
+            None,
+            format!("expected a number (N), found {t}"),
+        )),
+    }
+}
+
+fn need_n(item: &FlatItem, name: &'static str) -> Result<u32, CodecError> {
+    get_n(item, name)?.ok_or_else(|| CodecError::new(name, None, "missing"))
+}
+
+fn ts(name: &'static str, raw: &str) -> Result<Timestamp, CodecError> {
+    Timestamp::parse(raw).map_err(|e| CodecError::new(name, Some(raw), e.to_string()))
+}
+
+fn attempt(name: &'static str, n: u32) -> Result<Attempt, CodecError> {
+    Attempt::new(n).map_err(|e| CodecError::new(name, Some(&n.to_string()), e.to_string()))
+}
+
+/// Decodes a transaction record.
+pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError> {
+    use attr::*;
+    let id_raw = need_s(item, TRANSACTION_ID)?;
+    let transaction_id = TransactionId::parse(id_raw)
+        .map_err(|e| CodecError::new(TRANSACTION_ID, Some(id_raw), e.to_string()))?;
+    let status_raw = need_s(item, STATUS)?;
+    let status = Status::parse(status_raw)
+        .ok_or_else(|| CodecError::new(STATUS, Some(status_raw), "unknown status"))?;
+    let max_raw = need_n(item, MAX_ATTEMPTS)?;
+    let max_attempts = MaxAttempts::new(max_raw)
+        .map_err(|e| CodecError::new(MAX_ATTEMPTS, Some(&max_raw.to_string()), e.to_string()))?;
+    let actor_raw = need_s(item, LAST_ACTOR)?;
+    let reconcile = match (get_s(item, RECONCILE_PK)?, get_s(item, RECONCILE_AT)?) {
+        (None, None) => None,
+        (Some(pk), Some(at)) => Some(ReconcileKey {
+            partition: pk.to_owned(),
+            at: ts(RECONCILE_AT, at)?,
+        }),
+        (Some(_), None) => {
+            return Err(CodecError::new(
+                RECONCILE_AT,
+                None,
+                "missing while reconcile_pk is set",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(CodecError::new(
+                RECONCILE_PK,
+                None,
+                "missing while reconcile_at is set",
+            ))
+        }
+    };
+    Ok(TransactionRecord {
+        transaction_id,
+        status,
+        current_attempt: attempt(CURRENT_ATTEMPT, need_n(item, CURRENT_ATTEMPT)?)?,
+        next_attempt: get_n(item, NEXT_ATTEMPT)?
+            .map(|n| attempt(NEXT_ATTEMPT, n))
+            .transpose()?,
+        max_attempts,
+        next_fire_at: get_s(item, NEXT_FIRE_AT)?
+            .map(|s| ts(NEXT_FIRE_AT, s))
+            .transpose()?,
+        schedule_name: get_s(item, SCHEDULE_NAME)?
+            .map(|s| {
+                ScheduleName::from_stored(s)
+                    .map_err(|e| CodecError::new(SCHEDULE_NAME, Some(s), e.to_string()))
+            })
+            .transpose()?,
+        last_outcome: get_s(item, LAST_OUTCOME)?
+            .map(|s| {
+                Outcome::parse(s)
+                    .ok_or_else(|| CodecError::new(LAST_OUTCOME, Some(s), "unknown outcome"))
+            })
+            .transpose()?,
+        last_reason: get_s(item, LAST_REASON)?.map(str::to_owned),
+        created_at: ts(CREATED_AT, need_s(item, CREATED_AT)?)?,
+        updated_at: ts(UPDATED_AT, need_s(item, UPDATED_AT)?)?,
+        last_actor: Actor::parse(actor_raw)
+            .ok_or_else(|| CodecError::new(LAST_ACTOR, Some(actor_raw), "unknown actor"))?,
+        last_origin: get_s(item, LAST_ORIGIN)?
+            .map(|s| {
+                Origin::parse(s)
+                    .ok_or_else(|| CodecError::new(LAST_ORIGIN, Some(s), "unknown origin"))
+            })
+            .transpose()?,
+        reconcile,
+    })
+}
+
+pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+pub(crate) fn n(v: u32) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Encodes a record as a DynamoDB item (optional fields absent when `None`).
+pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> {
+    use attr::*;
+    let mut m = HashMap::new();
+    m.insert(TRANSACTION_ID.to_owned(), s(r.transaction_id.as_str()));
+    m.insert(STATUS.to_owned(), s(r.status.as_str()));
+    m.insert(CURRENT_ATTEMPT.to_owned(), n(r.current_attempt.get()));
+    if let Some(a) = r.next_attempt {
+        m.insert(NEXT_ATTEMPT.to_owned(), n(a.get()));
+    }
+    m.insert(MAX_ATTEMPTS.to_owned(), n(r.max_attempts.get()));
+    if let Some(t) = r.next_fire_at {
+        m.insert(NEXT_FIRE_AT.to_owned(), s(t.to_rfc3339()));
+    }
+    if let Some(name) = &r.schedule_name {
+        m.insert(SCHEDULE_NAME.to_owned(), s(name.as_str()));
+    }
+    if let Some(o) = r.last_outcome {
+        m.insert(LAST_OUTCOME.to_owned(), s(o.as_str()));
+    }
+    if let Some(reason) = &r.last_reason {
+        m.insert(LAST_REASON.to_owned(), s(reason.clone()));
+    }
+    m.insert(CREATED_AT.to_owned(), s(r.created_at.to_rfc3339()));
+    m.insert(UPDATED_AT.to_owned(), s(r.updated_at.to_rfc3339()));
+    m.insert(LAST_ACTOR.to_owned(), s(r.last_actor.as_str()));
+    if let Some(o) = r.last_origin {
+        m.insert(LAST_ORIGIN.to_owned(), s(o.as_str()));
+    }
+    if let Some(k) = &r.reconcile {
+        m.insert(RECONCILE_PK.to_owned(), s(k.partition.clone()));
+        m.insert(RECONCILE_AT.to_owned(), s(k.at.to_rfc3339()));
+    }
+    m
+}
+
+/// A transaction item as the DynamoDB SDK holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordItem(pub HashMap<String, AttributeValue>);
+
+impl From<&TransactionRecord> for RecordItem {
+    fn from(r: &TransactionRecord) -> Self {
+        RecordItem(record_to_item(r))
+    }
+}
+
+impl TryFrom<&RecordItem> for TransactionRecord {
+    type Error = CodecError;
+    fn try_from(item: &RecordItem) -> Result<Self, CodecError> {
+        record_from_flat(&flat_from_dynamodb(&item.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> TransactionRecord {
+        let id = TransactionId::parse("TX-100200").unwrap();
+        let mut r = TransactionRecord::started(
+            id.clone(),
+            MaxAttempts::new(4).unwrap(),
+            Timestamp::from_millis(1_700_000_000_123),
+        );
+        r.status = Status::Scheduled;
+        r.next_attempt = Some(Attempt::new(2).unwrap());
+        r.next_fire_at = Some(Timestamp::from_millis(1_700_007_200_000));
+        r.schedule_name = Some(ScheduleName::for_retry(&id, Attempt::new(2).unwrap()));
+        r.last_outcome = Some(Outcome::Cancelled);
+        r.last_reason = Some("NOT_AVAILABLE".to_owned());
+        r.last_actor = Actor::ResponseHandler;
+        r.last_origin = Some(Origin::RetryScheduler);
+        r.reconcile = ReconcileKey::derive(r.status, &id, 8, r.updated_at, r.next_fire_at);
+        r
+    }
+
+    #[test]
+    fn round_trips_full_and_minimal_records() {
+        let full = sample();
+        let item = RecordItem::from(&full);
+        assert_eq!(item.0.len(), 15, "every attribute present");
+        assert_eq!(TransactionRecord::try_from(&item).unwrap(), full);
+        assert_eq!(item.0["next_fire_at"], s("2023-11-15T00:13:20.000Z"));
+        assert_eq!(item.0["current_attempt"], AttributeValue::N("1".into()));
+
+        let minimal = TransactionRecord::started(
+            TransactionId::parse("TX-1").unwrap(),
+            MaxAttempts::new(3).unwrap(),
+            Timestamp::from_millis(0),
+        );
+        let item = RecordItem::from(&minimal);
+        assert!(!item.0.contains_key("next_attempt"), "absent, never NULL");
+        assert!(!item.0.contains_key("reconcile_pk"), "sparse index key");
+        assert_eq!(TransactionRecord::try_from(&item).unwrap(), minimal);
+    }
+
+    #[test]
+    fn decoding_errors_name_attribute_and_value() {
+        let mut item = RecordItem::from(&sample());
+        item.0.insert("status".into(), s("SLEEPING"));
+        let e = TransactionRecord::try_from(&item).unwrap_err();
+        assert_eq!(e.attribute, "status");
+        assert_eq!(
+            e.to_string(),
+            "item attribute `status` = \"SLEEPING\": unknown status"
+        );
+
+        let mut item = RecordItem::from(&sample());
+        item.0.insert("current_attempt".into(), s("1"));
+        let e = TransactionRecord::try_from(&item).unwrap_err();
+        assert!(e.to_string().contains("expected a number"), "{e}");
+
+        let mut item = RecordItem::from(&sample());
+        item.0.remove("reconcile_at");
+        let e = TransactionRecord::try_from(&item).unwrap_err();
+        assert_eq!(e.attribute, "reconcile_at");
+    }
+
+    #[test]
+    fn dynamodb_json_images_decode_the_same() {
+        let r = sample();
+        let item = record_to_item(&r);
+        let json: serde_json::Map<String, serde_json::Value> = item
+            .iter()
+            .map(|(k, v)| {
+                let typed = match v {
+                    AttributeValue::S(x) => serde_json::json!({ "S": x }),
+                    AttributeValue::N(x) => serde_json::json!({ "N": x }),
+                    _ => unreachable!(),
+                };
+                (k.clone(), typed)
+            })
+            .collect();
+        let flat = flat_from_json(&serde_json::Value::Object(json)).unwrap();
+        assert_eq!(record_from_flat(&flat).unwrap(), r);
+    }
+}

@@ -1,0 +1,94 @@
+//! Shared set-up of the moto tests: one server per test binary (or
+//! `AWS_ENDPOINT_URL`), one freshly provisioned stack per test (unique prefix).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use aws::config::StackNames;
+use aws::item::record_to_item;
+use aws::local;
+use aws::provision::{provision, Provisioned};
+use aws_config::SdkConfig;
+use domain::machine::{Actor, ReconcileKey};
+use domain::{
+    Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
+    TransactionRecord,
+};
+
+pub struct Stack {
+    pub sdk: SdkConfig,
+    pub p: Provisioned,
+}
+
+impl Stack {
+    pub fn ddb(&self) -> aws_sdk_dynamodb::Client {
+        aws_sdk_dynamodb::Client::new(&self.sdk)
+    }
+    pub fn sqs(&self) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::new(&self.sdk)
+    }
+    pub fn scheduler(&self) -> aws_sdk_scheduler::Client {
+        aws_sdk_scheduler::Client::new(&self.sdk)
+    }
+    pub fn store(&self) -> aws::dynamo::DynamoStore {
+        aws::dynamo::DynamoStore::new(self.ddb(), &self.p.names.transactions_table)
+            .with_payloads_table(&self.p.names.payloads_table)
+    }
+}
+
+/// A new stack with its own names on the shared server.
+pub async fn stack(tag: &str) -> Stack {
+    let endpoint = local::shared_endpoint().expect("moto server (. scripts/tools.sh)");
+    let sdk = local::sdk_config(&endpoint).await;
+    let names = StackNames::new(&local::unique_prefix(tag));
+    let p = provision(&sdk, &names).await.expect("provision");
+    Stack { sdk, p }
+}
+
+/// Puts a record as is (test set-up, bypassing the conditional create).
+pub async fn put_record(stack: &Stack, r: &TransactionRecord) {
+    stack
+        .ddb()
+        .put_item()
+        .table_name(&stack.p.names.transactions_table)
+        .set_item(Some(record_to_item(r)))
+        .send()
+        .await
+        .expect("put record");
+}
+
+pub fn id(s: &str) -> TransactionId {
+    TransactionId::parse(s).unwrap()
+}
+
+pub fn at(n: u32) -> Attempt {
+    Attempt::new(n).unwrap()
+}
+
+pub const T0: i64 = 1_790_000_000_000;
+
+/// A record in `status` with the attributes that state carries.
+pub fn record(tx: &str, status: Status, current: u32, max: u32, updated: i64) -> TransactionRecord {
+    let tid = id(tx);
+    let mut r = TransactionRecord::started(
+        tid.clone(),
+        MaxAttempts::new(max).unwrap(),
+        Timestamp::from_millis(T0),
+    );
+    r.status = status;
+    r.current_attempt = at(current);
+    r.updated_at = Timestamp::from_millis(updated);
+    if status.is_intermediate() {
+        let next = at(current + 1);
+        r.next_attempt = Some(next);
+        r.next_fire_at = Some(Timestamp::from_millis(updated + 3_600_000));
+        r.schedule_name = Some(ScheduleName::for_retry(&tid, next));
+        r.last_outcome = Some(Outcome::Cancelled);
+        r.last_reason = Some("NOT_AVAILABLE".to_owned());
+        r.last_actor = Actor::ResponseHandler;
+    }
+    if status == Status::Sending {
+        r.last_origin = Some(Origin::RetryScheduler);
+        r.last_actor = Actor::RetryHandler;
+    }
+    r.reconcile = ReconcileKey::derive(status, &tid, 8, r.updated_at, r.next_fire_at);
+    r
+}

@@ -1,0 +1,326 @@
+//! The DynamoDB state store against moto: conditional create, transitions equal to
+//! `Write::apply`, failed conditions handing back the current record, the reconciler
+//! index.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use aws::dynamo::DynamoStore;
+use common::*;
+use domain::decide::{decide, Input, Known};
+use domain::machine::{Status, Write};
+use domain::policy::FixedRandom;
+use domain::ports::{CreateOutcome, StateStore, StuckQuery, WriteOutcome};
+use domain::{Context, Effect, Payload, PolicySet, Response, RetryEvent, Timestamp};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+fn ctx(now: i64) -> Context {
+    Context::new(
+        Timestamp::from_millis(now),
+        PolicySet::default(),
+        8,
+        Duration::from_secs(900),
+    )
+}
+
+/// GIVEN no transaction WHEN it is created twice THEN the first creates and the second
+/// reports it exists with the same payload; a different payload is told apart.
+#[tokio::test(flavor = "multi_thread")]
+async fn create_twice_is_harmless() {
+    let s = stack("cr").await;
+    let store = s.store();
+    let r = record("TX-C1", Status::InProgress, 1, 3, T0);
+    let payload = Payload::from_json(r#"{"amount": 10, "currency":"EUR"}"#).unwrap();
+    assert_eq!(
+        store.create(&r, &payload).await.unwrap(),
+        CreateOutcome::Created
+    );
+    assert_eq!(
+        store.create(&r, &payload).await.unwrap(),
+        CreateOutcome::AlreadyExists {
+            record: r.clone(),
+            same_payload: true
+        }
+    );
+    let other = Payload::from_json(r#"{"amount": 11}"#).unwrap();
+    assert_eq!(
+        store.create(&r, &other).await.unwrap(),
+        CreateOutcome::AlreadyExists {
+            record: r.clone(),
+            same_payload: false
+        }
+    );
+    // The payload kept is the first one, byte for byte.
+    assert_eq!(
+        store.payload(&r.transaction_id).await.unwrap(),
+        Some(payload)
+    );
+    assert_eq!(store.get(&r.transaction_id).await.unwrap(), Some(r));
+    assert_eq!(store.get(&id("TX-NONE")).await.unwrap(), None);
+    assert_eq!(store.payload(&id("TX-NONE")).await.unwrap(), None);
+}
+
+fn sample_records(tx: &str) -> Vec<domain::TransactionRecord> {
+    vec![
+        record(tx, Status::InProgress, 1, 3, T0),
+        record(tx, Status::InProgress, 2, 3, T0 + 1),
+        record(tx, Status::InProgress, 3, 3, T0 + 2),
+        record(tx, Status::Scheduling, 1, 3, T0 + 3),
+        record(tx, Status::Scheduled, 1, 3, T0 + 4),
+        record(tx, Status::Sending, 1, 3, T0 + 5),
+        record(tx, Status::Scheduling, 2, 3, T0 + 6),
+        record(tx, Status::Sending, 2, 3, T0 + 7),
+        record(tx, Status::Succeeded, 2, 3, T0 + 8),
+        record(tx, Status::Failed, 3, 3, T0 + 9),
+    ]
+}
+
+/// Every write the domain's decisions produce for these records and inputs.
+fn sample_writes(tx: &str, records: &[domain::TransactionRecord]) -> Vec<Write> {
+    let c = ctx(T0 + 60_000);
+    let mut rng = FixedRandom(0.5);
+    let mut inputs = vec![];
+    for n in 1..=3 {
+        for outcome in ["SUCCESS", "CANCELLED"] {
+            inputs.push(Input::Response(
+                Response::parse(&format!(
+                    r#"{{"transaction_id":"{tx}","attempt":{n},"outcome":"{outcome}","reason":"NOT_AVAILABLE"}}"#
+                ))
+                .unwrap(),
+            ));
+        }
+    }
+    for m in 2..=3 {
+        inputs.push(Input::Retry(
+            RetryEvent::parse(&format!(
+                r#"{{"transaction_id":"{tx}","origin":"RECONCILER","attempt":{m}}}"#
+            ))
+            .unwrap(),
+        ));
+    }
+    for r in records {
+        inputs.push(Input::Reconcile(r.clone()));
+    }
+    inputs.push(Input::Resolve(id(tx)));
+    inputs.push(Input::Replay {
+        transaction_id: id(tx),
+        budget: 2,
+    });
+    let mut writes: Vec<Write> = vec![];
+    for input in &inputs {
+        let mut knowns = vec![Known::Unread];
+        knowns.extend(records.iter().map(Known::Record));
+        for k in knowns {
+            for e in decide(input, k, None, &c, &mut rng) {
+                if let Effect::Write(w) = e {
+                    if !writes.contains(&w) {
+                        writes.push(w);
+                    }
+                }
+            }
+        }
+    }
+    writes
+}
+
+/// THE specification test: for every (write, record) pair, the item DynamoDB holds
+/// after the UpdateItem equals `Write::apply(record)`, a failed condition hands back
+/// exactly the stored record, and nothing else changes.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_write_matches_write_apply() {
+    let s = stack("eq").await;
+    let store = s.store();
+    let tx = "TX-EQ";
+    let records = sample_records(tx);
+    let writes = sample_writes(tx, &records);
+    assert!(
+        writes.len() >= 10,
+        "decisions produced {} writes",
+        writes.len()
+    );
+    let events: BTreeSet<String> = writes.iter().map(|w| format!("{:?}", w.event)).collect();
+    assert!(events.len() >= 7, "writes cover most arrows: {events:?}");
+    let (mut applied, mut refused) = (0, 0);
+    for w in &writes {
+        for r in &records {
+            put_record(&s, r).await;
+            let got = store.transition(w).await.unwrap();
+            match w.apply(r) {
+                Ok(next) => {
+                    applied += 1;
+                    assert_eq!(got, WriteOutcome::Written(next.clone()), "{w:?} on {r:?}");
+                    assert_eq!(store.get(&r.transaction_id).await.unwrap(), Some(next));
+                }
+                Err(_) => {
+                    refused += 1;
+                    assert_eq!(
+                        got,
+                        WriteOutcome::ConditionFailed(Some(r.clone())),
+                        "{w:?} on {r:?}"
+                    );
+                    assert_eq!(
+                        store.get(&r.transaction_id).await.unwrap().as_ref(),
+                        Some(r)
+                    );
+                }
+            }
+        }
+    }
+    assert!(applied >= writes.len() / 2, "applied {applied}");
+    assert!(refused > applied, "refused {refused}");
+    let counts = store.meter().snapshot();
+    assert_eq!(counts.writes as usize, writes.len() * records.len());
+    assert_eq!(counts.failed_conditions as usize, refused);
+}
+
+/// GIVEN IN_PROGRESS(2) WHEN a write expects attempt 1, or expects SCHEDULING THEN the
+/// condition fails and the current record comes back with the error (no read);
+/// a missing item fails with no record.
+#[tokio::test(flavor = "multi_thread")]
+async fn stale_status_and_stale_attempt_hand_back_the_current_record() {
+    let s = stack("st").await;
+    let store = s.store();
+    let current = record("TX-S1", Status::InProgress, 2, 4, T0);
+    put_record(&s, &current).await;
+    let c = ctx(T0 + 1000);
+    let mut rng = FixedRandom(0.5);
+    let first_write = |input: &Input, known: Known<'_>, rng: &mut FixedRandom| {
+        decide(input, known, None, &c, rng)
+            .into_iter()
+            .find_map(|e| match e {
+                Effect::Write(w) => Some(w),
+                _ => None,
+            })
+            .unwrap()
+    };
+    // Stale attempt: a CANCELLED response for attempt 1 decided unread.
+    let late = Input::Response(
+        Response::parse(r#"{"transaction_id":"TX-S1","attempt":1,"outcome":"CANCELLED"}"#).unwrap(),
+    );
+    let w = first_write(&late, Known::Unread, &mut rng);
+    assert_eq!(w.guard.current_attempt, Some(at(1)));
+    let before = store.meter().snapshot();
+    assert_eq!(
+        store.transition(&w).await.unwrap(),
+        WriteOutcome::ConditionFailed(Some(current.clone()))
+    );
+    let after = store.meter().snapshot();
+    assert_eq!(after.reads, before.reads, "no second read");
+    // Stale status: the retry handler's write expects SCHEDULED/SCHEDULING.
+    let retry = Input::Retry(
+        RetryEvent::parse(r#"{"transaction_id":"TX-S1","origin":"RETRY_SCHEDULER","attempt":3}"#)
+            .unwrap(),
+    );
+    let w = first_write(&retry, Known::Unread, &mut rng);
+    assert!(!w.guard.statuses.contains(&Status::InProgress));
+    assert_eq!(
+        store.transition(&w).await.unwrap(),
+        WriteOutcome::ConditionFailed(Some(current.clone()))
+    );
+    // No such transaction.
+    let mut ghost = w.clone();
+    ghost.transaction_id = id("TX-GHOST");
+    assert_eq!(
+        store.transition(&ghost).await.unwrap(),
+        WriteOutcome::ConditionFailed(None)
+    );
+    assert_eq!(
+        store.get(&id("TX-GHOST")).await.unwrap(),
+        None,
+        "no partial item created"
+    );
+    // And the matching response succeeds.
+    let ok = Input::Response(
+        Response::parse(r#"{"transaction_id":"TX-S1","attempt":2,"outcome":"SUCCESS"}"#).unwrap(),
+    );
+    let w = first_write(&ok, Known::Unread, &mut rng);
+    let WriteOutcome::Written(done) = store.transition(&w).await.unwrap() else {
+        panic!("write refused")
+    };
+    assert_eq!(done.status, Status::Succeeded);
+    assert_eq!(done.reconcile, None);
+}
+
+/// GIVEN transactions spread over shards and states, some older than the threshold
+/// WHEN the reconciler queries every (state, shard) with small pages THEN it gets
+/// exactly the stuck intermediate ones, each once.
+#[tokio::test(flavor = "multi_thread")]
+async fn gsi_query_returns_exactly_the_stuck_transactions_across_shards() {
+    let s = stack("gsi").await;
+    let store: DynamoStore = s.store();
+    let shards = 8u16;
+    let cutoff = T0 + 1_000_000;
+    let mut expected = BTreeSet::new();
+    let statuses = [
+        Status::InProgress,
+        Status::Scheduling,
+        Status::Scheduled,
+        Status::Sending,
+        Status::Succeeded,
+        Status::Failed,
+    ];
+    for i in 0..48u32 {
+        let status = statuses[(i % 6) as usize];
+        let old = i % 4 != 3;
+        let updated = if old {
+            T0 + i64::from(i)
+        } else {
+            cutoff + 10_000 + i64::from(i)
+        };
+        let current = if status == Status::Failed { 3 } else { 1 };
+        let mut r = record(&format!("TX-G{i:03}"), status, current, 3, updated);
+        if status == Status::Scheduled {
+            // SCHEDULED is stuck relative to its fire time.
+            let fire = if old { T0 + 5 } else { cutoff + 50_000 };
+            r.next_fire_at = Some(Timestamp::from_millis(fire));
+            r.reconcile = domain::machine::ReconcileKey::derive(
+                status,
+                &r.transaction_id,
+                shards,
+                r.updated_at,
+                r.next_fire_at,
+            );
+        }
+        if status.is_intermediate() && old {
+            expected.insert(r.transaction_id.to_string());
+        }
+        put_record(&s, &r).await;
+    }
+    let mut found = Vec::new();
+    let mut pages = 0;
+    for status in domain::Status::INTERMEDIATE {
+        for shard in 0..shards {
+            let mut cursor = None;
+            loop {
+                let page = store
+                    .query_stuck(&StuckQuery {
+                        status,
+                        shard,
+                        before: Timestamp::from_millis(cutoff),
+                        limit: 2,
+                        cursor: cursor.clone(),
+                    })
+                    .await
+                    .unwrap();
+                pages += 1;
+                for r in &page.records {
+                    assert_eq!(r.status, status);
+                    assert_eq!(r.transaction_id.shard(shards), shard);
+                    found.push(r.transaction_id.to_string());
+                }
+                match page.next {
+                    Some(n) => cursor = Some(n),
+                    None => break,
+                }
+            }
+        }
+    }
+    let unique: BTreeSet<String> = found.iter().cloned().collect();
+    assert_eq!(unique.len(), found.len(), "no record twice");
+    assert_eq!(unique, expected);
+    assert!(expected.len() >= 15, "{}", expected.len());
+    let counts = store.meter().snapshot();
+    assert_eq!(counts.queries, pages);
+    assert_eq!(counts.reads, 0, "Query only, no GetItem");
+}
