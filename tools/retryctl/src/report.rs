@@ -122,7 +122,7 @@ pub fn percentiles(sorted: &[i64]) -> Option<Percentiles> {
 /// millisecond by following `from → to`.
 pub fn chain(rows: &[AuditEntry]) -> Vec<AuditEntry> {
     let mut rest = rows.to_vec();
-    rest.sort_by(|a, b| a.at.cmp(&b.at));
+    rest.sort_by_key(|a| a.at);
     let mut out: Vec<AuditEntry> = Vec::with_capacity(rest.len());
     while !rest.is_empty() {
         let prev = out.last().map(|r| r.to);
@@ -167,7 +167,7 @@ fn check(
             "current attempt {current} > max_attempts {max}"
         )));
     }
-    if let Some((&k, _)) = seen.iter().rev().next() {
+    if let Some((&k, _)) = seen.iter().next_back() {
         if k > max {
             r.exceeded.push(finding(format!(
                 "the external service received attempt {k} > max_attempts {max}"
@@ -198,13 +198,11 @@ fn check(
     }
     let outcome = |k: u32| seen.get(&k).map(|s| s.outcome);
     match rec.status {
-        Status::Succeeded => {
-            if outcome(current) != Some(Outcome::Success) {
-                r.unexpected.push(finding(format!(
-                    "SUCCEEDED at attempt {current} but the service answered {:?}",
-                    outcome(current)
-                )));
-            }
+        Status::Succeeded if outcome(current) != Some(Outcome::Success) => {
+            r.unexpected.push(finding(format!(
+                "SUCCEEDED at attempt {current} but the service answered {:?}",
+                outcome(current)
+            )));
         }
         Status::Failed => {
             if current < max {
@@ -530,9 +528,14 @@ mod tests {
             .collect()
     }
 
-    fn obs_for(
-        txs: &[(&str, TransactionRecord, Vec<AuditEntry>, Vec<(u32, Seen)>)],
-    ) -> Observations {
+    type Tx<'a> = (
+        &'a str,
+        TransactionRecord,
+        Vec<AuditEntry>,
+        Vec<(u32, Seen)>,
+    );
+
+    fn obs_for(txs: &[Tx<'_>]) -> Observations {
         let mut o = Observations::default();
         for (id, r, a, s) in txs {
             o.submitted.push((*id).to_owned());

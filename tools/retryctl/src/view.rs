@@ -142,15 +142,8 @@ pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry]) -> String {
     let _ = writeln!(s, "timeline ({} transitions)", rows.len());
     let _ = writeln!(
         s,
-        "  {:<24}  {:<17} {:<26} {:<8} {:<34} {:<24} {:<24} {}",
-        "TIME",
-        "ACTOR",
-        "FROM → TO",
-        "ATTEMPT",
-        "SCHEDULE",
-        "FIRE AT",
-        "OUTCOME / REASON",
-        "ORIGIN"
+        "  {:<24}  {:<17} {:<26} {:<8} {:<34} {:<24} {:<24} ORIGIN",
+        "TIME", "ACTOR", "FROM → TO", "ATTEMPT", "SCHEDULE", "FIRE AT", "OUTCOME / REASON",
     );
     for e in &rows {
         let _ = writeln!(s, "  {}  {}", e.at, transition_text(e));

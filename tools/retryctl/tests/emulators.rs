@@ -1,0 +1,437 @@
+//! The emulators against a real moto server, through the real SDK.
+
+use aws::config::StackNames;
+use aws::local;
+use aws::provision::{provision, Provisioned};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use aws_sdk_scheduler::types::{
+    ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode,
+    RetryPolicy, Target,
+};
+use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use domain::ports::{Clock, SystemClock};
+use retryctl::local::esm::{self, EsmSettings, SqsFunction};
+use retryctl::local::external::{self, ExternalSettings};
+use retryctl::local::scheduler::{self, SchedulerSettings};
+use retryctl::local::stop::StopSource;
+use retryctl::local::SqsDirectory;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+async fn stack(tag: &str) -> (aws_config::SdkConfig, Provisioned) {
+    let endpoint = local::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
+    let sdk = local::sdk_config(&endpoint).await;
+    let names = StackNames::new(&local::unique_prefix(tag));
+    let p = provision(&sdk, &names).await.expect("provision");
+    (sdk, p)
+}
+
+async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let get = |k: QueueAttributeName| {
+        out.attributes()
+            .and_then(|a| a.get(&k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (
+        get(QueueAttributeName::ApproximateNumberOfMessages),
+        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    )
+}
+
+async fn wait_until<F, Fut>(limit: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// GIVEN a queue with a redrive policy (maxReceiveCount 5) WHEN the function reports
+/// one record of each batch as failed THEN the others are deleted at once, the failed
+/// one comes back after the visibility timeout with a growing ApproximateReceiveCount,
+/// and after 5 receives SQS (moto) moves it to the DLQ; concurrency never exceeds
+/// MaximumConcurrency and batches never exceed BatchSize.
+#[tokio::test(flavor = "multi_thread")]
+async fn esm_deletes_only_successes_and_failures_reach_the_dlq() {
+    let (sdk, p) = stack("esm").await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    for i in 0..12 {
+        let body = if i == 5 {
+            "poison".to_owned()
+        } else {
+            format!("ok-{i}")
+        };
+        sqs.send_message()
+            .queue_url(&p.response.url)
+            .message_body(body)
+            .message_attributes(
+                "idempotency_key",
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(format!("k-{i}"))
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    let seen: Arc<Mutex<Vec<(String, String, usize)>>> = Arc::default();
+    let log = seen.clone();
+    let function: SqsFunction = Arc::new(move |event: SqsEvent| {
+        let log = log.clone();
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let mut resp = SqsBatchResponse::default();
+            let n = event.records.len();
+            for r in event.records {
+                let body = r.body.clone().unwrap_or_default();
+                let count = r
+                    .attributes
+                    .get("ApproximateReceiveCount")
+                    .cloned()
+                    .unwrap_or_default();
+                assert_eq!(r.event_source_arn.as_deref(), Some(p_arn()));
+                assert!(r.message_attributes.contains_key("idempotency_key"));
+                log.lock().unwrap().push((body.clone(), count, n));
+                if body == "poison" {
+                    let mut f = BatchItemFailure::default();
+                    f.item_identifier = r.message_id.clone().unwrap_or_default();
+                    resp.batch_item_failures.push(f);
+                }
+            }
+            Ok(resp)
+        })
+    });
+    // The ARN is checked inside the function; keep it reachable from a plain fn.
+    ARN.set(p.response.arn.clone()).ok();
+    let (source, stop) = StopSource::new();
+    let (handles, stats) = esm::spawn(
+        sqs.clone(),
+        EsmSettings {
+            function: "test".into(),
+            queue_url: p.response.url.clone(),
+            queue_arn: p.response.arn.clone(),
+            region: local::LOCAL_REGION.into(),
+            batch_size: 4,
+            batching_window: Duration::from_millis(300),
+            max_concurrency: 2,
+            poll_wait_seconds: 1,
+            visibility_timeout: Some(1),
+        },
+        |_| function.clone(),
+        stop,
+    );
+    let moved = wait_until(Duration::from_secs(30), || async {
+        depth(&sqs, &p.response_dlq.url).await.0 == 1
+    })
+    .await;
+    source.stop();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(moved, "the failing record never reached the DLQ");
+    let log = seen.lock().unwrap().clone();
+    let ok: Vec<_> = log.iter().filter(|(b, _, _)| b != "poison").collect();
+    assert_eq!(
+        ok.len(),
+        11,
+        "each good record delivered exactly once: {log:?}"
+    );
+    let poison: Vec<u32> = log
+        .iter()
+        .filter(|(b, _, _)| b == "poison")
+        .map(|(_, c, _)| c.parse().unwrap())
+        .collect();
+    assert_eq!(
+        poison,
+        vec![1, 2, 3, 4, 5],
+        "receive counts of the failing record"
+    );
+    assert!(log.iter().all(|(_, _, n)| *n <= 4), "batch size respected");
+    assert!(stats.get(&stats.peak_concurrency) <= 2);
+    assert_eq!(stats.get(&stats.deleted), 11);
+    assert_eq!(stats.get(&stats.reported_failures), 5);
+    assert_eq!(depth(&sqs, &p.response.url).await, (0, 0));
+    // The DLQ holds the message unchanged.
+    let dlq = sqs
+        .receive_message()
+        .queue_url(&p.response_dlq.url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dlq.messages()[0].body(), Some("poison"));
+}
+
+static ARN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+fn p_arn() -> &'static str {
+    ARN.get().map(String::as_str).unwrap_or("")
+}
+
+/// GIVEN an invocation that fails as a whole (error) THEN nothing of the batch is
+/// deleted: the records come back after the visibility timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn esm_invocation_error_returns_the_whole_batch() {
+    let (sdk, p) = stack("esmerr").await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    for i in 0..3 {
+        sqs.send_message()
+            .queue_url(&p.retry.url)
+            .message_body(format!("m{i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let calls = Arc::new(Mutex::new(0u32));
+    let c = calls.clone();
+    let function: SqsFunction = Arc::new(move |event: SqsEvent| {
+        let c = c.clone();
+        Box::pin(async move {
+            let mut n = c.lock().unwrap();
+            *n += 1;
+            if *n == 1 {
+                return Err(format!("boom on {} records", event.records.len()));
+            }
+            Ok(SqsBatchResponse::default())
+        })
+    });
+    let (source, stop) = StopSource::new();
+    let (handles, stats) = esm::spawn(
+        sqs.clone(),
+        EsmSettings {
+            function: "test".into(),
+            queue_url: p.retry.url.clone(),
+            queue_arn: p.retry.arn.clone(),
+            region: local::LOCAL_REGION.into(),
+            batch_size: 10,
+            batching_window: Duration::from_millis(500),
+            max_concurrency: 1,
+            poll_wait_seconds: 1,
+            visibility_timeout: Some(1),
+        },
+        move |_| function.clone(),
+        stop,
+    );
+    let drained = wait_until(Duration::from_secs(20), || async {
+        stats.get(&stats.deleted) == 3
+    })
+    .await;
+    source.stop();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(drained);
+    assert_eq!(stats.get(&stats.failed_invocations), 1);
+    assert_eq!(
+        stats.get(&stats.records),
+        6,
+        "the 3 records were delivered twice"
+    );
+}
+
+/// GIVEN one-time schedules in the group WHEN their instant comes THEN the emulator
+/// sends each Input unchanged to its target queue, deletes the schedule
+/// (ActionAfterCompletion DELETE), records a small non-negative drift; a schedule
+/// whose target does not exist ends in its dead-letter queue after its retries.
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduler_fires_due_schedules_deletes_them_and_dead_letters_failures() {
+    let (sdk, p) = stack("sch").await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let sched = aws_sdk_scheduler::Client::new(&sdk);
+    let fire = SystemClock.now().plus_millis(2_000).ceil_to_second();
+    let create = |name: &str, target_arn: &str, input: &str| {
+        sched
+            .create_schedule()
+            .name(name)
+            .group_name(&p.names.schedule_group)
+            .schedule_expression(format!("at({})", fire.to_schedule_at()))
+            .schedule_expression_timezone("UTC")
+            .flexible_time_window(
+                FlexibleTimeWindow::builder()
+                    .mode(FlexibleTimeWindowMode::Off)
+                    .build()
+                    .unwrap(),
+            )
+            .action_after_completion(ActionAfterCompletion::Delete)
+            .target(
+                Target::builder()
+                    .arn(target_arn)
+                    .role_arn(&p.scheduler_role_arn)
+                    .input(input)
+                    .retry_policy(
+                        RetryPolicy::builder()
+                            .maximum_retry_attempts(1)
+                            .maximum_event_age_in_seconds(60)
+                            .build(),
+                    )
+                    .dead_letter_config(
+                        DeadLetterConfig::builder()
+                            .arn(&p.scheduler_dlq.arn)
+                            .build(),
+                    )
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+    };
+    let input = r#"{"transaction_id":"TX-1","origin":"RETRY_SCHEDULER","attempt":2}"#;
+    create("retry-TX-1-2", &p.retry.arn, input).await.unwrap();
+    let missing = format!(
+        "arn:aws:sqs:us-east-1:{}:no-such-queue",
+        local::LOCAL_ACCOUNT
+    );
+    create("retry-TX-2-2", &missing, "{\"x\":2}").await.unwrap();
+
+    let (source, stop) = StopSource::new();
+    let (handle, stats) = scheduler::spawn(
+        sched.clone(),
+        SqsDirectory::new(sqs.clone()),
+        SchedulerSettings {
+            group: p.names.schedule_group.clone(),
+            tick: Duration::from_millis(200),
+        },
+        stop,
+    );
+    let done = wait_until(Duration::from_secs(20), || async {
+        stats.get(&stats.fired) == 1 && stats.get(&stats.dead_lettered) == 1
+    })
+    .await;
+    // Nothing fires twice.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    source.stop();
+    handle.await.unwrap();
+    assert!(
+        done,
+        "fired {} dead-lettered {}",
+        stats.get(&stats.fired),
+        stats.get(&stats.dead_lettered)
+    );
+    assert_eq!(stats.get(&stats.fired), 1);
+    let got = sqs
+        .receive_message()
+        .queue_url(&p.retry.url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.messages().len(), 1);
+    assert_eq!(got.messages()[0].body(), Some(input));
+    let dl = sqs
+        .receive_message()
+        .queue_url(&p.scheduler_dlq.url)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dl.messages()[0].body(), Some("{\"x\":2}"));
+    assert!(dl.messages()[0]
+        .message_attributes()
+        .unwrap()
+        .contains_key("SCHEDULE_ARN"));
+    let left = sched
+        .list_schedules()
+        .group_name(&p.names.schedule_group)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        left.schedules().is_empty(),
+        "both schedules deleted after completion"
+    );
+    let drift = stats.drift_ms();
+    assert_eq!(drift.len(), 1);
+    assert!((0..1_500).contains(&drift[0]), "drift {drift:?} ms");
+}
+
+/// GIVEN the same request twice (same idempotency key) THEN the service counts it raw
+/// twice and once after dedupe, and answers both times with the same outcome.
+#[tokio::test(flavor = "multi_thread")]
+async fn external_service_dedupes_by_idempotency_key() {
+    let (sdk, p) = stack("ext").await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let send = |id: &str, attempt: u32| {
+        let body = format!(
+            r#"{{"transaction_id":"{id}","attempt":{attempt},"idempotency_key":"{id}#{attempt}","payload":{{"n":1}}}}"#
+        );
+        sqs.send_message()
+            .queue_url(&p.request.url)
+            .message_body(body)
+            .message_attributes(
+                "idempotency_key",
+                MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(format!("{id}#{attempt}"))
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+    };
+    send("TX-1", 1).await.unwrap();
+    send("TX-1", 1).await.unwrap();
+    send("TX-2", 1).await.unwrap();
+    let (source, stop) = StopSource::new();
+    let (handles, stats) = external::spawn(
+        sqs.clone(),
+        ExternalSettings {
+            request_queue_url: p.request.url.clone(),
+            response_queue_url: p.response.url.clone(),
+            cancel_probability: 0.5,
+            latency_min: Duration::from_millis(5),
+            latency_max: Duration::from_millis(20),
+            duplicate_response_probability: 0.0,
+            cancel_reason: "NOT_AVAILABLE".into(),
+            consumers: 2,
+            seed: 1,
+        },
+        stop,
+    );
+    let done = wait_until(Duration::from_secs(15), || async {
+        stats.get(&stats.responses_sent) == 3
+    })
+    .await;
+    source.stop();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(done);
+    assert_eq!(stats.raw_requests(), 3);
+    assert_eq!(stats.unique_requests(), 2);
+    assert_eq!(stats.get(&stats.missing_key_attribute), 0);
+    let mut bodies = vec![];
+    for _ in 0..3 {
+        let out = sqs
+            .receive_message()
+            .queue_url(&p.response.url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        bodies.extend(
+            out.messages()
+                .iter()
+                .filter_map(|m| m.body().map(str::to_owned)),
+        );
+        if bodies.len() == 3 {
+            break;
+        }
+    }
+    let tx1: Vec<_> = bodies.iter().filter(|b| b.contains("TX-1")).collect();
+    assert_eq!(tx1.len(), 2);
+    assert_eq!(tx1[0], tx1[1], "a duplicate gets the same answer");
+    assert_eq!(depth(&sqs, &p.request.url).await, (0, 0));
+}
