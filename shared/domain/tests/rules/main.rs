@@ -1,0 +1,9 @@
+//! Integration tests of the domain crate: whole runs through the executor over the
+//! in-memory adapters, and properties over arbitrary records, messages, policies,
+//! ids and event interleavings.
+
+// A test crate: helpers outside `#[test]` functions panic on purpose.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod runs;
+mod world;

@@ -1,0 +1,881 @@
+//! Whole runs through `domain::exec::execute` over the in-memory adapters: the happy
+//! paths, exhaustion, every row of DESIGN.md's failure table, the reconciler, and the
+//! bound on re-decisions.
+
+use crate::world::*;
+use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known, Rejection, Run};
+use domain::decide::{Step, MAX_REDECISIONS};
+use domain::exec::{execute, ExecError, Ports};
+use domain::machine::{Status, TransactionRecord, Write};
+use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
+use domain::message::{Origin, Outcome, Payload, Request, RetryEvent};
+use domain::policy::SplitMix64;
+use domain::ports::{CreateOutcome, PortError, StateStore, StuckPage, StuckQuery, WriteOutcome};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use Status::*;
+
+fn summary(w: &World, id: &domain::TransactionId) -> (Status, u32, Option<u32>) {
+    let r = w.record(id);
+    (
+        r.status,
+        r.current_attempt.get(),
+        r.next_attempt.map(|n| n.get()),
+    )
+}
+
+/// Start, then answer attempt 1 CANCELLED: returns the response message.
+fn cancelled_in_flight(w: &mut World, id: &domain::TransactionId, max: u32) -> Input {
+    assert_eq!(w.start(id, max), Disposition::Ack(Ack::Started));
+    let responses = w.serve(|_| Outcome::Cancelled);
+    assert_eq!(responses.len(), 1);
+    Input::Response(responses[0].clone())
+}
+
+/// GIVEN max_attempts = 4 WHEN attempts 1, 2, 3 are CANCELLED and attempt 4 succeeds
+/// THEN the transaction ends SUCCEEDED after exactly four requests (keys `<id>#1..4`),
+/// three schedules at 2 h / 4 h / 8 h ±10 %, no alert, and not one read of the state item.
+#[test]
+fn three_retries_then_success() {
+    let mut w = World::new();
+    let id = tx("TX-100200");
+    let policy = w.policies.default.clone();
+    assert_eq!(w.start(&id, 4), Disposition::Ack(Ack::Started));
+    assert_eq!(w.published(&id), [1]);
+    assert_eq!(
+        w.requests.messages()[0].idempotency_key.as_str(),
+        "TX-100200#1"
+    );
+    assert_eq!(
+        w.requests.messages()[0].payload.as_json(),
+        r#"{"amount":12.50,"currency":"EUR"}"#
+    );
+    for n in 1..=3u32 {
+        let responses = w.serve(|_| Outcome::Cancelled);
+        assert_eq!(responses.len(), 1);
+        assert_eq!(responses[0].attempt, a(n));
+        let answered_at = w.now;
+        assert_eq!(
+            w.run(Input::Response(responses[0].clone())),
+            Disposition::Ack(Ack::Scheduled)
+        );
+        assert_eq!(summary(&w, &id), (Scheduled, n, Some(n + 1)));
+        let fire = w.record(&id).next_fire_at.unwrap();
+        assert_eq!(fire.millis() % 1000, 0, "a whole second");
+        let (lo, hi) = policy.bounds(a(n));
+        let wait = u128::try_from(fire.millis() - answered_at.millis()).unwrap();
+        assert!(
+            wait >= lo.as_millis() && wait < hi.as_millis() + 1000,
+            "attempt {n}: waited {wait} ms, bounds {lo:?}..{hi:?}"
+        );
+        let nominal_h = [2, 4, 8][n as usize - 1];
+        assert_eq!(policy.nominal(a(n)).as_secs(), nominal_h * 3600);
+        let live = w.scheduler.live();
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].name.as_str(), format!("retry-TX-100200-{}", n + 1));
+        assert_eq!(
+            live[0].fire_at, fire,
+            "the schedule uses the persisted instant"
+        );
+        assert_eq!(
+            live[0].event,
+            RetryEvent {
+                transaction_id: id.clone(),
+                origin: Origin::RetryScheduler,
+                attempt: a(n + 1)
+            }
+        );
+        // Nothing fires a millisecond early.
+        w.now = fire.plus_millis(-1);
+        assert!(w.fire_due().is_empty());
+        w.now = fire;
+        let events = w.fire_due();
+        assert_eq!(events.len(), 1);
+        assert_eq!(
+            w.run(retry_input(events[0].clone())),
+            Disposition::Ack(Ack::Published)
+        );
+        assert_eq!(summary(&w, &id), (InProgress, n + 1, None));
+        assert_eq!(w.record(&id).next_fire_at, None);
+        assert_eq!(w.published(&id), (1..=n + 1).collect::<Vec<_>>());
+        let last = w.requests.messages().last().unwrap().clone();
+        assert_eq!(
+            last.idempotency_key.as_str(),
+            format!("TX-100200#{}", n + 1)
+        );
+    }
+    let responses = w.serve(|_| Outcome::Success);
+    assert_eq!(
+        w.run(Input::Response(responses[0].clone())),
+        Disposition::Ack(Ack::Succeeded)
+    );
+    assert_eq!(summary(&w, &id), (Succeeded, 4, None));
+    assert_eq!(w.alerts(), 0);
+    assert_eq!(w.scheduler.created(), 3);
+    assert_eq!(w.scheduler.conflicts(), 0);
+    let calls = w.store.calls();
+    assert_eq!(calls.reads, 0, "happy paths never read the state item");
+    assert_eq!(calls.failed_conditions, 0);
+    let trail: Vec<(Option<Status>, Status)> =
+        w.store.audit(&id).iter().map(|e| (e.from, e.to)).collect();
+    let mut want = vec![(None, InProgress)];
+    for _ in 0..3 {
+        want.extend([
+            (Some(InProgress), Scheduling),
+            (Some(Scheduling), Scheduled),
+            (Some(Scheduled), Sending),
+            (Some(Sending), InProgress),
+        ]);
+    }
+    want.push((Some(InProgress), Succeeded));
+    assert_eq!(trail, want);
+}
+
+/// GIVEN max_attempts = 4 WHEN every attempt is CANCELLED THEN the transaction ends
+/// FAILED at attempt 4 with exactly one business alert, and never a fifth request.
+#[test]
+fn exhaustion_fails_with_one_alert() {
+    let mut w = World::new();
+    let id = tx("TX-7");
+    w.start(&id, 4);
+    let mut last_response = None;
+    for _ in 0..10 {
+        for resp in w.serve(|_| Outcome::Cancelled) {
+            last_response = Some(resp.clone());
+            w.run(Input::Response(resp));
+        }
+        w.advance_ms(30 * HOUR_MS);
+        for ev in w.fire_due() {
+            w.run(retry_input(ev));
+        }
+    }
+    assert_eq!(summary(&w, &id), (Failed, 4, None));
+    assert_eq!(w.published(&id), [1, 2, 3, 4]);
+    assert_eq!(w.scheduler.created(), 3);
+    assert!(w.scheduler.live().is_empty());
+    let alerts: Vec<&Effect> = w
+        .performed
+        .iter()
+        .filter(|e| matches!(e, Effect::Alert(_)))
+        .collect();
+    assert_eq!(alerts.len(), 1);
+    let Effect::Alert(alert) = alerts[0] else {
+        unreachable!()
+    };
+    assert_eq!(
+        (alert.attempts, alert.transaction_id.clone()),
+        (a(4), id.clone())
+    );
+    assert_eq!(alert.last_reason.as_deref(), Some("NOT_AVAILABLE"));
+    let audit = w.store.audit(&id);
+    assert!(audit.last().unwrap().is_exhaustion());
+    assert_eq!(audit.iter().filter(|e| e.is_exhaustion()).count(), 1);
+    // The optimistic SCHEDULING write for attempt 4 is refused by its budget guard; the
+    // run re-decides from the record handed back and takes the FAILED arrow.
+    assert_eq!(w.store.calls().failed_conditions, 1);
+
+    // The exhausting response redelivered: nothing changes; the alert is raised again
+    // (alerts are at-least-once: the first one may have been lost to a crash).
+    let changes = w.store.change_count();
+    let resp = last_response.unwrap();
+    assert_eq!(w.run(Input::Response(resp)), Disposition::Ack(Ack::Failed));
+    assert_eq!(w.store.change_count(), changes);
+    assert_eq!(w.alerts(), 2);
+}
+
+/// max_attempts = 1 means the original request only: CANCELLED fails at once.
+#[test]
+fn a_budget_of_one_never_retries() {
+    let mut w = World::new();
+    let id = tx("TX-1");
+    let resp = cancelled_in_flight(&mut w, &id, 1);
+    assert_eq!(w.run(resp), Disposition::Ack(Ack::Failed));
+    assert_eq!(summary(&w, &id), (Failed, 1, None));
+    assert_eq!(w.scheduler.created(), 0);
+    assert_eq!(w.alerts(), 1);
+    assert_eq!(w.published(&id), [1]);
+}
+
+/// Repeating a start is harmless: no second record, the same attempt-1 request again
+/// while attempt 1 is still out, and a different payload is refused.
+#[test]
+fn repeated_start_is_harmless() {
+    let mut w = World::new();
+    let id = tx("TX-5");
+    assert_eq!(w.start(&id, 3), Disposition::Ack(Ack::Started));
+    assert_eq!(w.start(&id, 3), Disposition::Ack(Ack::AlreadyStarted));
+    assert_eq!(w.published(&id), [1, 1]);
+    assert!(w
+        .requests
+        .messages()
+        .iter()
+        .all(|r| r.idempotency_key.as_str() == "TX-5#1" && r.payload == payload()));
+    let other = Input::Start {
+        transaction_id: id.clone(),
+        payload: Payload::from_json(r#"{"amount":99}"#).unwrap(),
+        max_attempts: domain::MaxAttempts::new(3).unwrap(),
+    };
+    assert_eq!(
+        w.run(other),
+        Disposition::Reject(Rejection::PayloadMismatch {
+            transaction_id: id.clone()
+        })
+    );
+    assert_eq!(w.published(&id), [1, 1]);
+    // A crash between the create and the publish: the repeat publishes attempt 1.
+    let id2 = tx("TX-6");
+    assert_eq!(
+        w.run_crashing(start_input(&id2, 3), Some(1)),
+        Err(ExecError::Stopped("publish-request"))
+    );
+    assert!(w.published(&id2).is_empty());
+    assert_eq!(w.start(&id2, 3), Disposition::Ack(Ack::AlreadyStarted));
+    assert_eq!(w.published(&id2), [1]);
+    // Once past attempt 1, a repeat publishes nothing.
+    let resp = w.serve(|_| Outcome::Cancelled);
+    let resp = resp.into_iter().find(|r| r.transaction_id == id2).unwrap();
+    assert_eq!(
+        w.run(Input::Response(resp)),
+        Disposition::Ack(Ack::Scheduled)
+    );
+    w.advance_ms(3 * HOUR_MS);
+    let ev = w.fire_due();
+    w.run(retry_input(ev[0].clone()));
+    let before = w.requests.len();
+    assert_eq!(w.start(&id2, 3), Disposition::Ack(Ack::AlreadyStarted));
+    assert_eq!(w.requests.len(), before);
+}
+
+// ---------------------------------------------------------------------------
+// DESIGN.md's failure table, one test per row.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_dies_before_scheduling() {
+    let mut w = World::new();
+    let id = tx("TX-A0");
+    let resp = cancelled_in_flight(&mut w, &id, 4);
+    assert_eq!(
+        w.run_crashing(resp.clone(), Some(0)),
+        Err(ExecError::Stopped("write"))
+    );
+    assert_eq!(summary(&w, &id), (InProgress, 1, None));
+    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
+    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
+    assert_eq!(w.scheduler.created(), 1);
+    assert_eq!(w.scheduler.live().len(), 1);
+}
+
+#[test]
+fn a_dies_after_scheduling_before_creating_the_schedule() {
+    let mut w = World::new();
+    let id = tx("TX-A1");
+    let resp = cancelled_in_flight(&mut w, &id, 4);
+    assert_eq!(
+        w.run_crashing(resp.clone(), Some(1)),
+        Err(ExecError::Stopped("create-schedule"))
+    );
+    assert_eq!(summary(&w, &id), (Scheduling, 1, Some(2)));
+    let stored = w.record(&id).next_fire_at.unwrap();
+    assert!(w.scheduler.live().is_empty());
+    // The redelivery runs later, with another random draw: the stored instant wins.
+    w.rng = SplitMix64::new(0xDEAD_BEEF);
+    w.advance_ms(60_000);
+    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
+    let live = w.scheduler.live();
+    assert_eq!(live.len(), 1, "one retry");
+    assert_eq!(live[0].fire_at, stored);
+    assert_eq!(w.record(&id).next_fire_at, Some(stored));
+    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
+}
+
+#[test]
+fn a_dies_after_creating_before_scheduled() {
+    let mut w = World::new();
+    let id = tx("TX-A2");
+    let resp = cancelled_in_flight(&mut w, &id, 4);
+    assert_eq!(
+        w.run_crashing(resp.clone(), Some(2)),
+        Err(ExecError::Stopped("write"))
+    );
+    assert_eq!(summary(&w, &id), (Scheduling, 1, Some(2)));
+    assert_eq!(w.scheduler.live().len(), 1);
+    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
+    assert_eq!(w.scheduler.conflicts(), 1, "create says it exists: success");
+    assert_eq!(w.scheduler.created(), 1);
+    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
+}
+
+/// The retry event arrives while A is still SCHEDULING: B accepts it, and A's later
+/// failed condition is success.
+#[test]
+fn retry_event_arrives_while_scheduling() {
+    for b_finishes in [false, true] {
+        let mut w = World::new();
+        let id = tx("TX-A3");
+        let resp = cancelled_in_flight(&mut w, &id, 4);
+        let ctx = w.ctx();
+        let mut a_run = Run::new(resp, Known::Unread, &ctx, &mut w.rng);
+        {
+            let ports = ports(&w);
+            let mut rng = SplitMix64::new(1);
+            step_once(&mut a_run, &ports, &ctx, &mut rng); // SCHEDULING
+            step_once(&mut a_run, &ports, &ctx, &mut rng); // schedule created
+        }
+        assert_eq!(summary(&w, &id), (Scheduling, 1, Some(2)));
+        w.now = w.record(&id).next_fire_at.unwrap();
+        let ev = w.fire_due().pop().unwrap();
+        let crash = if b_finishes { None } else { Some(1) };
+        let b = w.run_crashing(retry_input(ev), crash);
+        if b_finishes {
+            assert_eq!(b, Ok(Disposition::Ack(Ack::Published)));
+            assert_eq!(summary(&w, &id), (InProgress, 2, None));
+        } else {
+            assert_eq!(b, Err(ExecError::Stopped("publish-request")));
+            assert_eq!(summary(&w, &id), (Sending, 1, Some(2)));
+        }
+        // A resumes: its confirm write fails and the re-decision is success.
+        let ctx = w.ctx();
+        let ports = ports(&w);
+        let mut rng = SplitMix64::new(1);
+        while step_once(&mut a_run, &ports, &ctx, &mut rng).is_some() {}
+        let want = if b_finishes {
+            Disposition::Drop(DropReason::LateResponse {
+                attempt: a(1),
+                current: a(2),
+            })
+        } else {
+            Disposition::Ack(Ack::AlreadyHandled)
+        };
+        assert_eq!(a_run.disposition(), Some(&want));
+        assert_eq!(a_run.redecisions(), 1);
+        assert_ne!(w.status(&id), Scheduled, "A never overwrites B's progress");
+    }
+}
+
+fn ports(w: &World) -> MemPorts<'_> {
+    Ports {
+        store: &w.store,
+        scheduler: &w.scheduler,
+        requests: &w.requests,
+        retries: &w.retries,
+    }
+}
+
+/// Up to the retry event of attempt 2 being due.
+fn scheduled_and_due(w: &mut World, id: &domain::TransactionId) -> RetryEvent {
+    let resp = cancelled_in_flight(w, id, 4);
+    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
+    w.now = w.record(id).next_fire_at.unwrap();
+    w.fire_due().pop().unwrap()
+}
+
+/// The scheduler cannot deliver: its DLQ keeps the event; the reconciler puts the
+/// retry event on the retry queue once SCHEDULED is long past its fire time.
+#[test]
+fn scheduler_cannot_deliver() {
+    let mut w = World::new();
+    let id = tx("TX-A4");
+    let _lost = scheduled_and_due(&mut w, &id);
+    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
+    assert!(w.reconcile().is_empty(), "not stuck before the threshold");
+    w.advance_ms(i64::try_from(w.threshold.as_millis()).unwrap() + 1_000);
+    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::ReconcilerRequeued)]);
+    let events = w.retries.drain();
+    assert_eq!(
+        events,
+        [RetryEvent {
+            transaction_id: id.clone(),
+            origin: Origin::Reconciler,
+            attempt: a(2)
+        }]
+    );
+    assert_eq!(
+        w.run(retry_input(events[0].clone())),
+        Disposition::Ack(Ack::Published)
+    );
+    assert_eq!(summary(&w, &id), (InProgress, 2, None));
+    assert_eq!(w.record(&id).last_origin, Some(Origin::Reconciler));
+    assert_eq!(w.published(&id), [1, 2]);
+}
+
+#[test]
+fn event_delivered_twice() {
+    // One after the other: the second is dropped.
+    let mut w = World::new();
+    let id = tx("TX-A5");
+    let ev = scheduled_and_due(&mut w, &id);
+    assert_eq!(
+        w.run(retry_input(ev.clone())),
+        Disposition::Ack(Ack::Published)
+    );
+    assert_eq!(
+        w.run(retry_input(ev)),
+        Disposition::Drop(DropReason::DuplicateRetry {
+            attempt: a(2),
+            status: InProgress
+        })
+    );
+    assert_eq!(w.published(&id), [1, 2]);
+
+    // In parallel: both may publish, with the same idempotency key (the precondition:
+    // the external service deduplicates by key).
+    let mut w = World::new();
+    let id = tx("TX-A5b");
+    let ev = scheduled_and_due(&mut w, &id);
+    let ctx = w.ctx();
+    let mut first = Run::new(retry_input(ev.clone()), Known::Unread, &ctx, &mut w.rng);
+    let mut second = Run::new(retry_input(ev), Known::Unread, &ctx, &mut w.rng);
+    let ports = ports(&w);
+    let mut rng = SplitMix64::new(3);
+    step_once(&mut first, &ports, &ctx, &mut rng); // SENDING
+    while step_once(&mut second, &ports, &ctx, &mut rng).is_some() {}
+    while step_once(&mut first, &ports, &ctx, &mut rng).is_some() {}
+    assert_eq!(second.disposition(), Some(&Disposition::Ack(Ack::Resumed)));
+    assert!(matches!(
+        first.disposition(),
+        Some(Disposition::Drop(DropReason::DuplicateRetry { .. }))
+    ));
+    assert_eq!(w.published(&id), [1, 2, 2]);
+    let keys: Vec<String> = w
+        .requests
+        .messages()
+        .iter()
+        .skip(1)
+        .map(|r| r.idempotency_key.to_string())
+        .collect();
+    assert_eq!(keys, ["TX-A5b#2", "TX-A5b#2"]);
+    assert_eq!(summary(&w, &id), (InProgress, 2, None));
+}
+
+#[test]
+fn b_dies_after_sending_before_publishing() {
+    let mut w = World::new();
+    let id = tx("TX-A6");
+    let ev = scheduled_and_due(&mut w, &id);
+    assert_eq!(
+        w.run_crashing(retry_input(ev.clone()), Some(1)),
+        Err(ExecError::Stopped("publish-request"))
+    );
+    assert_eq!(summary(&w, &id), (Sending, 1, Some(2)));
+    assert_eq!(w.published(&id), [1]);
+    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Resumed));
+    assert_eq!(w.published(&id), [1, 2]);
+    assert_eq!(summary(&w, &id), (InProgress, 2, None));
+}
+
+#[test]
+fn b_dies_after_publishing_before_in_progress() {
+    let mut w = World::new();
+    let id = tx("TX-A7");
+    let ev = scheduled_and_due(&mut w, &id);
+    assert_eq!(
+        w.run_crashing(retry_input(ev.clone()), Some(2)),
+        Err(ExecError::Stopped("write"))
+    );
+    assert_eq!(summary(&w, &id), (Sending, 1, Some(2)));
+    assert_eq!(w.published(&id), [1, 2]);
+    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Resumed));
+    assert_eq!(w.published(&id), [1, 2, 2], "republished with the same key");
+    assert_eq!(summary(&w, &id), (InProgress, 2, None));
+}
+
+/// B died after publishing attempt 2; the external service answers attempt 2 before
+/// the retry event is redelivered. The response must not be lost: it proves request 2
+/// left, so A completes SENDING → IN_PROGRESS(2) and handles it. (Dropping it as late
+/// left the transaction IN_PROGRESS(2) forever: the service answers a key once.)
+#[test]
+fn response_for_the_attempt_being_sent_is_not_lost() {
+    for outcome in [Outcome::Success, Outcome::Cancelled] {
+        let mut w = World::new();
+        let id = tx("TX-A7b");
+        let ev = scheduled_and_due(&mut w, &id);
+        let _ = w.run_crashing(retry_input(ev.clone()), Some(2));
+        assert_eq!(summary(&w, &id), (Sending, 1, Some(2)));
+        let responses = w.serve(|_| outcome);
+        assert_eq!(responses.len(), 1);
+        assert_eq!(responses[0].attempt, a(2));
+        let d = w.run(Input::Response(responses[0].clone()));
+        match outcome {
+            Outcome::Success => {
+                assert_eq!(d, Disposition::Ack(Ack::Succeeded));
+                assert_eq!(summary(&w, &id), (Succeeded, 2, None));
+            }
+            Outcome::Cancelled => {
+                assert_eq!(d, Disposition::Ack(Ack::Scheduled));
+                assert_eq!(summary(&w, &id), (Scheduled, 2, Some(3)));
+            }
+        }
+        // B's redelivery finds the work done and drops it; nothing is republished.
+        assert!(matches!(
+            w.run(retry_input(ev)),
+            Disposition::Drop(DropReason::DuplicateRetry { .. })
+        ));
+        assert_eq!(w.published(&id), [1, 2]);
+        let audit = w.store.audit(&id);
+        let completed = audit
+            .iter()
+            .find(|e| e.from == Some(Sending) && e.to == InProgress)
+            .unwrap();
+        assert_eq!(completed.actor, domain::machine::Actor::ResponseHandler);
+    }
+}
+
+/// A response for an earlier attempt changes nothing, in every state it can meet.
+#[test]
+fn late_response_changes_nothing() {
+    let mut w = World::new();
+    let id = tx("TX-A8");
+    for status in Status::ALL {
+        let mut state =
+            TransactionRecord::started(id.clone(), domain::MaxAttempts::new(4).unwrap(), w.now);
+        state.status = status;
+        state.current_attempt = a(2);
+        if status.is_intermediate() {
+            state.next_attempt = Some(a(3));
+            state.next_fire_at = Some(w.now.plus_millis(HOUR_MS));
+        }
+        w.store.put(state.clone(), Some(payload()));
+        for outcome in [Outcome::Success, Outcome::Cancelled] {
+            let before = w.store.change_count();
+            let published = w.requests.len();
+            let d = w.run(response_input(&id, 1, outcome));
+            assert_eq!(
+                d,
+                Disposition::Drop(DropReason::LateResponse {
+                    attempt: a(1),
+                    current: a(2)
+                }),
+                "{status} {outcome}"
+            );
+            assert_eq!(w.store.change_count(), before);
+            assert_eq!(w.record(&id), state);
+            assert_eq!(w.requests.len(), published);
+            assert!(w.scheduler.live().is_empty());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The reconciler resumes transactions stuck in each intermediate state.
+// ---------------------------------------------------------------------------
+
+fn past_threshold(w: &mut World) {
+    w.advance_ms(i64::try_from(w.threshold.as_millis()).unwrap() + 1_000);
+}
+
+#[test]
+fn reconciler_resumes_scheduling() {
+    // Fire time still ahead: the schedule is created from the stored instant.
+    let mut w = World::new();
+    let id = tx("TX-R1");
+    let resp = cancelled_in_flight(&mut w, &id, 4);
+    let _ = w.run_crashing(resp, Some(1)); // SCHEDULING, response lost to its DLQ
+    let stored = w.record(&id).next_fire_at.unwrap();
+    assert!(w.reconcile().is_empty());
+    past_threshold(&mut w);
+    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::ReconcilerScheduled)]);
+    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
+    assert_eq!(w.scheduler.live()[0].fire_at, stored);
+    assert_eq!(w.record(&id).last_actor, domain::machine::Actor::Reconciler);
+    w.now = stored;
+    let ev = w.fire_due().pop().unwrap();
+    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Published));
+    assert_eq!(w.published(&id), [1, 2]);
+
+    // Fire time already past: the event goes straight on the retry queue.
+    let mut w = World::new();
+    let id = tx("TX-R2");
+    let resp = cancelled_in_flight(&mut w, &id, 4);
+    let _ = w.run_crashing(resp, Some(1));
+    w.now = w.record(&id).next_fire_at.unwrap().plus_millis(1);
+    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::ReconcilerRequeued)]);
+    assert!(w.scheduler.live().is_empty());
+    let ev = w.retries.drain().pop().unwrap();
+    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Published));
+    assert_eq!(summary(&w, &id), (InProgress, 2, None));
+}
+
+#[test]
+fn reconciler_resumes_sending() {
+    let mut w = World::new();
+    let id = tx("TX-R3");
+    let ev = scheduled_and_due(&mut w, &id);
+    let _ = w.run_crashing(retry_input(ev), Some(1)); // SENDING; event lost to its DLQ
+    assert!(w.reconcile().is_empty());
+    past_threshold(&mut w);
+    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::ReconcilerRequeued)]);
+    let ev = w.retries.drain().pop().unwrap();
+    assert_eq!(ev.origin, Origin::Reconciler);
+    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Resumed));
+    assert_eq!(summary(&w, &id), (InProgress, 2, None));
+    assert_eq!(w.published(&id), [1, 2]);
+    assert!(w.stuck().is_empty(), "IN_PROGRESS leaves the index");
+}
+
+/// The reconciler's record may be stale (the index is eventually consistent): its
+/// actions are conditional or go through B, so acting on a stale copy changes nothing.
+#[test]
+fn reconciler_acting_on_a_stale_record_is_harmless() {
+    let mut w = World::new();
+    let id = tx("TX-R4");
+    let resp = cancelled_in_flight(&mut w, &id, 4);
+    let _ = w.run_crashing(resp.clone(), Some(1));
+    past_threshold(&mut w);
+    let stale = w.stuck();
+    assert_eq!(stale.len(), 1);
+    // Meanwhile the response is redelivered and the retry goes out.
+    w.run(resp);
+    w.now = w.record(&id).next_fire_at.unwrap();
+    let ev = w.fire_due().pop().unwrap();
+    w.run(retry_input(ev));
+    let settled = w.record(&id);
+    assert_eq!(settled.status, InProgress);
+    let changes = w.store.change_count();
+    let published = w.published(&id);
+    // Decided from the stale copy (SCHEDULING, fire time passed): it requeues the
+    // retry event of attempt 2, which B drops; nothing changes.
+    let d = w.run(Input::Reconcile(stale[0].clone()));
+    assert_eq!(d, Disposition::Ack(Ack::ReconcilerRequeued));
+    for ev in w.retries.drain() {
+        assert_eq!(
+            w.run(retry_input(ev)),
+            Disposition::Drop(DropReason::DuplicateRetry {
+                attempt: a(2),
+                status: InProgress
+            })
+        );
+    }
+    // Decided from the current record, it sees nothing to do.
+    let ctx = w.ctx();
+    let plan = domain::decide::decide(
+        &Input::Reconcile(stale[0].clone()),
+        Known::Record(&settled),
+        None,
+        &ctx,
+        &mut SplitMix64::new(1),
+    );
+    assert_eq!(
+        plan,
+        [Effect::Drop(DropReason::NotStuck { status: InProgress })]
+    );
+    assert_eq!(w.store.change_count(), changes);
+    assert_eq!(w.record(&id), settled);
+    assert_eq!(w.published(&id), published);
+}
+
+/// Resolved by other means while waiting: SUCCEEDED, the schedule deleted, and a
+/// retry event that still arrives is dropped.
+#[test]
+fn resolve_while_waiting_deletes_the_schedule() {
+    let mut w = World::new();
+    let id = tx("TX-R5");
+    let resp = cancelled_in_flight(&mut w, &id, 4);
+    w.run(resp);
+    let ev = w.scheduler.live()[0].event.clone();
+    assert_eq!(
+        w.run(Input::Resolve(id.clone())),
+        Disposition::Ack(Ack::Resolved)
+    );
+    let r = w.record(&id);
+    assert_eq!(
+        (r.status, r.next_attempt, r.next_fire_at),
+        (Succeeded, None, None)
+    );
+    assert!(w.scheduler.live().is_empty());
+    assert!(matches!(
+        w.run(retry_input(ev)),
+        Disposition::Drop(DropReason::StaleRetry { .. })
+    ));
+    assert_eq!(w.published(&id), [1]);
+    assert_eq!(
+        w.run(Input::Resolve(id.clone())),
+        Disposition::Ack(Ack::AlreadyResolved)
+    );
+}
+
+/// Operator replay reopens a FAILED transaction with more attempts: attempt n+1 goes
+/// out through B, and the new budget is respected.
+#[test]
+fn replay_reopens_with_a_fresh_budget() {
+    let mut w = World::new();
+    let id = tx("TX-R6");
+    let resp = cancelled_in_flight(&mut w, &id, 1);
+    w.run(resp);
+    assert_eq!(summary(&w, &id), (Failed, 1, None));
+    let replay = Input::Replay {
+        transaction_id: id.clone(),
+        budget: 1,
+    };
+    assert_eq!(w.run(replay.clone()), Disposition::Ack(Ack::Replayed));
+    assert_eq!(summary(&w, &id), (Scheduling, 1, Some(2)));
+    assert_eq!(w.record(&id).max_attempts.get(), 2);
+    let ev = w.retries.drain().pop().unwrap();
+    assert_eq!(ev.origin, Origin::Operator);
+    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Published));
+    assert_eq!(w.published(&id), [1, 2]);
+    let resp = w.serve(|_| Outcome::Cancelled);
+    assert_eq!(
+        w.run(Input::Response(resp[0].clone())),
+        Disposition::Ack(Ack::Failed)
+    );
+    assert_eq!(summary(&w, &id), (Failed, 2, None));
+    assert!(matches!(
+        w.run(Input::Replay {
+            transaction_id: id.clone(),
+            budget: 1
+        }),
+        Disposition::Ack(Ack::Replayed)
+    ));
+    assert!(matches!(
+        w.run(replay),
+        Disposition::Reject(Rejection::NotReplayable { .. })
+    ));
+}
+
+/// At the highest budget accepted, replay has no attempt left to reopen with.
+#[test]
+fn replay_at_the_attempt_limit_is_refused() {
+    let mut w = World::new();
+    let id = tx("TX-R7");
+    let limit = domain::ids::MAX_ATTEMPTS_LIMIT;
+    let mut r =
+        TransactionRecord::started(id.clone(), domain::MaxAttempts::new(limit).unwrap(), w.now);
+    r.status = Failed;
+    r.current_attempt = a(limit);
+    w.store.put(r.clone(), Some(payload()));
+    let d = w.run(Input::Replay {
+        transaction_id: id.clone(),
+        budget: 5,
+    });
+    let Disposition::Reject(rejection) = d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(
+        rejection.to_string(),
+        "transaction `TX-R7` is FAILED at the highest max_attempts accepted (1000): no attempt is left to replay"
+    );
+    assert_eq!(w.record(&id), r);
+    assert!(w.retries.is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// The bound on re-decisions.
+// ---------------------------------------------------------------------------
+
+/// A store where another writer always gets there first: before each conditional
+/// write it moves the record between SCHEDULED and SENDING (same pending attempt).
+struct Contended {
+    inner: MemoryStore,
+    writes: AtomicUsize,
+}
+
+impl StateStore for Contended {
+    async fn create(
+        &self,
+        record: &TransactionRecord,
+        payload: &Payload,
+    ) -> Result<CreateOutcome, PortError> {
+        self.inner.create(record, payload).await
+    }
+    async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut r = self.inner.record(&write.transaction_id).unwrap();
+        r.status = if r.status == Sending {
+            Scheduled
+        } else {
+            Sending
+        };
+        self.inner.put(r, None);
+        self.inner.transition(write).await
+    }
+    async fn get(
+        &self,
+        id: &domain::TransactionId,
+    ) -> Result<Option<TransactionRecord>, PortError> {
+        self.inner.get(id).await
+    }
+    async fn payload(&self, id: &domain::TransactionId) -> Result<Option<Payload>, PortError> {
+        self.inner.payload(id).await
+    }
+    async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
+        self.inner.query_stuck(q).await
+    }
+}
+
+/// GIVEN a record that changes under every write WHEN a retry event is handled THEN
+/// the run re-decides exactly MAX_REDECISIONS times and then gives up with a
+/// rejection (the message goes to its DLQ instead of looping).
+#[test]
+fn redecisions_are_bounded() {
+    let w = World::new();
+    let id = tx("TX-R8");
+    let mut r = TransactionRecord::started(id.clone(), domain::MaxAttempts::new(4).unwrap(), w.now);
+    r.status = Scheduled;
+    r.next_attempt = Some(a(2));
+    r.next_fire_at = Some(w.now);
+    let store = Contended {
+        inner: MemoryStore::new(),
+        writes: AtomicUsize::new(0),
+    };
+    store.inner.put(r, Some(payload()));
+    let (scheduler, requests, retries) = (
+        MemoryScheduler::new(),
+        MemoryQueue::<Request>::new(),
+        MemoryQueue::new(),
+    );
+    let ports = Ports {
+        store: &store,
+        scheduler: &scheduler,
+        requests: &requests,
+        retries: &retries,
+    };
+    let ctx: Context = w.ctx();
+    let mut rng = SplitMix64::new(1);
+    let ev = RetryEvent {
+        transaction_id: id.clone(),
+        origin: Origin::RetryScheduler,
+        attempt: a(2),
+    };
+    let mut run = Run::new(retry_input(ev), Known::Unread, &ctx, &mut rng);
+    let d = block_on_ready(execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        d,
+        Disposition::Reject(Rejection::TooManyRedecisions {
+            transaction_id: id.clone()
+        })
+    );
+    assert_eq!(run.redecisions(), MAX_REDECISIONS);
+    assert_eq!(
+        store.writes.load(Ordering::Relaxed),
+        usize::from(MAX_REDECISIONS) + 1
+    );
+    assert_eq!(run.step(), Step::Done(&d));
+    assert!(requests.messages().iter().all(|r| r.attempt == a(2)));
+}
+
+/// Without contention a run never needs more than one re-decision, and its writes
+/// never fail twice (see the property over arbitrary records in `decisions`).
+#[test]
+fn uncontended_runs_redecide_at_most_once() {
+    let mut w = World::new();
+    let id = tx("TX-R9");
+    w.start(&id, 3);
+    for _ in 0..6 {
+        for resp in w.serve(|_| Outcome::Cancelled) {
+            let ctx = w.ctx();
+            let mut run = Run::new(Input::Response(resp), Known::Unread, &ctx, &mut w.rng);
+            let ports = ports(&w);
+            let mut rng = SplitMix64::new(5);
+            let _ = block_on_ready(execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true));
+            assert!(run.redecisions() <= 1);
+        }
+        w.advance_ms(30 * HOUR_MS);
+        for ev in w.fire_due() {
+            w.run(retry_input(ev));
+        }
+    }
+    assert_eq!(summary(&w, &id), (Failed, 3, None));
+}

@@ -1,0 +1,248 @@
+//! A whole deployment in memory: the domain's in-memory adapters, driven by the
+//! domain's own executor, plus an external service that deduplicates by idempotency
+//! key. Tests move the clock by hand.
+
+use domain::decide::{Context, Disposition, Effect, Input, Known, Run, Step};
+use domain::exec::{execute, ExecError, Ports};
+use domain::ids::{Attempt, IdempotencyKey, MaxAttempts, Timestamp, TransactionId};
+use domain::machine::{Status, TransactionRecord};
+use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
+use domain::message::{Outcome, Payload, Request, Response, RetryEvent};
+use domain::policy::{PolicySet, RetryPolicy, SplitMix64};
+use domain::ports::{StateStore, StuckQuery};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+pub type MemPorts<'a> =
+    Ports<'a, MemoryStore, MemoryScheduler, MemoryQueue<Request>, MemoryQueue<RetryEvent>>;
+
+/// 2026-10-03T12:00:00Z
+pub fn t0() -> Timestamp {
+    Timestamp::parse("2026-10-03T12:00:00Z").unwrap()
+}
+
+pub fn tx(raw: &str) -> TransactionId {
+    TransactionId::parse(raw).unwrap()
+}
+
+pub fn a(n: u32) -> Attempt {
+    Attempt::new(n).unwrap()
+}
+
+pub const HOUR_MS: i64 = 3_600_000;
+
+pub struct World {
+    pub store: MemoryStore,
+    pub scheduler: MemoryScheduler,
+    pub requests: MemoryQueue<Request>,
+    pub retries: MemoryQueue<RetryEvent>,
+    pub now: Timestamp,
+    pub policies: PolicySet,
+    pub shards: u16,
+    pub threshold: Duration,
+    pub rng: SplitMix64,
+    /// Every effect performed by every run, in order (terminal ones excluded).
+    pub performed: Vec<Effect>,
+    /// Idempotency keys the external service has answered (it answers a key once).
+    answered: BTreeSet<IdempotencyKey>,
+    /// How many published requests the external service has read.
+    served: usize,
+}
+
+impl World {
+    pub fn new() -> Self {
+        Self {
+            store: MemoryStore::new(),
+            scheduler: MemoryScheduler::new(),
+            requests: MemoryQueue::new(),
+            retries: MemoryQueue::new(),
+            now: t0(),
+            policies: PolicySet::uniform(RetryPolicy::article_default()),
+            shards: 4,
+            threshold: Duration::from_secs(900),
+            rng: SplitMix64::new(7),
+            performed: Vec::new(),
+            answered: BTreeSet::new(),
+            served: 0,
+        }
+    }
+
+    pub fn ctx(&self) -> Context {
+        Context::new(self.now, self.policies.clone(), self.shards, self.threshold)
+    }
+
+    pub fn advance_ms(&mut self, ms: i64) {
+        self.now = self.now.plus_millis(ms);
+    }
+
+    pub fn record(&self, id: &TransactionId) -> TransactionRecord {
+        self.store.record(id).unwrap()
+    }
+
+    pub fn status(&self, id: &TransactionId) -> Status {
+        self.record(id).status
+    }
+
+    /// Runs `input` through `execute` until its disposition, stopping (as a crash
+    /// would) before effect number `crash_before` when given.
+    pub fn run_crashing(
+        &mut self,
+        input: Input,
+        crash_before: Option<usize>,
+    ) -> Result<Disposition, ExecError> {
+        let ctx = self.ctx();
+        let mut run = Run::new(input, Known::Unread, &ctx, &mut self.rng);
+        let ports: MemPorts<'_> = Ports {
+            store: &self.store,
+            scheduler: &self.scheduler,
+            requests: &self.requests,
+            retries: &self.retries,
+        };
+        let performed = &mut self.performed;
+        let mut count = 0usize;
+        let mut hook = |e: &Effect| {
+            if crash_before == Some(count) {
+                return false;
+            }
+            count += 1;
+            performed.push(e.clone());
+            true
+        };
+        block_on_ready(execute(&mut run, &ports, &ctx, &mut self.rng, &mut hook))
+            .expect("in-memory ports never wait")
+    }
+
+    pub fn run(&mut self, input: Input) -> Disposition {
+        self.run_crashing(input, None).unwrap()
+    }
+
+    pub fn start(&mut self, id: &TransactionId, max: u32) -> Disposition {
+        self.run(start_input(id, max))
+    }
+
+    /// The external service reads the requests published since last time and answers
+    /// each idempotency key once (a republished request is deduplicated).
+    pub fn serve(&mut self, mut outcome: impl FnMut(&Request) -> Outcome) -> Vec<Response> {
+        let all = self.requests.messages();
+        let mut out = Vec::new();
+        for req in &all[self.served..] {
+            if self.answered.insert(req.idempotency_key.clone()) {
+                out.push(Response {
+                    transaction_id: req.transaction_id.clone(),
+                    attempt: req.attempt,
+                    outcome: outcome(req),
+                    reason: Some("NOT_AVAILABLE".into()),
+                });
+            }
+        }
+        self.served = all.len();
+        out
+    }
+
+    /// Retry events of the schedules due now (the scheduler fires and deletes them).
+    pub fn fire_due(&mut self) -> Vec<RetryEvent> {
+        self.scheduler
+            .take_due(self.now)
+            .into_iter()
+            .map(|s| s.event)
+            .collect()
+    }
+
+    /// What the reconciler's queries return now: every record stuck in an
+    /// intermediate state for longer than the threshold, all shards.
+    pub fn stuck(&self) -> Vec<TransactionRecord> {
+        let threshold = i64::try_from(self.threshold.as_millis()).unwrap();
+        let before = self.now.plus_millis(-threshold);
+        let mut out = Vec::new();
+        for status in Status::INTERMEDIATE {
+            for shard in 0..self.shards {
+                let mut cursor = None;
+                loop {
+                    let q = StuckQuery {
+                        status,
+                        shard,
+                        before,
+                        limit: 2,
+                        cursor: cursor.take(),
+                    };
+                    let page = block_on_ready(self.store.query_stuck(&q)).unwrap().unwrap();
+                    out.extend(page.records);
+                    match page.next {
+                        Some(c) => cursor = Some(c),
+                        None => break,
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// One reconciler run: every stuck record through the reconciler's decision.
+    pub fn reconcile(&mut self) -> Vec<Disposition> {
+        self.stuck()
+            .into_iter()
+            .map(|r| self.run(Input::Reconcile(r)))
+            .collect()
+    }
+
+    /// Attempts of the published requests, in publish order (republishes included).
+    pub fn published(&self, id: &TransactionId) -> Vec<u32> {
+        self.requests
+            .messages()
+            .iter()
+            .filter(|r| &r.transaction_id == id)
+            .map(|r| r.attempt.get())
+            .collect()
+    }
+
+    pub fn alerts(&self) -> usize {
+        self.performed
+            .iter()
+            .filter(|e| matches!(e, Effect::Alert(_)))
+            .count()
+    }
+}
+
+pub fn payload() -> Payload {
+    Payload::from_json(r#"{"amount":12.50,"currency":"EUR"}"#).unwrap()
+}
+
+pub fn start_input(id: &TransactionId, max: u32) -> Input {
+    Input::Start {
+        transaction_id: id.clone(),
+        payload: payload(),
+        max_attempts: MaxAttempts::new(max).unwrap(),
+    }
+}
+
+pub fn response_input(id: &TransactionId, n: u32, outcome: Outcome) -> Input {
+    Input::Response(Response {
+        transaction_id: id.clone(),
+        attempt: a(n),
+        outcome,
+        reason: Some("NOT_AVAILABLE".into()),
+    })
+}
+
+pub fn retry_input(event: RetryEvent) -> Input {
+    Input::Retry(event)
+}
+
+/// Performs the current effect of `run` through the in-memory ports and feeds back
+/// what it observed. Returns the effect performed, or `None` when the run is done.
+pub fn step_once(
+    run: &mut Run,
+    ports: &MemPorts<'_>,
+    ctx: &Context,
+    rng: &mut SplitMix64,
+) -> Option<Effect> {
+    let effect = match run.step() {
+        Step::Done(_) => return None,
+        Step::Perform(e) => e.clone(),
+    };
+    let observed = block_on_ready(ports.perform(&effect))
+        .expect("in-memory ports never wait")
+        .expect("in-memory ports do not fail");
+    run.observe(observed, ctx, rng).unwrap();
+    Some(effect)
+}
