@@ -224,3 +224,78 @@ impl RetryPublisher for Unwired {
         ))
     }
 }
+
+// Shared ports: a reference or an `Arc` to a port is the same port, so one adapter
+// can serve several functions in one process (the local stack, tests).
+macro_rules! delegate_ports {
+    ($($wrapper:ty),*) => {$(
+        impl<T: StateStore + ?Sized> StateStore for $wrapper {
+            fn create(
+                &self,
+                record: &TransactionRecord,
+                payload: &Payload,
+            ) -> impl Future<Output = Result<CreateOutcome, PortError>> + Send {
+                (**self).create(record, payload)
+            }
+            fn transition(
+                &self,
+                write: &Write,
+            ) -> impl Future<Output = Result<WriteOutcome, PortError>> + Send {
+                (**self).transition(write)
+            }
+            fn get(
+                &self,
+                id: &TransactionId,
+            ) -> impl Future<Output = Result<Option<TransactionRecord>, PortError>> + Send {
+                (**self).get(id)
+            }
+            fn payload(
+                &self,
+                id: &TransactionId,
+            ) -> impl Future<Output = Result<Option<Payload>, PortError>> + Send {
+                (**self).payload(id)
+            }
+            fn query_stuck(
+                &self,
+                query: &StuckQuery,
+            ) -> impl Future<Output = Result<StuckPage, PortError>> + Send {
+                (**self).query_stuck(query)
+            }
+        }
+
+        impl<T: Scheduler + ?Sized> Scheduler for $wrapper {
+            fn create(
+                &self,
+                spec: &ScheduleSpec,
+            ) -> impl Future<Output = Result<ScheduleCreated, PortError>> + Send {
+                (**self).create(spec)
+            }
+            fn delete(
+                &self,
+                name: &ScheduleName,
+            ) -> impl Future<Output = Result<ScheduleDeleted, PortError>> + Send {
+                (**self).delete(name)
+            }
+        }
+
+        impl<T: RequestPublisher + ?Sized> RequestPublisher for $wrapper {
+            fn publish(&self, request: &Request) -> impl Future<Output = Result<(), PortError>> + Send {
+                (**self).publish(request)
+            }
+        }
+
+        impl<T: RetryPublisher + ?Sized> RetryPublisher for $wrapper {
+            fn publish(&self, event: &RetryEvent) -> impl Future<Output = Result<(), PortError>> + Send {
+                (**self).publish(event)
+            }
+        }
+
+        impl<T: Clock + ?Sized> Clock for $wrapper {
+            fn now(&self) -> Timestamp {
+                (**self).now()
+            }
+        }
+    )*};
+}
+
+delegate_ports!(&T, std::sync::Arc<T>);

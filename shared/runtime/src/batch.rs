@@ -1,0 +1,325 @@
+//! The SQS batch processor both SQS-triggered functions use.
+//!
+//! - Takes [`SqsEvent`] (not `SqsEventObj<T>`, which fails the whole batch on one bad
+//!   body) and parses each record's body on its own with the domain's parser.
+//! - Processes records concurrently, at most [`BatchOptions::concurrency`] at a time,
+//!   each inside one tracing span (`message_id`, `transaction_id`, `attempt`).
+//! - Catches a panic per record (`catch_unwind`; the release profile keeps
+//!   `panic = "unwind"` for this): the record is reported as failed, its neighbours
+//!   are not affected.
+//! - Returns an [`SqsBatchResponse`] listing exactly the records SQS must redeliver.
+//!
+//! Per record, by [`Verdict`]: done or dropped → acknowledged; retryable → batch item
+//! failure; permanent → an ERROR log line naming the field and the value, a metric,
+//! the original message sent unchanged to the queue's DLQ ([`DeadLetter`]), then
+//! acknowledged — or, if that send fails, a batch item failure.
+
+use crate::dead_letter::DeadLetter;
+use crate::metrics::{names, pascal, Metrics};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use domain::decide::Rejection;
+use domain::message::MessageError;
+use domain::ports::PortError;
+use domain::{Attempt, Response, RetryEvent, TransactionId};
+use futures::{FutureExt, StreamExt};
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use thiserror::Error;
+use tracing::{field, Instrument};
+
+/// How a batch is processed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOptions {
+    /// Records processed at the same time (BATCH_CONCURRENCY).
+    pub concurrency: usize,
+}
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        Self { concurrency: 10 }
+    }
+}
+
+/// A message type an SQS handler consumes.
+pub trait Inbound: Sized + Send {
+    /// Parses a body; the error names the field and the value at fault.
+    fn parse(body: &str) -> Result<Self, MessageError>;
+    fn transaction_id(&self) -> &TransactionId;
+    fn attempt(&self) -> Attempt;
+}
+
+impl Inbound for Response {
+    fn parse(body: &str) -> Result<Self, MessageError> {
+        Response::parse(body)
+    }
+    fn transaction_id(&self) -> &TransactionId {
+        &self.transaction_id
+    }
+    fn attempt(&self) -> Attempt {
+        self.attempt
+    }
+}
+
+impl Inbound for RetryEvent {
+    fn parse(body: &str) -> Result<Self, MessageError> {
+        RetryEvent::parse(body)
+    }
+    fn transaction_id(&self) -> &TransactionId {
+        &self.transaction_id
+    }
+    fn attempt(&self) -> Attempt {
+        self.attempt
+    }
+}
+
+/// What became of one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The work the message asked for is done: acknowledge.
+    Done { label: String },
+    /// Nothing to do (late, stale, duplicate): acknowledge.
+    Dropped { label: String },
+    /// Try again later: report as a batch item failure.
+    Retry { error: String },
+    /// Can never succeed as it is: DLQ, then acknowledge.
+    Permanent(Permanent),
+}
+
+impl Verdict {
+    pub fn is_acknowledged(&self) -> bool {
+        matches!(self, Verdict::Done { .. } | Verdict::Dropped { .. })
+    }
+
+    pub fn label(&self) -> &str {
+        match self {
+            Verdict::Done { label } | Verdict::Dropped { label } => label,
+            Verdict::Retry { .. } => "retry",
+            Verdict::Permanent(p) => &p.reason,
+        }
+    }
+}
+
+/// A permanent error: what the log line and the metric say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permanent {
+    /// Kebab-case kind: `malformed-body`, `unknown-transaction`, `permanent-port-error`…
+    pub reason: String,
+    /// The field at fault, when there is one.
+    pub field: Option<String>,
+    /// The value at fault (cut short by the parser), when there is one.
+    pub value: Option<String>,
+    /// The full explanation.
+    pub detail: String,
+}
+
+/// At most this many characters of a body are echoed in a log line.
+const ECHO_CHARS: usize = 80;
+
+fn echo(body: &str) -> String {
+    let mut cut: String = body.chars().take(ECHO_CHARS).collect();
+    if body.chars().count() > ECHO_CHARS {
+        cut.push('…');
+    }
+    cut
+}
+
+impl Permanent {
+    /// A body the domain parser rejected.
+    pub fn malformed(err: &MessageError, body: &str) -> Self {
+        let value = match err {
+            MessageError::WrongType { value, .. } | MessageError::InvalidValue { value, .. } => {
+                Some(value.clone())
+            }
+            MessageError::MissingField { .. } => None,
+            MessageError::InvalidJson { .. }
+            | MessageError::NotAnObject { .. }
+            | MessageError::TooLarge { .. } => Some(echo(body)),
+        };
+        Self {
+            reason: "malformed-body".into(),
+            field: Some(err.field().unwrap_or("body").to_owned()),
+            value,
+            detail: err.to_string(),
+        }
+    }
+
+    /// A domain rejection (unknown transaction, …).
+    pub fn rejected(r: &Rejection) -> Self {
+        let (field, value) = match r {
+            Rejection::UnknownTransaction { transaction_id }
+            | Rejection::PayloadMismatch { transaction_id }
+            | Rejection::NotResolvable { transaction_id, .. }
+            | Rejection::NotReplayable { transaction_id, .. }
+            | Rejection::TooManyRedecisions { transaction_id } => {
+                ("transaction_id", transaction_id.to_string())
+            }
+        };
+        Self {
+            reason: r.label().to_owned(),
+            field: Some(field.to_owned()),
+            value: Some(value),
+            detail: r.to_string(),
+        }
+    }
+
+    /// A port call that can never succeed (bad input or configuration).
+    pub fn port(e: &PortError) -> Self {
+        Self {
+            reason: "permanent-port-error".into(),
+            field: None,
+            value: None,
+            detail: e.to_string(),
+        }
+    }
+}
+
+/// A batch the processor cannot answer record by record.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BatchError {
+    /// A record to retry has no message id: no `itemIdentifier` can name it, so the
+    /// whole batch fails (SQS redelivers all of it; everything is idempotent).
+    #[error("record #{index} must be retried but has no messageId")]
+    MissingMessageId { index: usize },
+}
+
+/// The text of a caught panic.
+pub fn panic_message(p: &(dyn Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
+
+/// Processes a batch: see the module documentation.
+pub async fn process_batch<M, F, Fut, D>(
+    event: SqsEvent,
+    options: &BatchOptions,
+    dead_letter: &D,
+    metrics: &Metrics,
+    handler: F,
+) -> Result<SqsBatchResponse, BatchError>
+where
+    M: Inbound,
+    F: Fn(M) -> Fut,
+    Fut: Future<Output = Verdict>,
+    D: DeadLetter,
+{
+    let handler = &handler;
+    let retry: Vec<(usize, Option<String>)> =
+        futures::stream::iter(event.records.into_iter().enumerate())
+            .map(|(index, record)| async move {
+                let id = record.message_id.clone();
+                let failed = process_record(record, dead_letter, metrics, handler).await;
+                failed.then_some((index, id))
+            })
+            .buffer_unordered(options.concurrency.max(1))
+            .filter_map(|x| async move { x })
+            .collect()
+            .await;
+    let mut retry = retry;
+    retry.sort_by_key(|(index, _)| *index);
+    let mut response = SqsBatchResponse::default();
+    for (index, id) in retry {
+        match id {
+            Some(id) if !id.is_empty() => response.add_failure(id),
+            _ => return Err(BatchError::MissingMessageId { index }),
+        }
+    }
+    Ok(response)
+}
+
+/// One record; `true` when SQS must redeliver it.
+async fn process_record<M, F, Fut, D>(
+    record: SqsMessage,
+    dead_letter: &D,
+    metrics: &Metrics,
+    handler: &F,
+) -> bool
+where
+    M: Inbound,
+    F: Fn(M) -> Fut,
+    Fut: Future<Output = Verdict>,
+    D: DeadLetter,
+{
+    let message_id = record.message_id.clone().unwrap_or_default();
+    let span = tracing::info_span!(
+        "record",
+        message_id = %message_id,
+        transaction_id = field::Empty,
+        attempt = field::Empty,
+    );
+    let inner_span = span.clone();
+    async move {
+        metrics.incr(names::RECORDS);
+        let body = record.body.as_deref().unwrap_or("");
+        let decided = AssertUnwindSafe(async {
+            match M::parse(body) {
+                Err(e) => Verdict::Permanent(Permanent::malformed(&e, body)),
+                Ok(msg) => {
+                    inner_span.record("transaction_id", msg.transaction_id().as_str());
+                    inner_span.record("attempt", msg.attempt().get());
+                    handler(msg).await
+                }
+            }
+        })
+        .catch_unwind()
+        .await;
+        let verdict = match decided {
+            Ok(v) => v,
+            Err(p) => {
+                metrics.incr(names::RECORD_PANICS);
+                let msg = panic_message(p.as_ref());
+                tracing::error!(panic = %msg, "record processing panicked; reported as a batch item failure");
+                Verdict::Retry {
+                    error: format!("panic: {msg}"),
+                }
+            }
+        };
+        match verdict {
+            Verdict::Done { label } => {
+                tracing::info!(result = %label, "record done");
+                false
+            }
+            Verdict::Dropped { label } => {
+                tracing::info!(result = %label, "record dropped: nothing to do");
+                false
+            }
+            Verdict::Retry { error } => {
+                metrics.incr(names::RETRYABLE_ERRORS);
+                tracing::warn!(error = %error, "retryable error; reported as a batch item failure");
+                true
+            }
+            Verdict::Permanent(p) => {
+                metrics.incr(names::PERMANENT_ERRORS);
+                metrics.incr(&format!("PermanentError{}", pascal(&p.reason)));
+                tracing::error!(
+                    reason = %p.reason,
+                    field = p.field.as_deref().unwrap_or(""),
+                    value = p.value.as_deref().unwrap_or(""),
+                    error = %p.detail,
+                    "permanent error: message sent unchanged to the dead-letter queue"
+                );
+                match dead_letter.send(&record).await {
+                    Ok(()) => {
+                        metrics.incr(names::DEAD_LETTERED);
+                        false
+                    }
+                    Err(e) => {
+                        metrics.incr(names::DEAD_LETTER_FAILURES);
+                        tracing::error!(error = %e, "sending to the dead-letter queue failed; reported as a batch item failure");
+                        true
+                    }
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,266 @@
+use super::*;
+use crate::dead_letter::MemoryDeadLetter;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn event(records: &[(&str, &str)]) -> SqsEvent {
+    let records: Vec<serde_json::Value> = records
+        .iter()
+        .map(|(id, body)| {
+            serde_json::json!({
+                "messageId": id,
+                "receiptHandle": format!("rh-{id}"),
+                "body": body,
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {
+                    "trace": {"stringValue": format!("t-{id}"), "dataType": "String", "stringListValues": [], "binaryListValues": []}
+                },
+                "md5OfBody": "x",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:response",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": records })).unwrap()
+}
+
+fn ok(id: &str, attempt: u32, outcome: &str) -> String {
+    format!(r#"{{"transaction_id":"{id}","attempt":{attempt},"outcome":"{outcome}"}}"#)
+}
+
+fn failures(r: &SqsBatchResponse) -> Vec<String> {
+    r.batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn only_the_records_to_retry_are_reported() {
+    let dlq = MemoryDeadLetter::new();
+    let metrics = Metrics::new("NS", "test");
+    let e = event(&[
+        ("m1", &ok("TX-1", 1, "SUCCESS")),
+        ("m2", &ok("TX-RETRY", 1, "SUCCESS")),
+        ("m3", &ok("TX-DROP", 1, "SUCCESS")),
+    ]);
+    let r = process_batch(
+        e,
+        &BatchOptions::default(),
+        &dlq,
+        &metrics,
+        |m: Response| async move {
+            match m.transaction_id.as_str() {
+                "TX-RETRY" => Verdict::Retry {
+                    error: "throttled".into(),
+                },
+                "TX-DROP" => Verdict::Dropped {
+                    label: "late-response".into(),
+                },
+                _ => Verdict::Done {
+                    label: "succeeded".into(),
+                },
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failures(&r), ["m2"]);
+    assert!(dlq.messages().is_empty());
+    assert_eq!(metrics.count(names::RECORDS), 3);
+    assert_eq!(metrics.count(names::RETRYABLE_ERRORS), 1);
+    // An empty list is what SQS reads as "all succeeded": the JSON shape Lambda returns.
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"batchItemFailures": [{"itemIdentifier": "m2"}]})
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_body_goes_to_the_dlq_unchanged_and_is_acknowledged() {
+    let dlq = MemoryDeadLetter::new();
+    let metrics = Metrics::new("NS", "test");
+    let bad = r#"{"transaction_id":"TX-2","attempt":0,"outcome":"SUCCESS"}"#;
+    let e = event(&[
+        ("m1", &ok("TX-1", 1, "SUCCESS")),
+        ("m2", bad),
+        ("m3", "not json"),
+    ]);
+    let original = e.records.clone();
+    let handled = AtomicUsize::new(0);
+    let r = process_batch(
+        e,
+        &BatchOptions::default(),
+        &dlq,
+        &metrics,
+        |_: Response| {
+            handled.fetch_add(1, Ordering::SeqCst);
+            async {
+                Verdict::Done {
+                    label: "succeeded".into(),
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(failures(&r).is_empty(), "permanent errors are acknowledged");
+    assert_eq!(
+        handled.load(Ordering::SeqCst),
+        1,
+        "only the good record reached the handler"
+    );
+    let sent = dlq.messages();
+    assert_eq!(sent.len(), 2);
+    let mut sent_ids: Vec<_> = sent.iter().map(|m| m.message_id.clone().unwrap()).collect();
+    sent_ids.sort();
+    assert_eq!(sent_ids, ["m2", "m3"]);
+    for m in &sent {
+        let orig = original
+            .iter()
+            .find(|o| o.message_id == m.message_id)
+            .unwrap();
+        assert_eq!(m.body, orig.body, "body unchanged");
+        assert_eq!(
+            m.message_attributes, orig.message_attributes,
+            "attributes unchanged"
+        );
+    }
+    assert_eq!(metrics.count(names::PERMANENT_ERRORS), 2);
+    assert_eq!(metrics.count("PermanentErrorMalformedBody"), 2);
+    assert_eq!(metrics.count(names::DEAD_LETTERED), 2);
+}
+
+#[tokio::test]
+async fn a_failed_dlq_send_turns_into_a_batch_item_failure() {
+    let dlq = MemoryDeadLetter::new();
+    dlq.set_failing(true);
+    let metrics = Metrics::new("NS", "test");
+    let e = event(&[("m1", "{}"), ("m2", &ok("TX-1", 1, "SUCCESS"))]);
+    let r = process_batch(
+        e,
+        &BatchOptions::default(),
+        &dlq,
+        &metrics,
+        |_: Response| async {
+            Verdict::Done {
+                label: "succeeded".into(),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failures(&r), ["m1"], "never lost: SQS redelivers it");
+    assert_eq!(metrics.count(names::DEAD_LETTER_FAILURES), 1);
+}
+
+#[tokio::test]
+async fn a_panicking_record_fails_alone() {
+    let dlq = MemoryDeadLetter::new();
+    let metrics = Metrics::new("NS", "test");
+    let e = event(&[
+        ("m1", &ok("TX-1", 1, "SUCCESS")),
+        ("m2", &ok("TX-PANIC", 1, "SUCCESS")),
+        ("m3", &ok("TX-3", 1, "SUCCESS")),
+    ]);
+    let done = AtomicUsize::new(0);
+    let r = process_batch(
+        e,
+        &BatchOptions { concurrency: 3 },
+        &dlq,
+        &metrics,
+        |m: Response| {
+            let done = &done;
+            async move {
+                tokio::task::yield_now().await;
+                if m.transaction_id.as_str() == "TX-PANIC" {
+                    panic!("bug while handling {}", m.transaction_id);
+                }
+                done.fetch_add(1, Ordering::SeqCst);
+                Verdict::Done {
+                    label: "succeeded".into(),
+                }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failures(&r), ["m2"]);
+    assert_eq!(done.load(Ordering::SeqCst), 2, "the neighbours completed");
+    assert_eq!(metrics.count(names::RECORD_PANICS), 1);
+    assert!(
+        dlq.messages().is_empty(),
+        "a panic is retried, not dead-lettered"
+    );
+}
+
+#[tokio::test]
+async fn concurrency_is_bounded() {
+    let dlq = MemoryDeadLetter::new();
+    let metrics = Metrics::new("NS", "test");
+    let bodies: Vec<(String, String)> = (0..20)
+        .map(|i| (format!("m{i}"), ok(&format!("TX-{i}"), 1, "SUCCESS")))
+        .collect();
+    let refs: Vec<(&str, &str)> = bodies
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let in_flight = AtomicUsize::new(0);
+    let peak = AtomicUsize::new(0);
+    let r = process_batch(
+        event(&refs),
+        &BatchOptions { concurrency: 4 },
+        &dlq,
+        &metrics,
+        |_: Response| {
+            let (in_flight, peak) = (&in_flight, &peak);
+            async move {
+                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(now, Ordering::SeqCst);
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                Verdict::Done { label: "x".into() }
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(peak.load(Ordering::SeqCst), 4);
+    assert_eq!(metrics.count(names::RECORDS), 20);
+}
+
+#[tokio::test]
+async fn a_record_to_retry_without_message_id_fails_the_batch() {
+    let dlq = MemoryDeadLetter::new();
+    let metrics = Metrics::new("NS", "test");
+    let e: SqsEvent = serde_json::from_value(serde_json::json!({
+        "Records": [{"body": ok("TX-1", 1, "SUCCESS")}]
+    }))
+    .unwrap();
+    let r = process_batch(
+        e,
+        &BatchOptions::default(),
+        &dlq,
+        &metrics,
+        |_: Response| async { Verdict::Retry { error: "x".into() } },
+    )
+    .await;
+    assert_eq!(r, Err(BatchError::MissingMessageId { index: 0 }));
+}
+
+#[test]
+fn malformed_verdict_names_field_and_value() {
+    let body = r#"{"transaction_id":"TX-1","attempt":"two","outcome":"SUCCESS"}"#;
+    let err = Response::parse(body).unwrap_err();
+    let p = Permanent::malformed(&err, body);
+    assert_eq!(p.reason, "malformed-body");
+    assert_eq!(p.field.as_deref(), Some("attempt"));
+    assert_eq!(p.value.as_deref(), Some("\"two\""));
+    let p = Permanent::malformed(&Response::parse("nope").unwrap_err(), "nope");
+    assert_eq!(p.field.as_deref(), Some("body"));
+    assert_eq!(p.value.as_deref(), Some("nope"));
+}

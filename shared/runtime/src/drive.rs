@@ -1,0 +1,151 @@
+//! Runs one domain [`Run`] through [`execute`] and reports it.
+//!
+//! This is the only place where a plan's outcome becomes a [`Verdict`], metrics and log
+//! lines; it maps names, it decides nothing.
+
+use crate::batch::{Permanent, Verdict};
+use crate::metrics::{names, pascal, Metrics};
+use domain::decide::{Ack, Input};
+use domain::exec::{execute, ExecError, Ports};
+use domain::policy::RandomSource;
+use domain::ports::{RequestPublisher, RetryPublisher, Scheduler, StateStore};
+use domain::{Context, Disposition, Effect, Known, Observed, Run};
+
+/// The hook that lets every effect run (production).
+pub fn run_all(_: &Effect) -> bool {
+    true
+}
+
+/// The kebab-case name of an acknowledgement (`already-handled`).
+pub fn ack_label(a: Ack) -> String {
+    match serde_json::to_value(a) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{a:?}"),
+    }
+}
+
+/// The kebab-case name of a disposition.
+pub fn disposition_label(d: &Disposition) -> String {
+    match d {
+        Disposition::Ack(a) => ack_label(*a),
+        Disposition::Drop(r) => r.label().to_owned(),
+        Disposition::Reject(r) => r.label().to_owned(),
+    }
+}
+
+/// What a run did.
+#[derive(Debug)]
+pub struct Driven {
+    pub result: Result<Disposition, ExecError>,
+    pub run: Run,
+}
+
+/// Starts a run on `input` from an unread record and executes it.
+pub async fn drive<St, Sc, Rq, Rt>(
+    input: Input,
+    ports: &Ports<'_, St, Sc, Rq, Rt>,
+    ctx: &Context,
+    rng: &mut (dyn RandomSource + Send),
+    hook: &mut (dyn FnMut(&Effect) -> bool + Send),
+) -> Driven
+where
+    St: StateStore,
+    Sc: Scheduler,
+    Rq: RequestPublisher,
+    Rt: RetryPublisher,
+{
+    let mut run = Run::new(input, Known::Unread, ctx, rng);
+    let result = execute(&mut run, ports, ctx, rng, hook).await;
+    Driven { result, run }
+}
+
+/// Counts what the trail did and raises the business alert it carries.
+pub fn report_trail(run: &Run, metrics: &Metrics) {
+    for (effect, observed) in run.trail() {
+        match (effect, observed) {
+            (Effect::CreateSchedule(_), Observed::ScheduleCreated) => {
+                metrics.incr(names::SCHEDULES_CREATED)
+            }
+            (Effect::CreateSchedule(_), Observed::ScheduleAlreadyExists) => {
+                metrics.incr(names::SCHEDULE_CONFLICTS)
+            }
+            (Effect::DeleteSchedule(_), Observed::ScheduleDeleted) => {
+                metrics.incr(names::SCHEDULES_DELETED)
+            }
+            (Effect::PublishRequest(h), Observed::Published) => {
+                metrics.incr(names::REQUESTS_PUBLISHED);
+                if h.attempt.get() > 1 {
+                    metrics.incr(names::RETRIES_PUBLISHED);
+                }
+                tracing::info!(
+                    transaction_id = %h.transaction_id,
+                    attempt = h.attempt.get(),
+                    idempotency_key = %domain::IdempotencyKey::new(&h.transaction_id, h.attempt),
+                    "request published"
+                );
+            }
+            (Effect::PublishRetry(e), Observed::Published) => {
+                metrics.incr(names::RETRY_EVENTS_PUBLISHED);
+                tracing::info!(
+                    transaction_id = %e.transaction_id,
+                    attempt = e.attempt.get(),
+                    origin = %e.origin,
+                    "retry event published"
+                );
+            }
+            (Effect::Alert(a), Observed::Alerted) => {
+                metrics.incr(names::ATTEMPTS_EXHAUSTED);
+                tracing::error!(
+                    alert = "attempts-exhausted",
+                    transaction_id = %a.transaction_id,
+                    attempts = a.attempts.get(),
+                    reason = a.last_reason.as_deref().unwrap_or(""),
+                    "business alert: attempts exhausted"
+                );
+            }
+            (Effect::Write(w), Observed::Written(r)) => {
+                tracing::debug!(
+                    transaction_id = %r.transaction_id,
+                    event = ?w.event,
+                    status = %r.status,
+                    "transition written"
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Turns a finished run into a verdict, counting its disposition (`Ack<Label>`,
+/// `Drop<Label>`, `Reject<Label>`).
+pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
+    report_trail(&driven.run, metrics);
+    match &driven.result {
+        Ok(d) => {
+            let label = disposition_label(d);
+            match d {
+                Disposition::Ack(_) => {
+                    metrics.incr(&format!("Ack{}", pascal(&label)));
+                    Verdict::Done { label }
+                }
+                Disposition::Drop(reason) => {
+                    metrics.incr(&format!("Drop{}", pascal(&label)));
+                    tracing::info!(drop = ?reason, "message changes nothing");
+                    Verdict::Dropped { label }
+                }
+                Disposition::Reject(r) => {
+                    metrics.incr(&format!("Reject{}", pascal(&label)));
+                    Verdict::Permanent(Permanent::rejected(r))
+                }
+            }
+        }
+        Err(ExecError::Port(e)) if e.is_retryable() => Verdict::Retry {
+            error: e.to_string(),
+        },
+        Err(ExecError::Port(e)) => Verdict::Permanent(Permanent::port(e)),
+        // A simulated crash (tests) or an executor bug: leave the message to SQS.
+        Err(e @ (ExecError::Stopped(_) | ExecError::Unexpected(_))) => Verdict::Retry {
+            error: e.to_string(),
+        },
+    }
+}

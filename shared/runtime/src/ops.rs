@@ -1,0 +1,158 @@
+//! Library operations for the services around the pattern (and `retryctl`): thin
+//! wrappers that build a domain [`Run`] and execute it through the given ports.
+//!
+//! - [`start_transaction`]: conditional create of IN_PROGRESS attempt 1 with its
+//!   payload, then the publish of attempt 1 with key `<id>#1`. Repeating it is
+//!   harmless; a repeat with a *different* payload publishes nothing and is refused.
+//! - [`resolve`]: "resolved by other means": SCHEDULING or SCHEDULED → SUCCEEDED, then
+//!   the schedule deleted (not found is fine).
+//! - [`replay`]: reopen a FAILED transaction with more attempts (operator).
+
+use crate::settings::Seeds;
+use domain::decide::{Ack, DropReason, Input, Rejection};
+use domain::exec::{execute, ExecError, Ports};
+use domain::ports::{RequestPublisher, RetryPublisher, Scheduler, StateStore};
+use domain::{
+    Context, Disposition, Effect, Known, MaxAttempts, Observed, Payload, Run, TransactionId,
+};
+use thiserror::Error;
+
+/// Why an operation did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum OpError {
+    /// The domain refused it (unknown transaction, different payload, wrong state…).
+    #[error("{0}")]
+    Rejected(Rejection),
+    /// It changed nothing (never expected from these operations; reported as is).
+    #[error("nothing done: {}", .0.label())]
+    Dropped(DropReason),
+    /// A port failed (retryable ones can simply be repeated: every step is idempotent).
+    #[error(transparent)]
+    Failed(#[from] ExecError),
+}
+
+impl OpError {
+    /// True when repeating the same call may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            OpError::Failed(ExecError::Port(e)) => e.is_retryable(),
+            OpError::Failed(ExecError::Stopped(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A completed operation: how it was acknowledged and what was performed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Done {
+    pub ack: Ack,
+    pub trail: Vec<(Effect, Observed)>,
+}
+
+impl Done {
+    /// True when a request or retry event was published by this call.
+    pub fn published(&self) -> bool {
+        self.trail.iter().any(|(e, o)| {
+            matches!(e, Effect::PublishRequest(_) | Effect::PublishRetry(_))
+                && *o == Observed::Published
+        })
+    }
+}
+
+async fn run_op<St, Sc, Rq, Rt>(
+    input: Input,
+    ports: &Ports<'_, St, Sc, Rq, Rt>,
+    ctx: &Context,
+) -> Result<Done, OpError>
+where
+    St: StateStore,
+    Sc: Scheduler,
+    Rq: RequestPublisher,
+    Rt: RetryPublisher,
+{
+    let mut rng = Seeds::from_entropy().next();
+    let mut run = Run::new(input, Known::Unread, ctx, &mut rng);
+    let result = execute(&mut run, ports, ctx, &mut rng, &mut |_| true).await;
+    for (effect, observed) in run.trail() {
+        if let (Effect::PublishRequest(h), Observed::Published) = (effect, observed) {
+            tracing::info!(transaction_id = %h.transaction_id, attempt = h.attempt.get(), "request published");
+        }
+    }
+    match result? {
+        Disposition::Ack(ack) => Ok(Done {
+            ack,
+            trail: run.trail().to_vec(),
+        }),
+        Disposition::Drop(d) => Err(OpError::Dropped(d)),
+        Disposition::Reject(r) => Err(OpError::Rejected(r)),
+    }
+}
+
+/// Starts a transaction: `Ack::Started`, or `Ack::AlreadyStarted` on a repeat with the
+/// same payload (attempt 1 is published again only while it is still the current
+/// one: same key, the service dedupes). A repeat with another payload is
+/// `Err(Rejected(PayloadMismatch))` and publishes nothing.
+pub async fn start_transaction<St, Sc, Rq, Rt>(
+    ports: &Ports<'_, St, Sc, Rq, Rt>,
+    id: TransactionId,
+    payload: Payload,
+    max_attempts: MaxAttempts,
+    ctx: &Context,
+) -> Result<Done, OpError>
+where
+    St: StateStore,
+    Sc: Scheduler,
+    Rq: RequestPublisher,
+    Rt: RetryPublisher,
+{
+    run_op(
+        Input::Start {
+            transaction_id: id,
+            payload,
+            max_attempts,
+        },
+        ports,
+        ctx,
+    )
+    .await
+}
+
+/// Resolved by other means: `Ack::Resolved` or `Ack::AlreadyResolved`.
+pub async fn resolve<St, Sc, Rq, Rt>(
+    ports: &Ports<'_, St, Sc, Rq, Rt>,
+    id: TransactionId,
+    ctx: &Context,
+) -> Result<Done, OpError>
+where
+    St: StateStore,
+    Sc: Scheduler,
+    Rq: RequestPublisher,
+    Rt: RetryPublisher,
+{
+    run_op(Input::Resolve(id), ports, ctx).await
+}
+
+/// Operator replay of a FAILED transaction with `budget` more attempts:
+/// `Ack::Replayed`.
+pub async fn replay<St, Sc, Rq, Rt>(
+    ports: &Ports<'_, St, Sc, Rq, Rt>,
+    id: TransactionId,
+    budget: u32,
+    ctx: &Context,
+) -> Result<Done, OpError>
+where
+    St: StateStore,
+    Sc: Scheduler,
+    Rq: RequestPublisher,
+    Rt: RetryPublisher,
+{
+    run_op(
+        Input::Replay {
+            transaction_id: id,
+            budget,
+        },
+        ports,
+        ctx,
+    )
+    .await
+}

@@ -1,0 +1,276 @@
+//! The reconciler (cron): finds transactions stuck in an intermediate state longer
+//! than the threshold and runs the domain's reconcile plans on them, through the same
+//! idempotent paths as the handlers.
+//!
+//! For each intermediate status × each write shard it pages through
+//! [`StateStore::query_stuck`] (a Query on the sparse, sharded index, never a Scan)
+//! with `before = now − threshold`. The index sort key is `updated_at` for SCHEDULING
+//! and SENDING and `next_fire_at` for SCHEDULED, so the same `before` selects
+//! "unchanged for longer than the threshold" and "fire time passed more than the
+//! threshold ago" respectively. Partitions are visited round-robin, one page at a
+//! time, so a backlog in one state cannot starve the others, and the whole run stops
+//! after RECONCILE_MAX_ITEMS records (the next run continues).
+
+use crate::batch::Verdict;
+use crate::drive::{drive, run_all, verdict};
+use crate::metrics::{names, pascal, Metrics};
+use crate::settings::{Seeds, Settings};
+use domain::decide::Input;
+use domain::exec::Ports;
+use domain::ports::{
+    Clock, RequestPublisher, RetryPublisher, Scheduler, StateStore, StuckQuery, SystemClock,
+    Unwired,
+};
+use domain::{Status, Timestamp, TransactionRecord};
+use futures::StreamExt;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use thiserror::Error;
+use tracing::Instrument;
+
+/// The function's name (binary, `cargo lambda` function, metrics dimension).
+pub const FUNCTION: &str = "reconciler";
+
+/// How much one run may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Records examined per run at most (RECONCILE_MAX_ITEMS).
+    pub max_items: u32,
+    /// Query page size.
+    pub page_size: u32,
+    /// Records of a page handled at the same time.
+    pub concurrency: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_items: 500,
+            page_size: 100,
+            concurrency: 8,
+        }
+    }
+}
+
+/// What one run did: counts by state and action, as logged and returned.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// `now − threshold`: records older than this were looked at.
+    pub before: String,
+    pub examined: u64,
+    /// `{"SCHEDULING": {"scheduled": 2, "requeued": 1}, "SENDING": {"requeued": 1}}`.
+    pub actions: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Records whose plan failed (left for the next run).
+    pub errors: u64,
+    /// Index queries that failed.
+    pub query_errors: u64,
+    /// True when the run stopped at the item bound with work left.
+    pub truncated: bool,
+}
+
+impl Report {
+    /// The count for one state and action (0 when none).
+    pub fn count(&self, status: Status, action: &str) -> u64 {
+        self.actions
+            .get(status.as_str())
+            .and_then(|m| m.get(action))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// The action name of a reconcile verdict: `scheduled`, `requeued`, `not-stuck`,
+/// `error`.
+fn action(v: &Verdict) -> String {
+    match v {
+        Verdict::Done { label } | Verdict::Dropped { label } => label
+            .strip_prefix("reconciler-")
+            .unwrap_or(label)
+            .to_owned(),
+        Verdict::Retry { .. } | Verdict::Permanent(_) => "error".to_owned(),
+    }
+}
+
+/// One reconciler run over the given ports at `now` (the request publisher is not
+/// used: pass [`Unwired`]).
+pub async fn run_once<St, Sc, Rq, Rt>(
+    ports: &Ports<'_, St, Sc, Rq, Rt>,
+    settings: &Settings,
+    now: Timestamp,
+    limits: &Limits,
+    seeds: &Seeds,
+    metrics: &Metrics,
+) -> Report
+where
+    St: StateStore,
+    Sc: Scheduler,
+    Rq: RequestPublisher,
+    Rt: RetryPublisher,
+{
+    let ctx = settings.context(now);
+    let threshold_ms = i64::try_from(settings.reconcile_threshold.as_millis()).unwrap_or(i64::MAX);
+    let before = now.plus_millis(threshold_ms.saturating_neg());
+    let store = ports.store;
+    let mut report = Report {
+        before: before.to_rfc3339(),
+        ..Report::default()
+    };
+    let mut queue: VecDeque<(Status, u16, Option<String>)> = Status::INTERMEDIATE
+        .iter()
+        .flat_map(|s| (0..settings.shards.max(1)).map(move |shard| (*s, shard, None)))
+        .collect();
+    let mut remaining = limits.max_items;
+    while let Some((status, shard, cursor)) = queue.pop_front() {
+        if remaining == 0 {
+            report.truncated = true;
+            break;
+        }
+        let query = StuckQuery {
+            status,
+            shard,
+            before,
+            limit: limits.page_size.max(1).min(remaining),
+            cursor,
+        };
+        let page = match store.query_stuck(&query).await {
+            Ok(page) => page,
+            Err(e) => {
+                report.query_errors += 1;
+                metrics.incr(names::RECONCILE_ERRORS);
+                tracing::warn!(status = %status, shard, error = %e, "reconciler index query failed");
+                continue;
+            }
+        };
+        let taken = u32::try_from(page.records.len()).unwrap_or(u32::MAX);
+        remaining = remaining.saturating_sub(taken);
+        let verdicts: Vec<(Status, Verdict)> = futures::stream::iter(page.records)
+            .map(|record: TransactionRecord| {
+                let ctx = &ctx;
+                async move {
+                    let status = record.status;
+                    let span = tracing::info_span!(
+                        "reconcile",
+                        transaction_id = %record.transaction_id,
+                        status = %status,
+                    );
+                    async move {
+                        let mut rng = seeds.next();
+                        let driven =
+                            drive(Input::Reconcile(record), ports, ctx, &mut rng, &mut run_all)
+                                .await;
+                        (status, verdict(&driven, metrics))
+                    }
+                    .instrument(span)
+                    .await
+                }
+            })
+            .buffer_unordered(limits.concurrency.max(1))
+            .collect()
+            .await;
+        for (status, v) in verdicts {
+            report.examined += 1;
+            metrics.incr(names::RECONCILE_EXAMINED);
+            let act = action(&v);
+            if act == "error" {
+                report.errors += 1;
+                metrics.incr(names::RECONCILE_ERRORS);
+                tracing::warn!(status = %status, verdict = ?v, "reconciling a record failed; the next run retries it");
+            }
+            metrics.incr(&format!(
+                "Reconcile{}{}",
+                pascal(status.as_str()),
+                pascal(&act)
+            ));
+            *report
+                .actions
+                .entry(status.as_str().to_owned())
+                .or_default()
+                .entry(act)
+                .or_default() += 1;
+        }
+        if let Some(next) = page.next {
+            queue.push_back((status, shard, Some(next)));
+        }
+    }
+    if report.truncated {
+        metrics.incr(names::RECONCILE_TRUNCATED);
+    }
+    report
+}
+
+/// The run failed as a whole (some index query failed): the invocation reports an
+/// error so the function's Errors metric shows it; what it did is still logged.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{failed} reconciler index queries failed (see the log); examined {examined} records")]
+pub struct ReconcileFailed {
+    pub failed: u64,
+    pub examined: u64,
+}
+
+/// The reconciler with its ports, built once per process.
+pub struct Reconciler<St, Sc, Rt, C = SystemClock> {
+    pub store: St,
+    pub scheduler: Sc,
+    pub retries: Rt,
+    pub clock: C,
+    pub settings: Settings,
+    pub limits: Limits,
+    pub seeds: Seeds,
+    /// METRICS_NAMESPACE.
+    pub namespace: String,
+}
+
+impl<St, Sc, Rt, C> Reconciler<St, Sc, Rt, C>
+where
+    St: StateStore,
+    Sc: Scheduler,
+    Rt: RetryPublisher,
+    C: Clock,
+{
+    /// One run, counting into `metrics`.
+    pub async fn run(&self, metrics: &Metrics) -> Report {
+        let ports = Ports {
+            store: &self.store,
+            scheduler: &self.scheduler,
+            requests: &Unwired,
+            retries: &self.retries,
+        };
+        run_once(
+            &ports,
+            &self.settings,
+            self.clock.now(),
+            &self.limits,
+            &self.seeds,
+            metrics,
+        )
+        .await
+    }
+
+    /// One invocation from the schedule's event (any JSON; its `id` and `time` are
+    /// logged): the run, its report logged, the metrics line on stdout.
+    pub async fn invoke(&self, event: serde_json::Value) -> Result<Report, ReconcileFailed> {
+        let metrics = Metrics::new(&self.namespace, FUNCTION);
+        tracing::info!(
+            event_id = event.get("id").and_then(|v| v.as_str()).unwrap_or(""),
+            event_time = event.get("time").and_then(|v| v.as_str()).unwrap_or(""),
+            "reconciler run"
+        );
+        let report = self.run(&metrics).await;
+        tracing::info!(
+            examined = report.examined,
+            errors = report.errors,
+            query_errors = report.query_errors,
+            truncated = report.truncated,
+            actions = %serde_json::to_string(&report.actions).unwrap_or_default(),
+            "reconciler run done"
+        );
+        metrics.emit();
+        if report.query_errors > 0 {
+            return Err(ReconcileFailed {
+                failed: report.query_errors,
+                examined: report.examined,
+            });
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,103 @@
+//! The response handler (A): reads the external service's answers from the response
+//! queue and runs the domain's response plans (late responses dropped by attempt;
+//! SCHEDULING persisted before the schedule is created from the persisted instant;
+//! "already exists" and a failed condition on the way to SCHEDULED are success;
+//! FAILED raises the business alert).
+
+use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
+use crate::dead_letter::DeadLetter;
+use crate::drive::{drive, run_all, verdict};
+use crate::metrics::{names, Metrics};
+use crate::settings::{Seeds, Settings};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use domain::decide::Input;
+use domain::exec::Ports;
+use domain::policy::RandomSource;
+use domain::ports::{Clock, Scheduler, StateStore, SystemClock, Unwired};
+use domain::{Context, Effect, Outcome, Response};
+
+/// The function's name (binary, `cargo lambda` function, metrics dimension).
+pub const FUNCTION: &str = "response-handler";
+
+/// Handles one parsed response: the core, over the ports A has (state store and
+/// scheduler). `hook` may stop the plan before an effect (tests simulate crashes).
+pub async fn handle<St: StateStore, Sc: Scheduler>(
+    store: &St,
+    scheduler: &Sc,
+    response: &Response,
+    ctx: &Context,
+    rng: &mut (dyn RandomSource + Send),
+    hook: &mut (dyn FnMut(&Effect) -> bool + Send),
+    metrics: &Metrics,
+) -> Verdict {
+    metrics.incr(match response.outcome {
+        Outcome::Success => names::RESPONSE_SUCCESS,
+        Outcome::Cancelled => names::RESPONSE_CANCELLED,
+    });
+    let ports = Ports {
+        store,
+        scheduler,
+        requests: &Unwired,
+        retries: &Unwired,
+    };
+    let driven = drive(Input::Response(response.clone()), &ports, ctx, rng, hook).await;
+    verdict(&driven, metrics)
+}
+
+/// The response handler with its ports, built once per process.
+pub struct ResponseHandler<St, Sc, D, C = SystemClock> {
+    pub store: St,
+    pub scheduler: Sc,
+    pub dead_letter: D,
+    pub clock: C,
+    pub settings: Settings,
+    pub batch: BatchOptions,
+    pub seeds: Seeds,
+    /// METRICS_NAMESPACE.
+    pub namespace: String,
+}
+
+impl<St, Sc, D, C> ResponseHandler<St, Sc, D, C>
+where
+    St: StateStore,
+    Sc: Scheduler,
+    D: DeadLetter,
+    C: Clock,
+{
+    /// Processes one SQS batch, counting into `metrics`.
+    pub async fn handle_event(
+        &self,
+        event: SqsEvent,
+        metrics: &Metrics,
+    ) -> Result<SqsBatchResponse, BatchError> {
+        process_batch(
+            event,
+            &self.batch,
+            &self.dead_letter,
+            metrics,
+            |response: Response| async move {
+                let ctx = self.settings.context(self.clock.now());
+                let mut rng = self.seeds.next();
+                handle(
+                    &self.store,
+                    &self.scheduler,
+                    &response,
+                    &ctx,
+                    &mut rng,
+                    &mut run_all,
+                    metrics,
+                )
+                .await
+            },
+        )
+        .await
+    }
+
+    /// One invocation: the batch, then the metrics line on stdout.
+    pub async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, BatchError> {
+        let metrics = Metrics::new(&self.namespace, FUNCTION);
+        let result = self.handle_event(event, &metrics).await;
+        metrics.emit();
+        result
+    }
+}

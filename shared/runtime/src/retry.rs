@@ -1,0 +1,109 @@
+//! The retry handler (B): reads retry events from the retry queue and runs the
+//! domain's retry plans (stale and duplicate events dropped; SCHEDULING accepted;
+//! SENDING resumed; the request published with key `<id>#<m>`; SENDING → IN_PROGRESS).
+//! Its request publisher goes through the outbound pacer ([`crate::rate`]).
+
+use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
+use crate::dead_letter::DeadLetter;
+use crate::drive::{drive, run_all, verdict};
+use crate::metrics::{names, Metrics};
+use crate::rate::Pacer;
+use crate::settings::{Seeds, Settings};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use domain::decide::Input;
+use domain::exec::Ports;
+use domain::policy::RandomSource;
+use domain::ports::{Clock, RequestPublisher, StateStore, SystemClock, Unwired};
+use domain::{Context, Effect, RetryEvent};
+use std::sync::Arc;
+
+/// The function's name (binary, `cargo lambda` function, metrics dimension).
+pub const FUNCTION: &str = "retry-handler";
+
+/// Handles one parsed retry event: the core, over the ports B has (state store and
+/// request publisher). `hook` may stop the plan before an effect (tests).
+pub async fn handle<St: StateStore, Rq: RequestPublisher>(
+    store: &St,
+    requests: &Rq,
+    event: &RetryEvent,
+    ctx: &Context,
+    rng: &mut (dyn RandomSource + Send),
+    hook: &mut (dyn FnMut(&Effect) -> bool + Send),
+    metrics: &Metrics,
+) -> Verdict {
+    let ports = Ports {
+        store,
+        scheduler: &Unwired,
+        requests,
+        retries: &Unwired,
+    };
+    let driven = drive(Input::Retry(event.clone()), &ports, ctx, rng, hook).await;
+    verdict(&driven, metrics)
+}
+
+/// The retry handler with its ports, built once per process. `requests` is normally
+/// a [`crate::rate::Paced`] publisher; `pacer` is the same pacer, for its counters.
+pub struct RetryHandler<St, Rq, D, C = SystemClock> {
+    pub store: St,
+    pub requests: Rq,
+    pub dead_letter: D,
+    pub clock: C,
+    pub settings: Settings,
+    pub batch: BatchOptions,
+    pub seeds: Seeds,
+    pub pacer: Option<Arc<Pacer>>,
+    /// METRICS_NAMESPACE.
+    pub namespace: String,
+}
+
+impl<St, Rq, D, C> RetryHandler<St, Rq, D, C>
+where
+    St: StateStore,
+    Rq: RequestPublisher,
+    D: DeadLetter,
+    C: Clock,
+{
+    /// Processes one SQS batch, counting into `metrics`.
+    pub async fn handle_event(
+        &self,
+        event: SqsEvent,
+        metrics: &Metrics,
+    ) -> Result<SqsBatchResponse, BatchError> {
+        let before = self.pacer.as_ref().map(|p| (p.waited(), p.refused()));
+        let result = process_batch(
+            event,
+            &self.batch,
+            &self.dead_letter,
+            metrics,
+            |retry: RetryEvent| async move {
+                let ctx = self.settings.context(self.clock.now());
+                let mut rng = self.seeds.next();
+                handle(
+                    &self.store,
+                    &self.requests,
+                    &retry,
+                    &ctx,
+                    &mut rng,
+                    &mut run_all,
+                    metrics,
+                )
+                .await
+            },
+        )
+        .await;
+        if let (Some(p), Some((waited, refused))) = (&self.pacer, before) {
+            // One invocation at a time per execution environment: the difference is ours.
+            metrics.add(names::PACED_PUBLISHES, p.waited().saturating_sub(waited));
+            metrics.add(names::RATE_LIMITED, p.refused().saturating_sub(refused));
+        }
+        result
+    }
+
+    /// One invocation: the batch, then the metrics line on stdout.
+    pub async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, BatchError> {
+        let metrics = Metrics::new(&self.namespace, FUNCTION);
+        let result = self.handle_event(event, &metrics).await;
+        metrics.emit();
+        result
+    }
+}

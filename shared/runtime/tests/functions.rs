@@ -1,0 +1,422 @@
+//! The three functions' invocation entry points, in process, fed with the event
+//! files in `tests/events/` (the same files `cargo lambda invoke --data-file` uses and
+//! the smoke test sends to the real binaries), over the memory adapters.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use domain::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
+use domain::ports::{
+    CreateOutcome, PortError, RequestPublisher, StateStore, StuckPage, StuckQuery, WriteOutcome,
+};
+use domain::{Payload, Request, RetryEvent, Status, TransactionId, TransactionRecord, Write};
+use runtime::metrics::{names, Metrics};
+use runtime::rate::{max_in_any_window, Paced, Pacer, TokioClock};
+use runtime::reconcile::{Limits, Reconciler};
+use runtime::response::ResponseHandler;
+use runtime::retry::RetryHandler;
+use runtime::settings::Seeds;
+use runtime::{BatchOptions, MemoryDeadLetter, SqsBatchResponse, SqsEvent};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn event(name: &str) -> SqsEvent {
+    let path = format!("{}/../../tests/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn failures(r: &SqsBatchResponse) -> Vec<String> {
+    r.batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect()
+}
+
+type A<'a> =
+    ResponseHandler<&'a MemoryStore, &'a MemoryScheduler, &'a MemoryDeadLetter, &'a ManualClock>;
+type B<'a, Rq> = RetryHandler<&'a MemoryStore, Rq, &'a MemoryDeadLetter, &'a ManualClock>;
+
+fn response_handler<'a>(w: &'a World, dlq: &'a MemoryDeadLetter) -> A<'a> {
+    ResponseHandler {
+        store: &w.store,
+        scheduler: &w.scheduler,
+        dead_letter: dlq,
+        clock: &w.clock,
+        settings: w.settings.clone(),
+        batch: BatchOptions::default(),
+        seeds: Seeds::fixed(1),
+        namespace: "DeferredRetry".into(),
+    }
+}
+
+fn retry_handler<'a, Rq: RequestPublisher>(
+    w: &'a World,
+    requests: Rq,
+    dlq: &'a MemoryDeadLetter,
+) -> B<'a, Rq> {
+    RetryHandler {
+        store: &w.store,
+        requests,
+        dead_letter: dlq,
+        clock: &w.clock,
+        settings: w.settings.clone(),
+        batch: BatchOptions::default(),
+        seeds: Seeds::fixed(2),
+        pacer: None,
+        namespace: "DeferredRetry".into(),
+    }
+}
+
+/// Every event file through the functions, in the order the smoke test sends them
+/// to the binaries, with the state, the DLQs, the requests and the metrics checked
+/// after each.
+#[tokio::test]
+async fn the_event_files_through_the_three_functions() {
+    let w = World::new();
+    for tx in ["TX-100200", "TX-100300", "TX-100400", "TX-100500"] {
+        w.start(tx, 3).await;
+    }
+    let response_dlq = MemoryDeadLetter::new();
+    let retry_dlq = MemoryDeadLetter::new();
+    let handler_a = response_handler(&w, &response_dlq);
+    let handler_b = retry_handler(&w, &w.requests, &retry_dlq);
+
+    // CANCELLED for attempt 1: SCHEDULED, one schedule from the persisted instant.
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let r = handler_a
+        .handle_event(event("response-cancelled.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(w.status("TX-100200"), Status::Scheduled);
+    let live = w.scheduler.live();
+    assert_eq!(live.len(), 1);
+    assert_eq!(Some(live[0].fire_at), w.record("TX-100200").next_fire_at);
+    assert_eq!(m.count(names::RESPONSE_CANCELLED), 1);
+    assert_eq!(m.count(names::SCHEDULES_CREATED), 1);
+    assert_eq!(m.count("AckScheduled"), 1);
+
+    // The retry event: attempt 2 published with its key, IN_PROGRESS(2).
+    w.set_time(live[0].fire_at);
+    let m = Metrics::new("DeferredRetry", "retry-handler");
+    let r = handler_b
+        .handle_event(event("retry.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    let rec = w.record("TX-100200");
+    assert_eq!(
+        (rec.status, rec.current_attempt),
+        (Status::InProgress, a(2))
+    );
+    assert_eq!(m.count(names::RETRIES_PUBLISHED), 1);
+    let last = w.requests.messages().pop().unwrap();
+    assert_eq!(last.idempotency_key.as_str(), "TX-100200#2");
+    assert_eq!(
+        last.payload.as_json(),
+        r#"{"order":"TX-100200","amount":12.5}"#
+    );
+
+    // Delivered twice more (scheduler and reconciler): both dropped as duplicates.
+    let m = Metrics::new("DeferredRetry", "retry-handler");
+    let r = handler_b
+        .handle_event(event("retry-duplicate.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(m.count("DropDuplicateRetry"), 2);
+    assert_eq!(m.count(names::REQUESTS_PUBLISHED), 0);
+
+    // An event for an attempt that is not pending: stale.
+    let m = Metrics::new("DeferredRetry", "retry-handler");
+    let r = handler_b
+        .handle_event(event("retry-stale.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(m.count("DropStaleRetry"), 1);
+
+    // A late response for attempt 1 changes nothing.
+    let before = w.record("TX-100200");
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let r = handler_a
+        .handle_event(event("response-late.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(w.record("TX-100200"), before);
+    assert_eq!(m.count("DropLateResponse"), 1);
+
+    // SUCCESS.
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let r = handler_a
+        .handle_event(event("response-success.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(w.status("TX-100300"), Status::Succeeded);
+    assert_eq!(m.count(names::RESPONSE_SUCCESS), 1);
+
+    // Unknown transaction and malformed body: permanent, to the DLQ unchanged, acked.
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let unknown = event("response-unknown.json");
+    let r = handler_a.handle_event(unknown.clone(), &m).await.unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(m.count("PermanentErrorUnknownTransaction"), 1);
+    let malformed = event("response-malformed.json");
+    let r = handler_a.handle_event(malformed.clone(), &m).await.unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(m.count("PermanentErrorMalformedBody"), 1);
+    assert_eq!(
+        response_dlq.messages(),
+        vec![unknown.records[0].clone(), malformed.records[0].clone()],
+        "the original messages, body and attributes unchanged"
+    );
+
+    // The mixed batch: only the malformed record is affected, and it ends in the DLQ
+    // unchanged; its neighbours are handled normally.
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let mixed = event("response-mixed.json");
+    let r = handler_a.handle_event(mixed.clone(), &m).await.unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(
+        w.status("TX-100400"),
+        Status::Succeeded,
+        "EXITOSO is SUCCESS"
+    );
+    assert_eq!(w.status("TX-100500"), Status::Scheduled);
+    assert_eq!(m.count("DropLateResponse"), 1);
+    assert_eq!(m.count(names::PERMANENT_ERRORS), 1);
+    let dlq = response_dlq.messages();
+    assert_eq!(dlq.len(), 3);
+    assert_eq!(dlq[2], mixed.records[1]);
+    assert_eq!(
+        dlq[2].message_attributes["trace_id"]
+            .string_value
+            .as_deref(),
+        Some("trace-7f3a")
+    );
+
+    // A malformed retry event goes to the retry queue's DLQ.
+    let m = Metrics::new("DeferredRetry", "retry-handler");
+    let bad = event("retry-malformed.json");
+    let r = handler_b.handle_event(bad.clone(), &m).await.unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(retry_dlq.messages(), bad.records);
+
+    // The cron event: TX-100500 is SCHEDULED and its schedule never delivers; once
+    // its instant is past the threshold the reconciler requeues its retry event.
+    let fire = w.record("TX-100500").next_fire_at.unwrap();
+    w.set_time(fire.plus_millis(16 * 60 * 1000));
+    let reconciler = Reconciler {
+        store: &w.store,
+        scheduler: &w.scheduler,
+        retries: &w.retries,
+        clock: &w.clock,
+        settings: w.settings.clone(),
+        limits: Limits::default(),
+        seeds: Seeds::fixed(3),
+        namespace: "DeferredRetry".into(),
+    };
+    let cron: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/../../tests/events/cron.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let report = reconciler.invoke(cron).await.unwrap();
+    assert_eq!(report.count(Status::Scheduled, "requeued"), 1, "{report:?}");
+    assert_eq!(report.examined, 1);
+    let requeued = w.retries.drain();
+    assert_eq!(requeued.len(), 1);
+    assert_eq!(requeued[0].transaction_id.as_str(), "TX-100500");
+
+    // Audit rows of TX-100200: one per transition.
+    assert_eq!(
+        w.audit_path("TX-100200"),
+        vec![
+            "*>IN_PROGRESS@1",
+            "IN_PROGRESS>SCHEDULING@1",
+            "SCHEDULING>SCHEDULED@1",
+            "SCHEDULED>SENDING@1",
+            "SENDING>IN_PROGRESS@2"
+        ]
+    );
+}
+
+/// A store that fails (retryably) or panics for one transaction.
+struct Faulty<'a> {
+    inner: &'a MemoryStore,
+    fail: &'static str,
+    panic: &'static str,
+}
+
+impl Faulty<'_> {
+    fn check(&self, id: &TransactionId) -> Result<(), PortError> {
+        if id.as_str() == self.panic {
+            panic!("adapter bug for {id}");
+        }
+        if id.as_str() == self.fail {
+            return Err(PortError::retryable(
+                "UpdateItem",
+                "ProvisionedThroughputExceededException",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl StateStore for Faulty<'_> {
+    async fn create(&self, r: &TransactionRecord, p: &Payload) -> Result<CreateOutcome, PortError> {
+        self.check(&r.transaction_id)?;
+        self.inner.create(r, p).await
+    }
+    async fn transition(&self, w: &Write) -> Result<WriteOutcome, PortError> {
+        self.check(&w.transaction_id)?;
+        self.inner.transition(w).await
+    }
+    async fn get(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
+        self.check(id)?;
+        self.inner.get(id).await
+    }
+    async fn payload(&self, id: &TransactionId) -> Result<Option<Payload>, PortError> {
+        self.inner.payload(id).await
+    }
+    async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
+        self.inner.query_stuck(q).await
+    }
+}
+
+/// In the mixed batch, a retryable store error on one record and a panic on another:
+/// exactly those two are batch item failures; the malformed one still goes to the
+/// DLQ; the others are done.
+#[tokio::test]
+async fn retryable_errors_and_panics_fail_only_their_records() {
+    let w = World::new();
+    for tx in ["TX-100200", "TX-100400", "TX-100500"] {
+        w.start(tx, 3).await;
+    }
+    let dlq = MemoryDeadLetter::new();
+    let handler_a = ResponseHandler {
+        store: Faulty {
+            inner: &w.store,
+            fail: "TX-100400",
+            panic: "TX-100200",
+        },
+        scheduler: &w.scheduler,
+        dead_letter: &dlq,
+        clock: &w.clock,
+        settings: w.settings.clone(),
+        batch: BatchOptions { concurrency: 2 },
+        seeds: Seeds::fixed(1),
+        namespace: "DeferredRetry".into(),
+    };
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let mixed = event("response-mixed.json");
+    let r = handler_a.handle_event(mixed.clone(), &m).await.unwrap();
+    let ids: Vec<String> = mixed
+        .records
+        .iter()
+        .map(|r| r.message_id.clone().unwrap())
+        .collect();
+    // Records: 0 TX-100400 (retryable), 1 malformed, 2 TX-100500 ok, 3 TX-100200 (panic).
+    assert_eq!(failures(&r), vec![ids[0].clone(), ids[3].clone()]);
+    assert_eq!(w.status("TX-100500"), Status::Scheduled);
+    assert_eq!(
+        w.status("TX-100400"),
+        Status::InProgress,
+        "untouched, retried later"
+    );
+    assert_eq!(dlq.messages(), vec![mixed.records[1].clone()]);
+    assert_eq!(m.count(names::RECORD_PANICS), 1);
+    assert_eq!(m.count(names::RETRYABLE_ERRORS), 2);
+    // The same batch redelivered once the faults are gone: everything completes.
+    let handler_a = response_handler(&w, &dlq);
+    let retry: SqsEvent = serde_json::from_value(serde_json::json!({
+        "Records": [mixed.records[0].clone(), mixed.records[3].clone()]
+    }))
+    .unwrap();
+    let r = handler_a.handle_event(retry, &m).await.unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(w.status("TX-100400"), Status::Succeeded);
+}
+
+/// A request publisher that notes the (virtual) instant of every publish.
+#[derive(Default)]
+struct Timed {
+    inner: MemoryQueue<Request>,
+    at: Mutex<Vec<tokio::time::Instant>>,
+}
+
+impl RequestPublisher for Timed {
+    async fn publish(&self, r: &Request) -> Result<(), PortError> {
+        self.at.lock().unwrap().push(tokio::time::Instant::now());
+        self.inner.publish(r).await
+    }
+}
+
+/// The outbound rate bound at the function level: 3 warm invocations of 10 retry
+/// events each (BATCH_CONCURRENCY 10) with MAX_REQUESTS_PER_SECOND = 4, on tokio's
+/// paused clock: no window [t, t + 1 s) holds more than 4 publishes, across the
+/// invocations too (the pacer's state is process-wide), and every request left.
+#[tokio::test(start_paused = true)]
+async fn the_retry_handler_never_exceeds_its_rate() {
+    let w = World::new();
+    let mut events = Vec::new();
+    for i in 0..30 {
+        let tx = format!("TX-R{i:02}");
+        w.start(&tx, 3).await;
+        w.respond(&tx, 1, domain::Outcome::Cancelled).await;
+        events.push(RetryEvent {
+            transaction_id: id(&tx),
+            origin: domain::Origin::RetryScheduler,
+            attempt: a(2),
+        });
+    }
+    let pacer = Arc::new(Pacer::per_second(4.0).unwrap());
+    let timed = Timed::default();
+    let dlq = MemoryDeadLetter::new();
+    let mut handler_b = retry_handler(
+        &w,
+        Paced {
+            inner: &timed,
+            pacer: Arc::clone(&pacer),
+            clock: TokioClock,
+            max_wait: Duration::from_secs(20),
+        },
+        &dlq,
+    );
+    handler_b.pacer = Some(Arc::clone(&pacer));
+    w.advance(Duration::from_secs(3 * 86_400));
+    let start = tokio::time::Instant::now();
+    for (n, chunk) in events.chunks(10).enumerate() {
+        let records: Vec<serde_json::Value> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                serde_json::json!({"messageId": format!("m-{n}-{i}"), "body": e.to_json()})
+            })
+            .collect();
+        let ev: SqsEvent =
+            serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
+        let m = Metrics::new("DeferredRetry", "retry-handler");
+        let r = handler_b.handle_event(ev, &m).await.unwrap();
+        assert!(failures(&r).is_empty(), "invocation {n}");
+        assert_eq!(m.count(names::RETRIES_PUBLISHED), 10);
+        assert!(
+            m.count(names::PACED_PUBLISHES) >= 9,
+            "invocation {n}: {:?}",
+            m.snapshot()
+        );
+    }
+    let times = timed.at.lock().unwrap().clone();
+    assert_eq!(times.len(), 30);
+    assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 4);
+    let span = *times.iter().max().unwrap() - start;
+    assert_eq!(span, Duration::from_millis(29 * 250), "paced, not dropped");
+    assert_eq!(timed.inner.len(), 30);
+    assert!(w.store.records().iter().all(|r| r.current_attempt == a(2)));
+}
