@@ -5,5 +5,6 @@
 // A test crate: helpers outside `#[test]` functions panic on purpose.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod decisions;
 mod runs;
 mod world;
