@@ -7,6 +7,7 @@
 //! - [`provision`]: creates every table, queue and the schedule group of a stack on
 //!   an endpoint, from definitions kept as data (compared with `template.yaml`).
 
+pub mod clients;
 pub mod config;
 pub mod dynamo;
 pub mod errors;
@@ -14,3 +15,5 @@ pub mod item;
 pub mod local;
 pub mod meter;
 pub mod provision;
+pub mod scheduler;
+pub mod sqs;

@@ -92,3 +92,85 @@ pub fn record(tx: &str, status: Status, current: u32, max: u32, updated: i64) ->
     r.reconcile = ReconcileKey::derive(status, &tid, 8, r.updated_at, r.next_fire_at);
     r
 }
+
+/// A tiny HTTP server on 127.0.0.1 answering every request with one canned error,
+/// counting the requests: drives the real SDK into throttling, 5xx or validation
+/// failures so their classification is exercised end to end.
+pub struct CannedServer {
+    pub endpoint: String,
+    hits: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CannedServer {
+    pub async fn start(status: u16, error_type: &'static str) -> Self {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    // Read one request: headers, then Content-Length bytes of body.
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Ok(n) = sock.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).to_string();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let len = text[..end]
+                                .lines()
+                                .find_map(|l| {
+                                    let (k, v) = l.split_once(':')?;
+                                    k.eq_ignore_ascii_case("content-length")
+                                        .then(|| v.trim().parse::<usize>().ok())
+                                        .flatten()
+                                })
+                                .unwrap_or(0);
+                            if buf.len() >= end + 4 + len {
+                                break;
+                            }
+                        }
+                    }
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let body = format!(
+                        "{{\"__type\":\"{error_type}\",\"message\":\"canned {error_type}\"}}"
+                    );
+                    let resp = format!(
+                        "HTTP/1.1 {status} Canned\r\nx-amzn-errortype: {error_type}\r\nx-amzn-requestid: canned\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(resp.as_bytes()).await;
+                    let _ = sock.shutdown().await;
+                });
+            }
+        });
+        Self {
+            endpoint,
+            hits,
+            task,
+        }
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for CannedServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,159 @@
+//! EventBridge Scheduler adapter: one-time schedules with the article's settings.
+//!
+//! Every schedule: in the dedicated group, `at(yyyy-mm-ddThh:mm:ss)` from the
+//! persisted `next_fire_at`, `ScheduleExpressionTimezone=UTC` written out,
+//! `FlexibleTimeWindow` OFF, `ActionAfterCompletion=DELETE`, target the retry queue
+//! with the scheduler role, `Input` = the retry event, `RetryPolicy` and
+//! `DeadLetterConfig` (the scheduler DLQ).
+//!
+//! `ConflictException` on create → `AlreadyExists` (success: the name is
+//! deterministic); `ResourceNotFoundException` on delete → `NotFound` (success).
+//! Throttling is retried by the client's bounded retry strategy
+//! ([`crate::clients::retry_config`]) and then surfaced as `Retryable`.
+
+use crate::config::SchedulerSettings;
+use crate::errors::classify;
+use crate::meter::{Call, CallMeter};
+use aws_sdk_scheduler::operation::create_schedule::CreateScheduleError;
+use aws_sdk_scheduler::operation::delete_schedule::DeleteScheduleError;
+use aws_sdk_scheduler::types::{
+    ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode,
+    RetryPolicy, Target,
+};
+use aws_sdk_scheduler::Client;
+use domain::decide::ScheduleSpec;
+use domain::ports::{ErrorKind, PortError, ScheduleCreated, ScheduleDeleted, Scheduler};
+use domain::ScheduleName;
+
+/// The timezone written on every schedule.
+pub const SCHEDULE_TIMEZONE: &str = "UTC";
+
+/// `at(2026-10-03T16:38:00)` from the persisted fire time.
+pub fn schedule_expression(spec: &ScheduleSpec) -> String {
+    format!("at({})", spec.fire_at.to_schedule_at())
+}
+
+/// The [`Scheduler`] on EventBridge Scheduler.
+#[derive(Debug, Clone)]
+pub struct EventBridgeScheduler {
+    client: Client,
+    settings: SchedulerSettings,
+    meter: CallMeter,
+}
+
+fn create_kind(e: &CreateScheduleError) -> Option<ErrorKind> {
+    match e {
+        CreateScheduleError::ThrottlingException(_)
+        | CreateScheduleError::InternalServerException(_) => Some(ErrorKind::Retryable),
+        CreateScheduleError::ValidationException(_)
+        | CreateScheduleError::ResourceNotFoundException(_)
+        | CreateScheduleError::ServiceQuotaExceededException(_) => Some(ErrorKind::Permanent),
+        _ => None,
+    }
+}
+
+fn delete_kind(e: &DeleteScheduleError) -> Option<ErrorKind> {
+    match e {
+        DeleteScheduleError::ThrottlingException(_)
+        | DeleteScheduleError::InternalServerException(_)
+        | DeleteScheduleError::ConflictException(_) => Some(ErrorKind::Retryable),
+        DeleteScheduleError::ValidationException(_) => Some(ErrorKind::Permanent),
+        _ => None,
+    }
+}
+
+impl EventBridgeScheduler {
+    /// `client` should come from [`crate::clients::scheduler`] (bounded retries).
+    pub fn new(client: Client, settings: SchedulerSettings) -> Self {
+        Self {
+            client,
+            settings,
+            meter: CallMeter::new(),
+        }
+    }
+
+    pub fn with_meter(mut self, meter: CallMeter) -> Self {
+        self.meter = meter;
+        self
+    }
+
+    pub fn settings(&self) -> &SchedulerSettings {
+        &self.settings
+    }
+
+    fn target(&self, spec: &ScheduleSpec) -> Result<Target, PortError> {
+        Target::builder()
+            .arn(&self.settings.retry_queue_arn)
+            .role_arn(&self.settings.role_arn)
+            .input(spec.event.to_json())
+            .retry_policy(
+                RetryPolicy::builder()
+                    .maximum_retry_attempts(
+                        i32::try_from(self.settings.retry_attempts).unwrap_or(185),
+                    )
+                    .maximum_event_age_in_seconds(
+                        i32::try_from(self.settings.max_event_age_seconds).unwrap_or(86_400),
+                    )
+                    .build(),
+            )
+            .dead_letter_config(
+                DeadLetterConfig::builder()
+                    .arn(&self.settings.dlq_arn)
+                    .build(),
+            )
+            .build()
+            .map_err(|e| PortError::permanent("CreateSchedule", e.to_string()))
+    }
+}
+
+impl Scheduler for EventBridgeScheduler {
+    async fn create(&self, spec: &ScheduleSpec) -> Result<ScheduleCreated, PortError> {
+        let window = FlexibleTimeWindow::builder()
+            .mode(FlexibleTimeWindowMode::Off)
+            .build()
+            .map_err(|e| PortError::permanent("CreateSchedule", e.to_string()))?;
+        let target = self.target(spec)?;
+        self.meter.count(Call::ScheduleCreate);
+        let result = self
+            .client
+            .create_schedule()
+            .name(spec.name.as_str())
+            .group_name(&self.settings.group)
+            .schedule_expression(schedule_expression(spec))
+            .schedule_expression_timezone(SCHEDULE_TIMEZONE)
+            .flexible_time_window(window)
+            .action_after_completion(ActionAfterCompletion::Delete)
+            .target(target)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(ScheduleCreated::Created),
+            Err(e) => match e.as_service_error() {
+                Some(CreateScheduleError::ConflictException(_)) => {
+                    Ok(ScheduleCreated::AlreadyExists)
+                }
+                _ => Err(classify("CreateSchedule", &e, create_kind)),
+            },
+        }
+    }
+
+    async fn delete(&self, name: &ScheduleName) -> Result<ScheduleDeleted, PortError> {
+        self.meter.count(Call::ScheduleDelete);
+        let result = self
+            .client
+            .delete_schedule()
+            .name(name.as_str())
+            .group_name(&self.settings.group)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(ScheduleDeleted::Deleted),
+            Err(e) => match e.as_service_error() {
+                Some(DeleteScheduleError::ResourceNotFoundException(_)) => {
+                    Ok(ScheduleDeleted::NotFound)
+                }
+                _ => Err(classify("DeleteSchedule", &e, delete_kind)),
+            },
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The cost of the happy paths, measured by driving `domain::exec::execute` over the
+//! AWS adapters against moto: response handler = 2 writes + 1 CreateSchedule and no
+//! read; retry handler = 2 writes + 1 SendMessage + at most 1 payload read.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use aws::config::SchedulerSettings;
+use aws::meter::CallMeter;
+use aws::scheduler::EventBridgeScheduler;
+use aws::sqs::SqsRequestPublisher;
+use common::*;
+use domain::decide::{Input, Known};
+use domain::exec::{execute, Ports};
+use domain::policy::FixedRandom;
+use domain::ports::{CreateOutcome, StateStore, Unwired};
+use domain::{
+    Context, MaxAttempts, Payload, PolicySet, Request, Response, RetryEvent, Run, Status,
+    Timestamp, TransactionRecord,
+};
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn happy_path_call_counts() {
+    let s = stack("hp").await;
+    let meter = CallMeter::new();
+    let store = s.store().with_meter(meter.clone());
+    let scheduler = EventBridgeScheduler::new(
+        aws::clients::scheduler(&s.sdk),
+        SchedulerSettings {
+            group: s.p.names.schedule_group.clone(),
+            retry_queue_arn: s.p.retry.arn.clone(),
+            role_arn: s.p.scheduler_role_arn.clone(),
+            dlq_arn: s.p.scheduler_dlq.arn.clone(),
+            retry_attempts: 5,
+            max_event_age_seconds: 3600,
+        },
+    )
+    .with_meter(meter.clone());
+    let requests = SqsRequestPublisher::new(aws::clients::sqs(&s.sdk), &s.p.request.url)
+        .with_meter(meter.clone());
+
+    let tx = id("TX-HP1");
+    let payload = Payload::from_json(r#"{"order":42}"#).unwrap();
+    let start = TransactionRecord::started(
+        tx.clone(),
+        MaxAttempts::new(3).unwrap(),
+        Timestamp::from_millis(T0),
+    );
+    assert_eq!(
+        store.create(&start, &payload).await.unwrap(),
+        CreateOutcome::Created
+    );
+    let created = meter.snapshot();
+    assert_eq!(created.creates, 1);
+    // (moto reports no ConsumedCapacity for TransactWriteItems; AWS does.)
+    meter.reset();
+
+    let mut rng = FixedRandom(0.5);
+    let now = T0 + 60_000;
+    let ctx = Context::new(
+        Timestamp::from_millis(now),
+        PolicySet::default(),
+        8,
+        Duration::from_secs(900),
+    );
+
+    // Response handler (A): CANCELLED for attempt 1.
+    let resp = Response::parse(
+        r#"{"transaction_id":"TX-HP1","attempt":1,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}"#,
+    )
+    .unwrap();
+    let mut run = Run::new(Input::Response(resp), Known::Unread, &ctx, &mut rng);
+    let ports = Ports {
+        store: &store,
+        scheduler: &scheduler,
+        requests: &Unwired,
+        retries: &Unwired,
+    };
+    let disposition = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
+        .await
+        .unwrap();
+    assert!(
+        matches!(disposition, domain::Disposition::Ack(_)),
+        "{disposition:?}"
+    );
+    let a = meter.snapshot();
+    assert_eq!(
+        (
+            a.writes,
+            a.schedule_creates,
+            a.reads,
+            a.payload_reads,
+            a.sends
+        ),
+        (2, 1, 0, 0, 0),
+        "{a:?}"
+    );
+    assert_eq!(a.failed_conditions, 0);
+    assert!(a.total_write_units() > 0.0, "capacity recorded: {a:?}");
+    let rec = store.get(&tx).await.unwrap().unwrap();
+    assert_eq!(rec.status, Status::Scheduled);
+    // The schedule fires at the persisted instant.
+    let sched = s
+        .scheduler()
+        .get_schedule()
+        .name(rec.schedule_name.as_ref().unwrap().as_str())
+        .group_name(&s.p.names.schedule_group)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        sched.schedule_expression().unwrap(),
+        format!("at({})", rec.next_fire_at.unwrap().to_schedule_at())
+    );
+    meter.reset();
+
+    // Retry handler (B): the retry event for attempt 2.
+    let ctx = Context::new(
+        rec.next_fire_at.unwrap(),
+        PolicySet::default(),
+        8,
+        Duration::from_secs(900),
+    );
+    let event =
+        RetryEvent::parse(r#"{"transaction_id":"TX-HP1","origin":"RETRY_SCHEDULER","attempt":2}"#)
+            .unwrap();
+    let mut run = Run::new(Input::Retry(event), Known::Unread, &ctx, &mut rng);
+    let ports = Ports {
+        store: &store,
+        scheduler: &Unwired,
+        requests: &requests,
+        retries: &Unwired,
+    };
+    execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
+        .await
+        .unwrap();
+    let b = meter.snapshot();
+    assert_eq!(
+        (b.writes, b.sends, b.reads, b.schedule_creates),
+        (2, 1, 0, 0),
+        "{b:?}"
+    );
+    assert!(b.payload_reads <= 1, "{b:?}");
+    let rec = store.get(&tx).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.current_attempt.get(), rec.next_attempt),
+        (Status::InProgress, 2, None)
+    );
+
+    // The request the external service receives: attempt 2, same payload bytes.
+    let out = s
+        .sqs()
+        .receive_message()
+        .queue_url(&s.p.request.url)
+        .message_attribute_names("All")
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let m = &out.messages()[0];
+    assert_eq!(
+        m.body().unwrap(),
+        Request::new(tx.clone(), at(2), payload).to_json()
+    );
+    assert_eq!(
+        m.message_attributes().unwrap()["idempotency_key"].string_value(),
+        Some("TX-HP1#2")
+    );
+
+    println!("response handler path: {a:?}");
+    println!("retry handler path: {b:?}");
+}

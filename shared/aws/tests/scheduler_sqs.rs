@@ -1,0 +1,176 @@
+//! The scheduler and SQS adapters against moto: every schedule setting read back,
+//! create/delete twice, message bodies and attributes round-trip.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use aws::config::SchedulerSettings;
+use aws::scheduler::EventBridgeScheduler;
+use aws::sqs::{send_to_dlq, string_attribute, SqsRequestPublisher, SqsRetryPublisher};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use common::*;
+use domain::decide::ScheduleSpec;
+use domain::ports::{
+    RequestPublisher, RetryPublisher, ScheduleCreated, ScheduleDeleted, Scheduler,
+};
+use domain::{Origin, Payload, Request, RetryEvent, ScheduleName, Timestamp};
+use std::collections::HashMap;
+
+fn settings(s: &Stack) -> SchedulerSettings {
+    SchedulerSettings {
+        group: s.p.names.schedule_group.clone(),
+        retry_queue_arn: s.p.retry.arn.clone(),
+        role_arn: s.p.scheduler_role_arn.clone(),
+        dlq_arn: s.p.scheduler_dlq.arn.clone(),
+        retry_attempts: 5,
+        max_event_age_seconds: 3600,
+    }
+}
+
+/// GIVEN a retry to schedule WHEN it is created twice, read back, deleted twice THEN
+/// the second create is AlreadyExists, the schedule carries every setting of the
+/// article, and the second delete is NotFound.
+#[tokio::test(flavor = "multi_thread")]
+async fn schedule_settings_and_idempotent_create_delete() {
+    let s = stack("sc").await;
+    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&s.sdk), settings(&s));
+    let tx = id("TX-100200");
+    let event = RetryEvent {
+        transaction_id: tx.clone(),
+        origin: Origin::RetryScheduler,
+        attempt: at(2),
+    };
+    // 2026-10-03T16:38:00.000Z, the article's example.
+    let fire_at = Timestamp::parse("2026-10-03T16:38:00.000Z").unwrap();
+    let spec = ScheduleSpec {
+        name: ScheduleName::for_retry(&tx, at(2)),
+        fire_at,
+        event: event.clone(),
+    };
+    assert_eq!(spec.name.as_str(), "retry-TX-100200-2");
+
+    assert_eq!(
+        scheduler.create(&spec).await.unwrap(),
+        ScheduleCreated::Created
+    );
+    assert_eq!(
+        scheduler.create(&spec).await.unwrap(),
+        ScheduleCreated::AlreadyExists
+    );
+
+    let got = s
+        .scheduler()
+        .get_schedule()
+        .name(spec.name.as_str())
+        .group_name(&s.p.names.schedule_group)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.group_name(), Some(s.p.names.schedule_group.as_str()));
+    assert_eq!(got.schedule_expression(), Some("at(2026-10-03T16:38:00)"));
+    assert_eq!(got.schedule_expression_timezone(), Some("UTC"));
+    assert_eq!(
+        got.flexible_time_window().map(|w| w.mode().as_str()),
+        Some("OFF")
+    );
+    assert_eq!(
+        got.action_after_completion().map(|a| a.as_str()),
+        Some("DELETE")
+    );
+    let target = got.target().unwrap();
+    assert_eq!(target.arn(), s.p.retry.arn);
+    assert_eq!(target.role_arn(), s.p.scheduler_role_arn);
+    assert_eq!(RetryEvent::parse(target.input().unwrap()).unwrap(), event);
+    assert_eq!(
+        target.input(),
+        Some(r#"{"transaction_id":"TX-100200","origin":"RETRY_SCHEDULER","attempt":2}"#)
+    );
+    let rp = target.retry_policy().unwrap();
+    assert_eq!(rp.maximum_retry_attempts(), Some(5));
+    assert_eq!(rp.maximum_event_age_in_seconds(), Some(3600));
+    assert_eq!(
+        target.dead_letter_config().and_then(|d| d.arn()),
+        Some(s.p.scheduler_dlq.arn.as_str())
+    );
+
+    assert_eq!(
+        scheduler.delete(&spec.name).await.unwrap(),
+        ScheduleDeleted::Deleted
+    );
+    assert_eq!(
+        scheduler.delete(&spec.name).await.unwrap(),
+        ScheduleDeleted::NotFound
+    );
+}
+
+async fn receive_one(s: &Stack, url: &str) -> aws_sdk_sqs::types::Message {
+    let out = s
+        .sqs()
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let msgs = out.messages();
+    assert_eq!(msgs.len(), 1, "exactly one message on {url}");
+    msgs[0].clone()
+}
+
+/// Request body and `idempotency_key` attribute, retry body, and a DLQ copy with its
+/// attributes all round-trip through SQS unchanged.
+#[tokio::test(flavor = "multi_thread")]
+async fn request_retry_and_dlq_messages_round_trip() {
+    let s = stack("q").await;
+    let sqs = aws::clients::sqs(&s.sdk);
+    let requests = SqsRequestPublisher::new(sqs.clone(), &s.p.request.url);
+    let payload = Payload::from_json(r#"{"amount":10.50,"items":[1,2,{"k":"ñ"}]}"#).unwrap();
+    let request = Request::new(id("TX-100200"), at(2), payload);
+    requests.publish(&request).await.unwrap();
+    let m = receive_one(&s, &s.p.request.url).await;
+    assert_eq!(m.body(), Some(request.to_json().as_str()));
+    // The body is byte-exact (above); parsed back, every field matches.
+    let parsed = Request::parse(m.body().unwrap()).unwrap();
+    assert_eq!(parsed.transaction_id, request.transaction_id);
+    assert_eq!(parsed.attempt, request.attempt);
+    assert_eq!(parsed.idempotency_key, request.idempotency_key);
+    let json = |p: &Payload| serde_json::from_str::<serde_json::Value>(p.as_json()).unwrap();
+    assert_eq!(json(&parsed.payload), json(&request.payload));
+    let attrs = m.message_attributes().unwrap();
+    assert_eq!(attrs["idempotency_key"].string_value(), Some("TX-100200#2"));
+    assert_eq!(attrs["idempotency_key"].data_type(), "String");
+
+    let retries = SqsRetryPublisher::new(sqs.clone(), &s.p.retry.url);
+    let event = RetryEvent {
+        transaction_id: id("TX-7"),
+        origin: Origin::Reconciler,
+        attempt: at(3),
+    };
+    retries.publish(&event).await.unwrap();
+    let m = receive_one(&s, &s.p.retry.url).await;
+    assert_eq!(RetryEvent::parse(m.body().unwrap()).unwrap(), event);
+    assert_eq!(
+        m.body(),
+        Some(r#"{"transaction_id":"TX-7","origin":"RECONCILER","attempt":3}"#)
+    );
+
+    let body = "{not json at all";
+    let attrs = HashMap::from([
+        (
+            "idempotency_key".to_owned(),
+            string_attribute("TX-9#1").unwrap(),
+        ),
+        ("custom".to_owned(), string_attribute("kept").unwrap()),
+    ]);
+    send_to_dlq(&sqs, &s.p.response_dlq.url, body, attrs)
+        .await
+        .unwrap();
+    let m = receive_one(&s, &s.p.response_dlq.url).await;
+    assert_eq!(m.body(), Some(body));
+    let got = m.message_attributes().unwrap();
+    assert_eq!(got["custom"].string_value(), Some("kept"));
+    assert_eq!(got["idempotency_key"].string_value(), Some("TX-9#1"));
+}
