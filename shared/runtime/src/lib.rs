@@ -12,6 +12,8 @@
 //! - [`metrics`]: CloudWatch Embedded Metric Format, one JSON line per invocation.
 //! - [`dead_letter`]: the port that keeps a permanently failing message intact.
 //! - [`telemetry`]: tracing initialisation for Lambda (JSON logs, level from env).
+//! - [`wiring`]: each function built from its configuration and the AWS adapters
+//!   (what the `main`s and the local stack call), and the SQS dead-letter adapter.
 //!
 //! No rule of the pattern is written here: every decision comes from the domain crate
 //! as a plan, and this crate only performs plans and reports what happened.
@@ -27,6 +29,7 @@ pub mod response;
 pub mod retry;
 pub mod settings;
 pub mod telemetry;
+pub mod wiring;
 
 pub use batch::{BatchOptions, Inbound, Permanent, Verdict};
 pub use dead_letter::{DeadLetter, MemoryDeadLetter};
