@@ -165,8 +165,9 @@ pub struct DemoArgs {
     /// Visibility timeout of received messages (s), compressed like the backoff.
     #[arg(long, default_value_t = 10)]
     pub visibility_timeout: i32,
-    /// MAX_REQUESTS_PER_SECOND of each retry-handler execution environment.
-    #[arg(long, default_value_t = 50.0)]
+    /// MAX_REQUESTS_PER_SECOND of each retry-handler execution environment (the
+    /// template's default; the fleet bound is this × the retry ESM's MaximumConcurrency).
+    #[arg(long, default_value_t = 5.0)]
     pub max_requests_per_second: f64,
     /// Workload: transactions started per second.
     #[arg(long, default_value_t = 100.0)]

@@ -9,6 +9,8 @@
 //! - [`view`], [`table`]: what the operator commands print and read.
 
 pub mod cli;
+pub mod commands;
+pub mod demo;
 pub mod error;
 pub mod local;
 pub mod report;

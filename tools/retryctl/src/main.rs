@@ -1,1 +1,127 @@
-fn main() {}
+//! `retryctl`: see `docs/operations.md`.
+
+use clap::Parser;
+use retryctl::cli::{Cli, Command};
+use retryctl::commands::{self, Output, Target};
+use retryctl::error::CliError;
+use std::process::ExitCode;
+
+fn init_logs() {
+    // Logs go to stderr (stdout carries the command's output); quiet by default.
+    let filter = std::env::var("RUST_LOG")
+        .unwrap_or_else(|_| "warn,aws_smithy_runtime=error,aws_config=error".into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+async fn run(cli: &Cli) -> Result<Output, CliError> {
+    if let Command::Demo(args) = &cli.command {
+        let (report, kept) = retryctl::demo::run(args).await?;
+        let text = retryctl::report::render(&report);
+        let json = serde_json::to_value(&report).unwrap_or_default();
+        if let Some(path) = &args.report_json {
+            std::fs::write(
+                path,
+                serde_json::to_string_pretty(&json).unwrap_or_default(),
+            )
+            .map_err(|e| CliError::bad("--report-json", path.display().to_string(), e))?;
+        }
+        if let Some(stack) = kept {
+            if cli.json {
+                println!("{json}");
+            } else {
+                print!("{text}");
+            }
+            eprintln!(
+                "\nThe local stack keeps running until Ctrl-C. Try, from another shell:\n  \
+                 export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
+                 retryctl stats\n  retryctl show TX-000001\n  retryctl stuck",
+                stack.endpoint,
+                stack.names().prefix
+            );
+            let _ = tokio::signal::ctrl_c().await;
+            stack.shutdown().await;
+            if !report.ok() {
+                return Err(CliError::DemoFailed(String::new()));
+            }
+            return Ok(Output {
+                text: String::new(),
+                json: serde_json::Value::Null,
+            });
+        }
+        if !report.ok() {
+            if cli.json {
+                println!("{json}");
+            } else {
+                print!("{text}");
+            }
+            return Err(CliError::DemoFailed(
+                "the demo found lost, duplicated, stuck or inconsistent transactions".into(),
+            ));
+        }
+        return Ok(Output { text, json });
+    }
+    let target = Target::from_args(&cli.target).await?;
+    match &cli.command {
+        Command::Submit {
+            id,
+            payload,
+            max_attempts,
+        } => commands::submit(&target, id, payload, *max_attempts).await,
+        Command::Show { id } => commands::show(&target, id).await,
+        Command::Stats => commands::stats(&target).await,
+        Command::Stuck => commands::stuck(&target).await,
+        Command::Resolve { id } => commands::resolve(&target, id).await,
+        Command::Redrive { queue, max } => commands::redrive(&target, *queue, *max).await,
+        Command::Replay { id, budget } => commands::replay(&target, id, *budget).await,
+        Command::Demo(_) => unreachable_demo(),
+    }
+}
+
+fn unreachable_demo() -> Result<Output, CliError> {
+    Err(CliError::Missing("internal: demo handled above".into()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(matches!(cli.command, Command::Demo(_)));
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("retryctl: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = rt.block_on(run(&cli));
+    match result {
+        Ok(out) => {
+            if cli.json {
+                if !out.json.is_null() {
+                    println!("{}", out.json);
+                }
+            } else {
+                print!("{}", out.text);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"error": e.kind(), "message": e.to_string()})
+                );
+            }
+            let msg = e.to_string();
+            if !msg.is_empty() {
+                eprintln!("retryctl: {msg}");
+            }
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
+        }
+    }
+}

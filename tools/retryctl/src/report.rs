@@ -30,6 +30,8 @@ pub struct Observations {
     pub elapsed: Duration,
     /// Highest number of unique requests the service received in one second.
     pub peak_requests_per_second: u32,
+    /// The same, for retried requests only (attempt >= 2): what the bound limits.
+    pub peak_retried_per_second: u32,
     /// The configured fleet bound (MaximumConcurrency × MAX_REQUESTS_PER_SECOND).
     pub rate_bound: f64,
     /// Per function: invocations, records, and the function's own metric counts.
@@ -68,6 +70,7 @@ pub struct Report {
     /// Distinct idempotency keys among them.
     pub requests_deduped: u64,
     pub peak_requests_per_second: u32,
+    pub peak_retried_per_second: u32,
     pub rate_bound: f64,
     pub drift_ms: Option<Percentiles>,
     pub dlq: BTreeMap<String, u64>,
@@ -284,6 +287,7 @@ pub fn build(obs: &Observations) -> Report {
         requests_raw: obs.service.values().map(|s| u64::from(s.raw)).sum(),
         requests_deduped: obs.service.len() as u64,
         peak_requests_per_second: obs.peak_requests_per_second,
+        peak_retried_per_second: obs.peak_retried_per_second,
         rate_bound: obs.rate_bound,
         drift_ms: percentiles(&{
             let mut d = obs.drift_ms.clone();
@@ -386,8 +390,8 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "outbound rate      peak {} unique requests/s (fleet bound {:.0}/s)",
-        r.peak_requests_per_second, r.rate_bound
+        "outbound rate      peak {} retried requests/s (fleet bound {:.0}/s; {} requests/s counting first attempts)",
+        r.peak_retried_per_second, r.rate_bound, r.peak_requests_per_second
     );
     match &r.drift_ms {
         Some(p) => {

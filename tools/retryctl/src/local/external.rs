@@ -47,6 +47,7 @@ pub struct Seen {
 pub struct ExternalStats {
     by_key: Mutex<BTreeMap<(String, u32), Seen>>,
     per_second: Mutex<BTreeMap<i64, u32>>,
+    retried_per_second: Mutex<BTreeMap<i64, u32>>,
     pub malformed: AtomicU64,
     pub missing_key_attribute: AtomicU64,
     pub responses_sent: AtomicU64,
@@ -70,6 +71,15 @@ impl ExternalStats {
     /// Highest number of unique requests received within one wall-clock second.
     pub fn peak_per_second(&self) -> u32 {
         self.per_second
+            .lock()
+            .map(|g| g.values().copied().max().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Highest number of unique retried requests (attempt >= 2) within one second:
+    /// what the retry handler's rate bound limits.
+    pub fn peak_retried_per_second(&self) -> u32 {
+        self.retried_per_second
             .lock()
             .map(|g| g.values().copied().max().unwrap_or(0))
             .unwrap_or(0)
@@ -208,6 +218,11 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
             let second = domain::ports::Clock::now(&domain::ports::SystemClock).millis() / 1000;
             if let Ok(mut ps) = stats.per_second.lock() {
                 *ps.entry(second).or_insert(0) += 1;
+            }
+            if request.attempt.get() >= 2 {
+                if let Ok(mut ps) = stats.retried_per_second.lock() {
+                    *ps.entry(second).or_insert(0) += 1;
+                }
             }
         }
         entry.outcome

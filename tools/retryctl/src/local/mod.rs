@@ -10,6 +10,8 @@
 pub mod esm;
 pub mod external;
 pub mod scheduler;
+pub mod shim;
+pub mod stack;
 pub mod stop;
 
 use std::collections::HashMap;

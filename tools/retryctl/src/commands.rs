@@ -1,0 +1,604 @@
+//! The operator commands. Each works against AWS or the local stack with the same
+//! settings the functions get from the template, and performs its change through the
+//! library operations of `runtime::ops` (the domain decides; nothing is restated here).
+
+use crate::cli::{QueueName, TargetArgs};
+use crate::error::CliError;
+use crate::local::shim::{self, ShimQueue, ShimScheduler};
+use crate::local::SqsDirectory;
+use crate::table::scan_stats;
+use crate::view;
+use aws::config::{SchedulerSettings, StackNames};
+use aws::dynamo::DynamoStore;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
+use domain::decide::{decide_reconcile, is_stuck, Ack, Rejection};
+use domain::exec::Ports;
+use domain::ports::{Clock, StateStore, StuckQuery, SystemClock, Unwired};
+use domain::{MaxAttempts, Payload, Status, TransactionId, TransactionRecord};
+use runtime::ops::OpError;
+use runtime::Settings;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// What a command printed: text for people, JSON for scripts.
+pub struct Output {
+    pub text: String,
+    pub json: Value,
+}
+
+/// Where the stack is, resolved from flags, environment and `--prefix`.
+pub struct Target {
+    pub sdk: aws_config::SdkConfig,
+    pub args: TargetArgs,
+    pub names: Option<StackNames>,
+    pub shards: u16,
+    pub threshold: Duration,
+}
+
+impl Target {
+    pub async fn from_args(args: &TargetArgs) -> Result<Self, CliError> {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(e) = &args.endpoint_url {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(CliError::bad(
+                    "--endpoint-url",
+                    e.clone(),
+                    "must be an http:// or https:// URL",
+                ));
+            }
+            loader = loader.endpoint_url(e);
+        }
+        let region = args.region.clone().or_else(|| {
+            args.endpoint_url
+                .as_ref()
+                .map(|_| aws::local::LOCAL_REGION.to_owned())
+        });
+        if let Some(r) = region {
+            loader = loader.region(aws_config::Region::new(r));
+        }
+        let sdk = loader.load().await;
+        let shards = args.reconcile_shards.unwrap_or(8);
+        if shards == 0 {
+            return Err(CliError::bad(
+                "--reconcile-shards",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        Ok(Self {
+            sdk,
+            args: args.clone(),
+            names: args.prefix.as_deref().map(StackNames::new),
+            shards,
+            threshold: Duration::from_secs(args.reconcile_threshold_seconds.unwrap_or(900)),
+        })
+    }
+
+    fn pick(
+        &self,
+        given: &Option<String>,
+        from_prefix: impl Fn(&StackNames) -> String,
+        flag: &str,
+        env: &str,
+    ) -> Result<String, CliError> {
+        given
+            .clone()
+            .or_else(|| self.names.as_ref().map(from_prefix))
+            .ok_or_else(|| {
+                CliError::Missing(format!(
+                    "set {flag} (or {env}), or --prefix for a local stack"
+                ))
+            })
+    }
+
+    pub fn transactions_table(&self) -> Result<String, CliError> {
+        self.pick(
+            &self.args.transactions_table,
+            |n| n.transactions_table.clone(),
+            "--transactions-table",
+            "TRANSACTIONS_TABLE",
+        )
+    }
+    pub fn payloads_table(&self) -> Result<String, CliError> {
+        self.pick(
+            &self.args.payloads_table,
+            |n| n.payloads_table.clone(),
+            "--payloads-table",
+            "PAYLOADS_TABLE",
+        )
+    }
+    pub fn audit_table(&self) -> Result<String, CliError> {
+        self.pick(
+            &self.args.audit_table,
+            |n| n.audit_table.clone(),
+            "--audit-table",
+            "AUDIT_TABLE",
+        )
+    }
+    pub fn schedule_group(&self) -> Result<String, CliError> {
+        self.pick(
+            &self.args.schedule_group,
+            |n| n.schedule_group.clone(),
+            "--schedule-group",
+            "SCHEDULE_GROUP",
+        )
+    }
+
+    fn sqs(&self) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::new(&self.sdk)
+    }
+
+    async fn url_by_name(&self, name: &str) -> Result<String, CliError> {
+        self.sqs()
+            .get_queue_url()
+            .queue_name(name)
+            .send()
+            .await
+            .map_err(|e| {
+                CliError::Aws(format!(
+                    "GetQueueUrl `{name}`: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(e)
+                ))
+            })?
+            .queue_url()
+            .map(str::to_owned)
+            .ok_or_else(|| CliError::Aws(format!("GetQueueUrl `{name}` returned no URL")))
+    }
+
+    /// URL of a queue: the flag/variable, else from the prefix's name.
+    pub async fn queue_url(&self, q: QueueName) -> Result<String, CliError> {
+        let (given, flag, env) = match q {
+            QueueName::Request => (
+                &self.args.request_queue_url,
+                "--request-queue-url",
+                "REQUEST_QUEUE_URL",
+            ),
+            QueueName::Response => (
+                &self.args.response_queue_url,
+                "--response-queue-url",
+                "RESPONSE_QUEUE_URL",
+            ),
+            QueueName::Retry => (
+                &self.args.retry_queue_url,
+                "--retry-queue-url",
+                "RETRY_QUEUE_URL",
+            ),
+            QueueName::Scheduler => (
+                &self.args.scheduler_dlq_url,
+                "--scheduler-dlq-url",
+                "SCHEDULER_DLQ_URL",
+            ),
+        };
+        if let Some(u) = given {
+            return Ok(u.clone());
+        }
+        let Some(n) = &self.names else {
+            return Err(CliError::Missing(format!(
+                "set {flag} (or {env}), or --prefix for a local stack"
+            )));
+        };
+        let name = match q {
+            QueueName::Request => &n.request_queue,
+            QueueName::Response => &n.response_queue,
+            QueueName::Retry => &n.retry_queue,
+            QueueName::Scheduler => &n.scheduler_dlq,
+        };
+        self.url_by_name(name).await
+    }
+
+    fn store(&self) -> Result<DynamoStore, CliError> {
+        Ok(DynamoStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            self.transactions_table()?,
+        )
+        .with_payloads_table(self.payloads_table()?))
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            shards: self.shards,
+            reconcile_threshold: self.threshold,
+            ..Settings::default()
+        }
+    }
+}
+
+fn parse_id(raw: &str) -> Result<TransactionId, CliError> {
+    TransactionId::parse(raw).map_err(|e| CliError::bad("<id>", raw, e))
+}
+
+fn op_error(e: OpError) -> CliError {
+    match e {
+        OpError::Rejected(Rejection::UnknownTransaction { transaction_id }) => {
+            CliError::UnknownTransaction(transaction_id.to_string())
+        }
+        OpError::Rejected(r) => CliError::Refused(r.to_string()),
+        OpError::Dropped(d) => CliError::Refused(format!("nothing done: {}", d.label())),
+        OpError::Failed(e) => CliError::Aws(e.to_string()),
+    }
+}
+
+fn ack_label(a: Ack) -> String {
+    runtime::drive::ack_label(a)
+}
+
+pub async fn submit(
+    t: &Target,
+    id: &str,
+    payload: &str,
+    max_attempts: u32,
+) -> Result<Output, CliError> {
+    let id = parse_id(id)?;
+    let text = match payload.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            CliError::bad("--payload", payload, format!("cannot read the file: {e}"))
+        })?,
+        None => payload.to_owned(),
+    };
+    let payload =
+        Payload::from_json(text.trim()).map_err(|e| CliError::bad("--payload", text.trim(), e))?;
+    let max = MaxAttempts::new(max_attempts)
+        .map_err(|e| CliError::bad("--max-attempts", max_attempts.to_string(), e))?;
+    let store = t.store()?;
+    let requests = ShimQueue {
+        client: t.sqs(),
+        url: t.queue_url(QueueName::Request).await?,
+    };
+    let ports = Ports {
+        store: &store,
+        scheduler: &Unwired,
+        requests: &requests,
+        retries: &Unwired,
+    };
+    let ctx = t.settings().context(SystemClock.now());
+    let done = runtime::ops::start_transaction(&ports, id.clone(), payload, max, &ctx)
+        .await
+        .map_err(op_error)?;
+    let result = ack_label(done.ack);
+    let published = done.published();
+    Ok(Output {
+        text: format!(
+            "{id}: {result}{}\n",
+            if published {
+                " (request for attempt 1 published)"
+            } else {
+                ""
+            }
+        ),
+        json: json!({"transaction_id": id.as_str(), "result": result, "published": published}),
+    })
+}
+
+async fn read_record(
+    store: &DynamoStore,
+    id: &TransactionId,
+) -> Result<TransactionRecord, CliError> {
+    store
+        .get(id)
+        .await?
+        .ok_or_else(|| CliError::UnknownTransaction(id.to_string()))
+}
+
+/// Every audit row of a transaction (a Query on the audit table's key).
+pub async fn audit_rows(
+    t: &Target,
+    id: &TransactionId,
+) -> Result<Vec<domain::audit::AuditEntry>, CliError> {
+    let ddb = aws_sdk_dynamodb::Client::new(&t.sdk);
+    let table = t.audit_table()?;
+    let mut rows = Vec::new();
+    let mut start = None;
+    loop {
+        let page = ddb
+            .query()
+            .table_name(&table)
+            .key_condition_expression("#id = :id")
+            .expression_attribute_names("#id", "transaction_id")
+            .expression_attribute_values(":id", AttributeValue::S(id.as_str().to_owned()))
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+            .map_err(|e| {
+                CliError::Aws(format!(
+                    "Query `{table}`: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                ))
+            })?;
+        rows.extend(page.items().iter().filter_map(shim::audit_from_item));
+        match page.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start = Some(k.clone()),
+            _ => break,
+        }
+    }
+    Ok(rows)
+}
+
+pub async fn show(t: &Target, id: &str) -> Result<Output, CliError> {
+    let id = parse_id(id)?;
+    let rec = read_record(&t.store()?, &id).await?;
+    let rows = audit_rows(t, &id).await?;
+    Ok(Output {
+        text: view::show_text(&rec, &rows),
+        json: view::show_json(&rec, &rows),
+    })
+}
+
+pub async fn stats(t: &Target) -> Result<Output, CliError> {
+    let ddb = aws_sdk_dynamodb::Client::new(&t.sdk);
+    let st = scan_stats(&ddb, &t.transactions_table()?).await?;
+    Ok(Output {
+        text: view::stats_text(&st),
+        json: serde_json::to_value(&st).unwrap_or(Value::Null),
+    })
+}
+
+/// What the reconciler would act on now: the same index query, the same rule, and
+/// the first thing its plan would do.
+pub async fn stuck(t: &Target) -> Result<Output, CliError> {
+    let store = t.store()?;
+    let now = SystemClock.now();
+    let ctx = t.settings().context(now);
+    let threshold_ms = i64::try_from(t.threshold.as_millis()).unwrap_or(i64::MAX);
+    let before = now.plus_millis(-threshold_ms);
+    let mut found: Vec<(TransactionRecord, &'static str)> = Vec::new();
+    for status in Status::INTERMEDIATE {
+        for shard in 0..t.shards {
+            let mut cursor = None;
+            loop {
+                let page = store
+                    .query_stuck(&StuckQuery {
+                        status,
+                        shard,
+                        before,
+                        limit: 100,
+                        cursor: cursor.take(),
+                    })
+                    .await?;
+                for r in page.records {
+                    if is_stuck(&r, &ctx) {
+                        let action = decide_reconcile(&r, &ctx)
+                            .first()
+                            .map(|e| e.label())
+                            .unwrap_or("-");
+                        found.push((r, action));
+                    }
+                }
+                match page.next {
+                    Some(c) => cursor = Some(c),
+                    None => break,
+                }
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.updated_at.cmp(&b.0.updated_at));
+    let mut text = format!(
+        "{} stuck (threshold {} s; the reconciler would act on each)\n",
+        found.len(),
+        t.threshold.as_secs()
+    );
+    if !found.is_empty() {
+        text.push_str(&format!(
+            "{:<24} {:<11} {:>7} {:>4}  {:<24}  {:<24}  ACTION\n",
+            "TRANSACTION", "STATUS", "ATTEMPT", "NEXT", "UPDATED", "FIRE AT"
+        ));
+    }
+    let mut rows = Vec::new();
+    for (r, action) in &found {
+        text.push_str(&format!(
+            "{:<24} {:<11} {:>7} {:>4}  {:<24}  {:<24}  {}\n",
+            r.transaction_id.as_str(),
+            r.status.as_str(),
+            r.current_attempt.get(),
+            r.next_attempt.map_or("-".into(), |a| a.to_string()),
+            r.updated_at.to_rfc3339(),
+            r.next_fire_at.map_or("-".into(), |x| x.to_rfc3339()),
+            action
+        ));
+        let mut v = view::record_json(r);
+        v["action"] = json!(action);
+        rows.push(v);
+    }
+    Ok(Output {
+        text,
+        json: json!({"threshold_seconds": t.threshold.as_secs(), "stuck": rows}),
+    })
+}
+
+pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
+    let id = parse_id(id)?;
+    let store = t.store()?;
+    let scheduler = ShimScheduler {
+        client: aws_sdk_scheduler::Client::new(&t.sdk),
+        settings: SchedulerSettings {
+            group: t.schedule_group()?,
+            retry_queue_arn: String::new(),
+            role_arn: String::new(),
+            dlq_arn: String::new(),
+            retry_attempts: 0,
+            max_event_age_seconds: 60,
+        },
+    };
+    let ports = Ports {
+        store: &store,
+        scheduler: &scheduler,
+        requests: &Unwired,
+        retries: &Unwired,
+    };
+    let ctx = t.settings().context(SystemClock.now());
+    let done = runtime::ops::resolve(&ports, id.clone(), &ctx)
+        .await
+        .map_err(op_error)?;
+    let deleted = done.trail.iter().find_map(|(e, o)| {
+        matches!(e, domain::Effect::DeleteSchedule(_)).then(|| format!("{o:?}"))
+    });
+    let result = ack_label(done.ack);
+    Ok(Output {
+        text: format!(
+            "{id}: {result}{}\n",
+            deleted
+                .as_ref()
+                .map(|d| format!(" (schedule: {d})"))
+                .unwrap_or_default()
+        ),
+        json: json!({"transaction_id": id.as_str(), "result": result, "schedule": deleted}),
+    })
+}
+
+pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output, CliError> {
+    let id = parse_id(id)?;
+    if budget == Some(0) {
+        return Err(CliError::bad("--budget", "0", "must be at least 1"));
+    }
+    let store = t.store()?;
+    let rec = read_record(&store, &id).await?;
+    let budget = budget.unwrap_or(rec.max_attempts.get());
+    let retries = ShimQueue {
+        client: t.sqs(),
+        url: t.queue_url(QueueName::Retry).await?,
+    };
+    let ports = Ports {
+        store: &store,
+        scheduler: &Unwired,
+        requests: &Unwired,
+        retries: &retries,
+    };
+    let ctx = t.settings().context(SystemClock.now());
+    let done = runtime::ops::replay(&ports, id.clone(), budget, &ctx)
+        .await
+        .map_err(op_error)?;
+    let after = read_record(&store, &id).await?;
+    Ok(Output {
+        text: format!(
+            "{id}: {} — now {} with attempt {} next (max_attempts {} → {}); retry event published\n",
+            ack_label(done.ack),
+            after.status,
+            after.next_attempt.map_or("-".into(), |a| a.to_string()),
+            rec.max_attempts,
+            after.max_attempts
+        ),
+        json: json!({"transaction_id": id.as_str(), "result": ack_label(done.ack), "record": view::record_json(&after)}),
+    })
+}
+
+/// Moves the messages of a dead-letter queue back to its source: the request,
+/// response and retry DLQs (named by each queue's redrive policy) to their queue; the
+/// scheduler's DLQ (retry events the scheduler could not deliver) to the retry queue.
+pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Output, CliError> {
+    if max == Some(0) {
+        return Err(CliError::bad("--max", "0", "must be at least 1"));
+    }
+    let sqs = t.sqs();
+    let (dlq_url, target_url) = match q {
+        QueueName::Scheduler => (
+            t.queue_url(QueueName::Scheduler).await?,
+            t.queue_url(QueueName::Retry).await?,
+        ),
+        other => {
+            let source = t.queue_url(other).await?;
+            let attrs = sqs
+                .get_queue_attributes()
+                .queue_url(&source)
+                .attribute_names(QueueAttributeName::RedrivePolicy)
+                .send()
+                .await
+                .map_err(|e| {
+                    CliError::Aws(format!(
+                        "GetQueueAttributes {source}: {}",
+                        aws_sdk_sqs::error::DisplayErrorContext(e)
+                    ))
+                })?;
+            let policy = attrs
+                .attributes()
+                .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
+                .ok_or_else(|| {
+                    CliError::Refused(format!(
+                        "queue {source} has no redrive policy, hence no DLQ"
+                    ))
+                })?;
+            let arn = serde_json::from_str::<Value>(policy)
+                .ok()
+                .and_then(|v| {
+                    v.get("deadLetterTargetArn")
+                        .and_then(|a| a.as_str())
+                        .map(str::to_owned)
+                })
+                .ok_or_else(|| {
+                    CliError::Aws(format!("unreadable redrive policy on {source}: {policy}"))
+                })?;
+            let dlq = SqsDirectory::new(sqs.clone())
+                .url_for_arn(&arn)
+                .await
+                .map_err(CliError::Aws)?;
+            (dlq, source)
+        }
+    };
+    let mut moved = 0u64;
+    let limit = max.unwrap_or(u64::MAX);
+    while moved < limit {
+        let out = sqs
+            .receive_message()
+            .queue_url(&dlq_url)
+            .max_number_of_messages(i32::try_from((limit - moved).min(10)).unwrap_or(10))
+            .wait_time_seconds(1)
+            .visibility_timeout(30)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .map_err(|e| {
+                CliError::Aws(format!(
+                    "ReceiveMessage {dlq_url}: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(e)
+                ))
+            })?;
+        let messages = out.messages.unwrap_or_default();
+        if messages.is_empty() {
+            break;
+        }
+        for m in messages {
+            let mut send = sqs
+                .send_message()
+                .queue_url(&target_url)
+                .message_body(m.body().unwrap_or_default());
+            // The request's idempotency key travels on; the scheduler's diagnostic
+            // attributes stay behind.
+            if let Some(attrs) = m.message_attributes() {
+                for (k, v) in attrs {
+                    if q == QueueName::Scheduler {
+                        continue;
+                    }
+                    let a: MessageAttributeValue = v.clone();
+                    send = send.message_attributes(k, a);
+                }
+            }
+            send.send().await.map_err(|e| {
+                CliError::Aws(format!(
+                    "SendMessage {target_url}: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(e)
+                ))
+            })?;
+            if let Some(rh) = m.receipt_handle() {
+                sqs.delete_message()
+                    .queue_url(&dlq_url)
+                    .receipt_handle(rh)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        CliError::Aws(format!(
+                            "DeleteMessage {dlq_url}: {}",
+                            aws_sdk_sqs::error::DisplayErrorContext(e)
+                        ))
+                    })?;
+            }
+            moved += 1;
+        }
+    }
+    Ok(Output {
+        text: format!(
+            "{}: moved {moved} message(s) from {dlq_url} to {target_url}\n",
+            q.as_str()
+        ),
+        json: json!({"queue": q.as_str(), "moved": moved, "from": dlq_url, "to": target_url}),
+    })
+}

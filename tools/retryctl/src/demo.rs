@@ -1,0 +1,496 @@
+//! `retryctl demo`: the whole pipeline on this machine, a workload, a live progress
+//! bar and the final report.
+
+use crate::cli::DemoArgs;
+use crate::error::CliError;
+use crate::local::shim::{self, ShimQueue};
+use crate::local::stack::{ExternalOptions, Stack, StackOptions};
+use crate::report::{self, Observations, Report};
+use crate::table::scan_stats;
+use aws::dynamo::DynamoStore;
+use aws_sdk_sqs::types::QueueAttributeName;
+use domain::exec::Ports;
+use domain::ports::{Clock, SystemClock, Unwired};
+use domain::{MaxAttempts, Payload, RetryPolicy, Status, TransactionId};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use runtime::Settings;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// The validated demo settings.
+#[derive(Debug, Clone)]
+pub struct DemoPlan {
+    pub transactions: u32,
+    pub max_attempts: MaxAttempts,
+    pub submit_rate: f64,
+    pub deadline: Duration,
+    pub stack: StackOptions,
+    pub progress: bool,
+}
+
+fn probability(name: &'static str, v: f64) -> Result<f64, CliError> {
+    if v.is_finite() && (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(CliError::bad(
+            name,
+            v.to_string(),
+            "must be between 0 and 1",
+        ))
+    }
+}
+
+impl DemoPlan {
+    /// Validates the flags; every error names the flag and the value.
+    pub fn from_args(a: &DemoArgs) -> Result<Self, CliError> {
+        if a.transactions == 0 {
+            return Err(CliError::bad("--transactions", "0", "must be at least 1"));
+        }
+        let max_attempts = MaxAttempts::new(a.max_attempts)
+            .map_err(|e| CliError::bad("--max-attempts", a.max_attempts.to_string(), e))?;
+        let cancel = probability("--cancel-probability", a.cancel_probability)?;
+        let dup = probability("--duplicate-responses", a.duplicate_responses)?;
+        if a.latency_min_ms > a.latency_max_ms {
+            return Err(CliError::bad(
+                "--latency-min-ms",
+                a.latency_min_ms.to_string(),
+                format!("must not exceed --latency-max-ms ({})", a.latency_max_ms),
+            ));
+        }
+        let secs = |name: &'static str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(CliError::bad(
+                    name,
+                    v.to_string(),
+                    "must be a number of seconds > 0",
+                ))
+            }
+        };
+        let base = secs("--backoff-base", a.backoff_base)?;
+        let cap = secs("--backoff-cap", a.backoff_cap)?;
+        RetryPolicy::new(base, a.backoff_factor, cap, a.jitter, false).map_err(|e| {
+            let (name, value) = match &e {
+                domain::policy::PolicyError::Invalid { field, value, .. } => (
+                    match *field {
+                        "factor" => "--backoff-factor",
+                        "cap" => "--backoff-cap",
+                        "jitter" => "--jitter",
+                        _ => "--backoff-base",
+                    },
+                    value.to_string(),
+                ),
+                domain::policy::PolicyError::Overrides { .. } => ("--backoff-base", String::new()),
+            };
+            CliError::bad(name, value, e)
+        })?;
+        if !(a.max_requests_per_second.is_finite() && a.max_requests_per_second > 0.0) {
+            return Err(CliError::bad(
+                "--max-requests-per-second",
+                a.max_requests_per_second.to_string(),
+                "must be > 0",
+            ));
+        }
+        if !(a.submit_rate.is_finite() && a.submit_rate > 0.0) {
+            return Err(CliError::bad(
+                "--submit-rate",
+                a.submit_rate.to_string(),
+                "must be > 0",
+            ));
+        }
+        for (name, v) in [
+            ("--reconcile-every", a.reconcile_every),
+            ("--reconcile-threshold", a.reconcile_threshold),
+            ("--deadline", a.deadline),
+        ] {
+            if v == 0 {
+                return Err(CliError::bad(name, "0", "must be at least 1 second"));
+            }
+        }
+        if a.visibility_timeout < 1 {
+            return Err(CliError::bad(
+                "--visibility-timeout",
+                a.visibility_timeout.to_string(),
+                "must be at least 1 second",
+            ));
+        }
+        let prefix = a
+            .stack_prefix
+            .clone()
+            .unwrap_or_else(|| format!("demo{}", std::process::id()));
+        let mut stack = StackOptions::new(prefix);
+        stack.moto_endpoint = a.moto_endpoint.clone();
+        stack.env = vec![
+            ("BACKOFF_BASE_SECONDS", a.backoff_base.to_string()),
+            ("BACKOFF_FACTOR", a.backoff_factor.to_string()),
+            ("BACKOFF_CAP_SECONDS", a.backoff_cap.to_string()),
+            ("BACKOFF_JITTER", a.jitter.to_string()),
+            (
+                "RECONCILE_THRESHOLD_SECONDS",
+                a.reconcile_threshold.to_string(),
+            ),
+            (
+                "MAX_REQUESTS_PER_SECOND",
+                a.max_requests_per_second.to_string(),
+            ),
+        ];
+        stack.visibility_timeout = Some(a.visibility_timeout);
+        stack.reconcile_every = Duration::from_secs(a.reconcile_every);
+        stack.external = ExternalOptions {
+            cancel_probability: cancel,
+            latency_min: Duration::from_millis(a.latency_min_ms),
+            latency_max: Duration::from_millis(a.latency_max_ms),
+            duplicate_response_probability: dup,
+            seed: a.seed,
+        };
+        Ok(Self {
+            transactions: a.transactions,
+            max_attempts,
+            submit_rate: a.submit_rate,
+            deadline: Duration::from_secs(a.deadline),
+            stack,
+            progress: !a.no_progress,
+        })
+    }
+}
+
+/// The id of the n-th transaction of the workload.
+pub fn transaction_id(n: u32) -> String {
+    format!("TX-{n:06}")
+}
+
+fn status_line(by_status: &BTreeMap<String, u64>) -> String {
+    Status::ALL
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {}",
+                s.as_str(),
+                by_status.get(s.as_str()).copied().unwrap_or(0)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// Starts the workload, follows it to the end and gathers what every witness saw.
+pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
+    let started = Instant::now();
+    let ddb = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let names = stack.names().clone();
+    let bar = if plan.progress {
+        ProgressBar::with_draw_target(
+            Some(u64::from(plan.transactions)),
+            ProgressDrawTarget::stderr(),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} terminal  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+
+    // The workload: start every transaction through the library operation.
+    let store = DynamoStore::new(ddb.clone(), &names.transactions_table)
+        .with_payloads_table(&names.payloads_table);
+    let requests = ShimQueue {
+        client: sqs.clone(),
+        url: stack.provisioned.request.url.clone(),
+    };
+    let ports = Ports {
+        store: &store,
+        scheduler: &Unwired,
+        requests: &requests,
+        retries: &Unwired,
+    };
+    let settings = Settings::default();
+    let mut submitted = Vec::with_capacity(plan.transactions as usize);
+    let interval = Duration::from_secs_f64(1.0 / plan.submit_rate);
+    let mut next_at = Instant::now();
+    let mut pending = futures::stream::FuturesUnordered::new();
+    use futures::StreamExt;
+    for n in 1..=plan.transactions {
+        let id_text = transaction_id(n);
+        let id = TransactionId::parse(&id_text)
+            .map_err(|e| CliError::bad("transaction id", id_text.clone(), e))?;
+        let payload = Payload::from_json(&format!(
+            r#"{{"order":"{id_text}","amount_cents":{},"currency":"EUR"}}"#,
+            1_000 + n
+        ))
+        .map_err(|e| CliError::bad("payload", id_text.clone(), e))?;
+        submitted.push(id_text);
+        let ctx = settings.context(SystemClock.now());
+        let max = plan.max_attempts;
+        let ports = &ports;
+        pending.push(async move {
+            // Starting is idempotent: repeat on a retryable failure.
+            let mut tries = 0;
+            loop {
+                match runtime::ops::start_transaction(ports, id.clone(), payload.clone(), max, &ctx)
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.is_retryable() && tries < 5 => tries += 1,
+                    Err(e) => return Err(CliError::Aws(format!("start {id}: {e}"))),
+                }
+            }
+        });
+        while pending.len() >= 16 {
+            if let Some(r) = pending.next().await {
+                r?;
+            }
+        }
+        next_at += interval;
+        tokio::time::sleep_until(next_at.into()).await;
+    }
+    while let Some(r) = pending.next().await {
+        r?;
+    }
+
+    // Follow the statuses until every transaction is terminal or the deadline passes.
+    let deadline = started + plan.deadline;
+    loop {
+        let st = scan_stats(&ddb, &names.transactions_table).await?;
+        let terminal = st.by_status.get("SUCCEEDED").copied().unwrap_or(0)
+            + st.by_status.get("FAILED").copied().unwrap_or(0);
+        bar.set_position(terminal);
+        bar.set_message(status_line(&st.by_status));
+        if terminal >= u64::from(plan.transactions) || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bar.finish();
+
+    // Let in-flight duplicates drain (they are dropped by the handlers) and the audit
+    // writer catch up, then gather what every witness saw.
+    let settle_until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut busy = 0;
+        for url in [
+            &stack.provisioned.response.url,
+            &stack.provisioned.retry.url,
+            &stack.provisioned.request.url,
+        ] {
+            busy += queue_depth(&sqs, url).await?;
+        }
+        if busy == 0 || Instant::now() > settle_until {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let records = scan_records(&ddb, &names.transactions_table).await?;
+    let mut audit = scan_audit(&ddb, &names.audit_table).await?;
+    let audit_until = Instant::now() + Duration::from_secs(20);
+    while !audit_caught_up(&records, &audit) && Instant::now() < audit_until {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        audit = scan_audit(&ddb, &names.audit_table).await?;
+    }
+
+    let mut dlq = BTreeMap::new();
+    for (name, q) in [
+        ("request", &stack.provisioned.request_dlq),
+        ("response", &stack.provisioned.response_dlq),
+        ("retry", &stack.provisioned.retry_dlq),
+        ("scheduler", &stack.provisioned.scheduler_dlq),
+        ("audit", &stack.provisioned.audit_dlq),
+    ] {
+        dlq.insert(name.to_owned(), queue_depth(&sqs, &q.url).await?);
+    }
+    let sched = aws_sdk_scheduler::Client::new(&stack.sdk);
+    let schedules_left = sched
+        .list_schedules()
+        .group_name(&names.schedule_group)
+        .send()
+        .await
+        .map(|o| o.schedules().len() as u64)
+        .map_err(|e| {
+            CliError::Aws(format!(
+                "ListSchedules: {}",
+                aws_sdk_scheduler::error::DisplayErrorContext(e)
+            ))
+        })?;
+
+    let mut functions = BTreeMap::new();
+    for (name, esm) in [
+        (runtime::response::FUNCTION, &stack.response_esm),
+        (runtime::retry::FUNCTION, &stack.retry_esm),
+    ] {
+        let mut m = stack
+            .metrics
+            .get(name)
+            .map(|m| m.snapshot())
+            .unwrap_or_default();
+        m.insert("Invocations".into(), esm.get(&esm.invocations));
+        m.insert("PeakConcurrency".into(), esm.get(&esm.peak_concurrency));
+        m.insert("BatchItemFailures".into(), esm.get(&esm.reported_failures));
+        m.insert("FailedInvocations".into(), esm.get(&esm.failed_invocations));
+        functions.insert(name.to_owned(), m);
+    }
+    let s = &stack.scheduler;
+    let scheduler = BTreeMap::from([
+        ("fired".to_owned(), s.get(&s.fired)),
+        ("deleted".to_owned(), s.get(&s.deleted)),
+        ("delivery_failures".to_owned(), s.get(&s.delivery_failures)),
+        ("dead_lettered".to_owned(), s.get(&s.dead_lettered)),
+    ]);
+    let mut reconciler = BTreeMap::from([
+        (
+            "runs".to_owned(),
+            stack.reconciler.runs.load(Ordering::Relaxed),
+        ),
+        (
+            "examined".to_owned(),
+            stack.reconciler.examined.load(Ordering::Relaxed),
+        ),
+    ]);
+    if let Ok(a) = stack.reconciler.actions.lock() {
+        reconciler.extend(a.iter().map(|(k, v)| (k.clone(), *v)));
+    }
+
+    let obs = Observations {
+        submitted,
+        records,
+        audit,
+        service: stack.external.seen(),
+        drift_ms: stack.scheduler.drift_ms(),
+        dlq,
+        schedules_left,
+        elapsed: started.elapsed(),
+        peak_requests_per_second: stack.external.peak_per_second(),
+        peak_retried_per_second: stack.external.peak_retried_per_second(),
+        rate_bound: stack.rate_bound,
+        functions,
+        scheduler,
+        reconciler,
+    };
+    Ok(report::build(&obs))
+}
+
+fn audit_caught_up(
+    records: &HashMap<String, domain::TransactionRecord>,
+    audit: &HashMap<String, Vec<domain::audit::AuditEntry>>,
+) -> bool {
+    records.values().all(|r| {
+        audit
+            .get(r.transaction_id.as_str())
+            .map(|rows| report::chain(rows))
+            .and_then(|c| c.last().map(|e| e.to == r.status && e.at == r.updated_at))
+            .unwrap_or(false)
+    })
+}
+
+pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, CliError> {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .map_err(|e| {
+            CliError::Aws(format!(
+                "GetQueueAttributes {url}: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(e)
+            ))
+        })?;
+    let attrs = out.attributes();
+    let get = |k: QueueAttributeName| -> u64 {
+        attrs
+            .and_then(|a| a.get(&k))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Ok(get(QueueAttributeName::ApproximateNumberOfMessages)
+        + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+}
+
+type Item = HashMap<String, aws_sdk_dynamodb::types::AttributeValue>;
+
+async fn scan_all(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Item>, CliError> {
+    let mut items = Vec::new();
+    let mut start: Option<Item> = None;
+    loop {
+        let page = ddb
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+            .map_err(|e| {
+                CliError::Aws(format!(
+                    "Scan of `{table}`: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
+                ))
+            })?;
+        items.extend(page.items().iter().cloned());
+        match page.last_evaluated_key() {
+            Some(k) if !k.is_empty() => start = Some(k.clone()),
+            _ => break,
+        }
+    }
+    Ok(items)
+}
+
+pub async fn scan_records(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<HashMap<String, domain::TransactionRecord>, CliError> {
+    let mut out = HashMap::new();
+    for item in scan_all(ddb, table).await? {
+        let rec = aws::item::record_from_flat(&aws::item::flat_from_dynamodb(&item))
+            .map_err(|e| CliError::Aws(format!("undecodable item in `{table}`: {e}")))?;
+        out.insert(rec.transaction_id.as_str().to_owned(), rec);
+    }
+    Ok(out)
+}
+
+pub async fn scan_audit(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<HashMap<String, Vec<domain::audit::AuditEntry>>, CliError> {
+    let mut out: HashMap<String, Vec<domain::audit::AuditEntry>> = HashMap::new();
+    for item in scan_all(ddb, table).await? {
+        if let Some(e) = shim::audit_from_item(&item) {
+            out.entry(e.transaction_id.as_str().to_owned())
+                .or_default()
+                .push(e);
+        }
+    }
+    Ok(out)
+}
+
+/// The whole demo: stack up, workload, report, stack down (also on Ctrl-C).
+pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
+    let plan = DemoPlan::from_args(args)?;
+    eprintln!(
+        "demo: starting moto and the local stack `{}` ({} transactions, max {} attempts, cancel probability {})",
+        plan.stack.prefix, plan.transactions, plan.max_attempts, args.cancel_probability
+    );
+    let stack = tokio::select! {
+        s = Stack::start(plan.stack.clone()) => s?,
+        _ = tokio::signal::ctrl_c() => return Err(CliError::Aws("interrupted".into())),
+    };
+    let result = tokio::select! {
+        r = drive(&stack, &plan) => r,
+        _ = tokio::signal::ctrl_c() => Err(CliError::DemoFailed("interrupted by Ctrl-C: the local stack was stopped".into())),
+    };
+    match result {
+        Ok(report) if args.keep => Ok((report, Some(stack))),
+        Ok(report) => {
+            stack.shutdown().await;
+            Ok((report, None))
+        }
+        Err(e) => {
+            stack.shutdown().await;
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,517 @@
+//! The whole local stack: moto, every resource, the functions in process behind the
+//! emulators, the reconciler on its cron, the audit stream and the external service.
+
+use super::esm::{self, EsmSettings, EsmStats, SqsFunction};
+use super::external::{self, ExternalSettings, ExternalStats};
+use super::scheduler::{self, SchedulerSettings, SchedulerStats};
+use super::shim::{self, ShimQueue, ShimScheduler};
+use super::stop::{Stop, StopSource};
+use super::SqsDirectory;
+use crate::error::CliError;
+use aws::config::{
+    AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
+};
+use aws::dynamo::DynamoStore;
+use aws::local::MotoServer;
+use aws::provision::Provisioned;
+use domain::ports::SystemClock;
+use runtime::rate::{Paced, Pacer};
+use runtime::reconcile::{Limits, Reconciler};
+use runtime::response::ResponseHandler;
+use runtime::retry::RetryHandler;
+use runtime::settings::Seeds;
+use runtime::{BatchOptions, Metrics, Settings};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// The event source mapping settings of `template.yaml` (its parameter defaults;
+/// `tests/template.rs` checks they are the same).
+pub mod template {
+    pub const RESPONSE_BATCH_SIZE: usize = 10;
+    pub const RESPONSE_BATCHING_WINDOW_SECONDS: u64 = 1;
+    pub const RESPONSE_MAX_CONCURRENCY: usize = 5;
+    pub const RETRY_BATCH_SIZE: usize = 10;
+    pub const RETRY_BATCHING_WINDOW_SECONDS: u64 = 1;
+    pub const RETRY_MAX_CONCURRENCY: usize = 2;
+    pub const MAX_REQUESTS_PER_SECOND: f64 = 5.0;
+}
+
+/// One event source mapping's tuning.
+#[derive(Debug, Clone, Copy)]
+pub struct EsmTuning {
+    pub batch_size: usize,
+    pub batching_window: Duration,
+    pub max_concurrency: usize,
+}
+
+/// How to run the local stack.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// Prefix of every resource name.
+    pub prefix: String,
+    /// Use this moto endpoint instead of starting a server.
+    pub moto_endpoint: Option<String>,
+    /// Function environment set on top of what the template sets (the demo compresses
+    /// time: BACKOFF_*, RECONCILE_THRESHOLD_SECONDS, MAX_REQUESTS_PER_SECOND…).
+    pub env: Vec<(&'static str, String)>,
+    pub response_esm: EsmTuning,
+    pub retry_esm: EsmTuning,
+    /// Visibility timeout of received messages; `None` = each queue's own.
+    pub visibility_timeout: Option<i32>,
+    pub reconcile_every: Duration,
+    pub scheduler_tick: Duration,
+    pub audit_poll: Duration,
+    pub external: ExternalOptions,
+}
+
+/// The simulated external service's behaviour.
+#[derive(Debug, Clone)]
+pub struct ExternalOptions {
+    pub cancel_probability: f64,
+    pub latency_min: Duration,
+    pub latency_max: Duration,
+    pub duplicate_response_probability: f64,
+    pub seed: u64,
+}
+
+impl StackOptions {
+    /// The template's settings with the given prefix (no time compression).
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            moto_endpoint: None,
+            env: vec![],
+            response_esm: EsmTuning {
+                batch_size: template::RESPONSE_BATCH_SIZE,
+                batching_window: Duration::from_secs(template::RESPONSE_BATCHING_WINDOW_SECONDS),
+                max_concurrency: template::RESPONSE_MAX_CONCURRENCY,
+            },
+            retry_esm: EsmTuning {
+                batch_size: template::RETRY_BATCH_SIZE,
+                batching_window: Duration::from_secs(template::RETRY_BATCHING_WINDOW_SECONDS),
+                max_concurrency: template::RETRY_MAX_CONCURRENCY,
+            },
+            visibility_timeout: None,
+            reconcile_every: Duration::from_secs(300),
+            scheduler_tick: Duration::from_millis(200),
+            audit_poll: Duration::from_millis(250),
+            external: ExternalOptions {
+                cancel_probability: 0.5,
+                latency_min: Duration::from_millis(20),
+                latency_max: Duration::from_millis(200),
+                duplicate_response_probability: 0.0,
+                seed: 7,
+            },
+        }
+    }
+}
+
+/// Counters of the reconciler cron and the audit stream.
+#[derive(Debug, Default)]
+pub struct CronStats {
+    pub runs: AtomicU64,
+    pub examined: AtomicU64,
+    /// `"<STATUS>/<action>"` → count.
+    pub actions: Mutex<BTreeMap<String, u64>>,
+}
+
+#[derive(Debug, Default)]
+pub struct AuditStats {
+    pub rows_written: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// A running local stack. [`Stack::shutdown`] stops everything it started.
+pub struct Stack {
+    moto: Option<MotoServer>,
+    pub endpoint: String,
+    pub sdk: aws_config::SdkConfig,
+    pub provisioned: Provisioned,
+    /// The environment each function got (template values + overrides).
+    pub env: HashMap<&'static str, HashMap<String, String>>,
+    pub response_esm: Arc<EsmStats>,
+    pub retry_esm: Arc<EsmStats>,
+    pub scheduler: Arc<SchedulerStats>,
+    pub external: Arc<ExternalStats>,
+    pub reconciler: Arc<CronStats>,
+    pub audit: Arc<AuditStats>,
+    /// Each function's metrics, summed over every invocation.
+    pub metrics: BTreeMap<&'static str, Arc<Metrics>>,
+    /// MaximumConcurrency × MAX_REQUESTS_PER_SECOND of the retry handler.
+    pub rate_bound: f64,
+    source: StopSource,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+fn lookup(map: &HashMap<String, String>) -> impl Fn(&str) -> Option<String> + '_ {
+    move |k| map.get(k).cloned()
+}
+
+fn config_error(function: &str, e: impl std::fmt::Display) -> CliError {
+    CliError::Missing(format!("{function} configuration: {e}"))
+}
+
+impl Stack {
+    /// Starts moto (unless an endpoint is given), provisions every resource and starts
+    /// every component.
+    pub async fn start(opts: StackOptions) -> Result<Stack, CliError> {
+        let (moto, endpoint) = match &opts.moto_endpoint {
+            Some(e) => (None, e.clone()),
+            None => {
+                let server = tokio::task::spawn_blocking(MotoServer::start)
+                    .await
+                    .map_err(|e| CliError::Aws(format!("starting moto: {e}")))?
+                    .map_err(|e| CliError::Aws(e.to_string()))?;
+                let e = server.endpoint_url();
+                (Some(server), e)
+            }
+        };
+        let sdk = aws::local::sdk_config(&endpoint).await;
+        let names = StackNames::new(&opts.prefix);
+        let provisioned = aws::provision::provision(&sdk, &names)
+            .await
+            .map_err(|e| CliError::Aws(e.to_string()))?;
+
+        let mut env: HashMap<&'static str, HashMap<String, String>> = HashMap::new();
+        for f in [
+            "response-handler",
+            "retry-handler",
+            "reconciler",
+            "audit-writer",
+        ] {
+            let mut m: HashMap<String, String> = provisioned
+                .env_for(f)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
+            for (k, v) in &opts.env {
+                m.insert((*k).to_owned(), v.clone());
+            }
+            env.insert(f, m);
+        }
+        let empty = HashMap::new();
+        let env_of = |f: &str| env.get(f).unwrap_or(&empty);
+        let response_cfg = ResponseHandlerConfig::from_lookup(&lookup(env_of("response-handler")))
+            .map_err(|e| config_error("response-handler", e))?;
+        let retry_cfg = RetryHandlerConfig::from_lookup(&lookup(env_of("retry-handler")))
+            .map_err(|e| config_error("retry-handler", e))?;
+        let reconciler_cfg = ReconcilerConfig::from_lookup(&lookup(env_of("reconciler")))
+            .map_err(|e| config_error("reconciler", e))?;
+        let audit_cfg = AuditWriterConfig::from_lookup(&lookup(env_of("audit-writer")))
+            .map_err(|e| config_error("audit-writer", e))?;
+
+        let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let sched = aws_sdk_scheduler::Client::new(&sdk);
+        let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
+        let (source, stop) = StopSource::new();
+        let mut tasks = Vec::new();
+        let mut metrics = BTreeMap::new();
+
+        // Response handler behind its event source mapping.
+        let response_metrics = Arc::new(Metrics::new(
+            &response_cfg.metrics_namespace,
+            runtime::response::FUNCTION,
+        ));
+        metrics.insert(runtime::response::FUNCTION, response_metrics.clone());
+        let make_response = |_: usize| -> SqsFunction {
+            let handler = Arc::new(ResponseHandler {
+                store: DynamoStore::new(ddb.clone(), &response_cfg.transactions_table),
+                scheduler: ShimScheduler {
+                    client: sched.clone(),
+                    settings: response_cfg.scheduler.clone(),
+                },
+                dead_letter: ShimQueue {
+                    client: sqs.clone(),
+                    url: response_cfg.response_dlq_url.clone(),
+                },
+                clock: SystemClock,
+                settings: Settings {
+                    policies: response_cfg.policies.clone(),
+                    shards: response_cfg.reconcile_shards,
+                    ..Settings::default()
+                },
+                batch: BatchOptions {
+                    concurrency: response_cfg.batch_concurrency,
+                },
+                seeds: Seeds::from_entropy(),
+                namespace: response_cfg.metrics_namespace.clone(),
+            });
+            let m = response_metrics.clone();
+            Arc::new(move |event| {
+                let (h, m) = (handler.clone(), m.clone());
+                Box::pin(async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) })
+            })
+        };
+        let (h, response_esm) = esm::spawn(
+            sqs.clone(),
+            EsmSettings {
+                function: runtime::response::FUNCTION.into(),
+                queue_url: provisioned.response.url.clone(),
+                queue_arn: provisioned.response.arn.clone(),
+                region: aws::local::LOCAL_REGION.into(),
+                batch_size: opts.response_esm.batch_size,
+                batching_window: opts.response_esm.batching_window,
+                max_concurrency: opts.response_esm.max_concurrency,
+                poll_wait_seconds: 1,
+                visibility_timeout: opts.visibility_timeout,
+            },
+            make_response,
+            stop.clone(),
+        );
+        tasks.extend(h);
+
+        // Retry handler: one pacer per execution environment (poller).
+        let retry_metrics = Arc::new(Metrics::new(
+            &retry_cfg.metrics_namespace,
+            runtime::retry::FUNCTION,
+        ));
+        metrics.insert(runtime::retry::FUNCTION, retry_metrics.clone());
+        let max_wait = opts
+            .visibility_timeout
+            .map(|v| Duration::from_secs(u64::try_from(v).unwrap_or(20) / 2))
+            .unwrap_or(runtime::rate::DEFAULT_MAX_WAIT);
+        let mut pacers = Vec::new();
+        for _ in 0..opts.retry_esm.max_concurrency.max(1) {
+            pacers.push(Arc::new(
+                Pacer::per_second(retry_cfg.max_requests_per_second)
+                    .map_err(|e| config_error("retry-handler", e))?,
+            ));
+        }
+        let make_retry = |i: usize| -> SqsFunction {
+            let pacer = pacers[i % pacers.len()].clone();
+            let mut requests = Paced::new(
+                ShimQueue {
+                    client: sqs.clone(),
+                    url: retry_cfg.request_queue_url.clone(),
+                },
+                pacer.clone(),
+            );
+            requests.max_wait = max_wait;
+            let handler = Arc::new(RetryHandler {
+                store: DynamoStore::new(ddb.clone(), &retry_cfg.transactions_table)
+                    .with_payloads_table(&retry_cfg.payloads_table),
+                requests,
+                dead_letter: ShimQueue {
+                    client: sqs.clone(),
+                    url: retry_cfg.retry_dlq_url.clone(),
+                },
+                clock: SystemClock,
+                settings: Settings {
+                    shards: retry_cfg.reconcile_shards,
+                    ..Settings::default()
+                },
+                batch: BatchOptions {
+                    concurrency: retry_cfg.batch_concurrency,
+                },
+                seeds: Seeds::from_entropy(),
+                pacer: Some(pacer),
+                namespace: retry_cfg.metrics_namespace.clone(),
+            });
+            let m = retry_metrics.clone();
+            Arc::new(move |event| {
+                let (h, m) = (handler.clone(), m.clone());
+                Box::pin(async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) })
+            })
+        };
+        let (h, retry_esm) = esm::spawn(
+            sqs.clone(),
+            EsmSettings {
+                function: runtime::retry::FUNCTION.into(),
+                queue_url: provisioned.retry.url.clone(),
+                queue_arn: provisioned.retry.arn.clone(),
+                region: aws::local::LOCAL_REGION.into(),
+                batch_size: opts.retry_esm.batch_size,
+                batching_window: opts.retry_esm.batching_window,
+                max_concurrency: opts.retry_esm.max_concurrency,
+                poll_wait_seconds: 1,
+                visibility_timeout: opts.visibility_timeout,
+            },
+            make_retry,
+            stop.clone(),
+        );
+        tasks.extend(h);
+        let rate_bound = retry_cfg.max_requests_per_second * opts.retry_esm.max_concurrency as f64;
+
+        // The scheduler, delivering one-time schedules to the retry queue.
+        let (h, scheduler_stats) = scheduler::spawn(
+            sched.clone(),
+            SqsDirectory::new(sqs.clone()),
+            SchedulerSettings {
+                group: provisioned.names.schedule_group.clone(),
+                tick: opts.scheduler_tick,
+            },
+            stop.clone(),
+        );
+        tasks.push(h);
+
+        // The reconciler on its cron.
+        let reconciler_metrics = Arc::new(Metrics::new(
+            &reconciler_cfg.metrics_namespace,
+            runtime::reconcile::FUNCTION,
+        ));
+        metrics.insert(runtime::reconcile::FUNCTION, reconciler_metrics.clone());
+        let reconciler = Reconciler {
+            store: DynamoStore::new(ddb.clone(), &reconciler_cfg.transactions_table),
+            scheduler: ShimScheduler {
+                client: sched.clone(),
+                settings: reconciler_cfg.scheduler.clone(),
+            },
+            retries: ShimQueue {
+                client: sqs.clone(),
+                url: reconciler_cfg.retry_queue_url.clone(),
+            },
+            clock: SystemClock,
+            settings: Settings {
+                shards: reconciler_cfg.reconcile_shards,
+                reconcile_threshold: reconciler_cfg.reconcile_threshold,
+                ..Settings::default()
+            },
+            limits: Limits {
+                max_items: reconciler_cfg.reconcile_max_items,
+                ..Limits::default()
+            },
+            seeds: Seeds::from_entropy(),
+            namespace: reconciler_cfg.metrics_namespace.clone(),
+        };
+        let cron = Arc::new(CronStats::default());
+        tasks.push(tokio::spawn(reconcile_cron(
+            reconciler,
+            reconciler_metrics,
+            opts.reconcile_every,
+            cron.clone(),
+            stop.clone(),
+        )));
+
+        // The transactions table's stream → the audit writer.
+        let audit = Arc::new(AuditStats::default());
+        tasks.push(tokio::spawn(audit_stream(
+            streams,
+            ddb.clone(),
+            provisioned.transactions_stream_arn.clone(),
+            audit_cfg.audit_table.clone(),
+            opts.audit_poll,
+            audit.clone(),
+            stop.clone(),
+        )));
+
+        // The external service.
+        let (h, external_stats) = external::spawn(
+            sqs.clone(),
+            ExternalSettings {
+                request_queue_url: provisioned.request.url.clone(),
+                response_queue_url: provisioned.response.url.clone(),
+                cancel_probability: opts.external.cancel_probability,
+                latency_min: opts.external.latency_min,
+                latency_max: opts.external.latency_max,
+                duplicate_response_probability: opts.external.duplicate_response_probability,
+                cancel_reason: "NOT_AVAILABLE".into(),
+                consumers: 4,
+                seed: opts.external.seed,
+            },
+            stop,
+        );
+        tasks.extend(h);
+
+        Ok(Stack {
+            moto,
+            endpoint,
+            sdk,
+            provisioned,
+            env,
+            response_esm,
+            retry_esm,
+            scheduler: scheduler_stats,
+            external: external_stats,
+            reconciler: cron,
+            audit,
+            metrics,
+            rate_bound,
+            source,
+            tasks,
+        })
+    }
+
+    pub fn names(&self) -> &StackNames {
+        &self.provisioned.names
+    }
+
+    /// A stop signal that fires when the stack shuts down.
+    pub fn stop_token(&self) -> Stop {
+        self.source.token()
+    }
+
+    /// Stops every component, waits for them (at most 15 s) and stops moto.
+    pub async fn shutdown(self) {
+        self.source.stop();
+        let all = futures::future::join_all(self.tasks);
+        let _ = tokio::time::timeout(Duration::from_secs(15), all).await;
+        if let Some(moto) = self.moto {
+            // Dropping it stops the server process (and its watchdog).
+            let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
+        }
+    }
+}
+
+async fn reconcile_cron<St, Sc, Rt>(
+    reconciler: Reconciler<St, Sc, Rt, SystemClock>,
+    metrics: Arc<Metrics>,
+    every: Duration,
+    stats: Arc<CronStats>,
+    mut stop: Stop,
+) where
+    St: domain::ports::StateStore,
+    Sc: domain::ports::Scheduler,
+    Rt: domain::ports::RetryPublisher,
+{
+    loop {
+        if stop.sleep(every).await {
+            break;
+        }
+        let report = reconciler.run(&metrics).await;
+        stats.runs.fetch_add(1, Ordering::Relaxed);
+        stats.examined.fetch_add(report.examined, Ordering::Relaxed);
+        if let Ok(mut a) = stats.actions.lock() {
+            for (status, actions) in &report.actions {
+                for (action, n) in actions {
+                    *a.entry(format!("{status}/{action}")).or_insert(0) += n;
+                }
+            }
+        }
+    }
+}
+
+async fn audit_stream(
+    streams: aws_sdk_dynamodbstreams::Client,
+    ddb: aws_sdk_dynamodb::Client,
+    stream_arn: String,
+    audit_table: String,
+    poll: Duration,
+    stats: Arc<AuditStats>,
+    mut stop: Stop,
+) {
+    let mut iterators = HashMap::new();
+    loop {
+        match shim::drain_stream_once(&streams, &ddb, &stream_arn, &audit_table, &mut iterators)
+            .await
+        {
+            Ok(n) => {
+                stats.rows_written.fetch_add(n, Ordering::Relaxed);
+            }
+            Err(e) => {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "audit stream read failed; retrying");
+            }
+        }
+        if stop.sleep(poll).await {
+            // One last pass so that nothing written before the stop is missed.
+            let _ =
+                shim::drain_stream_once(&streams, &ddb, &stream_arn, &audit_table, &mut iterators)
+                    .await;
+            break;
+        }
+    }
+}
