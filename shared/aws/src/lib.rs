@@ -7,6 +7,7 @@
 //! - [`provision`]: creates every table, queue and the schedule group of a stack on
 //!   an endpoint, from definitions kept as data (compared with `template.yaml`).
 
+pub mod audit;
 pub mod clients;
 pub mod config;
 pub mod dynamo;

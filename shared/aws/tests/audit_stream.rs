@@ -1,0 +1,202 @@
+//! The audit trail through DynamoDB Streams: exactly one row per successful
+//! transition, none for a failed condition, redelivery harmless, exhaustion flagged,
+//! and rows equal to the in-memory store's audit for the same inputs.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+mod common;
+
+use aws::audit::{drain_into, drain_stream, AuditWriter, StreamPosition};
+use common::*;
+use domain::decide::{Input, Known};
+use domain::exec::{execute, Ports};
+use domain::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
+use domain::policy::FixedRandom;
+use domain::ports::{StateStore, WriteOutcome};
+use domain::{
+    Context, MaxAttempts, Payload, PolicySet, Request, Response, RetryEvent, Run, Status,
+    Timestamp, TransactionRecord,
+};
+use std::time::Duration;
+
+fn ctx(now: i64) -> Context {
+    Context::new(
+        Timestamp::from_millis(now),
+        PolicySet::default(),
+        8,
+        Duration::from_secs(900),
+    )
+}
+
+/// The same inputs, in order, for both stores.
+fn inputs(tx: &str) -> Vec<(i64, Input)> {
+    let resp = |n: u32, o: &str| {
+        Input::Response(
+            Response::parse(&format!(r#"{{"transaction_id":"{tx}","attempt":{n},"outcome":"{o}","reason":"NOT_AVAILABLE"}}"#))
+                .unwrap(),
+        )
+    };
+    let retry = |m: u32| {
+        Input::Retry(
+            RetryEvent::parse(&format!(
+                r#"{{"transaction_id":"{tx}","origin":"RETRY_SCHEDULER","attempt":{m}}}"#
+            ))
+            .unwrap(),
+        )
+    };
+    vec![
+        (T0 + 1_000, resp(1, "CANCELLED")), // IN_PROGRESS → SCHEDULING → SCHEDULED
+        (T0 + 2_000, resp(1, "CANCELLED")), // redelivery: failed condition, no change
+        (T0 + 3_000, retry(2)),             // SCHEDULED → SENDING → IN_PROGRESS(2)
+        (T0 + 4_000, retry(2)),             // duplicate: failed condition, no change
+        (T0 + 5_000, resp(1, "SUCCESS")),   // late response: failed condition
+        (T0 + 6_000, resp(2, "CANCELLED")), // attempt 2 of 2: → FAILED (exhausted)
+    ]
+}
+
+async fn drive<S: StateStore>(store: &S, tx: &str) {
+    let scheduler = MemoryScheduler::new();
+    let requests: MemoryQueue<Request> = MemoryQueue::new();
+    let retries: MemoryQueue<RetryEvent> = MemoryQueue::new();
+    let ports = Ports {
+        store,
+        scheduler: &scheduler,
+        requests: &requests,
+        retries: &retries,
+    };
+    let mut rng = FixedRandom(0.5);
+    for (now, input) in inputs(tx) {
+        let c = ctx(now);
+        let mut run = Run::new(input, Known::Unread, &c, &mut rng);
+        execute(&mut run, &ports, &c, &mut rng, &mut |_| true)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_row_per_successful_transition_none_for_failed_conditions() {
+    let s = stack("au").await;
+    let store = s.store();
+    let tx = "TX-AU1";
+    let start = TransactionRecord::started(
+        id(tx),
+        MaxAttempts::new(2).unwrap(),
+        Timestamp::from_millis(T0),
+    );
+    let payload = Payload::from_json(r#"{"n":1}"#).unwrap();
+    store.create(&start, &payload).await.unwrap();
+    drive(&store, tx).await;
+    let counts = store.meter().snapshot();
+    let successful = counts.writes - counts.failed_conditions;
+    assert!(counts.failed_conditions >= 3, "{counts:?}");
+    assert_eq!(
+        store.get(&id(tx)).await.unwrap().unwrap().status,
+        Status::Failed
+    );
+
+    let writer = AuditWriter::new(aws::clients::dynamodb(&s.sdk), &s.p.names.audit_table, 365);
+    let streams = aws::clients::dynamodbstreams(&s.sdk);
+    let mut pos = StreamPosition::default();
+    let report = drain_into(&writer, &streams, &s.p.transactions_stream_arn, &mut pos)
+        .await
+        .unwrap();
+    // One stream record per item change: the create and each successful write.
+    assert_eq!(report.changes as u64, 1 + successful, "{report:?}");
+    assert_eq!(report.rows as u64, 1 + successful);
+    assert_eq!(report.exhausted, vec![id(tx)]);
+
+    let rows = writer.history(&id(tx)).await.unwrap();
+    assert_eq!(rows.len() as u64, 1 + successful);
+
+    // The same inputs on the in-memory store give the same audit trail.
+    let memory = MemoryStore::new();
+    memory.create(&start, &payload).await.unwrap();
+    drive(&memory, tx).await;
+    assert_eq!(rows, memory.audit(&id(tx)));
+    let path: Vec<(Option<Status>, Status)> = rows.iter().map(|r| (r.from, r.to)).collect();
+    assert_eq!(
+        path,
+        vec![
+            (None, Status::InProgress),
+            (Some(Status::InProgress), Status::Scheduling),
+            (Some(Status::Scheduling), Status::Scheduled),
+            (Some(Status::Scheduled), Status::Sending),
+            (Some(Status::Sending), Status::InProgress),
+            (Some(Status::InProgress), Status::Failed),
+        ]
+    );
+
+    // Nothing new: a second drain reads nothing.
+    let again = drain_into(&writer, &streams, &s.p.transactions_stream_arn, &mut pos)
+        .await
+        .unwrap();
+    assert_eq!(again.changes, 0);
+    // Redelivery of the whole stream (a fresh reader) rewrites the same rows.
+    let mut fresh = StreamPosition::default();
+    let redelivered = drain_into(&writer, &streams, &s.p.transactions_stream_arn, &mut fresh)
+        .await
+        .unwrap();
+    assert_eq!(redelivered.rows, report.rows);
+    assert_eq!(
+        writer.history(&id(tx)).await.unwrap(),
+        rows,
+        "no duplicate rows"
+    );
+
+    // TTL: every row expires 365 days after its transition.
+    let raw = s
+        .ddb()
+        .query()
+        .table_name(&s.p.names.audit_table)
+        .key_condition_expression("#id = :id")
+        .expression_attribute_names("#id", "transaction_id")
+        .expression_attribute_values(":id", aws_sdk_dynamodb::types::AttributeValue::S(tx.into()))
+        .send()
+        .await
+        .unwrap();
+    for (item, row) in raw.items().iter().zip(&rows) {
+        let exp: i64 = item["expires_at"].as_n().unwrap().parse().unwrap();
+        assert_eq!(exp, row.at.epoch_seconds() + 365 * 86_400);
+    }
+}
+
+/// A write whose condition fails leaves no stream record at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_condition_leaves_no_stream_record() {
+    let s = stack("au2").await;
+    let store = s.store();
+    let r = record("TX-AU2", Status::Scheduled, 1, 3, T0);
+    put_record(&s, &r).await;
+    let streams = aws::clients::dynamodbstreams(&s.sdk);
+    let mut pos = StreamPosition::default();
+    assert_eq!(
+        drain_stream(&streams, &s.p.transactions_stream_arn, &mut pos)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let c = ctx(T0 + 10);
+    let mut rng = FixedRandom(0.5);
+    let late = Input::Response(
+        Response::parse(r#"{"transaction_id":"TX-AU2","attempt":1,"outcome":"SUCCESS"}"#).unwrap(),
+    );
+    let run = Run::new(late, Known::Unread, &c, &mut rng);
+    let w = run
+        .remaining()
+        .find_map(|e| match e {
+            domain::Effect::Write(w) => Some(w.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(matches!(
+        store.transition(&w).await.unwrap(),
+        WriteOutcome::ConditionFailed(Some(_))
+    ));
+    assert!(
+        drain_stream(&streams, &s.p.transactions_stream_arn, &mut pos)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
