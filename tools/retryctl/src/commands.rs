@@ -4,13 +4,11 @@
 
 use crate::cli::{QueueName, TargetArgs};
 use crate::error::CliError;
-use crate::local::shim::{self, ShimQueue, ShimScheduler};
 use crate::local::SqsDirectory;
 use crate::table::scan_stats;
 use crate::view;
 use aws::config::{SchedulerSettings, StackNames};
 use aws::dynamo::DynamoStore;
-use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 use domain::decide::{decide_reconcile, is_stuck, Ack, Rejection};
 use domain::exec::Ports;
@@ -241,10 +239,8 @@ pub async fn submit(
     let max = MaxAttempts::new(max_attempts)
         .map_err(|e| CliError::bad("--max-attempts", max_attempts.to_string(), e))?;
     let store = t.store()?;
-    let requests = ShimQueue {
-        client: t.sqs(),
-        url: t.queue_url(QueueName::Request).await?,
-    };
+    let requests =
+        aws::sqs::SqsRequestPublisher::new(t.sqs(), t.queue_url(QueueName::Request).await?);
     let ports = Ports {
         store: &store,
         scheduler: &Unwired,
@@ -280,38 +276,14 @@ async fn read_record(
         .ok_or_else(|| CliError::UnknownTransaction(id.to_string()))
 }
 
-/// Every audit row of a transaction (a Query on the audit table's key).
+/// Every audit row of a transaction, in transition order (a Query on its key).
 pub async fn audit_rows(
     t: &Target,
     id: &TransactionId,
 ) -> Result<Vec<domain::audit::AuditEntry>, CliError> {
-    let ddb = aws_sdk_dynamodb::Client::new(&t.sdk);
-    let table = t.audit_table()?;
-    let mut rows = Vec::new();
-    let mut start = None;
-    loop {
-        let page = ddb
-            .query()
-            .table_name(&table)
-            .key_condition_expression("#id = :id")
-            .expression_attribute_names("#id", "transaction_id")
-            .expression_attribute_values(":id", AttributeValue::S(id.as_str().to_owned()))
-            .set_exclusive_start_key(start.take())
-            .send()
-            .await
-            .map_err(|e| {
-                CliError::Aws(format!(
-                    "Query `{table}`: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                ))
-            })?;
-        rows.extend(page.items().iter().filter_map(shim::audit_from_item));
-        match page.last_evaluated_key() {
-            Some(k) if !k.is_empty() => start = Some(k.clone()),
-            _ => break,
-        }
-    }
-    Ok(rows)
+    let writer =
+        aws::audit::AuditWriter::new(aws_sdk_dynamodb::Client::new(&t.sdk), t.audit_table()?, 1);
+    Ok(writer.history(id).await?)
 }
 
 pub async fn show(t: &Target, id: &str) -> Result<Output, CliError> {
@@ -408,9 +380,10 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
 pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
     let id = parse_id(id)?;
     let store = t.store()?;
-    let scheduler = ShimScheduler {
-        client: aws_sdk_scheduler::Client::new(&t.sdk),
-        settings: SchedulerSettings {
+    // Only DeleteSchedule is used: the group is the one setting that matters.
+    let scheduler = aws::scheduler::EventBridgeScheduler::new(
+        aws_sdk_scheduler::Client::new(&t.sdk),
+        SchedulerSettings {
             group: t.schedule_group()?,
             retry_queue_arn: String::new(),
             role_arn: String::new(),
@@ -418,7 +391,7 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
             retry_attempts: 0,
             max_event_age_seconds: 60,
         },
-    };
+    );
     let ports = Ports {
         store: &store,
         scheduler: &scheduler,
@@ -453,10 +426,7 @@ pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output,
     let store = t.store()?;
     let rec = read_record(&store, &id).await?;
     let budget = budget.unwrap_or(rec.max_attempts.get());
-    let retries = ShimQueue {
-        client: t.sqs(),
-        url: t.queue_url(QueueName::Retry).await?,
-    };
+    let retries = aws::sqs::SqsRetryPublisher::new(t.sqs(), t.queue_url(QueueName::Retry).await?);
     let ports = Ports {
         store: &store,
         scheduler: &Unwired,

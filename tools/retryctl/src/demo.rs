@@ -3,7 +3,6 @@
 
 use crate::cli::DemoArgs;
 use crate::error::CliError;
-use crate::local::shim::{self, ShimQueue};
 use crate::local::stack::{ExternalOptions, Stack, StackOptions};
 use crate::report::{self, Observations, Report};
 use crate::table::scan_stats;
@@ -199,10 +198,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     // The workload: start every transaction through the library operation.
     let store = DynamoStore::new(ddb.clone(), &names.transactions_table)
         .with_payloads_table(&names.payloads_table);
-    let requests = ShimQueue {
-        client: sqs.clone(),
-        url: stack.provisioned.request.url.clone(),
-    };
+    let requests = aws::sqs::SqsRequestPublisher::new(sqs.clone(), &stack.provisioned.request.url);
     let ports = Ports {
         store: &store,
         scheduler: &Unwired,
@@ -458,11 +454,11 @@ pub async fn scan_audit(
 ) -> Result<HashMap<String, Vec<domain::audit::AuditEntry>>, CliError> {
     let mut out: HashMap<String, Vec<domain::audit::AuditEntry>> = HashMap::new();
     for item in scan_all(ddb, table).await? {
-        if let Some(e) = shim::audit_from_item(&item) {
-            out.entry(e.transaction_id.as_str().to_owned())
-                .or_default()
-                .push(e);
-        }
+        let e = aws::audit::entry_from_item(&item)
+            .map_err(|e| CliError::Aws(format!("undecodable row in `{table}`: {e}")))?;
+        out.entry(e.transaction_id.as_str().to_owned())
+            .or_default()
+            .push(e);
     }
     Ok(out)
 }

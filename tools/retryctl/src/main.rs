@@ -6,10 +6,16 @@ use retryctl::commands::{self, Output, Target};
 use retryctl::error::CliError;
 use std::process::ExitCode;
 
-fn init_logs() {
-    // Logs go to stderr (stdout carries the command's output); quiet by default.
-    let filter = std::env::var("RUST_LOG")
-        .unwrap_or_else(|_| "warn,aws_smithy_runtime=error,aws_config=error".into());
+fn init_logs(demo: bool) {
+    // Logs go to stderr (stdout carries the command's output); quiet by default. The
+    // demo also silences the functions' own logs (they would tear the progress bar);
+    // `RUST_LOG=info` shows them.
+    let default = if demo {
+        "warn,runtime=off,aws_smithy_runtime=error,aws_config=error"
+    } else {
+        "warn,aws_smithy_runtime=error,aws_config=error"
+    };
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| default.into());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
         .with_writer(std::io::stderr)

@@ -121,27 +121,9 @@ pub fn percentiles(sorted: &[i64]) -> Option<Percentiles> {
     })
 }
 
-/// Orders a transaction's audit rows into their chain: by time, and within one
-/// millisecond by following `from → to`.
+/// A transaction's audit rows in transition order.
 pub fn chain(rows: &[AuditEntry]) -> Vec<AuditEntry> {
-    let mut rest = rows.to_vec();
-    rest.sort_by_key(|a| a.at);
-    let mut out: Vec<AuditEntry> = Vec::with_capacity(rest.len());
-    while !rest.is_empty() {
-        let prev = out.last().map(|r| r.to);
-        let first_at = rest[0].at;
-        // Among the rows of the earliest millisecond left, the one that continues the
-        // chain (lowest attempt first, a terminal row last); else the earliest.
-        let pick = rest
-            .iter()
-            .enumerate()
-            .take_while(|(_, r)| r.at == first_at)
-            .filter(|(_, r)| r.from == prev)
-            .min_by_key(|(_, r)| (r.current_attempt, r.to.is_terminal()))
-            .map_or(0, |(i, _)| i);
-        out.push(rest.remove(pick));
-    }
-    out
+    aws::audit::in_transition_order(rows.to_vec())
 }
 
 /// Checks one transaction against the three witnesses.
@@ -658,28 +640,5 @@ mod tests {
         assert_eq!(percentiles(&[]), None);
         let p = percentiles(&[7]).unwrap();
         assert_eq!((p.p50, p.p99), (7, 7));
-    }
-
-    #[test]
-    fn chain_orders_rows_written_in_the_same_millisecond() {
-        let mut rows = trail("A", 1, Status::Succeeded);
-        for r in &mut rows[1..] {
-            r.at = Timestamp::from_millis(5);
-        }
-        rows.reverse();
-        let c = chain(&rows);
-        let path: Vec<Status> = c.iter().map(|r| r.to).collect();
-        use Status as S;
-        assert_eq!(
-            path,
-            vec![
-                S::InProgress,
-                S::Scheduling,
-                S::Scheduled,
-                S::Sending,
-                S::InProgress,
-                S::Succeeded
-            ]
-        );
     }
 }

@@ -10,7 +10,6 @@
 pub mod esm;
 pub mod external;
 pub mod scheduler;
-pub mod shim;
 pub mod stack;
 pub mod stop;
 

@@ -4,23 +4,19 @@
 use super::esm::{self, EsmSettings, EsmStats, SqsFunction};
 use super::external::{self, ExternalSettings, ExternalStats};
 use super::scheduler::{self, SchedulerSettings, SchedulerStats};
-use super::shim::{self, ShimQueue, ShimScheduler};
 use super::stop::{Stop, StopSource};
 use super::SqsDirectory;
 use crate::error::CliError;
+use aws::audit::{drain_into, AuditWriter, StreamPosition};
 use aws::config::{
     AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
 };
-use aws::dynamo::DynamoStore;
 use aws::local::MotoServer;
 use aws::provision::Provisioned;
 use domain::ports::SystemClock;
-use runtime::rate::{Paced, Pacer};
-use runtime::reconcile::{Limits, Reconciler};
-use runtime::response::ResponseHandler;
-use runtime::retry::RetryHandler;
-use runtime::settings::Seeds;
-use runtime::{BatchOptions, Metrics, Settings};
+use runtime::rate::Pacer;
+use runtime::reconcile::Reconciler;
+use runtime::Metrics;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -217,29 +213,9 @@ impl Stack {
             runtime::response::FUNCTION,
         ));
         metrics.insert(runtime::response::FUNCTION, response_metrics.clone());
+        // One handler per execution environment, built exactly as the Lambda `main` does.
         let make_response = |_: usize| -> SqsFunction {
-            let handler = Arc::new(ResponseHandler {
-                store: DynamoStore::new(ddb.clone(), &response_cfg.transactions_table),
-                scheduler: ShimScheduler {
-                    client: sched.clone(),
-                    settings: response_cfg.scheduler.clone(),
-                },
-                dead_letter: ShimQueue {
-                    client: sqs.clone(),
-                    url: response_cfg.response_dlq_url.clone(),
-                },
-                clock: SystemClock,
-                settings: Settings {
-                    policies: response_cfg.policies.clone(),
-                    shards: response_cfg.reconcile_shards,
-                    ..Settings::default()
-                },
-                batch: BatchOptions {
-                    concurrency: response_cfg.batch_concurrency,
-                },
-                seeds: Seeds::from_entropy(),
-                namespace: response_cfg.metrics_namespace.clone(),
-            });
+            let handler = Arc::new(runtime::wiring::response_handler(&sdk, &response_cfg));
             let m = response_metrics.clone();
             Arc::new(move |event| {
                 let (h, m) = (handler.clone(), m.clone());
@@ -281,42 +257,26 @@ impl Stack {
                     .map_err(|e| config_error("retry-handler", e))?,
             ));
         }
-        let make_retry = |i: usize| -> SqsFunction {
+        // Built as the Lambda `main` does, except that each execution environment has
+        // its own pacer (in Lambda each environment is its own process; here they
+        // share one, so the process-wide pacer is replaced per environment).
+        let make_retry = |i: usize| -> Result<SqsFunction, CliError> {
             let pacer = pacers[i % pacers.len()].clone();
-            let mut requests = Paced::new(
-                ShimQueue {
-                    client: sqs.clone(),
-                    url: retry_cfg.request_queue_url.clone(),
-                },
-                pacer.clone(),
-            );
-            requests.max_wait = max_wait;
-            let handler = Arc::new(RetryHandler {
-                store: DynamoStore::new(ddb.clone(), &retry_cfg.transactions_table)
-                    .with_payloads_table(&retry_cfg.payloads_table),
-                requests,
-                dead_letter: ShimQueue {
-                    client: sqs.clone(),
-                    url: retry_cfg.retry_dlq_url.clone(),
-                },
-                clock: SystemClock,
-                settings: Settings {
-                    shards: retry_cfg.reconcile_shards,
-                    ..Settings::default()
-                },
-                batch: BatchOptions {
-                    concurrency: retry_cfg.batch_concurrency,
-                },
-                seeds: Seeds::from_entropy(),
-                pacer: Some(pacer),
-                namespace: retry_cfg.metrics_namespace.clone(),
-            });
+            let mut handler = runtime::wiring::retry_handler(&sdk, &retry_cfg)
+                .map_err(|e| config_error("retry-handler", e))?;
+            handler.requests.pacer = pacer.clone();
+            handler.requests.max_wait = max_wait;
+            handler.pacer = Some(pacer);
+            let handler = Arc::new(handler);
             let m = retry_metrics.clone();
-            Arc::new(move |event| {
+            Ok(Arc::new(move |event| {
                 let (h, m) = (handler.clone(), m.clone());
                 Box::pin(async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) })
-            })
+            }))
         };
+        let retry_functions = (0..opts.retry_esm.max_concurrency.max(1))
+            .map(make_retry)
+            .collect::<Result<Vec<SqsFunction>, CliError>>()?;
         let (h, retry_esm) = esm::spawn(
             sqs.clone(),
             EsmSettings {
@@ -330,7 +290,7 @@ impl Stack {
                 poll_wait_seconds: 1,
                 visibility_timeout: opts.visibility_timeout,
             },
-            make_retry,
+            |i| retry_functions[i % retry_functions.len()].clone(),
             stop.clone(),
         );
         tasks.extend(h);
@@ -354,29 +314,7 @@ impl Stack {
             runtime::reconcile::FUNCTION,
         ));
         metrics.insert(runtime::reconcile::FUNCTION, reconciler_metrics.clone());
-        let reconciler = Reconciler {
-            store: DynamoStore::new(ddb.clone(), &reconciler_cfg.transactions_table),
-            scheduler: ShimScheduler {
-                client: sched.clone(),
-                settings: reconciler_cfg.scheduler.clone(),
-            },
-            retries: ShimQueue {
-                client: sqs.clone(),
-                url: reconciler_cfg.retry_queue_url.clone(),
-            },
-            clock: SystemClock,
-            settings: Settings {
-                shards: reconciler_cfg.reconcile_shards,
-                reconcile_threshold: reconciler_cfg.reconcile_threshold,
-                ..Settings::default()
-            },
-            limits: Limits {
-                max_items: reconciler_cfg.reconcile_max_items,
-                ..Limits::default()
-            },
-            seeds: Seeds::from_entropy(),
-            namespace: reconciler_cfg.metrics_namespace.clone(),
-        };
+        let reconciler = runtime::wiring::reconciler(&sdk, &reconciler_cfg);
         let cron = Arc::new(CronStats::default());
         tasks.push(tokio::spawn(reconcile_cron(
             reconciler,
@@ -390,9 +328,12 @@ impl Stack {
         let audit = Arc::new(AuditStats::default());
         tasks.push(tokio::spawn(audit_stream(
             streams,
-            ddb.clone(),
+            AuditWriter::new(
+                ddb.clone(),
+                &audit_cfg.audit_table,
+                audit_cfg.retention_days,
+            ),
             provisioned.transactions_stream_arn.clone(),
-            audit_cfg.audit_table.clone(),
             opts.audit_poll,
             audit.clone(),
             stop.clone(),
@@ -484,22 +425,23 @@ async fn reconcile_cron<St, Sc, Rt>(
     }
 }
 
+/// The stream → audit writer: what AWS does by invoking `audit-writer` with stream
+/// batches, done by reading the stream and applying each change with the same writer.
 async fn audit_stream(
     streams: aws_sdk_dynamodbstreams::Client,
-    ddb: aws_sdk_dynamodb::Client,
+    writer: AuditWriter,
     stream_arn: String,
-    audit_table: String,
     poll: Duration,
     stats: Arc<AuditStats>,
     mut stop: Stop,
 ) {
-    let mut iterators = HashMap::new();
+    let mut position = StreamPosition::default();
     loop {
-        match shim::drain_stream_once(&streams, &ddb, &stream_arn, &audit_table, &mut iterators)
-            .await
-        {
-            Ok(n) => {
-                stats.rows_written.fetch_add(n, Ordering::Relaxed);
+        match drain_into(&writer, &streams, &stream_arn, &mut position).await {
+            Ok(r) => {
+                stats
+                    .rows_written
+                    .fetch_add(r.rows as u64, Ordering::Relaxed);
             }
             Err(e) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -508,9 +450,7 @@ async fn audit_stream(
         }
         if stop.sleep(poll).await {
             // One last pass so that nothing written before the stop is missed.
-            let _ =
-                shim::drain_stream_once(&streams, &ddb, &stream_arn, &audit_table, &mut iterators)
-                    .await;
+            let _ = drain_into(&writer, &streams, &stream_arn, &mut position).await;
             break;
         }
     }
