@@ -180,34 +180,6 @@ fn input(msg: &Msg, r: &TransactionRecord) -> (Input, Option<bool>) {
     }
 }
 
-fn well_formed(r: &TransactionRecord) -> Result<(), String> {
-    let inter = r.status.is_intermediate();
-    let checks = [
-        (
-            r.current_attempt.get() <= r.max_attempts.get(),
-            "current_attempt <= max_attempts",
-        ),
-        (
-            inter == r.next_attempt.is_some(),
-            "next_attempt iff intermediate",
-        ),
-        (
-            inter == r.next_fire_at.is_some(),
-            "next_fire_at iff intermediate",
-        ),
-        (inter == r.reconcile.is_some(), "index key iff intermediate"),
-        (
-            r.next_attempt
-                .is_none_or(|n| n == r.current_attempt.next() && n.get() <= r.max_attempts.get()),
-            "next_attempt = current_attempt + 1 <= max_attempts",
-        ),
-    ];
-    match checks.iter().find(|(ok, _)| !ok) {
-        None => Ok(()),
-        Some((_, rule)) => Err(format!("{rule}: {r:?}")),
-    }
-}
-
 /// Simulates a plan against `start`: each write applied in turn when its guard holds.
 /// `strict`: a failing guard is a property violation (plans made from a known
 /// record); otherwise the simulation stops there (the real run would re-decide).
@@ -260,7 +232,11 @@ fn ends_with_one_terminal(plan: &[Effect]) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// The plan made from the record a failed condition hands back never fails its
     /// own conditions against that record: re-deciding cannot loop by itself.

@@ -6,5 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod decisions;
+mod protocol;
 mod runs;
 mod world;

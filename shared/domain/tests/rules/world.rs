@@ -246,3 +246,34 @@ pub fn step_once(
     run.observe(observed, ctx, rng).unwrap();
     Some(effect)
 }
+
+/// The shape every record written by the handlers has: current <= max; in an
+/// intermediate state next = current + 1 <= max with its fire time and index key;
+/// none of those three outside.
+pub fn well_formed(r: &TransactionRecord) -> Result<(), String> {
+    let inter = r.status.is_intermediate();
+    let checks = [
+        (
+            r.current_attempt.get() <= r.max_attempts.get(),
+            "current_attempt <= max_attempts",
+        ),
+        (
+            inter == r.next_attempt.is_some(),
+            "next_attempt iff intermediate",
+        ),
+        (
+            inter == r.next_fire_at.is_some(),
+            "next_fire_at iff intermediate",
+        ),
+        (inter == r.reconcile.is_some(), "index key iff intermediate"),
+        (
+            r.next_attempt
+                .is_none_or(|n| n == r.current_attempt.next() && n.get() <= r.max_attempts.get()),
+            "next_attempt = current_attempt + 1 <= max_attempts",
+        ),
+    ];
+    match checks.iter().find(|(ok, _)| !ok) {
+        None => Ok(()),
+        Some((_, rule)) => Err(format!("{rule}: {r:?}")),
+    }
+}
