@@ -197,9 +197,10 @@ pub const SCHEDULE_NAME_MAX: usize = 64;
 /// A deterministic one-time schedule name: `retry-<id>-<attempt>`.
 ///
 /// `<id>` is the transaction id itself when the whole name fits the Scheduler's rules
-/// (1–64 characters of `[0-9a-zA-Z-_.]`); otherwise it is `h.` followed by the first 16
-/// hex digits of the SHA-256 of the id. `#` is not allowed in schedule names, which is
-/// why names use `-` where idempotency keys use `#`.
+/// (1–64 characters of `[0-9a-zA-Z-_.]`) and the id does not start with `h.`;
+/// otherwise it is `h.` followed by the first 16 hex digits of the SHA-256 of the id
+/// (so an id shaped like a hash can never take another id's hashed name). `#` is not
+/// allowed in schedule names, which is why names use `-` where idempotency keys use `#`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct ScheduleName(String);
@@ -207,7 +208,10 @@ pub struct ScheduleName(String);
 impl ScheduleName {
     pub fn for_retry(id: &TransactionId, attempt: Attempt) -> Self {
         let direct = format!("retry-{}-{}", id.as_str(), attempt.get());
-        if direct.len() <= SCHEDULE_NAME_MAX && direct.chars().all(is_schedule_name_char) {
+        if direct.len() <= SCHEDULE_NAME_MAX
+            && direct.chars().all(is_schedule_name_char)
+            && !id.as_str().starts_with("h.")
+        {
             return Self(direct);
         }
         let digest = Sha256::digest(id.as_str().as_bytes());
@@ -276,14 +280,13 @@ impl Timestamp {
 
     /// The next whole second at or after this instant (one-time schedules take seconds).
     pub fn ceil_to_second(self) -> Self {
-        Self(
-            self.0.div_euclid(1000) * 1000
-                + if self.0.rem_euclid(1000) == 0 {
-                    0
-                } else {
-                    1000
-                },
-        )
+        let floor = self.0.div_euclid(1000) * 1000;
+        if self.0.rem_euclid(1000) == 0 {
+            Self(floor)
+        } else {
+            // Saturates at the last whole second representable.
+            Self(floor.checked_add(1000).unwrap_or(floor))
+        }
     }
 
     fn datetime(self) -> time::OffsetDateTime {

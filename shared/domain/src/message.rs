@@ -160,14 +160,22 @@ impl Request {
         if key != expected.as_str() {
             return Err(MessageError::InvalidValue {
                 field: "idempotency_key",
-                value: key,
+                value: truncate(&key),
                 reason: format!("must be `{expected}`"),
             });
         }
-        let payload_value = obj
+        if !obj.contains_key("payload") {
+            return Err(MessageError::MissingField { field: "payload" });
+        }
+        // The payload's exact text (not re-serialised: `12.50` stays `12.50`).
+        let raw: std::collections::BTreeMap<String, &RawValue> = serde_json::from_str(body)
+            .map_err(|e| MessageError::InvalidJson {
+                detail: e.to_string(),
+            })?;
+        let payload_text = raw
             .get("payload")
             .ok_or(MessageError::MissingField { field: "payload" })?;
-        let payload = Payload::from_json(&payload_value.to_string())?;
+        let payload = Payload::from_json(payload_text.get())?;
         Ok(Self {
             transaction_id,
             attempt,
@@ -195,7 +203,7 @@ impl Response {
         let raw = string(&obj, "outcome", &["resultado"])?;
         let outcome = Outcome::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
             field: "outcome",
-            value: raw.clone(),
+            value: truncate(&raw),
             reason: "expected SUCCESS or CANCELLED (or EXITOSO / CANCELADO)".into(),
         })?;
         let reason = match lookup(&obj, "reason", &["motivo"]) {
@@ -242,7 +250,7 @@ impl RetryEvent {
         let raw = string(&obj, "origin", &["origen"])?;
         let origin = Origin::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
             field: "origin",
-            value: raw.clone(),
+            value: truncate(&raw),
             reason: "expected RETRY_SCHEDULER, RECONCILER or OPERATOR".into(),
         })?;
         let attempt = attempt(&obj, "attempt", &["intento"])?;

@@ -54,6 +54,10 @@ impl RandomSource for SplitMix64 {
     }
 }
 
+/// The longest cap accepted: 365 days. Beyond it a fire time stops being a date a
+/// one-time schedule can hold (and `Duration` conversions would overflow).
+pub const MAX_CAP: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// One backoff policy, validated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "PolicySpec", into = "PolicySpec")]
@@ -102,7 +106,7 @@ impl RetryPolicy {
         }
     }
 
-    /// Validates: base > 0, factor >= 1, cap >= base, 0 <= jitter < 1.
+    /// Validates: base > 0, factor >= 1, base <= cap <= [`MAX_CAP`], 0 <= jitter < 1.
     pub fn new(
         base: Duration,
         factor: f64,
@@ -119,6 +123,13 @@ impl RetryPolicy {
         }
         if cap < base {
             return invalid("cap", cap.as_secs_f64(), "must be >= base");
+        }
+        if cap > MAX_CAP {
+            return invalid(
+                "cap",
+                cap.as_secs_f64(),
+                "must be at most 31536000 s (365 days)",
+            );
         }
         if !jitter.is_finite() || !(0.0..1.0).contains(&jitter) {
             return invalid("jitter", jitter, "must be >= 0 and < 1");
@@ -152,34 +163,42 @@ impl RetryPolicy {
     pub fn nominal(&self, k: Attempt) -> Duration {
         let exp = i32::try_from(k.get().saturating_sub(1)).unwrap_or(i32::MAX);
         let raw = self.base.as_secs_f64() * self.factor.powi(exp);
-        let capped = if raw.is_finite() {
-            raw.min(self.cap.as_secs_f64())
-        } else {
-            self.cap.as_secs_f64()
-        };
-        Duration::from_secs_f64(capped)
+        if !raw.is_finite() || raw >= self.cap.as_secs_f64() {
+            return self.cap;
+        }
+        Duration::try_from_secs_f64(raw).map_or(self.cap, |d| d.min(self.cap))
     }
 
     /// The bounds `wait(k)` always falls within.
     pub fn bounds(&self, k: Attempt) -> (Duration, Duration) {
-        let n = self.nominal(k).as_secs_f64();
-        let lo = n * (1.0 - self.jitter);
-        let mut hi = n * (1.0 + self.jitter);
+        let n = self.nominal(k);
+        let lo = scale(n, 1.0 - self.jitter);
+        let hi = scale(n, 1.0 + self.jitter);
         if self.strict_cap {
-            hi = hi.min(self.cap.as_secs_f64());
+            (lo.min(self.cap), hi.min(self.cap))
+        } else {
+            (lo, hi)
         }
-        (Duration::from_secs_f64(lo), Duration::from_secs_f64(hi))
     }
 
-    /// `wait(k)` with `u = jitter × (2r − 1)` for `r` drawn from `rng`.
+    /// `wait(k)` with `u = jitter × (2r − 1)` for `r` drawn from `rng`. A draw outside
+    /// `[0, 1]` is clamped into it; a NaN draw counts as 0.5 (the nominal wait), never
+    /// as an immediate retry.
     pub fn wait(&self, k: Attempt, rng: &mut dyn RandomSource) -> Duration {
-        let r = rng.next_unit().clamp(0.0, 1.0);
+        let drawn = rng.next_unit();
+        let r = if drawn.is_nan() {
+            0.5
+        } else {
+            drawn.clamp(0.0, 1.0)
+        };
         let u = self.jitter * (2.0 * r - 1.0);
-        let mut secs = self.nominal(k).as_secs_f64() * (1.0 + u);
+        let wait = scale(self.nominal(k), 1.0 + u);
         if self.strict_cap {
-            secs = secs.min(self.cap.as_secs_f64());
+            // Clamped as a `Duration`: a float round trip could pass the cap by a few ns.
+            wait.min(self.cap)
+        } else {
+            wait
         }
-        Duration::from_secs_f64(secs.max(0.0))
     }
 
     /// The retry instant after attempt `k` failed at `now`, rounded up to a whole second
@@ -191,6 +210,12 @@ impl RetryPolicy {
     }
 }
 
+/// `d × by` for `0 <= by < 2`; monotonic in `by`, so the bounds and the wait computed
+/// with it keep their order.
+fn scale(d: Duration, by: f64) -> Duration {
+    Duration::try_from_secs_f64(d.as_secs_f64() * by.max(0.0)).unwrap_or(Duration::MAX)
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self::article_default()
@@ -200,16 +225,13 @@ impl Default for RetryPolicy {
 impl TryFrom<PolicySpec> for RetryPolicy {
     type Error = PolicyError;
     fn try_from(s: PolicySpec) -> Result<Self, PolicyError> {
-        let secs = |field: &'static str, v: f64| {
-            if v.is_finite() && v > 0.0 {
-                Ok(Duration::from_secs_f64(v))
-            } else {
-                Err(PolicyError::Invalid {
-                    field,
-                    value: v,
-                    rule: "must be a number of seconds greater than 0",
-                })
-            }
+        let secs = |field: &'static str, v: f64| match Duration::try_from_secs_f64(v) {
+            Ok(d) if v > 0.0 => Ok(d),
+            _ => Err(PolicyError::Invalid {
+                field,
+                value: v,
+                rule: "must be a number of seconds greater than 0 and at most 31536000 (365 days)",
+            }),
         };
         RetryPolicy::new(
             secs("base", s.base_seconds)?,

@@ -6,6 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod decisions;
+mod messages;
+mod policy;
 mod protocol;
 mod runs;
+mod schedule_names;
 mod world;
