@@ -139,6 +139,7 @@ async fn every_write_matches_write_apply() {
         "decisions produced {} writes",
         writes.len()
     );
+    println!("{} writes x {} records", writes.len(), records.len());
     let events: BTreeSet<String> = writes.iter().map(|w| format!("{:?}", w.event)).collect();
     assert!(events.len() >= 7, "writes cover most arrows: {events:?}");
     let (mut applied, mut refused) = (0, 0);
