@@ -32,7 +32,7 @@ use thiserror::Error;
 /// Attribute names of an audit row.
 pub mod attr {
     pub const TRANSACTION_ID: &str = "transaction_id";
-    /// Sort key: `AuditEntry::sort_key()` = `<at>#<to>#<attempt>`.
+    /// Sort key: `AuditEntry::sort_key()` = `<at>#<attempt>#<rank>-<to>`.
     pub const AUDIT_KEY: &str = "audit_key";
     pub const AT: &str = "at";
     pub const ACTOR: &str = "actor";
@@ -324,39 +324,16 @@ impl AuditWriter {
     }
 }
 
-/// Orders rows as the transitions happened. The table sorts by `audit_key`
-/// (`<at>#<to>#<attempt>`); two transitions of one run share `at` (one run, one
-/// clock reading), and then the key sorts them by status name. Within one instant
-/// the rows are chained instead: the next row is the one leaving the status the
-/// previous row entered.
+/// Orders rows as the transitions happened: by `audit_key`
+/// (`AuditEntry::sort_key()`), which breaks ties between transitions written at one
+/// instant by attempt and then by the status's place in the lifecycle.
 pub fn in_transition_order(mut rows: Vec<AuditEntry>) -> Vec<AuditEntry> {
-    rows.sort_by_key(|r| r.at);
-    let mut out: Vec<AuditEntry> = Vec::with_capacity(rows.len());
-    let mut rest = rows.into_iter().peekable();
-    while let Some(first) = rest.next() {
-        let mut group = vec![first];
-        while let Some(r) = rest.next_if(|r| r.at == group[0].at) {
-            group.push(r);
-        }
-        while !group.is_empty() {
-            let prev = out.last().map(|r| r.to);
-            let pick = group
-                .iter()
-                .position(|r| r.from.is_some() && r.from == prev)
-                .or_else(|| {
-                    // Otherwise the row no other row of the group leads into.
-                    group.iter().position(|r| {
-                        !group
-                            .iter()
-                            .any(|o| !std::ptr::eq(o, r) && Some(o.to) == r.from)
-                    })
-                })
-                .unwrap_or(0);
-            out.push(group.remove(pick));
-        }
-    }
-    out
+    rows.sort_by_key(AuditEntry::sort_key);
+    rows
 }
+
+/// Records per `GetRecords` page (the API's maximum and default).
+const GET_RECORDS_PAGE: usize = 1000;
 
 /// One stream record, images flattened.
 #[derive(Debug, Clone, PartialEq)]
@@ -450,11 +427,13 @@ pub async fn drain_stream(
                 position.iterators.insert(shard.clone(), next);
                 break;
             }
+            // Keep the position after every page, and stop at a short page: on a
+            // busy table a new record arrives before every call, so "until an empty
+            // page" would never return (the next call resumes from here).
+            position.iterators.insert(shard.clone(), next.clone());
             match next {
-                Some(n) => it = Some(n),
-                None => {
-                    position.iterators.insert(shard.clone(), None);
-                }
+                Some(n) if records.len() >= GET_RECORDS_PAGE => it = Some(n),
+                _ => {}
             }
         }
     }
@@ -522,7 +501,10 @@ mod tests {
             item["expires_at"],
             AttributeValue::N((86_401 + 30 * 86_400).to_string())
         );
-        assert_eq!(item["audit_key"], s("1970-01-02T00:00:01.500Z#FAILED#1"));
+        assert_eq!(
+            item["audit_key"],
+            s("1970-01-02T00:00:01.500Z#0001#5-FAILED")
+        );
         assert_eq!(entry_from_item(&item).unwrap(), entry);
         assert_eq!(
             entry_from_images(Some(&nw), None).unwrap(),

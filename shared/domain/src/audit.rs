@@ -62,14 +62,27 @@ impl AuditEntry {
         })
     }
 
-    /// Sort key within the transaction: `<at>#<to>#<attempt>`; sorts by time as text
-    /// and is the same for a redelivered change.
+    /// Sort key within the transaction: `<at>#<attempt, 4 digits>#<rank>-<to>`.
+    ///
+    /// Sorts as text in the order the transitions happened, also when one run writes
+    /// two transitions at the same instant (IN_PROGRESS → SCHEDULING → SCHEDULED in one
+    /// response, SENDING(n) → IN_PROGRESS(n+1) in one retry): the attempt and then the
+    /// status's place in the lifecycle break the tie. A redelivered change yields the
+    /// same key, so it rewrites its row instead of adding one.
     pub fn sort_key(&self) -> String {
+        let rank = match self.to {
+            Status::InProgress => 0,
+            Status::Scheduling => 1,
+            Status::Scheduled => 2,
+            Status::Sending => 3,
+            Status::Succeeded => 4,
+            Status::Failed => 5,
+        };
         format!(
-            "{}#{}#{}",
+            "{}#{:04}#{rank}-{}",
             self.at.to_rfc3339(),
-            self.to.as_str(),
-            self.current_attempt.get()
+            self.current_attempt.get(),
+            self.to.as_str()
         )
     }
 
@@ -102,13 +115,44 @@ mod tests {
         assert_eq!(row.from, None);
         assert_eq!(row.to, Status::InProgress);
         assert_eq!(row.actor, Actor::Starter);
-        assert_eq!(row.sort_key(), "1970-01-01T00:00:00.000Z#IN_PROGRESS#1");
+        assert_eq!(
+            row.sort_key(),
+            "1970-01-01T00:00:00.000Z#0001#0-IN_PROGRESS"
+        );
 
         let mut failed = rec(Status::Failed, 5);
         failed.last_actor = Actor::ResponseHandler;
         let row = AuditEntry::from_change(Some(&start), &failed).unwrap();
         assert_eq!(row.from, Some(Status::InProgress));
         assert!(row.is_exhaustion());
+    }
+
+    /// One run writes several transitions at the same instant; their keys must still
+    /// sort in the order they happened.
+    #[test]
+    fn keys_sort_in_lifecycle_order_at_one_instant() {
+        let chain = [
+            (Status::InProgress, 2),
+            (Status::Scheduling, 2),
+            (Status::Scheduled, 2),
+            (Status::Sending, 2),
+            (Status::InProgress, 3),
+            (Status::Succeeded, 3),
+        ];
+        let keys: Vec<String> = chain
+            .iter()
+            .map(|(status, attempt)| {
+                let mut r = rec(*status, 42);
+                r.current_attempt = crate::ids::Attempt::new(*attempt).unwrap();
+                AuditEntry::from_change(None, &r).unwrap().sort_key()
+            })
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        let mut late = rec(Status::Failed, 41);
+        late.current_attempt = crate::ids::Attempt::new(10).unwrap();
+        assert!(AuditEntry::from_change(None, &late).unwrap().sort_key() < keys[0]);
     }
 
     #[test]
