@@ -1,0 +1,511 @@
+//! Every `retryctl` command against a running local stack, through the binary.
+
+mod common;
+
+use common::{options, retryctl, start_stack, wait_status, Running};
+use domain::ports::{Clock, SystemClock};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Retries wait 1 s; the service always answers CANCELLED (every transaction goes
+/// through all its retries and ends FAILED).
+fn fast() -> &'static Running {
+    static S: OnceLock<Running> = OnceLock::new();
+    S.get_or_init(|| start_stack(options("clif", 1, 1.0)))
+}
+
+/// The same, for the timeline test alone (no other test's traffic on its tables).
+fn timeline() -> &'static Running {
+    static S: OnceLock<Running> = OnceLock::new();
+    S.get_or_init(|| start_stack(options("clit", 1, 1.0)))
+}
+
+/// Retries wait an hour: a CANCELLED transaction stays SCHEDULED.
+fn slow() -> &'static Running {
+    static S: OnceLock<Running> = OnceLock::new();
+    S.get_or_init(|| start_stack(options("clis", 3600, 1.0)))
+}
+
+const LONG: Duration = Duration::from_secs(120);
+
+/// GIVEN a transaction whose every attempt is CANCELLED (max 4) WHEN it has run THEN
+/// `show` prints its state and the full timeline: creation, three retries of four
+/// transitions each, and FAILED — each transition a line with its actor, attempt,
+/// schedule and origin. Then `replay` reopens it, recorded in the trail.
+#[tokio::test(flavor = "multi_thread")]
+async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() {
+    let s = timeline();
+    let r = retryctl(
+        s,
+        &[
+            "submit",
+            "TX-SHOW-1",
+            "--payload",
+            r#"{"amount":42}"#,
+            "--max-attempts",
+            "4",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout
+            .contains("TX-SHOW-1: started (request for attempt 1 published)"),
+        "{}",
+        r.stdout
+    );
+    wait_status(s, "TX-SHOW-1", "FAILED", LONG).await;
+
+    let r = retryctl(s, &["show", "TX-SHOW-1"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let out = &r.stdout;
+    assert!(
+        out.contains("status        FAILED   attempt 4 of 4"),
+        "{out}"
+    );
+    assert!(
+        out.contains("last outcome  CANCELLED (NOT_AVAILABLE)"),
+        "{out}"
+    );
+    assert!(out.contains("timeline (14 transitions)"), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("  20")).collect();
+    assert_eq!(lines.len(), 14, "{out}");
+    let expect: Vec<(&str, &str, &str)> = {
+        let mut v = vec![("starter", "[*] → IN_PROGRESS", "1")];
+        for k in 1..=3u32 {
+            let (a, b) = (k.to_string(), (k + 1).to_string());
+            let ab: &'static str = Box::leak(format!("{a} → {b}").into_boxed_str());
+            let bb: &'static str = Box::leak(b.clone().into_boxed_str());
+            v.push(("response-handler", "IN_PROGRESS → SCHEDULING", ab));
+            v.push(("response-handler", "SCHEDULING → SCHEDULED", ab));
+            v.push(("retry-handler", "SCHEDULED → SENDING", ab));
+            v.push(("retry-handler", "SENDING → IN_PROGRESS", bb));
+        }
+        v.push(("response-handler", "IN_PROGRESS → FAILED", "4"));
+        v
+    };
+    for (line, (actor, transition, attempt)) in lines.iter().zip(&expect) {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // TIME ACTOR FROM → TO ATTEMPT…
+        assert_eq!(cols[1], *actor, "{line}");
+        assert_eq!(
+            format!("{} {} {}", cols[2], cols[3], cols[4]),
+            *transition,
+            "{line}"
+        );
+        assert!(
+            line.contains(&format!(" {attempt} ")),
+            "attempt {attempt} in {line}"
+        );
+        if transition.ends_with("SCHEDULING") || transition.ends_with("SCHEDULED") {
+            let next = attempt.rsplit(' ').next().unwrap();
+            assert!(
+                line.contains(&format!("retry-TX-SHOW-1-{next}")),
+                "schedule name in {line}"
+            );
+            assert!(
+                line.contains("CANCELLED NOT_AVAILABLE") || transition.ends_with("SCHEDULED"),
+                "{line}"
+            );
+        }
+        if transition.ends_with("SENDING") {
+            assert!(line.contains("RETRY_SCHEDULER"), "origin in {line}");
+        }
+    }
+    assert!(
+        lines[13].contains("CANCELLED NOT_AVAILABLE"),
+        "{}",
+        lines[13]
+    );
+
+    // The JSON form carries the same timeline.
+    let v = retryctl(s, &["show", "TX-SHOW-1", "--json"]).await.json();
+    assert_eq!(v["record"]["current_attempt"], 4);
+    assert_eq!(v["timeline"].as_array().unwrap().len(), 14);
+
+    // Replay with one more attempt: recorded, and it runs (and fails) again.
+    let r = retryctl(s, &["replay", "TX-SHOW-1", "--budget", "1"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("max_attempts 4 → 5"), "{}", r.stdout);
+    let v = wait_status(s, "TX-SHOW-1", "FAILED", LONG).await;
+    let v = if v["record"]["current_attempt"] == 5 {
+        v
+    } else {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        wait_status(s, "TX-SHOW-1", "FAILED", LONG).await
+    };
+    assert_eq!(v["record"]["current_attempt"], 5);
+    assert_eq!(v["record"]["max_attempts"], 5);
+    let timeline = v["timeline"].as_array().unwrap();
+    let replay = timeline
+        .iter()
+        .find(|e| e["from"] == "FAILED")
+        .expect("a FAILED → SCHEDULING row");
+    assert_eq!(replay["to"], "SCHEDULING");
+    assert_eq!(replay["actor"], "operator");
+    assert_eq!(replay["origin"], "OPERATOR");
+    let text = retryctl(s, &["show", "TX-SHOW-1"]).await.stdout;
+    assert!(
+        text.contains("operator          FAILED → SCHEDULING"),
+        "{text}"
+    );
+
+    // Replaying what is not FAILED is refused (exit 4), naming the state.
+    let r = retryctl(s, &["submit", "TX-SHOW-2", "--payload", "{}"]).await;
+    assert_eq!(r.code, 0);
+    let r = retryctl(s, &["replay", "TX-SHOW-2"]).await;
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("only FAILED transactions can be replayed"),
+        "{}",
+        r.stderr
+    );
+    let r = retryctl(s, &["replay", "TX-SHOW-1", "--budget", "0"]).await;
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("--budget"), "{}", r.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn submit_is_idempotent_and_refuses_bad_arguments_naming_them() {
+    let s = fast();
+    let r = retryctl(
+        s,
+        &["submit", "TX-SUB-1", "--payload", r#"{"a":1}"#, "--json"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["result"], "started");
+    assert_eq!(v["published"], true);
+    // The same payload again: harmless.
+    let r = retryctl(
+        s,
+        &["submit", "TX-SUB-1", "--payload", r#"{"a":1}"#, "--json"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["result"], "already-started");
+    // Another payload: refused, nothing published.
+    let r = retryctl(s, &["submit", "TX-SUB-1", "--payload", r#"{"a":2}"#]).await;
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("different payload"), "{}", r.stderr);
+
+    let r = retryctl(s, &["submit", "TX-BAD", "--payload", "{nope"]).await;
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("invalid value for --payload: `{nope`"),
+        "{}",
+        r.stderr
+    );
+    let r = retryctl(
+        s,
+        &["submit", "TX-BAD", "--payload", "{}", "--max-attempts", "0"],
+    )
+    .await;
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("invalid value for --max-attempts: `0`"),
+        "{}",
+        r.stderr
+    );
+    let r = retryctl(s, &["submit", " padded", "--payload", "{}"]).await;
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("invalid value for <id>: ` padded`"),
+        "{}",
+        r.stderr
+    );
+    let r = retryctl(
+        s,
+        &[
+            "submit",
+            "TX-BAD",
+            "--payload",
+            "{}",
+            "--max-attempts",
+            "many",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 2, "clap's own error");
+    assert!(
+        r.stderr.contains("--max-attempts") && r.stderr.contains("many"),
+        "{}",
+        r.stderr
+    );
+    let r = retryctl(
+        s,
+        &[
+            "submit",
+            "TX-BAD",
+            "--payload",
+            "{}",
+            "--json",
+            "--max-attempts",
+            "0",
+        ],
+    )
+    .await;
+    assert_eq!(r.json()["error"], "bad-argument");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_ids_are_reported_by_every_command_that_takes_one() {
+    let s = fast();
+    for cmd in ["show", "resolve", "replay"] {
+        let r = retryctl(s, &[cmd, "TX-NOPE"]).await;
+        assert_eq!(r.code, 3, "{cmd}: {r:?}");
+        assert!(
+            r.stderr.contains("unknown transaction `TX-NOPE`"),
+            "{cmd}: {}",
+            r.stderr
+        );
+    }
+    let r = retryctl(s, &["show", "TX-NOPE", "--json"]).await;
+    assert_eq!(r.json()["error"], "unknown-transaction");
+    // No stack named at all: the missing setting is named.
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"))
+        .args(["stats"])
+        .env_remove("RETRYCTL_PREFIX")
+        .env_remove("TRANSACTIONS_TABLE")
+        .env("AWS_ENDPOINT_URL", &s.endpoint)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--transactions-table (or TRANSACTIONS_TABLE)"));
+}
+
+/// GIVEN a transaction SCHEDULED an hour ahead WHEN resolved THEN it is SUCCEEDED by
+/// the operator, its schedule deleted; resolving again says so; `stats` counts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn resolve_succeeds_a_waiting_transaction_and_deletes_its_schedule() {
+    let s = slow();
+    assert_eq!(
+        retryctl(s, &["submit", "TX-RES-1", "--payload", "{}"])
+            .await
+            .code,
+        0
+    );
+    wait_status(s, "TX-RES-1", "SCHEDULED", LONG).await;
+    let sdk = aws::local::sdk_config(&s.endpoint).await;
+    let sched = aws_sdk_scheduler::Client::new(&sdk);
+    let group = format!("{}-retries", s.prefix);
+    let exists = |name: &'static str| {
+        let (sched, group) = (sched.clone(), group.clone());
+        async move {
+            sched
+                .get_schedule()
+                .group_name(group)
+                .name(name)
+                .send()
+                .await
+                .is_ok()
+        }
+    };
+    assert!(exists("retry-TX-RES-1-2").await);
+
+    let r = retryctl(s, &["resolve", "TX-RES-1", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["result"], "resolved");
+    assert_eq!(v["schedule"], "ScheduleDeleted");
+    assert!(!exists("retry-TX-RES-1-2").await, "schedule deleted");
+    let v = wait_status(s, "TX-RES-1", "SUCCEEDED", LONG).await;
+    let last = v["timeline"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["from"], "SCHEDULED");
+    assert_eq!(last["actor"], "operator");
+    assert_eq!(last["reason"], "RESOLVED_BY_OTHER_MEANS");
+
+    let r = retryctl(s, &["resolve", "TX-RES-1"]).await;
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains("already-resolved"), "{}", r.stdout);
+
+    // Not waiting for a retry: refused.
+    assert_eq!(
+        retryctl(s, &["submit", "TX-RES-2", "--payload", "{}"])
+            .await
+            .code,
+        0
+    );
+    wait_status(s, "TX-RES-2", "SCHEDULED", LONG).await;
+    let st = retryctl(s, &["stats", "--json"]).await.json();
+    assert!(st["by_status"]["SUCCEEDED"].as_u64().unwrap() >= 1, "{st}");
+    assert!(
+        st["by_status_and_attempt"]["SCHEDULED"]["1"]
+            .as_u64()
+            .unwrap()
+            >= 1,
+        "{st}"
+    );
+    let text = retryctl(s, &["stats"]).await.stdout;
+    assert!(text.lines().any(|l| l.starts_with("SUCCEEDED")), "{text}");
+    assert!(text.contains("att 1"), "{text}");
+}
+
+/// GIVEN a SCHEDULING record older than the threshold (a crash between persisting
+/// the fire time and creating the schedule) WHEN `stuck` runs THEN it lists it with the
+/// action the reconciler would take; fresh transactions are not listed.
+#[tokio::test(flavor = "multi_thread")]
+async fn stuck_lists_what_the_reconciler_would_act_on() {
+    use domain::machine::{Actor, ReconcileKey};
+    use domain::{
+        Attempt, MaxAttempts, ScheduleName, Status, Timestamp, TransactionId, TransactionRecord,
+    };
+    let s = slow();
+    let sdk = aws::local::sdk_config(&s.endpoint).await;
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let id = TransactionId::parse("TX-STUCK-1").unwrap();
+    let long_ago = SystemClock.now().plus_millis(-3_600_000);
+    let mut rec = TransactionRecord::started(id.clone(), MaxAttempts::new(4).unwrap(), long_ago);
+    rec.status = Status::Scheduling;
+    rec.next_attempt = Some(Attempt::new(2).unwrap());
+    rec.next_fire_at = Some(long_ago.plus_millis(60_000));
+    rec.schedule_name = Some(ScheduleName::for_retry(&id, Attempt::new(2).unwrap()));
+    rec.last_actor = Actor::ResponseHandler;
+    rec.reconcile = ReconcileKey::derive(Status::Scheduling, &id, 8, long_ago, rec.next_fire_at);
+    ddb.put_item()
+        .table_name(format!("{}-transactions", s.prefix))
+        .set_item(Some(aws::item::record_to_item(&rec)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        retryctl(s, &["submit", "TX-STUCK-FRESH", "--payload", "{}"])
+            .await
+            .code,
+        0
+    );
+    wait_status(s, "TX-STUCK-FRESH", "SCHEDULED", LONG).await;
+
+    let r = retryctl(s, &["stuck", "--reconcile-threshold-seconds", "60"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("TX-STUCK-1"), "{}", r.stdout);
+    assert!(!r.stdout.contains("TX-STUCK-FRESH"), "{}", r.stdout);
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("TX-STUCK-1"))
+        .unwrap();
+    assert!(
+        line.contains("SCHEDULING") && line.contains("publish-retry"),
+        "{line}"
+    );
+    let v = retryctl(
+        s,
+        &["stuck", "--json", "--reconcile-threshold-seconds", "60"],
+    )
+    .await
+    .json();
+    let ids: Vec<&str> = v["stuck"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["transaction_id"].as_str())
+        .collect();
+    assert!(ids.contains(&"TX-STUCK-1"));
+    assert!(!ids.contains(&"TX-STUCK-FRESH"));
+    let _ = Timestamp::from_millis(0);
+}
+
+/// GIVEN a malformed response (the handler keeps it, unchanged, in the response DLQ)
+/// WHEN redriven THEN it goes back to the response queue (and, still malformed, back
+/// to the DLQ); a retry event in the scheduler DLQ goes to the retry queue.
+#[tokio::test(flavor = "multi_thread")]
+async fn redrive_moves_dlq_messages_back_to_their_source() {
+    let s = fast();
+    let sdk = aws::local::sdk_config(&s.endpoint).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let url = |name: &str| {
+        let sqs = sqs.clone();
+        let name = format!("{}-{name}", s.prefix);
+        async move {
+            sqs.get_queue_url()
+                .queue_name(name)
+                .send()
+                .await
+                .unwrap()
+                .queue_url()
+                .unwrap()
+                .to_owned()
+        }
+    };
+    let depth = |u: String| {
+        let sqs = sqs.clone();
+        async move {
+            let o = sqs
+                .get_queue_attributes()
+                .queue_url(u)
+                .attribute_names(
+                    aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages,
+                )
+                .send()
+                .await
+                .unwrap();
+            o.attributes()
+                .and_then(|a| {
+                    a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+                })
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        }
+    };
+    let wait_depth = |u: String, n: u64| {
+        let depth = depth.clone();
+        async move {
+            for _ in 0..100 {
+                if depth(u.clone()).await == n {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            false
+        }
+    };
+    sqs.send_message()
+        .queue_url(url("response").await)
+        .message_body("not json at all")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        wait_depth(url("response-dlq").await, 1).await,
+        "handler dead-lettered it"
+    );
+    let before = depth(url("response-dlq").await).await;
+    let r = retryctl(s, &["redrive", "response", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.json()["moved"].as_u64().unwrap() >= before, "{r:?}");
+    // It went through the response queue and the handler again: back in the DLQ.
+    assert!(wait_depth(url("response-dlq").await, 1).await);
+
+    sqs.send_message()
+        .queue_url(url("scheduler-dlq").await)
+        .message_body(r#"{"transaction_id":"TX-NOBODY","origin":"RETRY_SCHEDULER","attempt":2}"#)
+        .send()
+        .await
+        .unwrap();
+    let r = retryctl(s, &["redrive", "scheduler"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("scheduler: moved 1 message(s)"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(depth(url("scheduler-dlq").await).await, 0);
+    // The retry handler saw it: unknown transaction → kept in the retry DLQ.
+    assert!(wait_depth(url("retry-dlq").await, 1).await);
+
+    let r = retryctl(s, &["redrive", "sideways"]).await;
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr.contains("sideways") && r.stderr.contains("request, response, retry, scheduler"),
+        "{}",
+        r.stderr
+    );
+    let r = retryctl(s, &["redrive", "retry", "--max", "0"]).await;
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("--max"), "{}", r.stderr);
+}

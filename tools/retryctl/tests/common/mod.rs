@@ -1,0 +1,153 @@
+//! A local stack for the tests of this binary, and a way to run the `retryctl` binary
+//! against it.
+
+#![allow(dead_code)]
+
+use retryctl::local::stack::{Stack, StackOptions};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Where a stack runs: its endpoint and name prefix.
+#[derive(Debug, Clone)]
+pub struct Running {
+    pub endpoint: String,
+    pub prefix: String,
+    pub env: HashMap<&'static str, HashMap<String, String>>,
+}
+
+/// Starts a stack on a background runtime that lives as long as the test binary.
+pub fn start_stack(opts: StackOptions) -> Running {
+    if std::env::var("RUST_LOG").is_ok() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            match Stack::start(opts).await {
+                Ok(stack) => {
+                    tx.send(Ok(Running {
+                        endpoint: stack.endpoint.clone(),
+                        prefix: stack.names().prefix.clone(),
+                        env: stack.env.clone(),
+                    }))
+                    .unwrap();
+                    // Keep every task alive until the process ends.
+                    std::future::pending::<()>().await;
+                    drop(stack);
+                }
+                Err(e) => tx.send(Err(e.to_string())).unwrap(),
+            }
+        });
+    });
+    rx.recv_timeout(Duration::from_secs(120))
+        .expect("stack start timed out")
+        .expect("stack start failed")
+}
+
+pub fn moto() -> String {
+    aws::local::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)")
+}
+
+/// Compressed-time options on the shared moto server.
+pub fn options(tag: &str, backoff_seconds: u64, cancel_probability: f64) -> StackOptions {
+    let mut o = StackOptions::new(aws::local::unique_prefix(tag));
+    o.moto_endpoint = Some(moto());
+    o.env = vec![
+        ("BACKOFF_BASE_SECONDS", backoff_seconds.to_string()),
+        ("BACKOFF_FACTOR", "1".into()),
+        ("BACKOFF_CAP_SECONDS", backoff_seconds.to_string()),
+        ("BACKOFF_JITTER", "0".into()),
+        ("MAX_REQUESTS_PER_SECOND", "50".into()),
+    ];
+    // Long enough that a slow invocation on a loaded machine is not redelivered.
+    o.visibility_timeout = Some(30);
+    // The reconciler stays out of the way: these tests check the other paths.
+    o.reconcile_every = Duration::from_secs(3600);
+    o.external.cancel_probability = cancel_probability;
+    o.external.latency_min = Duration::from_millis(5);
+    o.external.latency_max = Duration::from_millis(30);
+    o
+}
+
+/// The output of one `retryctl` run.
+#[derive(Debug)]
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+/// Runs the `retryctl` binary against a stack.
+pub async fn retryctl(stack: &Running, args: &[&str]) -> Ran {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"))
+        .args(args)
+        .env("AWS_ENDPOINT_URL", &stack.endpoint)
+        .env("RETRYCTL_PREFIX", &stack.prefix)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("TRANSACTIONS_TABLE")
+        .env_remove("PAYLOADS_TABLE")
+        .env_remove("AUDIT_TABLE")
+        .env_remove("REQUEST_QUEUE_URL")
+        .env_remove("RETRY_QUEUE_URL")
+        .output()
+        .await
+        .expect("run retryctl");
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Polls `retryctl show --json <id>` until the status is `want` (and the audit trail
+/// has caught up with it), or fails after `limit`.
+pub async fn wait_status(
+    stack: &Running,
+    id: &str,
+    want: &str,
+    limit: Duration,
+) -> serde_json::Value {
+    let start = std::time::Instant::now();
+    loop {
+        let r = retryctl(stack, &["show", id, "--json"]).await;
+        if r.code == 0 {
+            let v = r.json();
+            let last_to = v["timeline"]
+                .as_array()
+                .and_then(|t| t.last())
+                .and_then(|e| e["to"].as_str())
+                .map(str::to_owned);
+            if v["record"]["status"] == want && last_to.as_deref() == Some(want) {
+                return v;
+            }
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{id} never reached {want}: {} {}",
+            r.stdout,
+            r.stderr
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}

@@ -1,0 +1,42 @@
+//! The local stack's event source mapping settings are the template's defaults.
+
+use retryctl::local::stack::template;
+use serde_yaml::Value;
+
+fn default_of(t: &Value, name: &str) -> f64 {
+    let v = &t["Parameters"][name]["Default"];
+    v.as_f64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        .unwrap_or_else(|| panic!("template.yaml has no numeric default for {name}"))
+}
+
+#[test]
+fn esm_and_rate_settings_match_template_yaml() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml");
+    let text = std::fs::read_to_string(path).expect("template.yaml at the repository root");
+    let t: Value = serde_yaml::from_str(&text).expect("template.yaml parses");
+    let pairs = [
+        ("ResponseBatchSize", template::RESPONSE_BATCH_SIZE as f64),
+        (
+            "ResponseBatchingWindowSeconds",
+            template::RESPONSE_BATCHING_WINDOW_SECONDS as f64,
+        ),
+        (
+            "ResponseHandlerMaxConcurrency",
+            template::RESPONSE_MAX_CONCURRENCY as f64,
+        ),
+        ("RetryBatchSize", template::RETRY_BATCH_SIZE as f64),
+        (
+            "RetryBatchingWindowSeconds",
+            template::RETRY_BATCHING_WINDOW_SECONDS as f64,
+        ),
+        (
+            "RetryHandlerMaxConcurrency",
+            template::RETRY_MAX_CONCURRENCY as f64,
+        ),
+        ("MaxRequestsPerSecond", template::MAX_REQUESTS_PER_SECOND),
+    ];
+    for (name, ours) in pairs {
+        assert_eq!(default_of(&t, name), ours, "{name}");
+    }
+}
