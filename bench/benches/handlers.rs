@@ -1,0 +1,289 @@
+//! Handler CPU cost per record, in process, with the in-memory adapters (no I/O):
+//! what the response handler (A) and the retry handler (B) spend themselves around
+//! their AWS calls.
+//!
+//! - `response-core` / `retry-core`: one record through the handler core
+//!   (`runtime::{response,retry}::handle`: decision, plan execution, verdict, metrics);
+//! - `response-batch10` / `retry-batch10`: an SQS event of 10 records through the
+//!   function's `handle_event` (the batch processor: body parsing, spans, panic guard,
+//!   partial batch response), reported per record.
+//!
+//! Each iteration starts from fresh state built outside the measurement (a started
+//! transaction, and for B the response handler's SCHEDULED result), so every
+//! measured run takes the happy path. The retry handler's pacer is left out (its cost
+//! is one mutex and a clock read; its waits are the configured rate, not CPU).
+//! Payloads are 4 KB. Short measurement times keep `scripts/bench.sh` fast.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is the failure report
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use domain::exec::Ports;
+use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
+use domain::ports::{Clock, SystemClock, Unwired};
+use domain::{MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
+use retry_bench::cycle::payload_of;
+use runtime::drive::run_all;
+use runtime::response::ResponseHandler;
+use runtime::retry::RetryHandler;
+use runtime::settings::Seeds;
+use runtime::{BatchOptions, MemoryDeadLetter, Metrics, Settings, SqsEvent, Verdict};
+use std::time::Duration;
+
+const PAYLOAD_BYTES: usize = 4096;
+const BATCH: usize = 10;
+
+fn tx(n: usize) -> String {
+    format!("TX-CPU-{n:05}")
+}
+
+fn payload() -> Payload {
+    payload_of(PAYLOAD_BYTES, "TX-CPU").unwrap()
+}
+
+fn ready<F: std::future::Future>(f: F) -> F::Output {
+    block_on_ready(f).expect("in-memory ports never wait")
+}
+
+/// A store holding `n` started transactions (IN_PROGRESS, attempt 1 of 3).
+fn started(n: usize) -> MemoryStore {
+    let store = MemoryStore::new();
+    let requests: MemoryQueue<Request> = MemoryQueue::new();
+    let ports = Ports {
+        store: &store,
+        scheduler: &Unwired,
+        requests: &requests,
+        retries: &Unwired,
+    };
+    let ctx = Settings::default().context(SystemClock.now());
+    for i in 0..n {
+        ready(runtime::ops::start_transaction(
+            &ports,
+            TransactionId::parse(&tx(i)).unwrap(),
+            payload(),
+            MaxAttempts::new(3).unwrap(),
+            &ctx,
+        ))
+        .unwrap();
+    }
+    store
+}
+
+fn cancelled(i: usize) -> Response {
+    Response::parse(&format!(
+        r#"{{"transaction_id":"{}","attempt":1,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}}"#,
+        tx(i)
+    ))
+    .unwrap()
+}
+
+fn retry_event(i: usize) -> RetryEvent {
+    RetryEvent::parse(&format!(
+        r#"{{"transaction_id":"{}","origin":"RETRY_SCHEDULER","attempt":2}}"#,
+        tx(i)
+    ))
+    .unwrap()
+}
+
+/// A store holding `n` transactions SCHEDULED for attempt 2 (through the response
+/// handler's own path).
+fn scheduled(n: usize) -> MemoryStore {
+    let store = started(n);
+    let scheduler = MemoryScheduler::new();
+    let metrics = Metrics::new("Bench", "setup");
+    let ctx = Settings::default().context(SystemClock.now());
+    let mut rng = domain::policy::SplitMix64::new(1);
+    for i in 0..n {
+        let v = ready(runtime::response::handle(
+            &store,
+            &scheduler,
+            &cancelled(i),
+            &ctx,
+            &mut rng,
+            &mut run_all,
+            &metrics,
+        ));
+        assert!(matches!(v, Verdict::Done { .. }), "{v:?}");
+    }
+    store
+}
+
+fn event(bodies: impl Iterator<Item = String>) -> SqsEvent {
+    let records: Vec<serde_json::Value> = bodies
+        .enumerate()
+        .map(|(i, body)| {
+            serde_json::json!({
+                "messageId": format!("m-{i}"),
+                "receiptHandle": format!("r-{i}"),
+                "body": body,
+                "attributes": {"ApproximateReceiveCount": "1"},
+                "messageAttributes": {},
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:bench",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": records })).unwrap()
+}
+
+fn response_handler(
+    store: MemoryStore,
+) -> ResponseHandler<MemoryStore, MemoryScheduler, MemoryDeadLetter> {
+    ResponseHandler {
+        store,
+        scheduler: MemoryScheduler::new(),
+        dead_letter: MemoryDeadLetter::new(),
+        clock: SystemClock,
+        settings: Settings::default(),
+        batch: BatchOptions { concurrency: BATCH },
+        seeds: Seeds::fixed(1),
+        namespace: "Bench".into(),
+    }
+}
+
+fn retry_handler(
+    store: MemoryStore,
+) -> RetryHandler<MemoryStore, MemoryQueue<Request>, MemoryDeadLetter> {
+    RetryHandler {
+        store,
+        requests: MemoryQueue::new(),
+        dead_letter: MemoryDeadLetter::new(),
+        clock: SystemClock,
+        settings: Settings::default(),
+        batch: BatchOptions { concurrency: BATCH },
+        seeds: Seeds::fixed(1),
+        pacer: None,
+        namespace: "Bench".into(),
+    }
+}
+
+fn handlers(c: &mut Criterion) {
+    let mut g = c.benchmark_group("handlers");
+    let metrics = Metrics::new("Bench", "bench");
+    let response = cancelled(0);
+    let retry = retry_event(0);
+
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("response-core", |b| {
+        b.iter_batched(
+            || {
+                (
+                    started(1),
+                    MemoryScheduler::new(),
+                    Settings::default().context(SystemClock.now()),
+                )
+            },
+            |(store, scheduler, ctx)| {
+                let mut rng = domain::policy::SplitMix64::new(7);
+                let v = ready(runtime::response::handle(
+                    &store,
+                    &scheduler,
+                    &response,
+                    &ctx,
+                    &mut rng,
+                    &mut run_all,
+                    &metrics,
+                ));
+                debug_assert!(matches!(v, Verdict::Done { .. }));
+                (v, store, scheduler)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("retry-core", |b| {
+        b.iter_batched(
+            || {
+                (
+                    scheduled(1),
+                    MemoryQueue::<Request>::new(),
+                    Settings::default().context(SystemClock.now()),
+                )
+            },
+            |(store, requests, ctx)| {
+                let mut rng = domain::policy::SplitMix64::new(7);
+                let v = ready(runtime::retry::handle(
+                    &store,
+                    &requests,
+                    &retry,
+                    &ctx,
+                    &mut rng,
+                    &mut run_all,
+                    &metrics,
+                ));
+                debug_assert!(matches!(v, Verdict::Done { .. }));
+                (v, store, requests)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g.bench_function("response-batch10", |b| {
+        b.iter_batched(
+            || {
+                (
+                    response_handler(started(BATCH)),
+                    event((0..BATCH).map(|i| cancelled(i).to_json())),
+                )
+            },
+            |(h, ev)| {
+                let out = ready(h.handle_event(ev, &metrics)).unwrap();
+                debug_assert!(out.batch_item_failures.is_empty());
+                (out, h)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("retry-batch10", |b| {
+        b.iter_batched(
+            || {
+                (
+                    retry_handler(scheduled(BATCH)),
+                    event((0..BATCH).map(|i| retry_event(i).to_json())),
+                )
+            },
+            |(h, ev)| {
+                let out = ready(h.handle_event(ev, &metrics)).unwrap();
+                debug_assert!(out.batch_item_failures.is_empty());
+                (out, h)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+/// Checks, once and outside the measurements, that every benchmarked path is the
+/// happy path (so the figures are not those of an error path).
+fn sanity() {
+    let metrics = Metrics::new("Bench", "sanity");
+    let h = response_handler(started(BATCH));
+    let out =
+        ready(h.handle_event(event((0..BATCH).map(|i| cancelled(i).to_json())), &metrics)).unwrap();
+    assert!(out.batch_item_failures.is_empty());
+    assert_eq!(h.scheduler.live().len(), BATCH, "one schedule per response");
+    let h = retry_handler(scheduled(BATCH));
+    let out = ready(h.handle_event(
+        event((0..BATCH).map(|i| retry_event(i).to_json())),
+        &metrics,
+    ))
+    .unwrap();
+    assert!(out.batch_item_failures.is_empty());
+    assert_eq!(h.requests.len(), BATCH, "one request per retry event");
+    assert!(h.requests.messages().iter().all(|r| r.attempt.get() == 2));
+}
+
+fn benches(c: &mut Criterion) {
+    sanity();
+    handlers(c);
+}
+
+criterion_group! {
+    name = group;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20)
+        .without_plots();
+    targets = benches
+}
+criterion_main!(group);

@@ -1,0 +1,329 @@
+//! The burst: N CANCELLED responses arriving at once, through the local stack
+//! (`retryctl`'s library: moto, the handlers behind the event source mapping
+//! emulator, the scheduler emulator, the audit stream, the reconciler cron and the
+//! simulated external service).
+//!
+//! N transactions are started (the library operation; their first request is kept
+//! out of the service's way), then N CANCELLED answers for attempt 1 are put on the
+//! response queue as fast as SendMessageBatch allows. The retries all fall due
+//! together (a short backoff), so the retry handler's outbound pacing is what limits
+//! the flow. The external service answers SUCCESS to every retried request.
+//!
+//! Measured: drain time (first answer injected → the service has received the
+//! retried request of every transaction), then every transaction SUCCEEDED; lost =
+//! transactions whose retried request never reached the service; duplicated =
+//! retried requests the service received more than once (same idempotency key); the
+//! highest number of retried requests the service received within one wall-clock
+//! second, against the configured fleet bound (MaximumConcurrency ×
+//! MAX_REQUESTS_PER_SECOND).
+
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use domain::exec::Ports;
+use domain::memory::MemoryQueue;
+use domain::ports::{Clock, SystemClock, Unwired};
+use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
+use futures::StreamExt;
+use retryctl::local::stack::{Stack, StackOptions};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BurstError {
+    #[error("local stack: {0}")]
+    Stack(String),
+    #[error("{0}")]
+    Step(String),
+}
+
+/// How to run the burst.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BurstSpec {
+    pub responses: u32,
+    /// MAX_REQUESTS_PER_SECOND of each retry-handler execution environment.
+    pub max_requests_per_second: f64,
+    /// The retry queue's MaximumConcurrency.
+    pub retry_concurrency: usize,
+    /// The backoff of every retry (s): base = cap, so they all fall due together.
+    pub backoff_seconds: f64,
+    /// Give up after this long (then the unfinished ones are reported).
+    pub deadline: Duration,
+}
+
+impl BurstSpec {
+    /// MaximumConcurrency × MAX_REQUESTS_PER_SECOND.
+    pub fn rate_bound(&self) -> f64 {
+        self.max_requests_per_second * self.retry_concurrency as f64
+    }
+}
+
+/// What the burst did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BurstResult {
+    pub spec: BurstSpec,
+    pub setup: Duration,
+    /// Injecting the N answers.
+    pub injected_in: Duration,
+    /// First answer injected → the service has the retried request of every transaction.
+    pub drain: Option<Duration>,
+    /// First answer injected → every transaction SUCCEEDED.
+    pub all_succeeded: Option<Duration>,
+    /// Transactions whose retried request (attempt 2) reached the service.
+    pub retried_unique: u64,
+    /// Retried requests received, duplicates included.
+    pub retried_raw: u64,
+    pub lost: u64,
+    /// Retried requests received more than once (extra copies).
+    pub duplicated: u64,
+    /// Requests for an attempt beyond 2 (must be none: max_attempts = 2).
+    pub beyond_budget: u64,
+    pub peak_per_second: u32,
+    pub rate_bound: f64,
+    pub succeeded: u64,
+    pub not_succeeded: u64,
+    pub schedules_fired: u64,
+    pub retry_invocations: u64,
+    pub retry_batch_item_failures: u64,
+    pub response_invocations: u64,
+}
+
+impl BurstResult {
+    pub fn within_bound(&self) -> bool {
+        f64::from(self.peak_per_second) <= self.rate_bound
+    }
+
+    pub fn ok(&self) -> bool {
+        self.lost == 0
+            && self.duplicated == 0
+            && self.beyond_budget == 0
+            && self.within_bound()
+            && self.not_succeeded == 0
+    }
+}
+
+fn tx(n: u32) -> String {
+    format!("TX-BURST-{n:06}")
+}
+
+fn err(e: impl std::fmt::Display) -> BurstError {
+    BurstError::Step(e.to_string())
+}
+
+/// Runs the burst on a local stack of its own (its own moto server).
+pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
+    let mut opts = StackOptions::new(aws::local::unique_prefix("burst"));
+    let backoff = format!("{}", spec.backoff_seconds);
+    opts.env = vec![
+        ("BACKOFF_BASE_SECONDS", backoff.clone()),
+        ("BACKOFF_CAP_SECONDS", backoff),
+        ("BACKOFF_JITTER", "0".into()),
+        (
+            "MAX_REQUESTS_PER_SECOND",
+            spec.max_requests_per_second.to_string(),
+        ),
+        // The reconciler must not act on a burst that is merely queued.
+        ("RECONCILE_THRESHOLD_SECONDS", "3600".into()),
+    ];
+    opts.retry_esm.max_concurrency = spec.retry_concurrency;
+    opts.external.cancel_probability = 0.0;
+    opts.external.duplicate_response_probability = 0.0;
+    opts.external.latency_min = Duration::ZERO;
+    opts.external.latency_max = Duration::ZERO;
+    let started = Instant::now();
+    let stack = Stack::start(opts)
+        .await
+        .map_err(|e| BurstError::Stack(e.to_string()))?;
+    let result = drive(&stack, &spec, started).await;
+    stack.shutdown().await;
+    result
+}
+
+async fn drive(
+    stack: &Stack,
+    spec: &BurstSpec,
+    started: Instant,
+) -> Result<BurstResult, BurstError> {
+    let names = stack.names().clone();
+    let p = &stack.provisioned;
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let ddb = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let n = spec.responses;
+
+    // Start N transactions (max 2 attempts: one retry each).
+    let store = aws::dynamo::DynamoStore::new(
+        aws::clients::dynamodb(&stack.sdk),
+        &names.transactions_table,
+    )
+    .with_payloads_table(&names.payloads_table);
+    let firsts: MemoryQueue<Request> = MemoryQueue::new();
+    let ports = Ports {
+        store: &store,
+        scheduler: &Unwired,
+        requests: &firsts,
+        retries: &Unwired,
+    };
+    let max = MaxAttempts::new(2).map_err(err)?;
+    let ctx = runtime::Settings::default().context(SystemClock.now());
+    let starts = futures::stream::iter(1..=n)
+        .map(|i| {
+            let (ports, ctx) = (&ports, &ctx);
+            async move {
+                let id = TransactionId::parse(&tx(i)).map_err(err)?;
+                let payload =
+                    Payload::from_json(&format!(r#"{{"order":"{}","amount_cents":{i}}}"#, tx(i)))
+                        .map_err(err)?;
+                let mut tries = 0;
+                loop {
+                    match runtime::ops::start_transaction(
+                        ports,
+                        id.clone(),
+                        payload.clone(),
+                        max,
+                        ctx,
+                    )
+                    .await
+                    {
+                        Ok(_) => return Ok::<(), BurstError>(()),
+                        Err(e) if e.is_retryable() && tries < 5 => tries += 1,
+                        Err(e) => return Err(err(format!("start {id}: {e}"))),
+                    }
+                }
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    starts.into_iter().collect::<Result<Vec<()>, _>>()?;
+    let setup = started.elapsed();
+
+    // Inject the N CANCELLED answers.
+    let injected_at = Instant::now();
+    let chunks: Vec<Vec<u32>> = (1..=n)
+        .collect::<Vec<_>>()
+        .chunks(10)
+        .map(<[u32]>::to_vec)
+        .collect();
+    let sends = futures::stream::iter(chunks)
+        .map(|chunk| {
+            let (sqs, url) = (&sqs, &p.response.url);
+            async move {
+                let entries = chunk
+                    .iter()
+                    .map(|i| {
+                        SendMessageBatchRequestEntry::builder()
+                            .id(format!("m{i}"))
+                            .message_body(format!(
+                                r#"{{"transaction_id":"{}","attempt":1,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}}"#,
+                                tx(*i)
+                            ))
+                            .build()
+                            .map_err(err)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let out = sqs
+                    .send_message_batch()
+                    .queue_url(url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await
+                    .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+                if out.failed().is_empty() {
+                    Ok(())
+                } else {
+                    Err(err(format!("SendMessageBatch failed entries: {:?}", out.failed())))
+                }
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    sends.into_iter().collect::<Result<Vec<()>, _>>()?;
+    let injected_in = injected_at.elapsed();
+
+    // Follow: every retried request at the service, then every transaction SUCCEEDED.
+    let deadline = injected_at + spec.deadline;
+    let retried = |seen: &std::collections::BTreeMap<
+        (String, u32),
+        retryctl::local::external::Seen,
+    >| { seen.keys().filter(|(_, attempt)| *attempt == 2).count() as u64 };
+    let mut drain = None;
+    let mut next_progress = Instant::now();
+    while Instant::now() < deadline {
+        let done = retried(&stack.external.seen());
+        if done >= u64::from(n) {
+            drain = Some(injected_at.elapsed());
+            break;
+        }
+        if Instant::now() >= next_progress {
+            let (resp, retry, sched) = (&stack.response_esm, &stack.retry_esm, &stack.scheduler);
+            eprintln!(
+                "bench: burst {:>5.0} s: responses handled {}, schedules fired {}, retry events handled {}, retried requests at the service {done}/{n}",
+                injected_at.elapsed().as_secs_f64(),
+                resp.get(&resp.records),
+                sched.get(&sched.fired),
+                retry.get(&retry.records),
+            );
+            next_progress += Duration::from_secs(5);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut all_succeeded = None;
+    let mut succeeded = 0;
+    while Instant::now() < deadline {
+        let records = retryctl::demo::scan_records(&ddb, &names.transactions_table)
+            .await
+            .map_err(err)?;
+        succeeded = records
+            .values()
+            .filter(|r| r.status == Status::Succeeded)
+            .count() as u64;
+        if succeeded >= u64::from(n) {
+            all_succeeded = Some(injected_at.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Late copies would arrive now: let the queues settle before counting.
+    let settle_until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < settle_until {
+        let mut busy = 0;
+        for url in [&p.response.url, &p.retry.url, &p.request.url] {
+            busy += retryctl::demo::queue_depth(&sqs, url).await.map_err(err)?;
+        }
+        if busy == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let seen = stack.external.seen();
+    let retried_unique = retried(&seen);
+    let retried_raw: u64 = seen
+        .iter()
+        .filter(|((_, a), _)| *a == 2)
+        .map(|(_, s)| u64::from(s.raw))
+        .sum();
+    let beyond_budget = seen.keys().filter(|(_, a)| *a > 2).count() as u64;
+    let sched = &stack.scheduler;
+    let (resp, retry) = (&stack.response_esm, &stack.retry_esm);
+    Ok(BurstResult {
+        spec: spec.clone(),
+        setup,
+        injected_in,
+        drain,
+        all_succeeded,
+        retried_unique,
+        retried_raw,
+        lost: u64::from(n).saturating_sub(retried_unique),
+        duplicated: retried_raw.saturating_sub(retried_unique),
+        beyond_budget,
+        peak_per_second: stack.external.peak_retried_per_second(),
+        rate_bound: stack.rate_bound,
+        succeeded,
+        not_succeeded: u64::from(n).saturating_sub(succeeded),
+        schedules_fired: sched.get(&sched.fired),
+        retry_invocations: retry.get(&retry.invocations),
+        retry_batch_item_failures: retry.get(&retry.reported_failures),
+        response_invocations: resp.get(&resp.invocations),
+    })
+}

@@ -1,0 +1,555 @@
+//! One retry cycle measured against moto through the real adapters and handlers.
+//!
+//! A transaction is started with the library operation, then:
+//! 1. the response handler (built by `runtime::wiring` from the function's
+//!    configuration) gets the CANCELLED response for attempt 1 as an SQS event —
+//!    `deliveries` times (1 = happy path, 2 = the message delivered twice);
+//! 2. the retry handler (same wiring) gets the retry event for attempt 2 the same way;
+//! 3. the table's stream (NEW_AND_OLD_IMAGES) is read and every change goes through
+//!    the audit writer, `deliveries` times.
+//!
+//! Every adapter shares a [`CallMeter`] per function: API calls and moto's
+//! `ConsumedCapacity` are counted as they happen. The stream's images give the item
+//! before and after every write, from which [`dynamodb_billed_units`] computes what
+//! DynamoDB bills (moto's figures are constants; see [`crate::dynamodb_rules`]).
+//! What the handlers left behind is checked (SCHEDULED after A; IN_PROGRESS attempt 2
+//! and exactly one request on the request queue after B) so a broken path fails the
+//! benchmark instead of being priced.
+
+use crate::dynamodb_rules::{dynamodb_billed_units, item_size, Billed, DynamoOp};
+use crate::model::CycleBillables;
+use aws::audit::{drain_stream, entry_from_images, AuditWriter, StreamChange, StreamPosition};
+use aws::config::{AuditWriterConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
+use aws::item::{flat_from_dynamodb, FlatItem, Scalar};
+use aws::meter::{CallCounts, CallMeter};
+use aws::provision::{provision, table_definitions, IndexDef, Provisioned};
+use aws_config::SdkConfig;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use domain::exec::Ports;
+use domain::memory::MemoryQueue;
+use domain::ports::{Clock, SystemClock, Unwired};
+use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
+use runtime::Metrics;
+use std::collections::HashMap;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CycleError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("{step}: {detail}")]
+    Step { step: &'static str, detail: String },
+}
+
+fn step(step: &'static str, detail: impl std::fmt::Display) -> CycleError {
+    CycleError::Step {
+        step,
+        detail: detail.to_string(),
+    }
+}
+
+/// What to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CycleSpec {
+    /// Bytes of the request payload (JSON text).
+    pub payload_bytes: usize,
+    /// Deliveries of every message: 1 (happy path) or 2 (every message twice).
+    pub deliveries: u32,
+}
+
+/// One state-item write as the stream saw it, with what DynamoDB bills for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub from: String,
+    pub to: String,
+    pub item_bytes_before: usize,
+    pub item_bytes_after: usize,
+    pub billed: Billed,
+}
+
+/// Everything one cycle did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CycleMeasurement {
+    pub spec: CycleSpec,
+    /// Calls of the response handler, first delivery only and over all deliveries.
+    pub response_first: CallCounts,
+    pub response: CallCounts,
+    pub retry_first: CallCounts,
+    pub retry: CallCounts,
+    pub audit: CallCounts,
+    /// Starting the transaction (once per transaction, not per retry).
+    pub start: CallCounts,
+    /// The four state-item writes of the cycle.
+    pub transitions: Vec<Transition>,
+    /// Writes whose condition failed (duplicates), billed.
+    pub failed_conditions: Billed,
+    pub audit_billed: Billed,
+    pub audit_row_bytes: usize,
+    pub payload_read_billed: Billed,
+    pub payload_item_bytes: usize,
+    pub start_billed: Billed,
+    /// Size of the request message (body + attributes) on the request queue.
+    pub request_message_bytes: usize,
+    pub requests_on_queue: usize,
+    /// Size of the retry event in the schedule's target input.
+    pub retry_event_bytes: usize,
+    pub stream_records: u64,
+}
+
+/// AWS round trips in a set of counts.
+pub fn round_trips(c: &CallCounts) -> u64 {
+    c.dynamodb_requests() + c.schedule_creates + c.schedule_deletes + c.sends
+}
+
+impl CycleMeasurement {
+    /// DynamoDB write units of the state item (table + index) for the four transitions.
+    pub fn state_billed(&self) -> Billed {
+        let mut b = Billed::default();
+        for t in &self.transitions {
+            b += t.billed;
+        }
+        b
+    }
+
+    /// Write units by DynamoDB's rules: state item + index + failed conditions + audit.
+    pub fn rules_write_units(&self) -> f64 {
+        self.state_billed().write() + self.failed_conditions.write() + self.audit_billed.write()
+    }
+
+    pub fn rules_read_units(&self) -> f64 {
+        self.payload_read_billed.read
+    }
+
+    /// What moto reported (`ConsumedCapacity`) for the same calls.
+    pub fn moto_write_units(&self) -> f64 {
+        self.response.total_write_units()
+            + self.retry.total_write_units()
+            + self.audit.total_write_units()
+    }
+
+    pub fn moto_read_units(&self) -> f64 {
+        self.response.total_read_units()
+            + self.retry.total_read_units()
+            + self.audit.total_read_units()
+    }
+
+    /// The per-retry billables the cost model prices.
+    pub fn billables(&self) -> CycleBillables {
+        CycleBillables {
+            deliveries: self.spec.deliveries,
+            write_units: self.rules_write_units(),
+            read_units: self.rules_read_units(),
+            request_sends: self.retry.sends,
+            request_message_bytes: self.request_message_bytes,
+            scheduler_invocations: self.response.schedule_creates,
+            retry_event_bytes: self.retry_event_bytes,
+            response_round_trips: round_trips(&self.response),
+            retry_round_trips: round_trips(&self.retry),
+            audit_round_trips: round_trips(&self.audit),
+            stream_records: self.stream_records,
+        }
+    }
+}
+
+/// A JSON payload of exactly `bytes` bytes (at least 32).
+pub fn payload_of(bytes: usize, tag: &str) -> Result<Payload, CycleError> {
+    let head = format!(r#"{{"order":"{tag}","pad":""#);
+    let tail = "\"}";
+    let pad = bytes
+        .checked_sub(head.len() + tail.len())
+        .ok_or_else(|| CycleError::Setup(format!("payload of {bytes} bytes is too small")))?;
+    let text = format!("{head}{}{tail}", "x".repeat(pad));
+    Payload::from_json(&text).map_err(|e| CycleError::Setup(e.to_string()))
+}
+
+/// An SQS event of one message, as Lambda's event source mapping delivers it.
+pub fn sqs_event(body: &str, queue_arn: &str, receive_count: u32) -> Result<SqsEvent, CycleError> {
+    serde_json::from_value(serde_json::json!({
+        "Records": [{
+            "messageId": format!("bench-{receive_count}-{}", body.len()),
+            "receiptHandle": "bench-receipt",
+            "body": body,
+            "attributes": {
+                "ApproximateReceiveCount": receive_count.to_string(),
+                "SentTimestamp": "1791028800000",
+                "SenderId": "BENCH",
+                "ApproximateFirstReceiveTimestamp": "1791028800010"
+            },
+            "messageAttributes": {},
+            "md5OfBody": "00000000000000000000000000000000",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": queue_arn,
+            "awsRegion": aws::local::LOCAL_REGION
+        }]
+    }))
+    .map_err(|e| CycleError::Setup(format!("SQS event: {e}")))
+}
+
+fn no_failures(
+    step_name: &'static str,
+    r: Result<SqsBatchResponse, runtime::batch::BatchError>,
+) -> Result<(), CycleError> {
+    let r = r.map_err(|e| step(step_name, e))?;
+    if r.batch_item_failures.is_empty() {
+        Ok(())
+    } else {
+        Err(step(
+            step_name,
+            format!("batch item failures: {:?}", r.batch_item_failures),
+        ))
+    }
+}
+
+fn lookup(env: Vec<(&'static str, String)>) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    move |k| map.get(k).cloned()
+}
+
+fn status_of(item: Option<&FlatItem>) -> String {
+    match item.and_then(|i| i.get("status")) {
+        Some(Scalar::S(s)) => s.clone(),
+        _ => "-".to_owned(),
+    }
+}
+
+/// The transactions table's secondary indexes and key, from the provisioning data.
+fn transactions_table_shape(names: &StackNames) -> (Vec<IndexDef>, Vec<&'static str>) {
+    table_definitions(names)
+        .into_iter()
+        .find(|t| t.logical_id == "TransactionsTable")
+        .map(|t| (t.indexes, vec![t.hash_key]))
+        .unwrap_or_default()
+}
+
+/// Measures one cycle on a fresh stack (unique names) on the moto server of `sdk`.
+pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasurement, CycleError> {
+    let deliveries = spec.deliveries.max(1);
+    let names = StackNames::new(&aws::local::unique_prefix("bench"));
+    let p: Provisioned = provision(sdk, &names)
+        .await
+        .map_err(|e| CycleError::Setup(e.to_string()))?;
+    let (indexes, table_keys) = transactions_table_shape(&names);
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let sched = aws_sdk_scheduler::Client::new(sdk);
+    let streams = aws_sdk_dynamodbstreams::Client::new(sdk);
+    let mut position = StreamPosition::default();
+
+    let response_cfg = ResponseHandlerConfig::from_lookup(&lookup(p.env_for("response-handler")))
+        .map_err(|e| CycleError::Setup(e.to_string()))?;
+    let retry_cfg = RetryHandlerConfig::from_lookup(&lookup(p.env_for("retry-handler")))
+        .map_err(|e| CycleError::Setup(e.to_string()))?;
+    let audit_cfg = AuditWriterConfig::from_lookup(&lookup(p.env_for("audit-writer")))
+        .map_err(|e| CycleError::Setup(e.to_string()))?;
+
+    // Start the transaction through the library operation (request 1 kept in memory:
+    // it is not part of the retry cycle).
+    let tx_text = format!(
+        "TX-BENCH-{}-{}x{}",
+        names.prefix, spec.payload_bytes, deliveries
+    );
+    let tx = TransactionId::parse(&tx_text).map_err(|e| CycleError::Setup(e.to_string()))?;
+    let payload = payload_of(spec.payload_bytes, &tx_text)?;
+    let start_meter = CallMeter::new();
+    let start_store =
+        aws::dynamo::DynamoStore::new(aws::clients::dynamodb(sdk), &names.transactions_table)
+            .with_payloads_table(&names.payloads_table)
+            .with_meter(start_meter.clone());
+    let first_requests: MemoryQueue<Request> = MemoryQueue::new();
+    let ports = Ports {
+        store: &start_store,
+        scheduler: &Unwired,
+        requests: &first_requests,
+        retries: &Unwired,
+    };
+    let ctx = runtime::Settings::default().context(SystemClock.now());
+    let max = MaxAttempts::new(3).map_err(|e| CycleError::Setup(e.to_string()))?;
+    runtime::ops::start_transaction(&ports, tx.clone(), payload.clone(), max, &ctx)
+        .await
+        .map_err(|e| step("start", e))?;
+    let start_changes = drain(&streams, &p, &mut position).await?;
+    let payload_item = get_item(&ddb, &names.payloads_table, &tx).await?;
+    let record_item = start_changes.iter().rev().find_map(|c| c.new.clone());
+    let mut start_billed = Billed::default();
+    for item in [record_item.as_ref(), payload_item.as_ref()] {
+        start_billed += dynamodb_billed_units(
+            DynamoOp::Write {
+                before: None,
+                after: item,
+                transactional: true,
+            },
+            &indexes,
+            &table_keys,
+        );
+    }
+
+    // 1. The response handler, as its Lambda main builds it, with metered adapters.
+    let response_meter = CallMeter::new();
+    let mut a = runtime::wiring::response_handler(sdk, &response_cfg);
+    a.store = a.store.clone().with_meter(response_meter.clone());
+    a.scheduler = a.scheduler.clone().with_meter(response_meter.clone());
+    let metrics = Metrics::new("Bench", runtime::response::FUNCTION);
+    let body = format!(
+        r#"{{"transaction_id":"{tx_text}","attempt":1,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}}"#
+    );
+    let mut response_first = CallCounts::default();
+    for n in 1..=deliveries {
+        let event = sqs_event(&body, &p.response.arn, n)?;
+        no_failures("response handler", a.handle_event(event, &metrics).await)?;
+        if n == 1 {
+            response_first = response_meter.snapshot();
+        }
+    }
+    let response = response_meter.snapshot();
+    let a_changes = drain(&streams, &p, &mut position).await?;
+    let after_a = a_changes.last().and_then(|c| c.new.clone());
+    if status_of(after_a.as_ref()) != Status::Scheduled.as_str() {
+        return Err(step(
+            "response handler",
+            format!(
+                "expected SCHEDULED, the stream says {}",
+                status_of(after_a.as_ref())
+            ),
+        ));
+    }
+
+    // 2. The retry handler, same way.
+    let retry_meter = CallMeter::new();
+    let mut b = runtime::wiring::retry_handler(sdk, &retry_cfg)
+        .map_err(|e| CycleError::Setup(e.to_string()))?;
+    b.store = b.store.clone().with_meter(retry_meter.clone());
+    b.requests.inner = b.requests.inner.clone().with_meter(retry_meter.clone());
+    let metrics = Metrics::new("Bench", runtime::retry::FUNCTION);
+    let body =
+        format!(r#"{{"transaction_id":"{tx_text}","origin":"RETRY_SCHEDULER","attempt":2}}"#);
+    let mut retry_first = CallCounts::default();
+    for n in 1..=deliveries {
+        let event = sqs_event(&body, &p.retry.arn, n)?;
+        no_failures("retry handler", b.handle_event(event, &metrics).await)?;
+        if n == 1 {
+            retry_first = retry_meter.snapshot();
+        }
+    }
+    let retry = retry_meter.snapshot();
+    let b_changes = drain(&streams, &p, &mut position).await?;
+    let after_b = b_changes.last().and_then(|c| c.new.clone());
+    let attempt_after_b = match after_b.as_ref().and_then(|i| i.get("current_attempt")) {
+        Some(Scalar::N(n)) => n.clone(),
+        _ => "-".into(),
+    };
+    if status_of(after_b.as_ref()) != Status::InProgress.as_str() || attempt_after_b != "2" {
+        return Err(step(
+            "retry handler",
+            format!(
+                "expected IN_PROGRESS attempt 2, the stream says {} attempt {attempt_after_b}",
+                status_of(after_b.as_ref())
+            ),
+        ));
+    }
+
+    // 3. The audit writer over every change of the cycle, each delivered `deliveries` times.
+    let audit_meter = CallMeter::new();
+    let writer = AuditWriter::new(
+        aws::clients::dynamodb(sdk),
+        &audit_cfg.audit_table,
+        audit_cfg.retention_days,
+    )
+    .with_meter(audit_meter.clone());
+    let cycle_changes: Vec<&StreamChange> = a_changes.iter().chain(b_changes.iter()).collect();
+    let mut audit_billed = Billed::default();
+    let mut audit_row_bytes = 0;
+    for c in &cycle_changes {
+        let entry =
+            entry_from_images(c.old.as_ref(), c.new.as_ref()).map_err(|e| step("audit", e))?;
+        let Some(entry) = entry else { continue };
+        let row = flat_from_dynamodb(&aws::audit::audit_item(&entry, audit_cfg.retention_days));
+        audit_row_bytes = audit_row_bytes.max(item_size(&row));
+        for _ in 0..deliveries {
+            writer
+                .apply(c.old.as_ref(), c.new.as_ref())
+                .await
+                .map_err(|e| step("audit writer", e))?;
+            audit_billed += dynamodb_billed_units(
+                DynamoOp::Write {
+                    before: None,
+                    after: Some(&row),
+                    transactional: false,
+                },
+                &[],
+                &["transaction_id", "audit_key"],
+            );
+        }
+    }
+    let audit = audit_meter.snapshot();
+
+    // What DynamoDB bills for the state item's writes.
+    let transitions: Vec<Transition> = cycle_changes
+        .iter()
+        .map(|c| Transition {
+            from: status_of(c.old.as_ref()),
+            to: status_of(c.new.as_ref()),
+            item_bytes_before: c.old.as_ref().map(item_size).unwrap_or(0),
+            item_bytes_after: c.new.as_ref().map(item_size).unwrap_or(0),
+            billed: dynamodb_billed_units(
+                DynamoOp::Write {
+                    before: c.old.as_ref(),
+                    after: c.new.as_ref(),
+                    transactional: false,
+                },
+                &indexes,
+                &table_keys,
+            ),
+        })
+        .collect();
+    let mut failed_conditions = Billed::default();
+    for (n, existing) in [
+        (response.failed_conditions, after_a.as_ref()),
+        (retry.failed_conditions, after_b.as_ref()),
+    ] {
+        for _ in 0..n {
+            failed_conditions += dynamodb_billed_units(
+                DynamoOp::FailedCondition { existing },
+                &indexes,
+                &table_keys,
+            );
+        }
+    }
+    let mut payload_read_billed = Billed::default();
+    for _ in 0..retry.payload_reads {
+        payload_read_billed += dynamodb_billed_units(
+            DynamoOp::Read {
+                item: payload_item.as_ref(),
+                consistent: true,
+            },
+            &[],
+            &["transaction_id"],
+        );
+    }
+
+    // The request on the request queue, and the retry event in the schedule.
+    let (requests_on_queue, request_message_bytes) =
+        request_messages(&sqs, &p.request.url, &tx_text).await?;
+    if requests_on_queue != 1 {
+        return Err(step(
+            "request queue",
+            format!("expected exactly one request for attempt 2, found {requests_on_queue}"),
+        ));
+    }
+    let schedule_name = match after_a.as_ref().and_then(|i| i.get("schedule_name")) {
+        Some(Scalar::S(s)) => s.clone(),
+        _ => return Err(step("schedule", "the SCHEDULED item has no schedule_name")),
+    };
+    let schedule = sched
+        .get_schedule()
+        .group_name(&names.schedule_group)
+        .name(&schedule_name)
+        .send()
+        .await
+        .map_err(|e| {
+            step(
+                "GetSchedule",
+                aws_sdk_scheduler::error::DisplayErrorContext(e),
+            )
+        })?;
+    let retry_event_bytes = schedule
+        .target()
+        .map(|t| t.input().unwrap_or("").len())
+        .unwrap_or(0);
+
+    Ok(CycleMeasurement {
+        spec,
+        response_first,
+        response,
+        retry_first,
+        retry,
+        audit,
+        start: start_meter.snapshot(),
+        transitions,
+        failed_conditions,
+        audit_billed,
+        audit_row_bytes,
+        payload_read_billed,
+        payload_item_bytes: payload_item.as_ref().map(item_size).unwrap_or(0),
+        start_billed,
+        request_message_bytes,
+        requests_on_queue,
+        retry_event_bytes,
+        stream_records: (cycle_changes.len() as u64) * u64::from(deliveries),
+    })
+}
+
+async fn drain(
+    streams: &aws_sdk_dynamodbstreams::Client,
+    p: &Provisioned,
+    position: &mut StreamPosition,
+) -> Result<Vec<StreamChange>, CycleError> {
+    drain_stream(streams, &p.transactions_stream_arn, position)
+        .await
+        .map_err(|e| step("stream", e))
+}
+
+async fn get_item(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    tx: &TransactionId,
+) -> Result<Option<FlatItem>, CycleError> {
+    let out = ddb
+        .get_item()
+        .table_name(table)
+        .key(
+            "transaction_id",
+            aws_sdk_dynamodb::types::AttributeValue::S(tx.as_str().to_owned()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| step("GetItem", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    Ok(out.item().map(flat_from_dynamodb))
+}
+
+/// Receives every message of the request queue; returns how many are requests for
+/// attempt 2 of `tx` and the size of the largest (body + message attributes).
+async fn request_messages(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    tx: &str,
+) -> Result<(usize, usize), CycleError> {
+    let mut count = 0;
+    let mut bytes = 0;
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(|e| step("ReceiveMessage", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+        let messages = out.messages();
+        if messages.is_empty() {
+            break;
+        }
+        for m in messages {
+            let body = m.body().unwrap_or("");
+            let request = Request::parse(body).map_err(|e| step("request queue", e))?;
+            if request.transaction_id.as_str() == tx && request.attempt.get() == 2 {
+                count += 1;
+            }
+            let attrs: usize = m
+                .message_attributes()
+                .map(|a| {
+                    a.iter()
+                        .map(|(k, v)| {
+                            k.len()
+                                + v.data_type().len()
+                                + v.string_value().map(str::len).unwrap_or(0)
+                        })
+                        .sum()
+                })
+                .unwrap_or(0);
+            bytes = bytes.max(body.len() + attrs);
+        }
+    }
+    Ok((count, bytes))
+}

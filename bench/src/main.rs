@@ -1,0 +1,214 @@
+//! `bench`: runs every measurement of one benchmark run and writes the Markdown report
+//! (`scripts/bench.sh` builds what it needs, runs criterion, then this).
+
+use clap::Parser;
+use domain::ports::{Clock, SystemClock};
+use retry_bench::burst::{self, BurstSpec};
+use retry_bench::cycle::{self, CycleSpec};
+use retry_bench::init;
+use retry_bench::model::Assumptions;
+use retry_bench::prices::PRICES;
+use retry_bench::report::{self, Report};
+use retry_bench::template::Deployment;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench",
+    about = "Benchmarks of the deferred retry pattern → Markdown report"
+)]
+struct Args {
+    /// Where to write the report (also printed on stdout).
+    #[arg(long, default_value = "docs/benchmarks.md")]
+    out: PathBuf,
+    /// The SAM template whose parameter defaults are the deployment.
+    #[arg(long, default_value = "template.yaml")]
+    template: PathBuf,
+    /// criterion's output directory (default: $CARGO_TARGET_DIR/criterion).
+    #[arg(long)]
+    criterion_dir: Option<PathBuf>,
+    /// Directory of the release function binaries (default: $CARGO_TARGET_DIR/release).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// How the binaries were built (printed in the report).
+    #[arg(
+        long,
+        default_value = "`cargo build --release` for this machine's target"
+    )]
+    built_with: String,
+    /// Cold starts per function.
+    #[arg(long, default_value_t = 10)]
+    init_runs: usize,
+    /// Payload sizes of the cycle measurements (bytes).
+    #[arg(long, value_delimiter = ',', default_value = "256,4096,65536")]
+    payloads: Vec<usize>,
+    /// Responses in the burst (0: no burst).
+    #[arg(long, default_value_t = 10_000)]
+    burst: u32,
+    /// MAX_REQUESTS_PER_SECOND of each retry-handler environment during the burst
+    /// (default: the template's).
+    #[arg(long)]
+    burst_rate: Option<f64>,
+    /// Retry MaximumConcurrency during the burst (default: the template's).
+    #[arg(long)]
+    burst_concurrency: Option<usize>,
+    /// Backoff of every retry in the burst (s).
+    #[arg(long, default_value_t = 2.0)]
+    burst_backoff: f64,
+    /// Give up on the burst after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    burst_deadline: u64,
+    /// A sentence printed under the burst results.
+    #[arg(long)]
+    burst_note: Option<String>,
+    /// The command line to print in the report's header.
+    #[arg(long, default_value = "./scripts/bench.sh")]
+    command: String,
+    /// Use this moto endpoint instead of starting one (cycles and cold init).
+    #[arg(long)]
+    moto_endpoint: Option<String>,
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+fn fail(what: &str, e: impl std::fmt::Display) -> ! {
+    eprintln!("bench: {what}: {e}");
+    std::process::exit(1)
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    let t0 = Instant::now();
+    let deployment = Deployment::load(&args.template).unwrap_or_else(|e| fail("template", e));
+    let assumptions = Assumptions::new(&deployment);
+
+    let moto = match &args.moto_endpoint {
+        Some(_) => None,
+        None => Some(
+            tokio::task::spawn_blocking(aws::local::MotoServer::start)
+                .await
+                .unwrap_or_else(|e| fail("moto", e))
+                .unwrap_or_else(|e| fail("moto", e)),
+        ),
+    };
+    let endpoint = args
+        .moto_endpoint
+        .clone()
+        .or_else(|| moto.as_ref().map(|m| m.endpoint_url()))
+        .unwrap_or_default();
+    let sdk = aws::local::sdk_config(&endpoint).await;
+
+    // 1. Retry cycles against moto.
+    let mut cycles = Vec::new();
+    for deliveries in [1, 2] {
+        for &payload_bytes in &args.payloads {
+            let spec = CycleSpec {
+                payload_bytes,
+                deliveries,
+            };
+            eprintln!("bench: retry cycle, {payload_bytes} B payload, {deliveries} deliveries");
+            cycles.push(
+                cycle::measure(&sdk, spec)
+                    .await
+                    .unwrap_or_else(|e| fail("retry cycle", e)),
+            );
+        }
+    }
+
+    // 2. Binary sizes and cold init (configuration of a stack on the same moto).
+    let bin_dir = args
+        .bin_dir
+        .clone()
+        .unwrap_or_else(|| target_dir().join("release"));
+    let sizes = init::sizes(&bin_dir);
+    let names = aws::config::StackNames::new(&aws::local::unique_prefix("init"));
+    let provisioned = aws::provision::provision(&sdk, &names)
+        .await
+        .unwrap_or_else(|e| fail("provisioning for cold init", e));
+    let mut inits = Vec::new();
+    for f in init::FUNCTIONS {
+        eprintln!("bench: cold init of {f}, {} runs", args.init_runs);
+        let mut env = init::lambda_env(f, deployment.memory_mb);
+        env.push(("AWS_ENDPOINT_URL".into(), endpoint.clone()));
+        env.extend(
+            provisioned
+                .env_for(f)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v)),
+        );
+        let binary = bin_dir.join(f);
+        let runs = args.init_runs;
+        inits.push(
+            tokio::task::spawn_blocking(move || init::cold_init(&binary, f, &env, runs))
+                .await
+                .unwrap_or_else(|e| fail("cold init", e)),
+        );
+    }
+    drop(moto);
+
+    // 3. criterion's results (written by `cargo bench --bench handlers` before this).
+    let criterion_dir = args
+        .criterion_dir
+        .clone()
+        .unwrap_or_else(|| target_dir().join("criterion"));
+    let criterion = retry_bench::criterion_results::read(&criterion_dir);
+
+    // 4. The burst, on a local stack of its own.
+    let mut bursts = Vec::new();
+    if args.burst > 0 {
+        let spec = BurstSpec {
+            responses: args.burst,
+            max_requests_per_second: args
+                .burst_rate
+                .unwrap_or(deployment.max_requests_per_second),
+            retry_concurrency: args
+                .burst_concurrency
+                .unwrap_or(deployment.retry_max_concurrency as usize),
+            backoff_seconds: args.burst_backoff,
+            deadline: Duration::from_secs(args.burst_deadline),
+        };
+        eprintln!(
+            "bench: burst of {} CANCELLED responses (limit {}/s)",
+            spec.responses,
+            spec.rate_bound()
+        );
+        bursts.push(burst::run(spec).await.unwrap_or_else(|e| fail("burst", e)));
+    }
+
+    let report = Report {
+        generated_at: SystemClock.now().to_rfc3339(),
+        machine: format!(
+            "{} {} CPUs",
+            std::env::consts::ARCH,
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        ),
+        deployment,
+        assumptions,
+        prices: PRICES,
+        cycles,
+        criterion,
+        binaries_built_with: args.built_with.clone(),
+        sizes,
+        init: inits,
+        init_runs: args.init_runs,
+        bursts,
+        burst_note: args.burst_note.clone(),
+        wall_time: t0.elapsed(),
+        command: args.command.clone(),
+    };
+    let text = report::render(&report);
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| fail("creating the output directory", e));
+    }
+    std::fs::write(&args.out, &text).unwrap_or_else(|e| fail("writing the report", e));
+    println!("{text}");
+    eprintln!("bench: wrote {}", args.out.display());
+}

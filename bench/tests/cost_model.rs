@@ -1,0 +1,188 @@
+//! The cost model's arithmetic and the price table: known quantities → known dollars.
+
+use retry_bench::model::{
+    bill, durable_quantities, pattern_quantities, sleeping_quantities, step_functions_quantities,
+    Assumptions, CycleBillables, Quantities,
+};
+use retry_bench::prices::PRICES;
+use retry_bench::template::Deployment;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9 * b.abs().max(1.0)
+}
+
+fn deployment() -> Deployment {
+    Deployment {
+        architecture: "arm64".into(),
+        memory_mb: 256,
+        response_batch_size: 10,
+        retry_batch_size: 10,
+        audit_batch_size: 100,
+        retry_max_concurrency: 2,
+        max_requests_per_second: 5.0,
+        backoff_base_seconds: 7200.0,
+    }
+}
+
+#[test]
+fn the_price_table_is_dated_and_sourced() {
+    assert_eq!(PRICES.as_of, "2026-12");
+    assert_eq!(PRICES.region, "us-east-1");
+    for (label, price) in PRICES.rows() {
+        assert!(!price.source.is_empty(), "{label} has no source");
+        assert!(price.usd > 0.0 && price.per > 0.0, "{label}");
+    }
+    // The figures of the reference sheet, as dollars per unit.
+    assert!(close(
+        PRICES.dynamodb_write_request_unit.unit_usd(),
+        0.625e-6
+    ));
+    assert!(close(
+        PRICES.dynamodb_read_request_unit.unit_usd(),
+        0.125e-6
+    ));
+    assert!(close(PRICES.sqs_request.unit_usd(), 0.40e-6));
+    assert!(close(PRICES.scheduler_invocation.unit_usd(), 1.0e-6));
+    assert!(close(PRICES.lambda_request.unit_usd(), 0.20e-6));
+    assert!(close(
+        PRICES.step_functions_standard_transition.unit_usd(),
+        25.0e-6
+    ));
+    assert!(close(PRICES.durable_operation.unit_usd(), 8.0e-6));
+}
+
+#[test]
+fn a_known_count_vector_gives_known_dollars() {
+    let q = Quantities {
+        dynamodb_write_units: 14.0,
+        dynamodb_read_units: 2.0,
+        sqs_requests: 2.4,
+        scheduler_invocations: 1.0,
+        lambda_requests: 0.24,
+        lambda_gb_seconds: 0.01,
+        ..Quantities::default()
+    };
+    let b = bill(&q, &PRICES, "arm64");
+    // 14 × 0.625 + 2 × 0.125 + 2.4 × 0.40 + 1 × 1.00 + 0.24 × 0.20 per million,
+    // + 0.01 GB-s × $0.0000133334.
+    let expected = 8.75 + 0.25 + 0.96 + 1.0 + 0.048 + 0.01 * 0.000_013_333_4 * 1e6;
+    assert!(
+        close(b.per_million(), expected),
+        "{} vs {expected}",
+        b.per_million()
+    );
+    assert_eq!(b.lines.len(), 6, "zero quantities make no line");
+    assert!(close(
+        b.line("DynamoDB write units").unwrap().usd,
+        14.0 * 0.625e-6
+    ));
+    let x86 = bill(&q, &PRICES, "x86_64");
+    assert!(x86.total() > b.total(), "x86_64 GB-seconds cost more");
+}
+
+#[test]
+fn the_pattern_quantities_follow_the_batch_sizes() {
+    let d = deployment();
+    let a = Assumptions::new(&d);
+    let c = CycleBillables {
+        deliveries: 1,
+        write_units: 14.0,
+        read_units: 2.0,
+        request_sends: 1,
+        request_message_bytes: 4_200,
+        scheduler_invocations: 1,
+        retry_event_bytes: 70,
+        response_round_trips: 3,
+        retry_round_trips: 4,
+        audit_round_trips: 4,
+        stream_records: 4,
+    };
+    let q = pattern_quantities(&c, &d, &a);
+    // SQS: request 1 + scheduler delivery 1 + (receive + delete) / 10 on two queues.
+    assert!(close(q.sqs_requests, 2.4), "{}", q.sqs_requests);
+    // Lambda: 1/10 + 1/10 + 4/100.
+    assert!(close(q.lambda_requests, 0.24), "{}", q.lambda_requests);
+    // (3/10 + 4/10 + 4) round trips × 10 ms × 0.25 GB.
+    assert!(
+        close(q.lambda_gb_seconds, 4.7 * 0.010 * 0.25),
+        "{}",
+        q.lambda_gb_seconds
+    );
+    assert_eq!(
+        (
+            q.dynamodb_write_units,
+            q.dynamodb_read_units,
+            q.scheduler_invocations
+        ),
+        (14.0, 2.0, 1.0)
+    );
+
+    // Every message twice: the receive/delete and the invocations double.
+    let twice = pattern_quantities(
+        &CycleBillables {
+            deliveries: 2,
+            stream_records: 8,
+            ..c.clone()
+        },
+        &d,
+        &a,
+    );
+    assert!(close(twice.sqs_requests, 2.8), "{}", twice.sqs_requests);
+    assert!(
+        close(twice.lambda_requests, 0.48),
+        "{}",
+        twice.lambda_requests
+    );
+
+    // A trickle: one message per invocation.
+    let mut trickle = a.clone();
+    trickle.batch_fill = Some(1);
+    let t = pattern_quantities(&c, &d, &trickle);
+    assert!(close(t.sqs_requests, 6.0), "{}", t.sqs_requests);
+    assert!(close(t.lambda_requests, 6.0), "{}", t.lambda_requests);
+
+    // A 64 KB payload makes the request message two SQS requests.
+    let big = pattern_quantities(
+        &CycleBillables {
+            request_message_bytes: 65_700,
+            ..c
+        },
+        &d,
+        &a,
+    );
+    assert!(close(big.sqs_requests, 3.4), "{}", big.sqs_requests);
+}
+
+#[test]
+fn the_alternatives() {
+    let d = deployment();
+    let a = Assumptions::new(&d);
+    // Step Functions: 3 transitions at $25 per million + one SQS send.
+    let sfn = bill(&step_functions_quantities(4_200, &a), &PRICES, "arm64");
+    assert!(
+        close(sfn.per_million(), 75.0 + 0.40),
+        "{}",
+        sfn.per_million()
+    );
+    // Durable functions: 2 operations at $8 per million, a resume invocation of two
+    // 10 ms round trips at 0.25 GB, 2 KB written at $0.25/GB, one SQS send.
+    let durable = bill(&durable_quantities(4_200, &d, &a), &PRICES, "arm64");
+    let expected = 16.0
+        + 0.20
+        + 0.25 * 0.020 * 0.000_013_333_4 * 1e6
+        + 2048.0 / 1_073_741_824.0 * 0.25 * 1e6
+        + 0.40;
+    assert!(
+        close(durable.per_million(), expected),
+        "{} vs {expected}",
+        durable.per_million()
+    );
+    // A Lambda held for the 2 h wait at 0.25 GB.
+    let sleeping = bill(&sleeping_quantities(4_200, &d, &a), &PRICES, "arm64");
+    let expected = 7200.0 * 0.25 * 0.000_013_333_4 * 1e6 + 0.20 + 0.40;
+    assert!(
+        close(sleeping.per_million(), expected),
+        "{} vs {expected}",
+        sleeping.per_million()
+    );
+}

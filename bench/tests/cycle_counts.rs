@@ -1,0 +1,131 @@
+//! The per-cycle counts against moto, through the real handlers and adapters: a
+//! regression in a handler's path (an extra read, an extra write, a second publish)
+//! fails here before it shows in the benchmark's dollars.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use retry_bench::cycle::{measure, round_trips, CycleSpec};
+
+async fn sdk() -> aws_config::SdkConfig {
+    let endpoint = aws::local::shared_endpoint().expect("moto server (. scripts/tools.sh)");
+    aws::local::sdk_config(&endpoint).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn happy_path_counts_are_the_expected_calls() {
+    let sdk = sdk().await;
+    let small = measure(
+        &sdk,
+        CycleSpec {
+            payload_bytes: 256,
+            deliveries: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let big = measure(
+        &sdk,
+        CycleSpec {
+            payload_bytes: 65_536,
+            deliveries: 1,
+        },
+    )
+    .await
+    .unwrap();
+    for c in [&small, &big] {
+        let a = &c.response;
+        // Response handler: 2 conditional writes + 1 CreateSchedule, no read.
+        assert_eq!(
+            (
+                a.writes,
+                a.failed_conditions,
+                a.schedule_creates,
+                a.reads,
+                a.payload_reads,
+                a.sends
+            ),
+            (2, 0, 1, 0, 0, 0),
+            "{a:?}"
+        );
+        assert_eq!(round_trips(a), 3);
+        // Retry handler: 2 conditional writes + 1 payload read + 1 SendMessage, no state read.
+        let b = &c.retry;
+        assert_eq!(
+            (
+                b.writes,
+                b.failed_conditions,
+                b.payload_reads,
+                b.sends,
+                b.reads,
+                b.schedule_creates
+            ),
+            (2, 0, 1, 1, 0, 0),
+            "{b:?}"
+        );
+        assert_eq!(round_trips(b), 4);
+        // One audit row per transition, from the stream.
+        assert_eq!(c.audit.audit_writes, 4);
+        assert_eq!(c.requests_on_queue, 1);
+        let path: Vec<(&str, &str)> = c
+            .transitions
+            .iter()
+            .map(|t| (t.from.as_str(), t.to.as_str()))
+            .collect();
+        assert_eq!(
+            path,
+            [
+                ("IN_PROGRESS", "SCHEDULING"),
+                ("SCHEDULING", "SCHEDULED"),
+                ("SCHEDULED", "SENDING"),
+                ("SENDING", "IN_PROGRESS")
+            ]
+        );
+        // The sparse index: key appears, changes twice, disappears.
+        let index: Vec<f64> = c.transitions.iter().map(|t| t.billed.index_write).collect();
+        assert_eq!(index, [1.0, 2.0, 2.0, 1.0]);
+    }
+    // The state item does not carry the payload: same write cost at 256 B and 64 KB;
+    // only the payload read and the request message grow.
+    assert_eq!(small.state_billed(), big.state_billed());
+    assert!(small.transitions.iter().all(|t| t.item_bytes_after < 1024));
+    assert!(big.payload_read_billed.read > small.payload_read_billed.read);
+    assert!(big.request_message_bytes > 65_536);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_message_twice_costs_one_failed_condition_per_duplicate_and_no_second_publish() {
+    let sdk = sdk().await;
+    let c = measure(
+        &sdk,
+        CycleSpec {
+            payload_bytes: 256,
+            deliveries: 2,
+        },
+    )
+    .await
+    .unwrap();
+    // The duplicate response: one conditional write that fails, nothing else.
+    assert_eq!(
+        (
+            c.response.writes,
+            c.response.failed_conditions,
+            c.response.schedule_creates
+        ),
+        (3, 1, 1)
+    );
+    assert_eq!(round_trips(&c.response_first), 3);
+    // The duplicate retry event: one failed conditional write, no second payload read
+    // or publish.
+    assert_eq!(
+        (
+            c.retry.writes,
+            c.retry.failed_conditions,
+            c.retry.payload_reads,
+            c.retry.sends
+        ),
+        (3, 1, 1, 1)
+    );
+    assert_eq!(c.requests_on_queue, 1);
+    // Every stream record delivered twice: the same 4 rows written twice.
+    assert_eq!(c.audit.audit_writes, 8);
+    assert_eq!(c.failed_conditions.write(), 2.0);
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The benchmark command. Writes docs/benchmarks.md (and prints it):
+#   1. builds, in release, the four function binaries and the `bench` binary;
+#   2. runs criterion (bench/benches/handlers.rs): handler CPU per record, in process;
+#   3. runs `bench`: retry cycles against moto through the real handlers and adapters
+#      (calls, DynamoDB units by the published rules, SQS, scheduler, Lambda), dollars
+#      per million retries beside Step Functions, Lambda durable functions and a
+#      sleeping process, binary sizes and cold init, and a burst of CANCELLED
+#      responses through the local stack.
+# BENCH_BURST=N sets the burst size (default 1000; 0 skips it; the documented run used
+# BENCH_BURST=10000). Extra arguments are passed to `bench` (see `bench --help`).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+. scripts/tools.sh
+export CARGO_TARGET_DIR
+started=$(date +%s)
+burst="${BENCH_BURST:-1000}"
+host="$(rustc -vV | sed -n 's/^host: //p')"
+
+echo "== cargo build --release: the function binaries and bench" >&2
+cargo build --release -p deferred-retry-bench \
+  -p response-handler -p retry-handler -p reconciler -p audit-writer
+
+echo "== cargo bench --bench handlers (criterion)" >&2
+cargo bench -p deferred-retry-bench --bench handlers
+
+echo "== bench" >&2
+command="./scripts/bench.sh"
+if [ "$burst" != "1000" ]; then command="BENCH_BURST=$burst $command"; fi
+if [ "$#" -gt 0 ]; then command="$command $*"; fi
+"$CARGO_TARGET_DIR/release/bench" \
+  --out docs/benchmarks.md \
+  --template template.yaml \
+  --criterion-dir "$CARGO_TARGET_DIR/criterion" \
+  --bin-dir "$CARGO_TARGET_DIR/release" \
+  --built-with "\`cargo build --release\` for $host (release profile: thin LTO, 1 codegen unit, symbols stripped, panic = unwind)" \
+  --burst "$burst" \
+  --command "$command" \
+  "$@"
+echo "bench: done in $(( $(date +%s) - started )) s (build included)" >&2
