@@ -26,11 +26,64 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
 
-/// Time for the pacer, injected: tokio's clock in production, which tests pause and
-/// advance virtually (`#[tokio::test(start_paused = true)]`), so they are exact.
+/// Time for the pacer, injected: tokio's clock in production, a [`VirtualClock`] in
+/// tests (exact and instantaneous).
 pub trait PaceClock: Send + Sync {
     fn now(&self) -> Instant;
     fn sleep_until(&self, at: Instant) -> impl Future<Output = ()> + Send;
+}
+
+impl<T: PaceClock> PaceClock for &T {
+    fn now(&self) -> Instant {
+        (**self).now()
+    }
+    fn sleep_until(&self, at: Instant) -> impl Future<Output = ()> + Send {
+        (**self).sleep_until(at)
+    }
+}
+
+/// A clock that only moves when someone sleeps: `sleep_until(t)` jumps to `t` at
+/// once. Tests of the rate bound use it to check exact instants without waiting.
+#[derive(Debug)]
+pub struct VirtualClock {
+    origin: Instant,
+    offset_nanos: AtomicU64,
+}
+
+impl Default for VirtualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl VirtualClock {
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            offset_nanos: AtomicU64::new(0),
+        }
+    }
+
+    /// Virtual time elapsed since the clock was made.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.offset_nanos.load(Ordering::SeqCst))
+    }
+
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+}
+
+impl PaceClock for VirtualClock {
+    fn now(&self) -> Instant {
+        self.origin + self.elapsed()
+    }
+    fn sleep_until(&self, at: Instant) -> impl Future<Output = ()> + Send {
+        let target =
+            u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX);
+        self.offset_nanos.fetch_max(target, Ordering::SeqCst);
+        std::future::ready(())
+    }
 }
 
 /// tokio's clock.
@@ -255,13 +308,14 @@ mod tests {
         assert_eq!(p.reserve(t1, max).unwrap(), t0 + Duration::from_secs(2));
     }
 
-    struct Recording {
+    struct Recording<'a> {
+        clock: &'a VirtualClock,
         at: Mutex<Vec<Instant>>,
     }
 
-    impl RequestPublisher for Recording {
+    impl RequestPublisher for Recording<'_> {
         async fn publish(&self, _: &Request) -> Result<(), PortError> {
-            self.at.lock().unwrap().push(Instant::now());
+            self.at.lock().unwrap().push(self.clock.now());
             Ok(())
         }
     }
@@ -274,51 +328,72 @@ mod tests {
         )
     }
 
-    /// GIVEN a pacer at 5/s and 60 publishes started at once on a paused (virtual)
-    /// clock THEN no window [t, t+1 s) holds more than 5, and the burst takes
-    /// (60 − 1) / 5 s: the pacer waits, it does not drop.
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_never_exceeds_the_rate_in_any_second() {
-        let paced = Paced::new(
-            Recording {
+    /// GIVEN a pacer at 5/s and 60 publishes started at once on a virtual clock THEN
+    /// no window [t, t+1 s) holds more than 5, and the burst takes (60 − 1) / 5 s:
+    /// the pacer waits, it does not drop.
+    #[test]
+    fn a_burst_never_exceeds_the_rate_in_any_second() {
+        let clock = VirtualClock::new();
+        let paced = Paced {
+            inner: Recording {
+                clock: &clock,
                 at: Mutex::new(Vec::new()),
             },
-            Arc::new(Pacer::per_second(5.0).unwrap()),
-        );
-        let paced = Paced {
+            pacer: Arc::new(Pacer::per_second(5.0).unwrap()),
+            clock: &clock,
             max_wait: Duration::from_secs(3600),
-            ..paced
         };
-        let start = Instant::now();
         let calls = (0..60).map(|n| {
             let r = request(n);
             let p = &paced;
             async move { p.publish(&r).await }
         });
-        let results = futures::future::join_all(calls).await;
+        let results = domain::memory::block_on_ready(futures::future::join_all(calls)).unwrap();
         assert!(results.iter().all(Result::is_ok));
         let times = paced.inner.at.lock().unwrap().clone();
         assert_eq!(times.len(), 60);
         assert_eq!(max_in_any_second(&times), 5);
-        let last = times.iter().max().copied().unwrap();
-        assert_eq!(last - start, Duration::from_millis(59 * 200));
+        assert_eq!(clock.elapsed(), Duration::from_millis(59 * 200));
+        assert_eq!(paced.pacer.waited(), 59);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn refused_publish_is_retryable_and_publishes_nothing() {
+    #[test]
+    fn refused_publish_is_retryable_and_publishes_nothing() {
+        let clock = VirtualClock::new();
         let paced = Paced {
             inner: Recording {
+                clock: &clock,
                 at: Mutex::new(Vec::new()),
             },
             pacer: Arc::new(Pacer::per_second(1.0).unwrap()),
-            clock: TokioClock,
+            clock: &clock,
             max_wait: Duration::from_millis(500),
         };
-        paced.publish(&request(1)).await.unwrap();
-        let err = paced.publish(&request(2)).await.unwrap_err();
+        domain::memory::block_on_ready(paced.publish(&request(1)))
+            .unwrap()
+            .unwrap();
+        let err = domain::memory::block_on_ready(paced.publish(&request(2)))
+            .unwrap()
+            .unwrap_err();
         assert!(err.is_retryable());
         assert_eq!(err.operation, "RateLimit");
         assert_eq!(paced.inner.at.lock().unwrap().len(), 1);
+    }
+
+    /// tokio's clock really waits: two publishes at 20/s are at least 50 ms apart.
+    #[tokio::test]
+    async fn the_tokio_clock_waits_for_the_slot() {
+        let pacer = Pacer::per_second(20.0).unwrap();
+        let a = pacer
+            .acquire(&TokioClock, Duration::from_secs(1))
+            .await
+            .unwrap();
+        let b = pacer
+            .acquire(&TokioClock, Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert_eq!(b - a, Duration::from_millis(50));
+        assert!(Instant::now() >= b);
     }
 
     #[test]

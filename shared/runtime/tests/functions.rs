@@ -12,7 +12,7 @@ use domain::ports::{
 };
 use domain::{Payload, Request, RetryEvent, Status, TransactionId, TransactionRecord, Write};
 use runtime::metrics::{names, Metrics};
-use runtime::rate::{max_in_any_window, Paced, Pacer, TokioClock};
+use runtime::rate::{max_in_any_window, PaceClock, Paced, Pacer, VirtualClock};
 use runtime::reconcile::{Limits, Reconciler};
 use runtime::response::ResponseHandler;
 use runtime::retry::RetryHandler;
@@ -345,24 +345,24 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
 }
 
 /// A request publisher that notes the (virtual) instant of every publish.
-#[derive(Default)]
-struct Timed {
+struct Timed<'a> {
+    clock: &'a VirtualClock,
     inner: MemoryQueue<Request>,
     at: Mutex<Vec<tokio::time::Instant>>,
 }
 
-impl RequestPublisher for Timed {
+impl RequestPublisher for Timed<'_> {
     async fn publish(&self, r: &Request) -> Result<(), PortError> {
-        self.at.lock().unwrap().push(tokio::time::Instant::now());
+        self.at.lock().unwrap().push(self.clock.now());
         self.inner.publish(r).await
     }
 }
 
 /// The outbound rate bound at the function level: 3 warm invocations of 10 retry
-/// events each (BATCH_CONCURRENCY 10) with MAX_REQUESTS_PER_SECOND = 4, on tokio's
-/// paused clock: no window [t, t + 1 s) holds more than 4 publishes, across the
-/// invocations too (the pacer's state is process-wide), and every request left.
-#[tokio::test(start_paused = true)]
+/// events each (BATCH_CONCURRENCY 10) with MAX_REQUESTS_PER_SECOND = 4, on a virtual
+/// clock: no window [t, t + 1 s) holds more than 4 publishes, across the invocations
+/// too (one pacer per process), and every request left.
+#[tokio::test]
 async fn the_retry_handler_never_exceeds_its_rate() {
     let w = World::new();
     let mut events = Vec::new();
@@ -376,22 +376,26 @@ async fn the_retry_handler_never_exceeds_its_rate() {
             attempt: a(2),
         });
     }
+    let clock = VirtualClock::new();
     let pacer = Arc::new(Pacer::per_second(4.0).unwrap());
-    let timed = Timed::default();
+    let timed = Timed {
+        clock: &clock,
+        inner: MemoryQueue::new(),
+        at: Mutex::new(Vec::new()),
+    };
     let dlq = MemoryDeadLetter::new();
     let mut handler_b = retry_handler(
         &w,
         Paced {
             inner: &timed,
             pacer: Arc::clone(&pacer),
-            clock: TokioClock,
+            clock: &clock,
             max_wait: Duration::from_secs(20),
         },
         &dlq,
     );
     handler_b.pacer = Some(Arc::clone(&pacer));
     w.advance(Duration::from_secs(3 * 86_400));
-    let start = tokio::time::Instant::now();
     for (n, chunk) in events.chunks(10).enumerate() {
         let records: Vec<serde_json::Value> = chunk
             .iter()
@@ -415,8 +419,11 @@ async fn the_retry_handler_never_exceeds_its_rate() {
     let times = timed.at.lock().unwrap().clone();
     assert_eq!(times.len(), 30);
     assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 4);
-    let span = *times.iter().max().unwrap() - start;
-    assert_eq!(span, Duration::from_millis(29 * 250), "paced, not dropped");
+    assert_eq!(
+        clock.elapsed(),
+        Duration::from_millis(29 * 250),
+        "paced, not dropped"
+    );
     assert_eq!(timed.inner.len(), 30);
     assert!(w.store.records().iter().all(|r| r.current_attempt == a(2)));
 }
