@@ -303,7 +303,17 @@ where
                     error = %p.detail,
                     "permanent error: message sent unchanged to the dead-letter queue"
                 );
-                match dead_letter.send(&record).await {
+                let sent = AssertUnwindSafe(dead_letter.send(&record))
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|p| {
+                        metrics.incr(names::RECORD_PANICS);
+                        Err(PortError::retryable(
+                            "SendMessage",
+                            format!("panic: {}", panic_message(p.as_ref())),
+                        ))
+                    });
+                match sent {
                     Ok(()) => {
                         metrics.incr(names::DEAD_LETTERED);
                         false

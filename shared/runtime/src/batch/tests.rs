@@ -264,3 +264,33 @@ fn malformed_verdict_names_field_and_value() {
     assert_eq!(p.field.as_deref(), Some("body"));
     assert_eq!(p.value.as_deref(), Some("nope"));
 }
+
+struct PanickingDeadLetter;
+
+impl DeadLetter for PanickingDeadLetter {
+    async fn send(&self, _: &SqsMessage) -> Result<(), PortError> {
+        panic!("adapter bug");
+    }
+}
+
+#[tokio::test]
+async fn a_panic_while_dead_lettering_fails_only_that_record() {
+    let metrics = Metrics::new("NS", "test");
+    let e = event(&[("m1", "{"), ("m2", &ok("TX-1", 1, "SUCCESS"))]);
+    let r = process_batch(
+        e,
+        &BatchOptions::default(),
+        &PanickingDeadLetter,
+        &metrics,
+        |_: Response| async {
+            Verdict::Done {
+                label: "succeeded".into(),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(failures(&r), ["m1"]);
+    assert_eq!(metrics.count(names::RECORD_PANICS), 1);
+    assert_eq!(metrics.count(names::DEAD_LETTER_FAILURES), 1);
+}
