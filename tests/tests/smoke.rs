@@ -125,6 +125,16 @@ impl Watch {
         lines[lines.len().saturating_sub(60)..].join("\n")
     }
 
+    /// Every JSON line the functions wrote (logs and metrics).
+    fn json_lines(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+            .filter(Value::is_object)
+            .collect()
+    }
+
     /// `cargo lambda invoke <function> --data-file tests/events/<file>`: the JSON
     /// the function returned.
     fn invoke(&self, function: &str, file: &str) -> Value {
@@ -453,6 +463,33 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
     assert_eq!(dlq.len(), 1);
     assert_same_message(&dlq[0], &event_record("retry-malformed.json", 0));
 
+    // Logs and metrics as the binaries wrote them on stdout: one EMF line per
+    // invocation, and the permanent errors' structured lines naming field and value.
+    let lines = watch.json_lines();
+    let emf: Vec<&Value> = lines.iter().filter(|l| l.get("_aws").is_some()).collect();
+    assert!(
+        emf.iter().any(|l| l["Function"] == "response-handler"
+            && l["SchedulesCreated"] == 1
+            && l["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "DeferredRetry"),
+        "no EMF line of the response handler: {emf:?}"
+    );
+    assert!(emf
+        .iter()
+        .any(|l| l["Function"] == "retry-handler" && l["RetriesPublished"] == 1));
+    assert!(emf
+        .iter()
+        .any(|l| l["Function"] == "reconciler" && l["ReconcileScheduledRequeued"] == 1));
+    let permanent: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["level"] == "ERROR" && l["reason"] == "malformed-body")
+        .collect();
+    assert!(
+        permanent
+            .iter()
+            .any(|l| l["field"] == "attempt" && l["value"] == "\"two\""),
+        "{permanent:?}"
+    );
+
     // 12. Audit rows: the table's stream turned into rows, one per transition.
     let audit = audit_rows(&sdk, &stack.p, &names, "TX-100200").await;
     assert_eq!(
@@ -507,4 +544,22 @@ async fn audit_rows(
             )
         })
         .collect()
+}
+
+/// The batch processor catches a panicking record only if panics unwind: the release
+/// profile must keep `panic = "unwind"` (cargo-lambda's default would be abort).
+#[test]
+fn release_profile_keeps_panics_unwinding() {
+    let manifest = std::fs::read_to_string(workspace_root().join("Cargo.toml")).unwrap();
+    let release = manifest
+        .split("[profile.release]")
+        .nth(1)
+        .expect("a [profile.release] section");
+    let section = release.split("\n[").next().unwrap();
+    assert!(
+        section
+            .lines()
+            .any(|l| l.split('#').next().unwrap().replace(' ', "") == "panic=\"unwind\""),
+        "[profile.release] must set panic = \"unwind\":\n{section}"
+    );
 }
