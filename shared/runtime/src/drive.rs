@@ -5,7 +5,7 @@
 
 use crate::batch::{Permanent, Verdict};
 use crate::metrics::{names, pascal, Metrics};
-use domain::decide::{Ack, Input};
+use domain::decide::{Ack, Input, Rejection};
 use domain::exec::{execute, ExecError, Ports};
 use domain::policy::RandomSource;
 use domain::ports::{RequestPublisher, RetryPublisher, Scheduler, StateStore};
@@ -133,6 +133,14 @@ pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
                     tracing::info!(drop = ?reason, "message changes nothing");
                     Verdict::Dropped { label }
                 }
+                // The record kept changing under this message: contention, not a bad
+                // message. SQS redelivers it later.
+                Disposition::Reject(r @ Rejection::TooManyRedecisions { .. }) => {
+                    metrics.incr(&format!("Reject{}", pascal(&label)));
+                    Verdict::Retry {
+                        error: r.to_string(),
+                    }
+                }
                 Disposition::Reject(r) => {
                     metrics.incr(&format!("Reject{}", pascal(&label)));
                     Verdict::Permanent(Permanent::rejected(r))
@@ -147,5 +155,61 @@ pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
         Err(e @ (ExecError::Stopped(_) | ExecError::Unexpected(_))) => Verdict::Retry {
             error: e.to_string(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::exec::ExecError;
+    use domain::policy::FixedRandom;
+    use domain::ports::PortError;
+    use domain::{Outcome, Response, TransactionId};
+
+    fn driven(result: Result<Disposition, ExecError>) -> Driven {
+        let ctx = crate::settings::Settings::default().context(domain::Timestamp::from_millis(0));
+        let run = Run::new(
+            Input::Response(Response {
+                transaction_id: TransactionId::parse("TX-1").unwrap(),
+                attempt: domain::Attempt::FIRST,
+                outcome: Outcome::Success,
+                reason: None,
+            }),
+            Known::Unread,
+            &ctx,
+            &mut FixedRandom(0.5),
+        );
+        Driven { result, run }
+    }
+
+    #[test]
+    fn dispositions_and_errors_map_to_verdicts() {
+        let m = Metrics::new("NS", "f");
+        let id = TransactionId::parse("TX-1").unwrap();
+        let unknown = driven(Ok(Disposition::Reject(Rejection::UnknownTransaction {
+            transaction_id: id.clone(),
+        })));
+        assert!(
+            matches!(verdict(&unknown, &m), Verdict::Permanent(p) if p.reason == "unknown-transaction")
+        );
+        let contended = driven(Ok(Disposition::Reject(Rejection::TooManyRedecisions {
+            transaction_id: id,
+        })));
+        assert!(matches!(verdict(&contended, &m), Verdict::Retry { .. }));
+        let throttled = driven(Err(ExecError::Port(PortError::retryable(
+            "UpdateItem",
+            "throttled",
+        ))));
+        assert!(matches!(verdict(&throttled, &m), Verdict::Retry { .. }));
+        let invalid = driven(Err(ExecError::Port(PortError::permanent(
+            "UpdateItem",
+            "ValidationException",
+        ))));
+        assert!(
+            matches!(verdict(&invalid, &m), Verdict::Permanent(p) if p.reason == "permanent-port-error")
+        );
+        assert_eq!(m.count("RejectUnknownTransaction"), 1);
+        assert_eq!(m.count("RejectTooManyRedecisions"), 1);
+        assert_eq!(ack_label(Ack::AlreadyHandled), "already-handled");
     }
 }
