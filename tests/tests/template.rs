@@ -8,7 +8,8 @@
 //! - function timeouts are `aws::config::timeouts`, and 6 × timeout fits in the
 //!   visibility timeout of the queue each function consumes;
 //! - no IAM action anywhere contains `*`;
-//! - every DLQ has an alarm at its first message;
+//! - every DLQ has an alarm at its first message, and the business alarms read the
+//!   metrics the code emits (name and `Function` dimension);
 //! - build metadata, event sources and the scheduler role's trust policy are as the
 //!   design requires.
 //!
@@ -20,6 +21,7 @@ use aws::config::{
     StackNames,
 };
 use aws::provision::{queue_definitions, table_definitions, QueueDef, TableDef};
+use runtime::metrics::{names, DIMENSION};
 use serde_yaml::{Mapping, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -718,16 +720,48 @@ fn wiring_problems(t: &Value) -> Vec<String> {
             }
         }
     }
+    p.extend(business_alarm_problems(t));
+    p
+}
+
+/// The business alarms read the EMF metrics the code emits: same name, namespace
+/// parameter, and the `Function` dimension with the emitting function's name.
+fn business_alarm_problems(t: &Value) -> Vec<String> {
+    let mut p = vec![];
     let alarms = of_type(t, "AWS::CloudWatch::Alarm");
-    for metric in ["TransactionsExhausted", "ReconcilerActions"] {
+    let emitted = [
+        // audit-writer, on IN_PROGRESS -> FAILED.
+        (audit_writer::TRANSACTIONS_EXHAUSTED, audit_writer::FUNCTION),
+        // reconciler, per stuck transaction its index query returned.
+        (names::RECONCILE_EXAMINED, runtime::reconcile::FUNCTION),
+    ];
+    for (metric, function) in emitted {
+        let want_dims = vec![(DIMENSION.to_owned(), function.to_owned())];
         let ok = alarms.iter().any(|(_, a)| {
+            let dims: Vec<(String, String)> = props(a, "Dimensions")
+                .and_then(Value::as_sequence)
+                .map(|d| {
+                    d.iter()
+                        .map(|x| {
+                            let f = |n| get(x, n).and_then(Value::as_str).unwrap_or("").to_owned();
+                            (f("Name"), f("Value"))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
             props(a, "MetricName").and_then(Value::as_str) == Some(metric)
                 && props(a, "Namespace").and_then(ref_name).as_deref() == Some("MetricsNamespace")
-                && props(a, "Dimensions").is_none()
+                && dims == want_dims
+                && props(a, "ComparisonOperator").and_then(Value::as_str)
+                    == Some("GreaterThanThreshold")
+                && props(a, "Threshold").and_then(number) == Some(0)
+                && props(a, "AlarmActions")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|v| !v.is_empty())
         });
         if !ok {
             p.push(format!(
-                "no dimension-less alarm on {metric} in MetricsNamespace"
+                "no alarm on {metric} ({DIMENSION}={function}) in MetricsNamespace, > 0, with an action"
             ));
         }
     }
@@ -1011,4 +1045,22 @@ fn wiring_and_role_checks_detect_regressions() {
     let p = scheduler_role_problems(&t);
     assert!(p.iter().any(|m| m.contains("aws:SourceAccount")), "{p:?}");
     assert!(p.iter().any(|m| m.contains("aws:SourceArn")), "{p:?}");
+}
+
+#[test]
+fn business_alarm_check_detects_a_metric_the_code_does_not_emit() {
+    let mut t = template();
+    props_mut(&mut t, "StuckTransactionsAlarm")
+        .insert("MetricName".into(), "ReconcilerActions".into());
+    let p = business_alarm_problems(&t);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].contains("ReconcileExamined"), "{p:?}");
+
+    let mut t = template();
+    props_mut(&mut t, "TransactionsExhaustedAlarm").remove("Dimensions");
+    let p = business_alarm_problems(&t);
+    assert!(
+        p.iter().any(|m| m.contains("TransactionsExhausted")),
+        "{p:?}"
+    );
 }
