@@ -343,7 +343,7 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
             }
         }
     }
-    found.sort_by(|a, b| a.0.updated_at.cmp(&b.0.updated_at));
+    found.sort_by_key(|(r, _)| r.updated_at);
     let mut text = format!(
         "{} stuck (threshold {} s; the reconciler would act on each)\n",
         found.len(),

@@ -472,11 +472,12 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
     );
     let stack = tokio::select! {
         s = Stack::start(plan.stack.clone()) => s?,
-        _ = tokio::signal::ctrl_c() => return Err(CliError::Aws("interrupted".into())),
+        _ = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
     };
+    eprintln!("demo: local stack up at {}", stack.endpoint);
     let result = tokio::select! {
         r = drive(&stack, &plan) => r,
-        _ = tokio::signal::ctrl_c() => Err(CliError::DemoFailed("interrupted by Ctrl-C: the local stack was stopped".into())),
+        _ = tokio::signal::ctrl_c() => Err(CliError::Interrupted),
     };
     match result {
         Ok(report) if args.keep => Ok((report, Some(stack))),

@@ -26,6 +26,9 @@ pub enum CliError {
     /// The demo found lost, duplicated or stuck transactions. Exit 5.
     #[error("{0}")]
     DemoFailed(String),
+    /// Ctrl-C: everything started was stopped. Exit 130.
+    #[error("interrupted: the local stack was stopped")]
+    Interrupted,
 }
 
 impl CliError {
@@ -36,6 +39,7 @@ impl CliError {
             CliError::UnknownTransaction(_) => 3,
             CliError::Refused(_) => 4,
             CliError::DemoFailed(_) => 5,
+            CliError::Interrupted => 130,
         }
     }
 
@@ -56,6 +60,7 @@ impl CliError {
             CliError::Refused(_) => "refused",
             CliError::Aws(_) => "aws",
             CliError::DemoFailed(_) => "demo-failed",
+            CliError::Interrupted => "interrupted",
         }
     }
 }

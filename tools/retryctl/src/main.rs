@@ -23,52 +23,61 @@ fn init_logs(demo: bool) {
         .try_init();
 }
 
+/// `retryctl demo`: the report on stdout; with `--keep`, the stack stays up until Ctrl-C.
+async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliError> {
+    let (report, kept) = retryctl::demo::run(args).await?;
+    let text = retryctl::report::render(&report);
+    let json = serde_json::to_value(&report).unwrap_or_default();
+    if let Some(path) = &args.report_json {
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&json).unwrap_or_default(),
+        )
+        .map_err(|e| CliError::bad("--report-json", path.display().to_string(), e))?;
+    }
+    let failed = || {
+        CliError::DemoFailed(
+            "the demo found lost, duplicated, stuck or inconsistent transactions".into(),
+        )
+    };
+    let Some(stack) = kept else {
+        if report.ok() {
+            return Ok(Output { text, json });
+        }
+        if cli.json {
+            println!("{json}");
+        } else {
+            print!("{text}");
+        }
+        return Err(failed());
+    };
+    if cli.json {
+        println!("{json}");
+    } else {
+        print!("{text}");
+    }
+    eprintln!(
+        "\nThe local stack keeps running until Ctrl-C. From another shell:\n  \
+         export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
+         retryctl stats; retryctl show TX-000001; retryctl stuck",
+        stack.endpoint,
+        stack.names().prefix
+    );
+    let _ = tokio::signal::ctrl_c().await;
+    stack.shutdown().await;
+    if report.ok() {
+        Ok(Output {
+            text: String::new(),
+            json: serde_json::Value::Null,
+        })
+    } else {
+        Err(failed())
+    }
+}
+
 async fn run(cli: &Cli) -> Result<Output, CliError> {
     if let Command::Demo(args) = &cli.command {
-        let (report, kept) = retryctl::demo::run(args).await?;
-        let text = retryctl::report::render(&report);
-        let json = serde_json::to_value(&report).unwrap_or_default();
-        if let Some(path) = &args.report_json {
-            std::fs::write(
-                path,
-                serde_json::to_string_pretty(&json).unwrap_or_default(),
-            )
-            .map_err(|e| CliError::bad("--report-json", path.display().to_string(), e))?;
-        }
-        if let Some(stack) = kept {
-            if cli.json {
-                println!("{json}");
-            } else {
-                print!("{text}");
-            }
-            eprintln!(
-                "\nThe local stack keeps running until Ctrl-C. Try, from another shell:\n  \
-                 export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
-                 retryctl stats\n  retryctl show TX-000001\n  retryctl stuck",
-                stack.endpoint,
-                stack.names().prefix
-            );
-            let _ = tokio::signal::ctrl_c().await;
-            stack.shutdown().await;
-            if !report.ok() {
-                return Err(CliError::DemoFailed(String::new()));
-            }
-            return Ok(Output {
-                text: String::new(),
-                json: serde_json::Value::Null,
-            });
-        }
-        if !report.ok() {
-            if cli.json {
-                println!("{json}");
-            } else {
-                print!("{text}");
-            }
-            return Err(CliError::DemoFailed(
-                "the demo found lost, duplicated, stuck or inconsistent transactions".into(),
-            ));
-        }
-        return Ok(Output { text, json });
+        return demo(cli, args).await;
     }
     let target = Target::from_args(&cli.target).await?;
     match &cli.command {
@@ -83,12 +92,8 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
         Command::Resolve { id } => commands::resolve(&target, id).await,
         Command::Redrive { queue, max } => commands::redrive(&target, *queue, *max).await,
         Command::Replay { id, budget } => commands::replay(&target, id, *budget).await,
-        Command::Demo(_) => unreachable_demo(),
+        Command::Demo(args) => demo(cli, args).await,
     }
-}
-
-fn unreachable_demo() -> Result<Output, CliError> {
-    Err(CliError::Missing("internal: demo handled above".into()))
 }
 
 fn main() -> ExitCode {

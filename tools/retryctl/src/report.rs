@@ -83,6 +83,9 @@ pub struct Report {
     pub unexpected: Vec<Finding>,
     /// The audit trail is not one unbroken chain ending in the current state.
     pub audit_gaps: Vec<Finding>,
+    /// Informational: a transition whose recorded time is earlier than the one before
+    /// it in the chain (its writer read the clock before the previous write landed).
+    pub audit_time_order: Vec<Finding>,
     pub functions: BTreeMap<String, BTreeMap<String, u64>>,
     pub scheduler: BTreeMap<String, u64>,
     pub reconciler: BTreeMap<String, u64>,
@@ -124,6 +127,28 @@ pub fn percentiles(sorted: &[i64]) -> Option<Percentiles> {
 /// A transaction's audit rows in transition order.
 pub fn chain(rows: &[AuditEntry]) -> Vec<AuditEntry> {
     aws::audit::in_transition_order(rows.to_vec())
+}
+
+/// Links a transaction's audit rows into the chain of its transitions: from the
+/// creation, each next row is the one leaving the status the previous row entered
+/// (lowest attempt first, then earliest). Returns the chain and the rows left over.
+pub fn link(rows: &[AuditEntry]) -> (Vec<AuditEntry>, Vec<AuditEntry>) {
+    let mut rest = rows.to_vec();
+    let mut out: Vec<AuditEntry> = Vec::with_capacity(rest.len());
+    loop {
+        let prev = out.last().map(|e| e.to);
+        let pick = rest
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.from == prev)
+            .min_by_key(|(_, e)| (e.current_attempt, e.at))
+            .map(|(i, _)| i);
+        match pick {
+            Some(i) => out.push(rest.remove(i)),
+            None => break,
+        }
+    }
+    (out, rest)
 }
 
 /// Checks one transaction against the three witnesses.
@@ -215,32 +240,42 @@ fn check(
     }
 
     // The audit trail: one unbroken chain from creation to the current state, one
-    // SENDING → IN_PROGRESS per retry.
-    let rows = chain(audit);
-    let mut prev: Option<Status> = None;
-    let mut reported = false;
-    for (i, row) in rows.iter().enumerate() {
-        if row.from != prev && !reported {
-            r.audit_gaps.push(finding(format!(
-                "audit row {} goes {} → {} but the previous row ended in {}",
-                i + 1,
-                row.from.map_or("[*]", Status::as_str),
-                row.to,
-                prev.map_or("[*]", Status::as_str)
-            )));
-            reported = true;
-        }
-        prev = Some(row.to);
-    }
-    if prev != Some(rec.status) && !reported {
+    // SENDING → IN_PROGRESS per retry. Linked by from → to rather than sorted by time,
+    // so a row written with an earlier clock reading is still placed where it belongs
+    // (and reported apart, for information).
+    let (rows, orphans) = link(audit);
+    let last = rows.last().map(|e| e.to);
+    if let Some(o) = orphans.first() {
+        r.audit_gaps.push(finding(format!(
+            "audit row {} → {} (attempt {}, at {}) does not continue the chain, which ends in {}",
+            o.from.map_or("[*]", Status::as_str),
+            o.to,
+            o.current_attempt,
+            o.at,
+            last.map_or("[*]", Status::as_str)
+        )));
+    } else if last != Some(rec.status) {
         r.audit_gaps.push(finding(format!(
             "audit trail ends in {} but the state is {}",
-            prev.map_or("[*]", Status::as_str),
+            last.map_or("[*]", Status::as_str),
             rec.status
         )));
     }
+    for pair in rows.windows(2) {
+        if pair[1].at < pair[0].at {
+            r.audit_time_order.push(finding(format!(
+                "{} → {} written at {} follows {} → {} written at {}",
+                pair[1].from.map_or("[*]", Status::as_str),
+                pair[1].to,
+                pair[1].at,
+                pair[0].from.map_or("[*]", Status::as_str),
+                pair[0].to,
+                pair[0].at
+            )));
+        }
+    }
     for k in 2..=current {
-        let n = rows
+        let n = audit
             .iter()
             .filter(|row| {
                 row.from == Some(Status::Sending)
@@ -284,6 +319,7 @@ pub fn build(obs: &Observations) -> Report {
         stuck: vec![],
         unexpected: vec![],
         audit_gaps: vec![],
+        audit_time_order: vec![],
         functions: obs.functions.clone(),
         scheduler: obs.scheduler.clone(),
         reconciler: obs.reconciler.clone(),
@@ -429,6 +465,16 @@ pub fn render(r: &Report) -> String {
         }
         if list.len() > 10 {
             let _ = writeln!(s, "    … and {} more", list.len() - 10);
+        }
+    }
+    if !r.audit_time_order.is_empty() {
+        let _ = writeln!(
+            s,
+            "  note: {} audit row(s) carry an earlier time than the transition before them (not a failure):",
+            r.audit_time_order.len()
+        );
+        for f in r.audit_time_order.iter().take(5) {
+            let _ = writeln!(s, "    {}: {}", f.transaction_id, f.why);
         }
     }
     let _ = writeln!(
@@ -624,12 +670,31 @@ mod tests {
         assert_eq!(ids(&r.stuck), vec!["S"]);
         assert!(r.stuck[0].why.starts_with("SCHEDULED"));
         assert_eq!(ids(&r.audit_gaps), vec!["D", "G"], "{:?}", r.audit_gaps);
-        assert!(r.audit_gaps[1]
-            .why
-            .contains("audit row 1 goes IN_PROGRESS → SCHEDULING"));
+        assert!(
+            r.audit_gaps[1]
+                .why
+                .contains("audit row IN_PROGRESS → SCHEDULING (attempt 1"),
+            "{:?}",
+            r.audit_gaps
+        );
         let text = render(&r);
         assert!(text.contains("result             FAILED"));
         assert!(text.contains("L: FAILED at attempt 2 with 4 attempts allowed"));
+    }
+
+    /// A row written with an earlier clock reading than the row before it (a run that
+    /// re-decided after a failed condition keeps its first reading) is still linked
+    /// into the chain: not a gap, but reported for information.
+    #[test]
+    fn rows_out_of_time_order_link_and_are_noted() {
+        let mut t = trail("T", 1, Status::Succeeded);
+        // SCHEDULING → SCHEDULED written "before" IN_PROGRESS → SCHEDULING.
+        t[2].at = Timestamp::from_millis(-5);
+        let o = obs_for(&[("T", rec("T", Status::Succeeded, 2, 4), t, seen(&[C, OK]))]);
+        let r = build(&o);
+        assert!(r.ok(), "{}", render(&r));
+        assert_eq!(r.audit_time_order.len(), 1, "{:?}", r.audit_time_order);
+        assert!(render(&r).contains("note: 1 audit row(s) carry an earlier time"));
     }
 
     #[test]

@@ -452,17 +452,14 @@ async fn redrive_moves_dlq_messages_back_to_their_source() {
                 .unwrap_or(0)
         }
     };
-    let wait_depth = |u: String, n: u64| {
-        let depth = depth.clone();
-        async move {
-            for _ in 0..100 {
-                if depth(u.clone()).await == n {
-                    return true;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+    let wait_depth = |u: String, n: u64| async move {
+        for _ in 0..100 {
+            if depth(u.clone()).await == n {
+                return true;
             }
-            false
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
+        false
     };
     sqs.send_message()
         .queue_url(url("response").await)

@@ -111,3 +111,53 @@ async fn demo_flags_are_validated_naming_the_flag_and_value() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+/// GIVEN a running demo WHEN it gets Ctrl-C (SIGINT) THEN it exits 130 and the moto
+/// server it started no longer answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_stops_everything_the_demo_started() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"))
+        .args(["demo", "--transactions", "50", "--no-progress"])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let endpoint = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            if let Some(e) = l.strip_prefix("demo: local stack up at ") {
+                return e.to_owned();
+            }
+        }
+        panic!("the demo never reported its stack");
+    })
+    .await
+    .unwrap();
+    let addr = endpoint.trim_start_matches("http://").to_owned();
+    assert!(
+        std::net::TcpStream::connect(&addr).is_ok(),
+        "moto answers while the demo runs"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait())
+        .await
+        .expect("the demo stops on Ctrl-C")
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    let mut gone = false;
+    for _ in 0..50 {
+        if std::net::TcpStream::connect(&addr).is_err() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(gone, "moto at {addr} still answers after the demo stopped");
+}

@@ -1,5 +1,8 @@
 //! The emulators against a real moto server, through the real SDK.
 
+// Test helpers outside #[test] functions: a failure here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use aws::config::StackNames;
 use aws::local;
 use aws::provision::{provision, Provisioned};

@@ -130,6 +130,9 @@ async fn run(
     }
 }
 
+/// Calls made at the same time within one tick (reads of new schedules, deliveries).
+const PARALLEL: usize = 16;
+
 async fn tick(
     scheduler: &aws_sdk_scheduler::Client,
     sqs: &SqsDirectory,
@@ -137,6 +140,7 @@ async fn tick(
     known: &mut HashMap<String, Entry>,
     stats: &SchedulerStats,
 ) -> Result<(), String> {
+    use futures::StreamExt;
     let mut listed: HashMap<String, Option<i64>> = HashMap::new();
     let mut token: Option<String> = None;
     loop {
@@ -168,89 +172,129 @@ async fn tick(
     }
     known.retain(|name, _| listed.contains_key(name));
 
-    let now = SystemClock.now();
-    for (name, modified) in listed {
+    // Read every new or modified schedule (GetSchedule), in parallel.
+    let to_read: Vec<(String, Option<i64>)> = listed
+        .iter()
+        .filter(|(name, modified)| known.get(*name).is_none_or(|e| e.modified != **modified))
+        .map(|(n, m)| (n.clone(), *m))
+        .collect();
+    let reads: Vec<_> = futures::stream::iter(to_read)
+        .map(|(name, modified)| async move {
+            let r = read(scheduler, &settings.group, &name).await;
+            (name, modified, r)
+        })
+        .buffer_unordered(PARALLEL)
+        .collect()
+        .await;
+    for (name, modified, r) in reads {
         let entry = known.entry(name.clone()).or_insert(Entry {
             modified: None,
             schedule: None,
             failures: 0,
             fired: false,
         });
-        if entry.schedule.is_none() || entry.modified != modified {
-            match read(scheduler, &settings.group, &name).await {
-                Ok(Some(s)) => {
-                    entry.schedule = Some(s);
-                    entry.modified = modified;
-                    entry.fired = false;
-                    entry.failures = 0;
-                }
-                Ok(None) => continue,
-                Err(e) => {
-                    stats.unsupported.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(schedule = %name, error = %e, "schedule skipped");
-                    entry.modified = modified;
-                    continue;
-                }
+        entry.modified = modified;
+        match r {
+            Ok(Some(s)) => {
+                entry.schedule = Some(s);
+                entry.fired = false;
+                entry.failures = 0;
             }
-        }
-        let Some(s) = entry.schedule.clone() else {
-            continue;
-        };
-        if entry.fired || !s.enabled || s.fire_at > now {
-            continue;
-        }
-        let delivered = deliver(sqs, &s).await;
-        let completed = match delivered {
-            Ok(()) => {
-                let drift = SystemClock.now().millis() - s.fire_at.millis();
-                if let Ok(mut d) = stats.drift_ms.lock() {
-                    d.push(drift);
-                }
-                stats.fired.fetch_add(1, Ordering::Relaxed);
-                true
-            }
+            Ok(None) => {}
             Err(e) => {
-                stats.delivery_failures.fetch_add(1, Ordering::Relaxed);
-                entry.failures += 1;
-                let age = Duration::from_millis(
-                    u64::try_from(now.millis() - s.fire_at.millis()).unwrap_or(0),
-                );
-                if entry.failures > s.max_retries || age > s.max_event_age {
-                    dead_letter(sqs, &s, &e, entry.failures).await;
-                    stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
-                    true
-                } else {
-                    tracing::warn!(schedule = %name, error = %e, "delivery failed; retrying on the next tick");
-                    false
-                }
+                stats.unsupported.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(schedule = %name, error = %e, "schedule skipped");
             }
-        };
-        if completed {
-            entry.fired = true;
-            if s.delete_after {
-                match scheduler
-                    .delete_schedule()
-                    .group_name(&settings.group)
-                    .name(&name)
-                    .send()
-                    .await
-                {
-                    Ok(_) => {
-                        stats.deleted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        let not_found = e
-                            .as_service_error()
-                            .is_some_and(|se| se.is_resource_not_found_exception());
-                        if !not_found {
-                            tracing::warn!(schedule = %name, error = %aws_sdk_scheduler::error::DisplayErrorContext(e), "DeleteSchedule failed after delivery");
-                        }
-                    }
-                }
+        }
+    }
+
+    // Deliver every due schedule, in parallel.
+    let now = SystemClock.now();
+    let due: Vec<(OneTime, u32)> = known
+        .values()
+        .filter_map(|e| {
+            let s = e.schedule.as_ref()?;
+            (!e.fired && s.enabled && s.fire_at <= now).then(|| (s.clone(), e.failures))
+        })
+        .collect();
+    let group = settings.group.as_str();
+    let outcomes: Vec<(String, bool, bool)> = futures::stream::iter(due)
+        .map(|(s, failures)| async move {
+            let (completed, failed) = fire(scheduler, sqs, group, &s, failures, now, stats).await;
+            (s.name.clone(), completed, failed)
+        })
+        .buffer_unordered(PARALLEL)
+        .collect()
+        .await;
+    for (name, completed, failed) in outcomes {
+        if let Some(e) = known.get_mut(&name) {
+            if failed {
+                e.failures += 1;
+            }
+            if completed {
+                e.fired = true;
             }
         }
     }
     Ok(())
+}
+
+/// Delivers one due schedule; returns (completed, delivery failed).
+async fn fire(
+    scheduler: &aws_sdk_scheduler::Client,
+    sqs: &SqsDirectory,
+    group: &str,
+    s: &OneTime,
+    failures: u32,
+    now: Timestamp,
+    stats: &SchedulerStats,
+) -> (bool, bool) {
+    let (completed, failed) = match deliver(sqs, s).await {
+        Ok(()) => {
+            let drift = SystemClock.now().millis() - s.fire_at.millis();
+            if let Ok(mut d) = stats.drift_ms.lock() {
+                d.push(drift);
+            }
+            stats.fired.fetch_add(1, Ordering::Relaxed);
+            (true, false)
+        }
+        Err(e) => {
+            stats.delivery_failures.fetch_add(1, Ordering::Relaxed);
+            let age = Duration::from_millis(
+                u64::try_from(now.millis() - s.fire_at.millis()).unwrap_or(0),
+            );
+            if failures + 1 > s.max_retries || age > s.max_event_age {
+                dead_letter(sqs, s, &e, failures + 1).await;
+                stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                (true, true)
+            } else {
+                tracing::warn!(schedule = %s.name, error = %e, "delivery failed; retrying on the next tick");
+                (false, true)
+            }
+        }
+    };
+    if completed && s.delete_after {
+        match scheduler
+            .delete_schedule()
+            .group_name(group)
+            .name(&s.name)
+            .send()
+            .await
+        {
+            Ok(_) => {
+                stats.deleted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                let not_found = e
+                    .as_service_error()
+                    .is_some_and(|se| se.is_resource_not_found_exception());
+                if !not_found {
+                    tracing::warn!(schedule = %s.name, error = %aws_sdk_scheduler::error::DisplayErrorContext(e), "DeleteSchedule failed after delivery");
+                }
+            }
+        }
+    }
+    (completed, failed)
 }
 
 async fn read(

@@ -2,6 +2,8 @@
 //! against it.
 
 #![allow(dead_code)]
+// Test support: a failure here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use retryctl::local::stack::{Stack, StackOptions};
 use std::collections::HashMap;
