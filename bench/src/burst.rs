@@ -3,9 +3,11 @@
 //! emulator, the scheduler emulator, the audit stream, the reconciler cron and the
 //! simulated external service).
 //!
-//! N transactions are started (the library operation; their first request is kept
-//! out of the service's way), then N CANCELLED answers for attempt 1 are put on the
-//! response queue as fast as SendMessageBatch allows. The retries all fall due
+//! N started transactions are written (IN_PROGRESS, attempt 1 of 2: the items the
+//! library's start writes, put with BatchWriteItem — moto's TransactWriteItems copies
+//! every table on each call, which makes a 10,000-transaction set-up quadratic), then
+//! N CANCELLED answers for attempt 1 are put on the response queue as fast as
+//! SendMessageBatch allows. The retries all fall due
 //! together (a short backoff), so the retry handler's outbound pacing is what limits
 //! the flow. The external service answers SUCCESS to every retried request.
 //!
@@ -13,17 +15,23 @@
 //! retried request of every transaction), then every transaction SUCCEEDED; lost =
 //! transactions whose retried request never reached the service; duplicated =
 //! retried requests the service received more than once (same idempotency key); the
-//! highest number of retried requests the service received within one wall-clock
-//! second, against the configured fleet bound (MaximumConcurrency ×
-//! MAX_REQUESTS_PER_SECOND).
+//! highest number of retried requests published within one wall-clock second, against
+//! the configured fleet bound (MaximumConcurrency × MAX_REQUESTS_PER_SECOND). Publish
+//! instants are taken at the AWS endpoint by a recording pass-through ([`crate::tap`])
+//! every client of the stack goes through, so they do not depend on how the simulated
+//! service drains its queue (its own per-second count, on its receive side, is
+//! reported beside).
 
+use crate::tap::{peak_per_wall_second, peak_sliding, Tap};
+use aws::item::{attr, record_to_item};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use domain::exec::Ports;
-use domain::memory::MemoryQueue;
-use domain::ports::{Clock, SystemClock, Unwired};
-use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
+use domain::ports::{Clock, SystemClock};
+use domain::{MaxAttempts, Request, Status, TransactionId, TransactionRecord};
 use futures::StreamExt;
 use retryctl::local::stack::{Stack, StackOptions};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -76,7 +84,17 @@ pub struct BurstResult {
     pub duplicated: u64,
     /// Requests for an attempt beyond 2 (must be none: max_attempts = 2).
     pub beyond_budget: u64,
+    /// Retried requests published (SendMessage to the request queue), and how many
+    /// keys were published more than once.
+    pub published: u64,
+    pub published_twice: u64,
+    /// Highest number of retried requests published within one wall-clock second, and
+    /// within any sliding one-second window (at the AWS endpoint).
     pub peak_per_second: u32,
+    pub peak_sliding_second: u32,
+    /// Highest number the simulated service received within one of its wall-clock
+    /// seconds (after the request queue).
+    pub peak_received_per_second: u32,
     pub rate_bound: f64,
     pub succeeded: u64,
     pub not_succeeded: u64,
@@ -94,6 +112,7 @@ impl BurstResult {
     pub fn ok(&self) -> bool {
         self.lost == 0
             && self.duplicated == 0
+            && self.published_twice == 0
             && self.beyond_budget == 0
             && self.within_bound()
             && self.not_succeeded == 0
@@ -129,16 +148,104 @@ pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
     opts.external.latency_min = Duration::ZERO;
     opts.external.latency_max = Duration::ZERO;
     let started = Instant::now();
-    let stack = Stack::start(opts)
+    let moto = tokio::task::spawn_blocking(aws::local::MotoServer::start)
         .await
+        .map_err(|e| BurstError::Stack(e.to_string()))?
         .map_err(|e| BurstError::Stack(e.to_string()))?;
-    let result = drive(&stack, &spec, started).await;
+    let tap = Tap::start(&moto.endpoint_url()).await.map_err(err)?;
+    opts.moto_endpoint = Some(tap.endpoint.clone());
+    let stack = match Stack::start(opts).await {
+        Ok(s) => s,
+        Err(e) => {
+            tap.stop();
+            let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
+            return Err(BurstError::Stack(e.to_string()));
+        }
+    };
+    let result = drive(&stack, &tap, &spec, started).await;
     stack.shutdown().await;
+    tap.stop();
+    let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
     result
+}
+
+fn sha256_hex(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Writes `n` started transactions (state item + payload item, as the library's
+/// start writes them) with BatchWriteItem.
+async fn seed(
+    ddb: &aws_sdk_dynamodb::Client,
+    names: &aws::config::StackNames,
+    n: u32,
+) -> Result<(), BurstError> {
+    let max = MaxAttempts::new(2).map_err(err)?;
+    let now = SystemClock.now();
+    let ids: Vec<u32> = (1..=n).collect();
+    let calls = futures::stream::iter(ids.chunks(12).map(<[u32]>::to_vec))
+        .map(|chunk| async move {
+            let mut items: HashMap<String, Vec<WriteRequest>> = HashMap::new();
+            for i in chunk {
+                let id = TransactionId::parse(&tx(i)).map_err(err)?;
+                let record = TransactionRecord::started(id.clone(), max, now);
+                let payload = format!(r#"{{"order":"{}","amount_cents":{i}}}"#, tx(i));
+                let payload_item = HashMap::from([
+                    (
+                        attr::TRANSACTION_ID.to_owned(),
+                        AttributeValue::S(id.as_str().to_owned()),
+                    ),
+                    (
+                        attr::PAYLOAD_SHA256.to_owned(),
+                        AttributeValue::S(sha256_hex(&payload)),
+                    ),
+                    (attr::PAYLOAD.to_owned(), AttributeValue::S(payload)),
+                    (
+                        attr::CREATED_AT.to_owned(),
+                        AttributeValue::S(now.to_rfc3339()),
+                    ),
+                ]);
+                for (table, item) in [
+                    (&names.transactions_table, record_to_item(&record)),
+                    (&names.payloads_table, payload_item),
+                ] {
+                    let put = PutRequest::builder()
+                        .set_item(Some(item))
+                        .build()
+                        .map_err(err)?;
+                    items
+                        .entry(table.clone())
+                        .or_default()
+                        .push(WriteRequest::builder().put_request(put).build());
+                }
+            }
+            let mut pending = Some(items);
+            for _ in 0..10 {
+                let Some(request) = pending.take().filter(|m| !m.is_empty()) else {
+                    return Ok(());
+                };
+                let out = ddb
+                    .batch_write_item()
+                    .set_request_items(Some(request))
+                    .send()
+                    .await
+                    .map_err(|e| err(aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+                pending = out.unprocessed_items().cloned();
+            }
+            Err(err("BatchWriteItem kept returning unprocessed items"))
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<Result<(), BurstError>>>()
+        .await;
+    calls.into_iter().collect()
 }
 
 async fn drive(
     stack: &Stack,
+    tap: &Tap,
     spec: &BurstSpec,
     started: Instant,
 ) -> Result<BurstResult, BurstError> {
@@ -148,51 +255,8 @@ async fn drive(
     let ddb = aws_sdk_dynamodb::Client::new(&stack.sdk);
     let n = spec.responses;
 
-    // Start N transactions (max 2 attempts: one retry each).
-    let store = aws::dynamo::DynamoStore::new(
-        aws::clients::dynamodb(&stack.sdk),
-        &names.transactions_table,
-    )
-    .with_payloads_table(&names.payloads_table);
-    let firsts: MemoryQueue<Request> = MemoryQueue::new();
-    let ports = Ports {
-        store: &store,
-        scheduler: &Unwired,
-        requests: &firsts,
-        retries: &Unwired,
-    };
-    let max = MaxAttempts::new(2).map_err(err)?;
-    let ctx = runtime::Settings::default().context(SystemClock.now());
-    let starts = futures::stream::iter(1..=n)
-        .map(|i| {
-            let (ports, ctx) = (&ports, &ctx);
-            async move {
-                let id = TransactionId::parse(&tx(i)).map_err(err)?;
-                let payload =
-                    Payload::from_json(&format!(r#"{{"order":"{}","amount_cents":{i}}}"#, tx(i)))
-                        .map_err(err)?;
-                let mut tries = 0;
-                loop {
-                    match runtime::ops::start_transaction(
-                        ports,
-                        id.clone(),
-                        payload.clone(),
-                        max,
-                        ctx,
-                    )
-                    .await
-                    {
-                        Ok(_) => return Ok::<(), BurstError>(()),
-                        Err(e) if e.is_retryable() && tries < 5 => tries += 1,
-                        Err(e) => return Err(err(format!("start {id}: {e}"))),
-                    }
-                }
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await;
-    starts.into_iter().collect::<Result<Vec<()>, _>>()?;
+    // N started transactions (max 2 attempts: one retry each).
+    seed(&ddb, &names, n).await?;
     let setup = started.elapsed();
 
     // Inject the N CANCELLED answers.
@@ -304,6 +368,26 @@ async fn drive(
         .map(|(_, s)| u64::from(s.raw))
         .sum();
     let beyond_budget = seen.keys().filter(|(_, a)| *a > 2).count() as u64;
+    // What left for the service, at the endpoint.
+    let mut per_key: HashMap<(String, u32), u32> = HashMap::new();
+    let mut epoch_ms = Vec::new();
+    let mut instants = Vec::new();
+    for sent in tap.sent_to(&names.request_queue) {
+        let Ok(request) = Request::parse(&sent.body) else {
+            continue;
+        };
+        if request.attempt.get() < 2 {
+            continue;
+        }
+        *per_key
+            .entry((
+                request.transaction_id.as_str().to_owned(),
+                request.attempt.get(),
+            ))
+            .or_insert(0) += 1;
+        epoch_ms.push(sent.epoch_ms);
+        instants.push(sent.since_start);
+    }
     let sched = &stack.scheduler;
     let (resp, retry) = (&stack.response_esm, &stack.retry_esm);
     Ok(BurstResult {
@@ -317,7 +401,11 @@ async fn drive(
         lost: u64::from(n).saturating_sub(retried_unique),
         duplicated: retried_raw.saturating_sub(retried_unique),
         beyond_budget,
-        peak_per_second: stack.external.peak_retried_per_second(),
+        published: epoch_ms.len() as u64,
+        published_twice: per_key.values().filter(|n| **n > 1).count() as u64,
+        peak_per_second: peak_per_wall_second(&epoch_ms),
+        peak_sliding_second: peak_sliding(&instants, Duration::from_secs(1)),
+        peak_received_per_second: stack.external.peak_retried_per_second(),
         rate_bound: stack.rate_bound,
         succeeded,
         not_succeeded: u64::from(n).saturating_sub(succeeded),

@@ -11,7 +11,8 @@
 //! - [`template`]: the deployment settings, read from `template.yaml`.
 //! - [`criterion_results`]: the handler CPU figures criterion wrote.
 //! - [`init`]: release binary sizes and cold init time against a local runtime API.
-//! - [`burst`]: N CANCELLED responses through the local stack.
+//! - [`burst`]: N CANCELLED responses through the local stack; [`tap`]: the recording
+//!   pass-through in front of moto that times every publish.
 //! - [`report`]: the Markdown.
 
 pub mod burst;
@@ -22,4 +23,5 @@ pub mod init;
 pub mod model;
 pub mod prices;
 pub mod report;
+pub mod tap;
 pub mod template;
