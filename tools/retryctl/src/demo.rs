@@ -361,6 +361,11 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         elapsed: started.elapsed(),
         peak_requests_per_second: stack.external.peak_per_second(),
         peak_retried_per_second: stack.external.peak_retried_per_second(),
+        peak_published_per_second: stack
+            .publish_times
+            .lock()
+            .map(|t| crate::local::external::max_in_any_second(&t))
+            .unwrap_or(0),
         rate_bound: stack.rate_bound,
         functions,
         scheduler,

@@ -30,8 +30,11 @@ pub struct Observations {
     pub elapsed: Duration,
     /// Highest number of unique requests the service received in one second.
     pub peak_requests_per_second: u32,
-    /// The same, for retried requests only (attempt >= 2): what the bound limits.
+    /// The same, for retried requests only (attempt >= 2), as SQS stamped them.
     pub peak_retried_per_second: u32,
+    /// Retried requests leaving the retry handlers (after their pacers) in any 1 s:
+    /// what the rate bound limits.
+    pub peak_published_per_second: u32,
     /// The configured fleet bound (MaximumConcurrency × MAX_REQUESTS_PER_SECOND).
     pub rate_bound: f64,
     /// Per function: invocations, records, and the function's own metric counts.
@@ -71,6 +74,7 @@ pub struct Report {
     pub requests_deduped: u64,
     pub peak_requests_per_second: u32,
     pub peak_retried_per_second: u32,
+    pub peak_published_per_second: u32,
     pub rate_bound: f64,
     pub drift_ms: Option<Percentiles>,
     pub dlq: BTreeMap<String, u64>,
@@ -305,6 +309,7 @@ pub fn build(obs: &Observations) -> Report {
         requests_deduped: obs.service.len() as u64,
         peak_requests_per_second: obs.peak_requests_per_second,
         peak_retried_per_second: obs.peak_retried_per_second,
+        peak_published_per_second: obs.peak_published_per_second,
         rate_bound: obs.rate_bound,
         drift_ms: percentiles(&{
             let mut d = obs.drift_ms.clone();
@@ -408,8 +413,8 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "outbound rate      peak {} retried requests/s (fleet bound {:.0}/s; {} requests/s counting first attempts)",
-        r.peak_retried_per_second, r.rate_bound, r.peak_requests_per_second
+        "outbound rate      retried requests in any 1 s: {} leaving the retry handlers (fleet bound {:.0}/s), {} as SQS stamped them; {} counting first attempts",
+        r.peak_published_per_second, r.rate_bound, r.peak_retried_per_second, r.peak_requests_per_second
     );
     match &r.drift_ms {
         Some(p) => {

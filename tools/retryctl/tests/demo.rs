@@ -65,18 +65,16 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
         "{text}"
     );
     // FAILED only with the budget spent (4 attempts = 3 retries).
-    assert_eq!(
-        r.count(domain::Status::Failed),
-        r.retries_histogram
-            .get(&3)
-            .copied()
-            .unwrap_or(0)
-            .min(r.count(domain::Status::Failed))
-    );
     assert!(
-        r.peak_retried_per_second as f64 <= r.rate_bound + 1.0,
+        r.count(domain::Status::Failed) <= r.retries_histogram.get(&3).copied().unwrap_or(0),
         "{text}"
     );
+    // The pacers' bound, measured where it applies: requests leaving the handlers.
+    assert!(
+        f64::from(r.peak_published_per_second) <= r.rate_bound,
+        "{text}"
+    );
+    assert!(r.peak_published_per_second > 0, "{text}");
     assert!(text.contains("result             OK"));
 }
 

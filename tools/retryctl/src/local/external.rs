@@ -9,6 +9,7 @@
 //! requests per wall-clock second (to compare with the outbound rate limit).
 
 use super::stop::Stop;
+use aws_sdk_sqs::types::MessageSystemAttributeName;
 use domain::policy::{RandomSource, SplitMix64};
 use domain::{Outcome, Request, Response};
 use std::collections::{BTreeMap, HashMap};
@@ -46,8 +47,10 @@ pub struct Seen {
 #[derive(Debug, Default)]
 pub struct ExternalStats {
     by_key: Mutex<BTreeMap<(String, u32), Seen>>,
-    per_second: Mutex<BTreeMap<i64, u32>>,
-    retried_per_second: Mutex<BTreeMap<i64, u32>>,
+    /// `SentTimestamp` (ms) of each unique request: when it was published.
+    sent_ms: Mutex<Vec<i64>>,
+    /// The same, for retried requests (attempt >= 2) only.
+    retried_sent_ms: Mutex<Vec<i64>>,
     pub malformed: AtomicU64,
     pub missing_key_attribute: AtomicU64,
     pub responses_sent: AtomicU64,
@@ -68,20 +71,21 @@ impl ExternalStats {
         self.seen().len() as u64
     }
 
-    /// Highest number of unique requests received within one wall-clock second.
+    /// Highest number of unique requests published within any one second (a sliding
+    /// window over each message's `SentTimestamp`, the instant SQS accepted it).
     pub fn peak_per_second(&self) -> u32 {
-        self.per_second
+        self.sent_ms
             .lock()
-            .map(|g| g.values().copied().max().unwrap_or(0))
+            .map(|g| max_in_any_second(&g))
             .unwrap_or(0)
     }
 
-    /// Highest number of unique retried requests (attempt >= 2) within one second:
-    /// what the retry handler's rate bound limits.
+    /// The same for retried requests (attempt >= 2): what the retry handler's rate
+    /// bound limits.
     pub fn peak_retried_per_second(&self) -> u32 {
-        self.retried_per_second
+        self.retried_sent_ms
             .lock()
-            .map(|g| g.values().copied().max().unwrap_or(0))
+            .map(|g| max_in_any_second(&g))
             .unwrap_or(0)
     }
 
@@ -134,6 +138,7 @@ async fn consume(shared: Arc<Shared>, mut stop: Stop) {
                 .max_number_of_messages(10)
                 .wait_time_seconds(1)
                 .message_attribute_names("All")
+                .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
                 .send() => r,
             () = stop.stopped() => break,
         };
@@ -190,6 +195,10 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
     if key_attr.as_deref() != Some(request.idempotency_key.as_str()) {
         stats.missing_key_attribute.fetch_add(1, Ordering::Relaxed);
     }
+    let sent_ms: Option<i64> = m
+        .attributes()
+        .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+        .and_then(|v| v.parse().ok());
     let key = (
         request.transaction_id.as_str().to_owned(),
         request.attempt.get(),
@@ -215,13 +224,14 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
         });
         entry.raw += 1;
         if entry.raw == 1 {
-            let second = domain::ports::Clock::now(&domain::ports::SystemClock).millis() / 1000;
-            if let Ok(mut ps) = stats.per_second.lock() {
-                *ps.entry(second).or_insert(0) += 1;
-            }
-            if request.attempt.get() >= 2 {
-                if let Ok(mut ps) = stats.retried_per_second.lock() {
-                    *ps.entry(second).or_insert(0) += 1;
+            if let Some(t) = sent_ms {
+                if let Ok(mut v) = stats.sent_ms.lock() {
+                    v.push(t);
+                }
+                if request.attempt.get() >= 2 {
+                    if let Ok(mut v) = stats.retried_sent_ms.lock() {
+                        v.push(t);
+                    }
                 }
             }
         }
@@ -267,4 +277,32 @@ pub fn duplicated_keys(seen: &BTreeMap<(String, u32), Seen>) -> HashMap<(String,
         .filter(|(_, s)| s.raw > 1)
         .map(|(k, s)| (k.clone(), s.raw))
         .collect()
+}
+
+/// The largest number of instants (ms) inside any window `[t, t + 1 s)`.
+pub fn max_in_any_second(times: &[i64]) -> u32 {
+    let mut v = times.to_vec();
+    v.sort_unstable();
+    let (mut best, mut lo) = (0usize, 0usize);
+    for hi in 0..v.len() {
+        while v[hi] - v[lo] >= 1000 {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    u32::try_from(best).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sliding_window_counts_a_half_open_second() {
+        assert_eq!(max_in_any_second(&[]), 0);
+        assert_eq!(max_in_any_second(&[0, 200, 400, 600, 800, 1000]), 5);
+        assert_eq!(max_in_any_second(&[1000, 0, 999, 1998]), 3);
+        assert_eq!(max_in_any_second(&[0, 1000, 2000]), 1);
+        assert_eq!(max_in_any_second(&[5, 5, 5]), 3);
+    }
 }

@@ -14,8 +14,10 @@ use aws::config::{
 use aws::local::MotoServer;
 use aws::provision::Provisioned;
 use domain::ports::SystemClock;
-use runtime::rate::Pacer;
+use domain::ports::{Clock, PortError, RequestPublisher};
+use runtime::rate::{Paced, Pacer};
 use runtime::reconcile::Reconciler;
+use runtime::retry::RetryHandler;
 use runtime::Metrics;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -138,6 +140,8 @@ pub struct Stack {
     pub metrics: BTreeMap<&'static str, Arc<Metrics>>,
     /// MaximumConcurrency × MAX_REQUESTS_PER_SECOND of the retry handler.
     pub rate_bound: f64,
+    /// When each retried request left a retry handler (ms, after its pacer).
+    pub publish_times: Arc<Mutex<Vec<i64>>>,
     source: StopSource,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -260,14 +264,32 @@ impl Stack {
         // Built as the Lambda `main` does, except that each execution environment has
         // its own pacer (in Lambda each environment is its own process; here they
         // share one, so the process-wide pacer is replaced per environment).
+        let publish_times: Arc<Mutex<Vec<i64>>> = Arc::default();
         let make_retry = |i: usize| -> Result<SqsFunction, CliError> {
             let pacer = pacers[i % pacers.len()].clone();
-            let mut handler = runtime::wiring::retry_handler(&sdk, &retry_cfg)
+            let h = runtime::wiring::retry_handler(&sdk, &retry_cfg)
                 .map_err(|e| config_error("retry-handler", e))?;
-            handler.requests.pacer = pacer.clone();
-            handler.requests.max_wait = max_wait;
-            handler.pacer = Some(pacer);
-            let handler = Arc::new(handler);
+            // The same handler, its publisher wrapped (inside the pacer) to record when
+            // each request leaves.
+            let handler = Arc::new(RetryHandler {
+                store: h.store,
+                requests: Paced {
+                    inner: Timed {
+                        inner: h.requests.inner,
+                        times: publish_times.clone(),
+                    },
+                    pacer: pacer.clone(),
+                    clock: h.requests.clock,
+                    max_wait,
+                },
+                dead_letter: h.dead_letter,
+                clock: h.clock,
+                settings: h.settings,
+                batch: h.batch,
+                seeds: h.seeds,
+                pacer: Some(pacer),
+                namespace: h.namespace,
+            });
             let m = retry_metrics.clone();
             Ok(Arc::new(move |event| {
                 let (h, m) = (handler.clone(), m.clone());
@@ -371,6 +393,7 @@ impl Stack {
             audit,
             metrics,
             rate_bound,
+            publish_times,
             source,
             tasks,
         })
@@ -453,5 +476,21 @@ async fn audit_stream(
             let _ = drain_into(&writer, &streams, &stream_arn, &mut position).await;
             break;
         }
+    }
+}
+
+/// A request publisher that records when each request is published (the instant the
+/// pacer let it through), then publishes it.
+pub struct Timed<P> {
+    pub inner: P,
+    pub times: Arc<Mutex<Vec<i64>>>,
+}
+
+impl<P: RequestPublisher> RequestPublisher for Timed<P> {
+    async fn publish(&self, request: &domain::Request) -> Result<(), PortError> {
+        if let Ok(mut t) = self.times.lock() {
+            t.push(SystemClock.now().millis());
+        }
+        self.inner.publish(request).await
     }
 }
