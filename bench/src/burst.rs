@@ -328,7 +328,7 @@ async fn drive(
             );
             next_progress += Duration::from_secs(5);
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let mut all_succeeded = None;
     let mut succeeded = 0;

@@ -56,9 +56,10 @@ struct Args {
     /// Backoff of every retry in the burst (s).
     #[arg(long, default_value_t = 2.0)]
     burst_backoff: f64,
-    /// Give up on the burst after this many seconds.
-    #[arg(long, default_value_t = 900)]
-    burst_deadline: u64,
+    /// Give up on the burst after this many seconds (default: 300 s + 5 × the time the
+    /// rate limit alone needs).
+    #[arg(long)]
+    burst_deadline: Option<u64>,
     /// A sentence printed under the burst results.
     #[arg(long)]
     burst_note: Option<String>,
@@ -171,7 +172,14 @@ async fn main() {
                 .burst_concurrency
                 .unwrap_or(deployment.retry_max_concurrency as usize),
             backoff_seconds: args.burst_backoff,
-            deadline: Duration::from_secs(args.burst_deadline),
+            deadline: Duration::ZERO,
+        };
+        let deadline = args.burst_deadline.unwrap_or_else(|| {
+            300 + (5.0 * f64::from(args.burst) / spec.rate_bound().max(0.1)).ceil() as u64
+        });
+        let spec = BurstSpec {
+            deadline: Duration::from_secs(deadline),
+            ..spec
         };
         eprintln!(
             "bench: burst of {} CANCELLED responses (limit {}/s)",
