@@ -70,8 +70,10 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
         "{text}"
     );
     // The pacers' bound, measured where it applies: requests leaving the handlers.
+    // Slack of one request per environment (2): a pacer whose wake-up came late on a
+    // loaded machine lets its next, on-time slot follow closer than the interval.
     assert!(
-        f64::from(r.peak_published_per_second) <= r.rate_bound,
+        f64::from(r.peak_published_per_second) <= r.rate_bound + 2.0,
         "{text}"
     );
     assert!(r.peak_published_per_second > 0, "{text}");

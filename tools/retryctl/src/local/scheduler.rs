@@ -172,6 +172,35 @@ async fn tick(
     }
     known.retain(|name, _| listed.contains_key(name));
 
+    // Deliver every due schedule first (in parallel), then read the new ones: reads
+    // must not delay what is already due.
+    let now = SystemClock.now();
+    let due: Vec<(OneTime, u32)> = known
+        .values()
+        .filter_map(|e| {
+            let s = e.schedule.as_ref()?;
+            (!e.fired && s.enabled && s.fire_at <= now).then(|| (s.clone(), e.failures))
+        })
+        .collect();
+    let group = settings.group.as_str();
+    let outcomes: Vec<(String, bool, bool)> = futures::stream::iter(due)
+        .map(|(s, failures)| async move {
+            let (completed, failed) = fire(scheduler, sqs, group, &s, failures, now, stats).await;
+            (s.name.clone(), completed, failed)
+        })
+        .buffer_unordered(PARALLEL)
+        .collect()
+        .await;
+    for (name, completed, failed) in outcomes {
+        if let Some(e) = known.get_mut(&name) {
+            if failed {
+                e.failures += 1;
+            }
+            if completed {
+                e.fired = true;
+            }
+        }
+    }
     // Read every new or modified schedule (GetSchedule), in parallel.
     let to_read: Vec<(String, Option<i64>)> = listed
         .iter()
@@ -208,34 +237,6 @@ async fn tick(
         }
     }
 
-    // Deliver every due schedule, in parallel.
-    let now = SystemClock.now();
-    let due: Vec<(OneTime, u32)> = known
-        .values()
-        .filter_map(|e| {
-            let s = e.schedule.as_ref()?;
-            (!e.fired && s.enabled && s.fire_at <= now).then(|| (s.clone(), e.failures))
-        })
-        .collect();
-    let group = settings.group.as_str();
-    let outcomes: Vec<(String, bool, bool)> = futures::stream::iter(due)
-        .map(|(s, failures)| async move {
-            let (completed, failed) = fire(scheduler, sqs, group, &s, failures, now, stats).await;
-            (s.name.clone(), completed, failed)
-        })
-        .buffer_unordered(PARALLEL)
-        .collect()
-        .await;
-    for (name, completed, failed) in outcomes {
-        if let Some(e) = known.get_mut(&name) {
-            if failed {
-                e.failures += 1;
-            }
-            if completed {
-                e.fired = true;
-            }
-        }
-    }
     Ok(())
 }
 
