@@ -222,7 +222,7 @@ impl ReconcileKey {
 
 /// One item per transaction: the state the handlers agree on. Small on purpose: the
 /// request payload lives apart, written once.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TransactionRecord {
     pub transaction_id: TransactionId,
     pub status: Status,

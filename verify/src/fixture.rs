@@ -1,0 +1,44 @@
+//! Values the model checker, the simulator and the tests share: transaction ids, the
+//! payload, the epoch of virtual time and the decision context.
+
+use domain::decide::{Context, Flaws};
+use domain::ids::{MaxAttempts, Timestamp, TransactionId};
+use domain::message::Payload;
+use domain::policy::{PolicySet, RetryPolicy};
+use std::time::Duration;
+
+/// Virtual time starts here: 2026-01-01T00:00:00Z.
+pub const EPOCH_MS: i64 = 1_767_225_600_000;
+
+/// The reason every simulated cancellation carries.
+pub const CANCEL_REASON: &str = "NOT_AVAILABLE";
+
+/// `TX-<n>`: "TX-" followed by digits always satisfies the id rules.
+pub fn tx_id(n: usize) -> TransactionId {
+    TransactionId::parse(&format!("TX-{n}"))
+        .unwrap_or_else(|e| panic!("`TX-{n}` must be a valid transaction id: {e}"))
+}
+
+/// The payload every simulated transaction starts with.
+pub fn payload(n: usize) -> Payload {
+    Payload::from_json(&format!("{{\"order\":{n}}}"))
+        .unwrap_or_else(|e| panic!("the simulated payload must be valid JSON: {e}"))
+}
+
+/// `max_attempts`, clamped into the accepted range.
+pub fn max_attempts(n: u32) -> MaxAttempts {
+    MaxAttempts::new(n.clamp(1, domain::ids::MAX_ATTEMPTS_LIMIT))
+        .unwrap_or_else(|e| panic!("a clamped max_attempts is valid: {e}"))
+}
+
+/// The decision context at `now`.
+pub fn context(now: Timestamp, policies: &PolicySet, threshold: Duration, flaws: Flaws) -> Context {
+    let mut ctx = Context::new(now, policies.clone(), 8, threshold);
+    ctx.flaws = flaws;
+    ctx
+}
+
+/// The article's policy (base 2 h, factor 2, cap 24 h, jitter ±10 %).
+pub fn article_policies() -> PolicySet {
+    PolicySet::uniform(RetryPolicy::article_default())
+}

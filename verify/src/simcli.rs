@@ -1,0 +1,208 @@
+//! The simulator's command line (shared by the `simulate` binary and its tests).
+
+use crate::sim::SimConfig;
+use clap::Parser;
+
+/// Seeded, deterministic fault-injection simulation of the deferred retry pattern.
+#[derive(Debug, Clone, Parser, PartialEq)]
+#[command(name = "simulate", version)]
+pub struct SimArgs {
+    /// First seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed_start: u64,
+    /// Number of seeds (one independent simulation each).
+    #[arg(long, default_value_t = 10)]
+    pub seeds: u64,
+    /// Transactions per seed.
+    #[arg(long, default_value_t = 10_000)]
+    pub transactions: usize,
+    #[arg(long, default_value_t = 3)]
+    pub max_attempts: u32,
+    /// Transactions start uniformly over this many seconds (0: a burst).
+    #[arg(long, default_value_t = 3_600)]
+    pub arrival_window_seconds: i64,
+    /// Probability that a received SQS message is also delivered to another consumer.
+    #[arg(long, default_value_t = 0.05)]
+    pub duplicate_rate: f64,
+    /// Probability, per effect, that the run crashes before it.
+    #[arg(long, default_value_t = 0.02)]
+    pub crash_rate: f64,
+    /// Probability, per effect, of a retryable port error (throttling).
+    #[arg(long, default_value_t = 0.02)]
+    pub throttle_rate: f64,
+    /// Probability that the external service answers CANCELLED.
+    #[arg(long, default_value_t = 0.5)]
+    pub cancel_rate: f64,
+    /// Probability that a schedule fires 1 to 60 minutes late.
+    #[arg(long, default_value_t = 0.05)]
+    pub late_fire_rate: f64,
+    /// Probability that a schedule fires twice.
+    #[arg(long, default_value_t = 0.02)]
+    pub double_fire_rate: f64,
+    /// Probability that the scheduler cannot deliver (its DLQ keeps the event).
+    #[arg(long, default_value_t = 0.005)]
+    pub scheduler_failure_rate: f64,
+    /// Probability that the service answers an attempt again 1 to 6 hours later.
+    #[arg(long, default_value_t = 0.02)]
+    pub late_response_rate: f64,
+    /// Probability that the request queue delivers a request twice.
+    #[arg(long, default_value_t = 0.02)]
+    pub request_duplicate_rate: f64,
+    /// The retry handler's MAX_REQUESTS_PER_SECOND (per concurrent execution).
+    #[arg(long, default_value_t = 10)]
+    pub rate_limit: u32,
+    /// The retry handler's MaximumConcurrency (fleet bound = this × --rate-limit).
+    #[arg(long, default_value_t = 5)]
+    pub retry_concurrency: usize,
+    #[arg(long, default_value_t = 10)]
+    pub response_concurrency: usize,
+    /// Switch the retry handler's outbound pacing off (the limit check must then fail).
+    #[arg(long)]
+    pub no_pacing: bool,
+    /// Switch the reconciler off.
+    #[arg(long)]
+    pub no_reconciler: bool,
+    #[arg(long, default_value_t = 300)]
+    pub reconciler_interval_seconds: i64,
+    #[arg(long, default_value_t = 900)]
+    pub reconcile_threshold_seconds: i64,
+    #[arg(long, default_value_t = 500)]
+    pub reconcile_max_items: usize,
+    #[arg(long, default_value_t = 5)]
+    pub max_receive_count: u32,
+    #[arg(long, default_value_t = 7_200)]
+    pub backoff_base_seconds: u64,
+    #[arg(long, default_value_t = 2.0)]
+    pub backoff_factor: f64,
+    #[arg(long, default_value_t = 86_400)]
+    pub backoff_cap_seconds: u64,
+    #[arg(long, default_value_t = 0.1)]
+    pub jitter: f64,
+    /// Switch on a known-bad design (repeatable): retry-rejects-scheduling,
+    /// fire-time-at-create, retry-discards-sending, attempts-from-zero.
+    #[arg(long)]
+    pub flaw: Vec<String>,
+    /// Worker threads (seeds run in parallel; the report does not depend on this).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// No progress output.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl SimArgs {
+    /// The simulation these arguments describe.
+    pub fn config(&self) -> Result<SimConfig, String> {
+        let rates = [
+            ("--duplicate-rate", self.duplicate_rate),
+            ("--crash-rate", self.crash_rate),
+            ("--throttle-rate", self.throttle_rate),
+            ("--cancel-rate", self.cancel_rate),
+            ("--late-fire-rate", self.late_fire_rate),
+            ("--double-fire-rate", self.double_fire_rate),
+            ("--scheduler-failure-rate", self.scheduler_failure_rate),
+            ("--late-response-rate", self.late_response_rate),
+            ("--request-duplicate-rate", self.request_duplicate_rate),
+        ];
+        for (name, v) in rates {
+            if !(0.0..=1.0).contains(&v) {
+                return Err(format!("{name} = {v} must be between 0 and 1"));
+            }
+        }
+        if self.crash_rate + self.throttle_rate >= 1.0 {
+            return Err(
+                "--crash-rate + --throttle-rate must be below 1 (no run could ever finish)".into(),
+            );
+        }
+        let mut flaws = domain::decide::Flaws::NONE;
+        for f in &self.flaw {
+            let set = crate::flaw_by_name(f).ok_or_else(|| {
+                format!(
+                    "unknown flaw `{f}`; known: {}",
+                    crate::FLAW_NAMES.join(", ")
+                )
+            })?;
+            set(&mut flaws);
+        }
+        Ok(SimConfig {
+            transactions: self.transactions,
+            max_attempts: self.max_attempts,
+            arrival_window_ms: self.arrival_window_seconds.max(0) * 1000,
+            duplicate_rate: self.duplicate_rate,
+            crash_rate: self.crash_rate,
+            throttle_rate: self.throttle_rate,
+            cancel_rate: self.cancel_rate,
+            late_fire_rate: self.late_fire_rate,
+            double_fire_rate: self.double_fire_rate,
+            scheduler_failure_rate: self.scheduler_failure_rate,
+            late_response_rate: self.late_response_rate,
+            request_duplicate_rate: self.request_duplicate_rate,
+            rate_limit: self.rate_limit.max(1),
+            retry_concurrency: self.retry_concurrency.max(1),
+            response_concurrency: self.response_concurrency.max(1),
+            pacing: !self.no_pacing,
+            reconciler: !self.no_reconciler,
+            reconciler_interval_ms: self.reconciler_interval_seconds.max(1) * 1000,
+            reconcile_threshold_ms: self.reconcile_threshold_seconds.max(0) * 1000,
+            reconcile_max_items: self.reconcile_max_items.max(1),
+            response_visibility_ms: 180_000,
+            retry_visibility_ms: 360_000,
+            max_receive_count: self.max_receive_count.max(1),
+            backoff_base_ms: self.backoff_base_seconds.max(1) * 1000,
+            backoff_factor: self.backoff_factor,
+            backoff_cap_ms: self.backoff_cap_seconds.max(1) * 1000,
+            jitter: self.jitter,
+            flaws,
+        })
+    }
+
+    /// The exact command that reproduces these arguments (for one seed when given).
+    pub fn command_line(&self, seed: Option<u64>) -> String {
+        let d = SimArgs::parse_from(["simulate"]);
+        let mut a = vec![
+            "cargo run --release -p deferred-retry-verify --bin simulate --".to_owned(),
+            format!("--seed-start {}", seed.unwrap_or(self.seed_start)),
+            format!("--seeds {}", if seed.is_some() { 1 } else { self.seeds }),
+            format!("--transactions {}", self.transactions),
+        ];
+        macro_rules! opt {
+            ($($f:ident => $flag:literal),* $(,)?) => {
+                $( if self.$f != d.$f { a.push(format!(concat!($flag, " {}"), self.$f)); } )*
+            };
+        }
+        opt!(
+            max_attempts => "--max-attempts",
+            arrival_window_seconds => "--arrival-window-seconds",
+            duplicate_rate => "--duplicate-rate",
+            crash_rate => "--crash-rate",
+            throttle_rate => "--throttle-rate",
+            cancel_rate => "--cancel-rate",
+            late_fire_rate => "--late-fire-rate",
+            double_fire_rate => "--double-fire-rate",
+            scheduler_failure_rate => "--scheduler-failure-rate",
+            late_response_rate => "--late-response-rate",
+            request_duplicate_rate => "--request-duplicate-rate",
+            rate_limit => "--rate-limit",
+            retry_concurrency => "--retry-concurrency",
+            response_concurrency => "--response-concurrency",
+            reconciler_interval_seconds => "--reconciler-interval-seconds",
+            reconcile_threshold_seconds => "--reconcile-threshold-seconds",
+            reconcile_max_items => "--reconcile-max-items",
+            max_receive_count => "--max-receive-count",
+            backoff_base_seconds => "--backoff-base-seconds",
+            backoff_factor => "--backoff-factor",
+            backoff_cap_seconds => "--backoff-cap-seconds",
+            jitter => "--jitter",
+        );
+        if self.no_pacing {
+            a.push("--no-pacing".into());
+        }
+        if self.no_reconciler {
+            a.push("--no-reconciler".into());
+        }
+        for f in &self.flaw {
+            a.push(format!("--flaw {f}"));
+        }
+        a.join(" ")
+    }
+}
