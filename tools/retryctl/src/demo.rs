@@ -282,13 +282,24 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let records = scan_records(&ddb, &names.transactions_table).await?;
+    // The audit trail is eventually consistent (stream → writer): wait while it is
+    // still catching up, and give up only when it has stopped moving for 20 s.
     let mut audit = scan_audit(&ddb, &names.audit_table).await?;
-    let audit_until = Instant::now() + Duration::from_secs(20);
-    while !audit_caught_up(&records, &audit) && Instant::now() < audit_until {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut rows = audit.values().map(Vec::len).sum::<usize>();
+    let mut last_progress = Instant::now();
+    let audit_cap = Instant::now() + Duration::from_secs(180);
+    while !audit_caught_up(&records, &audit)
+        && last_progress.elapsed() < Duration::from_secs(20)
+        && Instant::now() < audit_cap
+    {
+        tokio::time::sleep(Duration::from_millis(500)).await;
         audit = scan_audit(&ddb, &names.audit_table).await?;
+        let now_rows = audit.values().map(Vec::len).sum::<usize>();
+        if now_rows > rows {
+            rows = now_rows;
+            last_progress = Instant::now();
+        }
     }
-
     let mut dlq = BTreeMap::new();
     for (name, q) in [
         ("request", &stack.provisioned.request_dlq),
