@@ -170,7 +170,7 @@ pub struct Report {
     pub retry_requests_published: u64,
     /// Highest number of retry-handler publishes in any one-second window.
     pub max_requests_per_second: u64,
-    /// The configured fleet bound (0 when pacing is off).
+    /// The configured fleet bound (MaximumConcurrency × MAX_REQUESTS_PER_SECOND).
     pub rate_limit: u64,
     pub dlq_response: u64,
     pub dlq_retry: u64,
@@ -698,7 +698,7 @@ impl<'a> World<'a> {
             queue_rng: Rng::new(seed, 5),
             report: Report {
                 seeds: 1,
-                rate_limit: if cfg.pacing { cfg.fleet_limit() } else { 0 },
+                rate_limit: cfg.fleet_limit(),
                 digest: 0xcbf2_9ce4_8422_2325,
                 ..Report::default()
             },

@@ -1,0 +1,83 @@
+//! The exhaustive model check, CI-sized: every scope must explore without a single
+//! violation, and must reach the situations the guarantees talk about (witnesses), so
+//! a passing check cannot be a vacuous one. Larger scopes run with the `model-check`
+//! binary (docs/verification.md).
+
+use verify::model::{check, CheckReport, Scope, WITNESS};
+
+fn scope(f: impl FnOnce(&mut Scope)) -> Scope {
+    let mut s = Scope::quiet(2, 3);
+    s.interleave = false;
+    f(&mut s);
+    s
+}
+
+fn passes(scope: Scope, min_states: usize, witnesses: &[usize]) -> CheckReport {
+    let r = check(scope, 1, false);
+    println!(
+        "{}: {} states ({} unique) in {:.1} s",
+        r.scope,
+        r.states,
+        r.unique_states,
+        r.elapsed.as_secs_f64()
+    );
+    assert!(r.violations.is_empty(), "{}: {:#?}", r.scope, r.violations);
+    assert!(
+        r.unique_states >= min_states,
+        "explored only {} states",
+        r.unique_states
+    );
+    for w in witnesses {
+        assert!(
+            r.witnessed.contains(WITNESS[*w]),
+            "not reached: {}",
+            WITNESS[*w]
+        );
+    }
+    r
+}
+
+#[test]
+fn two_transactions_every_interleaving_one_attempt_budget() {
+    // Every interleaving of two transactions' steps (max_attempts 2 keeps it CI-sized;
+    // the release run in the docs does max_attempts 3).
+    let mut s = Scope::quiet(2, 2);
+    s.interleave = true;
+    passes(s, 1_000, &[0, 1, 2]);
+}
+
+#[test]
+fn two_transactions_crash_between_any_two_effects() {
+    passes(scope(|s| s.crashes = 1), 10_000, &[0, 1, 2, 3, 5]);
+}
+
+#[test]
+fn two_transactions_duplicated_and_reordered_deliveries() {
+    passes(scope(|s| s.duplicate_deliveries = 1), 50_000, &[0, 1, 2, 5]);
+}
+
+#[test]
+fn two_transactions_late_and_repeated_answers() {
+    passes(scope(|s| s.extra_answers = 1), 50_000, &[0, 1, 4]);
+}
+
+#[test]
+fn two_transactions_scheduler_fires_twice_or_cannot_deliver_and_clock_moves() {
+    passes(
+        scope(|s| {
+            s.double_fires = 1;
+            s.undeliverable_fires = 1;
+        }),
+        10_000,
+        &[0, 1, 2],
+    );
+    passes(scope(|s| s.ticks = 1), 5_000, &[0, 1]);
+}
+
+#[test]
+fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
+    let mut s = Scope::quiet(1, 2);
+    s.reconciler_runs = 1;
+    s.undeliverable_fires = 1;
+    passes(s, 2_000, &[6, 7]);
+}
