@@ -24,7 +24,7 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
         "--backoff-cap",
         "4",
         "--duplicate-responses",
-        "0.2",
+        "0",
         "--seed",
         "11",
     ]);
