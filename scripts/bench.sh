@@ -7,6 +7,7 @@
 #      per million retries beside Step Functions, Lambda durable functions and a
 #      sleeping process, binary sizes and cold init, and a burst of CANCELLED
 #      responses through the local stack.
+# At the end the summary block is copied into README.md (scripts/sync-readme-bench.sh).
 # BENCH_BURST=N sets the burst size (default 1000; 0 skips it; the documented run used
 # BENCH_BURST=10000). Extra arguments are passed to `bench` (see `bench --help`).
 set -euo pipefail
@@ -38,4 +39,5 @@ if [ "$#" -gt 0 ]; then command="$command $*"; fi
   --burst "$burst" \
   --command "$command" \
   "$@"
+bash scripts/sync-readme-bench.sh
 echo "bench: done in $(( $(date +%s) - started )) s (build included)" >&2
