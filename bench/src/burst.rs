@@ -55,6 +55,8 @@ pub struct BurstSpec {
     pub backoff_seconds: f64,
     /// Give up after this long (then the unfinished ones are reported).
     pub deadline: Duration,
+    /// How often the scheduler emulator lists the schedule group.
+    pub scheduler_tick: Duration,
 }
 
 impl BurstSpec {
@@ -79,7 +81,13 @@ pub struct BurstResult {
     pub retried_unique: u64,
     /// Retried requests received, duplicates included.
     pub retried_raw: u64,
-    pub lost: u64,
+    /// Transactions whose retried request never reached the service once the queues
+    /// were empty; `None` when work was still queued at the deadline.
+    pub lost: Option<u64>,
+    /// Retried requests not yet at the service when the deadline passed (still queued).
+    pub pending: u64,
+    /// Messages in any dead-letter queue of the stack at the end.
+    pub dead_lettered: u64,
     /// Retried requests received more than once (extra copies).
     pub duplicated: u64,
     /// Requests for an attempt beyond 2 (must be none: max_attempts = 2).
@@ -110,7 +118,8 @@ impl BurstResult {
     }
 
     pub fn ok(&self) -> bool {
-        self.lost == 0
+        self.lost == Some(0)
+            && self.dead_lettered == 0
             && self.duplicated == 0
             && self.published_twice == 0
             && self.beyond_budget == 0
@@ -147,6 +156,10 @@ pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
     opts.external.duplicate_response_probability = 0.0;
     opts.external.latency_min = Duration::ZERO;
     opts.external.latency_max = Duration::ZERO;
+    // The emulators' own polling (not deployment settings): the scheduler emulator lists
+    // every schedule of the group on each tick, which costs moto O(schedules).
+    opts.scheduler_tick = spec.scheduler_tick;
+    opts.audit_poll = Duration::from_secs(1);
     let started = Instant::now();
     let moto = tokio::task::spawn_blocking(aws::local::MotoServer::start)
         .await
@@ -258,9 +271,34 @@ async fn drive(
     // N started transactions (max 2 attempts: one retry each).
     seed(&ddb, &names, n).await?;
     let setup = started.elapsed();
+    eprintln!(
+        "bench: burst: {n} transactions started, {:.1} s after the stack started",
+        setup.as_secs_f64()
+    );
 
-    // Inject the N CANCELLED answers.
+    // Inject the N CANCELLED answers, with a progress line every 10 s from now on.
     let injected_at = Instant::now();
+    let progress = {
+        let (resp, retry, sched, external) = (
+            stack.response_esm.clone(),
+            stack.retry_esm.clone(),
+            stack.scheduler.clone(),
+            stack.external.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                let done = external.seen().keys().filter(|(_, a)| *a == 2).count();
+                eprintln!(
+                    "bench: burst {:>5.0} s: responses handled {}, schedules fired {}, retry events handled {}, retried requests at the service {done}/{n}",
+                    injected_at.elapsed().as_secs_f64(),
+                    resp.get(&resp.records),
+                    sched.get(&sched.fired),
+                    retry.get(&retry.records),
+                );
+            }
+        })
+    };
     let chunks: Vec<Vec<u32>> = (1..=n)
         .collect::<Vec<_>>()
         .chunks(10)
@@ -300,8 +338,15 @@ async fn drive(
         .buffer_unordered(8)
         .collect::<Vec<_>>()
         .await;
-    sends.into_iter().collect::<Result<Vec<()>, _>>()?;
+    if let Err(e) = sends.into_iter().collect::<Result<Vec<()>, _>>() {
+        progress.abort();
+        return Err(e);
+    }
     let injected_in = injected_at.elapsed();
+    eprintln!(
+        "bench: burst: {n} CANCELLED responses injected in {:.1} s",
+        injected_in.as_secs_f64()
+    );
 
     // Follow: every retried request at the service, then every transaction SUCCEEDED.
     let deadline = injected_at + spec.deadline;
@@ -310,26 +355,14 @@ async fn drive(
         retryctl::local::external::Seen,
     >| { seen.keys().filter(|(_, attempt)| *attempt == 2).count() as u64 };
     let mut drain = None;
-    let mut next_progress = Instant::now();
     while Instant::now() < deadline {
-        let done = retried(&stack.external.seen());
-        if done >= u64::from(n) {
+        if retried(&stack.external.seen()) >= u64::from(n) {
             drain = Some(injected_at.elapsed());
             break;
         }
-        if Instant::now() >= next_progress {
-            let (resp, retry, sched) = (&stack.response_esm, &stack.retry_esm, &stack.scheduler);
-            eprintln!(
-                "bench: burst {:>5.0} s: responses handled {}, schedules fired {}, retry events handled {}, retried requests at the service {done}/{n}",
-                injected_at.elapsed().as_secs_f64(),
-                resp.get(&resp.records),
-                sched.get(&sched.fired),
-                retry.get(&retry.records),
-            );
-            next_progress += Duration::from_secs(5);
-        }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    progress.abort();
     let mut all_succeeded = None;
     let mut succeeded = 0;
     while Instant::now() < deadline {
@@ -346,19 +379,32 @@ async fn drive(
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    // Late copies would arrive now: let the queues settle before counting.
+    // Late copies would arrive now: let the queues settle before counting. A request
+    // still queued or in flight at the deadline is pending, not lost.
     let settle_until = Instant::now() + Duration::from_secs(10);
+    let mut in_queues = 0;
     while Instant::now() < settle_until {
-        let mut busy = 0;
+        in_queues = 0;
         for url in [&p.response.url, &p.retry.url, &p.request.url] {
-            busy += retryctl::demo::queue_depth(&sqs, url).await.map_err(err)?;
+            in_queues += retryctl::demo::queue_depth(&sqs, url).await.map_err(err)?;
         }
-        if busy == 0 {
+        if in_queues == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut dead_lettered = 0;
+    for q in [
+        &p.response_dlq,
+        &p.retry_dlq,
+        &p.scheduler_dlq,
+        &p.request_dlq,
+    ] {
+        dead_lettered += retryctl::demo::queue_depth(&sqs, &q.url)
+            .await
+            .map_err(err)?;
+    }
 
     let seen = stack.external.seen();
     let retried_unique = retried(&seen);
@@ -398,7 +444,13 @@ async fn drive(
         all_succeeded,
         retried_unique,
         retried_raw,
-        lost: u64::from(n).saturating_sub(retried_unique),
+        lost: (in_queues == 0).then(|| u64::from(n).saturating_sub(retried_unique)),
+        pending: if in_queues == 0 {
+            0
+        } else {
+            u64::from(n).saturating_sub(retried_unique)
+        },
+        dead_lettered,
         duplicated: retried_raw.saturating_sub(retried_unique),
         beyond_budget,
         published: epoch_ms.len() as u64,
@@ -414,4 +466,63 @@ async fn drive(
         retry_batch_item_failures: retry.get(&retry.reported_failures),
         response_invocations: resp.get(&resp.invocations),
     })
+}
+
+/// How long one of moto's ReceiveMessage calls takes with `n` messages queued, for
+/// each `n` of `sizes` (ascending): the local cost that grows with a backlog and
+/// bounds how large a burst the local stack drains in reasonable time.
+pub async fn probe_moto_receive(
+    sdk: &aws_config::SdkConfig,
+    sizes: &[u32],
+) -> Result<Vec<(u32, Duration)>, BurstError> {
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let url = sqs
+        .create_queue()
+        .queue_name(aws::local::unique_prefix("probe"))
+        .send()
+        .await
+        .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e)))?
+        .queue_url()
+        .unwrap_or_default()
+        .to_owned();
+    let mut queued = 0;
+    let mut out = Vec::new();
+    for &n in sizes {
+        while queued < n {
+            let entries = (0..10)
+                .map(|i| {
+                    SendMessageBatchRequestEntry::builder()
+                        .id(format!("m{i}"))
+                        .message_body(
+                            r#"{"transaction_id":"TX-PROBE","attempt":1,"outcome":"CANCELLED"}"#,
+                        )
+                        .build()
+                        .map_err(err)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            sqs.send_message_batch()
+                .queue_url(&url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+            queued += 10;
+        }
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let t = Instant::now();
+            sqs.receive_message()
+                .queue_url(&url)
+                .max_number_of_messages(10)
+                .visibility_timeout(3600)
+                .send()
+                .await
+                .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+            times.push(t.elapsed());
+        }
+        times.sort();
+        out.push((n, times[1]));
+    }
+    let _ = sqs.delete_queue().queue_url(&url).send().await;
+    Ok(out)
 }

@@ -60,6 +60,9 @@ struct Args {
     /// rate limit alone needs).
     #[arg(long)]
     burst_deadline: Option<u64>,
+    /// How often the local scheduler emulator lists its schedules during the burst (ms).
+    #[arg(long, default_value_t = 1000)]
+    burst_scheduler_tick_ms: u64,
     /// A sentence printed under the burst results.
     #[arg(long)]
     burst_note: Option<String>,
@@ -122,6 +125,16 @@ async fn main() {
         }
     }
 
+    // What a backlog costs moto (explains how large a burst the local stack drains).
+    let moto_receive = if args.burst > 0 {
+        eprintln!("bench: moto ReceiveMessage with 100 and 1,000 messages queued");
+        burst::probe_moto_receive(&sdk, &[100, 1000])
+            .await
+            .unwrap_or_else(|e| fail("moto probe", e))
+    } else {
+        Vec::new()
+    };
+
     // 2. Binary sizes and cold init (configuration of a stack on the same moto).
     let bin_dir = args
         .bin_dir
@@ -173,6 +186,7 @@ async fn main() {
                 .unwrap_or(deployment.retry_max_concurrency as usize),
             backoff_seconds: args.burst_backoff,
             deadline: Duration::ZERO,
+            scheduler_tick: Duration::from_millis(args.burst_scheduler_tick_ms),
         };
         let deadline = args.burst_deadline.unwrap_or_else(|| {
             300 + (5.0 * f64::from(args.burst) / spec.rate_bound().max(0.1)).ceil() as u64
@@ -211,6 +225,7 @@ async fn main() {
         burst_note: args.burst_note.clone(),
         wall_time: t0.elapsed(),
         command: args.command.clone(),
+        moto_receive,
     };
     let text = report::render(&report);
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
