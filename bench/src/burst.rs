@@ -60,9 +60,9 @@ pub struct BurstSpec {
 }
 
 impl BurstSpec {
-    /// MaximumConcurrency × MAX_REQUESTS_PER_SECOND.
+    /// MaximumConcurrency × ⌊MAX_REQUESTS_PER_SECOND⌋ (at least one per environment).
     pub fn rate_bound(&self) -> f64 {
-        self.max_requests_per_second * self.retry_concurrency as f64
+        self.max_requests_per_second.floor().max(1.0) * self.retry_concurrency as f64
     }
 }
 
@@ -114,7 +114,7 @@ pub struct BurstResult {
 
 impl BurstResult {
     pub fn within_bound(&self) -> bool {
-        f64::from(self.peak_per_second) <= self.rate_bound
+        f64::from(self.peak_sliding_second.max(self.peak_per_second)) <= self.rate_bound
     }
 
     pub fn ok(&self) -> bool {

@@ -341,10 +341,10 @@ pub fn targets(r: &Report) -> Vec<(String, String, bool)> {
         rows.push((
             format!("burst of {n} CANCELLED: never above the rate limit"),
             format!(
-                "peak {} requests published in one second, limit {}/s ({} in the worst sliding second)",
+                "peak {} requests published in any sliding one-second window ({} in one wall-clock second), limit {}/s",
+                burst.peak_sliding_second,
                 burst.peak_per_second,
-                num(burst.rate_bound),
-                burst.peak_sliding_second
+                num(burst.rate_bound)
             ),
             burst.within_bound(),
         ));
@@ -924,9 +924,10 @@ pub fn render(r: &Report) -> String {
         s,
         "Publish instants are taken where requests reach the AWS endpoint: every client of the local \
          stack talks to moto through a recording pass-through (`bench/src/tap.rs`). The limit is a pacing \
-         limiter per execution environment: it grants publish slots at least 1/rate apart, and a publish \
-         leaves at or after its slot, so a late one can share a one-second window with the next slots (the \
-         sliding figure). The service's own count is taken when it takes requests off its queue, which \
+         limiter per execution environment (`runtime::rate::Pacer`): one publish at a time, starts at \
+         least 1/rate apart, and none until one second after the end of the publish ⌊rate⌋ places \
+         before it; a request reaches the endpoint between its start and its end, so the bound is judged \
+         on the sliding window at the endpoint. The service's own count is taken when it takes requests off its queue, which \
          bunches them; it is shown for comparison, not judged.\n"
     );
     s
@@ -943,9 +944,8 @@ impl Report {
             let why = if target.contains("per million retries") {
                 self.cost_explanation()
             } else if target.contains("rate limit") {
-                "A publish leaves at or after the slot its environment's pacer granted; a late one lands in \
-                 the next second beside that second's own slots. To stay strictly under a service's limit, \
-                 set MAX_REQUESTS_PER_SECOND a little below it or give the pacer a margin."
+                "More requests reached the endpoint in one second than MaximumConcurrency × \
+                 ⌊MAX_REQUESTS_PER_SECOND⌋ allows: the pacer's bound was broken (see runtime::rate)."
                     .to_owned()
             } else {
                 "see the tables below.".to_owned()

@@ -3,15 +3,19 @@
 //! The external service must never receive more than X requests per second from the
 //! whole fleet, whatever the burst of retry events. Two settings give that bound:
 //!
-//! - **per process**: [`Pacer`] spaces publishes at least `1 / MAX_REQUESTS_PER_SECOND`
-//!   apart. Its state lives in a process-wide static ([`Pacer::global`]), so it holds
-//!   across warm invocations and across the records a batch processes concurrently
-//!   (BATCH_CONCURRENCY does not raise the rate);
+//! - **per process**: [`Pacer`] lets one publish run at a time, starts them at least
+//!   `1 / MAX_REQUESTS_PER_SECOND` apart, and starts none until one second has passed
+//!   since the publish ⌊MAX_REQUESTS_PER_SECOND⌋ places before it *ended*. Because a
+//!   request reaches the endpoint between its start and its end, the bound holds where
+//!   requests arrive, whatever their latency or a late wake-up. Its state lives in a
+//!   process-wide static ([`Pacer::global`]), so it holds across warm invocations and
+//!   across the records a batch processes concurrently (BATCH_CONCURRENCY does not
+//!   raise the rate);
 //! - **fleet**: the retry queue's event-source mapping `ScalingConfig.MaximumConcurrency`
 //!   caps the number of execution environments processing at once.
 //!
-//! Fleet bound = `MaximumConcurrency × MAX_REQUESTS_PER_SECOND` requests per second
-//! (counted in any window `[t, t + 1 s)`).
+//! Fleet bound = `MaximumConcurrency × ⌊MAX_REQUESTS_PER_SECOND⌋` requests in any window
+//! `[t, t + 1 s)` (below one per second: one per `1 / rate` seconds per environment).
 //!
 //! A publish that would have to wait longer than `max_wait` is refused with a
 //! retryable error (the record is redelivered after the visibility timeout) instead
@@ -19,9 +23,10 @@
 
 use domain::message::Request;
 use domain::ports::{PortError, RequestPublisher};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
@@ -104,22 +109,80 @@ impl PaceClock for TokioClock {
 #[error("MAX_REQUESTS_PER_SECOND = {0} is invalid: must be a number greater than 0")]
 pub struct RateError(pub f64);
 
-/// The wait for a slot would exceed the allowed maximum.
+/// No publish slot within the allowed wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
-#[error("outbound rate bound: the next publish slot is {wait:?} away (more than {max_wait:?})")]
+#[error("outbound rate bound: no publish slot within {max_wait:?} (the next one is at least {wait:?} away)")]
 pub struct Busy {
     pub wait: Duration,
     pub max_wait: Duration,
 }
 
-/// A pacing limiter: slots at least `interval` apart.
+/// A pacing limiter for one execution environment.
+///
+/// Publishes go one at a time: a publish holds the pacer from the moment it may start
+/// until its request has been answered (or has failed). A publish starts no earlier
+/// than
+///
+/// - one `interval` (1 / rate) after the previous publish *started*, and
+/// - one `window` (1 s, or 1 / rate below 1/s) after the publish `burst` places
+///   before it *finished*, where `burst` = max(1, ⌊rate⌋).
+///
+/// Whatever the latency of each request, a request reaches the endpoint somewhere
+/// between its start and its end, so any `burst + 1` consecutive requests reach it at
+/// least one `window` apart: no window `[t, t + 1 s)` ever holds more than `burst` of
+/// them, measured where they leave or where they arrive. Fleet bound =
+/// `MaximumConcurrency × burst`. The price is that one environment's rate cannot exceed
+/// 1 / (request latency): at an in-region SendMessage of ~10–20 ms, 50–100 per second.
 #[derive(Debug)]
 pub struct Pacer {
     interval: Duration,
+    window: Duration,
+    burst: usize,
     rate: f64,
-    next_free: Mutex<Option<Instant>>,
+    state: tokio::sync::Mutex<PaceState>,
     waited: AtomicU64,
     refused: AtomicU64,
+}
+
+/// What the pacer remembers: when the last publish started and when the last
+/// `burst` publishes finished.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PaceState {
+    last_start: Option<Instant>,
+    finished: VecDeque<Instant>,
+}
+
+impl PaceState {
+    /// The earliest instant at or after `now` at which the next publish may start.
+    pub fn earliest(
+        &self,
+        now: Instant,
+        interval: Duration,
+        window: Duration,
+        burst: usize,
+    ) -> Instant {
+        let mut at = now;
+        if let Some(s) = self.last_start {
+            at = at.max(s + interval);
+        }
+        if self.finished.len() >= burst {
+            if let Some(f) = self.finished.front() {
+                at = at.max(*f + window);
+            }
+        }
+        at
+    }
+
+    fn started(&mut self, at: Instant) {
+        self.last_start = Some(at);
+    }
+
+    fn finished(&mut self, at: Instant, burst: usize) {
+        self.finished.push_back(at);
+        while self.finished.len() > burst {
+            self.finished.pop_front();
+        }
+    }
 }
 
 static GLOBAL: OnceLock<Arc<Pacer>> = OnceLock::new();
@@ -131,10 +194,19 @@ impl Pacer {
             return Err(RateError(rate));
         }
         let interval = Duration::try_from_secs_f64(1.0 / rate).map_err(|_| RateError(rate))?;
+        let window = interval.max(Duration::from_secs(1));
+        // ⌊rate⌋ publishes per one-second window (at least one per `window`).
+        let burst = if rate >= 2.0 {
+            usize::try_from(rate.floor() as u64).map_err(|_| RateError(rate))?
+        } else {
+            1
+        };
         Ok(Self {
             interval,
+            window,
+            burst,
             rate,
-            next_free: Mutex::new(None),
+            state: tokio::sync::Mutex::new(PaceState::default()),
             waited: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         })
@@ -150,8 +222,19 @@ impl Pacer {
         Ok(Arc::clone(GLOBAL.get_or_init(|| fresh)))
     }
 
+    /// Least time between two publish starts (1 / rate).
     pub fn interval(&self) -> Duration {
         self.interval
+    }
+
+    /// The window the burst is counted in (1 s; 1 / rate below one per second).
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// Most publishes in any window.
+    pub fn burst(&self) -> usize {
+        self.burst
     }
 
     pub fn rate(&self) -> f64 {
@@ -168,38 +251,81 @@ impl Pacer {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Reserves the first free slot at or after `now`, unless it is more than
-    /// `max_wait` away (then nothing is reserved). Returns the slot.
-    pub fn reserve(&self, now: Instant, max_wait: Duration) -> Result<Instant, Busy> {
-        let mut next = self.next_free.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = match *next {
-            Some(free) if free > now => free,
-            _ => now,
-        };
-        let wait = slot.saturating_duration_since(now);
-        if wait > max_wait {
-            self.refused.fetch_add(1, Ordering::Relaxed);
-            return Err(Busy { wait, max_wait });
-        }
-        *next = Some(slot + self.interval);
-        if !wait.is_zero() {
-            self.waited.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(slot)
+    /// The earliest start the pacer would grant at `now` to the next publish in line.
+    pub fn earliest(&self, state: &PaceState, now: Instant) -> Instant {
+        state.earliest(now, self.interval, self.window, self.burst)
     }
 
-    /// Waits for a slot; returns the instant it was granted.
-    pub async fn acquire<C: PaceClock>(
-        &self,
-        clock: &C,
+    /// Waits for this environment's turn to publish: the previous publishes over and
+    /// the pacer's earliest start reached. Refused (nothing taken) when that is more
+    /// than `max_wait` away. The returned [`Turn`] must be held until the publish is
+    /// over; dropping it records the end.
+    pub async fn turn<'a, C: PaceClock>(
+        &'a self,
+        clock: &'a C,
         max_wait: Duration,
-    ) -> Result<Instant, Busy> {
+    ) -> Result<Turn<'a, C>, Busy> {
+        let asked = clock.now();
+        let deadline = asked + max_wait;
+        let mut state = match self.state.try_lock() {
+            Ok(free) => free,
+            // Another publish of this environment is waiting or running: queue behind
+            // it (tokio's mutex is fair, first come first served), for at most
+            // `max_wait`. The timer is made only here: a clock may count from it.
+            Err(_) => {
+                let lock = std::pin::pin!(self.state.lock());
+                let give_up = std::pin::pin!(clock.sleep_until(deadline));
+                match futures::future::select(lock, give_up).await {
+                    futures::future::Either::Left((guard, _)) => guard,
+                    futures::future::Either::Right(_) => {
+                        self.refused.fetch_add(1, Ordering::Relaxed);
+                        return Err(Busy {
+                            wait: clock.now().saturating_duration_since(asked),
+                            max_wait,
+                        });
+                    }
+                }
+            }
+        };
         let now = clock.now();
-        let slot = self.reserve(now, max_wait)?;
-        if slot > now {
-            clock.sleep_until(slot).await;
+        let at = self.earliest(&state, now);
+        if at > deadline {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(Busy {
+                wait: at.saturating_duration_since(asked),
+                max_wait,
+            });
         }
-        Ok(slot)
+        if at > now {
+            self.waited.fetch_add(1, Ordering::Relaxed);
+            clock.sleep_until(at).await;
+        }
+        // The actual start, which a late wake-up puts after `at`: the next publish is
+        // spaced from this instant.
+        let started = clock.now().max(at);
+        state.started(started);
+        Ok(Turn {
+            pacer: self,
+            state,
+            clock,
+            started,
+        })
+    }
+}
+
+/// One publish's turn: held from its start until it is over.
+pub struct Turn<'a, C: PaceClock> {
+    pacer: &'a Pacer,
+    state: tokio::sync::MutexGuard<'a, PaceState>,
+    clock: &'a C,
+    /// When the publish started.
+    pub started: Instant,
+}
+
+impl<C: PaceClock> Drop for Turn<'_, C> {
+    fn drop(&mut self) {
+        let end = self.clock.now().max(self.started);
+        self.state.finished(end, self.pacer.burst);
     }
 }
 
@@ -230,11 +356,14 @@ impl<P> Paced<P, TokioClock> {
 
 impl<P: RequestPublisher, C: PaceClock> RequestPublisher for Paced<P, C> {
     async fn publish(&self, request: &Request) -> Result<(), PortError> {
-        self.pacer
-            .acquire(&self.clock, self.max_wait)
+        let turn = self
+            .pacer
+            .turn(&self.clock, self.max_wait)
             .await
             .map_err(|b| PortError::retryable("RateLimit", b.to_string()))?;
-        self.inner.publish(request).await
+        let result = self.inner.publish(request).await;
+        drop(turn);
+        result
     }
 }
 
@@ -255,6 +384,7 @@ pub fn max_in_any_window(times: &[Instant], window: Duration) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     fn max_in_any_second(times: &[Instant]) -> usize {
         max_in_any_window(times, Duration::from_secs(1))
@@ -273,39 +403,73 @@ mod tests {
         );
     }
 
+    /// The pure rule, case by case.
     #[test]
-    fn slots_are_one_interval_apart_and_idle_time_is_not_banked() {
-        let p = Pacer::per_second(10.0).unwrap();
+    fn earliest_start_follows_the_last_start_and_the_burst_window() {
+        let p = Pacer::per_second(5.0).unwrap();
+        assert_eq!(p.burst(), 5);
+        assert_eq!(p.window(), Duration::from_secs(1));
         let t0 = Instant::now();
-        let max = Duration::from_secs(60);
-        // A burst at t0: 0, 100, 200 ms.
-        let slots: Vec<Instant> = (0..3).map(|_| p.reserve(t0, max).unwrap()).collect();
-        assert_eq!(slots[0], t0);
-        assert_eq!(slots[1], t0 + Duration::from_millis(100));
-        assert_eq!(slots[2], t0 + Duration::from_millis(200));
-        assert_eq!(p.waited(), 2);
-        // After a long idle period the next slot is "now", and only one: no burst credit.
-        let later = t0 + Duration::from_secs(10);
-        assert_eq!(p.reserve(later, max).unwrap(), later);
-        assert_eq!(
-            p.reserve(later, max).unwrap(),
-            later + Duration::from_millis(100)
-        );
+        let ms = Duration::from_millis;
+        let mut st = PaceState::default();
+        // Nothing yet: now.
+        assert_eq!(p.earliest(&st, t0), t0);
+        // One interval after the last start.
+        st.started(t0);
+        st.finished(t0 + ms(30), p.burst());
+        assert_eq!(p.earliest(&st, t0), t0 + ms(200));
+        // Idle time is not banked: long after, the next start is now.
+        assert_eq!(p.earliest(&st, t0 + ms(5000)), t0 + ms(5000));
+        // Five publishes ended; the fifth from last ended at 30 ms: the sixth waits
+        // until 1 s after that end even though the interval would allow it earlier.
+        for k in 1..5u64 {
+            st.started(t0 + ms(200 * k));
+            st.finished(t0 + ms(200 * k + 1), p.burst());
+        }
+        assert_eq!(p.earliest(&st, t0 + ms(900)), t0 + ms(1030));
+        // Only the last `burst` ends are kept.
+        st.finished(t0 + ms(1040), p.burst());
+        assert_eq!(st.finished.len(), 5);
+        assert_eq!(st.finished.front(), Some(&(t0 + ms(201))));
+        // Below one per second: one publish per 1 / rate, counted from its end.
+        let slow = Pacer::per_second(0.5).unwrap();
+        assert_eq!((slow.burst(), slow.window()), (1, Duration::from_secs(2)));
+        let mut st = PaceState::default();
+        st.started(t0);
+        st.finished(t0 + ms(300), 1);
+        assert_eq!(slow.earliest(&st, t0), t0 + ms(2300));
+        // 2.5/s: two per window, starts 400 ms apart.
+        let odd = Pacer::per_second(2.5).unwrap();
+        assert_eq!((odd.burst(), odd.interval()), (2, ms(400)));
     }
 
     #[test]
-    fn a_slot_too_far_away_is_refused_and_not_reserved() {
+    fn a_slot_too_far_away_is_refused_and_nothing_is_taken() {
+        let clock = VirtualClock::new();
         let p = Pacer::per_second(1.0).unwrap();
-        let t0 = Instant::now();
         let max = Duration::from_millis(1500);
-        assert_eq!(p.reserve(t0, max).unwrap(), t0);
-        assert_eq!(p.reserve(t0, max).unwrap(), t0 + Duration::from_secs(1));
-        let busy = p.reserve(t0, max).unwrap_err();
-        assert_eq!(busy.wait, Duration::from_secs(2));
+        let run = |p: &Pacer, max: Duration| {
+            domain::memory::block_on_ready(async { p.turn(&clock, max).await.map(|t| t.started) })
+                .unwrap()
+        };
+        assert_eq!(run(&p, max).unwrap(), clock.origin());
+        assert_eq!(
+            run(&p, max).unwrap(),
+            clock.origin() + Duration::from_secs(1)
+        );
+        // The clock is at 1 s; the next start is 2 s: 1 s away, more than 500 ms.
+        let busy = run(&p, Duration::from_millis(500)).unwrap_err();
+        assert_eq!(busy.wait, Duration::from_secs(1));
         assert_eq!(p.refused(), 1);
-        // The refused call took nothing: at t0 + 1 s the next slot is still t0 + 2 s.
-        let t1 = t0 + Duration::from_secs(1);
-        assert_eq!(p.reserve(t1, max).unwrap(), t0 + Duration::from_secs(2));
+        assert!(
+            busy.to_string().contains("no publish slot within 500ms"),
+            "{busy}"
+        );
+        // The refused call took nothing: the next start is still 2 s.
+        assert_eq!(
+            run(&p, max).unwrap(),
+            clock.origin() + Duration::from_secs(2)
+        );
     }
 
     struct Recording<'a> {
@@ -380,20 +544,88 @@ mod tests {
         assert_eq!(paced.inner.at.lock().unwrap().len(), 1);
     }
 
-    /// tokio's clock really waits: two publishes at 20/s are at least 50 ms apart.
+    /// tokio's clock really waits: two publishes at 20/s start at least 50 ms apart.
     #[tokio::test]
     async fn the_tokio_clock_waits_for_the_slot() {
         let pacer = Pacer::per_second(20.0).unwrap();
         let a = pacer
-            .acquire(&TokioClock, Duration::from_secs(1))
+            .turn(&TokioClock, Duration::from_secs(1))
             .await
-            .unwrap();
+            .unwrap()
+            .started;
         let b = pacer
-            .acquire(&TokioClock, Duration::from_secs(1))
+            .turn(&TokioClock, Duration::from_secs(1))
             .await
-            .unwrap();
-        assert_eq!(b - a, Duration::from_millis(50));
-        assert!(Instant::now() >= b);
+            .unwrap()
+            .started;
+        assert!(b - a >= Duration::from_millis(50), "{:?}", b - a);
+    }
+
+    /// A publisher whose requests take time: each reaches the endpoint at the end of
+    /// its latency.
+    struct Slow<'a> {
+        clock: &'a VirtualClock,
+        latencies: Vec<Duration>,
+        arrived: Mutex<Vec<Instant>>,
+    }
+
+    impl RequestPublisher for Slow<'_> {
+        async fn publish(&self, _: &Request) -> Result<(), PortError> {
+            let n = self.arrived.lock().unwrap().len();
+            let l = self.latencies[n % self.latencies.len()];
+            self.clock.sleep_until(self.clock.now() + l).await;
+            self.arrived.lock().unwrap().push(self.clock.now());
+            Ok(())
+        }
+    }
+
+    /// GIVEN requests whose latency varies (a request leaving at its slot arrives
+    /// late, the next one at once) THEN the arrivals, not only the starts, never exceed
+    /// the rate in any [t, t + 1 s) — where spacing starts alone (a slot every 200 ms)
+    /// lets 6 arrive within a second.
+    #[test]
+    fn arrivals_stay_within_the_rate_whatever_the_latency() {
+        for latencies in [
+            vec![Duration::from_millis(190), Duration::ZERO],
+            vec![
+                Duration::ZERO,
+                Duration::from_millis(190),
+                Duration::from_millis(50),
+            ],
+            vec![Duration::from_millis(900)],
+        ] {
+            let clock = VirtualClock::new();
+            let paced = Paced {
+                inner: Slow {
+                    clock: &clock,
+                    latencies: latencies.clone(),
+                    arrived: Mutex::new(Vec::new()),
+                },
+                pacer: Arc::new(Pacer::per_second(5.0).unwrap()),
+                clock: &clock,
+                max_wait: Duration::from_secs(3600),
+            };
+            for n in 0..40 {
+                domain::memory::block_on_ready(paced.publish(&request(n)))
+                    .unwrap()
+                    .unwrap();
+            }
+            let arrived = paced.inner.arrived.lock().unwrap().clone();
+            assert_eq!(arrived.len(), 40);
+            assert!(max_in_any_second(&arrived) <= 5, "{latencies:?}");
+            // The check is not vacuous: starts spaced 200 ms apart, nothing else,
+            // would let more than 5 arrive within a second with these latencies.
+            let naive: Vec<Instant> = (0..40u32)
+                .map(|n| {
+                    clock.origin()
+                        + Duration::from_millis(200) * n
+                        + latencies[n as usize % latencies.len()]
+                })
+                .collect();
+            if latencies.len() > 1 {
+                assert!(max_in_any_second(&naive) > 5, "{latencies:?}");
+            }
+        }
     }
 
     #[test]

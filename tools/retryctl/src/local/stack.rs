@@ -138,7 +138,8 @@ pub struct Stack {
     pub audit: Arc<AuditStats>,
     /// Each function's metrics, summed over every invocation.
     pub metrics: BTreeMap<&'static str, Arc<Metrics>>,
-    /// MaximumConcurrency × MAX_REQUESTS_PER_SECOND of the retry handler.
+    /// MaximumConcurrency × ⌊MAX_REQUESTS_PER_SECOND⌋ of the retry handler: the most
+    /// requests the fleet may publish in any one-second window.
     pub rate_bound: f64,
     /// When each retried request left a retry handler (ms, after its pacer).
     pub publish_times: Arc<Mutex<Vec<i64>>>,
@@ -316,7 +317,8 @@ impl Stack {
             stop.clone(),
         );
         tasks.extend(h);
-        let rate_bound = retry_cfg.max_requests_per_second * opts.retry_esm.max_concurrency as f64;
+        let rate_bound = pacers.first().map(|p| p.burst()).unwrap_or(1) as f64
+            * opts.retry_esm.max_concurrency.max(1) as f64;
 
         // The scheduler, delivering one-time schedules to the retry queue.
         let (h, scheduler_stats) = scheduler::spawn(
