@@ -935,7 +935,7 @@ fn table_check_detects_a_changed_index_and_ttl() {
         .and_then(|g| g.get_mut("Projection"))
         .and_then(Value::as_mapping_mut)
         .expect("the reconcile index has a projection");
-    gsi.insert("ProjectionType".into(), "KEYS_ONLY".into());
+    gsi.insert("ProjectionType".into(), "ALL".into());
     let p = table_problems(&t);
     assert!(
         p.iter().any(|m| m.contains("TransactionsTable: indexes")),

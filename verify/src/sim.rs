@@ -1318,18 +1318,16 @@ impl<'a> World<'a> {
         }
         let before = ts(self.now - self.cfg.reconcile_threshold_ms);
         let mut found: Vec<TransactionRecord> = Vec::new();
-        'outer: for status in Status::INTERMEDIATE {
-            for shard in 0..8u16 {
-                let partition = ReconcileKey::partition_for(status, shard);
-                let lo = (partition.clone(), ts(i64::MIN), 0usize);
-                let hi = (partition, before, 0usize);
-                for (_, _, tx) in self.index.range(lo..hi) {
-                    if found.len() >= self.cfg.reconcile_max_items {
-                        break 'outer;
-                    }
-                    if let Some(r) = &self.records[*tx] {
-                        found.push(r.clone());
-                    }
+        'outer: for shard in 0..8u16 {
+            let partition = ReconcileKey::partition_for(shard);
+            let lo = (partition.clone(), ts(i64::MIN), 0usize);
+            let hi = (partition, before, 0usize);
+            for (_, _, tx) in self.index.range(lo..hi) {
+                if found.len() >= self.cfg.reconcile_max_items {
+                    break 'outer;
+                }
+                if let Some(r) = &self.records[*tx] {
+                    found.push(r.clone());
                 }
             }
         }

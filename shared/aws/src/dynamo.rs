@@ -555,7 +555,7 @@ impl StateStore for DynamoStore {
             .key_condition_expression("#pk = :pk AND #at < :before")
             .expression_attribute_names("#pk", attr::RECONCILE_PK)
             .expression_attribute_names("#at", attr::RECONCILE_AT)
-            .expression_attribute_values(":pk", s(ReconcileKey::partition_for(q.status, q.shard)))
+            .expression_attribute_values(":pk", s(ReconcileKey::partition_for(q.shard)))
             .expression_attribute_values(":before", s(q.before.to_rfc3339()))
             .limit(i32::try_from(q.limit.max(1)).unwrap_or(i32::MAX))
             .set_exclusive_start_key(start)
@@ -564,11 +564,28 @@ impl StateStore for DynamoStore {
             .await
             .map_err(|e| classify("Query", &e, query_kind))?;
         self.meter.capacity(out.consumed_capacity(), false);
-        let records = out
-            .items()
-            .iter()
-            .map(|i| record_from_flat(&flat_from_dynamodb(i)).map_err(|e| codec("Query", e)))
-            .collect::<Result<Vec<_>, _>>()?;
+        // The index projects keys only (so no transition but entering and leaving it
+        // writes it): read each record, strongly consistent, and hand over its
+        // current state. One that has left the index meanwhile is not returned.
+        let mut records = Vec::with_capacity(out.items().len());
+        for item in out.items() {
+            let raw = item
+                .get(attr::TRANSACTION_ID)
+                .and_then(|v| v.as_s().ok())
+                .ok_or_else(|| {
+                    PortError::permanent(
+                        "Query",
+                        format!("index entry without a `{}` string", attr::TRANSACTION_ID),
+                    )
+                })?;
+            let id = TransactionId::parse(raw)
+                .map_err(|e| PortError::permanent("Query", format!("index entry `{raw}`: {e}")))?;
+            if let Some(r) = self.read(&id).await? {
+                if r.reconcile.is_some() {
+                    records.push(r);
+                }
+            }
+        }
         let next = out
             .last_evaluated_key()
             .filter(|k| !k.is_empty())

@@ -92,7 +92,9 @@ pub fn table_definitions(names: &StackNames) -> Vec<TableDef> {
                 name: RECONCILE_INDEX,
                 hash_key: "reconcile_pk",
                 range_key: Some("reconcile_at"),
-                projection: "ALL",
+                // Keys only: the entry is written when a cycle enters the index and
+                // when it leaves, never by the transitions in between.
+                projection: "KEYS_ONLY",
             }],
             stream_view: Some(STREAM_VIEW),
             ttl_attribute: None,

@@ -618,7 +618,7 @@ fn schedule_retry(
             attempt: next,
         },
     });
-    let confirm = confirm_scheduled(id, next, fire_at, ctx, Actor::ResponseHandler);
+    let confirm = confirm_scheduled(id, next, ctx, Actor::ResponseHandler);
     if ctx.flaws.fire_time_at_create {
         // Known-bad: the schedule is created before the instant is persisted.
         vec![create, to_scheduling, confirm, Effect::Ack(Ack::Scheduled)]
@@ -627,15 +627,10 @@ fn schedule_retry(
     }
 }
 
-fn confirm_scheduled(
-    id: &TransactionId,
-    next: Attempt,
-    fire_at: Timestamp,
-    ctx: &Context,
-    actor: Actor,
-) -> Effect {
+fn confirm_scheduled(id: &TransactionId, next: Attempt, ctx: &Context, actor: Actor) -> Effect {
     let mut set = changes(ctx, Status::Scheduled, actor);
-    set.reconcile = ctx.reconcile_key(Status::Scheduled, id, Some(fire_at));
+    // The cycle's index key was set with SCHEDULING and stays (no index write).
+    set.reconcile = Change::Keep;
     write(
         id,
         Some(Status::Scheduling),
@@ -670,7 +665,7 @@ fn resume_scheduling(r: &TransactionRecord, ctx: &Context, actor: Actor, ack: Ac
                 attempt: next,
             },
         }),
-        confirm_scheduled(id, next, fire_at, ctx, actor),
+        confirm_scheduled(id, next, ctx, actor),
         Effect::Ack(ack),
     ]
 }
@@ -736,7 +731,9 @@ fn send(
 ) -> Plan {
     let mut set = changes(ctx, Status::Sending, Actor::RetryHandler);
     set.origin = Change::Set(origin);
-    set.reconcile = ctx.reconcile_key(Status::Sending, id, None);
+    // Entered only from SCHEDULING, SCHEDULED or SENDING: the cycle's index key is
+    // already there and stays (no index write).
+    set.reconcile = Change::Keep;
     vec![
         write(
             id,

@@ -185,10 +185,18 @@ impl Actor {
 }
 
 /// The reconciler index key of a record in an intermediate state: partition
-/// `<STATUS>#<shard>` (write-sharded so no partition takes all writes) and sort key
-/// the instant after which the record counts as stuck once the threshold has passed:
-/// `updated_at` for SCHEDULING and SENDING, `next_fire_at` for SCHEDULED.
-/// Records in other states carry no key (the index is sparse).
+/// `CYCLE#<shard>` (write-sharded so no partition takes all writes) and sort key the
+/// retry's persisted fire time (`next_fire_at`).
+///
+/// The key is set once per retry cycle, when the record enters SCHEDULING (the fire
+/// time is persisted by that same write), kept unchanged through SCHEDULED and
+/// SENDING, and removed when the record leaves the intermediate states. With a
+/// keys-only projection the index is therefore written twice per cycle (one put, one
+/// delete) instead of at every transition; the reconciler queries `at` before
+/// `now − threshold` — only cycles whose fire time is long past, which is exactly what
+/// it may have to act on — and reads each such record before deciding by its status
+/// ([`crate::decide::is_stuck`]). Records in other states carry no key (the index is
+/// sparse).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ReconcileKey {
     pub partition: String,
@@ -196,11 +204,12 @@ pub struct ReconcileKey {
 }
 
 impl ReconcileKey {
-    pub fn partition_for(status: Status, shard: u16) -> String {
-        format!("{}#{shard}", status.as_str())
+    pub fn partition_for(shard: u16) -> String {
+        format!("CYCLE#{shard}")
     }
 
-    /// The key a record with these values carries, if any.
+    /// The key a record with these values carries, if any: the same for every
+    /// intermediate status of one cycle.
     pub fn derive(
         status: Status,
         id: &TransactionId,
@@ -208,14 +217,12 @@ impl ReconcileKey {
         updated_at: Timestamp,
         next_fire_at: Option<Timestamp>,
     ) -> Option<ReconcileKey> {
-        let at = match status {
-            Status::Scheduling | Status::Sending => updated_at,
-            Status::Scheduled => next_fire_at.unwrap_or(updated_at),
-            _ => return None,
-        };
+        if !status.is_intermediate() {
+            return None;
+        }
         Some(ReconcileKey {
-            partition: Self::partition_for(status, id.shard(shards)),
-            at,
+            partition: Self::partition_for(id.shard(shards)),
+            at: next_fire_at.unwrap_or(updated_at),
         })
     }
 }
@@ -556,10 +563,29 @@ mod tests {
         assert_eq!(ReconcileKey::derive(S::InProgress, &id, 8, t, None), None);
         assert_eq!(ReconcileKey::derive(S::Succeeded, &id, 8, t, None), None);
         assert_eq!(ReconcileKey::derive(S::Failed, &id, 8, t, None), None);
-        let k = ReconcileKey::derive(S::Scheduled, &id, 8, t, Some(fire)).unwrap();
-        assert_eq!(k.at, fire, "SCHEDULED is stuck relative to its fire time");
-        assert_eq!(k.partition, format!("SCHEDULED#{}", id.shard(8)));
-        let k = ReconcileKey::derive(S::Sending, &id, 8, t, Some(fire)).unwrap();
-        assert_eq!(k.at, t, "SENDING is stuck relative to its last write");
+        // One key for the whole cycle: whatever the intermediate status and the
+        // last write's time, the shard and the fire time.
+        let keys: Vec<ReconcileKey> = S::INTERMEDIATE
+            .iter()
+            .zip([
+                t,
+                Timestamp::from_millis(2_000),
+                Timestamp::from_millis(12_000),
+            ])
+            .map(|(s, at)| ReconcileKey::derive(*s, &id, 8, at, Some(fire)).unwrap())
+            .collect();
+        assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+        assert_eq!(keys[0].at, fire);
+        assert_eq!(keys[0].partition, format!("CYCLE#{}", id.shard(8)));
+        // Shards spread the partitions.
+        let parts: std::collections::BTreeSet<String> = (0..200)
+            .map(|n| {
+                let id = TransactionId::parse(&format!("TX-{n}")).unwrap();
+                ReconcileKey::derive(S::Sending, &id, 8, t, Some(fire))
+                    .unwrap()
+                    .partition
+            })
+            .collect();
+        assert_eq!(parts.len(), 8);
     }
 }

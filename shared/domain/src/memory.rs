@@ -152,7 +152,7 @@ impl StateStore for MemoryStore {
     async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
         let mut s = lock(&self.state);
         s.calls.queries += 1;
-        let partition = ReconcileKey::partition_for(q.status, q.shard);
+        let partition = ReconcileKey::partition_for(q.shard);
         let mut matching: Vec<&TransactionRecord> = s
             .records
             .values()

@@ -9,7 +9,7 @@
 
 use crate::decide::ScheduleSpec;
 use crate::ids::{ScheduleName, Timestamp, TransactionId};
-use crate::machine::{Status, TransactionRecord, Write};
+use crate::machine::{TransactionRecord, Write};
 use crate::message::{Payload, Request, RetryEvent};
 use std::future::Future;
 use thiserror::Error;
@@ -96,10 +96,10 @@ pub struct StuckPage {
     pub next: Option<String>,
 }
 
-/// The query the reconciler runs, one status and one shard at a time.
+/// The query the reconciler runs, one shard at a time: cycles whose fire time is
+/// before `before`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StuckQuery {
-    pub status: Status,
     pub shard: u16,
     /// Index sort key strictly before this instant.
     pub before: Timestamp,
@@ -136,8 +136,10 @@ pub trait StateStore: Send + Sync {
         id: &TransactionId,
     ) -> impl Future<Output = Result<Option<Payload>, PortError>> + Send;
 
-    /// Records in `query.status` on `query.shard` whose index sort key is before
-    /// `query.before` (a Query on the sparse, sharded index; never a Scan).
+    /// The current records (strongly consistent reads) of the index entries on
+    /// `query.shard` whose sort key (the cycle's fire time) is before `query.before`
+    /// (a Query on the sparse, sharded index, never a Scan). A record that left the
+    /// index between the query and the read is not returned.
     fn query_stuck(
         &self,
         query: &StuckQuery,

@@ -2,14 +2,21 @@
 //! than the threshold and runs the domain's reconcile plans on them, through the same
 //! idempotent paths as the handlers.
 //!
-//! For each intermediate status × each write shard it pages through
-//! [`StateStore::query_stuck`] (a Query on the sparse, sharded index, never a Scan)
-//! with `before = now − threshold`. The index sort key is `updated_at` for SCHEDULING
-//! and SENDING and `next_fire_at` for SCHEDULED, so the same `before` selects
-//! "unchanged for longer than the threshold" and "fire time passed more than the
-//! threshold ago" respectively. Partitions are visited round-robin, one page at a
-//! time, so a backlog in one state cannot starve the others, and the whole run stops
-//! after RECONCILE_MAX_ITEMS records (the next run continues).
+//! For each write shard it pages through [`StateStore::query_stuck`] (a Query on the
+//! sparse, sharded index, never a Scan) with `before = now − threshold`. The index
+//! holds one entry per retry cycle in flight, keyed by its fire time, so the query
+//! returns only cycles whose fire time passed more than the threshold ago — a healthy
+//! cycle has left the index by then. Each is read (strongly consistent) and the
+//! domain decides on the current record: SCHEDULED past its fire time, SENDING or
+//! SCHEDULING unchanged for longer than the threshold are acted on; anything else is
+//! counted as not stuck. Shards are visited round-robin, one page at a time, and the
+//! whole run stops after RECONCILE_MAX_ITEMS records (the next run continues).
+//!
+//! A SCHEDULING record (the response handler died between persisting the fire time
+//! and creating the schedule, and its message ran out of redeliveries) is therefore
+//! found once its fire time is past by the threshold, and its retry event is put on
+//! the retry queue directly — the retry happens, at most the threshold plus one cron
+//! interval late.
 
 use crate::batch::Verdict;
 use crate::drive::{drive, run_all, verdict};
@@ -115,18 +122,16 @@ where
         before: before.to_rfc3339(),
         ..Report::default()
     };
-    let mut queue: VecDeque<(Status, u16, Option<String>)> = Status::INTERMEDIATE
-        .iter()
-        .flat_map(|s| (0..settings.shards.max(1)).map(move |shard| (*s, shard, None)))
+    let mut queue: VecDeque<(u16, Option<String>)> = (0..settings.shards.max(1))
+        .map(|shard| (shard, None))
         .collect();
     let mut remaining = limits.max_items;
-    while let Some((status, shard, cursor)) = queue.pop_front() {
+    while let Some((shard, cursor)) = queue.pop_front() {
         if remaining == 0 {
             report.truncated = true;
             break;
         }
         let query = StuckQuery {
-            status,
             shard,
             before,
             limit: limits.page_size.max(1).min(remaining),
@@ -137,7 +142,7 @@ where
             Err(e) => {
                 report.query_errors += 1;
                 metrics.incr(names::RECONCILE_ERRORS);
-                tracing::warn!(status = %status, shard, error = %e, "reconciler index query failed");
+                tracing::warn!(shard, error = %e, "reconciler index query failed");
                 continue;
             }
         };
@@ -189,7 +194,7 @@ where
                 .or_default() += 1;
         }
         if let Some(next) = page.next {
-            queue.push_back((status, shard, Some(next)));
+            queue.push_back((shard, Some(next)));
         }
     }
     if report.truncated {

@@ -18,9 +18,10 @@ fn at(offset: Duration) -> Timestamp {
 }
 
 /// GIVEN one transaction stuck in each intermediate state WHEN the reconciler runs
-/// THEN SCHEDULING with a future instant gets its schedule (from the stored instant),
-/// SCHEDULING / SCHEDULED past their instant and SENDING get their retry event
-/// requeued, and B finishes every one of them.
+/// THEN nothing whose fire time is still ahead is even read (the index is keyed by
+/// the cycle's fire time), and once the fire times are past by the threshold,
+/// SCHEDULING, SCHEDULED and SENDING all get their retry event requeued, and B
+/// finishes every one of them.
 #[tokio::test]
 async fn resumes_every_intermediate_state() {
     let w = World::new();
@@ -38,23 +39,17 @@ async fn resumes_every_intermediate_state() {
         w.respond(tx, 1, Outcome::Cancelled).await;
     }
 
-    // Run 1, 16 minutes later: only TX-A and TX-D are stuck (SCHEDULING for longer
-    // than 15 min); their instants are ~2 h away, so their schedules are created.
+    // Run 1, 16 minutes later: TX-A and TX-D have been SCHEDULING for longer than
+    // the 15 min threshold, but their fire times are ~2 h away: the index query
+    // returns nothing, nothing is read or done (their retries are not late yet).
     w.set_time(at(16 * MIN));
-    let stored_a = w.record("TX-A").next_fire_at.unwrap();
+    w.store.reset_calls();
     let r1 = w.reconcile().await;
-    assert_eq!(r1.examined, 2, "{r1:?}");
-    assert_eq!(r1.count(Status::Scheduling, "scheduled"), 2);
+    assert_eq!(r1.examined, 0, "{r1:?}");
+    assert_eq!(w.store.calls().reads, 0, "{:?}", w.store.calls());
     assert!(!r1.truncated);
-    assert_eq!(w.status("TX-A"), Status::Scheduled);
-    let sched_a = w
-        .scheduler
-        .live()
-        .into_iter()
-        .find(|s| s.event.transaction_id == id("TX-A"))
-        .unwrap();
-    assert_eq!(sched_a.fire_at, stored_a, "created from the stored instant");
-    assert_eq!(w.metrics.count("ReconcileSchedulingScheduled"), 2);
+    assert_eq!(w.status("TX-A"), Status::Scheduling);
+    assert_eq!(w.scheduler.live().len(), 2, "only B's and C's schedules");
     assert!(w.retries.is_empty());
 
     // TX-E: A dies after SCHEDULING at 16 min; by run 2 its instant has passed.
@@ -62,8 +57,8 @@ async fn resumes_every_intermediate_state() {
     w.respond_with("TX-E", 1, Outcome::Cancelled, &mut stop_after(1))
         .await;
 
-    // 3 h: every schedule is due. The scheduler delivers nothing except TX-C's,
-    // whose retry handler dies after SENDING.
+    // 3 h: every schedule is due (B's and C's). The scheduler delivers nothing
+    // except TX-C's, whose retry handler dies after SENDING.
     w.set_time(at(180 * MIN));
     let due = w.fire_due();
     let c_event = due
@@ -77,8 +72,8 @@ async fn resumes_every_intermediate_state() {
     // Run 2, 16 minutes later.
     w.set_time(at(196 * MIN));
     let r2 = w.reconcile().await;
-    assert_eq!(r2.count(Status::Scheduled, "requeued"), 3, "{r2:?}"); // A, B, D
-    assert_eq!(r2.count(Status::Scheduling, "requeued"), 1, "{r2:?}"); // E, instant past
+    assert_eq!(r2.count(Status::Scheduled, "requeued"), 1, "{r2:?}"); // B
+    assert_eq!(r2.count(Status::Scheduling, "requeued"), 3, "{r2:?}"); // A, D, E
     assert_eq!(r2.count(Status::Sending, "requeued"), 1, "{r2:?}"); // C
     assert_eq!(r2.examined, 5);
     assert_eq!(r2.errors, 0);
@@ -184,31 +179,32 @@ async fn pages_through_the_index_and_bounds_each_run() {
     assert_eq!(w.distinct_keys().len(), 60);
 }
 
-/// A backlog in one state does not starve the others: partitions are visited
+/// A backlog in one shard does not starve the others: shards are visited
 /// round-robin, one page each, before any second page.
 #[tokio::test]
-async fn a_backlog_in_one_state_does_not_starve_the_others() {
+async fn a_backlog_in_one_shard_does_not_starve_the_others() {
     let mut w = World::new();
     w.settings = Settings {
         shards: 2,
         ..w.settings.clone()
     };
-    for i in 0..20 {
-        let tx = format!("TX-S{i:02}");
-        w.start(&tx, 3).await;
-        w.respond_with(&tx, 1, Outcome::Cancelled, &mut stop_after(1))
+    let names: Vec<String> = (0..200).map(|i| format!("TX-S{i:03}")).collect();
+    let crowded: Vec<&String> = names
+        .iter()
+        .filter(|n| id(n).shard(2) == 0)
+        .take(20)
+        .collect();
+    let quiet: Vec<&String> = names
+        .iter()
+        .filter(|n| id(n).shard(2) == 1)
+        .take(2)
+        .collect();
+    assert_eq!((crowded.len(), quiet.len()), (20, 2));
+    for tx in crowded.iter().chain(&quiet) {
+        w.start(tx, 3).await;
+        w.respond_with(tx, 1, Outcome::Cancelled, &mut stop_after(1))
             .await;
     }
-    for tx in ["TX-X1", "TX-X2"] {
-        w.start(tx, 3).await;
-        w.respond(tx, 1, Outcome::Cancelled).await;
-    }
-    w.set_time(at(300 * MIN));
-    for ev in w.fire_due() {
-        w.retry_with(&ev, &mut stop_after(1)).await;
-    }
-    assert_eq!(w.status("TX-X1"), Status::Sending);
-    assert_eq!(w.status("TX-X2"), Status::Sending);
     w.set_time(at(320 * MIN));
     let metrics = Metrics::new("NS", "reconciler");
     let r = run_once(
@@ -230,8 +226,16 @@ async fn a_backlog_in_one_state_does_not_starve_the_others() {
     )
     .await;
     assert!(r.truncated);
-    assert_eq!(r.count(Status::Sending, "requeued"), 2, "{r:?}");
-    assert_eq!(r.count(Status::Scheduling, "requeued"), 4, "{r:?}");
+    assert_eq!(r.count(Status::Scheduling, "requeued"), 6, "{r:?}");
+    let requeued: Vec<String> = w
+        .retries
+        .drain()
+        .iter()
+        .map(|e| e.transaction_id.to_string())
+        .collect();
+    for tx in &quiet {
+        assert!(requeued.contains(tx), "{tx} starved: {requeued:?}");
+    }
 }
 
 /// The report serialises as the function's response.
@@ -241,11 +245,11 @@ async fn report_json_has_counts_by_state_and_action() {
     w.start("TX-1", 3).await;
     w.respond_with("TX-1", 1, Outcome::Cancelled, &mut stop_after(1))
         .await;
-    w.set_time(at(20 * MIN));
+    w.set_time(at(200 * MIN));
     let r = w.reconcile().await;
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["examined"], 1);
-    assert_eq!(json["actions"]["SCHEDULING"]["scheduled"], 1);
+    assert_eq!(json["actions"]["SCHEDULING"]["requeued"], 1);
     assert_eq!(json["truncated"], false);
-    assert_eq!(json["before"], "2026-10-03T12:05:00.000Z");
+    assert_eq!(json["before"], "2026-10-03T15:05:00.000Z");
 }

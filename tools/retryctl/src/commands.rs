@@ -13,7 +13,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, Queu
 use domain::decide::{decide_reconcile, is_stuck, Ack, Rejection};
 use domain::exec::Ports;
 use domain::ports::{Clock, StateStore, StuckQuery, SystemClock, Unwired};
-use domain::{MaxAttempts, Payload, Status, TransactionId, TransactionRecord};
+use domain::{MaxAttempts, Payload, TransactionId, TransactionRecord};
 use runtime::ops::OpError;
 use runtime::Settings;
 use serde_json::{json, Value};
@@ -314,32 +314,29 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
     let threshold_ms = i64::try_from(t.threshold.as_millis()).unwrap_or(i64::MAX);
     let before = now.plus_millis(-threshold_ms);
     let mut found: Vec<(TransactionRecord, &'static str)> = Vec::new();
-    for status in Status::INTERMEDIATE {
-        for shard in 0..t.shards {
-            let mut cursor = None;
-            loop {
-                let page = store
-                    .query_stuck(&StuckQuery {
-                        status,
-                        shard,
-                        before,
-                        limit: 100,
-                        cursor: cursor.take(),
-                    })
-                    .await?;
-                for r in page.records {
-                    if is_stuck(&r, &ctx) {
-                        let action = decide_reconcile(&r, &ctx)
-                            .first()
-                            .map(|e| e.label())
-                            .unwrap_or("-");
-                        found.push((r, action));
-                    }
+    for shard in 0..t.shards {
+        let mut cursor = None;
+        loop {
+            let page = store
+                .query_stuck(&StuckQuery {
+                    shard,
+                    before,
+                    limit: 100,
+                    cursor: cursor.take(),
+                })
+                .await?;
+            for r in page.records {
+                if is_stuck(&r, &ctx) {
+                    let action = decide_reconcile(&r, &ctx)
+                        .first()
+                        .map(|e| e.label())
+                        .unwrap_or("-");
+                    found.push((r, action));
                 }
-                match page.next {
-                    Some(c) => cursor = Some(c),
-                    None => break,
-                }
+            }
+            match page.next {
+                Some(c) => cursor = Some(c),
+                None => break,
             }
         }
     }

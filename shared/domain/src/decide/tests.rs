@@ -710,9 +710,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=1 / unread",
         &[
-            "write ResponseCancelledRetry if IN_PROGRESS c=1 Remaining -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=1 Remaining -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+7200s by=response-handler",
             "create-schedule retry-TX-100200-2 at T0+7200s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED rk=SCHEDULED#5@T0+7200s by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -779,9 +779,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=2 / unread",
         &[
-            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+14400s by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -794,9 +794,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=2 / IN_PROGRESS c=2 max=4",
         &[
-            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+14400s by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -812,7 +812,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response CANCELLED n=2 / SCHEDULING c=2 max=4",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+3600s by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -857,9 +857,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=3 / unread",
         &[
-            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s by=response-handler",
             "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED rk=SCHEDULED#5@T0+28800s by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -897,9 +897,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response CANCELLED n=3 / SENDING c=2 max=4",
         &[
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=response-handler",
-            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=SCHEDULING#5@T0+0s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s by=response-handler",
             "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED rk=SCHEDULED#5@T0+28800s by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -947,7 +947,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=2 RETRY_SCHEDULER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
             "publish-request TX-100200#2",
             "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -998,7 +998,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=2 RECONCILER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RECONCILER by=retry-handler",
             "publish-request TX-100200#2",
             "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1007,7 +1007,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=2 OPERATOR / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=OPERATOR by=retry-handler",
             "publish-request TX-100200#2",
             "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1016,7 +1016,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RETRY_SCHEDULER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1037,7 +1037,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RETRY_SCHEDULER / SCHEDULING c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1046,7 +1046,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RETRY_SCHEDULER / SCHEDULED c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1075,7 +1075,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RECONCILER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1084,7 +1084,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RECONCILER / SCHEDULING c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1093,7 +1093,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RECONCILER / SCHEDULED c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1110,7 +1110,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 OPERATOR / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1119,7 +1119,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 OPERATOR / SCHEDULING c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1128,7 +1128,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 OPERATOR / SCHEDULED c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR by=retry-handler",
             "publish-request TX-100200#3",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1145,7 +1145,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=4 RETRY_SCHEDULER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RETRY_SCHEDULER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
             "publish-request TX-100200#4",
             "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1196,7 +1196,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=4 RECONCILER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RECONCILER rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RECONCILER by=retry-handler",
             "publish-request TX-100200#4",
             "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1205,7 +1205,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=4 OPERATOR / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=OPERATOR rk=SENDING#5@T0+0s by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=OPERATOR by=retry-handler",
             "publish-request TX-100200#4",
             "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
             "ack Published",
@@ -1269,7 +1269,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck / unread",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+3600s by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
@@ -1277,7 +1277,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck / current",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED rk=SCHEDULED#5@T0+3600s by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
@@ -1677,7 +1677,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "replay / FAILED c=2 max=2",
         &[
-            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=SCHEDULING#5@T0+0s by=operator",
+            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=CYCLE#5@T0+0s by=operator",
             "publish-retry TX-100200/3/OPERATOR",
             "ack Replayed",
         ],

@@ -154,23 +154,20 @@ impl World {
         let threshold = i64::try_from(self.threshold.as_millis()).unwrap();
         let before = self.now.plus_millis(-threshold);
         let mut out = Vec::new();
-        for status in Status::INTERMEDIATE {
-            for shard in 0..self.shards {
-                let mut cursor = None;
-                loop {
-                    let q = StuckQuery {
-                        status,
-                        shard,
-                        before,
-                        limit: 2,
-                        cursor: cursor.take(),
-                    };
-                    let page = block_on_ready(self.store.query_stuck(&q)).unwrap().unwrap();
-                    out.extend(page.records);
-                    match page.next {
-                        Some(c) => cursor = Some(c),
-                        None => break,
-                    }
+        for shard in 0..self.shards {
+            let mut cursor = None;
+            loop {
+                let q = StuckQuery {
+                    shard,
+                    before,
+                    limit: 2,
+                    cursor: cursor.take(),
+                };
+                let page = block_on_ready(self.store.query_stuck(&q)).unwrap().unwrap();
+                out.extend(page.records);
+                match page.next {
+                    Some(c) => cursor = Some(c),
+                    None => break,
                 }
             }
         }
