@@ -977,6 +977,20 @@ pub fn decide(
     ctx: &Context,
     rng: &mut dyn RandomSource,
 ) -> Plan {
+    // Time never runs backwards within a transaction: a decision taken on a record
+    // written later than this run's clock reading (another writer, or the record a
+    // failed condition handed back) writes no earlier than that record's time.
+    let later;
+    let ctx = match known {
+        Known::Record(r) if r.updated_at > ctx.now => {
+            later = Context {
+                now: r.updated_at,
+                ..ctx.clone()
+            };
+            &later
+        }
+        _ => ctx,
+    };
     match input {
         Input::Response(r) => decide_response(known, r, ctx, rng),
         Input::Retry(e) => decide_retry(known, e, ctx),

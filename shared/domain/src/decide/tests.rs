@@ -1762,3 +1762,33 @@ fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
     }
     assert!(writes > 60, "the table exercises {writes} writes");
 }
+
+/// GIVEN a record written later than this run's clock reading (another writer's
+/// clock, or the record a failed condition hands back) WHEN the run decides on it
+/// THEN its writes carry that record's time, never an earlier one; unread, the run's
+/// own reading is used.
+#[test]
+fn writes_never_carry_a_time_before_the_record_they_replace() {
+    let ctx = ctx_at(1_000);
+    let mut r = record(Status::InProgress, 1, None, 4);
+    r.updated_at = Timestamp::from_millis(5_000);
+    let input = Input::Response(response(1, Outcome::Cancelled));
+    let times = |known: Known<'_>| -> Vec<Timestamp> {
+        decide(&input, known, None, &ctx, &mut FixedRandom(0.5))
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Write(w) => Some(w.set.updated_at),
+                _ => None,
+            })
+            .collect()
+    };
+    let known = times(Known::Record(&r));
+    assert!(!known.is_empty());
+    assert!(known.iter().all(|t| *t == r.updated_at), "{known:?}");
+    let unread = times(Known::Unread);
+    assert!(!unread.is_empty());
+    assert!(unread.iter().all(|t| *t == ctx.now), "{unread:?}");
+    // A record older than the reading changes nothing.
+    r.updated_at = Timestamp::from_millis(10);
+    assert!(times(Known::Record(&r)).iter().all(|t| *t == ctx.now));
+}
