@@ -633,9 +633,10 @@ pub fn render(r: &Report) -> String {
         s,
         "The request payload lives in its own table, written once when the transaction starts, so \
          the state item — and what each transition costs — is the same whatever the payload size. \
-         Index writes follow the sparse reconcile-index key: it appears at SCHEDULING (1 put), \
-         changes at SCHEDULED and at SENDING (delete + put = 2 each) and disappears at IN_PROGRESS \
-         (1 delete).\n"
+         Index writes follow the sparse, keys-only reconcile-index entry of the retry cycle \
+         (`CYCLE#<shard>`, sorted by the fire time): it appears at SCHEDULING (1 put), is not \
+         touched by SCHEDULED and SENDING (no indexed or projected attribute changes, so DynamoDB \
+         writes nothing to the index) and disappears at IN_PROGRESS (1 delete).\n"
     );
     s.push_str(&transitions_table(r));
     let _ = writeln!(s);
@@ -959,29 +960,12 @@ impl Report {
         let Some(c) = self.cycle(4096, 1) else {
             return String::new();
         };
-        let bill = self.bill(Alternative::Pattern, c, &self.assumptions);
         let wru = self.prices.dynamodb_write_request_unit.unit_usd() * 1_000_000.0;
         let state = c.state_billed();
         let audit = c.audit_billed.write();
-        // Candidate changes, priced with the same rule: every write is ⌈size / 1 KB⌉ ≥ 1 WRU.
-        let index_saving = (state.index_write - 2.0).max(0.0) * wru;
-        let audit_saving = (audit - 2.0).max(0.0) * wru;
-        let both = bill.per_million() - index_saving - audit_saving;
         format!(
-            "DynamoDB writes are {} of it: {} WRU per retry = 4 state-item writes ({} WRU, {}) + {} \
-             reconcile-index writes ({}: the index key is `<STATUS>#<shard>`, so it appears, changes twice \
-             and disappears, each change a delete + a put) + {} audit rows ({}); every one of these items is \
-             under 1 KB, so each write is the 1-WRU minimum and no payload size changes it. Not reached by \
-             tuning: it takes fewer writes. (1) A reconcile-index key that stays the same for the whole \
-             cycle (set at SCHEDULING, removed at IN_PROGRESS) with a projection no transition changes \
-             (KEYS_ONLY or INCLUDE of fixed attributes): 2 index writes instead of {} (−{}); alone: {}. \
-             (2) One audit item per handler run instead of one per transition (a run's two transitions \
-             normally reach the audit writer in the same stream batch; the item stays under 1 KB; every \
-             transition is still recorded, but DESIGN.md's one row per transition becomes one item per run): \
-             2 audit writes instead of {} (−{}); alone: {}. Both: {} per million retries, {} the target. \
-             These are changes to the domain's reconcile key, the index projection and the audit writer, \
-             priced here with the same rules, not measured.",
-            usd(bill.line("DynamoDB write units").map(|l| l.usd * 1_000_000.0).unwrap_or(0.0)),
+            "DynamoDB writes: {} WRU per retry = {} state-item WRU ({}) + {} reconcile-index WRU ({}) + \
+             {} audit WRU ({}); the other lines are in the table below.",
             num(c.rules_write_units()),
             num(state.table_write),
             usd(state.table_write * wru),
@@ -989,14 +973,6 @@ impl Report {
             usd(state.index_write * wru),
             num(audit),
             usd(audit * wru),
-            num(state.index_write),
-            usd(index_saving),
-            usd(bill.per_million() - index_saving),
-            num(audit),
-            usd(audit_saving),
-            usd(bill.per_million() - audit_saving),
-            usd(both),
-            if both <= TARGET_USD_PER_MILLION_4KB { "within" } else { "still above" },
         )
     }
 }
