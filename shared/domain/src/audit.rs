@@ -1,10 +1,15 @@
-//! The append-only audit trail: one row per transition.
+//! The append-only audit trail: one entry per transition.
 //!
-//! Rows are derived from the change a transition made (the record before and after),
-//! so any store that can hand over both images (DynamoDB Streams with
-//! `NEW_AND_OLD_IMAGES`, an in-memory store) produces the same rows. The row key is
-//! deterministic, so a redelivered change writes the same row again instead of a
-//! second one.
+//! Entries are derived from the change a transition made (the record before and
+//! after), so any store that can hand over both images (DynamoDB Streams with
+//! `NEW_AND_OLD_IMAGES`, an in-memory store) produces the same entries. Each entry has
+//! a deterministic key ([`AuditEntry::sort_key`]), so a redelivered change writes the
+//! same entry again instead of a second one.
+//!
+//! Stored, the entries are grouped one item per handler run: the two transitions one
+//! run writes share a [`AuditEntry::group_key`] (the response handler's IN_PROGRESS(n)
+//! → SCHEDULING → SCHEDULED, the retry handler's SCHEDULED → SENDING →
+//! IN_PROGRESS(n+1)), so a store can keep them in one item written once.
 
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Actor, Status, TransactionRecord};
@@ -33,7 +38,7 @@ pub struct AuditEntry {
 }
 
 impl AuditEntry {
-    /// The row for a change, or `None` when the change was not a transition (the same
+    /// The entry for a change, or `None` when the change was not a transition (the same
     /// status, attempt and write time: a no-op rewrite).
     pub fn from_change(old: Option<&TransactionRecord>, new: &TransactionRecord) -> Option<Self> {
         if let Some(o) = old {
@@ -68,7 +73,7 @@ impl AuditEntry {
     /// two transitions at the same instant (IN_PROGRESS → SCHEDULING → SCHEDULED in one
     /// response, SENDING(n) → IN_PROGRESS(n+1) in one retry): the attempt and then the
     /// status's place in the lifecycle break the tie. A redelivered change yields the
-    /// same key, so it rewrites its row instead of adding one.
+    /// same key, so it rewrites its entry instead of adding one.
     pub fn sort_key(&self) -> String {
         let rank = match self.to {
             Status::InProgress => 0,
@@ -84,6 +89,32 @@ impl AuditEntry {
             self.current_attempt.get(),
             self.to.as_str()
         )
+    }
+
+    /// The group this entry is stored in: the entries of one handler run share it,
+    /// different runs of a transaction (normally) do not. Derived from the entry
+    /// alone, so a redelivered change lands in the same group.
+    ///
+    /// - `<attempt:04>#1-send`: the run that puts an attempt out — the creation
+    ///   (IN_PROGRESS(1)) and the retry handler's SENDING (next attempt n+1) and
+    ///   IN_PROGRESS(n+1), all keyed by the attempt being sent;
+    /// - `<attempt:04>#2-answer`: the run that handles the answer to an attempt — the
+    ///   response handler's SCHEDULING and SCHEDULED, or SUCCEEDED / FAILED, keyed by
+    ///   the current attempt.
+    ///
+    /// Groups sort as text in the order the runs happen: attempt n is sent, then
+    /// answered, then attempt n+1 is sent.
+    pub fn group_key(&self) -> String {
+        match self.to {
+            Status::InProgress => format!("{:04}#1-send", self.current_attempt.get()),
+            Status::Sending => format!(
+                "{:04}#1-send",
+                self.next_attempt.unwrap_or(self.current_attempt).get()
+            ),
+            Status::Scheduling | Status::Scheduled | Status::Succeeded | Status::Failed => {
+                format!("{:04}#2-answer", self.current_attempt.get())
+            }
+        }
     }
 
     /// True when this transition exhausted the budget (the business alert).
@@ -153,6 +184,119 @@ mod tests {
         let mut late = rec(Status::Failed, 41);
         late.current_attempt = crate::ids::Attempt::new(10).unwrap();
         assert!(AuditEntry::from_change(None, &late).unwrap().sort_key() < keys[0]);
+    }
+
+    fn attempt(n: u32) -> Attempt {
+        Attempt::new(n).unwrap()
+    }
+
+    fn entry(to: Status, current: u32, next: Option<u32>) -> AuditEntry {
+        let mut r = rec(to, 42);
+        r.current_attempt = attempt(current);
+        r.next_attempt = next.map(attempt);
+        AuditEntry::from_change(None, &r).unwrap()
+    }
+
+    #[test]
+    fn group_key_of_every_status() {
+        for to in Status::ALL {
+            let expected = match to {
+                Status::InProgress => "0003#1-send",
+                Status::Sending => "0004#1-send",
+                Status::Scheduling | Status::Scheduled | Status::Succeeded | Status::Failed => {
+                    "0003#2-answer"
+                }
+            };
+            assert_eq!(entry(to, 3, Some(4)).group_key(), expected, "{to:?}");
+        }
+        // Without a next attempt, SENDING falls back to the current one; the other
+        // statuses never look at it.
+        assert_eq!(entry(Status::Sending, 3, None).group_key(), "0003#1-send");
+        for to in Status::ALL {
+            if to != Status::Sending {
+                assert_eq!(
+                    entry(to, 3, None).group_key(),
+                    entry(to, 3, Some(4)).group_key()
+                );
+            }
+        }
+        assert_eq!(
+            entry(Status::Failed, 1000, None).group_key(),
+            "1000#2-answer"
+        );
+    }
+
+    /// A whole lifecycle, run by run: the creation, then per cycle the response
+    /// handler's two transitions and the retry handler's two, then the final answer.
+    fn lifecycle(cycles: u32, end: Status) -> Vec<Vec<AuditEntry>> {
+        let mut runs = Vec::new();
+        let mut at = 0;
+        let mut step = |old: &TransactionRecord, f: &dyn Fn(&mut TransactionRecord)| {
+            let mut new = old.clone();
+            f(&mut new);
+            at += 1;
+            new.updated_at = Timestamp::from_millis(at);
+            let e = AuditEntry::from_change(Some(old), &new).unwrap();
+            (new, e)
+        };
+        let mut r = rec(Status::InProgress, 0);
+        runs.push(vec![AuditEntry::from_change(None, &r).unwrap()]);
+        for n in 1..=cycles {
+            let next = Some(attempt(n + 1));
+            let (a, e1) = step(&r, &|x| {
+                x.status = Status::Scheduling;
+                x.next_attempt = next;
+            });
+            let (b, e2) = step(&a, &|x| x.status = Status::Scheduled);
+            runs.push(vec![e1, e2]);
+            let (c, e3) = step(&b, &|x| x.status = Status::Sending);
+            let (d, e4) = step(&c, &|x| {
+                x.status = Status::InProgress;
+                x.current_attempt = attempt(n + 1);
+                x.next_attempt = None;
+            });
+            runs.push(vec![e3, e4]);
+            r = d;
+        }
+        let (_, last) = step(&r, &|x| x.status = end);
+        runs.push(vec![last]);
+        runs
+    }
+
+    #[test]
+    fn each_handler_run_lands_in_one_group_and_runs_in_different_ones() {
+        for end in [Status::Succeeded, Status::Failed] {
+            let runs = lifecycle(3, end);
+            assert_eq!(runs.len(), 1 + 3 * 2 + 1);
+            let keys: Vec<String> = runs
+                .iter()
+                .map(|run| {
+                    let key = run[0].group_key();
+                    for e in run {
+                        assert_eq!(e.group_key(), key, "{:?} → {:?}", e.from, e.to);
+                    }
+                    key
+                })
+                .collect();
+            assert_eq!(
+                keys,
+                [
+                    "0001#1-send",
+                    "0001#2-answer",
+                    "0002#1-send",
+                    "0002#2-answer",
+                    "0003#1-send",
+                    "0003#2-answer",
+                    "0004#1-send",
+                    "0004#2-answer",
+                ]
+            );
+            // Distinct per run, and sorted as the runs happened.
+            let mut sorted = keys.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted, keys);
+        }
     }
 
     #[test]
