@@ -3,7 +3,7 @@
 //! functions with their environment pointed at moto, and every function invoked with
 //! the files in `tests/events/` through `cargo lambda invoke --data-file`. Asserts the
 //! batch responses, the state items, the schedules, the queues and DLQs, and the
-//! audit rows derived from the table's stream.
+//! audit entries derived from the table's stream.
 //!
 //! Needs `cargo-lambda` and `moto_server` on PATH: `. scripts/tools.sh`. Without them
 //! the test fails and says so; it never passes silently.
@@ -490,7 +490,7 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
         "{permanent:?}"
     );
 
-    // 12. Audit rows: the table's stream turned into rows, one per transition.
+    // 12. Audit: the table's stream turned into entries, one per transition.
     let audit = audit_rows(&sdk, &stack.p, &names, "TX-100200").await;
     assert_eq!(
         audit,
@@ -512,9 +512,10 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
     );
 }
 
-/// The audit rows of one transaction, as `FROM>TO@attempt`: the table's stream read
-/// with the DynamoDB Streams API and each change written as the audit writer does
-/// (where AWS would invoke the `audit-writer` Lambda).
+/// The audit entries of one transaction, as `FROM>TO@attempt`: the table's stream
+/// read with the DynamoDB Streams API and written as one batch, grouped one item per
+/// handler run, as the audit writer does (where AWS would invoke the `audit-writer`
+/// Lambda).
 async fn audit_rows(
     sdk: &aws_config::SdkConfig,
     p: &Provisioned,
@@ -527,9 +528,19 @@ async fn audit_rows(
         .await
         .unwrap();
     let writer = AuditWriter::new(aws::clients::dynamodb(sdk), &names.audit_table, 365);
-    for c in &changes {
-        writer.apply(c.old.as_ref(), c.new.as_ref()).await.unwrap();
+    let batch = writer
+        .apply_batch(changes.iter().map(|c| (c.old.as_ref(), c.new.as_ref())))
+        .await;
+    assert_eq!(batch.results.len(), changes.len());
+    for r in &batch.results {
+        assert!(r.is_ok(), "{r:?}");
     }
+    assert!(
+        batch.items_written < batch.entries_written(),
+        "a run's transitions share an item: {} items for {} entries",
+        batch.items_written,
+        batch.entries_written()
+    );
     writer
         .history(&id(tx))
         .await

@@ -1,13 +1,19 @@
 //! The audit trail in AWS: DynamoDB Streams (`NEW_AND_OLD_IMAGES`) on the
-//! transactions table → the `audit-writer` Lambda → one `PutItem` per transition in
-//! the audit table.
+//! transactions table → the `audit-writer` Lambda → one `UpdateItem` per handler run
+//! in the audit table.
 //!
 //! A change (old and new image) becomes a [`domain::audit::AuditEntry`] exactly as in
-//! memory (`AuditEntry::from_change`). The row key is deterministic
-//! (`transaction_id`, `audit_key = AuditEntry::sort_key()`), so a redelivered stream
-//! record overwrites the same row instead of adding one. `expires_at` (epoch
-//! seconds) = the transition time + the retention, for DynamoDB TTL. A failed
-//! condition writes nothing, so it produces no stream record and no row.
+//! memory (`AuditEntry::from_change`): one entry per transition. Entries are stored
+//! grouped, one item per handler run: key (`transaction_id`, `audit_key =
+//! AuditEntry::group_key()`), one attribute `e#<AuditEntry::sort_key()>` per entry
+//! (a Map of the entry's fields) and `expires_at` (epoch seconds, the latest entry's
+//! time + the retention, for DynamoDB TTL). A run's two transitions normally reach
+//! the writer in one stream batch, so [`AuditWriter::apply_batch`] writes them with one
+//! `UpdateItem` (`SET` of their attributes): one write unit per run instead of one per
+//! transition. Attributes are only ever added and their names are deterministic, so
+//! a redelivered change sets the same attribute to the same value, and entries of
+//! one run that arrive in different batches land in the same item. A failed
+//! condition writes nothing, so it produces no stream record and no entry.
 //!
 //! [`drain_stream`] reads the stream with the DynamoDB Streams API (DescribeStream,
 //! GetShardIterator, GetRecords): the local stack and the tests use it where AWS
@@ -18,8 +24,8 @@ use crate::item::{
     flat_from_dynamodb, flat_from_streams, record_from_flat, s, CodecError, FlatItem,
 };
 use crate::meter::{Call, CallMeter};
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::query::QueryError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use domain::audit::AuditEntry;
@@ -29,11 +35,18 @@ use domain::{Attempt, Origin, Outcome, ScheduleName, Status, Timestamp, Transact
 use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
 
-/// Attribute names of an audit row.
+/// Attribute names of an audit item and of the Map of each entry in it.
 pub mod attr {
+    /// Partition key.
     pub const TRANSACTION_ID: &str = "transaction_id";
-    /// Sort key: `AuditEntry::sort_key()` = `<at>#<attempt>#<rank>-<to>`.
+    /// Sort key: `AuditEntry::group_key()` = `<attempt:04>#1-send` or
+    /// `<attempt:04>#2-answer`, one item per handler run.
     pub const AUDIT_KEY: &str = "audit_key";
+    /// Prefix of an entry's attribute: `e#<AuditEntry::sort_key()>`.
+    pub const ENTRY_PREFIX: &str = "e#";
+    /// TTL attribute (epoch seconds) of the item.
+    pub const EXPIRES_AT: &str = "expires_at";
+    // The fields of an entry (inside its Map).
     pub const AT: &str = "at";
     pub const ACTOR: &str = "actor";
     /// Absent for the creation of the transaction.
@@ -47,8 +60,6 @@ pub mod attr {
     pub const OUTCOME: &str = "outcome";
     pub const REASON: &str = "reason";
     pub const ORIGIN: &str = "origin";
-    /// TTL attribute (epoch seconds).
-    pub const EXPIRES_AT: &str = "expires_at";
 }
 
 /// Why a change could not be audited.
@@ -68,8 +79,8 @@ impl AuditError {
     }
 }
 
-/// The audit row of a change, if the change is a transition. `new = None` (an item
-/// removed) makes no row.
+/// The audit entry of a change, if the change is a transition. `new = None` (an item
+/// removed) makes no entry.
 pub fn entry_from_images(
     old: Option<&FlatItem>,
     new: Option<&FlatItem>,
@@ -87,7 +98,7 @@ pub fn entry_from_images(
 
 const DAY_SECONDS: i64 = 86_400;
 
-/// `expires_at` of a row: the transition time plus the retention.
+/// `expires_at` of an entry: the transition time plus the retention.
 pub fn expires_at(entry: &AuditEntry, retention_days: u32) -> i64 {
     entry.at.epoch_seconds() + i64::from(retention_days) * DAY_SECONDS
 }
@@ -96,12 +107,16 @@ fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-/// The audit table item of an entry.
-pub fn audit_item(entry: &AuditEntry, retention_days: u32) -> HashMap<String, AttributeValue> {
+/// The attribute an entry is stored under in its group's item: `e#<sort_key>`.
+pub fn entry_attribute(entry: &AuditEntry) -> String {
+    format!("{}{}", attr::ENTRY_PREFIX, entry.sort_key())
+}
+
+/// The fields of an entry, the value of its attribute. The transaction id is the
+/// item's key and is not repeated.
+fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     use attr::*;
     let mut m = HashMap::new();
-    m.insert(TRANSACTION_ID.into(), s(entry.transaction_id.as_str()));
-    m.insert(AUDIT_KEY.into(), s(entry.sort_key()));
     m.insert(AT.into(), s(entry.at.to_rfc3339()));
     m.insert(ACTOR.into(), s(entry.actor.as_str()));
     if let Some(f) = entry.from {
@@ -128,14 +143,83 @@ pub fn audit_item(entry: &AuditEntry, retention_days: u32) -> HashMap<String, At
     if let Some(o) = entry.origin {
         m.insert(ORIGIN.into(), s(o.as_str()));
     }
-    m.insert(EXPIRES_AT.into(), n(expires_at(entry, retention_days)));
     m
 }
 
-/// Decodes an audit row (for `retryctl` and tests).
-pub fn entry_from_item(item: &HashMap<String, AttributeValue>) -> Result<AuditEntry, CodecError> {
+/// The audit table item of one group of entries (one transaction, one
+/// `group_key`; the key is the first entry's): the key, one `e#<sort_key>` Map per
+/// entry (a repeated entry is one attribute, the last one given) and `expires_at`,
+/// the latest entry's. No entries: an empty map.
+pub fn group_item(entries: &[AuditEntry], retention_days: u32) -> HashMap<String, AttributeValue> {
+    let mut m = HashMap::new();
+    let Some(first) = entries.first() else {
+        return m;
+    };
+    m.insert(
+        attr::TRANSACTION_ID.into(),
+        s(first.transaction_id.as_str()),
+    );
+    m.insert(attr::AUDIT_KEY.into(), s(first.group_key()));
+    for e in entries {
+        m.insert(entry_attribute(e), AttributeValue::M(entry_fields(e)));
+    }
+    let expires = entries
+        .iter()
+        .map(|e| expires_at(e, retention_days))
+        .max()
+        .unwrap_or_default();
+    m.insert(attr::EXPIRES_AT.into(), n(expires));
+    m
+}
+
+/// The item of a group of one entry.
+pub fn audit_item(entry: &AuditEntry, retention_days: u32) -> HashMap<String, AttributeValue> {
+    group_item(std::slice::from_ref(entry), retention_days)
+}
+
+/// Every entry of an audit item, in transition order (for `retryctl` and tests). An
+/// item of the earlier layout, one row per transition with the fields at the top
+/// level, decodes as its one entry.
+pub fn entries_from_item(
+    item: &HashMap<String, AttributeValue>,
+) -> Result<Vec<AuditEntry>, CodecError> {
+    let id = match item.get(attr::TRANSACTION_ID) {
+        Some(AttributeValue::S(v)) => TransactionId::parse(v).map_err(|e| CodecError {
+            attribute: attr::TRANSACTION_ID,
+            value: Some(v.clone()),
+            problem: e.to_string(),
+        })?,
+        _ => {
+            return Err(CodecError {
+                attribute: attr::TRANSACTION_ID,
+                value: None,
+                problem: "missing".into(),
+            })
+        }
+    };
+    if item.contains_key(attr::TO_STATUS) {
+        return Ok(vec![decode_entry(&id, &flat_from_dynamodb(item))?]);
+    }
+    let mut entries = Vec::new();
+    for (name, value) in item {
+        if !name.starts_with(attr::ENTRY_PREFIX) {
+            continue;
+        }
+        let AttributeValue::M(fields) = value else {
+            return Err(CodecError {
+                attribute: attr::ENTRY_PREFIX,
+                value: Some(name.clone()),
+                problem: "not a Map".into(),
+            });
+        };
+        entries.push(decode_entry(&id, &flat_from_dynamodb(fields))?);
+    }
+    Ok(in_transition_order(entries))
+}
+
+/// Decodes the fields of one entry.
+fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecError> {
     use attr::*;
-    let f = flat_from_dynamodb(item);
     let get = |k: &'static str| -> Option<&str> {
         match f.get(k) {
             Some(crate::item::Scalar::S(v)) | Some(crate::item::Scalar::N(v)) => Some(v.as_str()),
@@ -160,10 +244,8 @@ pub fn entry_from_item(item: &HashMap<String, AttributeValue>) -> Result<AuditEn
     let status = |k: &'static str, v: &str| {
         Status::parse(v).ok_or_else(|| bad(k, Some(v), "unknown status"))
     };
-    let id = need(TRANSACTION_ID)?;
     Ok(AuditEntry {
-        transaction_id: TransactionId::parse(id)
-            .map_err(|e| bad(TRANSACTION_ID, Some(id), &e.to_string()))?,
+        transaction_id: id.clone(),
         at: ts(AT, need(AT)?)?,
         actor: {
             let v = need(ACTOR)?;
@@ -195,15 +277,15 @@ pub fn entry_from_item(item: &HashMap<String, AttributeValue>) -> Result<AuditEn
     })
 }
 
-fn put_kind(e: &PutItemError) -> Option<ErrorKind> {
+fn update_kind(e: &UpdateItemError) -> Option<ErrorKind> {
     match e {
-        PutItemError::ProvisionedThroughputExceededException(_)
-        | PutItemError::RequestLimitExceeded(_)
-        | PutItemError::ThrottlingException(_)
-        | PutItemError::InternalServerError(_)
-        | PutItemError::TransactionConflictException(_)
-        | PutItemError::ReplicatedWriteConflictException(_) => Some(ErrorKind::Retryable),
-        PutItemError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
+        UpdateItemError::ProvisionedThroughputExceededException(_)
+        | UpdateItemError::RequestLimitExceeded(_)
+        | UpdateItemError::ThrottlingException(_)
+        | UpdateItemError::InternalServerError(_)
+        | UpdateItemError::TransactionConflictException(_)
+        | UpdateItemError::ReplicatedWriteConflictException(_) => Some(ErrorKind::Retryable),
+        UpdateItemError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
         _ => None,
     }
 }
@@ -221,14 +303,36 @@ fn query_kind(e: &QueryError) -> Option<ErrorKind> {
 /// What auditing one change did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Audited {
-    /// A row was written; `exhausted` = this transition spent the budget
+    /// The entry was written; `exhausted` = this transition spent the budget
     /// (IN_PROGRESS → FAILED), the business alert.
     Written { entry: AuditEntry, exhausted: bool },
     /// Not a transition (a removal or a no-op rewrite).
     Skipped,
 }
 
-/// Writes audit rows to the audit table.
+/// What auditing a batch of changes did ([`AuditWriter::apply_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BatchAudit {
+    /// One result per change, in the batch's order. It stops at the first change
+    /// that does not decode (that change's error is the last result): the changes
+    /// after it were not audited. A change whose group could not be written has that
+    /// write's error.
+    pub results: Vec<Result<Audited, AuditError>>,
+    /// Items written: one `UpdateItem` per group that succeeded.
+    pub items_written: usize,
+}
+
+impl BatchAudit {
+    /// Entries written (redelivered ones count again).
+    pub fn entries_written(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| matches!(r, Ok(Audited::Written { .. })))
+            .count()
+    }
+}
+
+/// Writes audit entries to the audit table, one item per group.
 #[derive(Debug, Clone)]
 pub struct AuditWriter {
     client: aws_sdk_dynamodb::Client,
@@ -260,23 +364,75 @@ impl AuditWriter {
         &self.meter
     }
 
-    /// One unconditional `PutItem` (same key for a redelivered change).
-    pub async fn write(&self, entry: &AuditEntry) -> Result<(), PortError> {
+    /// Writes the entries of one group (one transaction, one `group_key`) with one
+    /// unconditional `UpdateItem`: `SET` of each entry's attribute and of
+    /// `expires_at`. Setting an attribute again sets the same value, so a redelivered
+    /// entry changes nothing; other entries already in the item stay. No entries: no
+    /// call.
+    pub async fn write_group(&self, entries: &[AuditEntry]) -> Result<(), PortError> {
+        let Some(first) = entries.first() else {
+            return Ok(());
+        };
+        let group = first.group_key();
+        if entries
+            .iter()
+            .any(|e| e.transaction_id != first.transaction_id || e.group_key() != group)
+        {
+            return Err(PortError::permanent(
+                "UpdateItem",
+                "an audit group must hold entries of one transaction and one group key",
+            ));
+        }
+        let mut item = group_item(entries, self.retention_days);
+        let mut key = HashMap::new();
+        for k in [attr::TRANSACTION_ID, attr::AUDIT_KEY] {
+            if let Some(v) = item.remove(k) {
+                key.insert(k.to_owned(), v);
+            }
+        }
+        // Placeholders for every name: entry names hold `#` and `:`, and a plain name
+        // could be a reserved word.
+        let mut names = HashMap::new();
+        let mut values = HashMap::new();
+        let mut sets = Vec::new();
+        let attributes: BTreeMap<String, AttributeValue> = item.into_iter().collect();
+        let mut entry_count = 0;
+        for (name, value) in attributes {
+            let p = if name == attr::EXPIRES_AT {
+                "x".to_owned()
+            } else {
+                entry_count += 1;
+                format!("e{}", entry_count - 1)
+            };
+            sets.push(format!("#{p} = :{p}"));
+            names.insert(format!("#{p}"), name);
+            values.insert(format!(":{p}"), value);
+        }
         self.meter.count(Call::AuditWrite);
         let out = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .set_item(Some(audit_item(entry, self.retention_days)))
+            .set_key(Some(key))
+            .update_expression(format!("SET {}", sets.join(", ")))
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
             .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
-            .map_err(|e| classify("PutItem", &e, put_kind))?;
+            .map_err(|e| classify("UpdateItem", &e, update_kind))?;
         self.meter.capacity(out.consumed_capacity(), true);
         Ok(())
     }
 
-    /// Audits one change given as flattened images.
+    /// Writes one entry (a group of one).
+    pub async fn write(&self, entry: &AuditEntry) -> Result<(), PortError> {
+        self.write_group(std::slice::from_ref(entry)).await
+    }
+
+    /// Audits one change given as flattened images, on its own (one `UpdateItem` if
+    /// it is a transition). A batch of changes is cheaper through
+    /// [`AuditWriter::apply_batch`].
     pub async fn apply(
         &self,
         old: Option<&FlatItem>,
@@ -292,7 +448,80 @@ impl AuditWriter {
         }
     }
 
-    /// The rows of one transaction, oldest first (a Query on the table's key).
+    /// Audits a batch of changes (old image, new image), in order: each change
+    /// becomes its entry, the entries are grouped by (transaction, `group_key`) in
+    /// the order groups are first seen, and each group is written once
+    /// ([`AuditWriter::write_group`]). Decoding stops at the first change that does
+    /// not decode; the groups of the changes before it are still written.
+    pub async fn apply_batch<'a, I>(&self, changes: I) -> BatchAudit
+    where
+        I: IntoIterator<Item = (Option<&'a FlatItem>, Option<&'a FlatItem>)>,
+    {
+        let mut entries: Vec<Option<AuditEntry>> = Vec::new();
+        let mut undecodable = None;
+        for (old, new) in changes {
+            match entry_from_images(old, new) {
+                Ok(e) => entries.push(e),
+                Err(e) => {
+                    undecodable = Some(e);
+                    break;
+                }
+            }
+        }
+        // Groups in first-seen order, each with the changes (indexes) it holds.
+        let mut order: Vec<Vec<usize>> = Vec::new();
+        let mut index: HashMap<(&TransactionId, String), usize> = HashMap::new();
+        for (i, e) in entries.iter().enumerate() {
+            let Some(e) = e else { continue };
+            let slot = *index
+                .entry((&e.transaction_id, e.group_key()))
+                .or_insert_with(|| {
+                    order.push(Vec::new());
+                    order.len() - 1
+                });
+            if let Some(members) = order.get_mut(slot) {
+                members.push(i);
+            }
+        }
+        let mut failed: HashMap<usize, PortError> = HashMap::new();
+        let mut items_written = 0;
+        for members in &order {
+            let group: Vec<AuditEntry> = members
+                .iter()
+                .filter_map(|&i| entries.get(i).cloned().flatten())
+                .collect();
+            match self.write_group(&group).await {
+                Ok(()) => items_written += 1,
+                Err(e) => {
+                    for &i in members {
+                        failed.insert(i, e.clone());
+                    }
+                }
+            }
+        }
+        let mut results: Vec<Result<Audited, AuditError>> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| match (e, failed.remove(&i)) {
+                (None, _) => Ok(Audited::Skipped),
+                (Some(_), Some(err)) => Err(AuditError::Port(err)),
+                (Some(entry), None) => {
+                    let exhausted = entry.is_exhaustion();
+                    Ok(Audited::Written { entry, exhausted })
+                }
+            })
+            .collect();
+        if let Some(e) = undecodable {
+            results.push(Err(AuditError::Image(e)));
+        }
+        BatchAudit {
+            results,
+            items_written,
+        }
+    }
+
+    /// The entries of one transaction, oldest first (a Query on the table's key,
+    /// every entry of every item).
     pub async fn history(&self, id: &TransactionId) -> Result<Vec<AuditEntry>, PortError> {
         let mut rows = Vec::new();
         let mut start = None;
@@ -310,8 +539,8 @@ impl AuditWriter {
                 .await
                 .map_err(|e| classify("Query", &e, query_kind))?;
             for item in out.items() {
-                rows.push(
-                    entry_from_item(item)
+                rows.extend(
+                    entries_from_item(item)
                         .map_err(|e| PortError::permanent("Query", e.to_string()))?,
                 );
             }
@@ -324,9 +553,9 @@ impl AuditWriter {
     }
 }
 
-/// Orders rows as the transitions happened: by `audit_key`
-/// (`AuditEntry::sort_key()`), which breaks ties between transitions written at one
-/// instant by attempt and then by the status's place in the lifecycle.
+/// Orders entries as the transitions happened: by `AuditEntry::sort_key()`, which
+/// breaks ties between transitions written at one instant by attempt and then by the
+/// status's place in the lifecycle.
 pub fn in_transition_order(mut rows: Vec<AuditEntry>) -> Vec<AuditEntry> {
     rows.sort_by_key(AuditEntry::sort_key);
     rows
@@ -444,11 +673,16 @@ pub async fn drain_stream(
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DrainReport {
     pub changes: usize,
+    /// Entries written (one per transition; a redelivered change counts again).
     pub rows: usize,
+    /// Items written (`UpdateItem` calls: one per group).
+    pub items: usize,
     pub exhausted: Vec<TransactionId>,
 }
 
-/// Drains the stream and audits every change (the local stand-in for the Lambda).
+/// Drains the stream and audits every change as one batch (the local stand-in for
+/// the Lambda). The first failure is returned after the groups that could be
+/// written were written.
 pub async fn drain_into(
     writer: &AuditWriter,
     client: &aws_sdk_dynamodbstreams::Client,
@@ -456,18 +690,24 @@ pub async fn drain_into(
     position: &mut StreamPosition,
 ) -> Result<DrainReport, AuditError> {
     let changes = drain_stream(client, stream_arn, position).await?;
+    let batch = writer
+        .apply_batch(changes.iter().map(|c| (c.old.as_ref(), c.new.as_ref())))
+        .await;
     let mut report = DrainReport {
         changes: changes.len(),
+        rows: batch.entries_written(),
+        items: batch.items_written,
         ..DrainReport::default()
     };
-    for c in &changes {
-        if let Audited::Written { entry, exhausted } =
-            writer.apply(c.old.as_ref(), c.new.as_ref()).await?
-        {
-            report.rows += 1;
-            if exhausted {
-                report.exhausted.push(entry.transaction_id);
+    for r in batch.results {
+        match r {
+            Ok(Audited::Written { entry, exhausted }) => {
+                if exhausted {
+                    report.exhausted.push(entry.transaction_id);
+                }
             }
+            Ok(Audited::Skipped) => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(report)
@@ -479,8 +719,65 @@ mod tests {
     use crate::item::record_to_item;
     use domain::{MaxAttempts, TransactionRecord};
 
+    fn change(old: &TransactionRecord, new: &TransactionRecord) -> AuditEntry {
+        let o = flat_from_dynamodb(&record_to_item(old));
+        let nw = flat_from_dynamodb(&record_to_item(new));
+        entry_from_images(Some(&o), Some(&nw)).unwrap().unwrap()
+    }
+
+    /// IN_PROGRESS(1) at `at`, with a long (UUID-sized) id.
+    fn started(at: i64) -> TransactionRecord {
+        TransactionRecord::started(
+            TransactionId::parse("TX-6f1c2a9e-4b7d-4e0a-9c3f-2d8b5e7a1f04").unwrap(),
+            MaxAttempts::new(5).unwrap(),
+            Timestamp::from_millis(at),
+        )
+    }
+
+    /// The response handler's run on attempt 1: IN_PROGRESS → SCHEDULING →
+    /// SCHEDULED, 3 ms apart.
+    fn answer_run(r: &TransactionRecord) -> (TransactionRecord, Vec<AuditEntry>) {
+        let mut a = r.clone();
+        a.status = Status::Scheduling;
+        a.next_attempt = Some(Attempt::new(2).unwrap());
+        a.next_fire_at = Some(r.updated_at.plus_millis(60_000));
+        a.schedule_name = Some(ScheduleName::for_retry(
+            &r.transaction_id,
+            Attempt::new(2).unwrap(),
+        ));
+        a.last_outcome = Some(Outcome::Cancelled);
+        a.last_reason = Some("NOT_AVAILABLE".into());
+        a.last_actor = Actor::ResponseHandler;
+        a.updated_at = r.updated_at.plus_millis(1_000);
+        let mut b = a.clone();
+        b.status = Status::Scheduled;
+        b.updated_at = a.updated_at.plus_millis(3);
+        let entries = vec![change(r, &a), change(&a, &b)];
+        (b, entries)
+    }
+
+    /// DynamoDB's item size: names and strings in UTF-8 bytes, a number about half
+    /// its digits plus one, a Map 3 bytes plus 1 per element.
+    fn size_of(v: &AttributeValue) -> usize {
+        match v {
+            AttributeValue::S(s) => s.len(),
+            AttributeValue::N(n) => n.len().div_ceil(2) + 1,
+            AttributeValue::M(m) => {
+                3 + m
+                    .iter()
+                    .map(|(k, v)| k.len() + size_of(v) + 1)
+                    .sum::<usize>()
+            }
+            _ => 1,
+        }
+    }
+
+    fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
+        item.iter().map(|(k, v)| k.len() + size_of(v)).sum()
+    }
+
     #[test]
-    fn rows_round_trip_and_expire_after_retention() {
+    fn entries_round_trip_and_expire_after_retention() {
         let mut old = TransactionRecord::started(
             TransactionId::parse("TX-A").unwrap(),
             MaxAttempts::new(1).unwrap(),
@@ -492,29 +789,127 @@ mod tests {
         new.updated_at = Timestamp::from_millis(86_400_000 + 1500);
         new.last_actor = Actor::ResponseHandler;
         new.last_outcome = Some(Outcome::Cancelled);
-        let o = flat_from_dynamodb(&record_to_item(&old));
-        let nw = flat_from_dynamodb(&record_to_item(&new));
-        let entry = entry_from_images(Some(&o), Some(&nw)).unwrap().unwrap();
+        let entry = change(&old, &new);
         assert!(entry.is_exhaustion());
         let item = audit_item(&entry, 30);
         assert_eq!(
             item["expires_at"],
             AttributeValue::N((86_401 + 30 * 86_400).to_string())
         );
-        assert_eq!(
-            item["audit_key"],
-            s("1970-01-02T00:00:01.500Z#0001#5-FAILED")
+        assert_eq!(item["audit_key"], s("0001#2-answer"));
+        let AttributeValue::M(fields) = &item["e#1970-01-02T00:00:01.500Z#0001#5-FAILED"] else {
+            panic!("the entry is a Map: {item:?}");
+        };
+        assert_eq!(fields["from_status"], s("IN_PROGRESS"));
+        assert_eq!(fields["to_status"], s("FAILED"));
+        assert_eq!(fields["reason"], s("x"));
+        assert!(
+            !fields.contains_key("transaction_id"),
+            "the key is not repeated"
         );
-        assert_eq!(entry_from_item(&item).unwrap(), entry);
+        assert_eq!(item.len(), 4, "key, one entry, expires_at: {item:?}");
+        assert_eq!(entries_from_item(&item).unwrap(), vec![entry]);
+        let nw = flat_from_dynamodb(&record_to_item(&new));
         assert_eq!(
             entry_from_images(Some(&nw), None).unwrap(),
             None,
-            "a removal is no row"
+            "a removal is no entry"
         );
         assert_eq!(
             entry_from_images(Some(&nw), Some(&nw)).unwrap(),
             None,
-            "a no-op is no row"
+            "a no-op is no entry"
+        );
+    }
+
+    #[test]
+    fn a_run_is_one_item_holding_each_of_its_entries() {
+        let (_, run) = answer_run(&started(0));
+        let item = group_item(&run, 365);
+        assert_eq!(item["audit_key"], s("0001#2-answer"));
+        // expires_at is the latest entry's.
+        let latest = run.iter().map(|e| expires_at(e, 365)).max().unwrap();
+        assert_eq!(item["expires_at"], n(latest));
+        assert_eq!(
+            item.keys()
+                .filter(|k| k.starts_with(attr::ENTRY_PREFIX))
+                .count(),
+            2
+        );
+        assert_eq!(entries_from_item(&item).unwrap(), run);
+        // A repeated entry is one attribute: the same item.
+        let twice = [run.clone(), run.clone()].concat();
+        assert_eq!(group_item(&twice, 365), item);
+        // Given in another order, the item is the same and decodes in order.
+        let reversed: Vec<_> = run.iter().rev().cloned().collect();
+        assert_eq!(group_item(&reversed, 365), item);
+        assert!(group_item(&[], 365).is_empty());
+    }
+
+    /// Each write is 1 WRU: a run's item stays under 1 KB with a UUID-sized id and
+    /// every optional field set.
+    #[test]
+    fn a_runs_item_stays_under_one_kilobyte() {
+        let r = started(0);
+        let (scheduled, answer) = answer_run(&r);
+        let mut sending = scheduled.clone();
+        sending.status = Status::Sending;
+        sending.last_actor = Actor::RetryHandler;
+        sending.last_origin = Some(Origin::RetryScheduler);
+        sending.updated_at = scheduled.updated_at.plus_millis(60_000);
+        let mut out = sending.clone();
+        out.status = Status::InProgress;
+        out.current_attempt = Attempt::new(2).unwrap();
+        out.next_attempt = None;
+        out.next_fire_at = None;
+        out.updated_at = sending.updated_at.plus_millis(2);
+        let send = vec![change(&scheduled, &sending), change(&sending, &out)];
+        assert_eq!(send[0].group_key(), send[1].group_key());
+        for run in [answer, send] {
+            let size = item_size(&group_item(&run, 365));
+            assert!(size < 1024, "{size} bytes: {run:?}");
+            assert!(size > 2 * 150, "{size} bytes: both entries are in it");
+        }
+    }
+
+    /// An item of the one-row-per-transition layout (fields at the top level) still
+    /// decodes, as its one entry.
+    #[test]
+    fn a_row_of_the_earlier_layout_decodes_as_one_entry() {
+        let (_, run) = answer_run(&started(0));
+        let mut row = entry_fields(&run[0]);
+        row.insert(
+            attr::TRANSACTION_ID.into(),
+            s(run[0].transaction_id.as_str()),
+        );
+        row.insert(attr::AUDIT_KEY.into(), s(run[0].sort_key()));
+        row.insert(attr::EXPIRES_AT.into(), n(expires_at(&run[0], 365)));
+        assert_eq!(entries_from_item(&row).unwrap(), vec![run[0].clone()]);
+    }
+
+    #[test]
+    fn undecodable_items_are_errors() {
+        let (_, run) = answer_run(&started(0));
+        let mut item = group_item(&run, 365);
+        item.insert("e#bad".into(), s("not a map"));
+        assert_eq!(
+            entries_from_item(&item).unwrap_err().attribute,
+            attr::ENTRY_PREFIX
+        );
+        let mut item = group_item(&run, 365);
+        item.remove(attr::TRANSACTION_ID);
+        assert_eq!(
+            entries_from_item(&item).unwrap_err().attribute,
+            attr::TRANSACTION_ID
+        );
+        let mut item = group_item(&run, 365);
+        let name = entry_attribute(&run[1]);
+        let mut fields = entry_fields(&run[1]);
+        fields.insert(attr::TO_STATUS.into(), s("SLEEPING"));
+        item.insert(name, AttributeValue::M(fields));
+        assert_eq!(
+            entries_from_item(&item).unwrap_err().attribute,
+            attr::TO_STATUS
         );
     }
 }

@@ -28,7 +28,7 @@ pub struct CallCounts {
     pub payload_reads: u64,
     /// Query pages on the reconciler index.
     pub queries: u64,
-    /// PutItem of audit rows.
+    /// UpdateItem of audit items (one per group of entries: a handler run).
     pub audit_writes: u64,
     pub schedule_creates: u64,
     pub schedule_deletes: u64,

@@ -1,6 +1,7 @@
-//! The audit trail through DynamoDB Streams: exactly one row per successful
-//! transition, none for a failed condition, redelivery harmless, exhaustion flagged,
-//! and rows equal to the in-memory store's audit for the same inputs.
+//! The audit trail through DynamoDB Streams: exactly one entry per successful
+//! transition (stored one item per handler run), none for a failed condition,
+//! redelivery harmless, exhaustion flagged, and entries equal to the in-memory
+//! store's audit for the same inputs.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 mod common;
@@ -74,7 +75,7 @@ async fn drive<S: StateStore>(store: &S, tx: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn one_row_per_successful_transition_none_for_failed_conditions() {
+async fn one_entry_per_successful_transition_none_for_failed_conditions() {
     let s = stack("au").await;
     let store = s.store();
     let tx = "TX-AU1";
@@ -131,19 +132,20 @@ async fn one_row_per_successful_transition_none_for_failed_conditions() {
         .await
         .unwrap();
     assert_eq!(again.changes, 0);
-    // Redelivery of the whole stream (a fresh reader) rewrites the same rows.
+    // Redelivery of the whole stream (a fresh reader) rewrites the same entries.
     let mut fresh = StreamPosition::default();
     let redelivered = drain_into(&writer, &streams, &s.p.transactions_stream_arn, &mut fresh)
         .await
         .unwrap();
     assert_eq!(redelivered.rows, report.rows);
+    assert_eq!(redelivered.items, report.items);
     assert_eq!(
         writer.history(&id(tx)).await.unwrap(),
         rows,
         "no duplicate rows"
     );
 
-    // TTL: every row expires 365 days after its transition.
+    // TTL: every item expires 365 days after its latest transition.
     let raw = s
         .ddb()
         .query()
@@ -154,10 +156,19 @@ async fn one_row_per_successful_transition_none_for_failed_conditions() {
         .send()
         .await
         .unwrap();
-    for (item, row) in raw.items().iter().zip(&rows) {
+    // One item per handler run: the creation, the response handler's run, the retry
+    // handler's run and the final answer.
+    assert_eq!(raw.items().len(), 4);
+    assert_eq!(report.items, 4);
+    let mut flattened = Vec::new();
+    for item in raw.items() {
+        let entries = aws::audit::entries_from_item(item).unwrap();
+        let latest = entries.iter().map(|e| e.at.epoch_seconds()).max().unwrap();
         let exp: i64 = item["expires_at"].as_n().unwrap().parse().unwrap();
-        assert_eq!(exp, row.at.epoch_seconds() + 365 * 86_400);
+        assert_eq!(exp, latest + 365 * 86_400);
+        flattened.extend(entries);
     }
+    assert_eq!(aws::audit::in_transition_order(flattened), rows);
 }
 
 /// A write whose condition fails leaves no stream record at all.

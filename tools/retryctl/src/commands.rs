@@ -276,7 +276,7 @@ async fn read_record(
         .ok_or_else(|| CliError::UnknownTransaction(id.to_string()))
 }
 
-/// Every audit row of a transaction, in transition order (a Query on its key).
+/// Every audit entry of a transaction, in transition order (a Query on its key).
 pub async fn audit_rows(
     t: &Target,
     id: &TransactionId,

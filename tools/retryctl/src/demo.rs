@@ -470,11 +470,13 @@ pub async fn scan_audit(
 ) -> Result<HashMap<String, Vec<domain::audit::AuditEntry>>, CliError> {
     let mut out: HashMap<String, Vec<domain::audit::AuditEntry>> = HashMap::new();
     for item in scan_all(ddb, table).await? {
-        let e = aws::audit::entry_from_item(&item)
-            .map_err(|e| CliError::Aws(format!("undecodable row in `{table}`: {e}")))?;
-        out.entry(e.transaction_id.as_str().to_owned())
-            .or_default()
-            .push(e);
+        let entries = aws::audit::entries_from_item(&item)
+            .map_err(|e| CliError::Aws(format!("undecodable item in `{table}`: {e}")))?;
+        for e in entries {
+            out.entry(e.transaction_id.as_str().to_owned())
+                .or_default()
+                .push(e);
+        }
     }
     Ok(out)
 }
