@@ -1,11 +1,18 @@
 //! The audit writer: consumes the transactions table's stream (`NEW_AND_OLD_IMAGES`)
-//! and writes one audit row per transition (`aws::audit`).
+//! and writes one audit entry per transition (`aws::audit`), grouped one item per
+//! handler run: the whole batch goes through `AuditWriter::apply_batch`, which writes
+//! each group (transaction, `AuditEntry::group_key`) with one `UpdateItem`. A run's
+//! two transitions normally arrive in one batch, so a retry cycle (two runs, four
+//! transitions) costs two writes instead of four.
 //!
-//! Records are processed in stream order. The first record that fails is reported as
-//! the batch item failure (its `SequenceNumber`), and processing stops there: Lambda
-//! retries from that record (`FunctionResponseTypes: [ReportBatchItemFailures]`), and
-//! after the event source mapping's retries the record's metadata goes to the audit
-//! DLQ. Rows have deterministic keys, so the retried records rewrite the same rows.
+//! Records are audited in stream order up to the first one that does not decode
+//! (processing stops there). When a group's write fails, or a record does not
+//! decode, the smallest `SequenceNumber` among the failed records is reported as the
+//! batch item failure: Lambda retries from that record
+//! (`FunctionResponseTypes: [ReportBatchItemFailures]`), and after the event source
+//! mapping's retries the record's metadata goes to the audit DLQ. Every record before
+//! it was written; groups written after it are written again by the retry, which sets
+//! the same attributes to the same values.
 //!
 //! An exhausted transaction (IN_PROGRESS → FAILED) is counted as the EMF metric
 //! `TransactionsExhausted` and logged at WARN with its id.
@@ -21,9 +28,11 @@ use thiserror::Error;
 pub const FUNCTION: &str = "audit-writer";
 /// Business alert: a transaction ended FAILED with its attempts spent.
 pub const TRANSACTIONS_EXHAUSTED: &str = "TransactionsExhausted";
-/// Audit rows written (a redelivered change counts again).
+/// Audit entries written, one per transition (a redelivered change counts again).
 pub const AUDIT_ROWS_WRITTEN: &str = "AuditRowsWritten";
-/// Stream records reported as failed.
+/// Audit items written: `UpdateItem` calls, one per group of entries (a handler run).
+pub const AUDIT_ITEMS_WRITTEN: &str = "AuditItemsWritten";
+/// Batches that reported a failed record (the batch item failure).
 pub const AUDIT_FAILURES: &str = "AuditFailures";
 
 /// A batch that cannot even be reported record by record.
@@ -44,13 +53,9 @@ pub fn image(item: &impl serde::Serialize) -> Result<Option<FlatItem>, aws::item
     Ok((!flat.is_empty()).then_some(flat))
 }
 
-async fn process(writer: &AuditWriter, record: &EventRecord) -> Result<Audited, String> {
-    let old = image(&record.change.old_image).map_err(|e| e.to_string())?;
-    let new = image(&record.change.new_image).map_err(|e| e.to_string())?;
-    writer
-        .apply(old.as_ref(), new.as_ref())
-        .await
-        .map_err(|e| e.to_string())
+/// Orders stream sequence numbers (decimal strings of up to 40 digits) as numbers.
+fn sequence_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
 /// Handles one batch; counts into `metrics` (the caller emits them).
@@ -59,12 +64,30 @@ pub async fn handle(
     event: &Event,
     metrics: &Metrics,
 ) -> Result<DynamoDbEventResponse, BatchError> {
-    let mut response = DynamoDbEventResponse::default();
+    // Flatten the images up to the first record that does not flatten: the batch
+    // stops there (Lambda retries from it).
+    let mut images = Vec::with_capacity(event.records.len());
+    let mut unflattened = None;
     for record in &event.records {
-        let seq = record.change.sequence_number.clone();
-        let span = tracing::info_span!("stream_record", event_id = %record.event_id, sequence_number = seq.as_deref().unwrap_or(""));
-        let _enter = span.enter();
-        match process(writer, record).await {
+        match image(&record.change.old_image)
+            .and_then(|old| image(&record.change.new_image).map(|new| (old, new)))
+        {
+            Ok(pair) => images.push(pair),
+            Err(e) => {
+                unflattened = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let batch = writer
+        .apply_batch(images.iter().map(|(old, new)| (old.as_ref(), new.as_ref())))
+        .await;
+    metrics.add(AUDIT_ITEMS_WRITTEN, batch.items_written as u64);
+
+    // Every failed record: its audit failed, or its images did not flatten.
+    let mut failed: Vec<(&EventRecord, String)> = Vec::new();
+    for (record, result) in event.records.iter().zip(batch.results) {
+        match result {
             Ok(Audited::Written { entry, exhausted }) => {
                 metrics.incr(AUDIT_ROWS_WRITTEN);
                 if exhausted {
@@ -78,21 +101,43 @@ pub async fn handle(
                 }
             }
             Ok(Audited::Skipped) => {}
-            Err(cause) => {
-                metrics.incr(AUDIT_FAILURES);
-                tracing::error!(error = %cause, "audit failed; Lambda retries from this record");
-                let Some(seq) = seq else {
-                    return Err(BatchError::NoSequenceNumber {
-                        event_id: record.event_id.clone(),
-                        cause,
-                    });
-                };
-                let mut failure = DynamoDbBatchItemFailure::default();
-                failure.item_identifier = Some(seq);
-                response.batch_item_failures.push(failure);
-                break;
-            }
+            Err(e) => failed.push((record, e.to_string())),
         }
+    }
+    if let (Some(cause), Some(record)) = (unflattened, event.records.get(images.len())) {
+        failed.push((record, cause));
+    }
+
+    let mut response = DynamoDbEventResponse::default();
+    let mut first: Option<&str> = None;
+    for (record, cause) in &failed {
+        let seq = record.change.sequence_number.as_deref();
+        tracing::error!(
+            event_id = %record.event_id,
+            sequence_number = seq.unwrap_or(""),
+            error = %cause,
+            "audit failed"
+        );
+        let Some(seq) = seq else {
+            return Err(BatchError::NoSequenceNumber {
+                event_id: record.event_id.clone(),
+                cause: cause.clone(),
+            });
+        };
+        if first.is_none_or(|f| sequence_order(seq, f).is_lt()) {
+            first = Some(seq);
+        }
+    }
+    if let Some(seq) = first {
+        metrics.incr(AUDIT_FAILURES);
+        tracing::error!(
+            sequence_number = seq,
+            failed_records = failed.len(),
+            "Lambda retries the batch from this record"
+        );
+        let mut failure = DynamoDbBatchItemFailure::default();
+        failure.item_identifier = Some(seq.to_owned());
+        response.batch_item_failures.push(failure);
     }
     Ok(response)
 }
