@@ -25,7 +25,6 @@ use crate::item::{
 };
 use crate::meter::{Call, CallMeter};
 use aws_sdk_dynamodb::operation::query::QueryError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use domain::audit::AuditEntry;
@@ -277,19 +276,6 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
     })
 }
 
-fn update_kind(e: &UpdateItemError) -> Option<ErrorKind> {
-    match e {
-        UpdateItemError::ProvisionedThroughputExceededException(_)
-        | UpdateItemError::RequestLimitExceeded(_)
-        | UpdateItemError::ThrottlingException(_)
-        | UpdateItemError::InternalServerError(_)
-        | UpdateItemError::TransactionConflictException(_)
-        | UpdateItemError::ReplicatedWriteConflictException(_) => Some(ErrorKind::Retryable),
-        UpdateItemError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
-        _ => None,
-    }
-}
-
 fn query_kind(e: &QueryError) -> Option<ErrorKind> {
     match e {
         QueryError::ProvisionedThroughputExceededException(_)
@@ -420,7 +406,7 @@ impl AuditWriter {
             .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
-            .map_err(|e| classify("UpdateItem", &e, update_kind))?;
+            .map_err(|e| classify("UpdateItem", &e, crate::dynamo::update_item_kind))?;
         self.meter.capacity(out.consumed_capacity(), true);
         Ok(())
     }

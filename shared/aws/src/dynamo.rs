@@ -333,7 +333,8 @@ fn get_item_kind(e: &GetItemError) -> Option<ErrorKind> {
     }
 }
 
-fn update_item_kind(e: &UpdateItemError) -> Option<ErrorKind> {
+/// How an UpdateItem error is classified (state and audit tables alike).
+pub(crate) fn update_item_kind(e: &UpdateItemError) -> Option<ErrorKind> {
     match e {
         UpdateItemError::ProvisionedThroughputExceededException(_)
         | UpdateItemError::RequestLimitExceeded(_)
