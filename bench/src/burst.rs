@@ -57,6 +57,9 @@ pub struct BurstSpec {
     pub deadline: Duration,
     /// How often the scheduler emulator lists the schedule group.
     pub scheduler_tick: Duration,
+    /// The moto server program the stack runs on (`moto_server`, or
+    /// `scripts/moto_server_fast.py` for large bursts).
+    pub moto_program: String,
 }
 
 impl BurstSpec {
@@ -161,10 +164,13 @@ pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
     opts.scheduler_tick = spec.scheduler_tick;
     opts.audit_poll = Duration::from_secs(1);
     let started = Instant::now();
-    let moto = tokio::task::spawn_blocking(aws::local::MotoServer::start)
-        .await
-        .map_err(|e| BurstError::Stack(e.to_string()))?
-        .map_err(|e| BurstError::Stack(e.to_string()))?;
+    let program = spec.moto_program.clone();
+    let moto = tokio::task::spawn_blocking(move || {
+        aws::local::MotoServer::start_with(&program, Duration::from_secs(60))
+    })
+    .await
+    .map_err(|e| BurstError::Stack(e.to_string()))?
+    .map_err(|e| BurstError::Stack(e.to_string()))?;
     let tap = Tap::start(&moto.endpoint_url()).await.map_err(err)?;
     opts.moto_endpoint = Some(tap.endpoint.clone());
     let stack = match Stack::start(opts).await {
@@ -468,10 +474,27 @@ async fn drive(
     })
 }
 
-/// How long one of moto's ReceiveMessage calls takes with `n` messages queued, for
-/// each `n` of `sizes` (ascending): the local cost that grows with a backlog and
-/// bounds how large a burst the local stack drains in reasonable time.
+/// What a backlog costs a moto server program: on a server of its own, a queue is
+/// filled to each of `sizes` messages and the median of three ReceiveMessage calls of
+/// 10 is taken at each size.
 pub async fn probe_moto_receive(
+    program: &str,
+    sizes: &[u32],
+) -> Result<Vec<(u32, Duration)>, BurstError> {
+    let owned = program.to_owned();
+    let moto = tokio::task::spawn_blocking(move || {
+        aws::local::MotoServer::start_with(&owned, Duration::from_secs(60))
+    })
+    .await
+    .map_err(|e| BurstError::Stack(e.to_string()))?
+    .map_err(|e| BurstError::Stack(format!("{program}: {e}")))?;
+    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let out = probe_receive(&sdk, sizes).await;
+    let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
+    out
+}
+
+async fn probe_receive(
     sdk: &aws_config::SdkConfig,
     sizes: &[u32],
 ) -> Result<Vec<(u32, Duration)>, BurstError> {

@@ -16,9 +16,9 @@
 //! and exactly one request on the request queue after B) so a broken path fails the
 //! benchmark instead of being priced.
 
-use crate::dynamodb_rules::{dynamodb_billed_units, item_size, Billed, DynamoOp};
+use crate::dynamodb_rules::{dynamodb_billed_units, full_item_size, item_size, Billed, DynamoOp};
 use crate::model::CycleBillables;
-use aws::audit::{drain_stream, entry_from_images, AuditWriter, StreamChange, StreamPosition};
+use aws::audit::{drain_stream, AuditWriter, Audited, StreamChange, StreamPosition};
 use aws::config::{AuditWriterConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
 use aws::item::{flat_from_dynamodb, FlatItem, Scalar};
 use aws::meter::{CallCounts, CallMeter};
@@ -84,7 +84,8 @@ pub struct CycleMeasurement {
     /// Writes whose condition failed (duplicates), billed.
     pub failed_conditions: Billed,
     pub audit_billed: Billed,
-    pub audit_row_bytes: usize,
+    /// The largest audit item the cycle left (one item per handler run).
+    pub audit_item_bytes: usize,
     pub payload_read_billed: Billed,
     pub payload_item_bytes: usize,
     pub start_billed: Billed,
@@ -347,7 +348,12 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         ));
     }
 
-    // 3. The audit writer over every change of the cycle, each delivered `deliveries` times.
+    // 3. The audit writer. The changes of one handler run are written milliseconds
+    // apart, so the table's stream hands them to the audit writer in one batch: each
+    // run's changes go through `apply_batch` together (one UpdateItem per run, holding
+    // that run's entries), `deliveries` times. After every write the audit item is read
+    // back and sized (Maps included); the write is billed by the larger of the item
+    // before and after it, as DynamoDB bills an UpdateItem.
     let audit_meter = CallMeter::new();
     let writer = AuditWriter::new(
         aws::clients::dynamodb(sdk),
@@ -357,28 +363,50 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     .with_meter(audit_meter.clone());
     let cycle_changes: Vec<&StreamChange> = a_changes.iter().chain(b_changes.iter()).collect();
     let mut audit_billed = Billed::default();
-    let mut audit_row_bytes = 0;
-    for c in &cycle_changes {
-        let entry =
-            entry_from_images(c.old.as_ref(), c.new.as_ref()).map_err(|e| step("audit", e))?;
-        let Some(entry) = entry else { continue };
-        let row = flat_from_dynamodb(&aws::audit::audit_item(&entry, audit_cfg.retention_days));
-        audit_row_bytes = audit_row_bytes.max(item_size(&row));
+    let mut audit_item_bytes = 0;
+    let mut audit_entries = 0;
+    let mut audit_sizes: HashMap<String, usize> = HashMap::new();
+    for run in [&a_changes, &b_changes] {
         for _ in 0..deliveries {
-            writer
-                .apply(c.old.as_ref(), c.new.as_ref())
-                .await
-                .map_err(|e| step("audit writer", e))?;
-            audit_billed += dynamodb_billed_units(
-                DynamoOp::Write {
-                    before: None,
-                    after: Some(&row),
-                    transactional: false,
-                },
-                &[],
-                &["transaction_id", "audit_key"],
-            );
+            let batch = writer
+                .apply_batch(run.iter().map(|c| (c.old.as_ref(), c.new.as_ref())))
+                .await;
+            let mut groups: Vec<String> = Vec::new();
+            for r in &batch.results {
+                match r {
+                    Ok(Audited::Written { entry, .. }) => {
+                        audit_entries += 1;
+                        if !groups.contains(&entry.group_key()) {
+                            groups.push(entry.group_key());
+                        }
+                    }
+                    Ok(Audited::Skipped) => {}
+                    Err(e) => return Err(step("audit writer", e)),
+                }
+            }
+            for group in groups {
+                let after = audit_item_size(&ddb, &audit_cfg.audit_table, &tx_text, &group).await?;
+                let before = audit_sizes.insert(group, after).unwrap_or(0);
+                audit_item_bytes = audit_item_bytes.max(after);
+                audit_billed += dynamodb_billed_units(
+                    DynamoOp::SizedWrite {
+                        before_bytes: before,
+                        after_bytes: after,
+                    },
+                    &[],
+                    &["transaction_id", "audit_key"],
+                );
+            }
         }
+    }
+    if audit_entries != cycle_changes.len() * deliveries as usize {
+        return Err(step(
+            "audit writer",
+            format!(
+                "{audit_entries} entries written for {} changes delivered {deliveries} times",
+                cycle_changes.len()
+            ),
+        ));
     }
     let audit = audit_meter.snapshot();
 
@@ -467,7 +495,7 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         transitions,
         failed_conditions,
         audit_billed,
-        audit_row_bytes,
+        audit_item_bytes,
         payload_read_billed,
         payload_item_bytes: payload_item.as_ref().map(item_size).unwrap_or(0),
         start_billed,
@@ -505,6 +533,28 @@ async fn get_item(
         .await
         .map_err(|e| step("GetItem", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
     Ok(out.item().map(flat_from_dynamodb))
+}
+
+/// DynamoDB's size of the audit item (`tx`, `group`), read back strongly consistent.
+async fn audit_item_size(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+    tx: &str,
+    group: &str,
+) -> Result<usize, CycleError> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let out = ddb
+        .get_item()
+        .table_name(table)
+        .key("transaction_id", AttributeValue::S(tx.to_owned()))
+        .key("audit_key", AttributeValue::S(group.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| step("GetItem", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    out.item()
+        .map(full_item_size)
+        .ok_or_else(|| step("audit writer", format!("no audit item ({tx}, {group})")))
 }
 
 /// Receives every message of the request queue; returns how many are requests for

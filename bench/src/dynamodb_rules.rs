@@ -29,6 +29,8 @@
 
 use aws::item::{FlatItem, Scalar};
 use aws::provision::IndexDef;
+use aws_sdk_dynamodb::types::AttributeValue;
+use std::collections::HashMap;
 
 /// Bytes per write request unit.
 pub const WRITE_UNIT_BYTES: usize = 1024;
@@ -67,6 +69,36 @@ pub fn item_size(item: &FlatItem) -> usize {
         .sum()
 }
 
+/// DynamoDB's size of an attribute value of any type: a Map or a List is 3 bytes plus,
+/// per element, 1 byte + its name (Map) + its value; a set is the sum of its members;
+/// a boolean or a null is 1 byte.
+pub fn attribute_value_size(value: &AttributeValue) -> usize {
+    match value {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => number_size(n),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, v)| k.len() + attribute_value_size(v) + 1)
+                .sum::<usize>()
+        }
+        AttributeValue::L(l) => 3 + l.iter().map(|v| attribute_value_size(v) + 1).sum::<usize>(),
+        AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
+        AttributeValue::Ns(v) => v.iter().map(|n| number_size(n)).sum(),
+        AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
+        _ => 1,
+    }
+}
+
+/// DynamoDB's size of an item as the SDK holds it (nested attributes included; the
+/// audit table's items hold one Map per entry).
+pub fn full_item_size(item: &HashMap<String, AttributeValue>) -> usize {
+    item.iter()
+        .map(|(name, value)| name.len() + attribute_value_size(value))
+        .sum()
+}
+
 fn units(size: usize, per: usize) -> f64 {
     size.div_ceil(per).max(1) as f64
 }
@@ -84,6 +116,12 @@ pub enum DynamoOp<'a> {
     },
     /// A conditional write whose condition failed, on this existing item.
     FailedCondition { existing: Option<&'a FlatItem> },
+    /// A write to a table without secondary indexes, given the sizes of the item
+    /// before (0: none) and after (for items with Maps: [`full_item_size`]).
+    SizedWrite {
+        before_bytes: usize,
+        after_bytes: usize,
+    },
     /// A GetItem.
     Read {
         item: Option<&'a FlatItem>,
@@ -162,6 +200,13 @@ pub fn dynamodb_billed_units(
                 ..Billed::default()
             }
         }
+        DynamoOp::SizedWrite {
+            before_bytes,
+            after_bytes,
+        } => Billed {
+            table_write: units(before_bytes.max(after_bytes), WRITE_UNIT_BYTES),
+            ..Billed::default()
+        },
         DynamoOp::FailedCondition { existing } => Billed {
             table_write: units(existing.map(item_size).unwrap_or(0), WRITE_UNIT_BYTES),
             ..Billed::default()
@@ -301,6 +346,47 @@ mod tests {
         assert_eq!(w(&k2, &k2), 0.0, "nothing changes");
         assert_eq!(w(&k2, &out), 1.0, "key disappears: delete");
         assert_eq!(w(&out, &out), 0.0, "never indexed");
+    }
+
+    #[test]
+    fn maps_cost_three_bytes_plus_one_per_element_and_writes_bill_the_larger_image() {
+        use aws_sdk_dynamodb::types::AttributeValue as A;
+        let entry: HashMap<String, A> = [
+            ("to".to_owned(), A::S("FAILED".into())),
+            ("n".to_owned(), A::N("12".into())),
+        ]
+        .into_iter()
+        .collect();
+        // 3 + (2 + 6 + 1) + (1 + 2 + 1) = 16
+        assert_eq!(attribute_value_size(&A::M(entry.clone())), 16);
+        assert_eq!(attribute_value_size(&A::L(vec![A::Bool(true)])), 3 + 1 + 1);
+        let item: HashMap<String, A> = [
+            ("id".to_owned(), A::S("a".into())),
+            ("e#1".to_owned(), A::M(entry)),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(full_item_size(&item), 2 + 1 + 3 + 16);
+        let w = |before_bytes, after_bytes| {
+            dynamodb_billed_units(
+                DynamoOp::SizedWrite {
+                    before_bytes,
+                    after_bytes,
+                },
+                &[ix()],
+                &["id"],
+            )
+        };
+        assert_eq!(
+            w(0, 700),
+            Billed {
+                table_write: 1.0,
+                ..Billed::default()
+            }
+        );
+        assert_eq!(w(1025, 700).table_write, 2.0, "the larger image");
+        assert_eq!(w(700, 2049).table_write, 3.0);
+        assert_eq!(w(0, 0).table_write, 1.0, "at least one unit");
     }
 
     #[test]

@@ -63,6 +63,10 @@ struct Args {
     /// How often the local scheduler emulator lists its schedules during the burst (ms).
     #[arg(long, default_value_t = 1000)]
     burst_scheduler_tick_ms: u64,
+    /// The moto server program the burst's local stack runs on (a 10,000-response burst
+    /// needs `scripts/moto_server_fast.py`; see that file).
+    #[arg(long, default_value = "moto_server")]
+    burst_moto_server: String,
     /// A sentence printed under the burst results.
     #[arg(long)]
     burst_note: Option<String>,
@@ -125,15 +129,22 @@ async fn main() {
         }
     }
 
-    // What a backlog costs moto (explains how large a burst the local stack drains).
-    let moto_receive = if args.burst > 0 {
-        eprintln!("bench: moto ReceiveMessage with 100 and 1,000 messages queued");
-        burst::probe_moto_receive(&sdk, &[100, 1000])
-            .await
-            .unwrap_or_else(|e| fail("moto probe", e))
-    } else {
-        Vec::new()
-    };
+    // What a backlog costs moto, stock and the burst's server (explains why the burst
+    // runs on the latter).
+    let mut moto_receive = Vec::new();
+    if args.burst > 0 {
+        let mut probes = vec![("moto_server".to_owned(), vec![100, 1000])];
+        if args.burst_moto_server != "moto_server" {
+            probes.push((args.burst_moto_server.clone(), vec![1000, 10_000]));
+        }
+        for (program, sizes) in probes {
+            eprintln!("bench: {program}: ReceiveMessage with {sizes:?} messages queued");
+            let points = burst::probe_moto_receive(&program, &sizes)
+                .await
+                .unwrap_or_else(|e| fail("moto probe", e));
+            moto_receive.push((program, points));
+        }
+    }
 
     // 2. Binary sizes and cold init (configuration of a stack on the same moto).
     let bin_dir = args
@@ -187,6 +198,7 @@ async fn main() {
             backoff_seconds: args.burst_backoff,
             deadline: Duration::ZERO,
             scheduler_tick: Duration::from_millis(args.burst_scheduler_tick_ms),
+            moto_program: args.burst_moto_server.clone(),
         };
         let deadline = args.burst_deadline.unwrap_or_else(|| {
             300 + (5.0 * f64::from(args.burst) / spec.rate_bound().max(0.1)).ceil() as u64

@@ -62,8 +62,15 @@ async fn happy_path_counts_are_the_expected_calls() {
             "{b:?}"
         );
         assert_eq!(round_trips(b), 4);
-        // One audit row per transition, from the stream.
-        assert_eq!(c.audit.audit_writes, 4);
+        // One audit item per handler run (its two transitions as two entries), one
+        // write unit each: the item stays under 1 KB.
+        assert_eq!(c.audit.audit_writes, 2);
+        assert_eq!(c.audit_billed.write(), 2.0);
+        assert!(
+            c.audit_item_bytes > 300 && c.audit_item_bytes < 1024,
+            "{}",
+            c.audit_item_bytes
+        );
         assert_eq!(c.requests_on_queue, 1);
         let path: Vec<(&str, &str)> = c
             .transitions
@@ -126,7 +133,9 @@ async fn every_message_twice_costs_one_failed_condition_per_duplicate_and_no_sec
         (3, 1, 1, 1)
     );
     assert_eq!(c.requests_on_queue, 1);
-    // Every stream record delivered twice: the same 4 rows written twice.
-    assert_eq!(c.audit.audit_writes, 8);
+    // Every stream record delivered twice: each run's item written twice, the second
+    // time with the same entries (billed by the item's size, 1 WRU).
+    assert_eq!(c.audit.audit_writes, 4);
+    assert_eq!(c.audit_billed.write(), 4.0);
     assert_eq!(c.failed_conditions.write(), 2.0);
 }
