@@ -23,6 +23,14 @@ import sys
 import threading
 import time
 
+import moto
+
+if not moto.__version__.startswith("5."):
+    sys.exit(
+        f"moto_server_fast.py patches moto 5.x internals; this is moto {moto.__version__} "
+        "(scripts/tools.sh installs moto[server]>=5.1,<6)"
+    )
+
 from moto.core import utils as core_utils
 from moto.core.utils import camelcase_to_underscores
 import moto.sqs.models as sqs

@@ -9,7 +9,7 @@ py="${PYTHON:-python3}"
 if [ ! -x "$root/.venv/bin/moto_server" ] || [ ! -x "$root/.venv/bin/cargo-lambda" ] || [ ! -x "$root/.venv/bin/sam" ] || [ ! -x "$root/.venv/bin/cfn-lint" ]; then
   echo "tools: installing moto[server], cargo-lambda, aws-sam-cli, cfn-lint into .venv" >&2
   "$py" -m venv "$root/.venv"
-  "$root/.venv/bin/pip" install -q --disable-pip-version-check "moto[server]" cargo-lambda aws-sam-cli cfn-lint
+  "$root/.venv/bin/pip" install -q --disable-pip-version-check "moto[server]>=5.1,<6" cargo-lambda aws-sam-cli cfn-lint
 fi
 if [ ! -x "$root/.venv-checkov/bin/checkov" ]; then
   echo "tools: installing checkov into .venv-checkov" >&2

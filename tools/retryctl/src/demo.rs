@@ -423,31 +423,12 @@ pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, Cl
         + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
 }
 
-type Item = HashMap<String, aws_sdk_dynamodb::types::AttributeValue>;
-
-async fn scan_all(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Vec<Item>, CliError> {
+async fn scan_all(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<Vec<crate::table::Item>, CliError> {
     let mut items = Vec::new();
-    let mut start: Option<Item> = None;
-    loop {
-        let page = ddb
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start.take())
-            .send()
-            .await
-            .map_err(|e| {
-                CliError::Aws(format!(
-                    "Scan of `{table}`: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                ))
-            })?;
-        items.extend(page.items().iter().cloned());
-        match page.last_evaluated_key() {
-            Some(k) if !k.is_empty() => start = Some(k.clone()),
-            _ => break,
-        }
-    }
+    crate::table::scan_each(ddb, table, &[], true, |item| items.push(item.clone())).await?;
     Ok(items)
 }
 
