@@ -78,6 +78,12 @@ pub struct BurstResult {
     pub injected_in: Duration,
     /// First answer injected → the service has the retried request of every transaction.
     pub drain: Option<Duration>,
+    /// First answer injected → the scheduler had put every retry event on the retry
+    /// queue (taken when the follow loop starts if it happened during the injection).
+    pub all_fired: Option<Duration>,
+    /// Retried requests published per second from `all_fired` to the last one: the
+    /// part of the drain only the rate limit paces.
+    pub rate_after_all_fired: Option<f64>,
     /// First answer injected → every transaction SUCCEEDED.
     pub all_succeeded: Option<Duration>,
     /// Transactions whose retried request (attempt 2) reached the service.
@@ -361,7 +367,11 @@ async fn drive(
         retryctl::local::external::Seen,
     >| { seen.keys().filter(|(_, attempt)| *attempt == 2).count() as u64 };
     let mut drain = None;
+    let mut all_fired: Option<(Duration, i64)> = None;
     while Instant::now() < deadline {
+        if all_fired.is_none() && stack.scheduler.get(&stack.scheduler.fired) >= u64::from(n) {
+            all_fired = Some((injected_at.elapsed(), SystemClock.now().millis()));
+        }
         if retried(&stack.external.seen()) >= u64::from(n) {
             drain = Some(injected_at.elapsed());
             break;
@@ -440,6 +450,13 @@ async fn drive(
         epoch_ms.push(sent.epoch_ms);
         instants.push(sent.since_start);
     }
+    // Once every retry event is on the retry queue, only the limit paces the drain:
+    // requests published per second from then to the last one.
+    let rate_after_all_fired = all_fired.and_then(|(_, at)| {
+        let after: Vec<i64> = epoch_ms.iter().copied().filter(|t| *t >= at).collect();
+        let last = after.iter().copied().max()?;
+        (last > at).then(|| after.len() as f64 * 1000.0 / (last - at) as f64)
+    });
     let sched = &stack.scheduler;
     let (resp, retry) = (&stack.response_esm, &stack.retry_esm);
     Ok(BurstResult {
@@ -447,6 +464,8 @@ async fn drive(
         setup,
         injected_in,
         drain,
+        all_fired: all_fired.map(|(d, _)| d),
+        rate_after_all_fired,
         all_succeeded,
         retried_unique,
         retried_raw,

@@ -815,7 +815,9 @@ pub fn render(r: &Report) -> String {
              the template's. The external service answers SUCCESS to the retried request. The scheduler \
              emulator lists its group every {} ms. Times are those of moto and the emulators on this \
              machine, not of AWS: they show the pipeline drains and holds its limit, not how fast AWS \
-             would drain it.\n",
+             would drain it. Until the scheduler has delivered every retry event, the drain is paced by \
+             how fast moto and the emulators handle the responses and the schedules on this machine; \
+             from then on only the rate limit paces it (the per-second figure below).\n",
             secs(b.injected_in),
             num(b.spec.backoff_seconds),
             b.spec.retry_concurrency,
@@ -835,6 +837,18 @@ pub fn render(r: &Report) -> String {
                 b.drain
                     .map(secs)
                     .unwrap_or_else(|| "**not reached**".into()),
+            ),
+            (
+                "first answer injected → every retry event delivered by the scheduler",
+                b.all_fired
+                    .map(secs)
+                    .unwrap_or_else(|| "**not reached**".into()),
+            ),
+            (
+                "retried requests published per second from then to the last",
+                b.rate_after_all_fired
+                    .map(|r| format!("{r:.1}"))
+                    .unwrap_or_else(|| "–".into()),
             ),
             (
                 "first answer injected → every transaction SUCCEEDED",

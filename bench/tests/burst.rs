@@ -46,5 +46,9 @@ async fn a_small_burst_loses_and_duplicates_nothing() {
     assert_eq!((r.published, r.published_twice), (40, 0), "{r:?}");
     assert_eq!((r.succeeded, r.not_succeeded), (40, 0), "{r:?}");
     assert_eq!(r.schedules_fired, 40);
+    assert!(
+        r.all_fired.is_some() && r.all_fired <= r.drain,
+        "every retry event was delivered before the last request: {r:?}"
+    );
     assert_eq!(r.rate_bound, d.fleet_rate_bound());
 }
