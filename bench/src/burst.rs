@@ -31,7 +31,7 @@ use domain::{MaxAttempts, Request, Status, TransactionId, TransactionRecord};
 use futures::StreamExt;
 use retryctl::local::stack::{Stack, StackOptions};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -66,6 +66,15 @@ impl BurstSpec {
     /// MaximumConcurrency × ⌊MAX_REQUESTS_PER_SECOND⌋ (at least one per environment).
     pub fn rate_bound(&self) -> f64 {
         self.max_requests_per_second.floor().max(1.0) * self.retry_concurrency as f64
+    }
+
+    /// RECONCILE_THRESHOLD_SECONDS of the burst's stack: half the deadline (at least a
+    /// minute). Longer than any retry event waits in a run that drains in time, so the
+    /// reconciler leaves merely queued work alone; short enough that a transaction
+    /// whose retry really was lost is rescued before the deadline and shows in the
+    /// report as a reconciler action.
+    pub fn reconcile_threshold(&self) -> Duration {
+        Duration::from_secs((self.deadline.as_secs() / 2).max(60))
     }
 }
 
@@ -116,6 +125,15 @@ pub struct BurstResult {
     pub succeeded: u64,
     pub not_succeeded: u64,
     pub schedules_fired: u64,
+    /// GetSchedule calls of the scheduler emulator that failed and were made again.
+    pub schedule_read_failures: u64,
+    /// Deliveries of the scheduler emulator that failed and were retried.
+    pub schedule_delivery_failures: u64,
+    /// The reconciler's actions, `"<STATUS>/<action>"` → count (none in a run where
+    /// nothing was lost on the way).
+    pub reconciler_actions: BTreeMap<String, u64>,
+    /// How often the stack's reconciler cron ran.
+    pub reconcile_every: Duration,
     pub retry_invocations: u64,
     pub retry_batch_item_failures: u64,
     pub response_invocations: u64,
@@ -157,8 +175,10 @@ pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
             "MAX_REQUESTS_PER_SECOND",
             spec.max_requests_per_second.to_string(),
         ),
-        // The reconciler must not act on a burst that is merely queued.
-        ("RECONCILE_THRESHOLD_SECONDS", "3600".into()),
+        (
+            "RECONCILE_THRESHOLD_SECONDS",
+            spec.reconcile_threshold().as_secs().to_string(),
+        ),
     ];
     opts.retry_esm.max_concurrency = spec.retry_concurrency;
     opts.external.cancel_probability = 0.0;
@@ -169,28 +189,25 @@ pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
     // every schedule of the group on each tick, which costs moto O(schedules).
     opts.scheduler_tick = spec.scheduler_tick;
     opts.audit_poll = Duration::from_secs(1);
+    let reconcile_every = opts.reconcile_every;
     let started = Instant::now();
-    let program = spec.moto_program.clone();
-    let moto = tokio::task::spawn_blocking(move || {
-        aws::local::MotoServer::start_with(&program, Duration::from_secs(60))
-    })
-    .await
-    .map_err(|e| BurstError::Stack(e.to_string()))?
-    .map_err(|e| BurstError::Stack(e.to_string()))?;
+    let moto = aws::local::MotoServer::launch(&spec.moto_program, Duration::from_secs(60))
+        .await
+        .map_err(|e| BurstError::Stack(format!("{}: {e}", spec.moto_program)))?;
     let tap = Tap::start(&moto.endpoint_url()).await.map_err(err)?;
     opts.moto_endpoint = Some(tap.endpoint.clone());
     let stack = match Stack::start(opts).await {
         Ok(s) => s,
         Err(e) => {
             tap.stop();
-            let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
+            moto.stop().await;
             return Err(BurstError::Stack(e.to_string()));
         }
     };
-    let result = drive(&stack, &tap, &spec, started).await;
+    let result = drive(&stack, &tap, &spec, started, reconcile_every).await;
     stack.shutdown().await;
     tap.stop();
-    let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
+    moto.stop().await;
     result
 }
 
@@ -273,6 +290,7 @@ async fn drive(
     tap: &Tap,
     spec: &BurstSpec,
     started: Instant,
+    reconcile_every: Duration,
 ) -> Result<BurstResult, BurstError> {
     let names = stack.names().clone();
     let p = &stack.provisioned;
@@ -302,10 +320,11 @@ async fn drive(
                 tokio::time::sleep(Duration::from_secs(10)).await;
                 let done = external.seen().keys().filter(|(_, a)| *a == 2).count();
                 eprintln!(
-                    "bench: burst {:>5.0} s: responses handled {}, schedules fired {}, retry events handled {}, retried requests at the service {done}/{n}",
+                    "bench: burst {:>5.0} s: responses handled {}, schedules fired {} (reads failed and made again {}), retry events handled {}, retried requests at the service {done}/{n}",
                     injected_at.elapsed().as_secs_f64(),
                     resp.get(&resp.records),
                     sched.get(&sched.fired),
+                    sched.get(&sched.read_failures),
                     retry.get(&retry.records),
                 );
             }
@@ -487,6 +506,15 @@ async fn drive(
         succeeded,
         not_succeeded: u64::from(n).saturating_sub(succeeded),
         schedules_fired: sched.get(&sched.fired),
+        schedule_read_failures: sched.get(&sched.read_failures),
+        schedule_delivery_failures: sched.get(&sched.delivery_failures),
+        reconciler_actions: stack
+            .reconciler
+            .actions
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_default(),
+        reconcile_every,
         retry_invocations: retry.get(&retry.invocations),
         retry_batch_item_failures: retry.get(&retry.reported_failures),
         response_invocations: resp.get(&resp.invocations),
@@ -500,16 +528,12 @@ pub async fn probe_moto_receive(
     program: &str,
     sizes: &[u32],
 ) -> Result<Vec<(u32, Duration)>, BurstError> {
-    let owned = program.to_owned();
-    let moto = tokio::task::spawn_blocking(move || {
-        aws::local::MotoServer::start_with(&owned, Duration::from_secs(60))
-    })
-    .await
-    .map_err(|e| BurstError::Stack(e.to_string()))?
-    .map_err(|e| BurstError::Stack(format!("{program}: {e}")))?;
+    let moto = aws::local::MotoServer::launch(program, Duration::from_secs(60))
+        .await
+        .map_err(|e| BurstError::Stack(format!("{program}: {e}")))?;
     let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
     let out = probe_receive(&sdk, sizes).await;
-    let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
+    moto.stop().await;
     out
 }
 
@@ -567,4 +591,34 @@ async fn probe_receive(
     }
     let _ = sqs.delete_queue().queue_url(&url).send().await;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(responses: u32, deadline: u64) -> BurstSpec {
+        BurstSpec {
+            responses,
+            max_requests_per_second: 5.0,
+            retry_concurrency: 2,
+            backoff_seconds: 2.0,
+            deadline: Duration::from_secs(deadline),
+            scheduler_tick: Duration::from_millis(500),
+            moto_program: "moto_server".into(),
+        }
+    }
+
+    #[test]
+    fn the_reconciler_threshold_is_half_the_deadline_and_at_least_a_minute() {
+        // The default deadline of 10,000 at 10/s: 300 + 5 × 1,000 s.
+        let big = spec(10_000, 5_300);
+        assert_eq!(big.rate_bound(), 10.0);
+        assert_eq!(big.reconcile_threshold(), Duration::from_secs(2_650));
+        // Longer than the whole rate-bound drain (N / limit)…
+        assert!(big.reconcile_threshold().as_secs_f64() > 10_000.0 / big.rate_bound());
+        // …and a lost retry that fell due in the first half is rescued before the end.
+        assert!(big.reconcile_threshold() * 2 <= big.deadline);
+        assert_eq!(spec(40, 100).reconcile_threshold(), Duration::from_secs(60));
+    }
 }

@@ -813,7 +813,9 @@ pub fn render(r: &Report) -> String {
              Backoff {} s for every retry (no jitter), so all retries fall due together; retry \
              MaximumConcurrency {} × MAX_REQUESTS_PER_SECOND {} = a limit of {}/s; the other settings are \
              the template's. The external service answers SUCCESS to the retried request. The scheduler \
-             emulator lists its group every {} ms. Times are those of moto and the emulators on this \
+             emulator lists its group every {} ms; the reconciler runs every {} s with \
+             RECONCILE_THRESHOLD_SECONDS {} (half the deadline: longer than any retry event waits in a \
+             run that drains in time, short enough to rescue a lost one before the deadline). Times are those of moto and the emulators on this \
              machine, not of AWS: they show the pipeline drains and holds its limit, not how fast AWS \
              would drain it. Until the scheduler has delivered every retry event, the drain is paced by \
              how fast moto and the emulators handle the responses and the schedules on this machine; \
@@ -823,7 +825,9 @@ pub fn render(r: &Report) -> String {
             b.spec.retry_concurrency,
             num(b.spec.max_requests_per_second),
             num(b.rate_bound),
-            b.spec.scheduler_tick.as_millis()
+            b.spec.scheduler_tick.as_millis(),
+            b.reconcile_every.as_secs(),
+            b.spec.reconcile_threshold().as_secs()
         );
         let _ = writeln!(s, "| burst of {n} | result |");
         let _ = writeln!(s, "|---|---:|");
@@ -902,6 +906,25 @@ pub fn render(r: &Report) -> String {
                 format!("{} / {}", b.succeeded, b.not_succeeded),
             ),
             ("schedules fired", b.schedules_fired.to_string()),
+            (
+                "scheduler emulator: reads failed and made again / deliveries failed and retried",
+                format!(
+                    "{} / {}",
+                    b.schedule_read_failures, b.schedule_delivery_failures
+                ),
+            ),
+            (
+                "reconciler actions (threshold half the deadline)",
+                if b.reconciler_actions.is_empty() {
+                    "none".into()
+                } else {
+                    b.reconciler_actions
+                        .iter()
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            ),
             (
                 "invocations: response handler / retry handler",
                 format!("{} / {}", b.response_invocations, b.retry_invocations),

@@ -51,4 +51,8 @@ async fn a_small_burst_loses_and_duplicates_nothing() {
         "every retry event was delivered before the last request: {r:?}"
     );
     assert_eq!(r.rate_bound, d.fleet_rate_bound());
+    // Nothing was lost on the way, so the reconciler (threshold: half the deadline)
+    // had nothing to rescue.
+    assert_eq!(r.spec.reconcile_threshold(), Duration::from_secs(60));
+    assert!(r.reconciler_actions.is_empty(), "{r:?}");
 }

@@ -4,7 +4,8 @@
 //! does for the schedules of one group, through the real Scheduler and SQS APIs:
 //! - lists the group's schedules (`ListSchedules`, paginated) and reads each new or
 //!   modified one once (`GetSchedule`: expression, time zone, target, retry policy,
-//!   dead-letter config, action after completion);
+//!   dead-letter config, action after completion); a read that fails is made again
+//!   on the next tick;
 //! - fires each ENABLED one-time `at(yyyy-mm-ddThh:mm:ss)` schedule once its instant
 //!   has come, sending its `Target.Input` unchanged to the target queue (ARN → URL);
 //! - on delivery failure, retries up to `RetryPolicy.MaximumRetryAttempts` within
@@ -43,6 +44,9 @@ pub struct SchedulerStats {
     pub delivery_failures: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub unsupported: AtomicU64,
+    /// GetSchedule calls that failed (moto busy, connection reset): each such schedule
+    /// is read again on the next tick.
+    pub read_failures: AtomicU64,
     drift_ms: Mutex<Vec<i64>>,
 }
 
@@ -92,11 +96,56 @@ pub fn parse_at(expression: &str, timezone: Option<&str>) -> Result<Timestamp, S
     Timestamp::parse(&format!("{inner}Z")).map_err(|e| format!("`{expression}`: {e}"))
 }
 
+/// Why a schedule could not be read.
+#[derive(Debug, Clone, PartialEq)]
+enum ReadError {
+    /// Not a schedule the emulator can fire: reported once per modification.
+    Unsupported(String),
+    /// The call failed: read it again on the next tick.
+    Call(String),
+}
+
+/// What the emulator knows of one listed schedule.
+#[derive(Debug, Default)]
 struct Entry {
-    modified: Option<i64>,
+    /// The modification stamp of the last read that settled it (the schedule, or
+    /// "unsupported", or "gone"); `None` until one has.
+    read: Option<Option<i64>>,
     schedule: Option<OneTime>,
     failures: u32,
     fired: bool,
+}
+
+impl Entry {
+    /// Whether the schedule, listed with this modification stamp, must be read.
+    fn needs_read(&self, modified: Option<i64>) -> bool {
+        self.read != Some(modified)
+    }
+
+    /// Takes in the result of reading the schedule listed with `modified`. A failed
+    /// call leaves the entry as it was, so the next tick reads it again: a schedule
+    /// whose read failed once must still fire.
+    fn record_read(
+        &mut self,
+        modified: Option<i64>,
+        result: Result<Option<OneTime>, ReadError>,
+    ) -> Result<(), ReadError> {
+        match result {
+            Ok(Some(s)) => {
+                self.schedule = Some(s);
+                self.fired = false;
+                self.failures = 0;
+            }
+            Ok(None) => {}
+            Err(e @ ReadError::Unsupported(_)) => {
+                self.read = Some(modified);
+                return Err(e);
+            }
+            Err(e @ ReadError::Call(_)) => return Err(e),
+        }
+        self.read = Some(modified);
+        Ok(())
+    }
 }
 
 /// Starts the emulator; it runs until `stop` is asked.
@@ -204,7 +253,7 @@ async fn tick(
     // Read every new or modified schedule (GetSchedule), in parallel.
     let to_read: Vec<(String, Option<i64>)> = listed
         .iter()
-        .filter(|(name, modified)| known.get(*name).is_none_or(|e| e.modified != **modified))
+        .filter(|(name, modified)| known.get(*name).is_none_or(|e| e.needs_read(**modified)))
         .map(|(n, m)| (n.clone(), *m))
         .collect();
     let reads: Vec<_> = futures::stream::iter(to_read)
@@ -216,23 +265,19 @@ async fn tick(
         .collect()
         .await;
     for (name, modified, r) in reads {
-        let entry = known.entry(name.clone()).or_insert(Entry {
-            modified: None,
-            schedule: None,
-            failures: 0,
-            fired: false,
-        });
-        entry.modified = modified;
-        match r {
-            Ok(Some(s)) => {
-                entry.schedule = Some(s);
-                entry.fired = false;
-                entry.failures = 0;
-            }
-            Ok(None) => {}
-            Err(e) => {
+        match known
+            .entry(name.clone())
+            .or_default()
+            .record_read(modified, r)
+        {
+            Ok(()) => {}
+            Err(ReadError::Unsupported(e)) => {
                 stats.unsupported.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(schedule = %name, error = %e, "schedule skipped");
+            }
+            Err(ReadError::Call(e)) => {
+                stats.read_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(schedule = %name, error = %e, "schedule read failed; reading it again on the next tick");
             }
         }
     }
@@ -302,7 +347,7 @@ async fn read(
     scheduler: &aws_sdk_scheduler::Client,
     group: &str,
     name: &str,
-) -> Result<Option<OneTime>, String> {
+) -> Result<Option<OneTime>, ReadError> {
     let out = match scheduler
         .get_schedule()
         .group_name(group)
@@ -317,17 +362,18 @@ async fn read(
             {
                 return Ok(None);
             }
-            return Err(format!(
+            return Err(ReadError::Call(format!(
                 "GetSchedule: {}",
                 aws_sdk_scheduler::error::DisplayErrorContext(e)
-            ));
+            )));
         }
     };
     let expression = out.schedule_expression().unwrap_or_default();
-    let fire_at = parse_at(expression, out.schedule_expression_timezone())?;
+    let fire_at =
+        parse_at(expression, out.schedule_expression_timezone()).map_err(ReadError::Unsupported)?;
     let target = out
         .target()
-        .ok_or_else(|| format!("schedule `{name}` has no target"))?;
+        .ok_or_else(|| ReadError::Unsupported(format!("schedule `{name}` has no target")))?;
     let policy = target.retry_policy();
     Ok(Some(OneTime {
         name: name.to_owned(),
@@ -431,5 +477,78 @@ mod tests {
         assert!(parse_at("at(2026-10-03T16:38)", None).is_err());
         let e = parse_at("at(2026-10-03T16:38:00)", Some("Europe/Madrid")).unwrap_err();
         assert!(e.contains("Europe/Madrid"), "{e}");
+    }
+
+    fn one_time(name: &str, input: &str) -> OneTime {
+        OneTime {
+            name: name.into(),
+            arn: format!("arn:aws:scheduler:us-east-1:123456789012:schedule/g/{name}"),
+            fire_at: parse_at("at(2026-10-03T16:38:00)", None).unwrap(),
+            target_arn: "arn:aws:sqs:us-east-1:123456789012:retry".into(),
+            input: input.into(),
+            delete_after: true,
+            enabled: true,
+            max_retries: 3,
+            max_event_age: Duration::from_secs(3600),
+            dead_letter_arn: None,
+        }
+    }
+
+    #[test]
+    fn a_failed_read_is_made_again_until_one_succeeds() {
+        let mut e = Entry::default();
+        assert!(e.needs_read(Some(5)), "a new schedule is read");
+        let failed = e.record_read(Some(5), Err(ReadError::Call("GetSchedule: timeout".into())));
+        assert!(matches!(failed, Err(ReadError::Call(_))));
+        assert!(e.schedule.is_none());
+        assert!(
+            e.needs_read(Some(5)),
+            "after a failed call the same stamp is read again"
+        );
+        assert!(e.needs_read(None));
+
+        assert_eq!(e.record_read(Some(5), Ok(Some(one_time("s", "a")))), Ok(()));
+        assert!(!e.needs_read(Some(5)), "read once it succeeded");
+        assert_eq!(e.schedule.as_ref().map(|s| s.input.as_str()), Some("a"));
+        assert!(e.needs_read(Some(6)), "a modified schedule is read again");
+    }
+
+    #[test]
+    fn a_failed_reread_keeps_what_was_known() {
+        let mut e = Entry::default();
+        e.record_read(Some(5), Ok(Some(one_time("s", "a"))))
+            .unwrap();
+        e.fired = true;
+        e.failures = 2;
+        let r = e.record_read(Some(6), Err(ReadError::Call("reset".into())));
+        assert!(r.is_err());
+        assert!(e.fired && e.failures == 2, "a failed call changes nothing");
+        assert_eq!(e.schedule.as_ref().map(|s| s.input.as_str()), Some("a"));
+        assert!(e.needs_read(Some(6)));
+
+        e.record_read(Some(6), Ok(Some(one_time("s", "b"))))
+            .unwrap();
+        assert!(
+            !e.fired && e.failures == 0,
+            "a modified schedule may fire again"
+        );
+        assert_eq!(e.schedule.as_ref().map(|s| s.input.as_str()), Some("b"));
+    }
+
+    #[test]
+    fn an_unsupported_or_gone_schedule_is_read_once_per_modification() {
+        let mut e = Entry::default();
+        let r = e.record_read(
+            Some(5),
+            Err(ReadError::Unsupported("rate(1 minute)".into())),
+        );
+        assert!(matches!(r, Err(ReadError::Unsupported(_))));
+        assert!(!e.needs_read(Some(5)));
+        assert!(e.needs_read(Some(7)));
+
+        let mut gone = Entry::default();
+        assert_eq!(gone.record_read(Some(5), Ok(None)), Ok(()));
+        assert!(!gone.needs_read(Some(5)));
+        assert!(gone.schedule.is_none());
     }
 }
