@@ -16,7 +16,7 @@
 //! and exactly one request on the request queue after B) so a broken path fails the
 //! benchmark instead of being priced.
 
-use crate::dynamodb_rules::{dynamodb_billed_units, full_item_size, item_size, Billed, DynamoOp};
+use crate::dynamodb_rules::{dynamodb_billed_units, item_size, Billed, DynamoOp};
 use crate::model::CycleBillables;
 use aws::audit::{drain_stream, AuditWriter, Audited, StreamChange, StreamPosition};
 use aws::config::{AuditWriterConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
@@ -553,7 +553,7 @@ async fn audit_item_size(
         .await
         .map_err(|e| step("GetItem", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
     out.item()
-        .map(full_item_size)
+        .map(aws::size::item_size)
         .ok_or_else(|| step("audit writer", format!("no audit item ({tx}, {group})")))
 }
 

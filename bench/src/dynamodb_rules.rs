@@ -8,8 +8,8 @@
 //! the ones below and prices only the ones below.
 //!
 //! The rules ([`dynamodb_billed_units`] is the one function applying them):
-//! - item size = Σ (attribute name bytes + value size); a string is its UTF-8 bytes; a
-//!   number is about 1 byte per two significant digits + 1 byte;
+//! - item size = Σ (attribute name bytes + value size), by [`aws::size`]: a string is
+//!   its UTF-8 bytes, a number about 1 byte per two significant digits + 1 byte;
 //! - a write costs ⌈size / 1 KB⌉ write request units (minimum 1); an UpdateItem or a
 //!   replacing PutItem is charged by the LARGER of the item before and after;
 //! - a transactional write (TransactWriteItems) costs twice that, per item;
@@ -29,8 +29,7 @@
 
 use aws::item::{FlatItem, Scalar};
 use aws::provision::IndexDef;
-use aws_sdk_dynamodb::types::AttributeValue;
-use std::collections::HashMap;
+use aws::size::number_size;
 
 /// Bytes per write request unit.
 pub const WRITE_UNIT_BYTES: usize = 1024;
@@ -38,21 +37,6 @@ pub const WRITE_UNIT_BYTES: usize = 1024;
 pub const READ_UNIT_BYTES: usize = 4096;
 /// Overhead DynamoDB counts per secondary index entry.
 pub const INDEX_ENTRY_OVERHEAD_BYTES: usize = 100;
-
-/// DynamoDB's size of a number given as text: 1 byte per two significant digits + 1.
-pub fn number_size(text: &str) -> usize {
-    let digits: String = text
-        .trim()
-        .trim_start_matches(['-', '+'])
-        .split(['e', 'E'])
-        .next()
-        .unwrap_or("")
-        .chars()
-        .filter(char::is_ascii_digit)
-        .collect();
-    let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
-    significant.div_ceil(2) + 1
-}
 
 /// DynamoDB's size of an item.
 pub fn item_size(item: &FlatItem) -> usize {
@@ -66,36 +50,6 @@ pub fn item_size(item: &FlatItem) -> usize {
                     Scalar::Other(_) => 1,
                 }
         })
-        .sum()
-}
-
-/// DynamoDB's size of an attribute value of any type: a Map or a List is 3 bytes plus,
-/// per element, 1 byte + its name (Map) + its value; a set is the sum of its members;
-/// a boolean or a null is 1 byte.
-pub fn attribute_value_size(value: &AttributeValue) -> usize {
-    match value {
-        AttributeValue::S(s) => s.len(),
-        AttributeValue::N(n) => number_size(n),
-        AttributeValue::B(b) => b.as_ref().len(),
-        AttributeValue::M(m) => {
-            3 + m
-                .iter()
-                .map(|(k, v)| k.len() + attribute_value_size(v) + 1)
-                .sum::<usize>()
-        }
-        AttributeValue::L(l) => 3 + l.iter().map(|v| attribute_value_size(v) + 1).sum::<usize>(),
-        AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
-        AttributeValue::Ns(v) => v.iter().map(|n| number_size(n)).sum(),
-        AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
-        _ => 1,
-    }
-}
-
-/// DynamoDB's size of an item as the SDK holds it (nested attributes included; the
-/// audit table's items hold one Map per entry).
-pub fn full_item_size(item: &HashMap<String, AttributeValue>) -> usize {
-    item.iter()
-        .map(|(name, value)| name.len() + attribute_value_size(value))
         .sum()
 }
 
@@ -117,7 +71,7 @@ pub enum DynamoOp<'a> {
     /// A conditional write whose condition failed, on this existing item.
     FailedCondition { existing: Option<&'a FlatItem> },
     /// A write to a table without secondary indexes, given the sizes of the item
-    /// before (0: none) and after (for items with Maps: [`full_item_size`]).
+    /// before (0: none) and after (for items with Maps: [`aws::size::item_size`]).
     SizedWrite {
         before_bytes: usize,
         after_bytes: usize,
@@ -278,20 +232,6 @@ mod tests {
     }
 
     #[test]
-    fn numbers_cost_a_byte_per_two_significant_digits_plus_one() {
-        assert_eq!(number_size("1"), 2);
-        assert_eq!(number_size("12"), 2);
-        assert_eq!(number_size("123"), 3);
-        assert_eq!(
-            number_size("1790000000"),
-            2 + 1,
-            "trailing zeros are trimmed"
-        );
-        assert_eq!(number_size("0.5"), 2);
-        assert_eq!(number_size("0"), 1);
-    }
-
-    #[test]
     fn an_update_is_charged_by_the_larger_image_and_rounds_up_per_kilobyte() {
         let small = item(&[("id", s("a"))]);
         let big = item(&[("id", s("a")), ("v", s(&"x".repeat(1500)))]);
@@ -349,24 +289,7 @@ mod tests {
     }
 
     #[test]
-    fn maps_cost_three_bytes_plus_one_per_element_and_writes_bill_the_larger_image() {
-        use aws_sdk_dynamodb::types::AttributeValue as A;
-        let entry: HashMap<String, A> = [
-            ("to".to_owned(), A::S("FAILED".into())),
-            ("n".to_owned(), A::N("12".into())),
-        ]
-        .into_iter()
-        .collect();
-        // 3 + (2 + 6 + 1) + (1 + 2 + 1) = 16
-        assert_eq!(attribute_value_size(&A::M(entry.clone())), 16);
-        assert_eq!(attribute_value_size(&A::L(vec![A::Bool(true)])), 3 + 1 + 1);
-        let item: HashMap<String, A> = [
-            ("id".to_owned(), A::S("a".into())),
-            ("e#1".to_owned(), A::M(entry)),
-        ]
-        .into_iter()
-        .collect();
-        assert_eq!(full_item_size(&item), 2 + 1 + 3 + 16);
+    fn a_sized_write_bills_the_larger_image() {
         let w = |before_bytes, after_bytes| {
             dynamodb_billed_units(
                 DynamoOp::SizedWrite {

@@ -99,9 +99,8 @@ async fn main() {
     let moto = match &args.moto_endpoint {
         Some(_) => None,
         None => Some(
-            tokio::task::spawn_blocking(aws::local::MotoServer::start)
+            aws::local::MotoServer::launch("moto_server", Duration::from_secs(60))
                 .await
-                .unwrap_or_else(|e| fail("moto", e))
                 .unwrap_or_else(|e| fail("moto", e)),
         ),
     };

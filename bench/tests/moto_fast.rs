@@ -54,12 +54,9 @@ async fn all_attributes(sqs: &aws_sdk_sqs::Client, url: &str) -> BTreeMap<String
 
 /// Runs the sequence on a server; returns every observation, in order.
 async fn observe(program: &str) -> Vec<String> {
-    let owned = program.to_owned();
-    let moto = tokio::task::spawn_blocking(move || {
-        MotoServer::start_with(&owned, Duration::from_secs(60)).expect("moto (. scripts/tools.sh)")
-    })
-    .await
-    .unwrap();
+    let moto = MotoServer::launch(program, Duration::from_secs(60))
+        .await
+        .expect("moto (. scripts/tools.sh)");
     let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let mut seen = Vec::new();
@@ -133,34 +130,24 @@ async fn observe(program: &str) -> Vec<String> {
 
     // Receive the other 20 twice each with visibility 0 (back at once): the third
     // receive moves them to the dead-letter queue (maxReceiveCount 2).
+    let receive_at_once = || async {
+        sqs.receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap()
+            .messages()
+            .len()
+    };
     let mut received = 0;
-    for _ in 0..2 {
-        for _ in 0..2 {
-            received += sqs
-                .receive_message()
-                .queue_url(&url)
-                .max_number_of_messages(10)
-                .visibility_timeout(0)
-                .send()
-                .await
-                .unwrap()
-                .messages()
-                .len();
-        }
+    for _ in 0..4 {
+        received += receive_at_once().await;
     }
     seen.push(format!("received with visibility 0: {received}"));
-    let after = sqs
-        .receive_message()
-        .queue_url(&url)
-        .max_number_of_messages(10)
-        .visibility_timeout(0)
-        .send()
-        .await
-        .unwrap();
-    seen.push(format!(
-        "after redrive: {} received",
-        after.messages().len()
-    ));
+    let after = receive_at_once().await;
+    seen.push(format!("after redrive: {after} received"));
     seen.push(format!("queue: {:?}", counters(&sqs, &url).await));
     seen.push(format!(
         "dead-letter queue: {:?}",
@@ -177,9 +164,7 @@ async fn observe(program: &str) -> Vec<String> {
             .unwrap();
     }
     seen.push(format!("after deletes: {:?}", counters(&sqs, &url).await));
-    tokio::task::spawn_blocking(move || drop(moto))
-        .await
-        .unwrap();
+    moto.stop().await;
     seen
 }
 

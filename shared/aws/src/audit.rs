@@ -742,26 +742,6 @@ mod tests {
         (b, entries)
     }
 
-    /// DynamoDB's item size: names and strings in UTF-8 bytes, a number about half
-    /// its digits plus one, a Map 3 bytes plus 1 per element.
-    fn size_of(v: &AttributeValue) -> usize {
-        match v {
-            AttributeValue::S(s) => s.len(),
-            AttributeValue::N(n) => n.len().div_ceil(2) + 1,
-            AttributeValue::M(m) => {
-                3 + m
-                    .iter()
-                    .map(|(k, v)| k.len() + size_of(v) + 1)
-                    .sum::<usize>()
-            }
-            _ => 1,
-        }
-    }
-
-    fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
-        item.iter().map(|(k, v)| k.len() + size_of(v)).sum()
-    }
-
     #[test]
     fn entries_round_trip_and_expire_after_retention() {
         let mut old = TransactionRecord::started(
@@ -852,7 +832,7 @@ mod tests {
         let send = vec![change(&scheduled, &sending), change(&sending, &out)];
         assert_eq!(send[0].group_key(), send[1].group_key());
         for run in [answer, send] {
-            let size = item_size(&group_item(&run, 365));
+            let size = crate::size::item_size(&group_item(&run, 365));
             assert!(size < 1024, "{size} bytes: {run:?}");
             assert!(size > 2 * 150, "{size} bytes: both entries are in it");
         }

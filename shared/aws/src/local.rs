@@ -41,6 +41,8 @@ pub enum LocalError {
     Http { endpoint: String, detail: String },
     #[error("AWS_ENDPOINT_URL = {0:?} is not an http://host:port URL")]
     BadEndpoint(String),
+    #[error("the task starting the moto server failed: {0}")]
+    Task(String),
 }
 
 /// A moto server process on 127.0.0.1, stopped on drop.
@@ -104,6 +106,20 @@ impl MotoServer {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// [`MotoServer::start_with`] from async code: the wait for the server runs on a
+    /// blocking thread, not on the runtime's workers.
+    pub async fn launch(program: &str, wait: Duration) -> Result<Self, LocalError> {
+        let program = program.to_owned();
+        tokio::task::spawn_blocking(move || Self::start_with(&program, wait))
+            .await
+            .map_err(|e| LocalError::Task(e.to_string()))?
+    }
+
+    /// Stops the server from async code (dropping it waits for the process to exit).
+    pub async fn stop(self) {
+        let _ = tokio::task::spawn_blocking(move || drop(self)).await;
     }
 
     /// `http://127.0.0.1:<port>`

@@ -162,9 +162,8 @@ impl Stack {
         let (moto, endpoint) = match &opts.moto_endpoint {
             Some(e) => (None, e.clone()),
             None => {
-                let server = tokio::task::spawn_blocking(MotoServer::start)
+                let server = MotoServer::launch("moto_server", Duration::from_secs(60))
                     .await
-                    .map_err(|e| CliError::Aws(format!("starting moto: {e}")))?
                     .map_err(|e| CliError::Aws(e.to_string()))?;
                 let e = server.endpoint_url();
                 (Some(server), e)
@@ -416,8 +415,7 @@ impl Stack {
         let all = futures::future::join_all(self.tasks);
         let _ = tokio::time::timeout(Duration::from_secs(15), all).await;
         if let Some(moto) = self.moto {
-            // Dropping it stops the server process (and its watchdog).
-            let _ = tokio::task::spawn_blocking(move || drop(moto)).await;
+            moto.stop().await;
         }
     }
 }
