@@ -191,7 +191,7 @@ pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
     opts.audit_poll = Duration::from_secs(1);
     let reconcile_every = opts.reconcile_every;
     let started = Instant::now();
-    let moto = aws::local::MotoServer::launch(&spec.moto_program, Duration::from_secs(60))
+    let moto = aws::local::MotoServer::launch(&spec.moto_program)
         .await
         .map_err(|e| BurstError::Stack(format!("{}: {e}", spec.moto_program)))?;
     let tap = Tap::start(&moto.endpoint_url()).await.map_err(err)?;
@@ -528,7 +528,7 @@ pub async fn probe_moto_receive(
     program: &str,
     sizes: &[u32],
 ) -> Result<Vec<(u32, Duration)>, BurstError> {
-    let moto = aws::local::MotoServer::launch(program, Duration::from_secs(60))
+    let moto = aws::local::MotoServer::launch(program)
         .await
         .map_err(|e| BurstError::Stack(format!("{program}: {e}")))?;
     let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;

@@ -99,7 +99,7 @@ async fn main() {
     let moto = match &args.moto_endpoint {
         Some(_) => None,
         None => Some(
-            aws::local::MotoServer::launch("moto_server", Duration::from_secs(60))
+            aws::local::MotoServer::launch(aws::local::MotoServer::PROGRAM)
                 .await
                 .unwrap_or_else(|e| fail("moto", e)),
         ),

@@ -8,7 +8,6 @@
 use aws::local::MotoServer;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 const FAST: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -54,7 +53,7 @@ async fn all_attributes(sqs: &aws_sdk_sqs::Client, url: &str) -> BTreeMap<String
 
 /// Runs the sequence on a server; returns every observation, in order.
 async fn observe(program: &str) -> Vec<String> {
-    let moto = MotoServer::launch(program, Duration::from_secs(60))
+    let moto = MotoServer::launch(program)
         .await
         .expect("moto (. scripts/tools.sh)");
     let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;

@@ -55,9 +55,15 @@ pub struct MotoServer {
 }
 
 impl MotoServer {
-    /// Starts moto on a free loopback port and waits (up to 60 s) until it answers.
+    /// The stock moto server executable.
+    pub const PROGRAM: &'static str = "moto_server";
+    /// How long a start waits for the server to answer.
+    pub const START_WAIT: Duration = Duration::from_secs(60);
+
+    /// Starts moto on a free loopback port and waits (up to [`Self::START_WAIT`])
+    /// until it answers.
     pub fn start() -> Result<Self, LocalError> {
-        Self::start_with("moto_server", Duration::from_secs(60))
+        Self::start_with(Self::PROGRAM, Self::START_WAIT)
     }
 
     /// Starts `program` (a moto server executable) and waits up to `wait`.
@@ -108,11 +114,11 @@ impl MotoServer {
         }
     }
 
-    /// [`MotoServer::start_with`] from async code: the wait for the server runs on a
-    /// blocking thread, not on the runtime's workers.
-    pub async fn launch(program: &str, wait: Duration) -> Result<Self, LocalError> {
+    /// Starts `program` from async code, waiting up to [`Self::START_WAIT`]: the wait
+    /// for the server runs on a blocking thread, not on the runtime's workers.
+    pub async fn launch(program: &str) -> Result<Self, LocalError> {
         let program = program.to_owned();
-        tokio::task::spawn_blocking(move || Self::start_with(&program, wait))
+        tokio::task::spawn_blocking(move || Self::start_with(&program, Self::START_WAIT))
             .await
             .map_err(|e| LocalError::Task(e.to_string()))?
     }

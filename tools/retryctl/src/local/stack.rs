@@ -162,7 +162,7 @@ impl Stack {
         let (moto, endpoint) = match &opts.moto_endpoint {
             Some(e) => (None, e.clone()),
             None => {
-                let server = MotoServer::launch("moto_server", Duration::from_secs(60))
+                let server = MotoServer::launch(MotoServer::PROGRAM)
                     .await
                     .map_err(|e| CliError::Aws(e.to_string()))?;
                 let e = server.endpoint_url();
