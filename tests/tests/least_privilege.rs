@@ -818,3 +818,64 @@ fn the_retry_queue_denies_principals_it_does_not_list() {
     assert!(send(&stack.role("SchedulerRole")).is_allowed());
     assert!(send(&Principal::Arn(outside_arn(OPERATOR))).is_allowed());
 }
+
+/// Every queue policy denies requests without TLS; with ServicePrincipalArns, only
+/// the listed service answers on the response queue and reads the request queue.
+#[test]
+fn queue_policies_deny_plain_http_and_unlisted_service_principals() {
+    let stack = offline(&template_text());
+    let reconciler = stack.role("ReconcilerRole");
+    let mut plain = stack.request(&reconciler, "sqs:SendMessage", &queue("retry").arn);
+    assert!(stack.evaluate(&plain).unwrap().is_allowed());
+    plain
+        .context
+        .insert("aws:SecureTransport".into(), vec!["false".into()]);
+    assert!(
+        matches!(stack.evaluate(&plain).unwrap(), Decision::Denied(by) if by.contains("DenyAnythingButTls"))
+    );
+    for q in [
+        "request",
+        "response",
+        "request-dlq",
+        "response-dlq",
+        "retry-dlq",
+        "scheduler-dlq",
+        "audit-dlq",
+    ] {
+        let mut r = stack.request(
+            &stack.role("RetryHandlerRole"),
+            "sqs:SendMessage",
+            &queue(q).arn,
+        );
+        r.context
+            .insert("aws:SecureTransport".into(), vec!["false".into()]);
+        assert!(
+            matches!(stack.evaluate(&r).unwrap(), Decision::Denied(_)),
+            "{q} accepts plain HTTP"
+        );
+    }
+    let forger = Principal::Arn(outside_arn("forger"));
+    let service = Principal::Arn(outside_arn(EXTERNAL));
+    for (action, q) in [
+        ("sqs:SendMessage", "response"),
+        ("sqs:ReceiveMessage", "request"),
+        ("sqs:DeleteMessage", "request"),
+    ] {
+        let arn = queue(q).arn;
+        assert!(
+            matches!(
+                stack
+                    .evaluate(&stack.request(&forger, action, &arn))
+                    .unwrap(),
+                Decision::Denied(_)
+            ),
+            "{action} on {q} by an unlisted principal"
+        );
+        assert!(!matches!(
+            stack
+                .evaluate(&stack.request(&service, action, &arn))
+                .unwrap(),
+            Decision::Denied(_)
+        ));
+    }
+}
