@@ -207,6 +207,8 @@ pub struct Stack {
     pub role_ids: BTreeMap<String, String>,
     /// Logical id → actions with a written reason for not being used by any call.
     pub reasons: BTreeMap<String, BTreeMap<String, String>>,
+    /// (alarm ARN, topic ARN) of every alarm action.
+    pub alarm_actions: Vec<(String, String)>,
 }
 
 // ---------------------------------------------------------------------------------
@@ -655,6 +657,7 @@ impl Stack {
             function_log_groups: BTreeMap::new(),
             role_ids: BTreeMap::new(),
             reasons: reasons(text),
+            alarm_actions: Vec::new(),
         };
         let resources = path(template, &["Resources"])
             .and_then(Value::as_mapping)
@@ -732,6 +735,24 @@ impl Stack {
                         }
                     }
                 }
+                "AWS::SNS::Topic" => {
+                    if let Some(key) = resolved(&["Properties", "KmsMasterKeyId"])? {
+                        if let (Some(k), Some(topic)) = (
+                            scalar_string(&key),
+                            r.reference(id)?.as_ref().and_then(scalar_string),
+                        ) {
+                            stack.encrypted.insert(topic, k);
+                        }
+                    }
+                }
+                "AWS::CloudWatch::Alarm" => {
+                    let alarm = r.attribute(id, "Arn")?;
+                    if let Some(actions) = resolved(&["Properties", "AlarmActions"])? {
+                        for topic in strings(Some(&actions)) {
+                            stack.alarm_actions.push((alarm.clone(), topic));
+                        }
+                    }
+                }
                 "AWS::DynamoDB::Table" => {
                     if let Some(key) =
                         resolved(&["Properties", "SSESpecification", "KMSMasterKeyId"])?
@@ -796,7 +817,9 @@ impl Stack {
         }
     }
 
-    fn key_of(&self, resource: &str) -> Option<&String> {
+    /// The customer managed key that encrypts a queue, table (its indexes and
+    /// stream) or topic.
+    pub fn key_of(&self, resource: &str) -> Option<&String> {
         self.encrypted.get(resource).or_else(|| {
             // A stream or an index is encrypted with its table's key.
             let table = resource.split("/stream/").next()?.split("/index/").next()?;
@@ -924,6 +947,34 @@ impl Stack {
             .iter()
             .map(|a| self.request(&p, a, &stream))
             .collect()
+    }
+
+    /// What CloudWatch does when an alarm changes state: `sns:Publish` to each
+    /// action's topic and, on an encrypted topic, `kms:GenerateDataKey` and
+    /// `kms:Decrypt` on its key, as `cloudwatch.amazonaws.com` with the alarm as
+    /// `aws:SourceArn` and this account as `aws:SourceAccount`
+    /// (<https://docs.aws.amazon.com/sns/latest/dg/sns-key-management.html#compatibility-with-aws-services>).
+    pub fn alarm_requests(&self) -> Vec<Request> {
+        let cloudwatch = Principal::Service("cloudwatch.amazonaws.com".to_owned());
+        let mut out = Vec::new();
+        for (alarm, topic) in &self.alarm_actions {
+            let with_source = |mut r: Request| {
+                r.context.insert(
+                    "aws:SourceAccount".to_owned(),
+                    vec![self.physical.account.clone()],
+                );
+                r.context
+                    .insert("aws:SourceArn".to_owned(), vec![alarm.clone()]);
+                r
+            };
+            out.push(with_source(self.request(&cloudwatch, "sns:Publish", topic)));
+            if let Some(key) = self.key_of(topic) {
+                for a in ["kms:GenerateDataKey", "kms:Decrypt"] {
+                    out.push(with_source(self.request(&cloudwatch, a, key)));
+                }
+            }
+        }
+        out
     }
 
     /// Allowed, explicitly denied, or not allowed (see the module documentation).

@@ -22,6 +22,8 @@
 //! stream, and its DLQ. `retryctl` runs under the operators' own credentials, not a
 //! role of this template: its calls are not evaluated here.
 //!
+//! CloudWatch publishing each alarm to the (encrypted) alarm topic is evaluated too.
+//!
 //! Each recorded call becomes the authorization requests AWS would make
 //! (`deferred_retry_tests::iam`), evaluated against the role; then the reverse: every
 //! grant of every function role, of the scheduler role and of each queue-policy
@@ -262,6 +264,12 @@ fn requests_of(stack: &Stack, calls: &[Call], schedule_group_arn: &str) -> Vec<(
     for f in FUNCTIONS {
         out.extend(stack.log_requests(f).into_iter().map(|r| (f.to_owned(), r)));
     }
+    out.extend(
+        stack
+            .alarm_requests()
+            .into_iter()
+            .map(|r| ("cloudwatch.amazonaws.com".to_owned(), r)),
+    );
     if delivered {
         let scheduler = Principal::Service("scheduler.amazonaws.com".into());
         let role = stack.physical.role_arn("SchedulerRole");
@@ -877,5 +885,32 @@ fn queue_policies_deny_plain_http_and_unlisted_service_principals() {
                 .unwrap(),
             Decision::Denied(_)
         ));
+    }
+}
+
+/// CloudWatch alarms of this account publish to the encrypted alarm topic (topic
+/// policy and key policy); an alarm of another account cannot.
+#[test]
+fn alarms_of_this_account_and_only_they_publish() {
+    let stack = offline(&template_text());
+    let requests = stack.alarm_requests();
+    assert_eq!(
+        requests.len(),
+        3 * 16,
+        "16 alarms, each: sns:Publish + GenerateDataKey + Decrypt"
+    );
+    for r in &requests {
+        assert!(stack.evaluate(r).unwrap().is_allowed(), "{r:?}");
+    }
+    for r in requests.iter().take(3) {
+        let mut other = r.clone();
+        other
+            .context
+            .insert("aws:SourceAccount".into(), vec!["999999999999".into()]);
+        assert_eq!(
+            stack.evaluate(&other).unwrap(),
+            Decision::NotAllowed,
+            "{other:?}"
+        );
     }
 }
