@@ -1,18 +1,11 @@
-//! A recording pass-through in front of the local AWS endpoint (moto): every API
-//! request of the local stack goes through it unchanged, and each SQS `SendMessage` /
-//! `SendMessageBatch` is recorded with the instant it reached the endpoint — the
-//! exact outbound publish times the rate limit is about, independent of how fast the
-//! simulated service takes requests off its queue.
-//!
-//! One upstream connection per request (`Connection: close` both ways): simple and
-//! correct for the SDK's HTTP/1.1 requests with a `Content-Length` body; anything
-//! else (chunked bodies) is piped through without being recorded.
+//! The burst's view of the recording proxy in front of the local AWS endpoint (moto):
+//! every API request of the local stack goes through [`testkit::proxy::Proxy`]
+//! unchanged, and each SQS `SendMessage` / `SendMessageBatch` it recorded gives the
+//! instant its messages reached the endpoint — the exact outbound publish times the
+//! rate limit is about, independent of how fast the simulated service takes requests
+//! off its queue.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use testkit::proxy::Proxy;
 
 /// One message sent to a queue, as it reached the endpoint.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,176 +14,59 @@ pub struct Sent {
     pub epoch_ms: i64,
     /// Monotonic, since the tap started.
     pub since_start: std::time::Duration,
-    pub queue_url: String,
+    /// ARN of the queue.
+    pub queue_arn: String,
     pub body: String,
 }
 
-/// The running tap; stops with the process (or [`Tap::stop`]).
+/// The running tap: the proxy; stops with the process (or [`Tap::stop`]).
 pub struct Tap {
     pub endpoint: String,
-    sent: Arc<Mutex<Vec<Sent>>>,
-    task: tokio::task::JoinHandle<()>,
+    proxy: Proxy,
 }
 
 impl Tap {
     /// Listens on a free loopback port and forwards to `upstream` (`http://host:port`).
     pub async fn start(upstream: &str) -> std::io::Result<Tap> {
-        let upstream: SocketAddr = upstream
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .replace("localhost", "127.0.0.1")
-            .parse()
-            .map_err(|e| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{upstream}: {e}"))
-            })?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let endpoint = format!("http://{}", listener.local_addr()?);
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let started = Instant::now();
-        let record = sent.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((client, _)) = listener.accept().await else {
-                    return;
-                };
-                let record = record.clone();
-                tokio::spawn(async move {
-                    let _ = relay(client, upstream, &record, started).await;
-                });
-            }
-        });
+        let proxy = Proxy::start(upstream).await?;
         Ok(Tap {
-            endpoint,
-            sent,
-            task,
+            endpoint: proxy.endpoint.clone(),
+            proxy,
         })
     }
 
-    /// Every message sent so far to a queue whose URL ends with `/<queue_name>`.
+    /// Every message sent so far to the queue named `queue_name`.
     pub fn sent_to(&self, queue_name: &str) -> Vec<Sent> {
-        let suffix = format!("/{queue_name}");
-        self.sent
-            .lock()
-            .map(|v| {
-                v.iter()
-                    .filter(|s| s.queue_url.ends_with(&suffix))
-                    .cloned()
-                    .collect()
+        let suffix = format!(":{queue_name}");
+        self.proxy
+            .calls()
+            .into_iter()
+            .filter(|c| {
+                c.service == "sqs"
+                    && matches!(c.operation.as_str(), "SendMessage" | "SendMessageBatch")
             })
-            .unwrap_or_default()
+            .filter_map(|c| {
+                let arn = c.resource()?.to_owned();
+                arn.ends_with(&suffix).then(|| {
+                    c.message_bodies
+                        .iter()
+                        .map(|body| Sent {
+                            epoch_ms: c.epoch_ms,
+                            since_start: c.since_start,
+                            queue_arn: arn.clone(),
+                            body: body.clone(),
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .flatten()
+            .collect()
     }
 
     pub fn stop(self) {
-        self.task.abort();
+        self.proxy.stop();
     }
 }
-
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().skip(1).find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
-/// Forwards one request (recording it) and its response, then closes both sides.
-async fn relay(
-    mut client: TcpStream,
-    upstream: SocketAddr,
-    record: &Mutex<Vec<Sent>>,
-    started: Instant,
-) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(8192);
-    let mut chunk = [0u8; 16 * 1024];
-    let head_end = loop {
-        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break p + 4;
-        }
-        let n = client.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let mut server = TcpStream::connect(upstream).await?;
-    let Some(length) = header(&head, "content-length").and_then(|v| v.parse::<usize>().ok()) else {
-        // Not a plain request with a length: pipe it through as it is.
-        server.write_all(&buf).await?;
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-        return Ok(());
-    };
-    while buf.len() < head_end + length {
-        let n = client.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let arrived = started.elapsed();
-    let epoch_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0);
-    let body = &buf[head_end..head_end + length];
-    match header(&head, "x-amz-target") {
-        Some("AmazonSQS.SendMessage") | Some("AmazonSQS.SendMessageBatch") => {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
-                let url = v
-                    .get("QueueUrl")
-                    .and_then(|u| u.as_str())
-                    .unwrap_or("")
-                    .to_owned();
-                let bodies: Vec<String> = match v.get("Entries").and_then(|e| e.as_array()) {
-                    Some(entries) => entries
-                        .iter()
-                        .filter_map(|e| {
-                            e.get("MessageBody")
-                                .and_then(|b| b.as_str())
-                                .map(str::to_owned)
-                        })
-                        .collect(),
-                    None => v
-                        .get("MessageBody")
-                        .and_then(|b| b.as_str())
-                        .map(|b| vec![b.to_owned()])
-                        .unwrap_or_default(),
-                };
-                if let Ok(mut r) = record.lock() {
-                    r.extend(bodies.into_iter().map(|body| Sent {
-                        epoch_ms,
-                        since_start: arrived,
-                        queue_url: url.clone(),
-                        body,
-                    }));
-                }
-            }
-        }
-        _ => {}
-    }
-    // Same request, asking the server to close the connection after its response.
-    let mut rewritten = String::new();
-    for (i, line) in head.trim_end_matches("\r\n").split("\r\n").enumerate() {
-        if i > 0
-            && line
-                .split_once(':')
-                .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("connection"))
-        {
-            continue;
-        }
-        rewritten.push_str(line);
-        rewritten.push_str("\r\n");
-    }
-    rewritten.push_str("Connection: close\r\n\r\n");
-    server.write_all(rewritten.as_bytes()).await?;
-    server.write_all(&buf[head_end..head_end + length]).await?;
-    // The response, until the server closes; then close the client's connection too.
-    let mut response = Vec::new();
-    server.read_to_end(&mut response).await?;
-    client.write_all(&response).await?;
-    client.shutdown().await?;
-    Ok(())
-}
-
 /// Highest number of instants (ms) falling in one wall-clock second.
 pub fn peak_per_wall_second(epoch_ms: &[i64]) -> u32 {
     let mut counts = std::collections::HashMap::<i64, u32>::new();

@@ -21,6 +21,7 @@ use aws::config::{
     StackNames,
 };
 use aws::provision::{queue_definitions, table_definitions, QueueDef, TableDef};
+use deferred_retry_tests::cfn::*;
 use runtime::metrics::{names, DIMENSION};
 use serde_yaml::{Mapping, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,135 +55,6 @@ fn functions() -> BTreeMap<&'static str, (&'static [&'static str], u32)> {
             (AuditWriterConfig::ENV_VARS, timeouts::AUDIT_WRITER_SECONDS),
         ),
     ])
-}
-
-// ---------------------------------------------------------------------------------
-// Reading the template (CloudFormation short tags become `Value::Tagged`)
-// ---------------------------------------------------------------------------------
-
-fn template() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml");
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"))
-}
-
-fn get<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-    v.as_mapping().and_then(|m| m.get(key))
-}
-
-fn path<'a>(v: &'a Value, keys: &[&str]) -> Option<&'a Value> {
-    keys.iter().try_fold(v, |cur, k| get(cur, k))
-}
-
-fn resources(t: &Value) -> Vec<(String, &Value)> {
-    path(t, &["Resources"])
-        .and_then(Value::as_mapping)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.as_str()?.to_owned(), v)))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn of_type<'a>(t: &'a Value, ty: &str) -> Vec<(String, &'a Value)> {
-    resources(t)
-        .into_iter()
-        .filter(|(_, r)| get(r, "Type").and_then(Value::as_str) == Some(ty))
-        .collect()
-}
-
-fn props<'a>(r: &'a Value, key: &str) -> Option<&'a Value> {
-    path(r, &["Properties", key])
-}
-
-/// `!Name value` or `{Fn::Name: value}` / `{Ref: value}` → (`Name`, value).
-fn intrinsic(v: &Value) -> Option<(String, &Value)> {
-    match v {
-        Value::Tagged(t) => Some((
-            t.tag.to_string().trim_start_matches('!').to_owned(),
-            &t.value,
-        )),
-        Value::Mapping(m) if m.len() == 1 => {
-            let (k, inner) = m.iter().next()?;
-            let k = k.as_str()?;
-            if k == "Ref" || k.starts_with("Fn::") {
-                Some((k.trim_start_matches("Fn::").to_owned(), inner))
-            } else {
-                None
-            }
-        }
-        _ => None,
-    }
-}
-
-/// `!Ref X` → X.
-fn ref_name(v: &Value) -> Option<String> {
-    match intrinsic(v)? {
-        (name, inner) if name == "Ref" => inner.as_str().map(str::to_owned),
-        _ => None,
-    }
-}
-
-/// `!GetAtt X.Attr` (or `[X, Attr]`) → (X, Attr).
-fn get_att(v: &Value) -> Option<(String, String)> {
-    let (name, inner) = intrinsic(v)?;
-    if name != "GetAtt" {
-        return None;
-    }
-    match inner {
-        Value::String(s) => {
-            let (res, attr) = s.split_once('.')?;
-            Some((res.to_owned(), attr.to_owned()))
-        }
-        Value::Sequence(seq) if seq.len() == 2 => {
-            Some((seq[0].as_str()?.to_owned(), seq[1].as_str()?.to_owned()))
-        }
-        _ => None,
-    }
-}
-
-/// The logical id a value points at through `!Ref` or `!GetAtt`.
-fn target(v: &Value) -> Option<String> {
-    ref_name(v).or_else(|| get_att(v).map(|(r, _)| r))
-}
-
-fn number(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
-    }
-}
-
-/// A literal integer, or the default of the parameter it references.
-fn int_value(t: &Value, v: &Value) -> Option<i64> {
-    number(v).or_else(|| {
-        let p = ref_name(v)?;
-        number(path(t, &["Parameters", &p, "Default"])?)
-    })
-}
-
-/// The largest value a literal or a referenced parameter can take.
-fn int_max(t: &Value, v: &Value) -> Option<i64> {
-    number(v).or_else(|| {
-        let p = ref_name(v)?;
-        let param = path(t, &["Parameters", &p])?;
-        get(param, "MaxValue")
-            .and_then(number)
-            .or_else(|| get(param, "Default").and_then(number))
-    })
-}
-
-fn str_list(v: Option<&Value>) -> Vec<String> {
-    match v {
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Sequence(s)) => s
-            .iter()
-            .filter_map(|x| x.as_str().map(str::to_owned))
-            .collect(),
-        _ => vec![],
-    }
 }
 
 /// (binary, logical id, resource) of every function.
@@ -1063,4 +935,459 @@ fn business_alarm_check_detects_a_metric_the_code_does_not_emit() {
         p.iter().any(|m| m.contains("TransactionsExhausted")),
         "{p:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------
+// Least-privilege and delivery hardening (what a real account enforces)
+// ---------------------------------------------------------------------------------
+
+/// Lambda's application log-level filtering for runtimes without a built-in logger
+/// (https://docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html):
+/// a JSON line's `level` decides, an invalid or missing one counts as INFO, and a line
+/// is kept when its level is at or above the function's `ApplicationLogLevel`.
+fn lambda_keeps(line: &str, application_log_level: &str) -> bool {
+    const ORDER: [&str; 6] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"];
+    let rank = |l: &str| ORDER.iter().position(|x| x.eq_ignore_ascii_case(l));
+    let level = serde_json::from_str::<serde_json::Value>(line)
+        .ok()
+        .and_then(|v| v.get("level").and_then(|l| l.as_str()).map(str::to_owned))
+        .and_then(|l| rank(&l))
+        .unwrap_or(2);
+    rank(application_log_level).is_some_and(|setting| level >= setting)
+}
+
+/// The EMF line a function writes is kept at every log level the template allows.
+fn log_level_problems(t: &Value) -> Vec<String> {
+    let m = runtime::Metrics::new("DeferredRetry", "reconciler");
+    m.incr(names::RECONCILE_EXAMINED);
+    let line = m.to_emf(0).to_string();
+    let allowed = str_list(path(
+        t,
+        &["Parameters", "ApplicationLogLevel", "AllowedValues"],
+    ));
+    if allowed.is_empty() {
+        return vec!["ApplicationLogLevel has no AllowedValues".to_owned()];
+    }
+    allowed
+        .iter()
+        .filter(|level| !lambda_keeps(&line, level))
+        .map(|level| format!("at ApplicationLogLevel={level} Lambda drops the EMF metric lines"))
+        .collect()
+}
+
+/// Every function has an alarm on its `Errors`; every SQS-triggered one on its
+/// `Throttles` (AWS/Lambda, `FunctionName` = the function, > 0, with an action).
+fn function_alarm_problems(t: &Value) -> Vec<String> {
+    let alarms = of_type(t, "AWS::CloudWatch::Alarm");
+    let watched = |metric: &str, id: &str| {
+        alarms.iter().any(|(_, a)| {
+            props(a, "Namespace").and_then(Value::as_str) == Some("AWS/Lambda")
+                && props(a, "MetricName").and_then(Value::as_str) == Some(metric)
+                && props(a, "Dimensions")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|d| {
+                        d.iter().any(|x| {
+                            get(x, "Name").and_then(Value::as_str) == Some("FunctionName")
+                                && get(x, "Value").and_then(ref_name).as_deref() == Some(id)
+                        })
+                    })
+                && props(a, "Threshold").and_then(number) == Some(0)
+                && props(a, "ComparisonOperator").and_then(Value::as_str)
+                    == Some("GreaterThanThreshold")
+                && props(a, "AlarmActions")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|v| !v.is_empty())
+        })
+    };
+    let mut p = vec![];
+    for (bin, id, r) in function_resources(t) {
+        if !watched("Errors", &id) {
+            p.push(format!("{id} ({bin}): no alarm on its Errors"));
+        }
+        let sqs = props(r, "Events")
+            .and_then(Value::as_mapping)
+            .is_some_and(|m| {
+                m.values()
+                    .any(|e| get(e, "Type").and_then(Value::as_str) == Some("SQS"))
+            });
+        if sqs && !watched("Throttles", &id) {
+            p.push(format!(
+                "{id} ({bin}): SQS-triggered, no alarm on its Throttles"
+            ));
+        }
+    }
+    p.sort();
+    p
+}
+
+/// Main queues: `RedriveAllowPolicy` denyAll; each DLQ: byQueue naming exactly its
+/// source queue (by the source's `QueueName`); a DLQ nothing redrives into: denyAll.
+fn redrive_allow_problems(t: &Value) -> Vec<String> {
+    let mut p = vec![];
+    let queues = of_type(t, "AWS::SQS::Queue");
+    let mut sources: BTreeMap<String, String> = BTreeMap::new();
+    for (id, q) in &queues {
+        if let Some(dlq) =
+            path(q, &["Properties", "RedrivePolicy", "deadLetterTargetArn"]).and_then(target)
+        {
+            sources.insert(dlq, id.clone());
+        }
+    }
+    let sub_text = |v: Option<&Value>| {
+        v.and_then(intrinsic)
+            .filter(|(f, _)| f == "Sub")
+            .and_then(|(_, inner)| inner.as_str().map(str::to_owned))
+    };
+    for (id, q) in &queues {
+        let allow = path(q, &["Properties", "RedriveAllowPolicy"]);
+        let permission = allow
+            .and_then(|a| get(a, "redrivePermission"))
+            .and_then(Value::as_str);
+        match sources.get(id) {
+            Some(source) => {
+                let source_name = queues
+                    .iter()
+                    .find(|(s, _)| s == source)
+                    .and_then(|(_, s)| sub_text(path(s, &["Properties", "QueueName"])));
+                let named = allow
+                    .and_then(|a| get(a, "sourceQueueArns"))
+                    .and_then(Value::as_sequence)
+                    .map(|s| {
+                        s.iter()
+                            .filter_map(|v| sub_text(Some(v)))
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default();
+                let ok = permission == Some("byQueue")
+                    && named.len() == 1
+                    && source_name.is_some_and(|n| named[0].ends_with(&format!(":{n}")));
+                if !ok {
+                    p.push(format!(
+                        "{id}: RedriveAllowPolicy must be byQueue naming only {source} (by its QueueName)"
+                    ));
+                }
+            }
+            None if permission != Some("denyAll") => {
+                p.push(format!(
+                    "{id}: RedriveAllowPolicy must be denyAll (no queue dead-letters into it)"
+                ));
+            }
+            None => {}
+        }
+    }
+    p
+}
+
+/// A `Deny` of requests with `aws:SecureTransport = false` in `statements`.
+fn denies_plain_http(statements: Option<&Value>) -> bool {
+    statements.and_then(Value::as_sequence).is_some_and(|sts| {
+        sts.iter().any(|st| {
+            get(st, "Effect").and_then(Value::as_str) == Some("Deny")
+                && path(st, &["Condition", "Bool", "aws:SecureTransport"])
+                    .is_some_and(|v| v.as_str() == Some("false") || v.as_bool() == Some(false))
+        })
+    })
+}
+
+/// Every queue is covered by a queue policy denying plain HTTP; the alarm topic has a
+/// topic policy with the same deny and CloudWatch allowed for this account only.
+fn transport_problems(t: &Value) -> Vec<String> {
+    let mut p = vec![];
+    let policies = of_type(t, "AWS::SQS::QueuePolicy");
+    for (id, _) in of_type(t, "AWS::SQS::Queue") {
+        let covered = policies.iter().any(|(_, pol)| {
+            get(pol, "Condition").is_none()
+                && props(pol, "Queues")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|qs| {
+                        qs.iter()
+                            .any(|q| ref_name(q).as_deref() == Some(id.as_str()))
+                    })
+                && denies_plain_http(path(pol, &["Properties", "PolicyDocument", "Statement"]))
+        });
+        if !covered {
+            p.push(format!("{id}: no queue policy denies requests without TLS"));
+        }
+    }
+    let topics = of_type(t, "AWS::SNS::TopicPolicy");
+    let ok = topics.iter().any(|(_, pol)| {
+        let sts = path(pol, &["Properties", "PolicyDocument", "Statement"]);
+        let cloudwatch = sts.and_then(Value::as_sequence).is_some_and(|sts| {
+            sts.iter().any(|st| {
+                str_list(path(st, &["Principal", "Service"])) == ["cloudwatch.amazonaws.com"]
+                    && path(st, &["Condition", "StringEquals", "aws:SourceAccount"]).is_some()
+            })
+        });
+        props(pol, "Topics")
+            .and_then(Value::as_sequence)
+            .is_some_and(|ts| {
+                ts.iter()
+                    .any(|x| ref_name(x).as_deref() == Some("AlarmTopic"))
+            })
+            && denies_plain_http(sts)
+            && cloudwatch
+    });
+    if !ok {
+        p.push("AlarmTopic: no topic policy with a TLS deny and CloudWatch allowed with aws:SourceAccount".to_owned());
+    }
+    p
+}
+
+/// The key policy: the account-wide statement administers only; every statement
+/// letting principals of the account use the key is scoped by `kms:ViaService`;
+/// CloudWatch's is scoped by `aws:SourceAccount` and `aws:SourceArn`.
+fn key_policy_problems(t: &Value) -> Vec<String> {
+    const USE: [&str; 7] = [
+        "kms:Decrypt",
+        "kms:Encrypt",
+        "kms:GenerateDataKey",
+        "kms:GenerateDataKeyWithoutPlaintext",
+        "kms:ReEncryptFrom",
+        "kms:ReEncryptTo",
+        "kms:CreateGrant",
+    ];
+    let mut p = vec![];
+    let Some((_, key)) = of_type(t, "AWS::KMS::Key").into_iter().next() else {
+        return vec!["no KMS key".to_owned()];
+    };
+    let sts = path(key, &["Properties", "KeyPolicy", "Statement"])
+        .and_then(Value::as_sequence)
+        .cloned()
+        .unwrap_or_default();
+    for st in sts.iter().map(|s| match intrinsic(s) {
+        Some((f, inner)) if f == "If" => inner
+            .as_sequence()
+            .and_then(|b| b.get(1))
+            .cloned()
+            .unwrap_or(Value::Null),
+        _ => s.clone(),
+    }) {
+        let sid = get(&st, "Sid")
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_owned();
+        let mut acts = vec![];
+        actions(&st, &mut acts);
+        let uses: Vec<&String> = acts.iter().filter(|a| USE.contains(&a.as_str())).collect();
+        let service = str_list(path(&st, &["Principal", "Service"]));
+        if service.iter().any(|s| s == "cloudwatch.amazonaws.com")
+            && (path(&st, &["Condition", "StringEquals", "aws:SourceAccount"]).is_none()
+                || path(&st, &["Condition", "ArnLike", "aws:SourceArn"]).is_none())
+        {
+            p.push(format!(
+                "key policy {sid}: CloudWatch without aws:SourceAccount and aws:SourceArn"
+            ));
+        }
+        if path(&st, &["Principal", "AWS"]).is_some()
+            && !uses.is_empty()
+            && path(&st, &["Condition", "StringEquals", "kms:ViaService"]).is_none()
+        {
+            p.push(format!(
+                "key policy {sid}: lets principals use the key ({uses:?}) without kms:ViaService"
+            ));
+        }
+    }
+    p
+}
+
+/// `samconfig.toml`: the architecture where both `sam build` and `sam deploy` read it
+/// (the global section), and the beta features rust-cargolambda needs on older CLIs.
+fn samconfig_problems(text: &str) -> Vec<String> {
+    let global = text
+        .split("[default.global.parameters]")
+        .nth(1)
+        .and_then(|s| s.split("\n[").next())
+        .unwrap_or_default();
+    let line = |key: &str| {
+        global
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or_default().trim())
+            .find_map(|l| {
+                l.strip_prefix(key)
+                    .map(|v| v.trim_start().trim_start_matches('=').trim().to_owned())
+            })
+    };
+    let mut p = vec![];
+    if !line("parameter_overrides").is_some_and(|v| v.contains("Architecture=")) {
+        p.push(
+            "[default.global.parameters] sets no Architecture in parameter_overrides".to_owned(),
+        );
+    }
+    if line("beta_features").as_deref() != Some("true") {
+        p.push("[default.global.parameters] has no beta_features = true".to_owned());
+    }
+    for section in ["[default.build.parameters]", "[default.deploy.parameters]"] {
+        let overrides = text.split(section).skip(1).any(|own| {
+            own.split("\n[")
+                .next()
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.trim_start().starts_with("parameter_overrides"))
+        });
+        if overrides {
+            p.push(format!(
+                "{section} overrides parameters on its own: build and deploy could disagree"
+            ));
+        }
+    }
+    p
+}
+
+/// `Rules`: a batch size above 10 with no batching window is refused for both SQS
+/// event sources.
+fn rules_problems(t: &Value) -> Vec<String> {
+    let rules =
+        serde_yaml::to_string(path(t, &["Rules"]).unwrap_or(&Value::Null)).unwrap_or_default();
+    [
+        ("ResponseBatchSize", "ResponseBatchingWindowSeconds"),
+        ("RetryBatchSize", "RetryBatchingWindowSeconds"),
+    ]
+    .iter()
+    .filter(|(size, window)| {
+        let ok = path(t, &["Rules"])
+            .and_then(Value::as_mapping)
+            .is_some_and(|m| {
+                m.values().any(|r| {
+                    let cond =
+                        serde_yaml::to_string(get(r, "RuleCondition").unwrap_or(&Value::Null))
+                            .unwrap_or_default();
+                    let asserts =
+                        serde_yaml::to_string(get(r, "Assertions").unwrap_or(&Value::Null))
+                            .unwrap_or_default();
+                    cond.contains(size) && cond.contains("'10'") && asserts.contains(window)
+                })
+            });
+        !ok || rules.is_empty()
+    })
+    .map(|(size, window)| format!("no rule refusing {size} > 10 without {window}"))
+    .collect()
+}
+
+fn samconfig_text() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samconfig.toml"))
+        .unwrap_or_default()
+}
+
+#[test]
+fn metric_lines_survive_every_allowed_log_level() {
+    assert_none(log_level_problems(&template()));
+    // The filter itself, on Lambda's documented cases.
+    assert!(lambda_keeps(r#"{"level":"debug","msg":"x"}"#, "DEBUG"));
+    assert!(!lambda_keeps(r#"{"level":"debug","msg":"x"}"#, "INFO"));
+    assert!(lambda_keeps(r#"{"msg":"no level"}"#, "INFO"));
+    assert!(!lambda_keeps(r#"{"msg":"no level"}"#, "WARN"));
+    assert!(!lambda_keeps(r#"{"level":"bogus"}"#, "ERROR"));
+}
+
+#[test]
+fn log_level_check_detects_a_level_above_info() {
+    let mut t = template();
+    let allowed = t
+        .get_mut("Parameters")
+        .and_then(|p| p.get_mut("ApplicationLogLevel"))
+        .and_then(|p| p.get_mut("AllowedValues"))
+        .and_then(Value::as_sequence_mut)
+        .expect("AllowedValues");
+    allowed.push("WARN".into());
+    assert_eq!(
+        log_level_problems(&t),
+        vec!["at ApplicationLogLevel=WARN Lambda drops the EMF metric lines"]
+    );
+}
+
+#[test]
+fn every_function_has_error_and_throttle_alarms() {
+    assert_none(function_alarm_problems(&template()));
+    let mut t = template();
+    props_mut(&mut t, "ReconcilerErrorsAlarm").insert("MetricName".into(), "Invocations".into());
+    props_mut(&mut t, "RetryHandlerThrottlesAlarm").insert("Threshold".into(), 5.into());
+    assert_eq!(
+        function_alarm_problems(&t),
+        vec![
+            "ReconcilerFunction (reconciler): no alarm on its Errors",
+            "RetryHandlerFunction (retry-handler): SQS-triggered, no alarm on its Throttles"
+        ]
+    );
+}
+
+#[test]
+fn queues_allow_redrive_only_from_their_source() {
+    assert_none(redrive_allow_problems(&template()));
+    let mut t = template();
+    props_mut(&mut t, "RetryQueue").remove("RedriveAllowPolicy");
+    props_mut(&mut t, "ResponseDLQ").insert(
+        "RedriveAllowPolicy".into(),
+        serde_yaml::from_str("{redrivePermission: allowAll}").expect("yaml"),
+    );
+    let p = redrive_allow_problems(&t);
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(
+        p.iter().any(|m| m.starts_with("RetryQueue:"))
+            && p.iter().any(|m| m.starts_with("ResponseDLQ:")),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn queues_and_the_alarm_topic_refuse_plain_http() {
+    assert_none(transport_problems(&template()));
+    let mut t = template();
+    t.get_mut("Resources")
+        .and_then(Value::as_mapping_mut)
+        .expect("resources")
+        .remove("DeadLetterQueuesPolicy");
+    t.get_mut("Resources")
+        .and_then(Value::as_mapping_mut)
+        .expect("resources")
+        .remove("AlarmTopicPolicy");
+    let p = transport_problems(&t);
+    assert_eq!(p.len(), 6, "five DLQs and the topic: {p:?}");
+}
+
+#[test]
+fn the_key_policy_scopes_every_use() {
+    assert_none(key_policy_problems(&template()));
+    let text = std::fs::read_to_string(TEMPLATE_PATH).expect("template");
+    let broken = text.replacen(
+        "              - kms:DeleteAlias\n",
+        "              - kms:DeleteAlias\n              - kms:Decrypt\n",
+        1,
+    );
+    let t: Value = serde_yaml::from_str(&broken).expect("yaml");
+    let p = key_policy_problems(&t);
+    assert!(
+        p.iter()
+            .any(|m| m.contains("AccountAdministersTheKey") && m.contains("kms:Decrypt")),
+        "{p:?}"
+    );
+    let broken = text.replace("                aws:SourceAccount: !Ref AWS::AccountId\n              ArnLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch", "                aws:SourceAccount: !Ref AWS::AccountId\n              ArnNotLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch");
+    let p = key_policy_problems(&serde_yaml::from_str(&broken).expect("yaml"));
+    assert!(p.iter().any(|m| m.contains("CloudWatch")), "{p:?}");
+}
+
+#[test]
+fn samconfig_builds_and_deploys_one_architecture() {
+    assert_none(samconfig_problems(&samconfig_text()));
+    let broken = samconfig_text().replace("parameter_overrides = \"Architecture=arm64\"", "");
+    assert_eq!(samconfig_problems(&broken).len(), 1);
+    let broken = samconfig_text()
+        .replace("beta_features = true", "")
+        .replace(
+            "[default.deploy.parameters]\n",
+            "[default.deploy.parameters]\nparameter_overrides = \"Architecture=x86_64\"\n",
+        );
+    assert_eq!(
+        samconfig_problems(&broken).len(),
+        2,
+        "{:?}",
+        samconfig_problems(&broken)
+    );
+}
+
+#[test]
+fn rules_refuse_large_batches_without_a_window() {
+    assert_none(rules_problems(&template()));
+    let mut t = template();
+    t.as_mapping_mut().expect("template").remove("Rules");
+    assert_eq!(rules_problems(&t).len(), 2);
 }

@@ -10,6 +10,12 @@
 //! assert per-invocation counts, which a global recorder cannot separate. The format
 //! is small and fixed; its exact shape is tested below.
 //!
+//! Lambda's log-level filtering does not decide it either way: that crate can put a
+//! `level` key on the line (`set_property("level", …)`, tried with 0.10), and the
+//! lines need none, because `template.yaml` allows no `ApplicationLogLevel` above
+//! INFO, the level Lambda gives a JSON line without one (`tests/template.rs` checks
+//! the line against Lambda's rule at every allowed level).
+//!
 //! Every metric is a `Count` with one dimension, `Function`. Names are listed in
 //! [`names`] and in `docs/functions.md`.
 

@@ -3,3 +3,8 @@
 //! The Lambda binaries depend on `deferred-retry-domain`, `-aws` and `-runtime` only;
 //! everything here serves the tests, `retryctl`'s local stack, the verifier and the
 //! benchmarks (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
+//!
+//! - [`proxy`]: a recording pass-through in front of moto: every API call with its
+//!   caller (access key id), service, operation and resource ARNs.
+
+pub mod proxy;

@@ -1,0 +1,916 @@
+//! Least privilege, proven: every AWS call each function makes is allowed by its role
+//! in `template.yaml`, and every grant is used by some call (or carries a reason).
+//!
+//! moto enforces no IAM. This test runs the functions' real code (built by
+//! `runtime::wiring` exactly as the Lambda `main`s build it) against its own moto
+//! server through the recording proxy (`testkit::proxy`), each function signing with
+//! its own access key id, so every call on the wire — SDK retries and error answers
+//! included — is attributed to a function. What AWS itself does with a function's
+//! role is done here the same way, under that role's key: the SQS event source
+//! mapping (`GetQueueAttributes`, `ReceiveMessage`, `DeleteMessageBatch`), the stream
+//! event source mapping (`ListStreams`, `DescribeStream`, `GetShardIterator`,
+//! `GetRecords`) and its on-failure destination (`SendMessage` to the audit DLQ),
+//! EventBridge Scheduler's delivery with the scheduler role (`SendMessage` to the
+//! retry queue and, on failure, to the scheduler DLQ), Lambda's log writes.
+//!
+//! The scenario drives every path that can call AWS: starts, CANCELLED (schedule
+//! created), SUCCESS, exhausted, a schedule that already exists (409), a late
+//! response, unknown and malformed responses (response DLQ), a retry event (payload
+//! read, publish), a duplicate (failed condition) and a malformed one (retry DLQ), the
+//! reconciler requeueing a SCHEDULED retry past its fire time and re-creating the
+//! schedule of a SCHEDULING record read after its index entry, the audit of the
+//! stream, and its DLQ. `retryctl` runs under the operators' own credentials, not a
+//! role of this template: its calls are not evaluated here.
+//!
+//! CloudWatch publishing each alarm to the (encrypted) alarm topic is evaluated too.
+//!
+//! Each recorded call becomes the authorization requests AWS would make
+//! (`deferred_retry_tests::iam`), evaluated against the role; then the reverse: every
+//! grant of every function role, of the scheduler role and of each queue-policy
+//! principal must cover some request. Run alone:
+//! `cargo test -p deferred-retry-tests --test least_privilege`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
+use aws::local::{MotoServer, LOCAL_ACCOUNT, LOCAL_REGION};
+use aws::provision::{provision, Provisioned};
+use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use deferred_retry_tests::cfn::{self, TEMPLATE_PATH};
+use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
+use domain::exec::Ports;
+use domain::machine::ReconcileKey;
+use domain::ports::{Clock, StateStore, SystemClock, Unwired};
+use domain::{
+    Attempt, MaxAttempts, Payload, ScheduleName, Status, Timestamp, TransactionId,
+    TransactionRecord,
+};
+use runtime::settings::Settings;
+use runtime::{Metrics, SqsBatchResponse, SqsEvent};
+use serde_yaml::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::time::Duration;
+use testkit::proxy::{sdk_config_as, Call, Proxy};
+
+const FUNCTIONS: [&str; 4] = [
+    "response-handler",
+    "retry-handler",
+    "reconciler",
+    "audit-writer",
+];
+/// Access keys of the principals that are not functions.
+const SCHEDULER_ROLE: &str = "scheduler-role";
+const OPERATOR: &str = "operator";
+const EXTERNAL: &str = "external-service";
+/// The test harness itself (provisioning, set-up, inspection): not evaluated.
+const HARNESS: &str = "harness";
+
+fn id(s: &str) -> TransactionId {
+    TransactionId::parse(s).unwrap()
+}
+
+fn template_text() -> String {
+    std::fs::read_to_string(TEMPLATE_PATH).unwrap()
+}
+
+/// The ARN a principal outside the template gets in the test.
+fn outside_arn(name: &str) -> String {
+    format!("arn:aws:iam::{LOCAL_ACCOUNT}:role/{name}")
+}
+
+/// Physical names for every resource of the template: the provisioned ones where the
+/// local stack has them, a name derived from the stack name otherwise.
+fn physical(template: &Value, p: &Provisioned) -> Physical {
+    let stack = p.names.prefix.clone();
+    let mut ph = Physical::new(LOCAL_ACCOUNT, LOCAL_REGION, &stack);
+    let arn = |service: &str, rest: &str| {
+        format!("arn:aws:{service}:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{rest}")
+    };
+    for (lid, r) in cfn::resources(template) {
+        let ty = cfn::get(r, "Type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let name = format!("{stack}-{lid}");
+        match ty {
+            "AWS::IAM::Role" => {
+                let a = ph.role_arn(&lid);
+                ph.set_ref(&lid, &name).set_att(&lid, "Arn", a);
+            }
+            "AWS::Logs::LogGroup" => {
+                let group = format!("/aws/lambda/{stack}/{lid}");
+                ph.set_ref(&lid, &group).set_att(
+                    &lid,
+                    "Arn",
+                    arn("logs", &format!("log-group:{group}:*")),
+                );
+            }
+            "AWS::KMS::Key" => {
+                ph.set_ref(&lid, &name)
+                    .set_att(&lid, "Arn", arn("kms", &format!("key/{name}")));
+            }
+            "AWS::SNS::Topic" => {
+                ph.set_ref(&lid, arn("sns", &name))
+                    .set_att(&lid, "TopicName", &name);
+            }
+            "AWS::CloudWatch::Alarm" => {
+                ph.set_ref(&lid, &name).set_att(
+                    &lid,
+                    "Arn",
+                    arn("cloudwatch", &format!("alarm:{name}")),
+                );
+            }
+            "AWS::Serverless::Function" => {
+                ph.set_ref(&lid, &name).set_att(
+                    &lid,
+                    "Arn",
+                    arn("lambda", &format!("function:{name}")),
+                );
+            }
+            _ => {
+                ph.set_ref(&lid, &name);
+            }
+        }
+    }
+    let n = &p.names;
+    for (lid, table) in [
+        ("TransactionsTable", &n.transactions_table),
+        ("PayloadsTable", &n.payloads_table),
+        ("AuditTable", &n.audit_table),
+    ] {
+        ph.set_ref(lid, table)
+            .set_att(lid, "Arn", arn("dynamodb", &format!("table/{table}")));
+    }
+    ph.set_att("TransactionsTable", "StreamArn", &p.transactions_stream_arn);
+    for (lid, q) in [
+        ("RequestQueue", &p.request),
+        ("RequestDLQ", &p.request_dlq),
+        ("ResponseQueue", &p.response),
+        ("ResponseDLQ", &p.response_dlq),
+        ("RetryQueue", &p.retry),
+        ("RetryDLQ", &p.retry_dlq),
+        ("SchedulerDLQ", &p.scheduler_dlq),
+        ("AuditDLQ", &p.audit_dlq),
+    ] {
+        ph.set_ref(lid, &q.url)
+            .set_att(lid, "Arn", &q.arn)
+            .set_att(lid, "QueueName", &q.name);
+    }
+    ph.set_ref("ScheduleGroup", &n.schedule_group).set_att(
+        "ScheduleGroup",
+        "Arn",
+        &p.schedule_group_arn,
+    );
+    ph.parameters
+        .insert("OperatorPrincipalArns".into(), outside_arn(OPERATOR));
+    if cfn::path(template, &["Parameters", "ServicePrincipalArns"]).is_some() {
+        ph.parameters
+            .insert("ServicePrincipalArns".into(), outside_arn(EXTERNAL));
+    }
+    ph
+}
+
+/// Who signed with each access key.
+fn principal_of(stack: &Stack, caller: &str) -> Option<(String, Principal)> {
+    if let Some(role) = stack.function_roles.get(caller) {
+        return Some((caller.to_owned(), Principal::Arn(role.clone())));
+    }
+    match caller {
+        SCHEDULER_ROLE => Some((caller.to_owned(), stack.role("SchedulerRole"))),
+        OPERATOR | EXTERNAL => Some((caller.to_owned(), Principal::Arn(outside_arn(caller)))),
+        _ => None,
+    }
+}
+
+/// The result of checking a set of requests against the template.
+#[derive(Debug, Default)]
+struct Verdict {
+    /// (who, action, resource) checked, distinct.
+    checked: BTreeSet<(String, String, String)>,
+    problems: Vec<String>,
+}
+
+/// Every request of every principal is allowed (principals outside the template:
+/// not denied by a resource policy); every grant is used or has a reason.
+fn check(stack: &Stack, requests: &[(String, Request)]) -> Verdict {
+    let mut v = Verdict::default();
+    for (who, r) in requests {
+        v.checked
+            .insert((who.clone(), r.action.clone(), r.resource.clone()));
+        let outside = matches!(who.as_str(), OPERATOR | EXTERNAL);
+        match stack.evaluate(r).unwrap() {
+            Decision::Allowed(_) => {}
+            Decision::NotAllowed if outside => {}
+            Decision::NotAllowed => v.problems.push(format!(
+                "{who}: {} on {} is not allowed by {}",
+                r.action,
+                r.resource,
+                stack
+                    .role_ids
+                    .get(&r.principal.to_string())
+                    .map(String::as_str)
+                    .unwrap_or("any policy")
+            )),
+            Decision::Denied(by) => v.problems.push(format!(
+                "{who}: {} on {} is denied by {by}",
+                r.action, r.resource
+            )),
+        }
+    }
+    let mut principals: BTreeSet<Principal> = stack
+        .function_roles
+        .values()
+        .map(|r| Principal::Arn(r.clone()))
+        .collect();
+    principals.insert(stack.role("SchedulerRole"));
+    principals.extend(
+        stack
+            .resource_policy_principals()
+            .into_iter()
+            .map(Principal::Arn),
+    );
+    for p in principals {
+        for (grant, st) in stack.grants(&p) {
+            let used = requests
+                .iter()
+                .any(|(_, r)| Stack::covers(&grant, st, r).unwrap());
+            if used || stack.reason(&st.holder, &grant.action).is_some() {
+                continue;
+            }
+            v.problems.push(format!(
+                "unused grant: {} may {} on {} ({}) but no call needs it; remove it or write `# iam:unused {} <reason>` in {}",
+                p, grant.action, grant.resource, grant.statement, grant.action, st.holder
+            ));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    v.problems.retain(|p| seen.insert(p.clone()));
+    v
+}
+
+/// The requests of the recorded calls, plus Lambda's log writes and the scheduler
+/// assuming its role for each delivery.
+fn requests_of(stack: &Stack, calls: &[Call], schedule_group_arn: &str) -> Vec<(String, Request)> {
+    let mut out = Vec::new();
+    let mut delivered = false;
+    for c in calls {
+        let Some((who, p)) = principal_of(stack, &c.caller) else {
+            continue;
+        };
+        delivered |= who == SCHEDULER_ROLE;
+        for r in stack.requests_for(&p, c) {
+            out.push((who.clone(), r));
+        }
+    }
+    for f in FUNCTIONS {
+        out.extend(stack.log_requests(f).into_iter().map(|r| (f.to_owned(), r)));
+    }
+    out.extend(
+        stack
+            .alarm_requests()
+            .into_iter()
+            .map(|r| ("cloudwatch.amazonaws.com".to_owned(), r)),
+    );
+    if delivered {
+        let scheduler = Principal::Service("scheduler.amazonaws.com".into());
+        let role = stack.physical.role_arn("SchedulerRole");
+        let mut r = stack.request(&scheduler, "sts:AssumeRole", &role);
+        r.context
+            .insert("aws:SourceAccount".into(), vec![LOCAL_ACCOUNT.into()]);
+        r.context
+            .insert("aws:SourceArn".into(), vec![schedule_group_arn.to_owned()]);
+        out.push(("scheduler.amazonaws.com".to_owned(), r));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------
+// What AWS does around the functions, under their roles
+// ---------------------------------------------------------------------------------
+
+/// Lambda's SQS event source mapping, once: reads the queue's attributes, receives
+/// until the queue is empty, invokes the function with each batch, deletes what it
+/// did not report as failed.
+async fn event_source<F, Fut>(sqs: &aws_sdk_sqs::Client, url: &str, arn: &str, invoke: F) -> usize
+where
+    F: Fn(SqsEvent) -> Fut,
+    Fut: Future<Output = SqsBatchResponse>,
+{
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout)
+        .send()
+        .await
+        .unwrap();
+    let mut records = 0;
+    loop {
+        let got = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .wait_time_seconds(0)
+            .send()
+            .await
+            .unwrap();
+        let messages = got.messages().to_vec();
+        if messages.is_empty() {
+            return records;
+        }
+        records += messages.len();
+        let event = retryctl::local::esm::event_for(&messages, arn, LOCAL_REGION).unwrap();
+        let response = invoke(event).await;
+        let failed: BTreeSet<String> = response
+            .batch_item_failures
+            .iter()
+            .map(|f| f.item_identifier.clone())
+            .collect();
+        let entries: Vec<DeleteMessageBatchRequestEntry> = messages
+            .iter()
+            .filter(|m| m.message_id().is_some_and(|i| !failed.contains(i)))
+            .enumerate()
+            .map(|(i, m)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(format!("m{i}"))
+                    .receipt_handle(m.receipt_handle().unwrap())
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        if !entries.is_empty() {
+            sqs.delete_message_batch()
+                .queue_url(url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .unwrap();
+        }
+        assert!(failed.is_empty(), "batch item failures: {failed:?}");
+    }
+}
+
+/// EventBridge Scheduler firing one schedule: the service reads it, then delivers
+/// its input to the target with the schedule's role.
+async fn fire(
+    harness: &aws_sdk_scheduler::Client,
+    as_role: &aws_sdk_sqs::Client,
+    p: &Provisioned,
+    name: &str,
+) {
+    let s = harness
+        .get_schedule()
+        .group_name(&p.names.schedule_group)
+        .name(name)
+        .send()
+        .await
+        .unwrap();
+    let target = s.target().unwrap();
+    assert_eq!(target.arn(), p.retry.arn);
+    as_role
+        .send_message()
+        .queue_url(&p.retry.url)
+        .message_body(target.input().unwrap())
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: &str) {
+    sqs.send_message()
+        .queue_url(url)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+}
+
+fn env_lookup(map: &BTreeMap<String, String>) -> impl Fn(&str) -> Option<String> + '_ {
+    move |k| map.get(k).cloned()
+}
+
+/// Runs the scenario; returns the recorded calls and the provisioned stack.
+async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
+    let moto = MotoServer::launch(MotoServer::PROGRAM)
+        .await
+        .expect("moto_server (. scripts/tools.sh)");
+    let proxy = Proxy::start(&moto.endpoint_url()).await.unwrap();
+    let endpoint = proxy.endpoint.clone();
+    let harness_sdk = sdk_config_as(&endpoint, HARNESS).await;
+    let names = StackNames::new("lp");
+    let p = provision(&harness_sdk, &names).await.unwrap();
+    let template = cfn::template();
+    let stack = Stack::from_template(&template, &template_text(), physical(&template, &p)).unwrap();
+
+    // Each function's environment: the template's variables for this stack, short
+    // backoff and threshold, and the scheduler role's ARN as the template names it.
+    let env_of = |f: &str| -> BTreeMap<String, String> {
+        let mut m: BTreeMap<String, String> = p
+            .env_for(f)
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        for (k, v) in [
+            ("BACKOFF_BASE_SECONDS", "1"),
+            ("BACKOFF_CAP_SECONDS", "1"),
+            ("BACKOFF_JITTER", "0"),
+            ("RECONCILE_THRESHOLD_SECONDS", "1"),
+            ("MAX_REQUESTS_PER_SECOND", "50"),
+        ] {
+            m.insert(k.into(), v.into());
+        }
+        if m.contains_key("SCHEDULER_ROLE_ARN") {
+            m.insert(
+                "SCHEDULER_ROLE_ARN".into(),
+                stack.physical.role_arn("SchedulerRole"),
+            );
+        }
+        m
+    };
+    let sdk_of = |key: &'static str| sdk_config_as(&endpoint, key);
+    let response_sdk = sdk_of("response-handler").await;
+    let retry_sdk = sdk_of("retry-handler").await;
+    let reconciler_sdk = sdk_of("reconciler").await;
+    let audit_sdk = sdk_of("audit-writer").await;
+    let response = runtime::wiring::response_handler(
+        &response_sdk,
+        &ResponseHandlerConfig::from_lookup(&env_lookup(&env_of("response-handler"))).unwrap(),
+    );
+    let retry = runtime::wiring::retry_handler(
+        &retry_sdk,
+        &RetryHandlerConfig::from_lookup(&env_lookup(&env_of("retry-handler"))).unwrap(),
+    )
+    .unwrap();
+    let reconciler = runtime::wiring::reconciler(
+        &reconciler_sdk,
+        &ReconcilerConfig::from_lookup(&env_lookup(&env_of("reconciler"))).unwrap(),
+    );
+    let harness_sqs = aws::clients::sqs(&harness_sdk);
+    let harness_scheduler = aws::clients::scheduler(&harness_sdk);
+    let response_sqs = aws::clients::sqs(&response_sdk);
+    let retry_sqs = aws::clients::sqs(&retry_sdk);
+    let scheduler_sqs = aws::clients::sqs(&sdk_of(SCHEDULER_ROLE).await);
+    let operator_sqs = aws::clients::sqs(&sdk_of(OPERATOR).await);
+    let external_sqs = aws::clients::sqs(&sdk_of(EXTERNAL).await);
+    let store = aws::dynamo::DynamoStore::new(
+        aws::clients::dynamodb(&harness_sdk),
+        &names.transactions_table,
+    )
+    .with_payloads_table(&names.payloads_table);
+
+    // Transactions start through the library (the starting service's own role).
+    let requests = aws::sqs::SqsRequestPublisher::new(harness_sqs.clone(), &p.request.url);
+    let ports = Ports {
+        store: &store,
+        scheduler: &Unwired,
+        requests: &requests,
+        retries: &Unwired,
+    };
+    for (tx, max) in [
+        ("TX-A", 3),
+        ("TX-B", 3),
+        ("TX-C", 1),
+        ("TX-D", 3),
+        ("TX-E", 3),
+    ] {
+        let ctx = Settings::default().context(SystemClock.now());
+        runtime::ops::start_transaction(
+            &ports,
+            id(tx),
+            Payload::from_json(&format!(r#"{{"order":"{tx}"}}"#)).unwrap(),
+            MaxAttempts::new(max).unwrap(),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    }
+    // TX-D's schedule already exists (a crashed earlier run created it): 409.
+    let spec = domain::decide::ScheduleSpec {
+        name: ScheduleName::for_retry(&id("TX-D"), Attempt::new(2).unwrap()),
+        fire_at: SystemClock.now().plus_millis(3_600_000),
+        event: domain::RetryEvent {
+            transaction_id: id("TX-D"),
+            origin: domain::Origin::RetryScheduler,
+            attempt: Attempt::new(2).unwrap(),
+        },
+    };
+    let settings = ResponseHandlerConfig::from_lookup(&env_lookup(&env_of("response-handler")))
+        .unwrap()
+        .scheduler;
+    domain::ports::Scheduler::create(
+        &aws::scheduler::EventBridgeScheduler::new(harness_scheduler.clone(), settings),
+        &spec,
+    )
+    .await
+    .unwrap();
+
+    // The external service reads the requests and answers.
+    let got = external_sqs
+        .receive_message()
+        .queue_url(&p.request.url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.messages().len(), 5);
+    for m in got.messages() {
+        external_sqs
+            .delete_message()
+            .queue_url(&p.request.url)
+            .receipt_handle(m.receipt_handle().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
+    let answer = |tx: &str, n: u32, outcome: &str| {
+        format!(
+            r#"{{"transaction_id":"{tx}","attempt":{n},"outcome":"{outcome}","reason":"NOT_AVAILABLE"}}"#
+        )
+    };
+    for body in [
+        answer("TX-A", 1, "CANCELLED"),
+        answer("TX-B", 1, "SUCCESS"),
+        answer("TX-C", 1, "CANCELLED"),
+        answer("TX-D", 1, "CANCELLED"),
+        answer("TX-E", 1, "CANCELLED"),
+        answer("TX-UNKNOWN", 1, "SUCCESS"),
+        r#"{"transaction_id":"TX-A","attempt":"two"}"#.to_owned(),
+    ] {
+        send(&external_sqs, &p.response.url, &body).await;
+    }
+    let metrics = Metrics::new("DeferredRetry", "response-handler");
+    let (response, metrics) = (&response, &metrics);
+    let n = event_source(
+        &response_sqs,
+        &p.response.url,
+        &p.response.arn,
+        |e| async move { response.handle_event(e, metrics).await.unwrap() },
+    )
+    .await;
+    assert_eq!(n, 7);
+    assert_eq!(
+        metrics.count(runtime::metrics::names::SCHEDULE_CONFLICTS),
+        1,
+        "{metrics:?}"
+    );
+    assert_eq!(store_status(&store, "TX-A").await, Status::Scheduled);
+    assert_eq!(store_status(&store, "TX-B").await, Status::Succeeded);
+    assert_eq!(store_status(&store, "TX-C").await, Status::Failed);
+    // A late answer (attempt 1 again, TX-B done): a failed condition, dropped.
+    send(
+        &external_sqs,
+        &p.response.url,
+        &answer("TX-B", 1, "CANCELLED"),
+    )
+    .await;
+    event_source(
+        &response_sqs,
+        &p.response.url,
+        &p.response.arn,
+        |e| async move { response.handle_event(e, metrics).await.unwrap() },
+    )
+    .await;
+
+    // The scheduler fires TX-A's schedule; a failed delivery goes to its DLQ.
+    let name_a = ScheduleName::for_retry(&id("TX-A"), Attempt::new(2).unwrap());
+    fire(&harness_scheduler, &scheduler_sqs, &p, name_a.as_str()).await;
+    send(
+        &scheduler_sqs,
+        &p.scheduler_dlq.url,
+        r#"{"transaction_id":"TX-X","origin":"RETRY_SCHEDULER","attempt":2}"#,
+    )
+    .await;
+    // An operator's replay of a retry event (a duplicate) and a malformed event.
+    send(
+        &operator_sqs,
+        &p.retry.url,
+        r#"{"transaction_id":"TX-A","origin":"OPERATOR","attempt":2}"#,
+    )
+    .await;
+    send(
+        &operator_sqs,
+        &p.retry.url,
+        r#"{"transaction_id":"TX-A","origin":"RETRY_SCHEDULER","attempt":"x"}"#,
+    )
+    .await;
+    let retry_metrics = Metrics::new("DeferredRetry", "retry-handler");
+    let (retry, retry_metrics) = (&retry, &retry_metrics);
+    event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
+        retry.handle_event(e, retry_metrics).await.unwrap()
+    })
+    .await;
+    assert_eq!(store_status(&store, "TX-A").await, Status::InProgress);
+
+    // The reconciler: TX-E SCHEDULED past its fire time (requeued), and TX-F read in
+    // SCHEDULING with a fire time still ahead although its index entry is late (it
+    // changed between the index query and the read): its schedule is created.
+    let now = SystemClock.now();
+    let mut f = TransactionRecord::started(
+        id("TX-F"),
+        MaxAttempts::new(3).unwrap(),
+        now.plus_millis(-600_000),
+    );
+    let next = Attempt::new(2).unwrap();
+    f.status = Status::Scheduling;
+    f.next_attempt = Some(next);
+    f.next_fire_at = Some(now.plus_millis(3_600_000));
+    f.schedule_name = Some(ScheduleName::for_retry(&id("TX-F"), next));
+    f.reconcile = ReconcileKey::derive(
+        Status::Scheduling,
+        &id("TX-F"),
+        8,
+        f.updated_at,
+        Some(now.plus_millis(-300_000)),
+    );
+    aws::clients::dynamodb(&harness_sdk)
+        .put_item()
+        .table_name(&names.transactions_table)
+        .set_item(Some(aws::item::record_to_item(&f)))
+        .send()
+        .await
+        .unwrap();
+    let fire_e = store
+        .get(&id("TX-E"))
+        .await
+        .unwrap()
+        .unwrap()
+        .next_fire_at
+        .unwrap();
+    wait_until(fire_e.plus_millis(2_500)).await;
+    let rec_metrics = Metrics::new("DeferredRetry", "reconciler");
+    let report = reconciler.run(&rec_metrics).await;
+    assert_eq!(report.errors, 0, "{report:?}");
+    assert_eq!(report.query_errors, 0, "{report:?}");
+    assert!(report.examined >= 2, "{report:?}");
+    assert_eq!(store_status(&store, "TX-F").await, Status::Scheduled);
+    event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
+        retry.handle_event(e, retry_metrics).await.unwrap()
+    })
+    .await;
+    assert_eq!(store_status(&store, "TX-E").await, Status::InProgress);
+
+    // The audit writer's stream event source, the function, its on-failure record.
+    let streams = aws::clients::dynamodbstreams(&audit_sdk);
+    streams
+        .list_streams()
+        .table_name(&names.transactions_table)
+        .send()
+        .await
+        .unwrap();
+    let writer =
+        aws::audit::AuditWriter::new(aws::clients::dynamodb(&audit_sdk), &names.audit_table, 365);
+    let mut position = aws::audit::StreamPosition::default();
+    let report =
+        aws::audit::drain_into(&writer, &streams, &p.transactions_stream_arn, &mut position)
+            .await
+            .unwrap();
+    assert!(report.items > 0, "{report:?}");
+    send(
+        &aws::clients::sqs(&audit_sdk),
+        &p.audit_dlq.url,
+        r#"{"requestContext":{"condition":"RetryAttemptsExhausted"},"DDBStreamBatchInfo":{"startSequenceNumber":"1","endSequenceNumber":"2"}}"#,
+    )
+    .await;
+
+    let calls = proxy.calls();
+    drop(proxy);
+    moto.stop().await;
+    (calls, p, stack)
+}
+
+async fn store_status(store: &aws::dynamo::DynamoStore, tx: &str) -> Status {
+    store.get(&id(tx)).await.unwrap().unwrap().status
+}
+
+async fn wait_until(t: Timestamp) {
+    while SystemClock.now() <= t {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_call_is_allowed_and_every_grant_is_used() {
+    let (calls, p, stack) = scenario().await;
+    let ours: Vec<&Call> = calls.iter().filter(|c| c.caller != HARNESS).collect();
+    for f in FUNCTIONS {
+        assert!(
+            ours.iter().any(|c| c.caller == f),
+            "no call recorded for {f}"
+        );
+    }
+    let owned: Vec<Call> = ours.into_iter().cloned().collect();
+    let requests = requests_of(&stack, &owned, &p.schedule_group_arn);
+    let verdict = check(&stack, &requests);
+    println!(
+        "least privilege: {} distinct (principal, action, resource) requests checked from {} recorded calls ({} distinct (function, action, resource))",
+        verdict.checked.len(),
+        owned.len(),
+        verdict
+            .checked
+            .iter()
+            .filter(|(w, _, _)| FUNCTIONS.contains(&w.as_str()))
+            .count()
+    );
+    assert!(
+        verdict.problems.is_empty(),
+        "template.yaml does not grant exactly what the functions use:\n  {}",
+        verdict.problems.join("\n  ")
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// The evaluator on its own (no moto): it fails when it must
+// ---------------------------------------------------------------------------------
+
+fn queue(name: &str) -> aws::provision::QueueRef {
+    aws::provision::QueueRef {
+        name: format!("lp-{name}"),
+        url: format!("http://127.0.0.1:1/{LOCAL_ACCOUNT}/lp-{name}"),
+        arn: format!("arn:aws:sqs:{LOCAL_REGION}:{LOCAL_ACCOUNT}:lp-{name}"),
+    }
+}
+
+/// A stack's physical names without a server.
+fn offline(text: &str) -> Stack {
+    let names = StackNames::new("lp");
+    let p = Provisioned {
+        endpoint: String::new(),
+        transactions_table_arn: format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-transactions"),
+        transactions_stream_arn: format!(
+            "arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-transactions/stream/2026-12-03T00:00:00.000"
+        ),
+        request: queue("request"),
+        request_dlq: queue("request-dlq"),
+        response: queue("response"),
+        response_dlq: queue("response-dlq"),
+        retry: queue("retry"),
+        retry_dlq: queue("retry-dlq"),
+        scheduler_dlq: queue("scheduler-dlq"),
+        audit_dlq: queue("audit-dlq"),
+        schedule_group_arn: format!("arn:aws:scheduler:{LOCAL_REGION}:{LOCAL_ACCOUNT}:schedule-group/lp-retries"),
+        scheduler_role_arn: String::new(),
+        names,
+    };
+    let template: Value = serde_yaml::from_str(text).unwrap();
+    Stack::from_template(&template, text, physical(&template, &p)).unwrap()
+}
+
+fn call(caller: &str, service: &str, operation: &str, resource: &str) -> Call {
+    Call {
+        epoch_ms: 0,
+        since_start: Duration::ZERO,
+        caller: caller.to_owned(),
+        service: service.to_owned(),
+        operation: operation.to_owned(),
+        resources: vec![resource.to_owned()],
+        parts: vec![],
+        passed_role: None,
+        message_bodies: vec![],
+        status: 200,
+    }
+}
+
+/// One grant removed from the template: the call that needs it fails, naming the
+/// function, the action and the resource.
+#[test]
+fn a_removed_grant_fails_naming_function_action_and_resource() {
+    let text = template_text();
+    let grant = "              - Sid: ReadThePayload\n                Effect: Allow\n                Action: dynamodb:GetItem\n                Resource: !GetAtt PayloadsTable.Arn\n";
+    assert!(
+        text.contains(grant),
+        "the grant this test removes has changed"
+    );
+    let payloads = format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-payloads");
+    let read = [call("retry-handler", "dynamodb", "GetItem", &payloads)];
+    let problems_with = |text: &str| {
+        let stack = offline(text);
+        let requests = requests_of(&stack, &read, "");
+        check(&stack, &requests)
+            .problems
+            .into_iter()
+            .filter(|p| p.starts_with("retry-handler:"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(problems_with(&text), Vec::<String>::new());
+    assert_eq!(
+        problems_with(&text.replace(grant, "")),
+        vec![format!(
+            "retry-handler: dynamodb:GetItem on {payloads} is not allowed by RetryHandlerRole"
+        )]
+    );
+}
+
+/// The retry queue's policy denies a principal it does not list, even one whose own
+/// policy would allow it; the listed ones pass.
+#[test]
+fn the_retry_queue_denies_principals_it_does_not_list() {
+    let stack = offline(&template_text());
+    let retry = queue("retry").arn;
+    let send = |p: &Principal| {
+        stack
+            .evaluate(&stack.request(p, "sqs:SendMessage", &retry))
+            .unwrap()
+    };
+    for id in ["ResponseHandlerRole", "RetryHandlerRole", "AuditWriterRole"] {
+        match send(&stack.role(id)) {
+            Decision::Denied(by) => {
+                assert!(by.contains("DenyRetryEventsFromAnybodyElse"), "{id}: {by}")
+            }
+            other => panic!("{id} may send retry events: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        send(&Principal::Arn(outside_arn("intruder"))),
+        Decision::Denied(_)
+    ));
+    assert!(send(&stack.role("ReconcilerRole")).is_allowed());
+    assert!(send(&stack.role("SchedulerRole")).is_allowed());
+    assert!(send(&Principal::Arn(outside_arn(OPERATOR))).is_allowed());
+}
+
+/// Every queue policy denies requests without TLS; with ServicePrincipalArns, only
+/// the listed service answers on the response queue and reads the request queue.
+#[test]
+fn queue_policies_deny_plain_http_and_unlisted_service_principals() {
+    let stack = offline(&template_text());
+    let reconciler = stack.role("ReconcilerRole");
+    let mut plain = stack.request(&reconciler, "sqs:SendMessage", &queue("retry").arn);
+    assert!(stack.evaluate(&plain).unwrap().is_allowed());
+    plain
+        .context
+        .insert("aws:SecureTransport".into(), vec!["false".into()]);
+    assert!(
+        matches!(stack.evaluate(&plain).unwrap(), Decision::Denied(by) if by.contains("DenyAnythingButTls"))
+    );
+    for q in [
+        "request",
+        "response",
+        "request-dlq",
+        "response-dlq",
+        "retry-dlq",
+        "scheduler-dlq",
+        "audit-dlq",
+    ] {
+        let mut r = stack.request(
+            &stack.role("RetryHandlerRole"),
+            "sqs:SendMessage",
+            &queue(q).arn,
+        );
+        r.context
+            .insert("aws:SecureTransport".into(), vec!["false".into()]);
+        assert!(
+            matches!(stack.evaluate(&r).unwrap(), Decision::Denied(_)),
+            "{q} accepts plain HTTP"
+        );
+    }
+    let forger = Principal::Arn(outside_arn("forger"));
+    let service = Principal::Arn(outside_arn(EXTERNAL));
+    for (action, q) in [
+        ("sqs:SendMessage", "response"),
+        ("sqs:ReceiveMessage", "request"),
+        ("sqs:DeleteMessage", "request"),
+    ] {
+        let arn = queue(q).arn;
+        assert!(
+            matches!(
+                stack
+                    .evaluate(&stack.request(&forger, action, &arn))
+                    .unwrap(),
+                Decision::Denied(_)
+            ),
+            "{action} on {q} by an unlisted principal"
+        );
+        assert!(!matches!(
+            stack
+                .evaluate(&stack.request(&service, action, &arn))
+                .unwrap(),
+            Decision::Denied(_)
+        ));
+    }
+}
+
+/// CloudWatch alarms of this account publish to the encrypted alarm topic (topic
+/// policy and key policy); an alarm of another account cannot.
+#[test]
+fn alarms_of_this_account_and_only_they_publish() {
+    let stack = offline(&template_text());
+    let requests = stack.alarm_requests();
+    assert_eq!(
+        requests.len(),
+        3 * 16,
+        "16 alarms, each: sns:Publish + GenerateDataKey + Decrypt"
+    );
+    for r in &requests {
+        assert!(stack.evaluate(r).unwrap().is_allowed(), "{r:?}");
+    }
+    for r in requests.iter().take(3) {
+        let mut other = r.clone();
+        other
+            .context
+            .insert("aws:SourceAccount".into(), vec!["999999999999".into()]);
+        assert_eq!(
+            stack.evaluate(&other).unwrap(),
+            Decision::NotAllowed,
+            "{other:?}"
+        );
+    }
+}
