@@ -75,16 +75,20 @@ fn function_resources(t: &Value) -> Vec<(String, String, &Value)> {
 // Checks: each returns the problems it found
 // ---------------------------------------------------------------------------------
 
-/// The names of the environment variables a function sets.
-fn env_names(function: &Value) -> BTreeSet<String> {
-    path(function, &["Properties", "Environment", "Variables"])
-        .and_then(Value::as_mapping)
+/// The keys of a mapping (none when it is absent).
+fn keys_of(v: Option<&Value>) -> BTreeSet<String> {
+    v.and_then(Value::as_mapping)
         .map(|m| {
             m.keys()
                 .filter_map(|k| k.as_str().map(str::to_owned))
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The names of the environment variables a function sets.
+fn env_names(function: &Value) -> BTreeSet<String> {
+    keys_of(path(function, &["Properties", "Environment", "Variables"]))
 }
 
 /// Every function sets exactly the variables its config reads.
@@ -1570,4 +1574,26 @@ fn harness_check_detects_a_missing_export_a_variable_and_a_renamed_role() {
     assert_eq!(p.len(), 2, "{p:?}");
     assert!(p[0].starts_with("HarnessFunction sets"), "{p:?}");
     assert!(p[1].contains("not ${MainStackName}-harness"), "{p:?}");
+}
+
+/// Every output `retryctl verify` reads is declared: the main stack's in
+/// `template.yaml`, the harness's in `infra/template.yaml`.
+#[test]
+fn the_outputs_verify_reads_are_declared() {
+    let declared = |t: &Value| keys_of(path(t, &["Outputs"]));
+    let (main, h) = (declared(&template()), declared(&harness_template()));
+    let missing: Vec<&str> = retryctl::verify::outputs::MAIN_OUTPUTS
+        .iter()
+        .filter(|k| !main.contains(**k))
+        .chain(
+            retryctl::verify::outputs::HARNESS_OUTPUTS
+                .iter()
+                .filter(|k| !h.contains(**k)),
+        )
+        .copied()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "outputs verify reads but no template declares: {missing:?}"
+    );
 }
