@@ -18,6 +18,9 @@ fn options(tag: &str) -> StackOptions {
     o
 }
 
+/// Polling and waits for the local stack, where retries wait 1 s.
+const QUICK: [&str; 6] = ["--poll-ms", "300", "--timeout", "150", "--audit-wait", "30"];
+
 fn write_outputs(s: &Running, outputs: &Value) -> String {
     let path = std::env::temp_dir().join(format!("{}-stack-outputs.json", s.prefix));
     std::fs::write(&path, outputs.to_string()).unwrap();
@@ -41,18 +44,8 @@ fn check<'a>(report: &'a Value, subject_start: &str) -> &'a Value {
 async fn verify_passes_on_the_local_stack_with_the_harness() {
     let (s, outputs) = start_stack_with_harness(options("vfyok"), Some(vec![]));
     let file = write_outputs(&s, &outputs);
-    let args = [
-        "verify",
-        "--outputs",
-        &file,
-        "--json",
-        "--poll-ms",
-        "300",
-        "--timeout",
-        "150",
-        "--audit-wait",
-        "30",
-    ];
+    let mut args = vec!["verify", "--outputs", &file, "--json"];
+    args.extend(QUICK);
     let r = retryctl(&s, &args).await;
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let v = r.json();
@@ -174,4 +167,112 @@ async fn verify_fails_naming_the_queue_whose_redrive_policy_was_removed() {
         .as_str()
         .unwrap()
         .contains("a resource check failed"));
+}
+
+/// GIVEN an `aws` command on PATH that answers `cloudformation describe-stacks` and
+/// `iam get-role` with the local stack's outputs and a scheduler role trusting the
+/// scheduler for this account and group (the template's trust policy) WHEN
+/// `infra/verify-deploy.sh STACK` runs THEN it reads both stacks and the role through
+/// the CLI, runs `retryctl verify` with them, the trust policy is checked, and the run
+/// verifies.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deploy_script_reads_the_stacks_and_the_role_with_the_aws_cli() {
+    let (s, outputs) = start_stack_with_harness(options("vfysh"), Some(vec![]));
+    let dir = std::env::temp_dir().join(format!("{}-fake-aws", s.prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stacks = outputs["Stacks"].as_array().unwrap();
+    for st in stacks {
+        let name = st["StackName"].as_str().unwrap();
+        std::fs::write(
+            dir.join(format!("{name}.json")),
+            serde_json::json!({ "Stacks": [st] }).to_string(),
+        )
+        .unwrap();
+    }
+    let out = |key: &str| {
+        stacks[0]["Outputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["OutputKey"] == key)
+            .unwrap()["OutputValue"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let role_arn = out("SchedulerRoleArn");
+    std::fs::write(dir.join("role-arn"), &role_arn).unwrap();
+    let group = out("ScheduleGroupName");
+    let trust = serde_json::json!({"Role": {"RoleName": role_arn.rsplit('/').next(), "AssumeRolePolicyDocument": {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "scheduler.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+            "Condition": {"StringEquals": {"aws:SourceAccount": aws::local::LOCAL_ACCOUNT},
+                "ArnLike": {"aws:SourceArn": [
+                    format!("arn:aws:scheduler:us-east-1:{}:schedule-group/{group}", aws::local::LOCAL_ACCOUNT),
+                    format!("arn:aws:scheduler:us-east-1:{}:schedule/{group}/*", aws::local::LOCAL_ACCOUNT)]}}}]}}});
+    std::fs::write(
+        dir.join(format!(
+            "role-{}.json",
+            role_arn.rsplit('/').next().unwrap()
+        )),
+        trust.to_string(),
+    )
+    .unwrap();
+    // The AWS CLI's answers to exactly the calls the script makes.
+    let fake = r#"#!/usr/bin/env bash
+set -euo pipefail
+d="$(dirname "$0")"
+case "$1 $2" in
+  "cloudformation describe-stacks")
+    name="$4"
+    [ -f "$d/$name.json" ] || { echo "Stack with id $name does not exist" >&2; exit 254; }
+    if [ "${5:-}" = "--query" ]; then cat "$d/role-arn"; else cat "$d/$name.json"; fi ;;
+  "iam get-role") cat "$d/role-$4.json" ;;
+  *) echo "unexpected aws call: $*" >&2; exit 2 ;;
+esac
+"#;
+    let aws_path = dir.join("aws");
+    std::fs::write(&aws_path, fake).unwrap();
+    std::fs::set_permissions(
+        &aws_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_retryctl"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}:{}",
+        dir.display(),
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../infra/verify-deploy.sh");
+    let r = tokio::process::Command::new("bash")
+        .args([script, &s.prefix, "--json", "--quiet"])
+        .args(QUICK)
+        .env("PATH", path)
+        .env("AWS_ENDPOINT_URL", &s.endpoint)
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(0), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        v["stacks"],
+        serde_json::json!([s.prefix, format!("{}-harness", s.prefix)])
+    );
+    assert_eq!(check(&v, "SchedulerRole")["status"], "pass", "{v:#}");
+    assert_eq!(check(&v, "exhausted ")["status"], "pass", "{v:#}");
+    assert!(
+        stderr.contains(&format!("reading the outputs of {}-harness", s.prefix)),
+        "{stderr}"
+    );
 }
