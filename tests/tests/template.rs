@@ -11,7 +11,10 @@
 //! - every DLQ has an alarm at its first message, and the business alarms read the
 //!   metrics the code emits (name and `Function` dimension);
 //! - build metadata, event sources and the scheduler role's trust policy are as the
-//!   design requires.
+//!   design requires;
+//! - the staging harness's template (`infra/template.yaml`) against its code and the
+//!   main template's exports, every `samconfig.toml` environment's build/deploy
+//!   settings, and every output `retryctl verify` reads.
 //!
 //! Each check returns the list of problems it found; the `*_detects_*` tests break a
 //! copy of the template and assert the check notices, so no check passes vacuously.
