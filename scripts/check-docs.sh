@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Documentation checks (run by scripts/test.sh before cargo test; runs standalone, in
 # well under a second, with nothing but bash and coreutils/sed/awk):
-#   1. every relative link in README.md and docs/*.md resolves to a file or directory
+#   1. every relative link in README.md, docs/*.md and infra/README.md resolves to a file or directory
 #      of the repository, and a link to a heading (`page.md#anchor`, `#anchor`) names
 #      a heading of that page (GitHub's anchors: lowercase, punctuation dropped,
 #      spaces as hyphens, `-1`, `-2` for repeated headings);
@@ -13,7 +13,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 export LC_ALL=C.UTF-8
 
-pages=(README.md docs/*.md)
+pages=(README.md docs/*.md infra/README.md)
 problems=0
 problem() {
   echo "check-docs: $*" >&2
@@ -92,7 +92,7 @@ for page in "${pages[@]}"; do
 done
 
 if ((problems > 0)); then
-  echo "check-docs: FAILED: $problems problem(s) in README.md and docs/*.md" >&2
+  echo "check-docs: FAILED: $problems problem(s) in README.md, docs/*.md and infra/README.md" >&2
   exit 1
 fi
 echo "check-docs: ${#pages[@]} pages, every relative link resolves, nothing points outside the repository" >&2

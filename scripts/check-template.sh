@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Offline checks of the SAM template (run by scripts/test.sh before cargo test; runs
-# standalone too): sam validate --lint, cfn-lint, checkov (0 failed, every skip
-# explained), no wildcard IAM action, and `sam build` producing a bootstrap for each
-# of the four functions (x86_64: CI machines have that Rust target; production
+# Offline checks of the two SAM templates — the main stack (template.yaml) and the
+# staging harness (infra/template.yaml) — run by scripts/test.sh before cargo test;
+# runs standalone too: sam validate --lint, cfn-lint, checkov (0 failed, every skip
+# explained), no wildcard IAM action, every samconfig environment's parameters parsed
+# by SAM CLI's own parser and checked against its template, and `sam build` producing
+# a bootstrap for each function (x86_64: CI machines have that Rust target; production
 # defaults to arm64 through the Architecture parameter).
 # Nothing here talks to AWS: SAM telemetry is off, checkov downloads nothing.
 # CHECK_TEMPLATE_BUILD=release (default: the profile users deploy, LTO included),
@@ -14,42 +16,40 @@ cd "$root"
 . scripts/tools.sh
 export SAM_CLI_TELEMETRY=0
 
-template=template.yaml
+templates=(template.yaml infra/template.yaml)
 say() { echo "check-template: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 
-functions=(response-handler retry-handler reconciler audit-writer)
-logical_ids=(ResponseHandlerFunction RetryHandlerFunction ReconcilerFunction AuditWriterFunction)
-
+for template in "${templates[@]}"; do
+say "== $template"
 # 1. SAM's own validation (transform) with its linter.
 say "sam validate --lint: transforms $template with the SAM translator and lints the result"
-sam validate --lint --template-file "$template" >&2 || fail "sam validate --lint"
+sam validate --lint --template-file "$template" >&2 || fail "sam validate --lint $template"
 
 # 2. cfn-lint on the template as written.
 say "cfn-lint $template: CloudFormation schema, references, conditions, best practices"
-cfn-lint "$template" >&2 || fail "cfn-lint"
+cfn-lint "$template" >&2 || fail "cfn-lint $template"
 
 # 3. checkov: zero failed checks; every skip is an inline comment with its reason.
 say "checkov --framework cloudformation: security checks (zero failed allowed)"
 out="$(checkov -f "$template" --framework cloudformation --quiet --compact --skip-download 2>&1)" || {
   echo "$out" >&2
-  fail "checkov reports failed checks"
+  fail "checkov reports failed checks in $template"
 }
 summary="$(echo "$out" | grep -E 'Passed checks: [0-9]+, Failed checks: [0-9]+, Skipped checks: [0-9]+' || true)"
-[ -n "$summary" ] || { echo "$out" >&2; fail "checkov printed no summary"; }
-echo "$summary" | grep -q 'Failed checks: 0,' || { echo "$out" >&2; fail "checkov: $summary"; }
+[ -n "$summary" ] || { echo "$out" >&2; fail "checkov printed no summary for $template"; }
+echo "$summary" | grep -q 'Failed checks: 0,' || { echo "$out" >&2; fail "checkov $template: $summary"; }
 say "checkov: $summary"
 bad_skips="$(grep -nE 'checkov:skip=' "$template" | grep -vE 'checkov:skip=CKV2?_[A-Z0-9_]+:.{40,}' || true)"
-[ -z "$bad_skips" ] || { echo "$bad_skips" >&2; fail "a checkov skip without a real reason"; }
+[ -z "$bad_skips" ] || { echo "$bad_skips" >&2; fail "a checkov skip without a real reason in $template"; }
 grep -oE 'checkov:skip=CKV2?_[A-Z0-9_]+' "$template" | sort | uniq -c | sed 's/^/check-template:   skipped (reason inline): /' >&2
-
 # 4. No IAM action is `*` or `service:*` (nor any other wildcard), anywhere: identity
 #    policies, trust policies, the key policy, queue policies, inside !If branches.
 say "IAM actions: no '*' and no 'service:*'"
 grep -nE "^[[:space:]]*(-[[:space:]]+)?(Action:[[:space:]]*)?[\"']?[a-zA-Z0-9-]+:\*" "$template" >&2 \
   && fail "grep found a service:* action"
 grep -nE "Action:[[:space:]]*\[?[[:space:]]*[\"']?\*" "$template" >&2 && fail "grep found a '*' action"
-python3 - "$template" >&2 <<'PY' || fail "an IAM action with a wildcard"
+python3 - "$template" >&2 <<'PY' || fail "an IAM action with a wildcard in $template"
 import sys, yaml
 
 class Loader(yaml.SafeLoader):
@@ -97,6 +97,61 @@ if bad:
 print(f"check-template:   {len(found)} IAM actions, {len(set(found))} distinct, none with a wildcard")
 PY
 
+done
+
+# 4b. Every samconfig environment: SAM CLI's own parser reads its parameter_overrides
+#     (the ones `sam build` and `sam deploy` will pass), and each one is a parameter of
+#     the template with an allowed value. A value SAM would split (a space without
+#     quotes) or drop (an empty value) is caught here, not at deploy time.
+say "samconfig: every environment's parameter_overrides against its template"
+python3 - samconfig.toml template.yaml infra/samconfig.toml infra/template.yaml >&2 <<'PY' || fail "samconfig parameters"
+import re, shlex, sys, tomllib, yaml
+from samcli.cli.types import CfnParameterOverridesType
+
+class Loader(yaml.SafeLoader):
+    pass
+Loader.add_multi_constructor("!", lambda l, s, n: None)
+problems, seen = [], []
+for config, template in zip(sys.argv[1::2], sys.argv[2::2]):
+    params = yaml.load(open(template), Loader=Loader)["Parameters"]
+    envs = tomllib.load(open(config, "rb"))
+    for env, sections in envs.items():
+        if not isinstance(sections, dict):
+            continue
+        raw = sections.get("global", {}).get("parameters", {}).get("parameter_overrides")
+        if raw is None:
+            problems.append(f"{config} [{env}]: no parameter_overrides in [{env}.global.parameters]")
+            continue
+        # What the text says, word by word (shell quoting), against what SAM reads.
+        written = dict(w.split("=", 1) if "=" in w else (w, None) for w in shlex.split(raw))
+        parsed = CfnParameterOverridesType().convert(raw, None, None)
+        if written != parsed:
+            problems.append(f"{config} [{env}]: SAM CLI reads {parsed}, not what is written ({written}): an empty value is dropped, a value with a space needs quotes")
+        for key, value in parsed.items():
+            p = params.get(key)
+            if p is None:
+                problems.append(f"{config} [{env}]: {key} is not a parameter of {template}")
+                continue
+            if "AllowedValues" in p and value not in [str(v) for v in p["AllowedValues"]]:
+                problems.append(f"{config} [{env}]: {key}={value} is not one of {p['AllowedValues']}")
+            if p.get("Type") == "Number":
+                try:
+                    x = float(value)
+                except ValueError:
+                    problems.append(f"{config} [{env}]: {key}={value} is not a number")
+                    continue
+                if "MinValue" in p and x < float(p["MinValue"]) or "MaxValue" in p and x > float(p["MaxValue"]):
+                    problems.append(f"{config} [{env}]: {key}={value} is outside [{p.get('MinValue')}, {p.get('MaxValue')}]")
+            if "AllowedPattern" in p and not re.fullmatch(p["AllowedPattern"], value):
+                problems.append(f"{config} [{env}]: {key}={value} does not match {p['AllowedPattern']}")
+            if "MaxLength" in p and len(value) > int(p["MaxLength"]):
+                problems.append(f"{config} [{env}]: {key}={value} is longer than {p['MaxLength']}")
+        seen.append(f"check-template:   {config} [{env}]: {len(parsed)} parameters")
+if problems:
+    sys.exit("\n".join(problems))
+print("\n".join(seen))
+PY
+
 # 5. sam build: cargo-lambda (zig as the linker) compiles each function in release
 #    mode from the workspace root, in the shared CARGO_TARGET_DIR. A separate build
 #    directory keeps these x86_64 artifacts away from a user's `sam build` output.
@@ -109,23 +164,40 @@ case "$mode" in
   debug) export SAM_BUILD_MODE=debug ;;
   *) fail "CHECK_TEMPLATE_BUILD must be release, debug or skip, not '$mode'" ;;
 esac
-build_dir=.aws-sam/check-x86_64
-say "sam build --parallel ($mode, Architecture=x86_64, CARGO_TARGET_DIR=$CARGO_TARGET_DIR) into $build_dir"
-rm -rf "$build_dir"
+# The main stack's four functions, then the harness's one (its MainStackName only
+# names the imports; nothing is resolved at build time).
+builds=(
+  "template.yaml|.aws-sam/check-x86_64|Architecture=x86_64"
+  "infra/template.yaml|.aws-sam/check-harness-x86_64|MainStackName=check Architecture=x86_64"
+)
+binaries=(
+  ".aws-sam/check-x86_64|ResponseHandlerFunction|response-handler"
+  ".aws-sam/check-x86_64|RetryHandlerFunction|retry-handler"
+  ".aws-sam/check-x86_64|ReconcilerFunction|reconciler"
+  ".aws-sam/check-x86_64|AuditWriterFunction|audit-writer"
+  ".aws-sam/check-harness-x86_64|HarnessFunction|harness"
+)
 start=$(date +%s)
-sam build --parallel --template-file "$template" \
-  --parameter-overrides Architecture=x86_64 \
-  --build-dir "$build_dir" --cache-dir .aws-sam/check-cache >&2 || fail "sam build"
+for b in "${builds[@]}"; do
+  IFS='|' read -r template build_dir overrides <<<"$b"
+  say "sam build --parallel $template ($mode, $overrides, CARGO_TARGET_DIR=$CARGO_TARGET_DIR) into $build_dir"
+  rm -rf "$build_dir"
+  # shellcheck disable=SC2086 # the overrides are Key=Value words
+  sam build --parallel --template-file "$template" \
+    --parameter-overrides $overrides \
+    --build-dir "$build_dir" --cache-dir .aws-sam/check-cache >&2 || fail "sam build $template"
+done
 elapsed=$(( $(date +%s) - start ))
-for i in "${!functions[@]}"; do
-  bin="$build_dir/${logical_ids[$i]}/bootstrap"
-  [ -x "$bin" ] || fail "sam build produced no executable $bin (${functions[$i]})"
+for b in "${binaries[@]}"; do
+  IFS='|' read -r build_dir logical_id function <<<"$b"
+  bin="$build_dir/$logical_id/bootstrap"
+  [ -x "$bin" ] || fail "sam build produced no executable $bin ($function)"
   magic="$(head -c 4 "$bin" | od -An -tx1 | tr -d ' \n')"
   [ "$magic" = "7f454c46" ] || fail "$bin is not an ELF executable"
   # ELF header byte 18-19: e_machine; 0x3e = x86-64.
   machine="$(od -An -tx1 -j18 -N1 "$bin" | tr -d ' \n')"
   [ "$machine" = "3e" ] || fail "$bin is not x86-64 (e_machine 0x$machine)"
-  say "  ${functions[$i]}: $bin ($(wc -c <"$bin") bytes, ELF x86-64)"
+  say "  $function: $bin ($(wc -c <"$bin") bytes, ELF x86-64)"
 done
 say "sam build ($mode) took ${elapsed} s"
 say "all template checks passed"

@@ -7,9 +7,21 @@ use serde_yaml::Value;
 /// The path of `template.yaml`.
 pub const TEMPLATE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml");
 
+/// The path of the staging harness's template.
+pub const HARNESS_TEMPLATE_PATH: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/template.yaml");
+
 /// `template.yaml`, parsed.
 pub fn template() -> Value {
-    let path = TEMPLATE_PATH;
+    parse_file(TEMPLATE_PATH)
+}
+
+/// `infra/template.yaml`, parsed.
+pub fn harness_template() -> Value {
+    parse_file(HARNESS_TEMPLATE_PATH)
+}
+
+fn parse_file(path: &str) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"))
 }

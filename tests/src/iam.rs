@@ -7,8 +7,14 @@
 //! **Reading.** [`Stack::from_template`] resolves the template with a test's physical
 //! names ([`Physical`]): `Ref`, `Fn::GetAtt`, `Fn::Sub` (both forms), `Fn::Join`,
 //! `Fn::Split`, `Fn::If` over the template's `Conditions` (`Fn::Equals`, `Fn::Not`,
-//! `Fn::And`, `Fn::Or`, `Condition`), `AWS::NoValue` and the pseudo parameters; a
-//! resource whose `Condition` is false is left out. It collects:
+//! `Fn::And`, `Fn::Or`, `Condition`), `Fn::ImportValue` (from
+//! [`Physical::imports`], the exporting stack's [`Stack::exports`]), `AWS::NoValue`
+//! and the pseudo parameters; a resource whose `Condition` is false is left out. A
+//! role's ARN is its `Arn` attribute when the test gives one (a role with a
+//! `RoleName`), else derived from the logical id. Two stacks that work together (the
+//! main stack and the staging harness, which imports its exports) are read one by one
+//! and joined with [`Stack::merge`], so a call of one stack's role on the other's
+//! resource meets both policies. It collects:
 //! - identity policies: each `AWS::IAM::Role`'s inline `Policies`, by role ARN;
 //! - resource policies: `AWS::SQS::QueuePolicy` (by queue ARN), `AWS::KMS::Key`'s
 //!   `KeyPolicy` (by key ARN), `AWS::SNS::TopicPolicy` (by topic ARN), and each
@@ -78,6 +84,8 @@ pub struct Physical {
     pub atts: BTreeMap<String, String>,
     /// Parameter values that differ from the template's defaults.
     pub parameters: BTreeMap<String, String>,
+    /// Export name → value, for `Fn::ImportValue`.
+    pub imports: BTreeMap<String, String>,
 }
 
 impl Physical {
@@ -100,12 +108,18 @@ impl Physical {
         self
     }
 
-    /// The ARN this evaluator gives the role with logical id `id`.
+    /// The ARN this evaluator gives the role with logical id `id`: its `Arn`
+    /// attribute if the test set one, else `role/<stack>-<id>`.
     pub fn role_arn(&self, id: &str) -> String {
-        format!(
-            "arn:aws:iam::{}:role/{}-{id}",
-            self.account, self.stack_name
-        )
+        self.atts
+            .get(&format!("{id}.Arn"))
+            .cloned()
+            .unwrap_or_else(|| {
+                format!(
+                    "arn:aws:iam::{}:role/{}-{id}",
+                    self.account, self.stack_name
+                )
+            })
     }
 }
 
@@ -209,6 +223,8 @@ pub struct Stack {
     pub reasons: BTreeMap<String, BTreeMap<String, String>>,
     /// (alarm ARN, topic ARN) of every alarm action.
     pub alarm_actions: Vec<(String, String)>,
+    /// Export name → value of the template's `Outputs` (what another stack imports).
+    pub exports: BTreeMap<String, String>,
 }
 
 // ---------------------------------------------------------------------------------
@@ -428,6 +444,20 @@ impl Resolver<'_> {
                 "Condition" => Ok(Some(Json::Bool(
                     self.condition(inner.as_str().ok_or("Condition takes a name")?)?,
                 ))),
+                "ImportValue" => {
+                    let name = self
+                        .resolve(inner)?
+                        .as_ref()
+                        .and_then(scalar_string)
+                        .ok_or("Fn::ImportValue takes a name")?;
+                    self.physical
+                        .imports
+                        .get(&name)
+                        .map(|v| Some(Json::String(v.clone())))
+                        .ok_or_else(|| {
+                            format!("Fn::ImportValue {name}: no stack of the test exports it")
+                        })
+                }
                 other => Err(format!("unsupported intrinsic function {other}")),
             };
         }
@@ -658,6 +688,7 @@ impl Stack {
             role_ids: BTreeMap::new(),
             reasons: reasons(text),
             alarm_actions: Vec::new(),
+            exports: BTreeMap::new(),
         };
         let resources = path(template, &["Resources"])
             .and_then(Value::as_mapping)
@@ -786,7 +817,55 @@ impl Stack {
                 _ => {}
             }
         }
+        for (name, output) in path(template, &["Outputs"])
+            .and_then(Value::as_mapping)
+            .into_iter()
+            .flatten()
+        {
+            let Some(export) = path(output, &["Export", "Name"]) else {
+                continue;
+            };
+            if let Some(c) = get(output, "Condition").and_then(Value::as_str) {
+                if !r.condition(c)? {
+                    continue;
+                }
+            }
+            let label = name.as_str().unwrap_or("?");
+            let value = |v: Option<&Value>| -> Result<String, String> {
+                v.map(|v| r.resolve(v))
+                    .transpose()
+                    .map_err(|e| format!("output {label}: {e}"))?
+                    .flatten()
+                    .as_ref()
+                    .and_then(scalar_string)
+                    .ok_or_else(|| format!("output {label}: not a string"))
+            };
+            stack
+                .exports
+                .insert(value(Some(export))?, value(get(output, "Value"))?);
+        }
         Ok(stack)
+    }
+
+    /// Joins another stack's policies to this one's (a stack that imports this one's
+    /// exports, deployed in the same account): identity policies, resource policies,
+    /// keys, functions, roles, reasons and alarm actions.
+    pub fn merge(&mut self, other: Stack) {
+        for (arn, sts) in other.identity {
+            self.identity.entry(arn).or_default().extend(sts);
+        }
+        for (arn, sts) in other.resource {
+            self.resource.entry(arn).or_default().extend(sts);
+        }
+        self.encrypted.extend(other.encrypted);
+        self.function_roles.extend(other.function_roles);
+        self.function_log_groups.extend(other.function_log_groups);
+        self.role_ids.extend(other.role_ids);
+        for (holder, r) in other.reasons {
+            self.reasons.entry(holder).or_default().extend(r);
+        }
+        self.alarm_actions.extend(other.alarm_actions);
+        self.exports.extend(other.exports);
     }
 
     /// The principal of a role given by logical id.

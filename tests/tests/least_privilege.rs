@@ -24,6 +24,12 @@
 //!
 //! CloudWatch publishing each alarm to the (encrypted) alarm topic is evaluated too.
 //!
+//! The staging harness (`infra/template.yaml`) is the external service here: its real
+//! code answers the scripted requests under its own role, read from its own template
+//! and joined to the main stack's (`Stack::merge`: its role meets the main stack's
+//! queue policies, with the harness listed in ServicePrincipalArns, and key policy),
+//! through its event source mapping, a repeated request and one it cannot read.
+//!
 //! Each recorded call becomes the authorization requests AWS would make
 //! (`deferred_retry_tests::iam`), evaluated against the role; then the reverse: every
 //! grant of every function role, of the scheduler role and of each queue-policy
@@ -35,7 +41,7 @@ use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, S
 use aws::local::{MotoServer, LOCAL_ACCOUNT, LOCAL_REGION};
 use aws::provision::{provision, Provisioned};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
-use deferred_retry_tests::cfn::{self, TEMPLATE_PATH};
+use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
 use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
 use domain::exec::Ports;
 use domain::machine::ReconcileKey;
@@ -52,18 +58,22 @@ use std::future::Future;
 use std::time::Duration;
 use testkit::proxy::{sdk_config_as, Call, Proxy};
 
-const FUNCTIONS: [&str; 4] = [
+const FUNCTIONS: [&str; 5] = [
     "response-handler",
     "retry-handler",
     "reconciler",
     "audit-writer",
+    "harness",
 ];
 /// Access keys of the principals that are not functions.
 const SCHEDULER_ROLE: &str = "scheduler-role";
 const OPERATOR: &str = "operator";
 const EXTERNAL: &str = "external-service";
-/// The test harness itself (provisioning, set-up, inspection): not evaluated.
-const HARNESS: &str = "harness";
+/// The test's own set-up (provisioning, set-up, inspection): not evaluated.
+const SETUP: &str = "setup";
+/// The main stack's name in the test; the harness stack's.
+const MAIN: &str = "lp";
+const HARNESS_STACK: &str = "lp-harness-stack";
 
 fn id(s: &str) -> TransactionId {
     TransactionId::parse(s).unwrap()
@@ -73,16 +83,23 @@ fn template_text() -> String {
     std::fs::read_to_string(TEMPLATE_PATH).unwrap()
 }
 
+fn harness_template_text() -> String {
+    std::fs::read_to_string(HARNESS_TEMPLATE_PATH).unwrap()
+}
+
+/// The harness role: named `<MainStackName>-harness` by its template.
+fn harness_role_arn() -> String {
+    outside_arn(&format!("{MAIN}-harness"))
+}
+
 /// The ARN a principal outside the template gets in the test.
 fn outside_arn(name: &str) -> String {
     format!("arn:aws:iam::{LOCAL_ACCOUNT}:role/{name}")
 }
 
-/// Physical names for every resource of the template: the provisioned ones where the
-/// local stack has them, a name derived from the stack name otherwise.
-fn physical(template: &Value, p: &Provisioned) -> Physical {
-    let stack = p.names.prefix.clone();
-    let mut ph = Physical::new(LOCAL_ACCOUNT, LOCAL_REGION, &stack);
+/// Physical names for every resource of a template, derived from the stack name.
+fn derived(template: &Value, stack: &str) -> Physical {
+    let mut ph = Physical::new(LOCAL_ACCOUNT, LOCAL_REGION, stack);
     let arn = |service: &str, rest: &str| {
         format!("arn:aws:{service}:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{rest}")
     };
@@ -131,6 +148,16 @@ fn physical(template: &Value, p: &Provisioned) -> Physical {
             }
         }
     }
+    ph
+}
+
+/// Physical names for every resource of the main template: the provisioned ones where
+/// the local stack has them, a name derived from the stack name otherwise.
+fn physical(template: &Value, p: &Provisioned) -> Physical {
+    let mut ph = derived(template, &p.names.prefix);
+    let arn = |service: &str, rest: &str| {
+        format!("arn:aws:{service}:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{rest}")
+    };
     let n = &p.names;
     for (lid, table) in [
         ("TransactionsTable", &n.transactions_table),
@@ -163,10 +190,43 @@ fn physical(template: &Value, p: &Provisioned) -> Physical {
     ph.parameters
         .insert("OperatorPrincipalArns".into(), outside_arn(OPERATOR));
     if cfn::path(template, &["Parameters", "ServicePrincipalArns"]).is_some() {
-        ph.parameters
-            .insert("ServicePrincipalArns".into(), outside_arn(EXTERNAL));
+        // The external service and the staging harness, by its fixed role name.
+        ph.parameters.insert(
+            "ServicePrincipalArns".into(),
+            format!("{},{}", outside_arn(EXTERNAL), harness_role_arn()),
+        );
     }
     ph
+}
+
+/// Physical names of the harness stack: its table, its named role, the main stack's
+/// exports to import.
+fn harness_physical(template: &Value, main: &Stack, table: &str) -> Physical {
+    let mut ph = derived(template, HARNESS_STACK);
+    ph.parameters.insert("MainStackName".into(), MAIN.into());
+    ph.set_att("HarnessRole", "Arn", harness_role_arn());
+    ph.set_ref("HarnessTable", table).set_att(
+        "HarnessTable",
+        "Arn",
+        format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/{table}"),
+    );
+    ph.imports = main.exports.clone();
+    ph
+}
+
+/// The main stack and the harness stack, joined.
+fn both_stacks(main_template: &Value, p: &Provisioned, harness_table: &str) -> Stack {
+    let mut stack =
+        Stack::from_template(main_template, &template_text(), physical(main_template, p)).unwrap();
+    let h = cfn::harness_template();
+    let harness = Stack::from_template(
+        &h,
+        &harness_template_text(),
+        harness_physical(&h, &stack, harness_table),
+    )
+    .unwrap();
+    stack.merge(harness);
+    stack
 }
 
 /// Who signed with each access key.
@@ -395,11 +455,18 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         .expect("moto_server (. scripts/tools.sh)");
     let proxy = Proxy::start(&moto.endpoint_url()).await.unwrap();
     let endpoint = proxy.endpoint.clone();
-    let harness_sdk = sdk_config_as(&endpoint, HARNESS).await;
-    let names = StackNames::new("lp");
-    let p = provision(&harness_sdk, &names).await.unwrap();
+    let setup_sdk = sdk_config_as(&endpoint, SETUP).await;
+    let names = StackNames::new(MAIN);
+    let p = provision(&setup_sdk, &names).await.unwrap();
+    let harness_table = format!("{MAIN}-harness-table");
+    aws::provision::create_table(
+        &aws::clients::dynamodb(&setup_sdk),
+        &harness::service::table_definition(&harness_table),
+    )
+    .await
+    .unwrap();
     let template = cfn::template();
-    let stack = Stack::from_template(&template, &template_text(), physical(&template, &p)).unwrap();
+    let stack = both_stacks(&template, &p, &harness_table);
 
     // Each function's environment: the template's variables for this stack, short
     // backoff and threshold, and the scheduler role's ARN as the template names it.
@@ -431,6 +498,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     let retry_sdk = sdk_of("retry-handler").await;
     let reconciler_sdk = sdk_of("reconciler").await;
     let audit_sdk = sdk_of("audit-writer").await;
+    let harness_sdk = sdk_of("harness").await;
     let response = runtime::wiring::response_handler(
         &response_sdk,
         &ResponseHandlerConfig::from_lookup(&env_lookup(&env_of("response-handler"))).unwrap(),
@@ -444,39 +512,57 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         &reconciler_sdk,
         &ReconcilerConfig::from_lookup(&env_lookup(&env_of("reconciler"))).unwrap(),
     );
+    // The staging harness as its template configures it, answering at once.
+    let harness_env = BTreeMap::from([
+        ("HARNESS_TABLE".to_owned(), harness_table.clone()),
+        ("RESPONSE_QUEUE_URL".to_owned(), p.response.url.clone()),
+        ("REQUEST_DLQ_URL".to_owned(), p.request_dlq.url.clone()),
+    ]);
+    let harness = harness::Harness::new(
+        &harness_sdk,
+        harness::HarnessConfig::from_lookup(&env_lookup(&harness_env)).unwrap(),
+    );
     let harness_sqs = aws::clients::sqs(&harness_sdk);
-    let harness_scheduler = aws::clients::scheduler(&harness_sdk);
+    let setup_sqs = aws::clients::sqs(&setup_sdk);
+    let setup_scheduler = aws::clients::scheduler(&setup_sdk);
     let response_sqs = aws::clients::sqs(&response_sdk);
     let retry_sqs = aws::clients::sqs(&retry_sdk);
     let scheduler_sqs = aws::clients::sqs(&sdk_of(SCHEDULER_ROLE).await);
     let operator_sqs = aws::clients::sqs(&sdk_of(OPERATOR).await);
     let external_sqs = aws::clients::sqs(&sdk_of(EXTERNAL).await);
     let store = aws::dynamo::DynamoStore::new(
-        aws::clients::dynamodb(&harness_sdk),
+        aws::clients::dynamodb(&setup_sdk),
         &names.transactions_table,
     )
     .with_payloads_table(&names.payloads_table);
 
     // Transactions start through the library (the starting service's own role).
-    let requests = aws::sqs::SqsRequestPublisher::new(harness_sqs.clone(), &p.request.url);
+    let requests = aws::sqs::SqsRequestPublisher::new(setup_sqs.clone(), &p.request.url);
     let ports = Ports {
         store: &store,
         scheduler: &Unwired,
         requests: &requests,
         retries: &Unwired,
     };
-    for (tx, max) in [
-        ("TX-A", 3),
-        ("TX-B", 3),
-        ("TX-C", 1),
-        ("TX-D", 3),
-        ("TX-E", 3),
+    // Each payload carries the harness's script: its answer to attempt 1.
+    let payload = |tx: &str, answer: &str| {
+        Payload::from_json(&format!(
+            r#"{{"order":"{tx}","harness":{{"answers":["{answer}"]}}}}"#
+        ))
+        .unwrap()
+    };
+    for (tx, max, answer) in [
+        ("TX-A", 3, "CANCELLED"),
+        ("TX-B", 3, "SUCCESS"),
+        ("TX-C", 1, "CANCELLED"),
+        ("TX-D", 3, "CANCELLED"),
+        ("TX-E", 3, "CANCELLED"),
     ] {
         let ctx = Settings::default().context(SystemClock.now());
         runtime::ops::start_transaction(
             &ports,
             id(tx),
-            Payload::from_json(&format!(r#"{{"order":"{tx}"}}"#)).unwrap(),
+            payload(tx, answer),
             MaxAttempts::new(max).unwrap(),
             &ctx,
         )
@@ -497,41 +583,38 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         .unwrap()
         .scheduler;
     domain::ports::Scheduler::create(
-        &aws::scheduler::EventBridgeScheduler::new(harness_scheduler.clone(), settings),
+        &aws::scheduler::EventBridgeScheduler::new(setup_scheduler.clone(), settings),
         &spec,
     )
     .await
     .unwrap();
 
-    // The external service reads the requests and answers.
-    let got = external_sqs
-        .receive_message()
-        .queue_url(&p.request.url)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.messages().len(), 5);
-    for m in got.messages() {
-        external_sqs
-            .delete_message()
-            .queue_url(&p.request.url)
-            .receipt_handle(m.receipt_handle().unwrap())
-            .send()
-            .await
-            .unwrap();
-    }
+    // The harness reads the requests (and one it cannot read: to the request DLQ)
+    // and answers by each payload's script; the external service answers for an
+    // unknown transaction and malformed.
+    send(
+        &setup_sqs,
+        &p.request.url,
+        r#"{"transaction_id":"TX-Z","attempt":"one"}"#,
+    )
+    .await;
+    let harness_metrics = Metrics::new("DeferredRetryHarness", "harness");
+    let (harness, harness_metrics) = (&harness, &harness_metrics);
+    let harness_round = || {
+        event_source(
+            &harness_sqs,
+            &p.request.url,
+            &p.request.arn,
+            |e| async move { harness.handle_event(e, harness_metrics).await.unwrap() },
+        )
+    };
+    assert_eq!(harness_round().await, 6);
     let answer = |tx: &str, n: u32, outcome: &str| {
         format!(
             r#"{{"transaction_id":"{tx}","attempt":{n},"outcome":"{outcome}","reason":"NOT_AVAILABLE"}}"#
         )
     };
     for body in [
-        answer("TX-A", 1, "CANCELLED"),
-        answer("TX-B", 1, "SUCCESS"),
-        answer("TX-C", 1, "CANCELLED"),
-        answer("TX-D", 1, "CANCELLED"),
-        answer("TX-E", 1, "CANCELLED"),
         answer("TX-UNKNOWN", 1, "SUCCESS"),
         r#"{"transaction_id":"TX-A","attempt":"two"}"#.to_owned(),
     ] {
@@ -555,6 +638,19 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     assert_eq!(store_status(&store, "TX-A").await, Status::Scheduled);
     assert_eq!(store_status(&store, "TX-B").await, Status::Succeeded);
     assert_eq!(store_status(&store, "TX-C").await, Status::Failed);
+    // TX-B's request delivered again: the harness counts it and replays SUCCESS.
+    send(
+        &setup_sqs,
+        &p.request.url,
+        &domain::Request::new(
+            id("TX-B"),
+            Attempt::new(1).unwrap(),
+            payload("TX-B", "SUCCESS"),
+        )
+        .to_json(),
+    )
+    .await;
+    assert_eq!(harness_round().await, 1);
     // A late answer (attempt 1 again, TX-B done): a failed condition, dropped.
     send(
         &external_sqs,
@@ -572,7 +668,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
 
     // The scheduler fires TX-A's schedule; a failed delivery goes to its DLQ.
     let name_a = ScheduleName::for_retry(&id("TX-A"), Attempt::new(2).unwrap());
-    fire(&harness_scheduler, &scheduler_sqs, &p, name_a.as_str()).await;
+    fire(&setup_scheduler, &scheduler_sqs, &p, name_a.as_str()).await;
     send(
         &scheduler_sqs,
         &p.scheduler_dlq.url,
@@ -621,7 +717,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         f.updated_at,
         Some(now.plus_millis(-300_000)),
     );
-    aws::clients::dynamodb(&harness_sdk)
+    aws::clients::dynamodb(&setup_sdk)
         .put_item()
         .table_name(&names.transactions_table)
         .set_item(Some(aws::item::record_to_item(&f)))
@@ -690,7 +786,7 @@ async fn wait_until(t: Timestamp) {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_call_is_allowed_and_every_grant_is_used() {
     let (calls, p, stack) = scenario().await;
-    let ours: Vec<&Call> = calls.iter().filter(|c| c.caller != HARNESS).collect();
+    let ours: Vec<&Call> = calls.iter().filter(|c| c.caller != SETUP).collect();
     for f in FUNCTIONS {
         assert!(
             ours.iter().any(|c| c.caller == f),
@@ -752,6 +848,26 @@ fn offline(text: &str) -> Stack {
     };
     let template: Value = serde_yaml::from_str(text).unwrap();
     Stack::from_template(&template, text, physical(&template, &p)).unwrap()
+}
+
+/// The main stack (with `ServicePrincipalArns` as given) joined to the harness stack
+/// of `harness_text`, without a server.
+fn offline_with_harness(service_principals: &str, harness_text: &str) -> Stack {
+    let text = template_text();
+    let main_template: Value = serde_yaml::from_str(&text).unwrap();
+    let mut ph = offline(&text).physical;
+    ph.parameters
+        .insert("ServicePrincipalArns".into(), service_principals.to_owned());
+    let mut stack = Stack::from_template(&main_template, &text, ph).unwrap();
+    let h: Value = serde_yaml::from_str(harness_text).unwrap();
+    let harness = Stack::from_template(
+        &h,
+        harness_text,
+        harness_physical(&h, &stack, "lp-harness-table"),
+    )
+    .unwrap();
+    stack.merge(harness);
+    stack
 }
 
 fn call(caller: &str, service: &str, operation: &str, resource: &str) -> Call {
@@ -913,4 +1029,48 @@ fn alarms_of_this_account_and_only_they_publish() {
             "{other:?}"
         );
     }
+}
+
+/// The harness reads requests and answers only while the main stack's
+/// ServicePrincipalArns lists its role (the ordering docs/deploy.md describes), and a
+/// grant removed from its own template fails the call that needs it, naming it.
+#[test]
+fn the_harness_passes_the_service_restriction_only_when_listed() {
+    let calls = [
+        call("harness", "sqs", "ReceiveMessage", &queue("request").arn),
+        call("harness", "sqs", "SendMessage", &queue("response").arn),
+    ];
+    let problems = |service_principals: &str, harness_text: &str| {
+        let stack = offline_with_harness(service_principals, harness_text);
+        check(&stack, &requests_of(&stack, &calls, ""))
+            .problems
+            .into_iter()
+            .filter(|p| p.starts_with("harness:"))
+            .collect::<Vec<_>>()
+    };
+    let text = harness_template_text();
+    let listed = format!("{},{}", outside_arn(EXTERNAL), harness_role_arn());
+    assert_eq!(problems(&listed, &text), Vec::<String>::new());
+    let unlisted = problems(&outside_arn(EXTERNAL), &text);
+    assert_eq!(
+        unlisted,
+        vec![
+            format!(
+                "harness: sqs:ReceiveMessage on {} is denied by RequestQueuePolicy policy OnlyTheExternalServiceReadsRequests",
+                queue("request").arn
+            ),
+            format!(
+                "harness: sqs:SendMessage on {} is denied by ResponseQueuePolicy policy OnlyTheExternalServiceAnswers",
+                queue("response").arn
+            ),
+        ]
+    );
+    let without_kms = text.replace("                  - kms:GenerateDataKey\n", "");
+    assert_ne!(without_kms, text, "the grant this test removes has changed");
+    assert_eq!(
+        problems(&listed, &without_kms),
+        vec![format!(
+            "harness: kms:GenerateDataKey on arn:aws:kms:{LOCAL_REGION}:{LOCAL_ACCOUNT}:key/lp-EncryptionKey is not allowed by HarnessRole"
+        )]
+    );
 }

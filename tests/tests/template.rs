@@ -11,7 +11,10 @@
 //! - every DLQ has an alarm at its first message, and the business alarms read the
 //!   metrics the code emits (name and `Function` dimension);
 //! - build metadata, event sources and the scheduler role's trust policy are as the
-//!   design requires.
+//!   design requires;
+//! - the staging harness's template (`infra/template.yaml`) against its code and the
+//!   main template's exports, every `samconfig.toml` environment's build/deploy
+//!   settings, and every output `retryctl verify` reads.
 //!
 //! Each check returns the list of problems it found; the `*_detects_*` tests break a
 //! copy of the template and assert the check notices, so no check passes vacuously.
@@ -75,6 +78,22 @@ fn function_resources(t: &Value) -> Vec<(String, String, &Value)> {
 // Checks: each returns the problems it found
 // ---------------------------------------------------------------------------------
 
+/// The keys of a mapping (none when it is absent).
+fn keys_of(v: Option<&Value>) -> BTreeSet<String> {
+    v.and_then(Value::as_mapping)
+        .map(|m| {
+            m.keys()
+                .filter_map(|k| k.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The names of the environment variables a function sets.
+fn env_names(function: &Value) -> BTreeSet<String> {
+    keys_of(path(function, &["Properties", "Environment", "Variables"]))
+}
+
 /// Every function sets exactly the variables its config reads.
 fn env_problems(t: &Value) -> Vec<String> {
     let mut problems = vec![];
@@ -89,14 +108,7 @@ fn env_problems(t: &Value) -> Vec<String> {
         let Some((vars, _)) = expected.get(bin.as_str()) else {
             continue;
         };
-        let set: BTreeSet<String> = path(r, &["Properties", "Environment", "Variables"])
-            .and_then(Value::as_mapping)
-            .map(|m| {
-                m.keys()
-                    .filter_map(|k| k.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let set = env_names(r);
         let read: BTreeSet<String> = vars.iter().map(|s| (*s).to_owned()).collect();
         let missing: Vec<_> = read.difference(&set).collect();
         let unread: Vec<_> = set.difference(&read).collect();
@@ -701,6 +713,115 @@ fn scheduler_role_problems(t: &Value) -> Vec<String> {
     p
 }
 
+/// The export names a template's outputs publish, as `${AWS::StackName}-<suffix>`
+/// suffixes; the import names a template uses, as `${MainStackName}-<suffix>` suffixes.
+fn export_suffixes(t: &Value) -> BTreeSet<String> {
+    path(t, &["Outputs"])
+        .and_then(Value::as_mapping)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter_map(|o| path(o, &["Export", "Name"]))
+        .filter_map(intrinsic)
+        .filter_map(|(_, v)| {
+            v.as_str()?
+                .strip_prefix("${AWS::StackName}-")
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn import_suffixes(v: &Value, out: &mut BTreeSet<String>) {
+    if let Some(("ImportValue", inner)) = intrinsic(v).as_ref().map(|(f, x)| (f.as_str(), *x)) {
+        let name = intrinsic(inner)
+            .and_then(|(_, s)| s.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        out.insert(
+            name.strip_prefix("${MainStackName}-")
+                .map_or(format!("<not ${{MainStackName}}-…: {name}>"), str::to_owned),
+        );
+        return;
+    }
+    match v {
+        Value::Mapping(m) => m.values().for_each(|x| import_suffixes(x, out)),
+        Value::Sequence(s) => s.iter().for_each(|x| import_suffixes(x, out)),
+        Value::Tagged(t) => import_suffixes(&t.value, out),
+        _ => {}
+    }
+}
+
+/// `infra/template.yaml` (the staging harness) against its code and the main template:
+/// one function, `harness`, setting exactly what `HarnessConfig` reads; its table is
+/// the definition the code writes; 6 × its timeout fits the request queue's default
+/// visibility; every import is an export of the main template; its role has the fixed
+/// name the main stack's ServicePrincipalArns can list in advance.
+fn harness_problems(main: &Value, h: &Value) -> Vec<String> {
+    let mut p = vec![];
+    let functions = function_resources(h);
+    let [(bin, id, f)] = functions.as_slice() else {
+        return vec![format!(
+            "{} functions in the harness template, expected 1",
+            functions.len()
+        )];
+    };
+    if bin != harness::service::FUNCTION {
+        p.push(format!(
+            "{id}: binary {bin}, the code is {}",
+            harness::service::FUNCTION
+        ));
+    }
+    let set = env_names(f);
+    let read: BTreeSet<String> = harness::HarnessConfig::ENV_VARS
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    if set != read {
+        p.push(format!("{id} sets {set:?}, the code reads {read:?}"));
+    }
+    let def = harness::service::table_definition("harness-test");
+    match of_type(h, "AWS::DynamoDB::Table").as_slice() {
+        [(tid, r)] if tid == def.logical_id => p.extend(table_problems_for(tid, r, &def)),
+        other => p.push(format!(
+            "harness tables {:?}, expected {}",
+            other.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+            def.logical_id
+        )),
+    }
+    let timeout = props(f, "Timeout").and_then(number).unwrap_or(0);
+    let visibility = path(
+        main,
+        &["Parameters", "RequestQueueVisibilityTimeout", "Default"],
+    )
+    .and_then(number)
+    .unwrap_or(0);
+    if 6 * timeout > visibility {
+        p.push(format!(
+            "{id}: 6 x timeout {timeout} s exceeds the request queue's default visibility {visibility} s"
+        ));
+    }
+    let exports = export_suffixes(main);
+    let mut imports = BTreeSet::new();
+    import_suffixes(h, &mut imports);
+    if imports.is_empty() {
+        p.push("the harness imports nothing from the main stack".to_owned());
+    }
+    for i in imports.difference(&exports) {
+        p.push(format!(
+            "the harness imports {i}, which the main template does not export"
+        ));
+    }
+    let role_name = of_type(h, "AWS::IAM::Role")
+        .first()
+        .and_then(|(_, r)| props(r, "RoleName"))
+        .and_then(intrinsic)
+        .and_then(|(_, v)| v.as_str().map(str::to_owned));
+    if role_name.as_deref() != Some("${MainStackName}-harness") {
+        p.push(format!(
+            "the harness role is named {role_name:?}, not ${{MainStackName}}-harness (ServicePrincipalArns lists it by that name)"
+        ));
+    }
+    p
+}
+
 fn assert_none(problems: Vec<String>) {
     assert!(
         problems.is_empty(),
@@ -751,6 +872,11 @@ fn functions_events_and_business_alarms_are_wired() {
 #[test]
 fn the_scheduler_role_is_scoped() {
     assert_none(scheduler_role_problems(&template()));
+}
+
+#[test]
+fn the_harness_template_matches_its_code_and_the_main_exports() {
+    assert_none(harness_problems(&template(), &harness_template()));
 }
 
 // ---------------------------------------------------------------------------------
@@ -1190,44 +1316,64 @@ fn key_policy_problems(t: &Value) -> Vec<String> {
     p
 }
 
-/// `samconfig.toml`: the architecture where both `sam build` and `sam deploy` read it
-/// (the global section), and the beta features rust-cargolambda needs on older CLIs.
+/// `samconfig.toml`, in every environment (`[<env>.…]` sections: `default`, `staging`,
+/// `prod`, each read on its own by `--config-env`): the architecture where both `sam
+/// build` and `sam deploy` read it (the environment's global section), and the beta
+/// features rust-cargolambda needs on older CLIs.
 fn samconfig_problems(text: &str) -> Vec<String> {
-    let global = text
-        .split("[default.global.parameters]")
-        .nth(1)
-        .and_then(|s| s.split("\n[").next())
-        .unwrap_or_default();
-    let line = |key: &str| {
-        global
-            .lines()
-            .map(|l| l.split('#').next().unwrap_or_default().trim())
-            .find_map(|l| {
-                l.strip_prefix(key)
-                    .map(|v| v.trim_start().trim_start_matches('=').trim().to_owned())
-            })
+    // The lines of a section: from its header line to the next header.
+    let section = |name: &str| {
+        let header = format!("[{name}]");
+        let mut lines = text.lines().skip_while(|l| l.trim() != header);
+        lines.next()?;
+        Some(
+            lines
+                .take_while(|l| !l.trim_start().starts_with('['))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
     };
+    let envs: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix('['))
+        .filter_map(|l| l.strip_suffix(".global.parameters]"))
+        .collect();
     let mut p = vec![];
-    if !line("parameter_overrides").is_some_and(|v| v.contains("Architecture=")) {
-        p.push(
-            "[default.global.parameters] sets no Architecture in parameter_overrides".to_owned(),
-        );
+    if !envs.contains("default") {
+        p.push("no [default.global.parameters]".to_owned());
     }
-    if line("beta_features").as_deref() != Some("true") {
-        p.push("[default.global.parameters] has no beta_features = true".to_owned());
-    }
-    for section in ["[default.build.parameters]", "[default.deploy.parameters]"] {
-        let overrides = text.split(section).skip(1).any(|own| {
-            own.split("\n[")
-                .next()
-                .unwrap_or_default()
+    for env in envs {
+        let global = section(&format!("{env}.global.parameters")).unwrap_or_default();
+        let line = |key: &str| {
+            global
                 .lines()
-                .any(|l| l.trim_start().starts_with("parameter_overrides"))
-        });
-        if overrides {
+                .map(|l| l.split('#').next().unwrap_or_default().trim())
+                .find_map(|l| {
+                    l.strip_prefix(key)
+                        .map(|v| v.trim_start().trim_start_matches('=').trim().to_owned())
+                })
+        };
+        if !line("parameter_overrides").is_some_and(|v| v.contains("Architecture=")) {
             p.push(format!(
-                "{section} overrides parameters on its own: build and deploy could disagree"
+                "[{env}.global.parameters] sets no Architecture in parameter_overrides"
             ));
+        }
+        if line("beta_features").as_deref() != Some("true") {
+            p.push(format!(
+                "[{env}.global.parameters] has no beta_features = true"
+            ));
+        }
+        for command in ["build", "deploy"] {
+            let name = format!("{env}.{command}.parameters");
+            let overrides = section(&name).is_some_and(|own| {
+                own.lines()
+                    .any(|l| l.trim_start().starts_with("parameter_overrides"))
+            });
+            if overrides {
+                p.push(format!(
+                    "[{name}] overrides parameters on its own: build and deploy could disagree"
+                ));
+            }
         }
     }
     p
@@ -1266,6 +1412,14 @@ fn rules_problems(t: &Value) -> Vec<String> {
 fn samconfig_text() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samconfig.toml"))
         .unwrap_or_default()
+}
+
+fn harness_samconfig_text() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../infra/samconfig.toml"
+    ))
+    .unwrap_or_default()
 }
 
 #[test]
@@ -1368,6 +1522,7 @@ fn the_key_policy_scopes_every_use() {
 #[test]
 fn samconfig_builds_and_deploys_one_architecture() {
     assert_none(samconfig_problems(&samconfig_text()));
+    assert_none(samconfig_problems(&harness_samconfig_text()));
     let broken = samconfig_text().replace("parameter_overrides = \"Architecture=arm64\"", "");
     assert_eq!(samconfig_problems(&broken).len(), 1);
     let broken = samconfig_text()
@@ -1378,9 +1533,17 @@ fn samconfig_builds_and_deploys_one_architecture() {
         );
     assert_eq!(
         samconfig_problems(&broken).len(),
-        2,
-        "{:?}",
+        4,
+        "beta_features missing in three environments, one override: {:?}",
         samconfig_problems(&broken)
+    );
+    let broken = samconfig_text().replace(
+        "[staging.build.parameters]\n",
+        "[staging.build.parameters]\nparameter_overrides = \"Architecture=x86_64\"\n",
+    );
+    assert_eq!(
+        samconfig_problems(&broken),
+        vec!["[staging.build.parameters] overrides parameters on its own: build and deploy could disagree"]
     );
 }
 
@@ -1390,4 +1553,50 @@ fn rules_refuse_large_batches_without_a_window() {
     let mut t = template();
     t.as_mapping_mut().expect("template").remove("Rules");
     assert_eq!(rules_problems(&t).len(), 2);
+}
+
+#[test]
+fn harness_check_detects_a_missing_export_a_variable_and_a_renamed_role() {
+    let main = template();
+    let mut broken_main = main.clone();
+    if let Some(o) = broken_main
+        .get_mut("Outputs")
+        .and_then(|o| o.get_mut("RequestDLQUrl"))
+        .and_then(Value::as_mapping_mut)
+    {
+        o.remove("Export");
+    }
+    assert_eq!(
+        harness_problems(&broken_main, &harness_template()),
+        vec!["the harness imports RequestDLQUrl, which the main template does not export"]
+    );
+    let mut h = harness_template();
+    env_mut(&mut h, "HarnessFunction").remove("HARNESS_SEED");
+    props_mut(&mut h, "HarnessRole").insert("RoleName".into(), "fixed".into());
+    let p = harness_problems(&main, &h);
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(p[0].starts_with("HarnessFunction sets"), "{p:?}");
+    assert!(p[1].contains("not ${MainStackName}-harness"), "{p:?}");
+}
+
+/// Every output `retryctl verify` reads is declared: the main stack's in
+/// `template.yaml`, the harness's in `infra/template.yaml`.
+#[test]
+fn the_outputs_verify_reads_are_declared() {
+    let declared = |t: &Value| keys_of(path(t, &["Outputs"]));
+    let (main, h) = (declared(&template()), declared(&harness_template()));
+    let missing: Vec<&str> = retryctl::verify::outputs::MAIN_OUTPUTS
+        .iter()
+        .filter(|k| !main.contains(**k))
+        .chain(
+            retryctl::verify::outputs::HARNESS_OUTPUTS
+                .iter()
+                .filter(|k| !h.contains(**k)),
+        )
+        .copied()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "outputs verify reads but no template declares: {missing:?}"
+    );
 }

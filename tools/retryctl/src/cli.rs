@@ -105,6 +105,40 @@ pub enum Command {
     },
     /// Run the whole pipeline on this machine and print a report.
     Demo(DemoArgs),
+    /// Check a deployed stack: every resource the code relies on, then real
+    /// transactions through the staging harness (docs/deploy.md). Exit 6 when a check
+    /// fails.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    /// The stacks' outputs as `aws cloudformation describe-stacks --output json`
+    /// prints them: the main stack's and the harness stack's (repeat the flag, or one
+    /// file listing both stacks).
+    #[arg(long = "outputs", required = true, value_name = "FILE")]
+    pub outputs: Vec<PathBuf>,
+    /// The scheduler role as `aws iam get-role --output json` prints it: its trust
+    /// policy is checked (not checked without it).
+    #[arg(long, value_name = "FILE")]
+    pub scheduler_role: Option<PathBuf>,
+    /// Check the resources only; start no transaction.
+    #[arg(long)]
+    pub resources_only: bool,
+    /// Longest wait for the transactions to end, in seconds (staging's backoff:
+    /// about 4 minutes; the template's default backoff takes hours).
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+    /// Longest wait for the audit trail and the schedules' deletion to catch up, in
+    /// seconds.
+    #[arg(long, default_value_t = 120)]
+    pub audit_wait: u64,
+    /// Polling interval, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub poll_ms: u64,
+    /// No progress lines on stderr.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

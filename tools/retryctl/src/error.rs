@@ -26,6 +26,9 @@ pub enum CliError {
     /// The demo found lost, duplicated or stuck transactions. Exit 5.
     #[error("{0}")]
     DemoFailed(String),
+    /// `retryctl verify` found a failed check (the report says which). Exit 6.
+    #[error("{0}")]
+    VerifyFailed(String),
     /// Ctrl-C: everything started was stopped. Exit 130.
     #[error("interrupted: the local stack was stopped")]
     Interrupted,
@@ -39,6 +42,7 @@ impl CliError {
             CliError::UnknownTransaction(_) => 3,
             CliError::Refused(_) => 4,
             CliError::DemoFailed(_) => 5,
+            CliError::VerifyFailed(_) => 6,
             CliError::Interrupted => 130,
         }
     }
@@ -60,6 +64,7 @@ impl CliError {
             CliError::Refused(_) => "refused",
             CliError::Aws(_) => "aws",
             CliError::DemoFailed(_) => "demo-failed",
+            CliError::VerifyFailed(_) => "verify-failed",
             CliError::Interrupted => "interrupted",
         }
     }

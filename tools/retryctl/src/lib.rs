@@ -7,6 +7,8 @@
 //!   reconciler's cron and a simulated external service, all against moto.
 //! - [`report`]: the demo's final report and its checks.
 //! - [`view`], [`table`]: what the operator commands print and read.
+//! - [`verify`]: `retryctl verify`, the post-deploy check of a stack with the staging
+//!   harness.
 
 pub mod cli;
 pub mod commands;
@@ -15,4 +17,5 @@ pub mod error;
 pub mod local;
 pub mod report;
 pub mod table;
+pub mod verify;
 pub mod view;

@@ -75,9 +75,60 @@ async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliEr
     }
 }
 
+/// `retryctl verify`: the report on stdout (text or JSON), exit 6 when a check failed.
+async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, CliError> {
+    let mut outputs = retryctl::verify::outputs::StackOutputs::default();
+    for path in &args.outputs {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::bad("--outputs", path.display().to_string(), e))?;
+        outputs.add(&path.display().to_string(), &text)?;
+    }
+    let scheduler_role = match &args.scheduler_role {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::bad("--scheduler-role", path.display().to_string(), e))?;
+            Some(
+                serde_json::from_str(&text).map_err(|e| {
+                    CliError::bad("--scheduler-role", path.display().to_string(), e)
+                })?,
+            )
+        }
+    };
+    if args.poll_ms == 0 {
+        return Err(CliError::bad("--poll-ms", "0", "must be at least 1"));
+    }
+    let settings = retryctl::verify::Settings {
+        resources_only: args.resources_only,
+        timeout: std::time::Duration::from_secs(args.timeout),
+        audit_wait: std::time::Duration::from_secs(args.audit_wait),
+        poll: std::time::Duration::from_millis(args.poll_ms),
+        scheduler_role,
+        progress: !args.quiet,
+    };
+    let target = Target::from_args(&cli.target).await?;
+    let report = retryctl::verify::run(&target.sdk, &outputs, &settings).await?;
+    let text = retryctl::verify::render(&report);
+    let json = serde_json::to_value(&report).unwrap_or_default();
+    if report.ok {
+        return Ok(Output { text, json });
+    }
+    if cli.json {
+        println!("{json}");
+    } else {
+        print!("{text}");
+    }
+    Err(CliError::VerifyFailed(format!(
+        "{} check(s) failed",
+        report.failed
+    )))
+}
+
 async fn run(cli: &Cli) -> Result<Output, CliError> {
-    if let Command::Demo(args) = &cli.command {
-        return demo(cli, args).await;
+    match &cli.command {
+        Command::Demo(args) => return demo(cli, args).await,
+        Command::Verify(args) => return verify(cli, args).await,
+        _ => {}
     }
     let target = Target::from_args(&cli.target).await?;
     match &cli.command {
@@ -93,6 +144,7 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
         Command::Redrive { queue, max } => commands::redrive(&target, *queue, *max).await,
         Command::Replay { id, budget } => commands::replay(&target, id, *budget).await,
         Command::Demo(args) => demo(cli, args).await,
+        Command::Verify(args) => verify(cli, args).await,
     }
 }
 
@@ -122,7 +174,8 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            if cli.json {
+            // A failed verification has printed its report (one JSON document).
+            if cli.json && !matches!(e, CliError::VerifyFailed(_)) {
                 println!(
                     "{}",
                     serde_json::json!({"error": e.kind(), "message": e.to_string()})

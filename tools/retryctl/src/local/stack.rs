@@ -63,6 +63,9 @@ pub struct StackOptions {
     pub scheduler_tick: Duration,
     pub audit_poll: Duration,
     pub external: ExternalOptions,
+    /// Run the simulated external service on the request queue (`false`: something
+    /// else answers, e.g. the staging harness in `retryctl verify`'s tests).
+    pub external_service: bool,
 }
 
 /// The simulated external service's behaviour.
@@ -103,6 +106,7 @@ impl StackOptions {
                 duplicate_response_probability: 0.0,
                 seed: 7,
             },
+            external_service: true,
         }
     }
 }
@@ -363,21 +367,25 @@ impl Stack {
         )));
 
         // The external service.
-        let (h, external_stats) = external::spawn(
-            sqs.clone(),
-            ExternalSettings {
-                request_queue_url: provisioned.request.url.clone(),
-                response_queue_url: provisioned.response.url.clone(),
-                cancel_probability: opts.external.cancel_probability,
-                latency_min: opts.external.latency_min,
-                latency_max: opts.external.latency_max,
-                duplicate_response_probability: opts.external.duplicate_response_probability,
-                cancel_reason: "NOT_AVAILABLE".into(),
-                consumers: 4,
-                seed: opts.external.seed,
-            },
-            stop,
-        );
+        let (h, external_stats) = if !opts.external_service {
+            (vec![], Arc::default())
+        } else {
+            external::spawn(
+                sqs.clone(),
+                ExternalSettings {
+                    request_queue_url: provisioned.request.url.clone(),
+                    response_queue_url: provisioned.response.url.clone(),
+                    cancel_probability: opts.external.cancel_probability,
+                    latency_min: opts.external.latency_min,
+                    latency_max: opts.external.latency_max,
+                    duplicate_response_probability: opts.external.duplicate_response_probability,
+                    cancel_reason: "NOT_AVAILABLE".into(),
+                    consumers: 4,
+                    seed: opts.external.seed,
+                },
+                stop,
+            )
+        };
         tasks.extend(h);
 
         Ok(Stack {

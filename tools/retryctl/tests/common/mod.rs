@@ -19,6 +19,16 @@ pub struct Running {
 
 /// Starts a stack on a background runtime that lives as long as the test binary.
 pub fn start_stack(opts: StackOptions) -> Running {
+    start_stack_with_harness(opts, None).0
+}
+
+/// The same, and with `Some(env)` the staging harness on its request queue (start the
+/// stack without its own simulated service); returns the stacks' outputs document
+/// `retryctl verify` reads.
+pub fn start_stack_with_harness(
+    opts: StackOptions,
+    harness: Option<Vec<(&'static str, String)>>,
+) -> (Running, serde_json::Value) {
     if std::env::var("RUST_LOG").is_ok() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -35,11 +45,23 @@ pub fn start_stack(opts: StackOptions) -> Running {
         rt.block_on(async move {
             match Stack::start(opts).await {
                 Ok(stack) => {
-                    tx.send(Ok(Running {
-                        endpoint: stack.endpoint.clone(),
-                        prefix: stack.names().prefix.clone(),
-                        env: stack.env.clone(),
-                    }))
+                    let outputs = match harness {
+                        None => serde_json::Value::Null,
+                        Some(env) => {
+                            let h = retryctl::verify::local::start_harness(&stack, &env)
+                                .await
+                                .unwrap();
+                            retryctl::verify::local::outputs_document(&stack, Some(&h))
+                        }
+                    };
+                    tx.send(Ok((
+                        Running {
+                            endpoint: stack.endpoint.clone(),
+                            prefix: stack.names().prefix.clone(),
+                            env: stack.env.clone(),
+                        },
+                        outputs,
+                    )))
                     .unwrap();
                     // Keep every task alive until the process ends.
                     std::future::pending::<()>().await;

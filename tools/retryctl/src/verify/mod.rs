@@ -1,0 +1,233 @@
+//! `retryctl verify`: is a deployed stack the one the code relies on, and does it work
+//! end to end?
+//!
+//! 1. **Resources** ([`resources`]): the queues' redrive policies (target and
+//!    `maxReceiveCount`) and visibility timeouts, the DLQs' retention, the tables'
+//!    keys, the reconciler index, the stream, the TTLs, the schedule group, the
+//!    scheduler role's trust policy, and — with the harness — that the queue policies
+//!    let the harness read and answer. Each expected setting comes from the code's own
+//!    definitions (`aws::provision`, `harness::service`).
+//! 2. **Transactions** ([`flow`]), only when every resource check passed: three real
+//!    transactions through the real queues, the staging harness answering each by the
+//!    script in its payload — SUCCESS; CANCELLED then SUCCESS; CANCELLED until the
+//!    budget of 3 is exhausted — then their final state and attempt, their audit
+//!    trails transition by transition, what the harness received (each attempt once,
+//!    none past the last), that no retry schedule is left, and that no DLQ holds
+//!    anything.
+//!
+//! The stacks' outputs come from files in the shape `aws cloudformation
+//! describe-stacks` prints ([`outputs`]); the AWS endpoint from the usual settings
+//! (`AWS_ENDPOINT_URL` for the local stack). The report lists every check with what it
+//! found; any failed check makes the command exit 6.
+
+pub mod flow;
+pub mod local;
+pub mod outputs;
+pub mod resources;
+
+use crate::error::CliError;
+use outputs::StackOutputs;
+use serde::Serialize;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// How a check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckStatus {
+    Pass,
+    Fail,
+    /// Not checked, with the reason.
+    Skip,
+}
+
+/// One check: what was looked at, and what was found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// `resources`, `transactions` or `after`.
+    pub phase: &'static str,
+    /// The resource (logical id and physical name) or the transaction.
+    pub subject: String,
+    pub status: CheckStatus,
+    pub detail: String,
+}
+
+/// The checks so far; progress lines go to stderr as they are made.
+#[derive(Debug, Default)]
+pub struct Checks {
+    pub list: Vec<Check>,
+    pub progress: bool,
+}
+
+impl Checks {
+    fn push(&mut self, phase: &'static str, subject: String, status: CheckStatus, detail: String) {
+        if self.progress {
+            eprintln!(
+                "{}",
+                line(&Check {
+                    phase,
+                    subject: subject.clone(),
+                    status,
+                    detail: detail.clone()
+                })
+            );
+        }
+        self.list.push(Check {
+            phase,
+            subject,
+            status,
+            detail,
+        });
+    }
+
+    pub fn pass(&mut self, phase: &'static str, subject: impl Into<String>, detail: String) {
+        self.push(phase, subject.into(), CheckStatus::Pass, detail);
+    }
+
+    pub fn fail(
+        &mut self,
+        phase: &'static str,
+        subject: impl Into<String>,
+        detail: impl Into<String>,
+    ) {
+        self.push(phase, subject.into(), CheckStatus::Fail, detail.into());
+    }
+
+    pub fn skip(&mut self, phase: &'static str, subject: impl Into<String>, detail: String) {
+        self.push(phase, subject.into(), CheckStatus::Skip, detail);
+    }
+
+    pub fn progress(&self, text: &str) {
+        if self.progress {
+            eprintln!("verify: {text}");
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.list.iter().any(|c| c.status == CheckStatus::Fail)
+    }
+}
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Check the resources only.
+    pub resources_only: bool,
+    /// Longest wait for the transactions to end.
+    pub timeout: Duration,
+    /// Longest wait for the audit trail and the schedules' deletion to catch up.
+    pub audit_wait: Duration,
+    pub poll: Duration,
+    /// `aws iam get-role` output for the scheduler role, if given.
+    pub scheduler_role: Option<Value>,
+    /// Progress lines on stderr.
+    pub progress: bool,
+}
+
+/// The clients and inputs every check uses.
+pub struct Env<'a> {
+    pub sqs: aws_sdk_sqs::Client,
+    pub ddb: aws_sdk_dynamodb::Client,
+    pub scheduler: aws_sdk_scheduler::Client,
+    pub outputs: &'a StackOutputs,
+    pub settings: &'a Settings,
+}
+
+/// What `retryctl verify` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The stacks whose outputs were read.
+    pub stacks: Vec<String>,
+    pub checks: Vec<Check>,
+    pub passed: usize,
+    pub failed: usize,
+    pub skipped: usize,
+    pub ok: bool,
+    pub seconds: u64,
+}
+
+/// Runs every check against the stacks of `outputs`.
+pub async fn run(
+    sdk: &aws_config::SdkConfig,
+    outputs: &StackOutputs,
+    settings: &Settings,
+) -> Result<Report, CliError> {
+    let started = Instant::now();
+    for key in outputs::MAIN_OUTPUTS {
+        outputs.require(key)?;
+    }
+    let env = Env {
+        sqs: aws::clients::sqs(sdk),
+        ddb: aws::clients::dynamodb(sdk),
+        scheduler: aws::clients::scheduler(sdk),
+        outputs,
+        settings,
+    };
+    let mut checks = Checks {
+        list: vec![],
+        progress: settings.progress,
+    };
+    resources::check(&env, &mut checks).await;
+    let why_not = if settings.resources_only {
+        Some("not run (--resources-only)".to_owned())
+    } else if checks.failed() {
+        Some("not run: a resource check failed, fix it first".to_owned())
+    } else if !outputs.has_harness() {
+        Some("not run: no harness outputs (pass the harness stack's outputs with --outputs; infra/template.yaml)".to_owned())
+    } else {
+        None
+    };
+    match why_not {
+        Some(reason) => checks.skip("transactions", "end-to-end run", reason),
+        None => flow::run(&env, &mut checks).await?,
+    }
+    let count = |s: CheckStatus| checks.list.iter().filter(|c| c.status == s).count();
+    let failed = count(CheckStatus::Fail);
+    Ok(Report {
+        stacks: outputs.stacks.iter().map(|(n, _)| n.clone()).collect(),
+        passed: count(CheckStatus::Pass),
+        failed,
+        skipped: count(CheckStatus::Skip),
+        ok: failed == 0,
+        checks: checks.list,
+        seconds: started.elapsed().as_secs(),
+    })
+}
+
+fn line(c: &Check) -> String {
+    let mark = match c.status {
+        CheckStatus::Pass => "ok  ",
+        CheckStatus::Fail => "FAIL",
+        CheckStatus::Skip => "skip",
+    };
+    format!("{mark}  {:<12} {}: {}", c.phase, c.subject, c.detail)
+}
+
+/// The report for people: one line per check, failures repeated at the end.
+pub fn render(r: &Report) -> String {
+    let mut out = format!("verify {}\n", r.stacks.join(" + "));
+    for c in &r.checks {
+        out.push_str(&line(c));
+        out.push('\n');
+    }
+    let failures: Vec<&Check> = r
+        .checks
+        .iter()
+        .filter(|c| c.status == CheckStatus::Fail)
+        .collect();
+    if !failures.is_empty() {
+        out.push_str("\nfailed:\n");
+        for c in failures {
+            out.push_str(&format!("  {}: {}\n", c.subject, c.detail));
+        }
+    }
+    out.push_str(&format!(
+        "\n{}: {} passed, {} failed, {} not checked, in {} s\n",
+        if r.ok { "VERIFIED" } else { "NOT VERIFIED" },
+        r.passed,
+        r.failed,
+        r.skipped,
+        r.seconds
+    ));
+    out
+}
