@@ -24,7 +24,8 @@
 //! budgets every interleaving is explored.
 
 use crate::fixture;
-use domain::decide::{Context, Disposition, Effect, Flaws, Input, Known, Observed, Run, Step};
+use crate::Flaws;
+use domain::decide::{Context, Disposition, Effect, Input, Known, Observed, Run, Step};
 use domain::ids::{Attempt, IdempotencyKey, ScheduleName, Timestamp, TransactionId};
 use domain::machine::{transition, Event, Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Request, Response, RetryEvent};
@@ -191,14 +192,14 @@ pub struct ActiveRun {
     pub now: Timestamp,
     /// Effects performed so far.
     pub performed: u8,
-    pub run: Run,
+    pub run: Run<Flaws>,
     /// Canonical identity of the run's future behaviour: its input, remaining plan and
     /// re-decision count (the trail of past effects does not influence what it does).
     key: String,
 }
 
 impl ActiveRun {
-    fn new(kind: Kind, tx: u8, held: Held, now: Timestamp, run: Run) -> Self {
+    fn new(kind: Kind, tx: u8, held: Held, now: Timestamp, run: Run<Flaws>) -> Self {
         let mut r = Self {
             kind,
             tx,
@@ -225,12 +226,12 @@ impl ActiveRun {
                 Effect::Write(w) => write!(
                     key,
                     "W{:?}{:?}{:?}{:?}{:?}|{:?}{:?}{:?}{:?}{:?}{:?}{:?};",
-                    w.event,
-                    w.guard.statuses,
+                    w.event(),
+                    w.from(),
                     w.guard.current_attempt,
                     w.guard.next_attempt,
                     w.guard.budget,
-                    w.set.status,
+                    w.to(),
                     w.set.current_attempt,
                     w.set.next_attempt,
                     w.set.max_attempts,
@@ -432,7 +433,7 @@ impl ProtocolModel {
     }
 
     fn ctx(&self, now: Timestamp) -> Context {
-        fixture::context(now, &self.policies, Duration::ZERO, self.scope.flaws)
+        fixture::context(now, &self.policies, Duration::ZERO)
     }
 
     fn attempt(n: u32) -> Attempt {
@@ -474,8 +475,7 @@ impl ProtocolModel {
                 max_attempts: fixture::max_attempts(self.scope.max_attempts),
             };
             let tx = u8::try_from(n).unwrap_or(u8::MAX);
-            let run = Run::new(input, Known::Unread, &ctx, &mut FixedRandom(0.5));
-            let mut ar = ActiveRun::new(Kind::Starter, tx, Held::Nothing, now, run);
+            let mut ar = self.begin(Kind::Starter, tx, Held::Nothing, input, now);
             while let Step::Perform(e) = ar.run.step() {
                 let e = e.clone();
                 let obs = self.perform(&mut s, &ar, &e);
@@ -520,7 +520,7 @@ impl ProtocolModel {
                 let current = &s.records[usize::from(tx)];
                 match w.apply(current) {
                     Ok(next) => {
-                        if transition(Some(current.status), w.event) != Ok(next.status) {
+                        if transition(Some(current.status), w.event()) != Ok(next.status) {
                             s.violations.insert(Violation::IllegalTransition);
                         }
                         if let (Kind::ResponseHandler, Held::Response(r)) = (run.kind, run.held) {
@@ -619,11 +619,22 @@ impl ProtocolModel {
         }
     }
 
+    /// A run of `kind` on `tx` deciding `input` at `now`, from an unread record.
+    fn begin(&self, kind: Kind, tx: u8, held: Held, input: Input, now: Timestamp) -> ActiveRun {
+        let ctx = self.ctx(now);
+        let run = Run::with_rules(
+            self.scope.flaws,
+            input,
+            Known::Unread,
+            &ctx,
+            &mut FixedRandom(0.5),
+        );
+        ActiveRun::new(kind, tx, held, now, run)
+    }
+
     /// Starts a run; finishes it at once if its plan has no effect to perform.
     fn start(&self, s: &mut State, kind: Kind, tx: u8, held: Held, input: Input, now: Timestamp) {
-        let ctx = self.ctx(now);
-        let run = Run::new(input, Known::Unread, &ctx, &mut FixedRandom(0.5));
-        let ar = ActiveRun::new(kind, tx, held, now, run);
+        let ar = self.begin(kind, tx, held, input, now);
         self.settle_run(s, ar);
     }
 
@@ -1024,7 +1035,7 @@ impl State {
             .map(|r| {
                 let next = match r.run.step() {
                     Step::Perform(e) => match e {
-                        Effect::Write(w) => format!("write {:?}", w.event),
+                        Effect::Write(w) => format!("write {:?}", w.event()),
                         other => other.label().to_owned(),
                     },
                     Step::Done(_) => "done".to_owned(),
@@ -1361,7 +1372,7 @@ impl ProtocolModel {
     pub fn next_effect(s: &State, kind: Kind, tx: u8) -> Option<String> {
         let r = &s.runs[Self::run_of(s, kind, tx)?];
         match r.run.step() {
-            Step::Perform(Effect::Write(w)) => Some(format!("write {:?}", w.event)),
+            Step::Perform(Effect::Write(w)) => Some(format!("write {:?}", w.event())),
             Step::Perform(e) => Some(e.label().to_owned()),
             Step::Done(_) => None,
         }

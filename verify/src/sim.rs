@@ -23,9 +23,8 @@
 //! same run exactly (the report carries a digest of every event to prove it).
 
 use crate::fixture;
-use domain::decide::{
-    Context, Disposition, DropReason, Effect, Flaws, Input, Known, Observed, Run, Step,
-};
+use crate::Flaws;
+use domain::decide::{Context, Disposition, DropReason, Effect, Input, Known, Observed, Run, Step};
 use domain::ids::{Attempt, IdempotencyKey, ScheduleName, Timestamp, TransactionId};
 use domain::machine::{transition, Event, ReconcileKey, Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
@@ -572,7 +571,7 @@ struct Proc {
     tx: usize,
     /// Response attempt (A) or retry attempt (B).
     attempt: u32,
-    run: Run,
+    run: Run<Flaws>,
     now: Timestamp,
     /// Records the reconciler still has to act on in this invocation.
     backlog: VecDeque<TransactionRecord>,
@@ -718,7 +717,6 @@ impl<'a> World<'a> {
             now,
             &self.policies,
             Duration::from_millis(u64::try_from(self.cfg.reconcile_threshold_ms).unwrap_or(0)),
-            self.cfg.flaws,
         )
     }
 
@@ -796,7 +794,7 @@ impl<'a> World<'a> {
                 };
                 match w.apply(&current) {
                     Ok(next) => {
-                        if transition(Some(current.status), w.event) != Ok(next.status) {
+                        if transition(Some(current.status), w.event()) != Ok(next.status) {
                             self.report.illegal_transitions += 1;
                         }
                         if p.kind == Kind::ResponseHandler
@@ -997,7 +995,7 @@ impl<'a> World<'a> {
 
     fn count_point(&mut self, what: &str, p: &Proc, e: &Effect) {
         let label = match e {
-            Effect::Write(w) => format!("write {:?}", w.event),
+            Effect::Write(w) => format!("write {:?}", w.event()),
             other => other.label().to_owned(),
         };
         *self
@@ -1090,8 +1088,13 @@ impl<'a> World<'a> {
                         let ctx = self.ctx(now);
                         p.tx = self.tx_of(&rec.transaction_id).unwrap_or(0);
                         p.attempt = rec.next_attempt.map(Attempt::get).unwrap_or(0);
-                        p.run =
-                            Run::new(Input::Reconcile(rec), Known::Unread, &ctx, &mut self.jitter);
+                        p.run = Run::with_rules(
+                            self.cfg.flaws,
+                            Input::Reconcile(rec),
+                            Known::Unread,
+                            &ctx,
+                            &mut self.jitter,
+                        );
                         p.now = now;
                         self.spawn(p);
                     }
@@ -1182,7 +1185,7 @@ impl<'a> World<'a> {
             };
             let now = ts(self.now);
             let ctx = self.ctx(now);
-            let run = Run::new(input, Known::Unread, &ctx, &mut self.jitter);
+            let run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
             self.spawn(Proc {
                 kind,
                 worker,
@@ -1347,7 +1350,8 @@ impl<'a> World<'a> {
         let ctx = self.ctx(now);
         let tx = self.tx_of(&first.transaction_id).unwrap_or(0);
         let attempt = first.next_attempt.map(Attempt::get).unwrap_or(0);
-        let run = Run::new(
+        let run = Run::with_rules(
+            self.cfg.flaws,
             Input::Reconcile(first),
             Known::Unread,
             &ctx,
@@ -1375,7 +1379,7 @@ impl<'a> World<'a> {
             payload: fixture::payload(i),
             max_attempts: fixture::max_attempts(self.cfg.max_attempts),
         };
-        let mut run = Run::new(input, Known::Unread, &ctx, &mut self.jitter);
+        let mut run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
         // The library operation: performed to its end (the caller retries a failed start).
         let starter = Proc {
             kind: Kind::ResponseHandler,

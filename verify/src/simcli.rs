@@ -114,15 +114,14 @@ impl SimArgs {
                 "--crash-rate + --throttle-rate must be below 1 (no run could ever finish)".into(),
             );
         }
-        let mut flaws = domain::decide::Flaws::NONE;
+        let mut flaws = crate::Flaws::NONE;
         for f in &self.flaw {
-            let set = crate::flaw_by_name(f).ok_or_else(|| {
-                format!(
+            if !flaws.switch_on(f) {
+                return Err(format!(
                     "unknown flaw `{f}`; known: {}",
-                    crate::FLAW_NAMES.join(", ")
-                )
-            })?;
-            set(&mut flaws);
+                    crate::Flaws::NAMES.join(", ")
+                ));
+            }
         }
         Ok(SimConfig {
             transactions: self.transactions,

@@ -2,10 +2,10 @@
 //! on in the model checker and in the simulator, must be caught, by the property that
 //! names its harm. The correct design passes the very same scopes (control).
 
-use domain::decide::Flaws;
 use domain::message::Outcome;
 use verify::model::{check, Kind, ProtocolModel, Scope, Violation};
 use verify::sim::{simulate, Report, SimConfig};
+use verify::Flaws;
 
 const P: [&str; 13] = ProtocolModel::SAFETY;
 

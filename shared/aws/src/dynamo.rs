@@ -77,8 +77,8 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         "attribute_exists({})",
         b.name(attr::TRANSACTION_ID)
     )];
-    let statuses: Vec<String> = g
-        .statuses
+    let statuses: Vec<String> = w
+        .from()
         .iter()
         .enumerate()
         .map(|(i, st)| b.value(&format!("g_status{i}"), s(st.as_str())))
@@ -119,7 +119,7 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         let val = b.value(&format!("v_{a}"), v);
         set.push(format!("{name} = {val}"));
     };
-    put(&mut b, &mut set, attr::STATUS, s(c.status.as_str()));
+    put(&mut b, &mut set, attr::STATUS, s(w.to().as_str()));
     if let Some(a) = c.current_attempt {
         put(&mut b, &mut set, attr::CURRENT_ATTEMPT, n(a.get()));
     }

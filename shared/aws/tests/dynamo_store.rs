@@ -140,7 +140,7 @@ async fn every_write_matches_write_apply() {
         writes.len()
     );
     println!("{} writes x {} records", writes.len(), records.len());
-    let events: BTreeSet<String> = writes.iter().map(|w| format!("{:?}", w.event)).collect();
+    let events: BTreeSet<String> = writes.iter().map(|w| format!("{:?}", w.event())).collect();
     assert!(events.len() >= 7, "writes cover most arrows: {events:?}");
     let (mut applied, mut refused) = (0, 0);
     for w in &writes {
@@ -214,7 +214,7 @@ async fn stale_status_and_stale_attempt_hand_back_the_current_record() {
             .unwrap(),
     );
     let w = first_write(&retry, Known::Unread, &mut rng);
-    assert!(!w.guard.statuses.contains(&Status::InProgress));
+    assert!(!w.from().contains(Status::InProgress));
     assert_eq!(
         store.transition(&w).await.unwrap(),
         WriteOutcome::ConditionFailed(Some(current.clone()))

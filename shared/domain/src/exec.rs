@@ -5,7 +5,9 @@
 //! every effect before it is performed and may stop the run there: that is how tests
 //! simulate a crash between two effects.
 
-use crate::decide::{Context, Disposition, Effect, Observed, Run, Step, UnexpectedObservation};
+use crate::decide::{
+    Context, Decide, Disposition, Effect, Observed, Run, Step, UnexpectedObservation,
+};
 use crate::message::Request;
 use crate::policy::RandomSource;
 use crate::ports::{
@@ -102,14 +104,15 @@ where
 
 /// Runs `run` to its disposition. `hook(effect)` returning `false` stops the run
 /// before that effect, as a crash would.
-pub async fn execute<St, Sc, Rq, Rt>(
-    run: &mut Run,
+pub async fn execute<D, St, Sc, Rq, Rt>(
+    run: &mut Run<D>,
     ports: &Ports<'_, St, Sc, Rq, Rt>,
     ctx: &Context,
     rng: &mut (dyn RandomSource + Send),
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
 ) -> Result<Disposition, ExecError>
 where
+    D: Decide,
     St: StateStore,
     Sc: Scheduler,
     Rq: RequestPublisher,

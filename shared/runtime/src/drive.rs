@@ -106,7 +106,7 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
             (Effect::Write(w), Observed::Written(r)) => {
                 tracing::debug!(
                     transaction_id = %r.transaction_id,
-                    event = ?w.event,
+                    event = ?w.event(),
                     status = %r.status,
                     "transition written"
                 );

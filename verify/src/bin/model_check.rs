@@ -3,9 +3,9 @@
 //! `cargo run --release -p deferred-retry-verify --bin model-check -- --transactions 2 --max-attempts 3`
 
 use clap::Parser;
-use domain::decide::Flaws;
 use std::process::ExitCode;
 use verify::model::{check, Scope, WITNESS};
+use verify::Flaws;
 
 /// Exhaustive model check of the deferred retry protocol.
 #[derive(Debug, Parser)]
@@ -47,15 +47,9 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let mut flaws = Flaws::NONE;
     for f in &args.flaw {
-        match verify::flaw_by_name(f) {
-            Some(set) => set(&mut flaws),
-            None => {
-                eprintln!(
-                    "unknown flaw `{f}`; known: {}",
-                    verify::FLAW_NAMES.join(", ")
-                );
-                return ExitCode::from(2);
-            }
+        if !flaws.switch_on(f) {
+            eprintln!("unknown flaw `{f}`; known: {}", Flaws::NAMES.join(", "));
+            return ExitCode::from(2);
         }
     }
     let scope = Scope {

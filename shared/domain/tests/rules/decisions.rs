@@ -195,8 +195,8 @@ fn simulate(
         check(e, &state)?;
         match e {
             Effect::Write(w) => {
-                for from in &w.guard.statuses {
-                    prop_assert_eq!(transition(Some(*from), w.event), Ok(w.set.status));
+                for from in w.from().iter() {
+                    prop_assert_eq!(transition(Some(from), w.event()), Ok(w.to()));
                 }
                 match w.apply(&state) {
                     Ok(next) => state = next,
