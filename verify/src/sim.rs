@@ -25,6 +25,7 @@
 use crate::fixture;
 use crate::Flaws;
 use domain::decide::{Context, Disposition, DropReason, Effect, Input, Known, Observed, Run, Step};
+use domain::defaults;
 use domain::ids::{Attempt, IdempotencyKey, ScheduleName, Timestamp, TransactionId};
 use domain::machine::{transition, Event, ReconcileKey, Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
@@ -100,15 +101,15 @@ impl Default for SimConfig {
             pacing: true,
             reconciler: true,
             reconciler_interval_ms: 300_000,
-            reconcile_threshold_ms: 900_000,
-            reconcile_max_items: 500,
+            reconcile_threshold_ms: defaults::RECONCILE_THRESHOLD.as_millis() as i64,
+            reconcile_max_items: defaults::RECONCILE_MAX_ITEMS as usize,
             response_visibility_ms: 180_000,
             retry_visibility_ms: 360_000,
             max_receive_count: 5,
-            backoff_base_ms: 7_200_000,
-            backoff_factor: 2.0,
-            backoff_cap_ms: 86_400_000,
-            jitter: 0.1,
+            backoff_base_ms: defaults::BACKOFF_BASE.as_millis() as u64,
+            backoff_factor: defaults::BACKOFF_FACTOR,
+            backoff_cap_ms: defaults::BACKOFF_CAP.as_millis() as u64,
+            jitter: defaults::BACKOFF_JITTER,
             flaws: Flaws::NONE,
         }
     }
@@ -1321,7 +1322,7 @@ impl<'a> World<'a> {
         }
         let before = ts(self.now - self.cfg.reconcile_threshold_ms);
         let mut found: Vec<TransactionRecord> = Vec::new();
-        'outer: for shard in 0..8u16 {
+        'outer: for shard in 0..defaults::RECONCILE_SHARDS {
             let partition = ReconcileKey::partition_for(shard);
             let lo = (partition.clone(), ts(i64::MIN), 0usize);
             let hi = (partition, before, 0usize);

@@ -37,7 +37,9 @@ pub struct BatchOptions {
 
 impl Default for BatchOptions {
     fn default() -> Self {
-        Self { concurrency: 10 }
+        Self {
+            concurrency: domain::defaults::BATCH_CONCURRENCY,
+        }
     }
 }
 

@@ -52,7 +52,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_items: 500,
+            max_items: domain::defaults::RECONCILE_MAX_ITEMS,
             page_size: 100,
             concurrency: 8,
         }

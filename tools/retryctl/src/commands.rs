@@ -56,7 +56,9 @@ impl Target {
             loader = loader.region(aws_config::Region::new(r));
         }
         let sdk = loader.load().await;
-        let shards = args.reconcile_shards.unwrap_or(8);
+        let shards = args
+            .reconcile_shards
+            .unwrap_or(domain::defaults::RECONCILE_SHARDS);
         if shards == 0 {
             return Err(CliError::bad(
                 "--reconcile-shards",
@@ -69,7 +71,9 @@ impl Target {
             args: args.clone(),
             names: args.prefix.as_deref().map(StackNames::new),
             shards,
-            threshold: Duration::from_secs(args.reconcile_threshold_seconds.unwrap_or(900)),
+            threshold: args
+                .reconcile_threshold_seconds
+                .map_or(domain::defaults::RECONCILE_THRESHOLD, Duration::from_secs),
         })
     }
 
