@@ -367,27 +367,13 @@ impl<P: RequestPublisher, C: PaceClock> RequestPublisher for Paced<P, C> {
     }
 }
 
-/// The largest number of `times` inside any window `[t, t + window)`: how tests and
-/// the local stack check the bound.
-pub fn max_in_any_window(times: &[Instant], window: Duration) -> usize {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    let mut best = 0;
-    for (i, start) in sorted.iter().enumerate() {
-        let end = *start + window;
-        let n = sorted[i..].iter().take_while(|t| **t < end).count();
-        best = best.max(n);
-    }
-    best
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Mutex;
 
     fn max_in_any_second(times: &[Instant]) -> usize {
-        max_in_any_window(times, Duration::from_secs(1))
+        testkit::oracle::peak_in_window(times, Duration::from_secs(1))
     }
 
     #[test]

@@ -12,7 +12,7 @@ use domain::ports::{
 };
 use domain::{Payload, Request, RetryEvent, Status, TransactionId, TransactionRecord, Write};
 use runtime::metrics::{names, Metrics};
-use runtime::rate::{max_in_any_window, PaceClock, Paced, Pacer, VirtualClock};
+use runtime::rate::{PaceClock, Paced, Pacer, VirtualClock};
 use runtime::reconcile::{Limits, Reconciler};
 use runtime::response::ResponseHandler;
 use runtime::retry::RetryHandler;
@@ -418,7 +418,10 @@ async fn the_retry_handler_never_exceeds_its_rate() {
     }
     let times = timed.at.lock().unwrap().clone();
     assert_eq!(times.len(), 30);
-    assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 4);
+    assert_eq!(
+        testkit::oracle::peak_in_window(&times, Duration::from_secs(1)),
+        4
+    );
     assert_eq!(
         clock.elapsed(),
         Duration::from_millis(29 * 250),

@@ -3,3 +3,5 @@
 //! The Lambda binaries depend on `deferred-retry-domain`, `-aws` and `-runtime` only;
 //! everything here serves the tests, `retryctl`'s local stack, the verifier and the
 //! benchmarks (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
+
+pub mod oracle;

@@ -21,6 +21,7 @@ use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{FixedRandom, PolicySet, RetryPolicy, SplitMix64};
 use proptest::prelude::*;
 use std::time::Duration;
+use testkit::oracle::{self, Violation, Writer};
 
 const MIN_MS: i64 = 60_000;
 
@@ -199,7 +200,16 @@ fn simulate(
                     prop_assert_eq!(transition(Some(from), w.event()), Ok(w.to()));
                 }
                 match w.apply(&state) {
-                    Ok(next) => state = next,
+                    Ok(next) => {
+                        // Any record, well-formed or not: every change is an arrow (the
+                        // budget is checked from well-formed records below).
+                        let broken = oracle::change(Some(&state), w.event(), &next, Writer::Other);
+                        prop_assert!(
+                            !broken.contains(&Violation::IllegalTransition),
+                            "{state:?} -> {next:?}"
+                        );
+                        state = next;
+                    }
                     Err(_) if strict => {
                         return Err(TestCaseError::fail(format!(
                             "guard {:?} fails against {state:?}",
@@ -312,7 +322,7 @@ proptest! {
                 match e {
                     Effect::PublishRequest(h) => {
                         let n = h.attempt;
-                        prop_assert!(n.get() <= max, "publishes {n} > max {max}");
+                        prop_assert_eq!(oracle::publish(n, Some(s)), None, "publishes {} > max {}", n, max);
                         let first = n.get() == 1 && s.current_attempt.get() == 1
                             && s.status == Status::InProgress;
                         let pending = s.status == Status::Sending && s.next_attempt == Some(n);
@@ -321,12 +331,14 @@ proptest! {
                     Effect::CreateSchedule(spec) => {
                         prop_assert_eq!(s.status, Status::Scheduling);
                         prop_assert_eq!(Some(spec.event.attempt), s.next_attempt);
-                        prop_assert!(spec.event.attempt.get() <= max);
+                        prop_assert!(!oracle::over_budget(spec.event.attempt.get(), max));
                         prop_assert_eq!(Some(spec.fire_at), s.next_fire_at, "persisted first");
+                        let broken = oracle::Instants::new().created((), Some(s), spec);
+                        prop_assert!(broken.is_empty(), "{broken:?}");
                     }
                     Effect::PublishRetry(ev) => {
                         prop_assert_eq!(Some(ev.attempt), s.next_attempt);
-                        prop_assert!(ev.attempt.get() <= max);
+                        prop_assert!(!oracle::over_budget(ev.attempt.get(), max));
                     }
                     _ => {}
                 }
