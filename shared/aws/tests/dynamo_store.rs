@@ -5,12 +5,13 @@
 
 mod common;
 
-use aws::dynamo::DynamoStore;
 use common::*;
 use domain::decide::{decide, Input, Known};
 use domain::machine::{Status, Write};
 use domain::policy::FixedRandom;
-use domain::ports::{CreateOutcome, StateStore, StuckQuery, WriteOutcome};
+use domain::ports::{
+    CreateOutcome, Creates, Payloads, Records, StuckIndex, StuckQuery, Transitions, WriteOutcome,
+};
 use domain::{Context, Effect, Payload, PolicySet, Response, RetryEvent, Timestamp};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -250,7 +251,7 @@ async fn stale_status_and_stale_attempt_hand_back_the_current_record() {
 #[tokio::test(flavor = "multi_thread")]
 async fn gsi_query_returns_exactly_the_stuck_transactions_across_shards() {
     let s = stack("gsi").await;
-    let store: DynamoStore = s.store();
+    let store = s.store();
     let shards = 8u16;
     let cutoff = T0 + 1_000_000;
     let mut expected = BTreeSet::new();

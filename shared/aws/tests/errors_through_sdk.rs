@@ -13,7 +13,7 @@ use common::*;
 use domain::decide::ScheduleSpec;
 use domain::machine::{Actor, Event, Write};
 use domain::ports::{
-    ErrorKind, RetryPublisher, ScheduleCreated, Scheduler, StateStore, WriteOutcome,
+    ErrorKind, Records, RetryPublisher, ScheduleCreated, ScheduleCreator, Transitions, WriteOutcome,
 };
 use domain::{Origin, RetryEvent, ScheduleName, Status, Timestamp};
 

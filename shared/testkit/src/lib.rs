@@ -5,3 +5,4 @@
 //! benchmarks (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
 
 pub mod oracle;
+pub mod ports;

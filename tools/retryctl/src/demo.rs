@@ -8,8 +8,8 @@ use crate::report::{self, Observations, Report};
 use crate::table::scan_stats;
 use aws::dynamo::DynamoStore;
 use aws_sdk_sqs::types::QueueAttributeName;
-use domain::exec::Ports;
-use domain::ports::{Clock, SystemClock, Unwired};
+use domain::exec::StartPorts;
+use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, RetryPolicy, Status, TransactionId};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runtime::Settings;
@@ -199,11 +199,9 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     let store = DynamoStore::new(ddb.clone(), &names.transactions_table)
         .with_payloads_table(&names.payloads_table);
     let requests = aws::sqs::SqsRequestPublisher::new(sqs.clone(), &stack.provisioned.request.url);
-    let ports = Ports {
+    let ports = StartPorts {
         store: &store,
-        scheduler: &Unwired,
         requests: &requests,
-        retries: &Unwired,
     };
     let settings = Settings::default();
     let mut submitted = Vec::with_capacity(plan.transactions as usize);

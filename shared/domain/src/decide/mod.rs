@@ -156,7 +156,7 @@ impl Effect {
 }
 
 /// Why a message was acknowledged: the work it asked for is done.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Ack {
     Started,
@@ -174,6 +174,38 @@ pub enum Ack {
     Resolved,
     AlreadyResolved,
     Replayed,
+}
+
+impl Ack {
+    /// The kebab-case name (as serialized): `already-handled`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Ack::Started => "started",
+            Ack::AlreadyStarted => "already-started",
+            Ack::Succeeded => "succeeded",
+            Ack::Failed => "failed",
+            Ack::Scheduled => "scheduled",
+            Ack::AlreadyHandled => "already-handled",
+            Ack::Published => "published",
+            Ack::Resumed => "resumed",
+            Ack::ReconcilerScheduled => "reconciler-scheduled",
+            Ack::ReconcilerRequeued => "reconciler-requeued",
+            Ack::Resolved => "resolved",
+            Ack::AlreadyResolved => "already-resolved",
+            Ack::Replayed => "replayed",
+        }
+    }
+}
+
+impl Disposition {
+    /// The kebab-case name of how a run ended.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Disposition::Ack(a) => a.label(),
+            Disposition::Drop(d) => d.label(),
+            Disposition::Reject(r) => r.label(),
+        }
+    }
 }
 
 /// Why a message changed nothing.

@@ -298,6 +298,10 @@ fn all_cases() -> Vec<(String, Plan)> {
     let mut out = Vec::new();
     let mut push = |name: String, input: &Input, known: Known<'_>, same: Option<bool>| {
         let plan = decide(input, known, same, &ctx, &mut FixedRandom(0.5));
+        // Only effects the function handling this input performs.
+        for e in &plan {
+            assert!(crate::exec::performs(input, e), "{name}: {e:?}");
+        }
         out.push((name, plan));
     };
 
@@ -1793,4 +1797,27 @@ fn writes_never_carry_a_time_before_the_record_they_replace() {
     // A record older than the reading changes nothing.
     r.updated_at = Timestamp::from_millis(10);
     assert!(times(Known::Record(&r)).iter().all(|t| *t == ctx.now));
+}
+
+/// Every acknowledgement's label is its serialized name.
+#[test]
+fn ack_labels_are_their_serialized_names() {
+    use Ack::*;
+    for a in [
+        Started,
+        AlreadyStarted,
+        Succeeded,
+        Failed,
+        Scheduled,
+        AlreadyHandled,
+        Published,
+        Resumed,
+        ReconcilerScheduled,
+        ReconcilerRequeued,
+        Resolved,
+        AlreadyResolved,
+        Replayed,
+    ] {
+        assert_eq!(serde_json::to_value(a).unwrap(), a.label(), "{a:?}");
+    }
 }

@@ -13,7 +13,7 @@
 
 use crate::world::*;
 use domain::decide::{decide, Context, Disposition, Effect, Input, Known, Rejection, Run};
-use domain::exec::{execute, Ports};
+use domain::exec::execute;
 use domain::ids::{MaxAttempts, ScheduleName, Timestamp};
 use domain::machine::{transition, ReconcileKey, Status, TransactionRecord};
 use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
@@ -22,6 +22,7 @@ use domain::policy::{FixedRandom, PolicySet, RetryPolicy, SplitMix64};
 use proptest::prelude::*;
 use std::time::Duration;
 use testkit::oracle::{self, Violation, Writer};
+use testkit::ports::AllPorts;
 
 const MIN_MS: i64 = 60_000;
 
@@ -266,9 +267,10 @@ proptest! {
     #[test]
     fn unread_plans_are_arrows(r in any_record(), m in msg(), u in 0.0f64..1.0) {
         let (input, same) = input(&m, &r);
-        for known in [Known::Unread, Known::Missing] {
+        for known in [Known::Unread, Known::Missing, Known::Record(&r)] {
             let plan = decide(&input, known, same, &ctx(), &mut FixedRandom(u));
             prop_assert!(ends_with_one_terminal(&plan), "{plan:?}");
+            prop_assert!(plan.iter().all(|e| domain::exec::performs(&input, e)), "{plan:?}");
             simulate(&plan, &r, false, |_, _| Ok(()))?;
         }
     }
@@ -286,7 +288,7 @@ proptest! {
         store.put(r.clone(), Some(stored_payload));
         let (scheduler, requests, retries) =
             (MemoryScheduler::new(), MemoryQueue::<Request>::new(), MemoryQueue::<RetryEvent>::new());
-        let ports = Ports { store: &store, scheduler: &scheduler, requests: &requests, retries: &retries };
+        let ports = AllPorts { store: &store, scheduler: &scheduler, requests: &requests, retries: &retries };
         let ctx = ctx();
         let mut rng = SplitMix64::new(seed);
         let (input, _) = input(&m, &r);

@@ -17,7 +17,6 @@
 
 use crate::world::*;
 use domain::decide::{Disposition, Effect, Input, Known, Run, Step};
-use domain::exec::Ports;
 use domain::ids::TransactionId;
 use domain::machine::{Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Response, RetryEvent};
@@ -25,6 +24,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::BTreeSet;
 use testkit::oracle;
+use testkit::ports::AllPorts;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -151,7 +151,7 @@ impl Sim {
         self.before(&effect, &input)?;
         let ctx = self.w.ctx();
         let Sim { w, active, .. } = self;
-        let ports: MemPorts<'_> = Ports {
+        let ports: MemPorts<'_> = AllPorts {
             store: &w.store,
             scheduler: &w.scheduler,
             requests: &w.requests,
