@@ -160,16 +160,10 @@ pub fn transaction_id(n: u32) -> String {
     format!("TX-{n:06}")
 }
 
-fn status_line(by_status: &BTreeMap<String, u64>) -> String {
+fn status_line(by_status: &BTreeMap<Status, u64>) -> String {
     Status::ALL
         .iter()
-        .map(|s| {
-            format!(
-                "{} {}",
-                s.as_str(),
-                by_status.get(s.as_str()).copied().unwrap_or(0)
-            )
-        })
+        .map(|s| format!("{} {}", s.as_str(), by_status.get(s).copied().unwrap_or(0)))
         .collect::<Vec<_>>()
         .join(" · ")
 }
@@ -251,8 +245,8 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     let deadline = started + plan.deadline;
     loop {
         let st = scan_stats(&ddb, &names.transactions_table).await?;
-        let terminal = st.by_status.get("SUCCEEDED").copied().unwrap_or(0)
-            + st.by_status.get("FAILED").copied().unwrap_or(0);
+        let terminal = st.by_status.get(&Status::Succeeded).copied().unwrap_or(0)
+            + st.by_status.get(&Status::Failed).copied().unwrap_or(0);
         bar.set_position(terminal);
         bar.set_message(status_line(&st.by_status));
         if terminal >= u64::from(plan.transactions) || Instant::now() > deadline {
