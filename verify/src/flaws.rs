@@ -5,7 +5,7 @@
 //! see or plan; with every switch off it is the rules, untouched. The production
 //! rules carry no switch: nothing but this crate builds a flawed decision.
 
-use domain::decide::{Context, Decide, DropReason, Effect, Input, Known, Plan, Rules};
+use domain::decide::{Context, Decide, DropReason, Effect, Input, Known, Plan, Question, Rules};
 use domain::ids::MaxAttempts;
 use domain::machine::{Event, Status, TransactionRecord};
 use domain::policy::RandomSource;
@@ -61,18 +61,12 @@ impl Flaws {
 }
 
 impl Decide for Flaws {
-    fn decide(
-        &self,
-        input: &Input,
-        known: Known<'_>,
-        payload_matches: Option<bool>,
-        ctx: &Context,
-        rng: &mut dyn RandomSource,
-    ) -> Plan {
+    fn decide(&self, q: Question<'_>, ctx: &Context, rng: &mut dyn RandomSource) -> Plan {
+        let input = q.input;
         // Counting from zero spends the budget at n > max instead of n >= max: the
         // rules decide as if the record allowed one attempt more.
         let widened;
-        let known = match (input, known) {
+        let known = match (input, q.known) {
             (Input::Response(_), Known::Record(r)) if self.attempts_from_zero => {
                 widened = TransactionRecord {
                     max_attempts: MaxAttempts::new(r.max_attempts.get() + 1)
@@ -83,6 +77,7 @@ impl Decide for Flaws {
             }
             (_, known) => known,
         };
+        let q = Question { known, ..q };
         if let (Input::Retry(ev), Known::Record(r)) = (input, known) {
             if r.next_attempt == Some(ev.attempt) && self.discards(r.status) {
                 return vec![Effect::Drop(DropReason::DuplicateRetry {
@@ -91,7 +86,7 @@ impl Decide for Flaws {
                 })];
             }
         }
-        let mut plan = Rules.decide(input, known, payload_matches, ctx, rng);
+        let mut plan = Rules.decide(q, ctx, rng);
         for effect in &mut plan {
             let Effect::Write(w) = effect else { continue };
             if self.attempts_from_zero {
@@ -166,9 +161,14 @@ mod tests {
             let mut knowns = vec![Known::Unread, Known::Missing];
             knowns.extend(records.iter().map(Known::Record));
             for known in knowns {
+                let q = Question {
+                    input,
+                    known,
+                    payload_matches: None,
+                };
                 assert_eq!(
-                    Flaws::NONE.decide(input, known, None, &ctx, &mut FixedRandom(0.3)),
-                    Rules.decide(input, known, None, &ctx, &mut FixedRandom(0.3)),
+                    Flaws::NONE.decide(q, &ctx, &mut FixedRandom(0.3)),
+                    Rules.decide(q, &ctx, &mut FixedRandom(0.3)),
                     "{input:?} / {known:?}"
                 );
             }

@@ -126,7 +126,7 @@ fn retry_handler_discarding_a_redelivery_in_sending_is_caught() {
         ..Flaws::NONE
     };
     let mut scope = Scope::quiet(1, 3);
-    scope.crashes = 1;
+    scope.faults.crashes = 1;
     model_finds(flaws, scope, 9);
     sim_finds(
         flaws,

@@ -143,133 +143,115 @@ async fn publish_retry<Q: RetryPublisher>(
     Ok(Observed::Published)
 }
 
-/// The response handler's ports: conditional writes, schedule creation. Alerts are
-/// raised by the caller from the run's trail (log + metric).
-#[derive(Debug, Clone, Copy)]
-pub struct ResponsePorts<'a, St, Sc> {
-    pub store: &'a St,
-    pub scheduler: &'a Sc,
+/// Declares a function's bundle: its ports (each a reference, with the bounds it
+/// needs) and the effects it performs; any other effect is [`not_performed`].
+macro_rules! bundle {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $function:literal,
+        { $($field:ident: $ty:ident: $bound:ident $(+ $more:ident)*),+ $(,)? }
+        { $($effect:pat => $perform:expr),+ $(,)? }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name<'a, $($ty),+> {
+            $(pub $field: &'a $ty),+
+        }
+
+        impl<$($ty: $bound $(+ $more)*),+> Perform for $name<'_, $($ty),+> {
+            async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
+                let Self { $($field),+ } = *self;
+                match effect {
+                    $($effect => $perform.await,)+
+                    other => Err(not_performed($function, other)),
+                }
+            }
+        }
+    };
 }
 
-impl<St: Transitions, Sc: ScheduleCreator> Perform for ResponsePorts<'_, St, Sc> {
-    async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
-        match effect {
-            Effect::Write(w) => write(self.store, w).await,
-            Effect::CreateSchedule(spec) => create_schedule(self.scheduler, spec).await,
-            Effect::Alert(_) => Ok(Observed::Alerted),
-            other => Err(not_performed("response handler", other)),
-        }
+bundle! {
+    /// The response handler's ports: conditional writes, schedule creation. Alerts
+    /// are raised by the caller from the run's trail (log + metric).
+    ResponsePorts, "response handler",
+    { store: St: Transitions, scheduler: Sc: ScheduleCreator }
+    {
+        Effect::Write(w) => write(store, w),
+        Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
+        Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
     }
 }
 
-/// The retry handler's ports: conditional writes, payload reads, request publishes.
-///
-/// A store that cannot read payloads makes no retry handler:
-///
-/// ```
-/// use domain::exec::{Perform, RetryPorts};
-/// use domain::memory::{MemoryQueue, MemoryStore};
-/// fn performer<P: Perform>(_: &P) {}
-/// let (store, requests) = (MemoryStore::new(), MemoryQueue::<domain::Request>::new());
-/// performer(&RetryPorts { store: &store, requests: &requests });
-/// ```
-///
-/// ```compile_fail
-/// use domain::exec::{Perform, RetryPorts};
-/// use domain::memory::{MemoryQueue, MemoryScheduler};
-/// fn performer<P: Perform>(_: &P) {}
-/// let (store, requests) = (MemoryScheduler::new(), MemoryQueue::<domain::Request>::new());
-/// performer(&RetryPorts { store: &store, requests: &requests });
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct RetryPorts<'a, St, Rq> {
-    pub store: &'a St,
-    pub requests: &'a Rq,
-}
-
-impl<St: Transitions + Payloads, Rq: RequestPublisher> Perform for RetryPorts<'_, St, Rq> {
-    async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
-        match effect {
-            Effect::Write(w) => write(self.store, w).await,
-            Effect::PublishRequest(h) => publish_request(self.store, self.requests, h).await,
-            other => Err(not_performed("retry handler", other)),
-        }
+bundle! {
+    /// The retry handler's ports: conditional writes, payload reads, request publishes.
+    ///
+    /// A store that cannot read payloads makes no retry handler:
+    ///
+    /// ```
+    /// use domain::exec::{Perform, RetryPorts};
+    /// use domain::memory::{MemoryQueue, MemoryStore};
+    /// fn performer<P: Perform>(_: &P) {}
+    /// let (store, requests) = (MemoryStore::new(), MemoryQueue::<domain::Request>::new());
+    /// performer(&RetryPorts { store: &store, requests: &requests });
+    /// ```
+    ///
+    /// ```compile_fail
+    /// use domain::exec::{Perform, RetryPorts};
+    /// use domain::memory::{MemoryQueue, MemoryScheduler};
+    /// fn performer<P: Perform>(_: &P) {}
+    /// let (store, requests) = (MemoryScheduler::new(), MemoryQueue::<domain::Request>::new());
+    /// performer(&RetryPorts { store: &store, requests: &requests });
+    /// ```
+    RetryPorts, "retry handler",
+    { store: St: Transitions + Payloads, requests: Rq: RequestPublisher }
+    {
+        Effect::Write(w) => write(store, w),
+        Effect::PublishRequest(h) => publish_request(store, requests, h),
     }
 }
 
-/// The reconciler's ports: conditional writes, schedule creation, retry events (its
-/// store also answers the index query, [`crate::ports::StuckIndex`]).
-#[derive(Debug, Clone, Copy)]
-pub struct ReconcilePorts<'a, St, Sc, Rt> {
-    pub store: &'a St,
-    pub scheduler: &'a Sc,
-    pub retries: &'a Rt,
-}
-
-impl<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher> Perform
-    for ReconcilePorts<'_, St, Sc, Rt>
-{
-    async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
-        match effect {
-            Effect::Write(w) => write(self.store, w).await,
-            Effect::CreateSchedule(spec) => create_schedule(self.scheduler, spec).await,
-            Effect::PublishRetry(event) => publish_retry(self.retries, event).await,
-            other => Err(not_performed("reconciler", other)),
-        }
+bundle! {
+    /// The reconciler's ports: conditional writes, schedule creation, retry events
+    /// (its store also answers the index query, [`crate::ports::StuckIndex`]).
+    ReconcilePorts, "reconciler",
+    { store: St: Transitions, scheduler: Sc: ScheduleCreator, retries: Rt: RetryPublisher }
+    {
+        Effect::Write(w) => write(store, w),
+        Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
+        Effect::PublishRetry(event) => publish_retry(retries, event),
     }
 }
 
-/// Starting a transaction: the conditional create, the payload read back, the first
-/// request.
-#[derive(Debug, Clone, Copy)]
-pub struct StartPorts<'a, St, Rq> {
-    pub store: &'a St,
-    pub requests: &'a Rq,
-}
-
-impl<St: Creates + Payloads, Rq: RequestPublisher> Perform for StartPorts<'_, St, Rq> {
-    async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
-        match effect {
-            Effect::Create { record, payload } => create(self.store, record, payload).await,
-            Effect::PublishRequest(h) => publish_request(self.store, self.requests, h).await,
-            other => Err(not_performed("start operation", other)),
-        }
+bundle! {
+    /// Starting a transaction: the conditional create, the payload read back, the
+    /// first request.
+    StartPorts, "start operation",
+    { store: St: Creates + Payloads, requests: Rq: RequestPublisher }
+    {
+        Effect::Create { record, payload } => create(store, record, payload),
+        Effect::PublishRequest(h) => publish_request(store, requests, h),
     }
 }
 
-/// "Resolved by other means": a read, a conditional write, the schedule deleted.
-#[derive(Debug, Clone, Copy)]
-pub struct ResolvePorts<'a, St, Sc> {
-    pub store: &'a St,
-    pub scheduler: &'a Sc,
-}
-
-impl<St: Records + Transitions, Sc: ScheduleDeleter> Perform for ResolvePorts<'_, St, Sc> {
-    async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
-        match effect {
-            Effect::Read(id) => read(self.store, id).await,
-            Effect::Write(w) => write(self.store, w).await,
-            Effect::DeleteSchedule(name) => delete_schedule(self.scheduler, name).await,
-            other => Err(not_performed("resolve operation", other)),
-        }
+bundle! {
+    /// "Resolved by other means": a read, a conditional write, the schedule deleted.
+    ResolvePorts, "resolve operation",
+    { store: St: Records + Transitions, scheduler: Sc: ScheduleDeleter }
+    {
+        Effect::Read(id) => read(store, id),
+        Effect::Write(w) => write(store, w),
+        Effect::DeleteSchedule(name) => delete_schedule(scheduler, name),
     }
 }
 
-/// Operator replay: a read, a conditional write, a retry event.
-#[derive(Debug, Clone, Copy)]
-pub struct ReplayPorts<'a, St, Rt> {
-    pub store: &'a St,
-    pub retries: &'a Rt,
-}
-
-impl<St: Records + Transitions, Rt: RetryPublisher> Perform for ReplayPorts<'_, St, Rt> {
-    async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
-        match effect {
-            Effect::Read(id) => read(self.store, id).await,
-            Effect::Write(w) => write(self.store, w).await,
-            Effect::PublishRetry(event) => publish_retry(self.retries, event).await,
-            other => Err(not_performed("replay operation", other)),
-        }
+bundle! {
+    /// Operator replay: a read, a conditional write, a retry event.
+    ReplayPorts, "replay operation",
+    { store: St: Records + Transitions, retries: Rt: RetryPublisher }
+    {
+        Effect::Read(id) => read(store, id),
+        Effect::Write(w) => write(store, w),
+        Effect::PublishRetry(event) => publish_retry(retries, event),
     }
 }
 

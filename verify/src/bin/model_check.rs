@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use std::process::ExitCode;
-use verify::model::{check, Scope, WITNESS};
+use verify::model::{check, Budgets, Scope, WITNESS};
 use verify::Flaws;
 
 /// Exhaustive model check of the deferred retry protocol.
@@ -55,13 +55,15 @@ fn main() -> ExitCode {
     let scope = Scope {
         transactions: args.transactions,
         max_attempts: args.max_attempts,
-        duplicate_deliveries: args.duplicates,
-        crashes: args.crashes,
-        extra_answers: args.extra_answers,
-        double_fires: args.double_fires,
-        undeliverable_fires: args.undeliverable_fires,
-        reconciler_runs: args.reconciler_runs,
-        ticks: args.ticks,
+        faults: Budgets {
+            duplicate_deliveries: args.duplicates,
+            crashes: args.crashes,
+            extra_answers: args.extra_answers,
+            double_fires: args.double_fires,
+            undeliverable_fires: args.undeliverable_fires,
+            reconciler_runs: args.reconciler_runs,
+            ticks: args.ticks,
+        },
         flaws,
         interleave: !args.ordered,
     };

@@ -32,7 +32,7 @@ mod world;
 
 pub use explore::WITNESS;
 pub use report::{check, CheckReport};
-pub use scope::{Scope, TICK_MS};
+pub use scope::{Budgets, Scope, TICK_MS};
 pub use step::ProtocolModel;
 pub use testkit::oracle::Violation;
-pub use world::{Action, ActiveRun, Budgets, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
+pub use world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};

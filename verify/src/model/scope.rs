@@ -16,20 +16,8 @@ pub(super) const LATE_MS: i64 = 400 * 24 * 3_600_000;
 pub struct Scope {
     pub transactions: u8,
     pub max_attempts: u32,
-    /// Deliveries of a message while another delivery of it exists (any queue).
-    pub duplicate_deliveries: u8,
-    /// Handler or reconciler runs stopped between two effects.
-    pub crashes: u8,
-    /// Answers of the external service beyond the first one for an attempt.
-    pub extra_answers: u8,
-    /// Schedules that fire twice.
-    pub double_fires: u8,
-    /// Schedules whose event cannot be delivered (it goes to the scheduler DLQ).
-    pub undeliverable_fires: u8,
-    /// Reconciler runs.
-    pub reconciler_runs: u8,
-    /// Advances of the clock.
-    pub ticks: u8,
+    /// Faults of each kind one execution may contain.
+    pub faults: Budgets,
     /// Known-bad designs switched on (verification only).
     pub flaws: Flaws,
     /// Explore every interleaving of the transactions' steps. When false, transaction
@@ -45,13 +33,7 @@ impl Scope {
         Self {
             transactions,
             max_attempts,
-            duplicate_deliveries: 0,
-            crashes: 0,
-            extra_answers: 0,
-            double_fires: 0,
-            undeliverable_fires: 0,
-            reconciler_runs: 0,
-            ticks: 0,
+            faults: Budgets::each(0),
             flaws: Flaws::NONE,
             interleave: true,
         }
@@ -61,13 +43,7 @@ impl Scope {
     /// kind per execution.
     pub fn ci() -> Self {
         Self {
-            duplicate_deliveries: 1,
-            crashes: 1,
-            extra_answers: 1,
-            double_fires: 1,
-            undeliverable_fires: 1,
-            reconciler_runs: 1,
-            ticks: 1,
+            faults: Budgets::each(1),
             ..Self::quiet(2, 3)
         }
     }
@@ -80,19 +56,55 @@ impl Scope {
 
 impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.faults;
         write!(
             f,
             "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
-            self.duplicate_deliveries,
-            self.crashes,
-            self.extra_answers,
-            self.double_fires,
-            self.undeliverable_fires,
-            self.reconciler_runs,
-            self.ticks
+            b.duplicate_deliveries,
+            b.crashes,
+            b.extra_answers,
+            b.double_fires,
+            b.undeliverable_fires,
+            b.reconciler_runs,
+            b.ticks
         )
+    }
+}
+
+/// Faults of each kind: what a scope allows one execution, and what an execution has
+/// left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Budgets {
+    /// Deliveries of a message while another delivery of it exists (any queue).
+    pub duplicate_deliveries: u8,
+    /// Handler or reconciler runs stopped between two effects.
+    pub crashes: u8,
+    /// Answers of the external service beyond the first one for an attempt.
+    pub extra_answers: u8,
+    /// Schedules that fire twice.
+    pub double_fires: u8,
+    /// Schedules whose event cannot be delivered (it goes to the scheduler DLQ).
+    pub undeliverable_fires: u8,
+    /// Reconciler runs.
+    pub reconciler_runs: u8,
+    /// Advances of the clock.
+    pub ticks: u8,
+}
+
+impl Budgets {
+    /// `n` faults of every kind.
+    pub const fn each(n: u8) -> Self {
+        Self {
+            duplicate_deliveries: n,
+            crashes: n,
+            extra_answers: n,
+            double_fires: n,
+            undeliverable_fires: n,
+            reconciler_runs: n,
+            ticks: n,
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! Driving the model by hand: the failure-table tests script executions with these.
 
-use super::step::ProtocolModel;
+use super::step::{Next, ProtocolModel};
 use super::world::{Action, Firing, Kind, State};
 use domain::decide::{Effect, Step};
 use domain::message::Outcome;
@@ -128,56 +128,16 @@ impl ProtocolModel {
 
     /// Drives everything to the end without faults, answering every attempt with
     /// `outcome`. Returns the final state.
-    pub fn settle_with(&self, mut s: State, outcome: Outcome) -> State {
-        for _ in 0..1_000 {
-            if !s.runs.is_empty() {
-                s = self.apply(&s, &Action::Step { run: 0 });
-            } else if !s.requests.is_empty() {
-                s = self.apply(
-                    &s,
-                    &Action::ServiceReceive {
-                        i: 0,
-                        duplicate: false,
-                    },
-                );
-            } else if let Some((tx, attempt)) = s.service.first_unanswered() {
-                s = self.apply(
-                    &s,
-                    &Action::ServiceAnswer {
-                        tx,
-                        attempt,
-                        outcome,
-                    },
-                );
-            } else if !s.responses.is_empty() {
-                s = self.apply(
-                    &s,
-                    &Action::DeliverResponse {
-                        i: 0,
-                        duplicate: false,
-                    },
-                );
-            } else if !s.retries.is_empty() {
-                s = self.apply(
-                    &s,
-                    &Action::DeliverRetry {
-                        i: 0,
-                        duplicate: false,
-                    },
-                );
-            } else if !s.schedules.is_empty() {
-                s = self.apply(
-                    &s,
-                    &Action::Fire {
-                        i: 0,
-                        how: Firing::Once,
-                    },
-                );
-            } else {
-                break;
-            }
-        }
-        s
+    pub fn settle_with(&self, s: State, outcome: Outcome) -> State {
+        let order = [
+            Next::Step,
+            Next::Request,
+            Next::Answer(outcome),
+            Next::Response,
+            Next::Retry,
+            Next::Fire,
+        ];
+        self.without_faults(s, &order, 1_000)
     }
 
     /// The initial state.

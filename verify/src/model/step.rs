@@ -2,12 +2,12 @@
 //! through the real decisions and checked by the oracle where it happens.
 
 use super::scope::{Scope, LATE_MS, TICK_MS};
-use super::world::{Action, ActiveRun, Budgets, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
+use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
 use crate::fixture;
 use domain::decide::{Context, Effect, Input, Known, Observed, Run, Step};
 use domain::ids::{Attempt, Timestamp, TransactionId};
 use domain::machine::{Event, Status};
-use domain::message::{Origin, Request, Response, RetryEvent};
+use domain::message::{Origin, Outcome, Request, Response, RetryEvent};
 use domain::policy::{FixedRandom, PolicySet};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -70,15 +70,7 @@ impl ProtocolModel {
             instants: Instants::new(),
             alerted: vec![false; usize::from(self.scope.transactions.max(1))],
             scheduler_dlq: vec![0; usize::from(self.scope.transactions.max(1))],
-            budgets: Budgets {
-                duplicate_deliveries: self.scope.duplicate_deliveries,
-                crashes: self.scope.crashes,
-                extra_answers: self.scope.extra_answers,
-                double_fires: self.scope.double_fires,
-                undeliverable_fires: self.scope.undeliverable_fires,
-                reconciler_runs: self.scope.reconciler_runs,
-                ticks: self.scope.ticks,
-            },
+            budgets: self.scope.faults,
             violations: BTreeSet::new(),
         };
         let now = self.clock_time(0);
@@ -456,28 +448,20 @@ impl ProtocolModel {
     /// Runs every active run to its end and delivers every queued retry event and
     /// request, without faults (responses stay for the service's answers to decide).
     fn finish_everything(&self, start: &State) -> State {
-        let mut s = start.clone();
-        for _ in 0..10_000 {
-            if !s.runs.is_empty() {
-                s = self.apply(&s, &Action::Step { run: 0 });
-            } else if !s.retries.is_empty() {
-                s = self.apply(
-                    &s,
-                    &Action::DeliverRetry {
-                        i: 0,
-                        duplicate: false,
-                    },
-                );
-            } else if !s.requests.is_empty() {
-                s = self.apply(
-                    &s,
-                    &Action::ServiceReceive {
-                        i: 0,
-                        duplicate: false,
-                    },
-                );
-            } else {
-                break;
+        self.without_faults(
+            start.clone(),
+            &[Next::Step, Next::Retry, Next::Request],
+            10_000,
+        )
+    }
+
+    /// Applies, at most `limit` times, the first of `order` that can happen: a run
+    /// of the world without faults.
+    pub(super) fn without_faults(&self, mut s: State, order: &[Next], limit: usize) -> State {
+        for _ in 0..limit {
+            match order.iter().find_map(|n| n.action(&s)) {
+                Some(a) => s = self.apply(&s, &a),
+                None => break,
             }
         }
         s
@@ -535,5 +519,57 @@ impl ProtocolModel {
     /// itself (only the reconciler could move it).
     pub(super) fn tx_final(s: &State, tx: u8) -> bool {
         Self::tx_quiescent(s, tx) && !s.schedules.iter().any(|x| x.tx == tx)
+    }
+}
+
+/// What a run of the world without faults may do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// The first active run performs its next effect.
+    Step,
+    /// The first queued retry event is delivered.
+    Retry,
+    /// The service receives the first queued request.
+    Request,
+    /// The service answers the first attempt it owes an answer, with this outcome.
+    Answer(Outcome),
+    /// The first queued response is delivered.
+    Response,
+    /// The first live schedule fires once.
+    Fire,
+}
+
+impl Next {
+    fn action(self, s: &State) -> Option<Action> {
+        let first = |queued: bool| queued.then_some(0);
+        Some(match self {
+            Next::Step => Action::Step {
+                run: first(!s.runs.is_empty())?,
+            },
+            Next::Retry => Action::DeliverRetry {
+                i: first(!s.retries.is_empty())?,
+                duplicate: false,
+            },
+            Next::Request => Action::ServiceReceive {
+                i: first(!s.requests.is_empty())?,
+                duplicate: false,
+            },
+            Next::Answer(outcome) => {
+                let (tx, attempt) = s.service.first_unanswered()?;
+                Action::ServiceAnswer {
+                    tx,
+                    attempt,
+                    outcome,
+                }
+            }
+            Next::Response => Action::DeliverResponse {
+                i: first(!s.responses.is_empty())?,
+                duplicate: false,
+            },
+            Next::Fire => Action::Fire {
+                i: first(!s.schedules.is_empty())?,
+                how: Firing::Once,
+            },
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! The world around the handlers: queues, the scheduler, the external service, the
 //! runs in progress, and how each action changes them.
 
+use super::scope::Budgets;
 use crate::Flaws;
 use domain::decide::{Effect, Run, Step};
 use domain::ids::{ScheduleName, Timestamp};
@@ -169,18 +170,6 @@ impl Hash for ActiveRun {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.order().hash(state);
     }
-}
-
-/// Remaining fault budgets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Budgets {
-    pub duplicate_deliveries: u8,
-    pub crashes: u8,
-    pub extra_answers: u8,
-    pub double_fires: u8,
-    pub undeliverable_fires: u8,
-    pub reconciler_runs: u8,
-    pub ticks: u8,
 }
 
 /// The state of the world.

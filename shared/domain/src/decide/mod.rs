@@ -32,7 +32,7 @@ pub use replay::decide_replay;
 pub use resolve::{decide_resolve, RESOLVED_REASON};
 pub use response::decide_response;
 pub use retry::decide_retry;
-pub use run::{Decide, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
+pub use run::{Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
 pub use start::decide_start;
 
 use crate::ids::{Attempt, MaxAttempts, ScheduleName, Timestamp, TransactionId};
@@ -177,6 +177,22 @@ pub enum Ack {
 }
 
 impl Ack {
+    pub const ALL: [Ack; 13] = [
+        Ack::Started,
+        Ack::AlreadyStarted,
+        Ack::Succeeded,
+        Ack::Failed,
+        Ack::Scheduled,
+        Ack::AlreadyHandled,
+        Ack::Published,
+        Ack::Resumed,
+        Ack::ReconcilerScheduled,
+        Ack::ReconcilerRequeued,
+        Ack::Resolved,
+        Ack::AlreadyResolved,
+        Ack::Replayed,
+    ];
+
     /// The kebab-case name (as serialized): `already-handled`.
     pub fn label(self) -> &'static str {
         match self {

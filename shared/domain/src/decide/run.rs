@@ -14,14 +14,16 @@ pub const MAX_REDECISIONS: u8 = 4;
 /// verification crate wraps them to switch on known-bad designs and prove its checks
 /// catch them; nothing else implements this.
 pub trait Decide: Clone + std::fmt::Debug {
-    fn decide(
-        &self,
-        input: &Input,
-        known: Known<'_>,
-        payload_matches: Option<bool>,
-        ctx: &Context,
-        rng: &mut dyn RandomSource,
-    ) -> Plan;
+    fn decide(&self, q: Question<'_>, ctx: &Context, rng: &mut dyn RandomSource) -> Plan;
+}
+
+/// What a decision is asked: the input, what is known of its record, and whether the
+/// stored payload is the one given (known after a create found the transaction).
+#[derive(Debug, Clone, Copy)]
+pub struct Question<'a> {
+    pub input: &'a Input,
+    pub known: Known<'a>,
+    pub payload_matches: Option<bool>,
 }
 
 /// The rules of the pattern ([`decide`]).
@@ -29,15 +31,8 @@ pub trait Decide: Clone + std::fmt::Debug {
 pub struct Rules;
 
 impl Decide for Rules {
-    fn decide(
-        &self,
-        input: &Input,
-        known: Known<'_>,
-        payload_matches: Option<bool>,
-        ctx: &Context,
-        rng: &mut dyn RandomSource,
-    ) -> Plan {
-        decide(input, known, payload_matches, ctx, rng)
+    fn decide(&self, q: Question<'_>, ctx: &Context, rng: &mut dyn RandomSource) -> Plan {
+        decide(q.input, q.known, q.payload_matches, ctx, rng)
     }
 }
 
@@ -84,7 +79,12 @@ impl<D: Decide> Run<D> {
         ctx: &Context,
         rng: &mut dyn RandomSource,
     ) -> Self {
-        let plan = rules.decide(&input, known, None, ctx, rng);
+        let question = Question {
+            input: &input,
+            known,
+            payload_matches: None,
+        };
+        let plan = rules.decide(question, ctx, rng);
         let mut run = Self {
             rules,
             input,
@@ -177,10 +177,12 @@ impl<D: Decide> Run<D> {
                     Some(r) => Known::Record(r),
                     None => Known::Missing,
                 };
-                self.plan = self
-                    .rules
-                    .decide(&self.input, known, payload_matches, ctx, rng)
-                    .into();
+                let question = Question {
+                    input: &self.input,
+                    known,
+                    payload_matches,
+                };
+                self.plan = self.rules.decide(question, ctx, rng).into();
             }
         }
         self.settle();
