@@ -45,6 +45,19 @@ impl<'a> Metric<'a> {
     }
 }
 
+/// One invocation of `function`: `body` counts into metrics of its own, written as
+/// the invocation's one EMF line when it is done.
+pub async fn invocation<T>(
+    namespace: &str,
+    function: &str,
+    body: impl AsyncFnOnce(&Metrics) -> T,
+) -> T {
+    let metrics = Metrics::new(namespace, function);
+    let result = body(&metrics).await;
+    metrics.emit();
+    result
+}
+
 impl Metrics {
     /// Counts one occurrence of `m`.
     pub fn record(&self, m: Metric<'_>) {

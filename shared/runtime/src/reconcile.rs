@@ -20,7 +20,7 @@
 
 use crate::batch::Verdict;
 use crate::drive::{drive, run_all, verdict};
-use crate::metric::Metric;
+use crate::metric::{invocation, Metric};
 use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
 use domain::decide::{Ack, Input};
@@ -284,13 +284,12 @@ where
     /// One invocation from the schedule's event (any JSON; its `id` and `time` are
     /// logged): the run, its report logged, the metrics line on stdout.
     pub async fn invoke(&self, event: serde_json::Value) -> Result<Report, ReconcileFailed> {
-        let metrics = Metrics::new(&self.namespace, FUNCTION);
         tracing::info!(
             event_id = event.get("id").and_then(|v| v.as_str()).unwrap_or(""),
             event_time = event.get("time").and_then(|v| v.as_str()).unwrap_or(""),
             "reconciler run"
         );
-        let report = self.run(&metrics).await;
+        let report = invocation(&self.namespace, FUNCTION, async |m| self.run(m).await).await;
         tracing::info!(
             examined = report.examined,
             errors = report.errors,
@@ -299,7 +298,6 @@ where
             actions = %serde_json::to_string(&report.actions).unwrap_or_default(),
             "reconciler run done"
         );
-        metrics.emit();
         if report.query_errors > 0 {
             return Err(ReconcileFailed {
                 failed: report.query_errors,

@@ -5,6 +5,7 @@
 
 use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
 use crate::drive::{drive, run_all, verdict};
+use crate::metric::invocation;
 use crate::metrics::{names, Metrics};
 use crate::rate::Pacer;
 use crate::settings::{Seeds, Settings};
@@ -96,9 +97,9 @@ where
 
     /// One invocation: the batch, then the metrics line on stdout.
     pub async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, BatchError> {
-        let metrics = Metrics::new(&self.namespace, FUNCTION);
-        let result = self.handle_event(event, &metrics).await;
-        metrics.emit();
-        result
+        invocation(&self.namespace, FUNCTION, async |m| {
+            self.handle_event(event, m).await
+        })
+        .await
     }
 }

@@ -27,6 +27,25 @@ impl ProtocolModel {
     ];
 }
 
+/// Delivering message `i` of a queue, and (with the budget) delivering it again while
+/// it stays queued: once per distinct message (equal neighbours behave alike).
+fn deliveries<T: PartialEq>(
+    queue: &[T],
+    duplicates: bool,
+    deliver: fn(usize, bool) -> Action,
+    actions: &mut Vec<Action>,
+) {
+    for i in 0..queue.len() {
+        if i > 0 && queue[i - 1] == queue[i] {
+            continue;
+        }
+        actions.push(deliver(i, false));
+        if duplicates {
+            actions.push(deliver(i, true));
+        }
+    }
+}
+
 fn has(s: &State, v: Violation) -> bool {
     s.violations.contains(&v)
 }
@@ -44,18 +63,13 @@ impl Model for ProtocolModel {
             return; // a counterexample ends here
         }
         let b = s.budgets;
-        for (i, r) in s.requests.iter().enumerate() {
-            if i > 0 && s.requests[i - 1] == *r {
-                continue;
-            }
-            actions.push(Action::ServiceReceive {
-                i,
-                duplicate: false,
-            });
-            if b.duplicate_deliveries > 0 {
-                actions.push(Action::ServiceReceive { i, duplicate: true });
-            }
-        }
+        let dup = b.duplicate_deliveries > 0;
+        deliveries(
+            &s.requests,
+            dup,
+            |i, duplicate| Action::ServiceReceive { i, duplicate },
+            actions,
+        );
         for (&(tx, attempt), answer) in s.service.accepted() {
             match answer {
                 None => {
@@ -75,30 +89,18 @@ impl Model for ProtocolModel {
                 Some(_) => {}
             }
         }
-        for (i, r) in s.responses.iter().enumerate() {
-            if i > 0 && s.responses[i - 1] == *r {
-                continue;
-            }
-            actions.push(Action::DeliverResponse {
-                i,
-                duplicate: false,
-            });
-            if b.duplicate_deliveries > 0 {
-                actions.push(Action::DeliverResponse { i, duplicate: true });
-            }
-        }
-        for (i, e) in s.retries.iter().enumerate() {
-            if i > 0 && s.retries[i - 1] == *e {
-                continue;
-            }
-            actions.push(Action::DeliverRetry {
-                i,
-                duplicate: false,
-            });
-            if b.duplicate_deliveries > 0 {
-                actions.push(Action::DeliverRetry { i, duplicate: true });
-            }
-        }
+        deliveries(
+            &s.responses,
+            dup,
+            |i, duplicate| Action::DeliverResponse { i, duplicate },
+            actions,
+        );
+        deliveries(
+            &s.retries,
+            dup,
+            |i, duplicate| Action::DeliverRetry { i, duplicate },
+            actions,
+        );
         for (i, r) in s.runs.iter().enumerate() {
             if i > 0 && s.runs[i - 1] == *r {
                 continue;

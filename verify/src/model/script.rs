@@ -83,20 +83,21 @@ impl ProtocolModel {
 
     /// Delivers the first queued response of `tx` (keeping a copy when `duplicate`).
     pub fn deliver_response(&self, s: &State, tx: u8, duplicate: bool) -> State {
-        let mut s = s.clone();
-        s.budgets.duplicate_deliveries = s.budgets.duplicate_deliveries.max(1);
-        match s.responses.iter().position(|r| r.tx == tx) {
-            Some(i) => self.apply(&s, &Action::DeliverResponse { i, duplicate }),
-            None => s,
-        }
+        let i = s.responses.iter().position(|r| r.tx == tx);
+        self.deliver(s, i.map(|i| Action::DeliverResponse { i, duplicate }))
     }
 
     /// Delivers the first queued retry event of `tx` (keeping a copy when `duplicate`).
     pub fn deliver_retry(&self, s: &State, tx: u8, duplicate: bool) -> State {
+        let i = s.retries.iter().position(|e| e.tx == tx);
+        self.deliver(s, i.map(|i| Action::DeliverRetry { i, duplicate }))
+    }
+
+    fn deliver(&self, s: &State, delivery: Option<Action>) -> State {
         let mut s = s.clone();
         s.budgets.duplicate_deliveries = s.budgets.duplicate_deliveries.max(1);
-        match s.retries.iter().position(|e| e.tx == tx) {
-            Some(i) => self.apply(&s, &Action::DeliverRetry { i, duplicate }),
+        match delivery {
+            Some(a) => self.apply(&s, &a),
             None => s,
         }
     }

@@ -227,19 +227,22 @@ pub fn is_arrow(e: &AuditEntry) -> bool {
 pub fn link(entries: &[AuditEntry]) -> (Vec<AuditEntry>, Vec<AuditEntry>) {
     let mut rest = entries.to_vec();
     let mut chain: Vec<AuditEntry> = Vec::with_capacity(rest.len());
-    loop {
-        let prev = chain.last().map(|e| e.to);
-        let next = rest
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.from == prev)
-            .min_by_key(|(_, e)| (e.current_attempt, e.at))
-            .map(|(i, _)| i);
-        match next {
-            Some(i) => chain.push(rest.remove(i)),
-            None => return (chain, rest),
-        }
+    let mut reached: Option<Status> = None;
+    while let Some(i) = next_leaving(&rest, reached) {
+        let entry = rest.remove(i);
+        reached = Some(entry.to);
+        chain.push(entry);
     }
+    (chain, rest)
+}
+
+/// The entry leaving `status` (`None`: the creation) with the lowest attempt, then
+/// the earliest.
+fn next_leaving(entries: &[AuditEntry], status: Option<Status>) -> Option<usize> {
+    let leaving = entries.iter().enumerate().filter(|(_, e)| e.from == status);
+    leaving
+        .min_by_key(|(_, e)| (e.current_attempt, e.at))
+        .map(|(i, _)| i)
 }
 
 /// Entries of a chain written with an earlier time than the entry before them (their

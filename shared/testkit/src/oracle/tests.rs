@@ -17,15 +17,13 @@ fn a(n: u32) -> Attempt {
 }
 
 fn rec(status: Status, current: u32, next: Option<u32>, max: u32) -> TransactionRecord {
-    let mut r = TransactionRecord::started(
-        id(),
-        MaxAttempts::new(max).unwrap(),
-        Timestamp::from_millis(0),
-    );
-    r.status = status;
-    r.current_attempt = a(current);
-    r.next_attempt = next.map(a);
-    r
+    let max = MaxAttempts::new(max).unwrap();
+    TransactionRecord {
+        status,
+        current_attempt: a(current),
+        next_attempt: next.map(a),
+        ..TransactionRecord::started(id(), max, Timestamp::from_millis(0))
+    }
 }
 
 #[test]
@@ -181,13 +179,12 @@ fn the_peak_counts_the_busiest_window_whatever_the_time_type() {
     assert_eq!(peak_in_window(&[1000i64, 0, 999, 1998], 1000), 3);
     assert_eq!(peak_in_window(&[0i64, 1000, 2000], 1000), 1);
     assert_eq!(peak_in_window(&[5i64, 5, 5], 1000), 3);
-    let ms = |v: &[u64]| {
-        v.iter()
-            .map(|m| Duration::from_millis(*m))
-            .collect::<Vec<_>>()
-    };
-    let jittered = ms(&[5, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1002]);
-    assert_eq!(peak_in_window(&jittered, Duration::from_secs(1)), 11);
+    // Eleven starts 100 ms apart: ten in any second, unless the first is 3 ms late.
+    let starts: Vec<Duration> = (0..11u64).map(|k| Duration::from_millis(100 * k)).collect();
+    assert_eq!(peak_in_window(&starts, Duration::from_secs(1)), 10);
+    let mut late = starts.clone();
+    late[0] += Duration::from_millis(3);
+    assert_eq!(peak_in_window(&late, Duration::from_secs(1)), 11);
     let t0 = Instant::now();
     let at: Vec<Instant> = [0u64, 999, 1000]
         .iter()
@@ -223,24 +220,24 @@ fn row(at: i64, from: Option<Status>, to: Status, attempt: u32) -> AuditEntry {
     }
 }
 
-/// The whole trail of a transaction that retried `retries` times and ended `end`.
+/// The whole trail of a transaction that retried `retries` times and ended `end`:
+/// its creation, one retry cycle per retry, its end; one entry per millisecond.
 fn trail(retries: u32, end: Status) -> Vec<AuditEntry> {
-    use Status as S;
-    let mut v = vec![row(0, None, S::InProgress, 1)];
-    let mut t = 0;
-    for k in 1..=retries {
-        for (from, to, n) in [
-            (S::InProgress, S::Scheduling, k),
-            (S::Scheduling, S::Scheduled, k),
-            (S::Scheduled, S::Sending, k),
-            (S::Sending, S::InProgress, k + 1),
-        ] {
-            t += 1;
-            v.push(row(t, Some(from), to, n));
-        }
-    }
-    v.push(row(t + 1, Some(S::InProgress), end, retries + 1));
-    v
+    use Status::{InProgress, Scheduled, Scheduling, Sending};
+    // (from, to, attempt after the arrow − the cycle's attempt)
+    const CYCLE: [(Status, Status, u32); 4] = [
+        (InProgress, Scheduling, 0),
+        (Scheduling, Scheduled, 0),
+        (Scheduled, Sending, 0),
+        (Sending, InProgress, 1),
+    ];
+    let cycles = (1..=retries).flat_map(|k| CYCLE.map(|(from, to, d)| (Some(from), to, k + d)));
+    std::iter::once((None, InProgress, 1))
+        .chain(cycles)
+        .chain(std::iter::once((Some(InProgress), end, retries + 1)))
+        .zip(0..)
+        .map(|((from, to, n), at)| row(at, from, to, n))
+        .collect()
 }
 
 fn seen(answers: &[Outcome]) -> BTreeMap<u32, Seen> {
