@@ -16,9 +16,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is the failure report
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use domain::exec::Ports;
+use domain::exec::StartPorts;
 use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
-use domain::ports::{Clock, SystemClock, Unwired};
+use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
 use retry_bench::cycle::payload_of;
 use runtime::drive::run_all;
@@ -47,11 +47,9 @@ fn ready<F: std::future::Future>(f: F) -> F::Output {
 fn started(n: usize) -> MemoryStore {
     let store = MemoryStore::new();
     let requests: MemoryQueue<Request> = MemoryQueue::new();
-    let ports = Ports {
+    let ports = StartPorts {
         store: &store,
-        scheduler: &Unwired,
         requests: &requests,
-        retries: &Unwired,
     };
     let ctx = Settings::default().context(SystemClock.now());
     for i in 0..n {

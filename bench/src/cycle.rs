@@ -25,9 +25,9 @@ use aws::meter::{CallCounts, CallMeter};
 use aws::provision::{provision, table_definitions, IndexDef, Provisioned};
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use domain::exec::Ports;
+use domain::exec::StartPorts;
 use domain::memory::MemoryQueue;
-use domain::ports::{Clock, SystemClock, Unwired};
+use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
 use runtime::Metrics;
 use std::collections::HashMap;
@@ -257,11 +257,9 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
             .with_payloads_table(&names.payloads_table)
             .with_meter(start_meter.clone());
     let first_requests: MemoryQueue<Request> = MemoryQueue::new();
-    let ports = Ports {
+    let ports = StartPorts {
         store: &start_store,
-        scheduler: &Unwired,
         requests: &first_requests,
-        retries: &Unwired,
     };
     let ctx = runtime::Settings::default().context(SystemClock.now());
     let max = MaxAttempts::new(3).map_err(|e| CycleError::Setup(e.to_string()))?;

@@ -43,9 +43,9 @@ use aws::provision::{provision, Provisioned};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
 use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
-use domain::exec::Ports;
+use domain::exec::StartPorts;
 use domain::machine::ReconcileKey;
-use domain::ports::{Clock, StateStore, SystemClock, Unwired};
+use domain::ports::{Clock, Records, ScheduleCreator, SystemClock};
 use domain::{
     Attempt, MaxAttempts, Payload, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
@@ -538,11 +538,9 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
 
     // Transactions start through the library (the starting service's own role).
     let requests = aws::sqs::SqsRequestPublisher::new(setup_sqs.clone(), &p.request.url);
-    let ports = Ports {
+    let ports = StartPorts {
         store: &store,
-        scheduler: &Unwired,
         requests: &requests,
-        retries: &Unwired,
     };
     // Each payload carries the harness's script: its answer to attempt 1.
     let payload = |tx: &str, answer: &str| {
@@ -582,7 +580,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     let settings = ResponseHandlerConfig::from_lookup(&env_lookup(&env_of("response-handler")))
         .unwrap()
         .scheduler;
-    domain::ports::Scheduler::create(
+    ScheduleCreator::create(
         &aws::scheduler::EventBridgeScheduler::new(setup_scheduler.clone(), settings),
         &spec,
     )
@@ -773,7 +771,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     (calls, p, stack)
 }
 
-async fn store_status(store: &aws::dynamo::DynamoStore, tx: &str) -> Status {
+async fn store_status<P: Send + Sync>(store: &aws::dynamo::DynamoStore<P>, tx: &str) -> Status {
     store.get(&id(tx)).await.unwrap().unwrap().status
 }
 

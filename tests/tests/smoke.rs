@@ -11,13 +11,13 @@
 
 use aws::audit::{drain_stream, AuditWriter, StreamPosition};
 use aws::config::StackNames;
-use aws::dynamo::DynamoStore;
+use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws::local::{self, MotoServer};
 use aws::provision::{provision, Provisioned};
 use aws::sqs::SqsRequestPublisher;
 use aws_sdk_sqs::types::Message;
-use domain::exec::Ports;
-use domain::ports::{Clock, StateStore, SystemClock, Unwired};
+use domain::exec::StartPorts;
+use domain::ports::{Clock, Records, SystemClock};
 use domain::{MaxAttempts, Payload, Status, TransactionId, TransactionRecord};
 use runtime::settings::Settings;
 use serde_json::Value;
@@ -207,7 +207,7 @@ fn id(s: &str) -> TransactionId {
 
 struct Stack {
     p: Provisioned,
-    store: DynamoStore,
+    store: DynamoStore<PayloadsTable>,
     sqs: aws_sdk_sqs::Client,
     scheduler: aws_sdk_scheduler::Client,
 }
@@ -338,11 +338,9 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
 
     // Transactions start through the library operation, against moto.
     let requests = SqsRequestPublisher::new(stack.sqs.clone(), &stack.p.request.url);
-    let ports = Ports {
+    let ports = StartPorts {
         store: &stack.store,
-        scheduler: &Unwired,
         requests: &requests,
-        retries: &Unwired,
     };
     let settings = Settings::default();
     for tx in ["TX-100200", "TX-100300", "TX-100400", "TX-100500"] {

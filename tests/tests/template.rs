@@ -1379,6 +1379,31 @@ fn samconfig_problems(text: &str) -> Vec<String> {
     p
 }
 
+// Parameter defaults
+// ---------------------------------------------------------------------------------
+
+/// Parameters whose default is not the code's (`domain::defaults::TEMPLATE_PARAMETERS`).
+fn default_problems(t: &Value) -> Vec<String> {
+    use domain::defaults::{ParameterDefault, TEMPLATE_PARAMETERS};
+    let mut p = Vec::new();
+    for (name, code) in TEMPLATE_PARAMETERS {
+        let default = path(t, &["Parameters", name, "Default"]);
+        let same = match (code, default) {
+            (ParameterDefault::Number(n), Some(v)) => {
+                v.as_f64().or_else(|| v.as_str()?.parse().ok()) == Some(n)
+            }
+            (ParameterDefault::Text(s), Some(v)) => v.as_str() == Some(s),
+            (_, None) => false,
+        };
+        if !same {
+            p.push(format!(
+                "parameter {name}: default {default:?}, the code's {code:?}"
+            ));
+        }
+    }
+    p
+}
+
 /// `Rules`: a batch size above 10 with no batching window is refused for both SQS
 /// event sources.
 fn rules_problems(t: &Value) -> Vec<String> {
@@ -1598,5 +1623,17 @@ fn the_outputs_verify_reads_are_declared() {
     assert!(
         missing.is_empty(),
         "outputs verify reads but no template declares: {missing:?}"
+    );
+}
+
+#[test]
+fn parameter_defaults_are_the_code_defaults() {
+    assert_none(default_problems(&template()));
+    let mut t = template();
+    t["Parameters"]["MaxRequestsPerSecond"]["Default"] = Value::from(10);
+    let p = default_problems(&t);
+    assert!(
+        p.len() == 1 && p[0].contains("MaxRequestsPerSecond"),
+        "{p:?}"
     );
 }

@@ -1,7 +1,8 @@
 //! Values the model checker, the simulator and the tests share: transaction ids, the
 //! payload, the epoch of virtual time and the decision context.
 
-use domain::decide::{Context, Flaws};
+use domain::decide::Context;
+use domain::defaults;
 use domain::ids::{MaxAttempts, Timestamp, TransactionId};
 use domain::message::Payload;
 use domain::policy::{PolicySet, RetryPolicy};
@@ -32,10 +33,8 @@ pub fn max_attempts(n: u32) -> MaxAttempts {
 }
 
 /// The decision context at `now`.
-pub fn context(now: Timestamp, policies: &PolicySet, threshold: Duration, flaws: Flaws) -> Context {
-    let mut ctx = Context::new(now, policies.clone(), 8, threshold);
-    ctx.flaws = flaws;
-    ctx
+pub fn context(now: Timestamp, policies: &PolicySet, threshold: Duration) -> Context {
+    Context::new(now, policies.clone(), defaults::RECONCILE_SHARDS, threshold)
 }
 
 /// The article's policy (base 2 h, factor 2, cap 24 h, jitter ±10 %).

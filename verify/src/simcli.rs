@@ -2,6 +2,7 @@
 
 use crate::sim::SimConfig;
 use clap::Parser;
+use domain::defaults;
 
 /// Seeded, deterministic fault-injection simulation of the deferred retry pattern.
 #[derive(Debug, Clone, Parser, PartialEq)]
@@ -48,7 +49,8 @@ pub struct SimArgs {
     /// Probability that the request queue delivers a request twice.
     #[arg(long, default_value_t = 0.02)]
     pub request_duplicate_rate: f64,
-    /// The retry handler's MAX_REQUESTS_PER_SECOND (per concurrent execution).
+    /// The retry handler's MAX_REQUESTS_PER_SECOND (per concurrent execution). The
+    /// simulator's own load, heavier than the template's 5 × 2.
     #[arg(long, default_value_t = 10)]
     pub rate_limit: u32,
     /// The retry handler's MaximumConcurrency (fleet bound = this × --rate-limit).
@@ -64,19 +66,19 @@ pub struct SimArgs {
     pub no_reconciler: bool,
     #[arg(long, default_value_t = 300)]
     pub reconciler_interval_seconds: i64,
-    #[arg(long, default_value_t = 900)]
+    #[arg(long, default_value_t = defaults::RECONCILE_THRESHOLD.as_secs() as i64)]
     pub reconcile_threshold_seconds: i64,
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = defaults::RECONCILE_MAX_ITEMS as usize)]
     pub reconcile_max_items: usize,
     #[arg(long, default_value_t = 5)]
     pub max_receive_count: u32,
-    #[arg(long, default_value_t = 7_200)]
+    #[arg(long, default_value_t = defaults::BACKOFF_BASE.as_secs())]
     pub backoff_base_seconds: u64,
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = defaults::BACKOFF_FACTOR)]
     pub backoff_factor: f64,
-    #[arg(long, default_value_t = 86_400)]
+    #[arg(long, default_value_t = defaults::BACKOFF_CAP.as_secs())]
     pub backoff_cap_seconds: u64,
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = defaults::BACKOFF_JITTER)]
     pub jitter: f64,
     /// Switch on a known-bad design (repeatable): retry-rejects-scheduling,
     /// fire-time-at-create, retry-discards-sending, attempts-from-zero.
@@ -114,15 +116,14 @@ impl SimArgs {
                 "--crash-rate + --throttle-rate must be below 1 (no run could ever finish)".into(),
             );
         }
-        let mut flaws = domain::decide::Flaws::NONE;
+        let mut flaws = crate::Flaws::NONE;
         for f in &self.flaw {
-            let set = crate::flaw_by_name(f).ok_or_else(|| {
-                format!(
+            if !flaws.switch_on(f) {
+                return Err(format!(
                     "unknown flaw `{f}`; known: {}",
-                    crate::FLAW_NAMES.join(", ")
-                )
-            })?;
-            set(&mut flaws);
+                    crate::Flaws::NAMES.join(", ")
+                ));
+            }
         }
         Ok(SimConfig {
             transactions: self.transactions,

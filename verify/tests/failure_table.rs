@@ -59,7 +59,7 @@ fn ends_succeeded(m: &ProtocolModel, s: State, attempts: u32) -> State {
     ok(m, &s);
     assert_eq!(status(&s), Status::Succeeded, "{}", s.summary());
     assert_eq!(s.records[0].current_attempt.get(), attempts);
-    let accepted: Vec<u32> = s.accepted.keys().map(|(_, a)| *a).collect();
+    let accepted: Vec<u32> = s.service.accepted().map(|((_, a), _)| *a).collect();
     assert_eq!(
         accepted,
         (1..=attempts).collect::<Vec<_>>(),
@@ -221,7 +221,11 @@ fn row_event_delivered_twice_concurrently_resumes_a_half_done_run() {
     assert_eq!(s.requests.len(), 2, "both published, with one key");
     assert_eq!(s.requests[0].key, s.requests[1].key);
     let s = m.service_receives_all(s);
-    assert_eq!(s.accepted.len(), 2, "attempts 1 and 2, each accepted once");
+    assert_eq!(
+        s.service.accepted().count(),
+        2,
+        "attempts 1 and 2, each accepted once"
+    );
     ends_succeeded(&m, s, 2);
 }
 
@@ -257,7 +261,11 @@ fn row_b_dies_after_publishing_before_in_progress_republishes_and_the_service_de
     assert_eq!(s.requests[0].key, s.requests[1].key);
     let s = m.service_receives_all(s);
     ok(&m, &s);
-    assert_eq!(s.accepted.len(), 2, "the service accepted attempt 2 once");
+    assert_eq!(
+        s.service.accepted().count(),
+        2,
+        "the service accepted attempt 2 once"
+    );
     ends_succeeded(&m, s, 2);
 }
 
@@ -292,7 +300,7 @@ fn row_attempts_exhausted_fail_with_a_business_alert() {
     assert_eq!(status(&s), Status::Failed);
     assert_eq!(s.records[0].current_attempt.get(), 3);
     assert!(s.alerted[0], "business alert raised");
-    let accepted: Vec<u32> = s.accepted.keys().map(|(_, a)| *a).collect();
+    let accepted: Vec<u32> = s.service.accepted().map(|((_, a), _)| *a).collect();
     assert_eq!(accepted, vec![1, 2, 3], "never a fourth attempt");
 }
 

@@ -2,10 +2,10 @@
 //! on in the model checker and in the simulator, must be caught, by the property that
 //! names its harm. The correct design passes the very same scopes (control).
 
-use domain::decide::Flaws;
 use domain::message::Outcome;
 use verify::model::{check, Kind, ProtocolModel, Scope, Violation};
 use verify::sim::{simulate, Report, SimConfig};
+use verify::Flaws;
 
 const P: [&str; 13] = ProtocolModel::SAFETY;
 
@@ -126,7 +126,7 @@ fn retry_handler_discarding_a_redelivery_in_sending_is_caught() {
         ..Flaws::NONE
     };
     let mut scope = Scope::quiet(1, 3);
-    scope.crashes = 1;
+    scope.faults.crashes = 1;
     model_finds(flaws, scope, 9);
     sim_finds(
         flaws,

@@ -48,36 +48,40 @@ fn two_transactions_every_interleaving_one_attempt_budget() {
 
 #[test]
 fn two_transactions_crash_between_any_two_effects() {
-    passes(scope(|s| s.crashes = 1), 10_000, &[0, 1, 2, 3, 5]);
+    passes(scope(|s| s.faults.crashes = 1), 10_000, &[0, 1, 2, 3, 5]);
 }
 
 #[test]
 fn two_transactions_duplicated_and_reordered_deliveries() {
-    passes(scope(|s| s.duplicate_deliveries = 1), 50_000, &[0, 1, 2, 5]);
+    passes(
+        scope(|s| s.faults.duplicate_deliveries = 1),
+        50_000,
+        &[0, 1, 2, 5],
+    );
 }
 
 #[test]
 fn two_transactions_late_and_repeated_answers() {
-    passes(scope(|s| s.extra_answers = 1), 50_000, &[0, 1, 4]);
+    passes(scope(|s| s.faults.extra_answers = 1), 50_000, &[0, 1, 4]);
 }
 
 #[test]
 fn two_transactions_scheduler_fires_twice_or_cannot_deliver_and_clock_moves() {
     passes(
         scope(|s| {
-            s.double_fires = 1;
-            s.undeliverable_fires = 1;
+            s.faults.double_fires = 1;
+            s.faults.undeliverable_fires = 1;
         }),
         10_000,
         &[0, 1, 2],
     );
-    passes(scope(|s| s.ticks = 1), 5_000, &[0, 1]);
+    passes(scope(|s| s.faults.ticks = 1), 5_000, &[0, 1]);
 }
 
 #[test]
 fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
     let mut s = Scope::quiet(1, 2);
-    s.reconciler_runs = 1;
-    s.undeliverable_fires = 1;
+    s.faults.reconciler_runs = 1;
+    s.faults.undeliverable_fires = 1;
     passes(s, 2_000, &[6, 7]);
 }

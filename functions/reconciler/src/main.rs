@@ -1,6 +1,11 @@
 //! The reconciler (cron): resumes transactions stuck in an intermediate state.
 //! Everything but the wiring lives in `runtime::reconcile`.
 
+// The reconciler's invocation future nests every port call of a run (query, read,
+// write, schedule, publish per shard); computing its layout (clippy's future-size
+// lints do) goes deeper than the default limit of 128.
+#![recursion_limit = "256"]
+
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 
 #[tokio::main]

@@ -22,14 +22,15 @@
 use crate::config::HarnessConfig;
 use crate::rules::{self, Draws, Plan, Reply};
 use aws::provision::TableDef;
+use aws::sqs::SqsDeadLetter;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 use domain::message::MessageError;
 use domain::ports::{Clock, SystemClock};
 use domain::{Attempt, Request, TransactionId};
+use runtime::batch::PermanentReason;
 use runtime::batch::{process_batch, BatchError};
-use runtime::wiring::SqsDeadLetter;
 use runtime::{BatchOptions, Inbound, Metrics, Permanent, SqsBatchResponse, SqsEvent, Verdict};
 use std::collections::HashMap;
 
@@ -211,7 +212,7 @@ impl Harness {
                     reason,
                 } = &e;
                 return Verdict::Permanent(Permanent {
-                    reason: "unreadable-script".to_owned(),
+                    reason: PermanentReason::Unprocessable,
                     field: Some(field.clone()),
                     value: Some(value.clone()),
                     detail: format!("the harness cannot follow this script: {reason}"),
@@ -232,9 +233,8 @@ impl Harness {
             Err(error) => return Verdict::Retry { error },
         }
         let Some(response) = plan.response(&request) else {
-            return Verdict::Done {
-                label: "recorded, not answered (NONE)".to_owned(),
-            };
+            tracing::info!(key = %key, "recorded, not answered (NONE)");
+            return Verdict::Handled("recorded-not-answered");
         };
         let delay = i32::try_from(plan.delay_seconds).unwrap_or(i32::MAX);
         match self
@@ -246,13 +246,10 @@ impl Harness {
             .send()
             .await
         {
-            Ok(_) => Verdict::Done {
-                label: format!(
-                    "answered {} in {} s",
-                    plan.reply.as_str(),
-                    plan.delay_seconds
-                ),
-            },
+            Ok(_) => {
+                tracing::info!(key = %key, reply = plan.reply.as_str(), delay_seconds = plan.delay_seconds, "answered");
+                Verdict::Handled("answered")
+            }
             Err(e) => Verdict::Retry {
                 error: format!(
                     "SendMessage (answer {key}): {}",

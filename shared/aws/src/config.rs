@@ -11,6 +11,7 @@
 //! tracing initialisation, not here. `AWS_ENDPOINT_URL` and the region are read by
 //! `aws-config` ([`load_sdk_config`]).
 
+use domain::defaults;
 use domain::policy::PolicyError;
 use domain::{PolicySet, RetryPolicy};
 use std::str::FromStr;
@@ -120,23 +121,6 @@ fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// Defaults named in the brief and `template.yaml`.
-pub mod defaults {
-    pub const RECONCILE_SHARDS: u16 = 8;
-    pub const SCHEDULER_RETRY_ATTEMPTS: u32 = 5;
-    pub const SCHEDULER_MAX_EVENT_AGE_SECONDS: u32 = 3600;
-    pub const BACKOFF_BASE_SECONDS: f64 = 7200.0;
-    pub const BACKOFF_FACTOR: f64 = 2.0;
-    pub const BACKOFF_CAP_SECONDS: f64 = 86400.0;
-    pub const BACKOFF_JITTER: f64 = 0.1;
-    pub const BACKOFF_STRICT_CAP: bool = false;
-    pub const BATCH_CONCURRENCY: usize = 10;
-    pub const METRICS_NAMESPACE: &str = "DeferredRetry";
-    pub const RECONCILE_THRESHOLD_SECONDS: u64 = 900;
-    pub const RECONCILE_MAX_ITEMS: u32 = 500;
-    pub const AUDIT_RETENTION_DAYS: u32 = 365;
-}
-
 const MAX_SHARDS: u16 = 1000;
 
 fn shards(env: &Env<'_>) -> Result<u16, ConfigError> {
@@ -207,9 +191,9 @@ impl SchedulerSettings {
 
 /// Builds the backoff policies from `BACKOFF_*`; errors name the variable.
 fn policies(env: &Env<'_>) -> Result<PolicySet, ConfigError> {
-    let base: f64 = env.parsed("BACKOFF_BASE_SECONDS", defaults::BACKOFF_BASE_SECONDS)?;
+    let base: f64 = env.parsed("BACKOFF_BASE_SECONDS", defaults::BACKOFF_BASE.as_secs_f64())?;
     let factor: f64 = env.parsed("BACKOFF_FACTOR", defaults::BACKOFF_FACTOR)?;
-    let cap: f64 = env.parsed("BACKOFF_CAP_SECONDS", defaults::BACKOFF_CAP_SECONDS)?;
+    let cap: f64 = env.parsed("BACKOFF_CAP_SECONDS", defaults::BACKOFF_CAP.as_secs_f64())?;
     let jitter: f64 = env.parsed("BACKOFF_JITTER", defaults::BACKOFF_JITTER)?;
     let strict = env.boolean("BACKOFF_STRICT_CAP", defaults::BACKOFF_STRICT_CAP)?;
     let secs = |name: &'static str, v: f64| {
@@ -417,7 +401,7 @@ impl ReconcilerConfig {
             scheduler: SchedulerSettings::read(&env)?,
             reconcile_threshold: Duration::from_secs(env.ranged(
                 "RECONCILE_THRESHOLD_SECONDS",
-                defaults::RECONCILE_THRESHOLD_SECONDS,
+                defaults::RECONCILE_THRESHOLD.as_secs(),
                 1,
                 30 * 86_400,
             )?),

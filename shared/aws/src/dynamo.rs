@@ -30,7 +30,8 @@ use aws_sdk_dynamodb::Client;
 use domain::machine::ReconcileKey;
 use domain::machine::{BudgetGuard, Change, Write};
 use domain::ports::{
-    CreateOutcome, ErrorKind, PortError, StateStore, StuckPage, StuckQuery, WriteOutcome,
+    CreateOutcome, Creates, ErrorKind, Payloads, PortError, Records, StuckIndex, StuckPage,
+    StuckQuery, Transitions, WriteOutcome,
 };
 use domain::{Payload, TransactionId, TransactionRecord};
 use sha2::{Digest, Sha256};
@@ -77,8 +78,8 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         "attribute_exists({})",
         b.name(attr::TRANSACTION_ID)
     )];
-    let statuses: Vec<String> = g
-        .statuses
+    let statuses: Vec<String> = w
+        .from()
         .iter()
         .enumerate()
         .map(|(i, st)| b.value(&format!("g_status{i}"), s(st.as_str())))
@@ -119,7 +120,7 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         let val = b.value(&format!("v_{a}"), v);
         set.push(format!("{name} = {val}"));
     };
-    put(&mut b, &mut set, attr::STATUS, s(c.status.as_str()));
+    put(&mut b, &mut set, attr::STATUS, s(w.to().as_str()));
     if let Some(a) = c.current_attempt {
         put(&mut b, &mut set, attr::CURRENT_ATTEMPT, n(a.get()));
     }
@@ -217,14 +218,43 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
     }
 }
 
-/// The DynamoDB [`StateStore`].
+/// The DynamoDB state store: [`Transitions`], [`Records`] and [`StuckIndex`] on the
+/// transactions table; with the payloads table ([`DynamoStore::with_payloads_table`]),
+/// also [`Creates`] and [`Payloads`] — a store without it does not have those ports.
+///
+/// ```
+/// use aws_sdk_dynamodb::config::{BehaviorVersion, Config};
+/// fn reads_payloads<P: domain::ports::Payloads>(_: &P) {}
+/// let client = aws_sdk_dynamodb::Client::from_conf(
+///     Config::builder().behavior_version(BehaviorVersion::latest()).build(),
+/// );
+/// let store = aws::dynamo::DynamoStore::new(client, "transactions");
+/// reads_payloads(&store.with_payloads_table("payloads"));
+/// ```
+///
+/// ```compile_fail
+/// use aws_sdk_dynamodb::config::{BehaviorVersion, Config};
+/// fn reads_payloads<P: domain::ports::Payloads>(_: &P) {}
+/// let client = aws_sdk_dynamodb::Client::from_conf(
+///     Config::builder().behavior_version(BehaviorVersion::latest()).build(),
+/// );
+/// reads_payloads(&aws::dynamo::DynamoStore::new(client, "transactions"));
+/// ```
 #[derive(Debug, Clone)]
-pub struct DynamoStore {
+pub struct DynamoStore<P = NoPayloads> {
     client: Client,
     transactions_table: String,
-    payloads_table: Option<String>,
+    payloads_table: P,
     meter: CallMeter,
 }
+
+/// A [`DynamoStore`] that knows no payloads table.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoPayloads;
+
+/// The payloads table of a [`DynamoStore`].
+#[derive(Debug, Clone)]
+pub struct PayloadsTable(String);
 
 fn key(id: &TransactionId) -> HashMap<String, AttributeValue> {
     HashMap::from([(attr::TRANSACTION_ID.to_owned(), s(id.as_str()))])
@@ -248,16 +278,24 @@ impl DynamoStore {
         Self {
             client,
             transactions_table: transactions_table.into(),
-            payloads_table: None,
+            payloads_table: NoPayloads,
             meter: CallMeter::new(),
         }
     }
 
-    pub fn with_payloads_table(mut self, name: impl Into<String>) -> Self {
-        self.payloads_table = Some(name.into());
-        self
+    /// The same store with the payloads table: it creates transactions and reads
+    /// their payloads.
+    pub fn with_payloads_table(self, name: impl Into<String>) -> DynamoStore<PayloadsTable> {
+        DynamoStore {
+            client: self.client,
+            transactions_table: self.transactions_table,
+            payloads_table: PayloadsTable(name.into()),
+            meter: self.meter,
+        }
     }
+}
 
+impl<P> DynamoStore<P> {
     /// Records calls and capacity in `meter` (share one meter between adapters).
     pub fn with_meter(mut self, meter: CallMeter) -> Self {
         self.meter = meter;
@@ -274,12 +312,6 @@ impl DynamoStore {
 
     pub fn transactions_table(&self) -> &str {
         &self.transactions_table
-    }
-
-    fn payloads(&self, operation: &'static str) -> Result<&str, PortError> {
-        self.payloads_table.as_deref().ok_or_else(|| {
-            PortError::permanent(operation, "no payloads table is configured for this store")
-        })
     }
 
     /// Consistent read of the record (used by `get` and after a cancelled create).
@@ -300,12 +332,14 @@ impl DynamoStore {
             .map(|i| record_from_flat(&flat_from_dynamodb(i)).map_err(|e| codec("GetItem", e)))
             .transpose()
     }
+}
 
+impl DynamoStore<PayloadsTable> {
     async fn read_payload_item(
         &self,
         id: &TransactionId,
     ) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
-        let table = self.payloads("GetItem")?;
+        let table = &self.payloads_table.0;
         self.meter.count(Call::PayloadRead);
         let out = self
             .client
@@ -403,13 +437,13 @@ fn decode_cursor(cursor: &str) -> Result<HashMap<String, AttributeValue>, PortEr
     Ok(m.into_iter().map(|(k, v)| (k, s(v))).collect())
 }
 
-impl StateStore for DynamoStore {
+impl Creates for DynamoStore<PayloadsTable> {
     async fn create(
         &self,
         record: &TransactionRecord,
         payload: &Payload,
     ) -> Result<CreateOutcome, PortError> {
-        let payloads = self.payloads("TransactWriteItems")?.to_owned();
+        let payloads = self.payloads_table.0.clone();
         let id_name = HashMap::from([("#id".to_owned(), attr::TRANSACTION_ID.to_owned())]);
         let put_record = Put::builder()
             .table_name(&self.transactions_table)
@@ -476,7 +510,9 @@ impl StateStore for DynamoStore {
             }
         }
     }
+}
 
+impl<P: Send + Sync> Transitions for DynamoStore<P> {
     async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
         let x = update_expression(write);
         self.meter.count(Call::Write);
@@ -522,11 +558,15 @@ impl StateStore for DynamoStore {
             },
         }
     }
+}
 
+impl<P: Send + Sync> Records for DynamoStore<P> {
     async fn get(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
         self.read(id).await
     }
+}
 
+impl Payloads for DynamoStore<PayloadsTable> {
     async fn payload(&self, id: &TransactionId) -> Result<Option<Payload>, PortError> {
         let Some(item) = self.read_payload_item(id).await? else {
             return Ok(None);
@@ -544,7 +584,9 @@ impl StateStore for DynamoStore {
             .map(Some)
             .map_err(|e| PortError::permanent("GetItem", format!("stored payload of `{id}`: {e}")))
     }
+}
 
+impl<P: Send + Sync> StuckIndex for DynamoStore<P> {
     async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
         self.meter.count(Call::Query);
         let start = q.cursor.as_deref().map(decode_cursor).transpose()?;

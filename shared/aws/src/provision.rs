@@ -227,7 +227,10 @@ impl Provisioned {
                 v.push(("PAYLOADS_TABLE", n.payloads_table.clone()));
                 v.push(("REQUEST_QUEUE_URL", self.request.url.clone()));
                 v.push(("RETRY_DLQ_URL", self.retry_dlq.url.clone()));
-                v.push(("MAX_REQUESTS_PER_SECOND", "10".to_owned()));
+                v.push((
+                    "MAX_REQUESTS_PER_SECOND",
+                    domain::defaults::MAX_REQUESTS_PER_SECOND.to_string(),
+                ));
             }
             "reconciler" => {
                 v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));

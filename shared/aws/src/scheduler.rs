@@ -22,7 +22,9 @@ use aws_sdk_scheduler::types::{
 };
 use aws_sdk_scheduler::Client;
 use domain::decide::ScheduleSpec;
-use domain::ports::{ErrorKind, PortError, ScheduleCreated, ScheduleDeleted, Scheduler};
+use domain::ports::{
+    ErrorKind, PortError, ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter,
+};
 use domain::ScheduleName;
 
 /// The timezone written on every schedule.
@@ -106,7 +108,7 @@ impl EventBridgeScheduler {
     }
 }
 
-impl Scheduler for EventBridgeScheduler {
+impl ScheduleCreator for EventBridgeScheduler {
     async fn create(&self, spec: &ScheduleSpec) -> Result<ScheduleCreated, PortError> {
         let window = FlexibleTimeWindow::builder()
             .mode(FlexibleTimeWindowMode::Off)
@@ -136,7 +138,9 @@ impl Scheduler for EventBridgeScheduler {
             },
         }
     }
+}
 
+impl ScheduleDeleter for EventBridgeScheduler {
     async fn delete(&self, name: &ScheduleName) -> Result<ScheduleDeleted, PortError> {
         self.meter.count(Call::ScheduleDelete);
         let result = self

@@ -1,14 +1,18 @@
 //! SQS adapters: the request publisher (body `Request::to_json()`, message attribute
 //! `idempotency_key`), the retry-event publisher (body `RetryEvent::to_json()`), and
-//! [`send_to_dlq`], which the handlers use to park a message that can never succeed
-//! (body and attributes unchanged) before acknowledging it.
+//! the dead-letter adapter [`SqsDeadLetter`], which the handlers use to park a message
+//! that can never succeed (body and attributes unchanged) before acknowledging it.
 
 use crate::errors::classify;
 use crate::meter::{Call, CallMeter};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
+use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use aws_sdk_sqs::Client;
-use domain::ports::{ErrorKind, PortError, RequestPublisher, RetryPublisher};
+use domain::ports::{
+    DeadLetter, ErrorKind, MessageAttribute, PortError, RequestPublisher, RetryPublisher,
+    Undeliverable,
+};
 use domain::{Request, RetryEvent};
 use std::collections::HashMap;
 
@@ -139,23 +143,85 @@ impl RetryPublisher for SqsRetryPublisher {
     }
 }
 
-/// Sends a message, body and attributes unchanged, to a dead-letter queue.
-pub async fn send_to_dlq(
-    client: &Client,
-    queue_url: &str,
-    body: &str,
-    attributes: HashMap<String, MessageAttributeValue>,
-) -> Result<(), PortError> {
-    send(client, &CallMeter::new(), queue_url, body, Some(attributes)).await
+/// Keeps a message that can never succeed, body and message attributes as they came,
+/// in a dead-letter queue (the handlers' [`DeadLetter`] port).
+#[derive(Debug, Clone)]
+pub struct SqsDeadLetter {
+    client: Client,
+    queue_url: String,
 }
 
-/// [`send_to_dlq`], counted in `meter`.
-pub async fn send_to_dlq_metered(
-    client: &Client,
-    meter: &CallMeter,
-    queue_url: &str,
-    body: &str,
-    attributes: HashMap<String, MessageAttributeValue>,
-) -> Result<(), PortError> {
-    send(client, meter, queue_url, body, Some(attributes)).await
+impl SqsDeadLetter {
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+        }
+    }
+}
+
+/// The SDK's form of a received message attribute (String, Number and Binary types,
+/// custom type suffixes kept).
+pub fn to_sdk_attribute(
+    name: &str,
+    a: &MessageAttribute,
+) -> Result<MessageAttributeValue, PortError> {
+    let mut b = MessageAttributeValue::builder().data_type(&a.data_type);
+    if let Some(s) = &a.string_value {
+        b = b.string_value(s);
+    }
+    if let Some(bin) = &a.binary_value {
+        b = b.binary_value(Blob::new(bin.clone()));
+    }
+    b.build().map_err(|e| {
+        PortError::permanent(
+            "SendMessage",
+            format!("message attribute `{name}` cannot be copied: {e}"),
+        )
+    })
+}
+
+impl DeadLetter for SqsDeadLetter {
+    async fn send(&self, message: &Undeliverable) -> Result<(), PortError> {
+        let attributes = message
+            .attributes
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), to_sdk_attribute(k, v)?)))
+            .collect::<Result<HashMap<_, _>, PortError>>()?;
+        send(
+            &self.client,
+            &CallMeter::new(),
+            &self.queue_url,
+            &message.body,
+            Some(attributes),
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(data_type: &str, s: Option<&str>, b: Option<&[u8]>) -> MessageAttribute {
+        MessageAttribute {
+            data_type: data_type.into(),
+            string_value: s.map(str::to_owned),
+            binary_value: b.map(<[u8]>::to_vec),
+        }
+    }
+
+    #[test]
+    fn received_attributes_are_copied_as_they_came() {
+        let s = to_sdk_attribute("trace_id", &attr("String", Some("t-1"), None)).unwrap();
+        assert_eq!(s.data_type(), "String");
+        assert_eq!(s.string_value(), Some("t-1"));
+        let n = to_sdk_attribute("n", &attr("Number.int", Some("42"), None)).unwrap();
+        assert_eq!(n.data_type(), "Number.int");
+        let b = to_sdk_attribute("b", &attr("Binary", None, Some(&[1, 2, 3]))).unwrap();
+        assert_eq!(
+            b.binary_value().map(|b| b.as_ref().to_vec()),
+            Some(vec![1, 2, 3])
+        );
+    }
 }

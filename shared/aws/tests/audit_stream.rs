@@ -9,15 +9,16 @@ mod common;
 use aws::audit::{drain_into, drain_stream, AuditWriter, StreamPosition};
 use common::*;
 use domain::decide::{Input, Known};
-use domain::exec::{execute, Ports};
+use domain::exec::execute;
 use domain::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::policy::FixedRandom;
-use domain::ports::{StateStore, WriteOutcome};
+use domain::ports::{Creates, Payloads, Records, Transitions, WriteOutcome};
 use domain::{
     Context, MaxAttempts, Payload, PolicySet, Request, Response, RetryEvent, Run, Status,
     Timestamp, TransactionRecord,
 };
 use std::time::Duration;
+use testkit::ports::AllPorts;
 
 fn ctx(now: i64) -> Context {
     Context::new(
@@ -54,11 +55,11 @@ fn inputs(tx: &str) -> Vec<(i64, Input)> {
     ]
 }
 
-async fn drive<S: StateStore>(store: &S, tx: &str) {
+async fn drive<S: Creates + Payloads + Records + Transitions>(store: &S, tx: &str) {
     let scheduler = MemoryScheduler::new();
     let requests: MemoryQueue<Request> = MemoryQueue::new();
     let retries: MemoryQueue<RetryEvent> = MemoryQueue::new();
-    let ports = Ports {
+    let ports = AllPorts {
         store,
         scheduler: &scheduler,
         requests: &requests,

@@ -5,12 +5,13 @@
 
 mod common;
 
-use aws::dynamo::DynamoStore;
 use common::*;
 use domain::decide::{decide, Input, Known};
 use domain::machine::{Status, Write};
 use domain::policy::FixedRandom;
-use domain::ports::{CreateOutcome, StateStore, StuckQuery, WriteOutcome};
+use domain::ports::{
+    CreateOutcome, Creates, Payloads, Records, StuckIndex, StuckQuery, Transitions, WriteOutcome,
+};
 use domain::{Context, Effect, Payload, PolicySet, Response, RetryEvent, Timestamp};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -140,7 +141,7 @@ async fn every_write_matches_write_apply() {
         writes.len()
     );
     println!("{} writes x {} records", writes.len(), records.len());
-    let events: BTreeSet<String> = writes.iter().map(|w| format!("{:?}", w.event)).collect();
+    let events: BTreeSet<String> = writes.iter().map(|w| format!("{:?}", w.event())).collect();
     assert!(events.len() >= 7, "writes cover most arrows: {events:?}");
     let (mut applied, mut refused) = (0, 0);
     for w in &writes {
@@ -214,7 +215,7 @@ async fn stale_status_and_stale_attempt_hand_back_the_current_record() {
             .unwrap(),
     );
     let w = first_write(&retry, Known::Unread, &mut rng);
-    assert!(!w.guard.statuses.contains(&Status::InProgress));
+    assert!(!w.from().contains(Status::InProgress));
     assert_eq!(
         store.transition(&w).await.unwrap(),
         WriteOutcome::ConditionFailed(Some(current.clone()))
@@ -250,7 +251,7 @@ async fn stale_status_and_stale_attempt_hand_back_the_current_record() {
 #[tokio::test(flavor = "multi_thread")]
 async fn gsi_query_returns_exactly_the_stuck_transactions_across_shards() {
     let s = stack("gsi").await;
-    let store: DynamoStore = s.store();
+    let store = s.store();
     let shards = 8u16;
     let cutoff = T0 + 1_000_000;
     let mut expected = BTreeSet::new();

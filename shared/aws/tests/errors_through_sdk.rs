@@ -11,9 +11,9 @@ use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::SqsRetryPublisher;
 use common::*;
 use domain::decide::ScheduleSpec;
-use domain::machine::{Actor, Change, Changes, Event, Guard, Write};
+use domain::machine::{Actor, Event, Write};
 use domain::ports::{
-    ErrorKind, RetryPublisher, ScheduleCreated, Scheduler, StateStore, WriteOutcome,
+    ErrorKind, Records, RetryPublisher, ScheduleCreated, ScheduleCreator, Transitions, WriteOutcome,
 };
 use domain::{Origin, RetryEvent, ScheduleName, Status, Timestamp};
 
@@ -42,30 +42,14 @@ fn spec() -> ScheduleSpec {
 }
 
 fn confirm_write(tx: &str) -> Write {
-    Write {
-        transaction_id: id(tx),
-        event: Event::ScheduleConfirmed,
-        guard: Guard {
-            statuses: vec![Status::Scheduling],
-            current_attempt: None,
-            next_attempt: Some(at(2)),
-            budget: None,
-        },
-        set: Changes {
-            status: Status::Scheduled,
-            current_attempt: None,
-            next_attempt: Change::Keep,
-            max_attempts: None,
-            next_fire_at: Change::Keep,
-            schedule_name: Change::Keep,
-            last_outcome: None,
-            last_reason: Change::Keep,
-            updated_at: Timestamp::from_millis(T0 + 5),
-            actor: Actor::ResponseHandler,
-            origin: Change::Keep,
-            reconcile: Change::Clear,
-        },
-    }
+    let mut w = Write::new(
+        id(tx),
+        domain::arrow!([Status::Scheduling], Event::ScheduleConfirmed),
+        Timestamp::from_millis(T0 + 5),
+        Actor::ResponseHandler,
+    );
+    w.guard.next_attempt = Some(at(2));
+    w
 }
 
 /// Throttling is retried a bounded number of times, then surfaced as Retryable.

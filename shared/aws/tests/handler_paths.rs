@@ -11,9 +11,9 @@ use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::SqsRequestPublisher;
 use common::*;
 use domain::decide::{Input, Known};
-use domain::exec::{execute, Ports};
+use domain::exec::{execute, ResponsePorts, RetryPorts};
 use domain::policy::FixedRandom;
-use domain::ports::{CreateOutcome, StateStore, Unwired};
+use domain::ports::{CreateOutcome, Creates, Records};
 use domain::{
     Context, MaxAttempts, Payload, PolicySet, Request, Response, RetryEvent, Run, Status,
     Timestamp, TransactionRecord,
@@ -71,11 +71,9 @@ async fn happy_path_call_counts() {
     )
     .unwrap();
     let mut run = Run::new(Input::Response(resp), Known::Unread, &ctx, &mut rng);
-    let ports = Ports {
+    let ports = ResponsePorts {
         store: &store,
         scheduler: &scheduler,
-        requests: &Unwired,
-        retries: &Unwired,
     };
     let disposition = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
         .await
@@ -126,11 +124,9 @@ async fn happy_path_call_counts() {
         RetryEvent::parse(r#"{"transaction_id":"TX-HP1","origin":"RETRY_SCHEDULER","attempt":2}"#)
             .unwrap();
     let mut run = Run::new(Input::Retry(event), Known::Unread, &ctx, &mut rng);
-    let ports = Ports {
+    let ports = RetryPorts {
         store: &store,
-        scheduler: &Unwired,
         requests: &requests,
-        retries: &Unwired,
     };
     execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
         .await

@@ -6,15 +6,16 @@ mod common;
 
 use aws::config::SchedulerSettings;
 use aws::scheduler::EventBridgeScheduler;
-use aws::sqs::{send_to_dlq, string_attribute, SqsRequestPublisher, SqsRetryPublisher};
+use aws::sqs::{SqsDeadLetter, SqsRequestPublisher, SqsRetryPublisher};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use common::*;
 use domain::decide::ScheduleSpec;
 use domain::ports::{
-    RequestPublisher, RetryPublisher, ScheduleCreated, ScheduleDeleted, Scheduler,
+    DeadLetter, MessageAttribute, RequestPublisher, RetryPublisher, ScheduleCreated,
+    ScheduleCreator, ScheduleDeleted, ScheduleDeleter, Undeliverable,
 };
 use domain::{Origin, Payload, Request, RetryEvent, ScheduleName, Timestamp};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 fn settings(s: &Stack) -> SchedulerSettings {
     SchedulerSettings {
@@ -158,14 +159,20 @@ async fn request_retry_and_dlq_messages_round_trip() {
     );
 
     let body = "{not json at all";
-    let attrs = HashMap::from([
-        (
-            "idempotency_key".to_owned(),
-            string_attribute("TX-9#1").unwrap(),
-        ),
-        ("custom".to_owned(), string_attribute("kept").unwrap()),
-    ]);
-    send_to_dlq(&sqs, &s.p.response_dlq.url, body, attrs)
+    let string = |v: &str| MessageAttribute {
+        data_type: "String".into(),
+        string_value: Some(v.into()),
+        binary_value: None,
+    };
+    let kept = Undeliverable {
+        body: body.into(),
+        attributes: BTreeMap::from([
+            ("idempotency_key".to_owned(), string("TX-9#1")),
+            ("custom".to_owned(), string("kept")),
+        ]),
+    };
+    SqsDeadLetter::new(sqs.clone(), &s.p.response_dlq.url)
+        .send(&kept)
         .await
         .unwrap();
     let m = receive_one(&s, &s.p.response_dlq.url).await;

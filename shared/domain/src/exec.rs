@@ -1,27 +1,258 @@
 //! The executor: performs a [`Run`]'s effects through ports until it is done.
 //!
-//! Generic over the ports and free of any async runtime, so the Lambda handlers, the
-//! local stack and `retryctl` all drive plans through this one loop. A `hook` sees
-//! every effect before it is performed and may stop the run there: that is how tests
-//! simulate a crash between two effects.
+//! Each function performs its plans through a bundle of exactly the ports it has
+//! ([`ResponsePorts`], [`RetryPorts`], [`ReconcilePorts`], [`StartPorts`],
+//! [`ResolvePorts`], [`ReplayPorts`]): a function wired without a port it needs does
+//! not compile. Which effects each input's plans hold is the domain's rule
+//! ([`performs`]); a bundle asked for another effect reports a permanent error
+//! (a decision bug, which the decision tests rule out).
+//!
+//! Free of any async runtime, so the Lambda handlers, the local stack and `retryctl`
+//! all drive plans through this one loop. A `hook` sees every effect before it is
+//! performed and may stop the run there: that is how tests simulate a crash between
+//! two effects.
 
-use crate::decide::{Context, Disposition, Effect, Observed, Run, Step, UnexpectedObservation};
-use crate::message::Request;
+use crate::decide::{
+    Context, Decide, Disposition, Effect, Input, Observed, RequestHeader, Run, ScheduleSpec, Step,
+    UnexpectedObservation,
+};
+use crate::ids::{ScheduleName, TransactionId};
+use crate::machine::{TransactionRecord, Write};
+use crate::message::{Payload, Request, RetryEvent};
 use crate::policy::RandomSource;
 use crate::ports::{
-    CreateOutcome, PortError, RequestPublisher, RetryPublisher, ScheduleCreated, ScheduleDeleted,
-    Scheduler, StateStore, WriteOutcome,
+    CreateOutcome, Creates, Payloads, PortError, Records, RequestPublisher, RetryPublisher,
+    ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter, Transitions, WriteOutcome,
 };
+use std::future::Future;
 use thiserror::Error;
 
-/// The ports a function has. Functions pass [`crate::ports::Unwired`] for the ones
-/// they do not have.
-#[derive(Debug, Clone, Copy)]
-pub struct Ports<'a, St, Sc, Rq, Rt> {
-    pub store: &'a St,
-    pub scheduler: &'a Sc,
-    pub requests: &'a Rq,
-    pub retries: &'a Rt,
+/// True when a plan for `input` may hold `effect`: the effects the function that
+/// handles such an input performs, and the terminal ones.
+pub fn performs(input: &Input, effect: &Effect) -> bool {
+    use Effect as E;
+    effect.is_terminal()
+        || match input {
+            Input::Response(_) => {
+                matches!(effect, E::Write(_) | E::CreateSchedule(_) | E::Alert(_))
+            }
+            Input::Retry(_) => matches!(effect, E::Write(_) | E::PublishRequest(_)),
+            Input::Reconcile(_) => {
+                matches!(
+                    effect,
+                    E::Write(_) | E::CreateSchedule(_) | E::PublishRetry(_)
+                )
+            }
+            Input::Start { .. } => matches!(effect, E::Create { .. } | E::PublishRequest(_)),
+            Input::Resolve(_) => {
+                matches!(effect, E::Read(_) | E::Write(_) | E::DeleteSchedule(_))
+            }
+            Input::Replay { .. } => {
+                matches!(effect, E::Read(_) | E::Write(_) | E::PublishRetry(_))
+            }
+        }
+}
+
+/// Performs a plan's effects over one function's ports.
+pub trait Perform: Send + Sync {
+    /// Performs one effect. Terminal effects are not performed (the run ends on them).
+    fn perform(&self, effect: &Effect) -> impl Future<Output = Result<Observed, PortError>> + Send;
+}
+
+/// An effect the function does not perform: a decision bug, never retried.
+fn not_performed(function: &str, effect: &Effect) -> PortError {
+    if effect.is_terminal() {
+        return PortError::permanent("execute", "terminal effects are not performed");
+    }
+    PortError::permanent(
+        "execute",
+        format!("the {function} does not perform `{}`", effect.label()),
+    )
+}
+
+async fn write<T: Transitions>(store: &T, w: &Write) -> Result<Observed, PortError> {
+    Ok(match store.transition(w).await? {
+        WriteOutcome::Written(r) => Observed::Written(r),
+        WriteOutcome::ConditionFailed(r) => Observed::ConditionFailed(r),
+    })
+}
+
+async fn read<G: Records>(store: &G, id: &TransactionId) -> Result<Observed, PortError> {
+    Ok(Observed::Record(store.get(id).await?))
+}
+
+async fn create<C: Creates>(
+    store: &C,
+    record: &TransactionRecord,
+    payload: &Payload,
+) -> Result<Observed, PortError> {
+    Ok(match store.create(record, payload).await? {
+        CreateOutcome::Created => Observed::Created,
+        CreateOutcome::AlreadyExists {
+            record,
+            same_payload,
+        } => Observed::AlreadyExists {
+            record,
+            same_payload,
+        },
+    })
+}
+
+async fn create_schedule<S: ScheduleCreator>(
+    scheduler: &S,
+    spec: &ScheduleSpec,
+) -> Result<Observed, PortError> {
+    Ok(match scheduler.create(spec).await? {
+        ScheduleCreated::Created => Observed::ScheduleCreated,
+        ScheduleCreated::AlreadyExists => Observed::ScheduleAlreadyExists,
+    })
+}
+
+async fn delete_schedule<S: ScheduleDeleter>(
+    scheduler: &S,
+    name: &ScheduleName,
+) -> Result<Observed, PortError> {
+    Ok(match scheduler.delete(name).await? {
+        ScheduleDeleted::Deleted => Observed::ScheduleDeleted,
+        ScheduleDeleted::NotFound => Observed::ScheduleNotFound,
+    })
+}
+
+/// The request for `h`, with the payload the transaction started with.
+async fn publish_request<P: Payloads, R: RequestPublisher>(
+    payloads: &P,
+    requests: &R,
+    h: &RequestHeader,
+) -> Result<Observed, PortError> {
+    let payload = payloads.payload(&h.transaction_id).await?.ok_or_else(|| {
+        PortError::permanent(
+            "GetItem",
+            format!("no stored payload for transaction `{}`", h.transaction_id),
+        )
+    })?;
+    let request = Request::new(h.transaction_id.clone(), h.attempt, payload);
+    requests.publish(&request).await?;
+    Ok(Observed::Published)
+}
+
+async fn publish_retry<Q: RetryPublisher>(
+    retries: &Q,
+    event: &RetryEvent,
+) -> Result<Observed, PortError> {
+    retries.publish(event).await?;
+    Ok(Observed::Published)
+}
+
+/// Declares a function's bundle: its ports (each a reference, with the bounds it
+/// needs) and the effects it performs; any other effect is [`not_performed`].
+macro_rules! bundle {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $function:literal,
+        { $($field:ident: $ty:ident: $bound:ident $(+ $more:ident)*),+ $(,)? }
+        { $($effect:pat => $perform:expr),+ $(,)? }
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name<'a, $($ty),+> {
+            $(pub $field: &'a $ty),+
+        }
+
+        impl<$($ty: $bound $(+ $more)*),+> Perform for $name<'_, $($ty),+> {
+            async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
+                let Self { $($field),+ } = *self;
+                match effect {
+                    $($effect => $perform.await,)+
+                    other => Err(not_performed($function, other)),
+                }
+            }
+        }
+    };
+}
+
+bundle! {
+    /// The response handler's ports: conditional writes, schedule creation. Alerts
+    /// are raised by the caller from the run's trail (log + metric).
+    ResponsePorts, "response handler",
+    { store: St: Transitions, scheduler: Sc: ScheduleCreator }
+    {
+        Effect::Write(w) => write(store, w),
+        Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
+        Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
+    }
+}
+
+bundle! {
+    /// The retry handler's ports: conditional writes, payload reads, request publishes.
+    ///
+    /// A store that cannot read payloads makes no retry handler:
+    ///
+    /// ```
+    /// use domain::exec::{Perform, RetryPorts};
+    /// use domain::memory::{MemoryQueue, MemoryStore};
+    /// fn performer<P: Perform>(_: &P) {}
+    /// let (store, requests) = (MemoryStore::new(), MemoryQueue::<domain::Request>::new());
+    /// performer(&RetryPorts { store: &store, requests: &requests });
+    /// ```
+    ///
+    /// ```compile_fail
+    /// use domain::exec::{Perform, RetryPorts};
+    /// use domain::memory::{MemoryQueue, MemoryScheduler};
+    /// fn performer<P: Perform>(_: &P) {}
+    /// let (store, requests) = (MemoryScheduler::new(), MemoryQueue::<domain::Request>::new());
+    /// performer(&RetryPorts { store: &store, requests: &requests });
+    /// ```
+    RetryPorts, "retry handler",
+    { store: St: Transitions + Payloads, requests: Rq: RequestPublisher }
+    {
+        Effect::Write(w) => write(store, w),
+        Effect::PublishRequest(h) => publish_request(store, requests, h),
+    }
+}
+
+bundle! {
+    /// The reconciler's ports: conditional writes, schedule creation, retry events
+    /// (its store also answers the index query, [`crate::ports::StuckIndex`]).
+    ReconcilePorts, "reconciler",
+    { store: St: Transitions, scheduler: Sc: ScheduleCreator, retries: Rt: RetryPublisher }
+    {
+        Effect::Write(w) => write(store, w),
+        Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
+        Effect::PublishRetry(event) => publish_retry(retries, event),
+    }
+}
+
+bundle! {
+    /// Starting a transaction: the conditional create, the payload read back, the
+    /// first request.
+    StartPorts, "start operation",
+    { store: St: Creates + Payloads, requests: Rq: RequestPublisher }
+    {
+        Effect::Create { record, payload } => create(store, record, payload),
+        Effect::PublishRequest(h) => publish_request(store, requests, h),
+    }
+}
+
+bundle! {
+    /// "Resolved by other means": a read, a conditional write, the schedule deleted.
+    ResolvePorts, "resolve operation",
+    { store: St: Records + Transitions, scheduler: Sc: ScheduleDeleter }
+    {
+        Effect::Read(id) => read(store, id),
+        Effect::Write(w) => write(store, w),
+        Effect::DeleteSchedule(name) => delete_schedule(scheduler, name),
+    }
+}
+
+bundle! {
+    /// Operator replay: a read, a conditional write, a retry event.
+    ReplayPorts, "replay operation",
+    { store: St: Records + Transitions, retries: Rt: RetryPublisher }
+    {
+        Effect::Read(id) => read(store, id),
+        Effect::Write(w) => write(store, w),
+        Effect::PublishRetry(event) => publish_retry(retries, event),
+    }
 }
 
 /// Why a run stopped before its disposition.
@@ -36,85 +267,15 @@ pub enum ExecError {
     Unexpected(#[from] UnexpectedObservation),
 }
 
-impl<St, Sc, Rq, Rt> Ports<'_, St, Sc, Rq, Rt>
-where
-    St: StateStore,
-    Sc: Scheduler,
-    Rq: RequestPublisher,
-    Rt: RetryPublisher,
-{
-    /// Performs one effect. Terminal effects are not performed (the run ends on them).
-    pub async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
-        Ok(match effect {
-            Effect::Read(id) => Observed::Record(self.store.get(id).await?),
-            Effect::Create { record, payload } => match self.store.create(record, payload).await? {
-                CreateOutcome::Created => Observed::Created,
-                CreateOutcome::AlreadyExists {
-                    record,
-                    same_payload,
-                } => Observed::AlreadyExists {
-                    record,
-                    same_payload,
-                },
-            },
-            Effect::Write(w) => match self.store.transition(w).await? {
-                WriteOutcome::Written(r) => Observed::Written(r),
-                WriteOutcome::ConditionFailed(r) => Observed::ConditionFailed(r),
-            },
-            Effect::CreateSchedule(spec) => match self.scheduler.create(spec).await? {
-                ScheduleCreated::Created => Observed::ScheduleCreated,
-                ScheduleCreated::AlreadyExists => Observed::ScheduleAlreadyExists,
-            },
-            Effect::DeleteSchedule(name) => match self.scheduler.delete(name).await? {
-                ScheduleDeleted::Deleted => Observed::ScheduleDeleted,
-                ScheduleDeleted::NotFound => Observed::ScheduleNotFound,
-            },
-            Effect::PublishRequest(h) => {
-                let payload = self
-                    .store
-                    .payload(&h.transaction_id)
-                    .await?
-                    .ok_or_else(|| {
-                        PortError::permanent(
-                            "GetItem",
-                            format!("no stored payload for transaction `{}`", h.transaction_id),
-                        )
-                    })?;
-                let request = Request::new(h.transaction_id.clone(), h.attempt, payload);
-                RequestPublisher::publish(self.requests, &request).await?;
-                Observed::Published
-            }
-            Effect::PublishRetry(event) => {
-                RetryPublisher::publish(self.retries, event).await?;
-                Observed::Published
-            }
-            // Alerts are raised by the caller from the run's trail (log + metric).
-            Effect::Alert(_) => Observed::Alerted,
-            Effect::Ack(_) | Effect::Drop(_) | Effect::Reject(_) => {
-                return Err(PortError::permanent(
-                    "execute",
-                    "terminal effects are not performed",
-                ))
-            }
-        })
-    }
-}
-
 /// Runs `run` to its disposition. `hook(effect)` returning `false` stops the run
 /// before that effect, as a crash would.
-pub async fn execute<St, Sc, Rq, Rt>(
-    run: &mut Run,
-    ports: &Ports<'_, St, Sc, Rq, Rt>,
+pub async fn execute<D: Decide, P: Perform>(
+    run: &mut Run<D>,
+    ports: &P,
     ctx: &Context,
     rng: &mut (dyn RandomSource + Send),
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
-) -> Result<Disposition, ExecError>
-where
-    St: StateStore,
-    Sc: Scheduler,
-    Rq: RequestPublisher,
-    Rt: RetryPublisher,
-{
+) -> Result<Disposition, ExecError> {
     loop {
         let effect = match run.step() {
             Step::Done(d) => return Ok(d.clone()),
@@ -127,3 +288,6 @@ where
         run.observe(observed, ctx, rng)?;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -20,9 +20,16 @@
 //! the external service's response decides.
 //!
 //! Every arrow is a **conditional write** ([`Write`]): it applies only when the stored
-//! status and attempt are exactly the expected ones ([`Guard`]). [`Write::apply`] is
-//! the semantics every store implements (the DynamoDB adapter translates the same
-//! guard into a `ConditionExpression`).
+//! status is one the arrow leaves and the attempts are exactly the expected ones
+//! ([`Guard`]). [`Write::apply`] is the semantics every store implements (the DynamoDB
+//! adapter translates the same condition into a `ConditionExpression`).
+//!
+//! A write cannot name its new status: it is built from an [`Arrow`], and an arrow is
+//! made only by asking [`transition`] — for every status it leaves, the same status
+//! it enters. Decisions make their arrows with [`arrow!`], which evaluates that
+//! question at compile time: an arrow the machine does not have does not compile. A
+//! new arrow is therefore written once, as a line of [`transition`]; the writes that
+//! take it follow.
 
 use crate::ids::{Attempt, MaxAttempts, ScheduleName, Timestamp, TransactionId};
 use crate::message::{Origin, Outcome};
@@ -130,7 +137,7 @@ pub struct IllegalTransition {
 
 /// The transition function: every arrow of the diagram above, nothing more.
 /// `from = None` is the initial pseudo-state `[*]`.
-pub fn transition(from: Option<Status>, event: Event) -> Result<Status, IllegalTransition> {
+pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, IllegalTransition> {
     use Event as E;
     use Status as S;
     match (from, event) {
@@ -147,6 +154,211 @@ pub fn transition(from: Option<Status>, event: Event) -> Result<Status, IllegalT
     }
 }
 
+/// The status a transaction is created in: the arrow `[*] → ?` on [`Event::Start`].
+pub const CREATED: Status = match transition(None, Event::Start) {
+    Ok(status) => status,
+    Err(_) => panic!("the machine has no arrow from [*] on Start"),
+};
+
+/// A set of statuses (the statuses a write may leave). Iterates, prints and
+/// serializes in the order of [`Status::ALL`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct StatusSet(u8);
+
+impl StatusSet {
+    const fn bit(s: Status) -> u8 {
+        1 << (s as u8)
+    }
+
+    /// The set of `statuses`.
+    pub const fn of(statuses: &[Status]) -> StatusSet {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < statuses.len() {
+            bits |= Self::bit(statuses[i]);
+            i += 1;
+        }
+        StatusSet(bits)
+    }
+
+    pub const fn contains(self, s: Status) -> bool {
+        self.0 & Self::bit(s) != 0
+    }
+
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// True when every status of `self` is in `other`.
+    pub const fn is_subset(self, other: StatusSet) -> bool {
+        self.0 & !other.0 == 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Status> {
+        Status::ALL.into_iter().filter(move |s| self.contains(*s))
+    }
+
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    /// The only status of the set, when it has exactly one.
+    pub fn single(self) -> Option<Status> {
+        let mut it = self.iter();
+        match (it.next(), it.next()) {
+            (Some(s), None) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for StatusSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for StatusSet {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+/// Why statuses and an event make no [`Arrow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ArrowError {
+    /// One of the statuses has no arrow on the event.
+    #[error(transparent)]
+    Illegal(#[from] IllegalTransition),
+    /// The statuses lead to different statuses on the event: one write enters one.
+    #[error("{event:?} leads from {from} to {to} but from {other_from} to {other_to}: a write enters one status")]
+    Diverging {
+        event: Event,
+        from: Status,
+        to: Status,
+        other_from: Status,
+        other_to: Status,
+    },
+    /// No status to leave.
+    #[error("an arrow on {event:?} must leave at least one status")]
+    NoSource { event: Event },
+    /// A narrowed arrow may only leave statuses the arrow already leaves.
+    #[error("the arrow on {event:?} does not leave {status}")]
+    NotLeft { event: Event, status: Status },
+}
+
+/// An arrow of the machine, taken from any of a set of statuses: every status of
+/// `from` leads, on `event`, to the same status `to`, as [`transition`] says. Only
+/// [`Arrow::new`] (or [`arrow!`], its compile-time form) and [`Arrow::only_from`] make
+/// one, so a write built on an arrow enters exactly the status the machine says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Arrow {
+    from: StatusSet,
+    event: Event,
+    to: Status,
+}
+
+impl Arrow {
+    /// The arrow `event` takes from each of `from`, or why there is none.
+    pub const fn new(from: &[Status], event: Event) -> Result<Arrow, ArrowError> {
+        if from.is_empty() {
+            return Err(ArrowError::NoSource { event });
+        }
+        let first = from[0];
+        let to = match transition(Some(first), event) {
+            Ok(to) => to,
+            Err(e) => return Err(ArrowError::Illegal(e)),
+        };
+        let mut i = 1;
+        while i < from.len() {
+            match transition(Some(from[i]), event) {
+                Ok(other_to) if other_to as u8 == to as u8 => {}
+                Ok(other_to) => {
+                    return Err(ArrowError::Diverging {
+                        event,
+                        from: first,
+                        to,
+                        other_from: from[i],
+                        other_to,
+                    })
+                }
+                Err(e) => return Err(ArrowError::Illegal(e)),
+            }
+            i += 1;
+        }
+        Ok(Arrow {
+            from: StatusSet::of(from),
+            event,
+            to,
+        })
+    }
+
+    /// The same arrow, leaving only `from` (a narrower condition): a non-empty part
+    /// of the statuses it leaves.
+    pub fn only_from(self, from: &[Status]) -> Result<Arrow, ArrowError> {
+        if from.is_empty() {
+            return Err(ArrowError::NoSource { event: self.event });
+        }
+        if let Some(status) = from.iter().find(|s| !self.from.contains(**s)) {
+            return Err(ArrowError::NotLeft {
+                event: self.event,
+                status: *status,
+            });
+        }
+        Ok(Arrow {
+            from: StatusSet::of(from),
+            ..self
+        })
+    }
+
+    /// The statuses the arrow leaves.
+    pub const fn from(self) -> StatusSet {
+        self.from
+    }
+
+    pub const fn event(self) -> Event {
+        self.event
+    }
+
+    /// The status the arrow enters.
+    pub const fn to(self) -> Status {
+        self.to
+    }
+
+    /// The arrow stays within the retry cycle (SCHEDULING, SCHEDULED, SENDING): the
+    /// record keeps the cycle's reconciler index key.
+    pub fn within_cycle(self) -> bool {
+        self.to.is_intermediate() && self.from.iter().all(Status::is_intermediate)
+    }
+}
+
+/// An [`Arrow`] checked at compile time: `arrow!([Status::InProgress],
+/// Event::ResponseSuccess)`. Statuses and an event without an arrow of the machine
+/// do not compile.
+///
+/// ```
+/// use domain::machine::{Event, Status};
+/// let a = domain::arrow!([Status::Scheduling, Status::Scheduled], Event::RetryEventAccepted);
+/// assert_eq!(a.to(), Status::Sending);
+/// ```
+///
+/// ```compile_fail
+/// use domain::machine::{Event, Status};
+/// // SENDING cannot be resolved by other means: the request is in flight.
+/// let a = domain::arrow!([Status::Scheduling, Status::Sending], Event::ResolvedElsewhere);
+/// ```
+#[macro_export]
+macro_rules! arrow {
+    ([$($from:expr),+ $(,)?], $event:expr) => {
+        const {
+            match $crate::machine::Arrow::new(&[$($from),+], $event) {
+                Ok(arrow) => arrow,
+                Err(_) => panic!("not an arrow of the state machine"),
+            }
+        }
+    };
+}
+
 /// Who wrote a record (kept on the item and copied into the audit trail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -161,6 +373,14 @@ pub enum Actor {
 }
 
 impl Actor {
+    pub const ALL: [Actor; 5] = [
+        Actor::Starter,
+        Actor::ResponseHandler,
+        Actor::RetryHandler,
+        Actor::Reconciler,
+        Actor::Operator,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Actor::Starter => "starter",
@@ -172,15 +392,7 @@ impl Actor {
     }
 
     pub fn parse(raw: &str) -> Option<Actor> {
-        [
-            Actor::Starter,
-            Actor::ResponseHandler,
-            Actor::RetryHandler,
-            Actor::Reconciler,
-            Actor::Operator,
-        ]
-        .into_iter()
-        .find(|a| a.as_str() == raw)
+        Actor::ALL.into_iter().find(|a| a.as_str() == raw)
     }
 }
 
@@ -262,7 +474,7 @@ impl TransactionRecord {
     ) -> Self {
         Self {
             transaction_id,
-            status: Status::InProgress,
+            status: CREATED,
             current_attempt: Attempt::FIRST,
             next_attempt: None,
             max_attempts,
@@ -288,11 +500,10 @@ pub enum BudgetGuard {
     Exhausted,
 }
 
-/// The condition of a conditional write.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// The conditions of a conditional write besides its status (the statuses it may
+/// leave are its [`Arrow`]'s).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Guard {
-    /// `status` must be one of these (never empty).
-    pub statuses: Vec<Status>,
     pub current_attempt: Option<Attempt>,
     pub next_attempt: Option<Attempt>,
     pub budget: Option<BudgetGuard>,
@@ -300,10 +511,8 @@ pub struct Guard {
 
 impl Guard {
     pub fn holds(&self, rec: &TransactionRecord) -> bool {
-        self.statuses.contains(&rec.status)
-            && self
-                .current_attempt
-                .is_none_or(|a| rec.current_attempt == a)
+        self.current_attempt
+            .is_none_or(|a| rec.current_attempt == a)
             && self
                 .next_attempt
                 .is_none_or(|a| rec.next_attempt == Some(a))
@@ -333,10 +542,9 @@ impl<T: Clone> Change<T> {
     }
 }
 
-/// The attributes a write sets.
+/// The attributes a write sets besides its status (which is its arrow's).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Changes {
-    pub status: Status,
     pub current_attempt: Option<Attempt>,
     pub next_attempt: Change<Attempt>,
     pub max_attempts: Option<MaxAttempts>,
@@ -352,10 +560,10 @@ pub struct Changes {
 }
 
 /// One conditional write: an arrow of the state machine on one transaction.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Write {
     pub transaction_id: TransactionId,
-    pub event: Event,
+    arrow: Arrow,
     pub guard: Guard,
     pub set: Changes,
 }
@@ -366,14 +574,107 @@ pub struct Write {
 pub struct ConditionFailed;
 
 impl Write {
-    /// The semantics of a conditional write: the new record if the guard holds.
+    /// A write taking `arrow` on `transaction_id`, written at `at` by `actor`, with no
+    /// condition but the arrow's statuses and no other change: attempts, fire time,
+    /// schedule name, outcome, reason and origin kept; the reconciler index key kept
+    /// within the retry cycle and removed otherwise (a write entering the cycle sets
+    /// it with [`Write::open_cycle`]).
+    pub fn new(transaction_id: TransactionId, arrow: Arrow, at: Timestamp, actor: Actor) -> Self {
+        Self {
+            transaction_id,
+            arrow,
+            guard: Guard::default(),
+            set: Changes {
+                current_attempt: None,
+                next_attempt: Change::Keep,
+                max_attempts: None,
+                next_fire_at: Change::Keep,
+                schedule_name: Change::Keep,
+                last_outcome: None,
+                last_reason: Change::Keep,
+                updated_at: at,
+                actor,
+                origin: Change::Keep,
+                reconcile: if arrow.within_cycle() {
+                    Change::Keep
+                } else {
+                    Change::Clear
+                },
+            },
+        }
+    }
+
+    /// Opens the retry cycle of attempt `next`, due at `fire_at` under the schedule
+    /// `name`: the three are persisted with the reconciler index key the record keeps
+    /// until it leaves the cycle (partition by `shards`, sorted by the fire time).
+    pub fn open_cycle(
+        mut self,
+        next: Attempt,
+        fire_at: Timestamp,
+        name: ScheduleName,
+        shards: u16,
+    ) -> Self {
+        self.set.next_attempt = Change::Set(next);
+        self.set.next_fire_at = Change::Set(fire_at);
+        self.set.schedule_name = Change::Set(name);
+        self.set.reconcile = match ReconcileKey::derive(
+            self.arrow.to(),
+            &self.transaction_id,
+            shards,
+            self.set.updated_at,
+            Some(fire_at),
+        ) {
+            Some(k) => Change::Set(k),
+            None => Change::Clear,
+        };
+        self
+    }
+
+    /// The same write, taken only from `from` (see [`Arrow::only_from`]).
+    pub fn only_from(mut self, from: &[Status]) -> Result<Self, ArrowError> {
+        self.arrow = self.arrow.only_from(from)?;
+        Ok(self)
+    }
+
+    pub fn arrow(&self) -> Arrow {
+        self.arrow
+    }
+
+    pub fn event(&self) -> Event {
+        self.arrow.event()
+    }
+
+    /// The statuses the write may find.
+    pub fn from(&self) -> StatusSet {
+        self.arrow.from()
+    }
+
+    /// The status the write enters.
+    pub fn to(&self) -> Status {
+        self.arrow.to()
+    }
+
+    /// The status the write expects, when it expects exactly one.
+    pub fn from_status(&self) -> Option<Status> {
+        self.arrow.from().single()
+    }
+
+    /// True when the write applies to `rec`: its transaction, a status the arrow
+    /// leaves, and the guard.
+    pub fn holds(&self, rec: &TransactionRecord) -> bool {
+        rec.transaction_id == self.transaction_id
+            && self.arrow.from().contains(rec.status)
+            && self.guard.holds(rec)
+    }
+
+    /// The semantics of a conditional write: the new record if the condition holds.
     pub fn apply(&self, rec: &TransactionRecord) -> Result<TransactionRecord, ConditionFailed> {
-        if rec.transaction_id != self.transaction_id || !self.guard.holds(rec) {
+        if !self.holds(rec) {
             return Err(ConditionFailed);
         }
         let mut next = rec.clone();
         let s = &self.set;
-        next.status = s.status;
+        next.status = self.arrow.to();
         if let Some(a) = s.current_attempt {
             next.current_attempt = a;
         }
@@ -393,19 +694,12 @@ impl Write {
         s.reconcile.apply_to(&mut next.reconcile);
         Ok(next)
     }
-
-    /// The status the guard expects, when it names exactly one.
-    pub fn from_status(&self) -> Option<Status> {
-        match self.guard.statuses.as_slice() {
-            [one] => Some(*one),
-            _ => None,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use Event as E;
     use Status as S;
 
@@ -520,39 +814,186 @@ mod tests {
         r
     }
 
+    fn id() -> TransactionId {
+        TransactionId::parse("TX-1").unwrap()
+    }
+
+    fn write(from: &[Status], event: Event) -> Write {
+        Write::new(
+            id(),
+            Arrow::new(from, event).unwrap(),
+            Timestamp::from_millis(5),
+            Actor::ResponseHandler,
+        )
+    }
+
     #[test]
     fn guard_checks_status_attempts_and_budget() {
-        let g = Guard {
-            statuses: vec![S::InProgress],
+        let mut w = write(&[S::InProgress], E::ResponseCancelledRetry);
+        w.guard = Guard {
             current_attempt: Some(Attempt::new(2).unwrap()),
             next_attempt: None,
             budget: Some(BudgetGuard::Remaining),
         };
-        assert!(g.holds(&record(S::InProgress, 2, None, 4)));
+        assert!(w.holds(&record(S::InProgress, 2, None, 4)));
         assert!(
-            !g.holds(&record(S::InProgress, 1, None, 4)),
+            !w.holds(&record(S::InProgress, 1, None, 4)),
             "stale attempt"
         );
         assert!(
-            !g.holds(&record(S::Scheduling, 2, Some(3), 4)),
+            !w.holds(&record(S::Scheduling, 2, Some(3), 4)),
             "stale status"
         );
-        assert!(!g.holds(&record(S::InProgress, 2, None, 2)), "budget spent");
-        let exhausted = Guard {
+        assert!(!w.holds(&record(S::InProgress, 2, None, 2)), "budget spent");
+        let mut exhausted = write(&[S::InProgress], E::ResponseCancelledExhausted);
+        exhausted.guard = Guard {
             budget: Some(BudgetGuard::Exhausted),
-            ..g.clone()
+            ..w.guard.clone()
         };
         assert!(exhausted.holds(&record(S::InProgress, 2, None, 2)));
         assert!(!exhausted.holds(&record(S::InProgress, 2, None, 3)));
-        let next = Guard {
-            statuses: vec![S::Scheduling, S::Scheduled],
-            current_attempt: None,
-            next_attempt: Some(Attempt::new(3).unwrap()),
-            budget: None,
-        };
+        let mut next = write(&[S::Scheduling, S::Scheduled], E::RetryEventAccepted);
+        next.guard.next_attempt = Some(Attempt::new(3).unwrap());
         assert!(next.holds(&record(S::Scheduled, 2, Some(3), 4)));
         assert!(!next.holds(&record(S::Scheduled, 2, Some(4), 5)));
         assert!(!next.holds(&record(S::Sending, 2, Some(3), 4)));
+        let mut other = record(S::Scheduled, 2, Some(3), 4);
+        other.transaction_id = TransactionId::parse("TX-2").unwrap();
+        assert!(!next.holds(&other), "another transaction");
+    }
+
+    /// Every set of statuses × every event: an arrow exactly when each status of the
+    /// set has an arrow on the event and all of them enter the same status; the error
+    /// says which of the three rules failed.
+    #[test]
+    fn an_arrow_is_made_only_from_the_transition_function() {
+        let mut arrows = 0;
+        for bits in 0u8..64 {
+            let from: Vec<Status> = Status::ALL
+                .into_iter()
+                .filter(|s| bits & (1 << (*s as u8)) != 0)
+                .collect();
+            for event in Event::ALL {
+                let targets: Vec<Result<Status, IllegalTransition>> =
+                    from.iter().map(|s| transition(Some(*s), event)).collect();
+                let got = Arrow::new(&from, event);
+                match (from.first(), targets.iter().find(|t| t.is_err())) {
+                    (None, _) => assert_eq!(got, Err(ArrowError::NoSource { event })),
+                    (Some(_), Some(Err(e))) => assert_eq!(got, Err(ArrowError::Illegal(*e))),
+                    (Some(_), _) => {
+                        let to: BTreeSet<Status> = targets.iter().filter_map(|t| t.ok()).collect();
+                        if to.len() == 1 {
+                            let a = got.unwrap();
+                            assert_eq!(Some(a.to()), to.first().copied());
+                            assert_eq!(a.from().iter().collect::<Vec<_>>(), from);
+                            assert_eq!(a.event(), event);
+                            arrows += 1;
+                        } else {
+                            assert!(
+                                matches!(got, Err(ArrowError::Diverging { .. })),
+                                "{from:?} {event:?}: {got:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // One per non-empty subset of the sources of each event: Start has none
+        // (it leaves [*]); RetryEventAccepted 7, ResolvedElsewhere 3, the rest 1 each.
+        assert_eq!(arrows, 7 + 3 + 6);
+    }
+
+    #[test]
+    fn a_narrowed_arrow_leaves_only_statuses_it_left() {
+        let a = Arrow::new(&[S::Scheduling, S::Scheduled], E::ResolvedElsewhere).unwrap();
+        let one = a.only_from(&[S::Scheduled]).unwrap();
+        assert_eq!(one.to(), S::Succeeded);
+        assert_eq!(one.from().single(), Some(S::Scheduled));
+        assert_eq!(
+            one.only_from(&[S::Scheduling]),
+            Err(ArrowError::NotLeft {
+                event: E::ResolvedElsewhere,
+                status: S::Scheduling
+            })
+        );
+        assert_eq!(
+            a.only_from(&[]),
+            Err(ArrowError::NoSource {
+                event: E::ResolvedElsewhere
+            })
+        );
+        let e = ArrowError::NotLeft {
+            event: E::ResolvedElsewhere,
+            status: S::Sending,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the arrow on ResolvedElsewhere does not leave SENDING"
+        );
+    }
+
+    #[test]
+    fn the_macro_checks_the_arrow_at_compile_time() {
+        const CONFIRM: Arrow = crate::arrow!([Status::Scheduling], Event::ScheduleConfirmed);
+        assert_eq!(CONFIRM.to(), S::Scheduled);
+        assert_eq!(CREATED, S::InProgress);
+        assert_eq!(
+            TransactionRecord::started(
+                id(),
+                MaxAttempts::new(3).unwrap(),
+                Timestamp::from_millis(0)
+            )
+            .status,
+            CREATED
+        );
+    }
+
+    /// A write enters its arrow's status, whatever else it sets, and keeps the
+    /// reconciler index key exactly while it stays within the retry cycle.
+    #[test]
+    fn a_write_enters_the_status_of_its_arrow() {
+        let mut w = write(&[S::Scheduling], E::ScheduleConfirmed);
+        w.guard.next_attempt = Some(Attempt::new(2).unwrap());
+        let before = record(S::Scheduling, 1, Some(2), 4);
+        let after = w.apply(&before).unwrap();
+        assert_eq!(after.status, S::Scheduled);
+        assert_eq!(w.set.reconcile, Change::Keep);
+        assert_eq!(w.from_status(), Some(S::Scheduling));
+        assert_eq!(
+            write(&[S::Sending], E::RequestPublished).set.reconcile,
+            Change::Clear
+        );
+        assert_eq!(
+            write(&[S::InProgress], E::ResponseSuccess).set.reconcile,
+            Change::Clear
+        );
+        let entering = write(&[S::InProgress], E::ResponseCancelledRetry);
+        assert_eq!(entering.set.reconcile, Change::Clear);
+        let fire = Timestamp::from_millis(9_000);
+        let opened = entering.open_cycle(
+            Attempt::new(2).unwrap(),
+            fire,
+            ScheduleName::for_retry(&id(), Attempt::new(2).unwrap()),
+            8,
+        );
+        assert_eq!(
+            opened.set.reconcile,
+            Change::Set(
+                ReconcileKey::derive(
+                    S::Scheduling,
+                    &id(),
+                    8,
+                    Timestamp::from_millis(5),
+                    Some(fire)
+                )
+                .unwrap()
+            )
+        );
+        assert_eq!(opened.to(), S::Scheduling);
+        assert_eq!(
+            write(&[S::Scheduling, S::Scheduled], E::RetryEventAccepted).from_status(),
+            None
+        );
     }
 
     #[test]

@@ -11,8 +11,9 @@ use crate::ids::{ScheduleName, Timestamp, TransactionId};
 use crate::machine::{ReconcileKey, TransactionRecord, Write};
 use crate::message::{Payload, Request, RetryEvent};
 use crate::ports::{
-    Clock, CreateOutcome, PortError, RequestPublisher, RetryPublisher, ScheduleCreated,
-    ScheduleDeleted, Scheduler, StateStore, StuckPage, StuckQuery, WriteOutcome,
+    Clock, CreateOutcome, Creates, DeadLetter, Payloads, PortError, Records, RequestPublisher,
+    RetryPublisher, ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter, StuckIndex,
+    StuckPage, StuckQuery, Transitions, Undeliverable, WriteOutcome,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -94,7 +95,7 @@ impl MemoryStore {
     }
 }
 
-impl StateStore for MemoryStore {
+impl Creates for MemoryStore {
     async fn create(
         &self,
         record: &TransactionRecord,
@@ -116,7 +117,9 @@ impl StateStore for MemoryStore {
         s.changes.push((None, record.clone()));
         Ok(CreateOutcome::Created)
     }
+}
 
+impl Transitions for MemoryStore {
     async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
         let mut s = lock(&self.state);
         s.calls.writes += 1;
@@ -136,19 +139,25 @@ impl StateStore for MemoryStore {
             }
         }
     }
+}
 
+impl Records for MemoryStore {
     async fn get(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
         let mut s = lock(&self.state);
         s.calls.reads += 1;
         Ok(s.records.get(id).cloned())
     }
+}
 
+impl Payloads for MemoryStore {
     async fn payload(&self, id: &TransactionId) -> Result<Option<Payload>, PortError> {
         let mut s = lock(&self.state);
         s.calls.payload_reads += 1;
         Ok(s.payloads.get(id).cloned())
     }
+}
 
+impl StuckIndex for MemoryStore {
     async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
         let mut s = lock(&self.state);
         s.calls.queries += 1;
@@ -223,7 +232,7 @@ impl MemoryScheduler {
     }
 }
 
-impl Scheduler for MemoryScheduler {
+impl ScheduleCreator for MemoryScheduler {
     async fn create(&self, spec: &ScheduleSpec) -> Result<ScheduleCreated, PortError> {
         let mut live = lock(&self.live);
         if live.contains_key(&spec.name) {
@@ -234,7 +243,9 @@ impl Scheduler for MemoryScheduler {
         self.created.fetch_add(1, Ordering::Relaxed);
         Ok(ScheduleCreated::Created)
     }
+}
 
+impl ScheduleDeleter for MemoryScheduler {
     async fn delete(&self, name: &ScheduleName) -> Result<ScheduleDeleted, PortError> {
         Ok(match lock(&self.live).remove(name) {
             Some(_) => ScheduleDeleted::Deleted,
@@ -289,6 +300,43 @@ impl RequestPublisher for MemoryQueue<Request> {
 impl RetryPublisher for MemoryQueue<RetryEvent> {
     async fn publish(&self, event: &RetryEvent) -> Result<(), PortError> {
         lock(&self.messages).push(event.clone());
+        Ok(())
+    }
+}
+
+/// A dead-letter queue in memory. It can be told to fail, to prove that a failed
+/// send never loses a record.
+#[derive(Debug, Default)]
+pub struct MemoryDeadLetter {
+    messages: Mutex<Vec<Undeliverable>>,
+    failing: Mutex<bool>,
+}
+
+impl MemoryDeadLetter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The messages received, in order.
+    pub fn messages(&self) -> Vec<Undeliverable> {
+        lock(&self.messages).clone()
+    }
+
+    /// While `true`, every send fails with a retryable error.
+    pub fn set_failing(&self, failing: bool) {
+        *lock(&self.failing) = failing;
+    }
+}
+
+impl DeadLetter for MemoryDeadLetter {
+    async fn send(&self, message: &Undeliverable) -> Result<(), PortError> {
+        if *lock(&self.failing) {
+            return Err(PortError::retryable(
+                "SendMessage",
+                "dead-letter queue unavailable",
+            ));
+        }
+        lock(&self.messages).push(message.clone());
         Ok(())
     }
 }

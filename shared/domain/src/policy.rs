@@ -95,14 +95,16 @@ pub enum PolicyError {
 }
 
 impl RetryPolicy {
-    /// The article's defaults: base 2 h, factor 2, cap 24 h, jitter ±10 %, jitter after cap.
+    /// The article's defaults ([`crate::defaults`]): base 2 h, factor 2, cap 24 h,
+    /// jitter ±10 %, jitter after cap.
     pub fn article_default() -> Self {
+        use crate::defaults as d;
         Self {
-            base: Duration::from_secs(2 * 3600),
-            factor: 2.0,
-            cap: Duration::from_secs(24 * 3600),
-            jitter: 0.10,
-            strict_cap: false,
+            base: d::BACKOFF_BASE,
+            factor: d::BACKOFF_FACTOR,
+            cap: d::BACKOFF_CAP,
+            jitter: d::BACKOFF_JITTER,
+            strict_cap: d::BACKOFF_STRICT_CAP,
         }
     }
 

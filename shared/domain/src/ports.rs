@@ -1,18 +1,48 @@
-//! Ports: one trait per capability.
+//! Ports: one trait per capability, each as narrow as one kind of call.
 //!
-//! A function gets exactly the ports it uses, so the IAM policy of each Lambda can list
-//! exactly the actions behind them. Adapters live elsewhere (`deferred-retry-aws` for
-//! AWS, `deferred-retry-runtime::memory` in memory); they implement these traits and
-//! classify failures into [`PortError`].
+//! A function's core is generic over exactly the ports it uses (the bundles of
+//! [`crate::exec`]), so a function wired without a port it needs does not compile,
+//! and the IAM policy of each Lambda lists exactly the actions behind its ports
+//! (`docs/functions.md` maps them). Adapters live elsewhere (`deferred-retry-aws` for
+//! AWS, [`crate::memory`] in memory); they implement these traits and classify
+//! failures into [`PortError`].
 //!
-//! The traits use `async fn` returning `Send` futures, with no runtime dependency.
+//! The traits use `async fn` returning `Send` futures, with no runtime dependency. A
+//! reference or an `Arc` to a port is the same port, so one adapter can serve several
+//! functions in one process (the local stack, tests).
 
 use crate::decide::ScheduleSpec;
 use crate::ids::{ScheduleName, Timestamp, TransactionId};
 use crate::machine::{TransactionRecord, Write};
 use crate::message::{Payload, Request, RetryEvent};
+use std::collections::BTreeMap;
 use std::future::Future;
 use thiserror::Error;
+
+/// Declares a port: the trait, and the same trait for a reference and an `Arc` to it.
+macro_rules! port {
+    ($(#[$doc:meta])* pub trait $name:ident {
+        $(#[$fdoc:meta])* fn $f:ident(&self $(, $arg:ident: $ty:ty)*) -> $out:ty;
+    }) => {
+        $(#[$doc])*
+        pub trait $name: Send + Sync {
+            $(#[$fdoc])*
+            fn $f(&self $(, $arg: $ty)*) -> impl Future<Output = $out> + Send;
+        }
+
+        impl<T: $name + ?Sized> $name for &T {
+            fn $f(&self $(, $arg: $ty)*) -> impl Future<Output = $out> + Send {
+                (**self).$f($($arg),*)
+            }
+        }
+
+        impl<T: $name + ?Sized> $name for std::sync::Arc<T> {
+            fn $f(&self $(, $arg: $ty)*) -> impl Future<Output = $out> + Send {
+                (**self).$f($($arg),*)
+            }
+        }
+    };
+}
 
 /// What the caller must do about a failed port call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,72 +137,125 @@ pub struct StuckQuery {
     pub cursor: Option<String>,
 }
 
-/// The state store: one small item per transaction, changed only by conditional
-/// writes; the payload stored apart, written once.
-pub trait StateStore: Send + Sync {
-    /// Conditional create of the record and its payload.
-    fn create(
-        &self,
-        record: &TransactionRecord,
-        payload: &Payload,
-    ) -> impl Future<Output = Result<CreateOutcome, PortError>> + Send;
-
-    /// One conditional write. A failed condition returns the current record without a
-    /// second read.
-    fn transition(
-        &self,
-        write: &Write,
-    ) -> impl Future<Output = Result<WriteOutcome, PortError>> + Send;
-
-    /// Strongly consistent read of a record.
-    fn get(
-        &self,
-        id: &TransactionId,
-    ) -> impl Future<Output = Result<Option<TransactionRecord>, PortError>> + Send;
-
-    /// The stored payload.
-    fn payload(
-        &self,
-        id: &TransactionId,
-    ) -> impl Future<Output = Result<Option<Payload>, PortError>> + Send;
-
-    /// The current records (strongly consistent reads) of the index entries on
-    /// `query.shard` whose sort key (the cycle's fire time) is before `query.before`
-    /// (a Query on the sparse, sharded index, never a Scan). A record that left the
-    /// index between the query and the read is not returned.
-    fn query_stuck(
-        &self,
-        query: &StuckQuery,
-    ) -> impl Future<Output = Result<StuckPage, PortError>> + Send;
+port! {
+    /// The conditional writes of the state table: one item per transaction, changed
+    /// only by an arrow of the machine (`dynamodb:UpdateItem`).
+    pub trait Transitions {
+        /// One conditional write. A failed condition returns the current record
+        /// without a second read.
+        fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError>;
+    }
 }
 
-/// The deferred scheduler.
-pub trait Scheduler: Send + Sync {
-    /// Creates a one-time schedule; an existing one with the same name is success.
-    fn create(
-        &self,
-        spec: &ScheduleSpec,
-    ) -> impl Future<Output = Result<ScheduleCreated, PortError>> + Send;
-    /// Deletes a schedule; a missing one is success.
-    fn delete(
-        &self,
-        name: &ScheduleName,
-    ) -> impl Future<Output = Result<ScheduleDeleted, PortError>> + Send;
+port! {
+    /// Strongly consistent reads of the state table (`dynamodb:GetItem`).
+    pub trait Records {
+        fn get(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError>;
+    }
 }
 
-/// Publishes requests to the external service.
-pub trait RequestPublisher: Send + Sync {
-    fn publish(&self, request: &Request) -> impl Future<Output = Result<(), PortError>> + Send;
+port! {
+    /// The conditional create of a transaction and its payload, stored apart and
+    /// written once (`dynamodb:PutItem` on both tables in one transaction, and
+    /// `dynamodb:GetItem` to compare a repeated start).
+    pub trait Creates {
+        fn create(
+            &self,
+            record: &TransactionRecord,
+            payload: &Payload
+        ) -> Result<CreateOutcome, PortError>;
+    }
 }
 
-/// Puts retry events on the retry queue (reconciler and operator).
-pub trait RetryPublisher: Send + Sync {
-    fn publish(&self, event: &RetryEvent) -> impl Future<Output = Result<(), PortError>> + Send;
+port! {
+    /// The stored payloads (`dynamodb:GetItem` on the payloads table).
+    pub trait Payloads {
+        fn payload(&self, id: &TransactionId) -> Result<Option<Payload>, PortError>;
+    }
+}
+
+port! {
+    /// The reconciler index (`dynamodb:Query` on the index, `dynamodb:GetItem`).
+    pub trait StuckIndex {
+        /// The current records (strongly consistent reads) of the index entries on
+        /// `query.shard` whose sort key (the cycle's fire time) is before
+        /// `query.before` (a Query on the sparse, sharded index, never a Scan). A
+        /// record that left the index between the query and the read is not returned.
+        fn query_stuck(&self, query: &StuckQuery) -> Result<StuckPage, PortError>;
+    }
+}
+
+port! {
+    /// Creates one-time schedules (`scheduler:CreateSchedule`, `iam:PassRole`).
+    pub trait ScheduleCreator {
+        /// Creates a one-time schedule; an existing one with the same name is success.
+        fn create(&self, spec: &ScheduleSpec) -> Result<ScheduleCreated, PortError>;
+    }
+}
+
+port! {
+    /// Deletes schedules (`scheduler:DeleteSchedule`).
+    pub trait ScheduleDeleter {
+        /// Deletes a schedule; a missing one is success.
+        fn delete(&self, name: &ScheduleName) -> Result<ScheduleDeleted, PortError>;
+    }
+}
+
+port! {
+    /// Publishes requests to the external service (`sqs:SendMessage` to the request
+    /// queue).
+    pub trait RequestPublisher {
+        fn publish(&self, request: &Request) -> Result<(), PortError>;
+    }
+}
+
+port! {
+    /// Puts retry events on the retry queue (reconciler and operator;
+    /// `sqs:SendMessage`).
+    pub trait RetryPublisher {
+        fn publish(&self, event: &RetryEvent) -> Result<(), PortError>;
+    }
+}
+
+/// One attribute of a received message, as it came.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageAttribute {
+    /// `String`, `Number`, `Binary`, with any custom suffix (`Number.int`).
+    pub data_type: String,
+    pub string_value: Option<String>,
+    pub binary_value: Option<Vec<u8>>,
+}
+
+/// A received message that can never succeed, kept for a human exactly as it came.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Undeliverable {
+    pub body: String,
+    pub attributes: BTreeMap<String, MessageAttribute>,
+}
+
+port! {
+    /// Keeps a permanently failing message, body and attributes unchanged, in the
+    /// consumed queue's dead-letter queue (`sqs:SendMessage`).
+    pub trait DeadLetter {
+        fn send(&self, message: &Undeliverable) -> Result<(), PortError>;
+    }
 }
 
 /// The time, injected so that tests and the simulator control it.
 pub trait Clock: Send + Sync {
     fn now(&self) -> Timestamp;
+}
+
+impl<T: Clock + ?Sized> Clock for &T {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+impl<T: Clock + ?Sized> Clock for std::sync::Arc<T> {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
 }
 
 /// The machine's clock.
@@ -188,116 +271,3 @@ impl Clock for SystemClock {
         Timestamp::from_millis(ms)
     }
 }
-
-/// A port that a function does not have. Calling it is a wiring bug, reported as a
-/// permanent error rather than a panic.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Unwired;
-
-impl Scheduler for Unwired {
-    async fn create(&self, _: &ScheduleSpec) -> Result<ScheduleCreated, PortError> {
-        Err(PortError::permanent(
-            "CreateSchedule",
-            "no scheduler is wired into this function",
-        ))
-    }
-    async fn delete(&self, _: &ScheduleName) -> Result<ScheduleDeleted, PortError> {
-        Err(PortError::permanent(
-            "DeleteSchedule",
-            "no scheduler is wired into this function",
-        ))
-    }
-}
-
-impl RequestPublisher for Unwired {
-    async fn publish(&self, _: &Request) -> Result<(), PortError> {
-        Err(PortError::permanent(
-            "SendMessage",
-            "no request publisher is wired into this function",
-        ))
-    }
-}
-
-impl RetryPublisher for Unwired {
-    async fn publish(&self, _: &RetryEvent) -> Result<(), PortError> {
-        Err(PortError::permanent(
-            "SendMessage",
-            "no retry publisher is wired into this function",
-        ))
-    }
-}
-
-// Shared ports: a reference or an `Arc` to a port is the same port, so one adapter
-// can serve several functions in one process (the local stack, tests).
-macro_rules! delegate_ports {
-    ($($wrapper:ty),*) => {$(
-        impl<T: StateStore + ?Sized> StateStore for $wrapper {
-            fn create(
-                &self,
-                record: &TransactionRecord,
-                payload: &Payload,
-            ) -> impl Future<Output = Result<CreateOutcome, PortError>> + Send {
-                (**self).create(record, payload)
-            }
-            fn transition(
-                &self,
-                write: &Write,
-            ) -> impl Future<Output = Result<WriteOutcome, PortError>> + Send {
-                (**self).transition(write)
-            }
-            fn get(
-                &self,
-                id: &TransactionId,
-            ) -> impl Future<Output = Result<Option<TransactionRecord>, PortError>> + Send {
-                (**self).get(id)
-            }
-            fn payload(
-                &self,
-                id: &TransactionId,
-            ) -> impl Future<Output = Result<Option<Payload>, PortError>> + Send {
-                (**self).payload(id)
-            }
-            fn query_stuck(
-                &self,
-                query: &StuckQuery,
-            ) -> impl Future<Output = Result<StuckPage, PortError>> + Send {
-                (**self).query_stuck(query)
-            }
-        }
-
-        impl<T: Scheduler + ?Sized> Scheduler for $wrapper {
-            fn create(
-                &self,
-                spec: &ScheduleSpec,
-            ) -> impl Future<Output = Result<ScheduleCreated, PortError>> + Send {
-                (**self).create(spec)
-            }
-            fn delete(
-                &self,
-                name: &ScheduleName,
-            ) -> impl Future<Output = Result<ScheduleDeleted, PortError>> + Send {
-                (**self).delete(name)
-            }
-        }
-
-        impl<T: RequestPublisher + ?Sized> RequestPublisher for $wrapper {
-            fn publish(&self, request: &Request) -> impl Future<Output = Result<(), PortError>> + Send {
-                (**self).publish(request)
-            }
-        }
-
-        impl<T: RetryPublisher + ?Sized> RetryPublisher for $wrapper {
-            fn publish(&self, event: &RetryEvent) -> impl Future<Output = Result<(), PortError>> + Send {
-                (**self).publish(event)
-            }
-        }
-
-        impl<T: Clock + ?Sized> Clock for $wrapper {
-            fn now(&self) -> Timestamp {
-                (**self).now()
-            }
-        }
-    )*};
-}
-
-delegate_ports!(&T, std::sync::Arc<T>);

@@ -14,12 +14,12 @@
 //! the original message sent unchanged to the queue's DLQ ([`DeadLetter`]), then
 //! acknowledged — or, if that send fails, a batch item failure.
 
-use crate::dead_letter::DeadLetter;
-use crate::metrics::{names, pascal, Metrics};
+use crate::metric::Metric;
+use crate::metrics::{names, Metrics};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use domain::decide::Rejection;
+use domain::decide::{Ack, DropReason, Rejection};
 use domain::message::MessageError;
-use domain::ports::PortError;
+use domain::ports::{DeadLetter, MessageAttribute, PortError, Undeliverable};
 use domain::{Attempt, Response, RetryEvent, TransactionId};
 use futures::{FutureExt, StreamExt};
 use std::any::Any;
@@ -37,7 +37,9 @@ pub struct BatchOptions {
 
 impl Default for BatchOptions {
     fn default() -> Self {
-        Self { concurrency: 10 }
+        Self {
+            concurrency: domain::defaults::BATCH_CONCURRENCY,
+        }
     }
 }
 
@@ -77,9 +79,12 @@ impl Inbound for RetryEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// The work the message asked for is done: acknowledge.
-    Done { label: String },
+    Done(Ack),
+    /// Done, for a consumer outside the domain's vocabulary (the staging harness):
+    /// the kebab-case name of what was done. Acknowledge.
+    Handled(&'static str),
     /// Nothing to do (late, stale, duplicate): acknowledge.
-    Dropped { label: String },
+    Dropped(DropReason),
     /// Try again later: report as a batch item failure.
     Retry { error: String },
     /// Can never succeed as it is: DLQ, then acknowledge.
@@ -88,14 +93,47 @@ pub enum Verdict {
 
 impl Verdict {
     pub fn is_acknowledged(&self) -> bool {
-        matches!(self, Verdict::Done { .. } | Verdict::Dropped { .. })
+        matches!(
+            self,
+            Verdict::Done { .. } | Verdict::Handled(_) | Verdict::Dropped { .. }
+        )
     }
 
-    pub fn label(&self) -> &str {
+    /// The kebab-case name of the verdict (`scheduled`, `late-response`, `retry`,
+    /// `malformed-body`).
+    pub fn label(&self) -> &'static str {
         match self {
-            Verdict::Done { label } | Verdict::Dropped { label } => label,
+            Verdict::Done(a) => a.label(),
+            Verdict::Handled(label) => label,
+            Verdict::Dropped(d) => d.label(),
             Verdict::Retry { .. } => "retry",
-            Verdict::Permanent(p) => &p.reason,
+            Verdict::Permanent(p) => p.reason.label(),
+        }
+    }
+}
+
+/// Why a record can never succeed as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PermanentReason {
+    /// The body is not a message of the queue's contract.
+    MalformedBody,
+    /// The domain refused the message (unknown transaction, …).
+    Rejected(Rejection),
+    /// A port call that can never succeed (bad input or configuration).
+    PortError,
+    /// A well-formed message asking for something this consumer cannot do (the
+    /// staging harness given a script it cannot follow).
+    Unprocessable,
+}
+
+impl PermanentReason {
+    /// Kebab-case: `malformed-body`, `unknown-transaction`, `permanent-port-error`…
+    pub fn label(&self) -> &'static str {
+        match self {
+            PermanentReason::MalformedBody => "malformed-body",
+            PermanentReason::Rejected(r) => r.label(),
+            PermanentReason::PortError => "permanent-port-error",
+            PermanentReason::Unprocessable => "unprocessable",
         }
     }
 }
@@ -103,8 +141,7 @@ impl Verdict {
 /// A permanent error: what the log line and the metric say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permanent {
-    /// Kebab-case kind: `malformed-body`, `unknown-transaction`, `permanent-port-error`…
-    pub reason: String,
+    pub reason: PermanentReason,
     /// The field at fault, when there is one.
     pub field: Option<String>,
     /// The value at fault (cut short by the parser), when there is one.
@@ -137,7 +174,7 @@ impl Permanent {
             | MessageError::TooLarge { .. } => Some(echo(body)),
         };
         Self {
-            reason: "malformed-body".into(),
+            reason: PermanentReason::MalformedBody,
             field: Some(err.field().unwrap_or("body").to_owned()),
             value,
             detail: err.to_string(),
@@ -156,7 +193,7 @@ impl Permanent {
             }
         };
         Self {
-            reason: r.label().to_owned(),
+            reason: PermanentReason::Rejected(r.clone()),
             field: Some(field.to_owned()),
             value: Some(value),
             detail: r.to_string(),
@@ -166,7 +203,7 @@ impl Permanent {
     /// A port call that can never succeed (bad input or configuration).
     pub fn port(e: &PortError) -> Self {
         Self {
-            reason: "permanent-port-error".into(),
+            reason: PermanentReason::PortError,
             field: None,
             value: None,
             detail: e.to_string(),
@@ -181,6 +218,35 @@ pub enum BatchError {
     /// whole batch fails (SQS redelivers all of it; everything is idempotent).
     #[error("record #{index} must be retried but has no messageId")]
     MissingMessageId { index: usize },
+}
+
+/// A received message as the dead-letter port keeps it: the body and every message
+/// attribute as they came (an attribute without a data type is `Binary` when it
+/// carries bytes, `String` otherwise).
+pub fn undeliverable(m: &SqsMessage) -> Undeliverable {
+    Undeliverable {
+        body: m.body.clone().unwrap_or_default(),
+        attributes: m
+            .message_attributes
+            .iter()
+            .map(|(name, a)| {
+                let data_type = a.data_type.clone().unwrap_or_else(|| {
+                    if a.binary_value.is_some() {
+                        "Binary"
+                    } else {
+                        "String"
+                    }
+                    .to_owned()
+                });
+                let attribute = MessageAttribute {
+                    data_type,
+                    string_value: a.string_value.clone(),
+                    binary_value: a.binary_value.as_ref().map(|b| b.0.clone()),
+                };
+                (name.clone(), attribute)
+            })
+            .collect(),
+    }
 }
 
 /// The text of a caught panic.
@@ -280,12 +346,16 @@ where
             }
         };
         match verdict {
-            Verdict::Done { label } => {
-                tracing::info!(result = %label, "record done");
+            Verdict::Handled(label) => {
+                tracing::info!(result = label, "record done");
                 false
             }
-            Verdict::Dropped { label } => {
-                tracing::info!(result = %label, "record dropped: nothing to do");
+            Verdict::Done(a) => {
+                tracing::info!(result = a.label(), "record done");
+                false
+            }
+            Verdict::Dropped(d) => {
+                tracing::info!(result = d.label(), "record dropped: nothing to do");
                 false
             }
             Verdict::Retry { error } => {
@@ -295,15 +365,15 @@ where
             }
             Verdict::Permanent(p) => {
                 metrics.incr(names::PERMANENT_ERRORS);
-                metrics.incr(&format!("PermanentError{}", pascal(&p.reason)));
+                metrics.record(Metric::PermanentError(&p.reason));
                 tracing::error!(
-                    reason = %p.reason,
+                    reason = p.reason.label(),
                     field = p.field.as_deref().unwrap_or(""),
                     value = p.value.as_deref().unwrap_or(""),
                     error = %p.detail,
                     "permanent error: message sent unchanged to the dead-letter queue"
                 );
-                let sent = AssertUnwindSafe(dead_letter.send(&record))
+                let sent = AssertUnwindSafe(dead_letter.send(&undeliverable(&record)))
                     .catch_unwind()
                     .await
                     .unwrap_or_else(|p| {

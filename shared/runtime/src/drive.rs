@@ -4,33 +4,16 @@
 //! lines; it maps names, it decides nothing.
 
 use crate::batch::{Permanent, Verdict};
-use crate::metrics::{names, pascal, Metrics};
-use domain::decide::{Ack, Input, Rejection};
-use domain::exec::{execute, ExecError, Ports};
+use crate::metric::Metric;
+use crate::metrics::{names, Metrics};
+use domain::decide::{Input, Rejection};
+use domain::exec::{execute, ExecError, Perform};
 use domain::policy::RandomSource;
-use domain::ports::{RequestPublisher, RetryPublisher, Scheduler, StateStore};
 use domain::{Context, Disposition, Effect, Known, Observed, Run};
 
 /// The hook that lets every effect run (production).
 pub fn run_all(_: &Effect) -> bool {
     true
-}
-
-/// The kebab-case name of an acknowledgement (`already-handled`).
-pub fn ack_label(a: Ack) -> String {
-    match serde_json::to_value(a) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => format!("{a:?}"),
-    }
-}
-
-/// The kebab-case name of a disposition.
-pub fn disposition_label(d: &Disposition) -> String {
-    match d {
-        Disposition::Ack(a) => ack_label(*a),
-        Disposition::Drop(r) => r.label().to_owned(),
-        Disposition::Reject(r) => r.label().to_owned(),
-    }
 }
 
 /// What a run did.
@@ -40,20 +23,14 @@ pub struct Driven {
     pub run: Run,
 }
 
-/// Starts a run on `input` from an unread record and executes it.
-pub async fn drive<St, Sc, Rq, Rt>(
+/// Starts a run on `input` from an unread record and executes it over `ports`.
+pub async fn drive<P: Perform>(
     input: Input,
-    ports: &Ports<'_, St, Sc, Rq, Rt>,
+    ports: &P,
     ctx: &Context,
     rng: &mut (dyn RandomSource + Send),
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
-) -> Driven
-where
-    St: StateStore,
-    Sc: Scheduler,
-    Rq: RequestPublisher,
-    Rt: RetryPublisher,
-{
+) -> Driven {
     let mut run = Run::new(input, Known::Unread, ctx, rng);
     let result = execute(&mut run, ports, ctx, rng, hook).await;
     Driven { result, run }
@@ -106,7 +83,7 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
             (Effect::Write(w), Observed::Written(r)) => {
                 tracing::debug!(
                     transaction_id = %r.transaction_id,
-                    event = ?w.event,
+                    event = ?w.event(),
                     status = %r.status,
                     "transition written"
                 );
@@ -122,29 +99,19 @@ pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
     report_trail(&driven.run, metrics);
     match &driven.result {
         Ok(d) => {
-            let label = disposition_label(d);
+            metrics.record(Metric::of(d));
             match d {
-                Disposition::Ack(_) => {
-                    metrics.incr(&format!("Ack{}", pascal(&label)));
-                    Verdict::Done { label }
-                }
+                Disposition::Ack(a) => Verdict::Done(*a),
                 Disposition::Drop(reason) => {
-                    metrics.incr(&format!("Drop{}", pascal(&label)));
                     tracing::info!(drop = ?reason, "message changes nothing");
-                    Verdict::Dropped { label }
+                    Verdict::Dropped(reason.clone())
                 }
                 // The record kept changing under this message: contention, not a bad
                 // message. SQS redelivers it later.
-                Disposition::Reject(r @ Rejection::TooManyRedecisions { .. }) => {
-                    metrics.incr(&format!("Reject{}", pascal(&label)));
-                    Verdict::Retry {
-                        error: r.to_string(),
-                    }
-                }
-                Disposition::Reject(r) => {
-                    metrics.incr(&format!("Reject{}", pascal(&label)));
-                    Verdict::Permanent(Permanent::rejected(r))
-                }
+                Disposition::Reject(r @ Rejection::TooManyRedecisions { .. }) => Verdict::Retry {
+                    error: r.to_string(),
+                },
+                Disposition::Reject(r) => Verdict::Permanent(Permanent::rejected(r)),
             }
         }
         Err(ExecError::Port(e)) if e.is_retryable() => Verdict::Retry {
@@ -190,7 +157,7 @@ mod tests {
             transaction_id: id.clone(),
         })));
         assert!(
-            matches!(verdict(&unknown, &m), Verdict::Permanent(p) if p.reason == "unknown-transaction")
+            matches!(verdict(&unknown, &m), Verdict::Permanent(p) if p.reason.label() == "unknown-transaction")
         );
         let contended = driven(Ok(Disposition::Reject(Rejection::TooManyRedecisions {
             transaction_id: id,
@@ -206,10 +173,9 @@ mod tests {
             "ValidationException",
         ))));
         assert!(
-            matches!(verdict(&invalid, &m), Verdict::Permanent(p) if p.reason == "permanent-port-error")
+            matches!(verdict(&invalid, &m), Verdict::Permanent(p) if p.reason == crate::batch::PermanentReason::PortError)
         );
         assert_eq!(m.count("RejectUnknownTransaction"), 1);
         assert_eq!(m.count("RejectTooManyRedecisions"), 1);
-        assert_eq!(ack_label(Ack::AlreadyHandled), "already-handled");
     }
 }

@@ -9,18 +9,18 @@
 //!   invocation entry points (the Lambda `main`s and the local stack call the same ones).
 //! - [`ops`]: library operations for services: start, resolve, replay.
 //! - [`rate`]: the retry handler's outbound pacing limiter.
-//! - [`metrics`]: CloudWatch Embedded Metric Format, one JSON line per invocation.
-//! - [`dead_letter`]: the port that keeps a permanently failing message intact.
+//! - [`metrics`]: CloudWatch Embedded Metric Format, one JSON line per invocation;
+//!   [`metric`]: the metrics named after what a run ended in.
 //! - [`telemetry`]: tracing initialisation for Lambda (JSON logs, level from env).
 //! - [`wiring`]: each function built from its configuration and the AWS adapters
-//!   (what the `main`s and the local stack call), and the SQS dead-letter adapter.
+//!   (what the `main`s and the local stack call).
 //!
 //! No rule of the pattern is written here: every decision comes from the domain crate
 //! as a plan, and this crate only performs plans and reports what happened.
 
 pub mod batch;
-pub mod dead_letter;
 pub mod drive;
+pub mod metric;
 pub mod metrics;
 pub mod ops;
 pub mod rate;
@@ -31,8 +31,9 @@ pub mod settings;
 pub mod telemetry;
 pub mod wiring;
 
-pub use batch::{BatchOptions, Inbound, Permanent, Verdict};
-pub use dead_letter::{DeadLetter, MemoryDeadLetter};
+pub use batch::{BatchOptions, Inbound, Permanent, PermanentReason, Verdict};
+pub use domain::memory::MemoryDeadLetter;
+pub use domain::ports::DeadLetter;
 pub use metrics::Metrics;
 pub use settings::Settings;
 

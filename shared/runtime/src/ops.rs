@@ -10,8 +10,10 @@
 
 use crate::settings::Seeds;
 use domain::decide::{Ack, DropReason, Input, Rejection};
-use domain::exec::{execute, ExecError, Ports};
-use domain::ports::{RequestPublisher, RetryPublisher, Scheduler, StateStore};
+use domain::exec::{execute, ExecError, Perform, ReplayPorts, ResolvePorts, StartPorts};
+use domain::ports::{
+    Creates, Payloads, Records, RequestPublisher, RetryPublisher, ScheduleDeleter, Transitions,
+};
 use domain::{
     Context, Disposition, Effect, Known, MaxAttempts, Observed, Payload, Run, TransactionId,
 };
@@ -59,17 +61,7 @@ impl Done {
     }
 }
 
-async fn run_op<St, Sc, Rq, Rt>(
-    input: Input,
-    ports: &Ports<'_, St, Sc, Rq, Rt>,
-    ctx: &Context,
-) -> Result<Done, OpError>
-where
-    St: StateStore,
-    Sc: Scheduler,
-    Rq: RequestPublisher,
-    Rt: RetryPublisher,
-{
+async fn run_op<P: Perform>(input: Input, ports: &P, ctx: &Context) -> Result<Done, OpError> {
     let mut rng = Seeds::from_entropy().next();
     let mut run = Run::new(input, Known::Unread, ctx, &mut rng);
     let result = execute(&mut run, ports, ctx, &mut rng, &mut |_| true).await;
@@ -92,67 +84,53 @@ where
 /// same payload (attempt 1 is published again only while it is still the current
 /// one: same key, the service dedupes). A repeat with another payload is
 /// `Err(Rejected(PayloadMismatch))` and publishes nothing.
-pub async fn start_transaction<St, Sc, Rq, Rt>(
-    ports: &Ports<'_, St, Sc, Rq, Rt>,
+pub async fn start_transaction<St, Rq>(
+    ports: &StartPorts<'_, St, Rq>,
     id: TransactionId,
     payload: Payload,
     max_attempts: MaxAttempts,
     ctx: &Context,
 ) -> Result<Done, OpError>
 where
-    St: StateStore,
-    Sc: Scheduler,
+    St: Creates + Payloads,
     Rq: RequestPublisher,
-    Rt: RetryPublisher,
 {
-    run_op(
-        Input::Start {
-            transaction_id: id,
-            payload,
-            max_attempts,
-        },
-        ports,
-        ctx,
-    )
-    .await
+    let input = Input::Start {
+        transaction_id: id,
+        payload,
+        max_attempts,
+    };
+    run_op(input, ports, ctx).await
 }
 
 /// Resolved by other means: `Ack::Resolved` or `Ack::AlreadyResolved`.
-pub async fn resolve<St, Sc, Rq, Rt>(
-    ports: &Ports<'_, St, Sc, Rq, Rt>,
+pub async fn resolve<St, Sc>(
+    ports: &ResolvePorts<'_, St, Sc>,
     id: TransactionId,
     ctx: &Context,
 ) -> Result<Done, OpError>
 where
-    St: StateStore,
-    Sc: Scheduler,
-    Rq: RequestPublisher,
-    Rt: RetryPublisher,
+    St: Records + Transitions,
+    Sc: ScheduleDeleter,
 {
     run_op(Input::Resolve(id), ports, ctx).await
 }
 
 /// Operator replay of a FAILED transaction with `budget` more attempts:
 /// `Ack::Replayed`.
-pub async fn replay<St, Sc, Rq, Rt>(
-    ports: &Ports<'_, St, Sc, Rq, Rt>,
+pub async fn replay<St, Rt>(
+    ports: &ReplayPorts<'_, St, Rt>,
     id: TransactionId,
     budget: u32,
     ctx: &Context,
 ) -> Result<Done, OpError>
 where
-    St: StateStore,
-    Sc: Scheduler,
-    Rq: RequestPublisher,
+    St: Records + Transitions,
     Rt: RetryPublisher,
 {
-    run_op(
-        Input::Replay {
-            transaction_id: id,
-            budget,
-        },
-        ports,
-        ctx,
-    )
-    .await
+    let input = Input::Replay {
+        transaction_id: id,
+        budget,
+    };
+    run_op(input, ports, ctx).await
 }

@@ -7,10 +7,10 @@
 //!   `1 / MAX_REQUESTS_PER_SECOND` apart, and starts none until one second has passed
 //!   since the publish ⌊MAX_REQUESTS_PER_SECOND⌋ places before it *ended*. Because a
 //!   request reaches the endpoint between its start and its end, the bound holds where
-//!   requests arrive, whatever their latency or a late wake-up. Its state lives in a
-//!   process-wide static ([`Pacer::global`]), so it holds across warm invocations and
-//!   across the records a batch processes concurrently (BATCH_CONCURRENCY does not
-//!   raise the rate);
+//!   requests arrive, whatever their latency or a late wake-up. The retry handler owns
+//!   its pacer and is built once per execution environment, so the pacer holds across
+//!   warm invocations and across the records a batch processes concurrently
+//!   (BATCH_CONCURRENCY does not raise the rate);
 //! - **fleet**: the retry queue's event-source mapping `ScalingConfig.MaximumConcurrency`
 //!   caps the number of execution environments processing at once.
 //!
@@ -26,7 +26,7 @@ use domain::ports::{PortError, RequestPublisher};
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::time::Instant;
@@ -185,8 +185,6 @@ impl PaceState {
     }
 }
 
-static GLOBAL: OnceLock<Arc<Pacer>> = OnceLock::new();
-
 impl Pacer {
     /// A pacer allowing `rate` publishes per second.
     pub fn per_second(rate: f64) -> Result<Self, RateError> {
@@ -210,16 +208,6 @@ impl Pacer {
             waited: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         })
-    }
-
-    /// The process-wide pacer: created by the first call (with its rate) and kept for
-    /// the life of the execution environment, so warm invocations share its state.
-    pub fn global(rate: f64) -> Result<Arc<Pacer>, RateError> {
-        if let Some(p) = GLOBAL.get() {
-            return Ok(Arc::clone(p));
-        }
-        let fresh = Arc::new(Pacer::per_second(rate)?);
-        Ok(Arc::clone(GLOBAL.get_or_init(|| fresh)))
     }
 
     /// Least time between two publish starts (1 / rate).
@@ -367,27 +355,13 @@ impl<P: RequestPublisher, C: PaceClock> RequestPublisher for Paced<P, C> {
     }
 }
 
-/// The largest number of `times` inside any window `[t, t + window)`: how tests and
-/// the local stack check the bound.
-pub fn max_in_any_window(times: &[Instant], window: Duration) -> usize {
-    let mut sorted = times.to_vec();
-    sorted.sort();
-    let mut best = 0;
-    for (i, start) in sorted.iter().enumerate() {
-        let end = *start + window;
-        let n = sorted[i..].iter().take_while(|t| **t < end).count();
-        best = best.max(n);
-    }
-    best
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Mutex;
 
     fn max_in_any_second(times: &[Instant]) -> usize {
-        max_in_any_window(times, Duration::from_secs(1))
+        testkit::oracle::peak_in_window(times, Duration::from_secs(1))
     }
 
     #[test]
@@ -626,13 +600,5 @@ mod tests {
                 assert!(max_in_any_second(&naive) > 5, "{latencies:?}");
             }
         }
-    }
-
-    #[test]
-    fn the_global_pacer_is_one_per_process() {
-        let a = Pacer::global(3.0).unwrap();
-        let b = Pacer::global(99.0).unwrap();
-        assert!(Arc::ptr_eq(&a, &b), "warm invocations share one pacer");
-        assert_eq!(b.rate(), a.rate());
     }
 }

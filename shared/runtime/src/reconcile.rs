@@ -2,7 +2,7 @@
 //! than the threshold and runs the domain's reconcile plans on them, through the same
 //! idempotent paths as the handlers.
 //!
-//! For each write shard it pages through [`StateStore::query_stuck`] (a Query on the
+//! For each write shard it pages through [`StuckIndex::query_stuck`] (a Query on the
 //! sparse, sharded index, never a Scan) with `before = now − threshold`. The index
 //! holds one entry per retry cycle in flight, keyed by its fire time, so the query
 //! returns only cycles whose fire time passed more than the threshold ago — a healthy
@@ -20,18 +20,19 @@
 
 use crate::batch::Verdict;
 use crate::drive::{drive, run_all, verdict};
-use crate::metrics::{names, pascal, Metrics};
+use crate::metric::{invocation, Metric};
+use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
-use domain::decide::Input;
-use domain::exec::Ports;
+use domain::decide::{Ack, Input};
+use domain::exec::ReconcilePorts;
 use domain::ports::{
-    Clock, RequestPublisher, RetryPublisher, Scheduler, StateStore, StuckQuery, SystemClock,
-    Unwired,
+    Clock, RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery, SystemClock, Transitions,
 };
 use domain::{Status, Timestamp, TransactionRecord};
 use futures::StreamExt;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
 use thiserror::Error;
 use tracing::Instrument;
 
@@ -52,7 +53,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_items: 500,
+            max_items: domain::defaults::RECONCILE_MAX_ITEMS,
             page_size: 100,
             concurrency: 8,
         }
@@ -66,7 +67,7 @@ pub struct Report {
     pub before: String,
     pub examined: u64,
     /// `{"SCHEDULING": {"scheduled": 2, "requeued": 1}, "SENDING": {"requeued": 1}}`.
-    pub actions: BTreeMap<String, BTreeMap<String, u64>>,
+    pub actions: BTreeMap<Status, BTreeMap<Action, u64>>,
     /// Records whose plan failed (left for the next run).
     pub errors: u64,
     /// Index queries that failed.
@@ -77,31 +78,68 @@ pub struct Report {
 
 impl Report {
     /// The count for one state and action (0 when none).
-    pub fn count(&self, status: Status, action: &str) -> u64 {
+    pub fn count(&self, status: Status, action: Action) -> u64 {
         self.actions
-            .get(status.as_str())
-            .and_then(|m| m.get(action))
+            .get(&status)
+            .and_then(|m| m.get(&action))
             .copied()
             .unwrap_or(0)
     }
 }
 
-/// The action name of a reconcile verdict: `scheduled`, `requeued`, `not-stuck`,
-/// `error`.
-fn action(v: &Verdict) -> String {
-    match v {
-        Verdict::Done { label } | Verdict::Dropped { label } => label
-            .strip_prefix("reconciler-")
-            .unwrap_or(label)
-            .to_owned(),
-        Verdict::Retry { .. } | Verdict::Permanent(_) => "error".to_owned(),
+/// What the reconciler did with one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    /// Its plan acknowledged: `scheduled` (the schedule created from the stored
+    /// instant), `requeued` (the retry event put back), or another acknowledgement.
+    Done(Ack),
+    /// Not stuck (any more).
+    NotStuck,
+    /// Its plan failed; the next run tries again.
+    Error,
+}
+
+impl Action {
+    /// The action of a reconcile verdict.
+    pub fn of(v: &Verdict) -> Self {
+        match v {
+            Verdict::Done(a) => Action::Done(*a),
+            // A reconcile plan drops only what is not stuck.
+            Verdict::Dropped(_) => Action::NotStuck,
+            // No reconcile plan ends `Handled` (it is for consumers outside the
+            // domain); were one to, it would show as an error, never as work done.
+            Verdict::Retry { .. } | Verdict::Permanent(_) | Verdict::Handled(_) => Action::Error,
+        }
+    }
+
+    /// `scheduled`, `requeued`, `not-stuck`, `error`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Action::Done(Ack::ReconcilerScheduled) => "scheduled",
+            Action::Done(Ack::ReconcilerRequeued) => "requeued",
+            Action::Done(a) => a.label(),
+            Action::NotStuck => "not-stuck",
+            Action::Error => "error",
+        }
     }
 }
 
-/// One reconciler run over the given ports at `now` (the request publisher is not
-/// used: pass [`Unwired`]).
-pub async fn run_once<St, Sc, Rq, Rt>(
-    ports: &Ports<'_, St, Sc, Rq, Rt>,
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+impl Serialize for Action {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.label())
+    }
+}
+
+/// One reconciler run at `now`: the index queried through `ports.store`, each record
+/// found decided and its plan performed over `ports`.
+pub async fn run_once<St, Sc, Rt>(
+    ports: &ReconcilePorts<'_, St, Sc, Rt>,
     settings: &Settings,
     now: Timestamp,
     limits: &Limits,
@@ -109,9 +147,8 @@ pub async fn run_once<St, Sc, Rq, Rt>(
     metrics: &Metrics,
 ) -> Report
 where
-    St: StateStore,
-    Sc: Scheduler,
-    Rq: RequestPublisher,
+    St: StuckIndex + Transitions,
+    Sc: ScheduleCreator,
     Rt: RetryPublisher,
 {
     let ctx = settings.context(now);
@@ -175,20 +212,16 @@ where
         for (status, v) in verdicts {
             report.examined += 1;
             metrics.incr(names::RECONCILE_EXAMINED);
-            let act = action(&v);
-            if act == "error" {
+            let act = Action::of(&v);
+            if act == Action::Error {
                 report.errors += 1;
                 metrics.incr(names::RECONCILE_ERRORS);
                 tracing::warn!(status = %status, verdict = ?v, "reconciling a record failed; the next run retries it");
             }
-            metrics.incr(&format!(
-                "Reconcile{}{}",
-                pascal(status.as_str()),
-                pascal(&act)
-            ));
+            metrics.record(Metric::Reconciled(status, act));
             *report
                 .actions
-                .entry(status.as_str().to_owned())
+                .entry(status)
                 .or_default()
                 .entry(act)
                 .or_default() += 1;
@@ -227,17 +260,16 @@ pub struct Reconciler<St, Sc, Rt, C = SystemClock> {
 
 impl<St, Sc, Rt, C> Reconciler<St, Sc, Rt, C>
 where
-    St: StateStore,
-    Sc: Scheduler,
+    St: StuckIndex + Transitions,
+    Sc: ScheduleCreator,
     Rt: RetryPublisher,
     C: Clock,
 {
     /// One run, counting into `metrics`.
     pub async fn run(&self, metrics: &Metrics) -> Report {
-        let ports = Ports {
+        let ports = ReconcilePorts {
             store: &self.store,
             scheduler: &self.scheduler,
-            requests: &Unwired,
             retries: &self.retries,
         };
         run_once(
@@ -254,13 +286,12 @@ where
     /// One invocation from the schedule's event (any JSON; its `id` and `time` are
     /// logged): the run, its report logged, the metrics line on stdout.
     pub async fn invoke(&self, event: serde_json::Value) -> Result<Report, ReconcileFailed> {
-        let metrics = Metrics::new(&self.namespace, FUNCTION);
         tracing::info!(
             event_id = event.get("id").and_then(|v| v.as_str()).unwrap_or(""),
             event_time = event.get("time").and_then(|v| v.as_str()).unwrap_or(""),
             "reconciler run"
         );
-        let report = self.run(&metrics).await;
+        let report = invocation(&self.namespace, FUNCTION, async |m| self.run(m).await).await;
         tracing::info!(
             examined = report.examined,
             errors = report.errors,
@@ -269,7 +300,6 @@ where
             actions = %serde_json::to_string(&report.actions).unwrap_or_default(),
             "reconciler run done"
         );
-        metrics.emit();
         if report.query_errors > 0 {
             return Err(ReconcileFailed {
                 failed: report.query_errors,

@@ -5,23 +5,24 @@
 //! FAILED raises the business alert).
 
 use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
-use crate::dead_letter::DeadLetter;
 use crate::drive::{drive, run_all, verdict};
+use crate::metric::invocation;
 use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::decide::Input;
-use domain::exec::Ports;
+use domain::exec::ResponsePorts;
 use domain::policy::RandomSource;
-use domain::ports::{Clock, Scheduler, StateStore, SystemClock, Unwired};
+use domain::ports::{Clock, DeadLetter, ScheduleCreator, SystemClock, Transitions};
 use domain::{Context, Effect, Outcome, Response};
 
 /// The function's name (binary, `cargo lambda` function, metrics dimension).
 pub const FUNCTION: &str = "response-handler";
 
-/// Handles one parsed response: the core, over the ports A has (state store and
-/// scheduler). `hook` may stop the plan before an effect (tests simulate crashes).
-pub async fn handle<St: StateStore, Sc: Scheduler>(
+/// Handles one parsed response: the core, over the ports A has (conditional writes
+/// and schedule creation). `hook` may stop the plan before an effect (tests simulate
+/// crashes).
+pub async fn handle<St: Transitions, Sc: ScheduleCreator>(
     store: &St,
     scheduler: &Sc,
     response: &Response,
@@ -34,12 +35,7 @@ pub async fn handle<St: StateStore, Sc: Scheduler>(
         Outcome::Success => names::RESPONSE_SUCCESS,
         Outcome::Cancelled => names::RESPONSE_CANCELLED,
     });
-    let ports = Ports {
-        store,
-        scheduler,
-        requests: &Unwired,
-        retries: &Unwired,
-    };
+    let ports = ResponsePorts { store, scheduler };
     let driven = drive(Input::Response(response.clone()), &ports, ctx, rng, hook).await;
     verdict(&driven, metrics)
 }
@@ -59,8 +55,8 @@ pub struct ResponseHandler<St, Sc, D, C = SystemClock> {
 
 impl<St, Sc, D, C> ResponseHandler<St, Sc, D, C>
 where
-    St: StateStore,
-    Sc: Scheduler,
+    St: Transitions,
+    Sc: ScheduleCreator,
     D: DeadLetter,
     C: Clock,
 {
@@ -95,9 +91,9 @@ where
 
     /// One invocation: the batch, then the metrics line on stdout.
     pub async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, BatchError> {
-        let metrics = Metrics::new(&self.namespace, FUNCTION);
-        let result = self.handle_event(event, &metrics).await;
-        metrics.emit();
-        result
+        invocation(&self.namespace, FUNCTION, async |m| {
+            self.handle_event(event, m).await
+        })
+        .await
     }
 }

@@ -4,25 +4,26 @@
 //! Its request publisher goes through the outbound pacer ([`crate::rate`]).
 
 use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
-use crate::dead_letter::DeadLetter;
 use crate::drive::{drive, run_all, verdict};
+use crate::metric::invocation;
 use crate::metrics::{names, Metrics};
 use crate::rate::Pacer;
 use crate::settings::{Seeds, Settings};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::decide::Input;
-use domain::exec::Ports;
+use domain::exec::RetryPorts;
 use domain::policy::RandomSource;
-use domain::ports::{Clock, RequestPublisher, StateStore, SystemClock, Unwired};
+use domain::ports::{Clock, DeadLetter, Payloads, RequestPublisher, SystemClock, Transitions};
 use domain::{Context, Effect, RetryEvent};
 use std::sync::Arc;
 
 /// The function's name (binary, `cargo lambda` function, metrics dimension).
 pub const FUNCTION: &str = "retry-handler";
 
-/// Handles one parsed retry event: the core, over the ports B has (state store and
-/// request publisher). `hook` may stop the plan before an effect (tests).
-pub async fn handle<St: StateStore, Rq: RequestPublisher>(
+/// Handles one parsed retry event: the core, over the ports B has (conditional
+/// writes, payload reads, request publishes). `hook` may stop the plan before an
+/// effect (tests).
+pub async fn handle<St: Transitions + Payloads, Rq: RequestPublisher>(
     store: &St,
     requests: &Rq,
     event: &RetryEvent,
@@ -31,12 +32,7 @@ pub async fn handle<St: StateStore, Rq: RequestPublisher>(
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
     metrics: &Metrics,
 ) -> Verdict {
-    let ports = Ports {
-        store,
-        scheduler: &Unwired,
-        requests,
-        retries: &Unwired,
-    };
+    let ports = RetryPorts { store, requests };
     let driven = drive(Input::Retry(event.clone()), &ports, ctx, rng, hook).await;
     verdict(&driven, metrics)
 }
@@ -58,7 +54,7 @@ pub struct RetryHandler<St, Rq, D, C = SystemClock> {
 
 impl<St, Rq, D, C> RetryHandler<St, Rq, D, C>
 where
-    St: StateStore,
+    St: Transitions + Payloads,
     Rq: RequestPublisher,
     D: DeadLetter,
     C: Clock,
@@ -101,9 +97,9 @@ where
 
     /// One invocation: the batch, then the metrics line on stdout.
     pub async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, BatchError> {
-        let metrics = Metrics::new(&self.namespace, FUNCTION);
-        let result = self.handle_event(event, &metrics).await;
-        metrics.emit();
-        result
+        invocation(&self.namespace, FUNCTION, async |m| {
+            self.handle_event(event, m).await
+        })
+        .await
     }
 }

@@ -1,6 +1,7 @@
 //! What a function needs besides its ports to build a decision [`Context`], and the
 //! per-record random source for jitter.
 
+use domain::defaults;
 use domain::policy::SplitMix64;
 use domain::{Context, PolicySet, Timestamp};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,8 +22,8 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             policies: PolicySet::default(),
-            shards: 8,
-            reconcile_threshold: Duration::from_secs(900),
+            shards: defaults::RECONCILE_SHARDS,
+            reconcile_threshold: defaults::RECONCILE_THRESHOLD,
         }
     }
 }

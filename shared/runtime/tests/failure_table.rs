@@ -10,9 +10,8 @@ mod common;
 
 use common::*;
 use domain::decide::{Ack, DropReason};
-use domain::exec::{execute, Ports};
-use domain::ports::Unwired;
-use domain::{Disposition, Outcome, RetryEvent, Status};
+use domain::exec::{execute, ResponsePorts, RetryPorts};
+use domain::{Attempt, Disposition, Outcome, RetryEvent, Status};
 use runtime::drive::{drive, verdict};
 use runtime::metrics::names;
 use runtime::Verdict;
@@ -168,12 +167,7 @@ async fn row3_a_dies_after_creating_before_scheduled() {
     assert_eq!(w.status(TX), Status::Scheduling);
     assert_eq!(w.scheduler.live().len(), 1);
     let v = w.respond(TX, 1, Outcome::Cancelled).await;
-    assert_eq!(
-        v,
-        Verdict::Done {
-            label: "scheduled".into()
-        }
-    );
+    assert_eq!(v, Verdict::Done(Ack::Scheduled));
     assert_eq!(w.status(TX), Status::Scheduled);
     assert_eq!(w.metrics.count(names::SCHEDULE_CONFLICTS), 1);
     assert_eq!(w.scheduler.created(), 1);
@@ -197,11 +191,9 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
             outcome: Outcome::Cancelled,
             reason: Some("NOT_AVAILABLE".into()),
         };
-        let ports = Ports {
+        let ports = ResponsePorts {
             store: &w.store,
             scheduler: &w.scheduler,
-            requests: &Unwired,
-            retries: &Unwired,
         };
         let ctx = w.settings.context(w.now());
         let mut rng = fixed();
@@ -231,11 +223,9 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
         assert_eq!(w.record(TX).current_attempt, a(2));
 
         // A resumes where it stopped.
-        let ports = Ports {
+        let ports = ResponsePorts {
             store: &w.store,
             scheduler: &w.scheduler,
-            requests: &Unwired,
-            retries: &Unwired,
         };
         a_run.result = execute(&mut a_run.run, &ports, &ctx, &mut rng, &mut all()).await;
         let v = verdict(&a_run, &w.metrics);
@@ -300,7 +290,14 @@ async fn row5_scheduler_cannot_deliver() {
 
     w.advance(w.settings.reconcile_threshold + Duration::from_secs(60));
     let report = w.reconcile().await;
-    assert_eq!(report.count(Status::Scheduled, "requeued"), 1, "{report:?}");
+    assert_eq!(
+        report.count(
+            Status::Scheduled,
+            runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerRequeued)
+        ),
+        1,
+        "{report:?}"
+    );
     let requeued = w.retries.drain();
     assert_eq!(
         requeued,
@@ -337,9 +334,10 @@ async fn row6_event_delivered_twice_in_sequence() {
     let second = w.retry(&ev).await;
     assert_eq!(
         second,
-        Verdict::Dropped {
-            label: "duplicate-retry".into()
-        }
+        Verdict::Dropped(DropReason::DuplicateRetry {
+            attempt: Attempt::new(2).unwrap(),
+            status: Status::InProgress,
+        })
     );
     assert_eq!(w.keys(), vec!["TX-100200#1", "TX-100200#2"]);
     assert_eq!(w.audit_path(TX), PATH_TO_ATTEMPT_2.to_vec());
@@ -353,11 +351,9 @@ async fn row6_event_delivered_twice_in_sequence() {
 async fn row6_event_delivered_twice_concurrently() {
     let w = scheduled_world(3).await;
     let ev = fire(&w);
-    let ports = Ports {
+    let ports = RetryPorts {
         store: &w.store,
-        scheduler: &Unwired,
         requests: &w.requests,
-        retries: &Unwired,
     };
     let ctx = w.settings.context(w.now());
     let mut rng = fixed();
@@ -486,12 +482,9 @@ async fn row9_response_from_an_earlier_attempt_changes_nothing() {
         let changes = w.store.change_count();
         for outcome in [Outcome::Success, Outcome::Cancelled] {
             let v = w.respond(TX, 1, outcome).await;
-            assert_eq!(
-                v,
-                Verdict::Dropped {
-                    label: "late-response".into()
-                },
-                "{stage}"
+            assert!(
+                matches!(v, Verdict::Dropped(DropReason::LateResponse { .. })),
+                "{stage}: {v:?}"
             );
         }
         assert_eq!(w.record(TX), before, "{stage}: record unchanged");
@@ -569,12 +562,7 @@ async fn row10_attempts_exhausted_fail_and_alert() {
     );
 
     let v = w.respond(TX, 2, Outcome::Cancelled).await;
-    assert_eq!(
-        v,
-        Verdict::Done {
-            label: "failed".into()
-        }
-    );
+    assert_eq!(v, Verdict::Done(Ack::Failed));
     assert_eq!(w.metrics.count(names::ATTEMPTS_EXHAUSTED), 1);
     let alerts: Vec<serde_json::Value> = logs
         .lines()

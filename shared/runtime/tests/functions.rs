@@ -7,12 +7,11 @@ mod common;
 
 use common::*;
 use domain::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
-use domain::ports::{
-    CreateOutcome, PortError, RequestPublisher, StateStore, StuckPage, StuckQuery, WriteOutcome,
-};
-use domain::{Payload, Request, RetryEvent, Status, TransactionId, TransactionRecord, Write};
+use domain::ports::{PortError, RequestPublisher, Transitions, WriteOutcome};
+use domain::{Request, RetryEvent, Status, TransactionId, Write};
+use runtime::batch::undeliverable;
 use runtime::metrics::{names, Metrics};
-use runtime::rate::{max_in_any_window, PaceClock, Paced, Pacer, VirtualClock};
+use runtime::rate::{PaceClock, Paced, Pacer, VirtualClock};
 use runtime::reconcile::{Limits, Reconciler};
 use runtime::response::ResponseHandler;
 use runtime::retry::RetryHandler;
@@ -170,7 +169,10 @@ async fn the_event_files_through_the_three_functions() {
     assert_eq!(m.count("PermanentErrorMalformedBody"), 1);
     assert_eq!(
         response_dlq.messages(),
-        vec![unknown.records[0].clone(), malformed.records[0].clone()],
+        vec![
+            undeliverable(&unknown.records[0]),
+            undeliverable(&malformed.records[0])
+        ],
         "the original messages, body and attributes unchanged"
     );
 
@@ -190,11 +192,9 @@ async fn the_event_files_through_the_three_functions() {
     assert_eq!(m.count(names::PERMANENT_ERRORS), 1);
     let dlq = response_dlq.messages();
     assert_eq!(dlq.len(), 3);
-    assert_eq!(dlq[2], mixed.records[1]);
+    assert_eq!(dlq[2], undeliverable(&mixed.records[1]));
     assert_eq!(
-        dlq[2].message_attributes["trace_id"]
-            .string_value
-            .as_deref(),
+        dlq[2].attributes["trace_id"].string_value.as_deref(),
         Some("trace-7f3a")
     );
 
@@ -203,7 +203,10 @@ async fn the_event_files_through_the_three_functions() {
     let bad = event("retry-malformed.json");
     let r = handler_b.handle_event(bad.clone(), &m).await.unwrap();
     assert!(failures(&r).is_empty());
-    assert_eq!(retry_dlq.messages(), bad.records);
+    assert_eq!(
+        retry_dlq.messages(),
+        bad.records.iter().map(undeliverable).collect::<Vec<_>>()
+    );
 
     // The cron event: TX-100500 is SCHEDULED and its schedule never delivers; once
     // its instant is past the threshold the reconciler requeues its retry event.
@@ -228,7 +231,14 @@ async fn the_event_files_through_the_three_functions() {
     )
     .unwrap();
     let report = reconciler.invoke(cron).await.unwrap();
-    assert_eq!(report.count(Status::Scheduled, "requeued"), 1, "{report:?}");
+    assert_eq!(
+        report.count(
+            Status::Scheduled,
+            runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerRequeued)
+        ),
+        1,
+        "{report:?}"
+    );
     assert_eq!(report.examined, 1);
     let requeued = w.retries.drain();
     assert_eq!(requeued.len(), 1);
@@ -269,24 +279,11 @@ impl Faulty<'_> {
     }
 }
 
-impl StateStore for Faulty<'_> {
-    async fn create(&self, r: &TransactionRecord, p: &Payload) -> Result<CreateOutcome, PortError> {
-        self.check(&r.transaction_id)?;
-        self.inner.create(r, p).await
-    }
+/// The response handler's one store port, failing or panicking for one record each.
+impl Transitions for Faulty<'_> {
     async fn transition(&self, w: &Write) -> Result<WriteOutcome, PortError> {
         self.check(&w.transaction_id)?;
         self.inner.transition(w).await
-    }
-    async fn get(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
-        self.check(id)?;
-        self.inner.get(id).await
-    }
-    async fn payload(&self, id: &TransactionId) -> Result<Option<Payload>, PortError> {
-        self.inner.payload(id).await
-    }
-    async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
-        self.inner.query_stuck(q).await
     }
 }
 
@@ -330,7 +327,7 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
         Status::InProgress,
         "untouched, retried later"
     );
-    assert_eq!(dlq.messages(), vec![mixed.records[1].clone()]);
+    assert_eq!(dlq.messages(), vec![undeliverable(&mixed.records[1])]);
     assert_eq!(m.count(names::RECORD_PANICS), 1);
     assert_eq!(m.count(names::RETRYABLE_ERRORS), 2);
     // The same batch redelivered once the faults are gone: everything completes.
@@ -418,7 +415,10 @@ async fn the_retry_handler_never_exceeds_its_rate() {
     }
     let times = timed.at.lock().unwrap().clone();
     assert_eq!(times.len(), 30);
-    assert_eq!(max_in_any_window(&times, Duration::from_secs(1)), 4);
+    assert_eq!(
+        testkit::oracle::peak_in_window(&times, Duration::from_secs(1)),
+        4
+    );
     assert_eq!(
         clock.elapsed(),
         Duration::from_millis(29 * 250),

@@ -5,8 +5,7 @@ mod common;
 
 use common::*;
 use domain::decide::{Ack, Rejection};
-use domain::exec::Ports;
-use domain::ports::Unwired;
+use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
 use domain::{MaxAttempts, Outcome, Payload, Status};
 use runtime::ops::{replay, resolve, start_transaction, OpError};
 
@@ -20,11 +19,9 @@ fn payload(s: &str) -> Payload {
 #[tokio::test]
 async fn start_is_idempotent_and_never_publishes_a_different_payload() {
     let w = World::new();
-    let ports = Ports {
+    let ports = StartPorts {
         store: &w.store,
-        scheduler: &Unwired,
         requests: &w.requests,
-        retries: &Unwired,
     };
     let ctx = w.settings.context(w.now());
     let max = MaxAttempts::new(4).unwrap();
@@ -79,11 +76,9 @@ async fn resolve_by_other_means() {
     w.start("TX-9", 3).await;
     w.respond("TX-9", 1, Outcome::Cancelled).await;
     assert_eq!(w.scheduler.live().len(), 1);
-    let ports = Ports {
+    let ports = ResolvePorts {
         store: &w.store,
         scheduler: &w.scheduler,
-        requests: &Unwired,
-        retries: &Unwired,
     };
     let ctx = w.settings.context(w.now());
     let done = resolve(&ports, id("TX-9"), &ctx).await.unwrap();
@@ -110,11 +105,9 @@ async fn resolve_from_scheduling_with_no_schedule() {
     w.start("TX-10", 3).await;
     w.respond_with("TX-10", 1, Outcome::Cancelled, &mut stop_after(1))
         .await;
-    let ports = Ports {
+    let ports = ResolvePorts {
         store: &w.store,
         scheduler: &w.scheduler,
-        requests: &Unwired,
-        retries: &Unwired,
     };
     let ctx = w.settings.context(w.now());
     let done = resolve(&ports, id("TX-10"), &ctx).await.unwrap();
@@ -130,10 +123,8 @@ async fn replay_a_failed_transaction() {
     w.start("TX-11", 1).await;
     w.respond("TX-11", 1, Outcome::Cancelled).await;
     assert_eq!(w.status("TX-11"), Status::Failed);
-    let ports = Ports {
+    let ports = ReplayPorts {
         store: &w.store,
-        scheduler: &Unwired,
-        requests: &Unwired,
         retries: &w.retries,
     };
     let ctx = w.settings.context(w.now());

@@ -5,9 +5,10 @@
 mod common;
 
 use common::*;
+use domain::decide::Ack;
 use domain::{Outcome, Status, Timestamp};
 use runtime::metrics::{names, Metrics};
-use runtime::reconcile::{run_once, Limits};
+use runtime::reconcile::{run_once, Action, Limits};
 use runtime::settings::{Seeds, Settings};
 use std::time::Duration;
 
@@ -72,9 +73,21 @@ async fn resumes_every_intermediate_state() {
     // Run 2, 16 minutes later.
     w.set_time(at(196 * MIN));
     let r2 = w.reconcile().await;
-    assert_eq!(r2.count(Status::Scheduled, "requeued"), 1, "{r2:?}"); // B
-    assert_eq!(r2.count(Status::Scheduling, "requeued"), 3, "{r2:?}"); // A, D, E
-    assert_eq!(r2.count(Status::Sending, "requeued"), 1, "{r2:?}"); // C
+    assert_eq!(
+        r2.count(Status::Scheduled, Action::Done(Ack::ReconcilerRequeued)),
+        1,
+        "{r2:?}"
+    ); // B
+    assert_eq!(
+        r2.count(Status::Scheduling, Action::Done(Ack::ReconcilerRequeued)),
+        3,
+        "{r2:?}"
+    ); // A, D, E
+    assert_eq!(
+        r2.count(Status::Sending, Action::Done(Ack::ReconcilerRequeued)),
+        1,
+        "{r2:?}"
+    ); // C
     assert_eq!(r2.examined, 5);
     assert_eq!(r2.errors, 0);
     let events = w.retries.drain();
@@ -127,10 +140,9 @@ async fn pages_through_the_index_and_bounds_each_run() {
     let metrics = Metrics::new("NS", "reconciler");
     w.store.reset_calls();
     let r = run_once(
-        &domain::exec::Ports {
+        &domain::exec::ReconcilePorts {
             store: &w.store,
             scheduler: &w.scheduler,
-            requests: &domain::ports::Unwired,
             retries: &w.retries,
         },
         &w.settings,
@@ -143,7 +155,10 @@ async fn pages_through_the_index_and_bounds_each_run() {
     assert_eq!(r.examined, 25);
     assert!(r.truncated);
     assert_eq!(metrics.count(names::RECONCILE_TRUNCATED), 1);
-    assert_eq!(r.count(Status::Sending, "requeued"), 25);
+    assert_eq!(
+        r.count(Status::Sending, Action::Done(Ack::ReconcilerRequeued)),
+        25
+    );
     // Pages of at most 4: at least 7 queries, and one per partition visited.
     assert!(w.store.calls().queries >= 7, "{:?}", w.store.calls());
     let first = w.retries.drain();
@@ -152,10 +167,9 @@ async fn pages_through_the_index_and_bounds_each_run() {
         w.retry(ev).await;
     }
     let r = run_once(
-        &domain::exec::Ports {
+        &domain::exec::ReconcilePorts {
             store: &w.store,
             scheduler: &w.scheduler,
-            requests: &domain::ports::Unwired,
             retries: &w.retries,
         },
         &w.settings,
@@ -208,10 +222,9 @@ async fn a_backlog_in_one_shard_does_not_starve_the_others() {
     w.set_time(at(320 * MIN));
     let metrics = Metrics::new("NS", "reconciler");
     let r = run_once(
-        &domain::exec::Ports {
+        &domain::exec::ReconcilePorts {
             store: &w.store,
             scheduler: &w.scheduler,
-            requests: &domain::ports::Unwired,
             retries: &w.retries,
         },
         &w.settings,
@@ -226,7 +239,11 @@ async fn a_backlog_in_one_shard_does_not_starve_the_others() {
     )
     .await;
     assert!(r.truncated);
-    assert_eq!(r.count(Status::Scheduling, "requeued"), 6, "{r:?}");
+    assert_eq!(
+        r.count(Status::Scheduling, Action::Done(Ack::ReconcilerRequeued)),
+        6,
+        "{r:?}"
+    );
     let requeued: Vec<String> = w
         .retries
         .drain()

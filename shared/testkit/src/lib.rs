@@ -7,4 +7,6 @@
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
 //!   caller (access key id), service, operation and resource ARNs.
 
+pub mod oracle;
+pub mod ports;
 pub mod proxy;

@@ -1,6 +1,7 @@
 //! Command-line interface (clap).
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use domain::defaults;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -76,7 +77,7 @@ pub enum Command {
         #[arg(long)]
         payload: String,
         /// Attempt budget, counting the original request.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = defaults::MAX_ATTEMPTS)]
         max_attempts: u32,
     },
     /// The transaction's state and its whole audit history as a timeline.
@@ -166,7 +167,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 200)]
     pub transactions: u32,
     /// Attempt budget of each transaction, counting the original request.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = defaults::MAX_ATTEMPTS)]
     pub max_attempts: u32,
     /// Probability that the external service answers CANCELLED.
     #[arg(long, default_value_t = 0.5)]
@@ -204,7 +205,7 @@ pub struct DemoArgs {
     pub visibility_timeout: i32,
     /// MAX_REQUESTS_PER_SECOND of each retry-handler execution environment (the
     /// template's default; the fleet bound is this × the retry ESM's MaximumConcurrency).
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = defaults::MAX_REQUESTS_PER_SECOND)]
     pub max_requests_per_second: f64,
     /// Workload: transactions started per second.
     #[arg(long, default_value_t = 100.0)]

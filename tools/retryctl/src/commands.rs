@@ -8,11 +8,11 @@ use crate::local::SqsDirectory;
 use crate::table::scan_stats;
 use crate::view;
 use aws::config::{SchedulerSettings, StackNames};
-use aws::dynamo::DynamoStore;
+use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
-use domain::decide::{decide_reconcile, is_stuck, Ack, Rejection};
-use domain::exec::Ports;
-use domain::ports::{Clock, StateStore, StuckQuery, SystemClock, Unwired};
+use domain::decide::{decide_reconcile, is_stuck, Rejection};
+use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
+use domain::ports::{Clock, Records, StuckIndex, StuckQuery, SystemClock};
 use domain::{MaxAttempts, Payload, TransactionId, TransactionRecord};
 use runtime::ops::OpError;
 use runtime::Settings;
@@ -56,7 +56,9 @@ impl Target {
             loader = loader.region(aws_config::Region::new(r));
         }
         let sdk = loader.load().await;
-        let shards = args.reconcile_shards.unwrap_or(8);
+        let shards = args
+            .reconcile_shards
+            .unwrap_or(domain::defaults::RECONCILE_SHARDS);
         if shards == 0 {
             return Err(CliError::bad(
                 "--reconcile-shards",
@@ -69,7 +71,9 @@ impl Target {
             args: args.clone(),
             names: args.prefix.as_deref().map(StackNames::new),
             shards,
-            threshold: Duration::from_secs(args.reconcile_threshold_seconds.unwrap_or(900)),
+            threshold: args
+                .reconcile_threshold_seconds
+                .map_or(domain::defaults::RECONCILE_THRESHOLD, Duration::from_secs),
         })
     }
 
@@ -185,7 +189,7 @@ impl Target {
         self.url_by_name(name).await
     }
 
-    fn store(&self) -> Result<DynamoStore, CliError> {
+    fn store(&self) -> Result<DynamoStore<PayloadsTable>, CliError> {
         Ok(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
             self.transactions_table()?,
@@ -217,10 +221,6 @@ fn op_error(e: OpError) -> CliError {
     }
 }
 
-fn ack_label(a: Ack) -> String {
-    runtime::drive::ack_label(a)
-}
-
 pub async fn submit(
     t: &Target,
     id: &str,
@@ -241,17 +241,15 @@ pub async fn submit(
     let store = t.store()?;
     let requests =
         aws::sqs::SqsRequestPublisher::new(t.sqs(), t.queue_url(QueueName::Request).await?);
-    let ports = Ports {
+    let ports = StartPorts {
         store: &store,
-        scheduler: &Unwired,
         requests: &requests,
-        retries: &Unwired,
     };
     let ctx = t.settings().context(SystemClock.now());
     let done = runtime::ops::start_transaction(&ports, id.clone(), payload, max, &ctx)
         .await
         .map_err(op_error)?;
-    let result = ack_label(done.ack);
+    let result = done.ack.label();
     let published = done.published();
     Ok(Output {
         text: format!(
@@ -267,7 +265,7 @@ pub async fn submit(
 }
 
 async fn read_record(
-    store: &DynamoStore,
+    store: &DynamoStore<PayloadsTable>,
     id: &TransactionId,
 ) -> Result<TransactionRecord, CliError> {
     store
@@ -389,11 +387,9 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
             max_event_age_seconds: 60,
         },
     );
-    let ports = Ports {
+    let ports = ResolvePorts {
         store: &store,
         scheduler: &scheduler,
-        requests: &Unwired,
-        retries: &Unwired,
     };
     let ctx = t.settings().context(SystemClock.now());
     let done = runtime::ops::resolve(&ports, id.clone(), &ctx)
@@ -402,7 +398,7 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
     let deleted = done.trail.iter().find_map(|(e, o)| {
         matches!(e, domain::Effect::DeleteSchedule(_)).then(|| format!("{o:?}"))
     });
-    let result = ack_label(done.ack);
+    let result = done.ack.label();
     Ok(Output {
         text: format!(
             "{id}: {result}{}\n",
@@ -424,10 +420,8 @@ pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output,
     let rec = read_record(&store, &id).await?;
     let budget = budget.unwrap_or(rec.max_attempts.get());
     let retries = aws::sqs::SqsRetryPublisher::new(t.sqs(), t.queue_url(QueueName::Retry).await?);
-    let ports = Ports {
+    let ports = ReplayPorts {
         store: &store,
-        scheduler: &Unwired,
-        requests: &Unwired,
         retries: &retries,
     };
     let ctx = t.settings().context(SystemClock.now());
@@ -438,13 +432,13 @@ pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output,
     Ok(Output {
         text: format!(
             "{id}: {} — now {} with attempt {} next (max_attempts {} → {}); retry event published\n",
-            ack_label(done.ack),
+            done.ack.label(),
             after.status,
             after.next_attempt.map_or("-".into(), |a| a.to_string()),
             rec.max_attempts,
             after.max_attempts
         ),
-        json: json!({"transaction_id": id.as_str(), "result": ack_label(done.ack), "record": view::record_json(&after)}),
+        json: json!({"transaction_id": id.as_str(), "result": done.ack.label(), "record": view::record_json(&after)}),
     })
 }
 

@@ -8,8 +8,8 @@ use crate::report::{self, Observations, Report};
 use crate::table::scan_stats;
 use aws::dynamo::DynamoStore;
 use aws_sdk_sqs::types::QueueAttributeName;
-use domain::exec::Ports;
-use domain::ports::{Clock, SystemClock, Unwired};
+use domain::exec::StartPorts;
+use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, RetryPolicy, Status, TransactionId};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runtime::Settings;
@@ -160,16 +160,10 @@ pub fn transaction_id(n: u32) -> String {
     format!("TX-{n:06}")
 }
 
-fn status_line(by_status: &BTreeMap<String, u64>) -> String {
+fn status_line(by_status: &BTreeMap<Status, u64>) -> String {
     Status::ALL
         .iter()
-        .map(|s| {
-            format!(
-                "{} {}",
-                s.as_str(),
-                by_status.get(s.as_str()).copied().unwrap_or(0)
-            )
-        })
+        .map(|s| format!("{} {}", s.as_str(), by_status.get(s).copied().unwrap_or(0)))
         .collect::<Vec<_>>()
         .join(" · ")
 }
@@ -199,11 +193,9 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     let store = DynamoStore::new(ddb.clone(), &names.transactions_table)
         .with_payloads_table(&names.payloads_table);
     let requests = aws::sqs::SqsRequestPublisher::new(sqs.clone(), &stack.provisioned.request.url);
-    let ports = Ports {
+    let ports = StartPorts {
         store: &store,
-        scheduler: &Unwired,
         requests: &requests,
-        retries: &Unwired,
     };
     let settings = Settings::default();
     let mut submitted = Vec::with_capacity(plan.transactions as usize);
@@ -253,8 +245,8 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     let deadline = started + plan.deadline;
     loop {
         let st = scan_stats(&ddb, &names.transactions_table).await?;
-        let terminal = st.by_status.get("SUCCEEDED").copied().unwrap_or(0)
-            + st.by_status.get("FAILED").copied().unwrap_or(0);
+        let terminal = st.by_status.get(&Status::Succeeded).copied().unwrap_or(0)
+            + st.by_status.get(&Status::Failed).copied().unwrap_or(0);
         bar.set_position(terminal);
         bar.set_message(status_line(&st.by_status));
         if terminal >= u64::from(plan.transactions) || Instant::now() > deadline {

@@ -5,6 +5,7 @@
 use crate::error::CliError;
 use crate::view::Stats;
 use aws_sdk_dynamodb::types::AttributeValue;
+use domain::Status;
 use std::collections::HashMap;
 
 /// An item as the DynamoDB SDK returns it.
@@ -63,15 +64,18 @@ pub async fn scan_stats(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<S
         let status = item
             .get("status")
             .and_then(|v| v.as_s().ok())
-            .cloned()
-            .unwrap_or_else(|| "?".into());
+            .and_then(|s| Status::parse(s));
         let attempt: u32 = item
             .get("current_attempt")
             .and_then(|v| v.as_n().ok())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
         st.total += 1;
-        *st.by_status.entry(status.clone()).or_insert(0) += 1;
+        let Some(status) = status else {
+            st.unreadable += 1;
+            return;
+        };
+        *st.by_status.entry(status).or_insert(0) += 1;
         *st.by_status_and_attempt
             .entry(status)
             .or_default()

@@ -2,6 +2,7 @@
 
 use crate::report::chain;
 use domain::audit::AuditEntry;
+use domain::machine::Actor;
 use domain::{Status, TransactionRecord};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -64,7 +65,7 @@ pub fn transition_text(e: &AuditEntry) -> String {
     } else {
         None
     };
-    let answered = e.from == Some(Status::InProgress) && e.actor.as_str() == "response-handler";
+    let answered = e.from == Some(Status::InProgress) && e.actor == Actor::ResponseHandler;
     let outcome = if answered || e.to == Status::Succeeded {
         match (e.outcome, &e.reason) {
             (Some(o), Some(r)) => Some(format!("{} {r}", o.as_str())),
@@ -166,9 +167,11 @@ pub fn show_json(r: &TransactionRecord, audit: &[AuditEntry]) -> Value {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Stats {
     pub total: u64,
-    pub by_status: BTreeMap<String, u64>,
+    pub by_status: BTreeMap<Status, u64>,
     /// status → current attempt → count.
-    pub by_status_and_attempt: BTreeMap<String, BTreeMap<u32, u64>>,
+    pub by_status_and_attempt: BTreeMap<Status, BTreeMap<u32, u64>>,
+    /// Items whose status is none of the machine's (never written by the handlers).
+    pub unreadable: u64,
 }
 
 pub fn stats_text(st: &Stats) -> String {
@@ -186,18 +189,21 @@ pub fn stats_text(st: &Stats) -> String {
     }
     let _ = writeln!(s);
     for status in Status::ALL {
-        let total = st.by_status.get(status.as_str()).copied().unwrap_or(0);
+        let total = st.by_status.get(&status).copied().unwrap_or(0);
         let _ = write!(s, "{:<12} {:>7}", status.as_str(), total);
         for a in 1..=max_attempt {
             let n = st
                 .by_status_and_attempt
-                .get(status.as_str())
+                .get(&status)
                 .and_then(|m| m.get(&a))
                 .copied()
                 .unwrap_or(0);
             let _ = write!(s, " {:>7}", n);
         }
         let _ = writeln!(s);
+    }
+    if st.unreadable > 0 {
+        let _ = writeln!(s, "{} items with an unreadable status", st.unreadable);
     }
     s
 }

@@ -3,9 +3,9 @@
 //! `cargo run --release -p deferred-retry-verify --bin model-check -- --transactions 2 --max-attempts 3`
 
 use clap::Parser;
-use domain::decide::Flaws;
 use std::process::ExitCode;
-use verify::model::{check, Scope, WITNESS};
+use verify::model::{check, Budgets, Scope, WITNESS};
+use verify::Flaws;
 
 /// Exhaustive model check of the deferred retry protocol.
 #[derive(Debug, Parser)]
@@ -47,27 +47,23 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let mut flaws = Flaws::NONE;
     for f in &args.flaw {
-        match verify::flaw_by_name(f) {
-            Some(set) => set(&mut flaws),
-            None => {
-                eprintln!(
-                    "unknown flaw `{f}`; known: {}",
-                    verify::FLAW_NAMES.join(", ")
-                );
-                return ExitCode::from(2);
-            }
+        if !flaws.switch_on(f) {
+            eprintln!("unknown flaw `{f}`; known: {}", Flaws::NAMES.join(", "));
+            return ExitCode::from(2);
         }
     }
     let scope = Scope {
         transactions: args.transactions,
         max_attempts: args.max_attempts,
-        duplicate_deliveries: args.duplicates,
-        crashes: args.crashes,
-        extra_answers: args.extra_answers,
-        double_fires: args.double_fires,
-        undeliverable_fires: args.undeliverable_fires,
-        reconciler_runs: args.reconciler_runs,
-        ticks: args.ticks,
+        faults: Budgets {
+            duplicate_deliveries: args.duplicates,
+            crashes: args.crashes,
+            extra_answers: args.extra_answers,
+            double_fires: args.double_fires,
+            undeliverable_fires: args.undeliverable_fires,
+            reconciler_runs: args.reconciler_runs,
+            ticks: args.ticks,
+        },
         flaws,
         interleave: !args.ordered,
     };

@@ -28,7 +28,7 @@ impl Stack {
     pub fn scheduler(&self) -> aws_sdk_scheduler::Client {
         aws_sdk_scheduler::Client::new(&self.sdk)
     }
-    pub fn store(&self) -> aws::dynamo::DynamoStore {
+    pub fn store(&self) -> aws::dynamo::DynamoStore<aws::dynamo::PayloadsTable> {
         aws::dynamo::DynamoStore::new(self.ddb(), &self.p.names.transactions_table)
             .with_payloads_table(&self.p.names.payloads_table)
     }

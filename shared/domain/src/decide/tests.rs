@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::ids::MaxAttempts;
+use crate::machine::{BudgetGuard, Change, ReconcileKey};
+use crate::message::Origin;
 use crate::policy::{FixedRandom, RetryPolicy};
 
 pub(crate) fn ctx_at(ms: i64) -> Context {
@@ -64,7 +66,7 @@ fn cancelled_unread_persists_the_instant_before_creating_the_schedule() {
     let (Effect::Write(w), Effect::CreateSchedule(s)) = (&plan[0], &plan[1]) else {
         panic!("{plan:?}")
     };
-    assert_eq!(w.set.status, Status::Scheduling);
+    assert_eq!(w.to(), Status::Scheduling);
     assert_eq!(w.set.next_fire_at, Change::Set(s.fire_at));
     assert_eq!(
         s.fire_at,
@@ -114,7 +116,7 @@ fn run_redecides_when_the_budget_is_spent() {
     let Step::Perform(Effect::Write(w)) = run.step() else {
         panic!()
     };
-    assert_eq!(w.set.status, Status::Failed);
+    assert_eq!(w.to(), Status::Failed);
 }
 
 #[test]
@@ -185,8 +187,8 @@ fn describe(e: &Effect) -> String {
         ),
         Effect::Write(w) => {
             let g = &w.guard;
-            let statuses: Vec<&str> = g.statuses.iter().map(|s| s.as_str()).collect();
-            let mut s = format!("write {:?} if {}", w.event, statuses.join("|"));
+            let statuses: Vec<&str> = w.from().iter().map(|s| s.as_str()).collect();
+            let mut s = format!("write {:?} if {}", w.event(), statuses.join("|"));
             if let Some(c) = g.current_attempt {
                 s.push_str(&format!(" c={c}"));
             }
@@ -197,7 +199,7 @@ fn describe(e: &Effect) -> String {
                 s.push_str(&format!(" {b:?}"));
             }
             let c = &w.set;
-            s.push_str(&format!(" -> {}", c.status));
+            s.push_str(&format!(" -> {}", w.to()));
             if let Some(a) = c.current_attempt {
                 s.push_str(&format!(" c={a}"));
             }
@@ -296,6 +298,10 @@ fn all_cases() -> Vec<(String, Plan)> {
     let mut out = Vec::new();
     let mut push = |name: String, input: &Input, known: Known<'_>, same: Option<bool>| {
         let plan = decide(input, known, same, &ctx, &mut FixedRandom(0.5));
+        // Only effects the function handling this input performs.
+        for e in &plan {
+            assert!(crate::exec::performs(input, e), "{name}: {e:?}");
+        }
         out.push((name, plan));
     };
 
@@ -1740,21 +1746,21 @@ fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
         for e in &plan {
             if let Effect::Write(w) = e {
                 writes += 1;
-                assert!(!w.guard.statuses.is_empty(), "{name}");
-                for from in &w.guard.statuses {
+                assert!(!w.from().is_empty(), "{name}");
+                for from in w.from().iter() {
                     assert_eq!(
-                        arrow(Some(*from), w.event),
-                        Ok(w.set.status),
+                        arrow(Some(from), w.event()),
+                        Ok(w.to()),
                         "{name}: {from} --{:?}--> {}",
-                        w.event,
-                        w.set.status
+                        w.event(),
+                        w.to()
                     );
                 }
                 assert_eq!(w.set.updated_at, ctx.now, "{name}");
                 assert_eq!(w.transaction_id, id(), "{name}");
                 assert_eq!(
                     w.set.reconcile == Change::Clear,
-                    !w.set.status.is_intermediate(),
+                    !w.to().is_intermediate(),
                     "{name}: the reconciler key exists exactly in intermediate states"
                 );
             }
@@ -1791,4 +1797,14 @@ fn writes_never_carry_a_time_before_the_record_they_replace() {
     // A record older than the reading changes nothing.
     r.updated_at = Timestamp::from_millis(10);
     assert!(times(Known::Record(&r)).iter().all(|t| *t == ctx.now));
+}
+
+/// Every acknowledgement's label is its serialized name.
+#[test]
+fn ack_labels_are_their_serialized_names() {
+    for a in Ack::ALL {
+        assert_eq!(serde_json::to_value(a).unwrap(), a.label(), "{a:?}");
+    }
+    let labels: std::collections::BTreeSet<&str> = Ack::ALL.iter().map(|a| a.label()).collect();
+    assert_eq!(labels.len(), Ack::ALL.len(), "one label each");
 }

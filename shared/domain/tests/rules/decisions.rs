@@ -13,7 +13,7 @@
 
 use crate::world::*;
 use domain::decide::{decide, Context, Disposition, Effect, Input, Known, Rejection, Run};
-use domain::exec::{execute, Ports};
+use domain::exec::execute;
 use domain::ids::{MaxAttempts, ScheduleName, Timestamp};
 use domain::machine::{transition, ReconcileKey, Status, TransactionRecord};
 use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
@@ -21,6 +21,8 @@ use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{FixedRandom, PolicySet, RetryPolicy, SplitMix64};
 use proptest::prelude::*;
 use std::time::Duration;
+use testkit::oracle::{self, Violation, Writer};
+use testkit::ports::AllPorts;
 
 const MIN_MS: i64 = 60_000;
 
@@ -195,11 +197,20 @@ fn simulate(
         check(e, &state)?;
         match e {
             Effect::Write(w) => {
-                for from in &w.guard.statuses {
-                    prop_assert_eq!(transition(Some(*from), w.event), Ok(w.set.status));
+                for from in w.from().iter() {
+                    prop_assert_eq!(transition(Some(from), w.event()), Ok(w.to()));
                 }
                 match w.apply(&state) {
-                    Ok(next) => state = next,
+                    Ok(next) => {
+                        // Any record, well-formed or not: every change is an arrow (the
+                        // budget is checked from well-formed records below).
+                        let broken = oracle::change(Some(&state), w.event(), &next, Writer::Other);
+                        prop_assert!(
+                            !broken.contains(&Violation::IllegalTransition),
+                            "{state:?} -> {next:?}"
+                        );
+                        state = next;
+                    }
                     Err(_) if strict => {
                         return Err(TestCaseError::fail(format!(
                             "guard {:?} fails against {state:?}",
@@ -256,9 +267,10 @@ proptest! {
     #[test]
     fn unread_plans_are_arrows(r in any_record(), m in msg(), u in 0.0f64..1.0) {
         let (input, same) = input(&m, &r);
-        for known in [Known::Unread, Known::Missing] {
+        for known in [Known::Unread, Known::Missing, Known::Record(&r)] {
             let plan = decide(&input, known, same, &ctx(), &mut FixedRandom(u));
             prop_assert!(ends_with_one_terminal(&plan), "{plan:?}");
+            prop_assert!(plan.iter().all(|e| domain::exec::performs(&input, e)), "{plan:?}");
             simulate(&plan, &r, false, |_, _| Ok(()))?;
         }
     }
@@ -276,7 +288,7 @@ proptest! {
         store.put(r.clone(), Some(stored_payload));
         let (scheduler, requests, retries) =
             (MemoryScheduler::new(), MemoryQueue::<Request>::new(), MemoryQueue::<RetryEvent>::new());
-        let ports = Ports { store: &store, scheduler: &scheduler, requests: &requests, retries: &retries };
+        let ports = AllPorts { store: &store, scheduler: &scheduler, requests: &requests, retries: &retries };
         let ctx = ctx();
         let mut rng = SplitMix64::new(seed);
         let (input, _) = input(&m, &r);
@@ -312,7 +324,7 @@ proptest! {
                 match e {
                     Effect::PublishRequest(h) => {
                         let n = h.attempt;
-                        prop_assert!(n.get() <= max, "publishes {n} > max {max}");
+                        prop_assert_eq!(oracle::publish(n, Some(s)), None, "publishes {} > max {}", n, max);
                         let first = n.get() == 1 && s.current_attempt.get() == 1
                             && s.status == Status::InProgress;
                         let pending = s.status == Status::Sending && s.next_attempt == Some(n);
@@ -321,12 +333,14 @@ proptest! {
                     Effect::CreateSchedule(spec) => {
                         prop_assert_eq!(s.status, Status::Scheduling);
                         prop_assert_eq!(Some(spec.event.attempt), s.next_attempt);
-                        prop_assert!(spec.event.attempt.get() <= max);
+                        prop_assert!(!oracle::over_budget(spec.event.attempt.get(), max));
                         prop_assert_eq!(Some(spec.fire_at), s.next_fire_at, "persisted first");
+                        let broken = oracle::Instants::new().created((), Some(s), spec);
+                        prop_assert!(broken.is_empty(), "{broken:?}");
                     }
                     Effect::PublishRetry(ev) => {
                         prop_assert_eq!(Some(ev.attempt), s.next_attempt);
-                        prop_assert!(ev.attempt.get() <= max);
+                        prop_assert!(!oracle::over_budget(ev.attempt.get(), max));
                     }
                     _ => {}
                 }

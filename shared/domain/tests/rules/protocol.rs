@@ -17,13 +17,14 @@
 
 use crate::world::*;
 use domain::decide::{Disposition, Effect, Input, Known, Run, Step};
-use domain::exec::Ports;
-use domain::ids::{Timestamp, TransactionId};
+use domain::ids::TransactionId;
 use domain::machine::{Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Response, RetryEvent};
 use proptest::prelude::*;
 use proptest::sample::Index;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use testkit::oracle;
+use testkit::ports::AllPorts;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -106,7 +107,7 @@ struct Sim {
     dead_letters: Vec<Input>,
     alerts: usize,
     published: Vec<u32>,
-    fire_of_attempt: BTreeMap<u32, Timestamp>,
+    instants: oracle::Instants<()>,
 }
 
 impl Sim {
@@ -123,7 +124,7 @@ impl Sim {
             dead_letters: Vec::new(),
             alerts: 0,
             published: Vec::new(),
-            fire_of_attempt: BTreeMap::new(),
+            instants: oracle::Instants::new(),
         }
     }
 
@@ -150,7 +151,7 @@ impl Sim {
         self.before(&effect, &input)?;
         let ctx = self.w.ctx();
         let Sim { w, active, .. } = self;
-        let ports: MemPorts<'_> = Ports {
+        let ports: MemPorts<'_> = AllPorts {
             store: &w.store,
             scheduler: &w.scheduler,
             requests: &w.requests,
@@ -177,14 +178,16 @@ impl Sim {
         match effect {
             Effect::PublishRequest(h) => {
                 let n = h.attempt.get();
-                prop_assert!(
-                    n <= self.max,
-                    "request {n} published with max_attempts {}",
-                    self.max
-                );
                 let r = self
                     .record()
                     .ok_or_else(|| TestCaseError::fail("publish without record"))?;
+                prop_assert_eq!(
+                    oracle::publish(h.attempt, Some(&r)),
+                    None,
+                    "request {} published with max_attempts {}",
+                    n,
+                    self.max
+                );
                 match input {
                     // The start publishes attempt 1 only, and only once the record exists.
                     Input::Start { .. } => prop_assert_eq!(n, 1),
@@ -215,17 +218,14 @@ impl Sim {
                 self.published.push(n);
             }
             Effect::CreateSchedule(spec) => {
-                let n = spec.event.attempt.get();
-                prop_assert!(n <= self.max);
-                let first = *self.fire_of_attempt.entry(n).or_insert(spec.fire_at);
-                prop_assert_eq!(
-                    first,
-                    spec.fire_at,
-                    "attempt {} scheduled at two instants",
-                    n
-                );
+                prop_assert!(!oracle::over_budget(spec.event.attempt.get(), self.max));
+                let record = self.record();
+                let broken = self.instants.created((), record.as_ref(), spec);
+                prop_assert!(broken.is_empty(), "{:?}: {:?}", broken, spec);
             }
-            Effect::PublishRetry(ev) => prop_assert!(ev.attempt.get() <= self.max),
+            Effect::PublishRetry(ev) => {
+                prop_assert!(!oracle::over_budget(ev.attempt.get(), self.max))
+            }
             _ => {}
         }
         Ok(())
@@ -237,7 +237,7 @@ impl Sim {
 
     fn check(&self) -> Result<(), TestCaseError> {
         for req in self.w.requests.messages() {
-            prop_assert!(req.attempt.get() <= self.max);
+            prop_assert!(!oracle::over_budget(req.attempt.get(), self.max));
             prop_assert_eq!(
                 req.idempotency_key.as_str(),
                 format!("{}#{}", req.transaction_id, req.attempt)

@@ -5,13 +5,14 @@
 use crate::world::*;
 use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known, Rejection, Run};
 use domain::decide::{Step, MAX_REDECISIONS};
-use domain::exec::{execute, ExecError, Ports};
+use domain::exec::{execute, ExecError, RetryPorts};
 use domain::machine::{Status, TransactionRecord, Write};
-use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
+use domain::memory::{block_on_ready, MemoryQueue, MemoryStore};
 use domain::message::{Origin, Outcome, Payload, Request, RetryEvent};
 use domain::policy::SplitMix64;
-use domain::ports::{CreateOutcome, PortError, StateStore, StuckPage, StuckQuery, WriteOutcome};
+use domain::ports::{Payloads, PortError, Transitions, WriteOutcome};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use testkit::ports::AllPorts;
 
 use Status::*;
 
@@ -354,7 +355,7 @@ fn retry_event_arrives_while_scheduling() {
 }
 
 fn ports(w: &World) -> MemPorts<'_> {
-    Ports {
+    AllPorts {
         store: &w.store,
         scheduler: &w.scheduler,
         requests: &w.requests,
@@ -764,14 +765,7 @@ struct Contended {
     writes: AtomicUsize,
 }
 
-impl StateStore for Contended {
-    async fn create(
-        &self,
-        record: &TransactionRecord,
-        payload: &Payload,
-    ) -> Result<CreateOutcome, PortError> {
-        self.inner.create(record, payload).await
-    }
+impl Transitions for Contended {
     async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
         self.writes.fetch_add(1, Ordering::Relaxed);
         let mut r = self.inner.record(&write.transaction_id).unwrap();
@@ -783,17 +777,11 @@ impl StateStore for Contended {
         self.inner.put(r, None);
         self.inner.transition(write).await
     }
-    async fn get(
-        &self,
-        id: &domain::TransactionId,
-    ) -> Result<Option<TransactionRecord>, PortError> {
-        self.inner.get(id).await
-    }
+}
+
+impl Payloads for Contended {
     async fn payload(&self, id: &domain::TransactionId) -> Result<Option<Payload>, PortError> {
         self.inner.payload(id).await
-    }
-    async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
-        self.inner.query_stuck(q).await
     }
 }
 
@@ -813,16 +801,10 @@ fn redecisions_are_bounded() {
         writes: AtomicUsize::new(0),
     };
     store.inner.put(r, Some(payload()));
-    let (scheduler, requests, retries) = (
-        MemoryScheduler::new(),
-        MemoryQueue::<Request>::new(),
-        MemoryQueue::new(),
-    );
-    let ports = Ports {
+    let requests = MemoryQueue::<Request>::new();
+    let ports = RetryPorts {
         store: &store,
-        scheduler: &scheduler,
         requests: &requests,
-        retries: &retries,
     };
     let ctx: Context = w.ctx();
     let mut rng = SplitMix64::new(1);

@@ -3,18 +3,19 @@
 //! key. Tests move the clock by hand.
 
 use domain::decide::{Context, Disposition, Effect, Input, Known, Run, Step};
-use domain::exec::{execute, ExecError, Ports};
+use domain::exec::{execute, ExecError, Perform};
 use domain::ids::{Attempt, IdempotencyKey, MaxAttempts, Timestamp, TransactionId};
 use domain::machine::{Status, TransactionRecord};
 use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::message::{Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{PolicySet, RetryPolicy, SplitMix64};
-use domain::ports::{StateStore, StuckQuery};
+use domain::ports::{StuckIndex, StuckQuery};
 use std::collections::BTreeSet;
 use std::time::Duration;
+use testkit::ports::AllPorts;
 
 pub type MemPorts<'a> =
-    Ports<'a, MemoryStore, MemoryScheduler, MemoryQueue<Request>, MemoryQueue<RetryEvent>>;
+    AllPorts<'a, MemoryStore, MemoryScheduler, MemoryQueue<Request>, MemoryQueue<RetryEvent>>;
 
 /// 2026-10-03T12:00:00Z
 pub fn t0() -> Timestamp {
@@ -92,7 +93,7 @@ impl World {
     ) -> Result<Disposition, ExecError> {
         let ctx = self.ctx();
         let mut run = Run::new(input, Known::Unread, &ctx, &mut self.rng);
-        let ports: MemPorts<'_> = Ports {
+        let ports: MemPorts<'_> = AllPorts {
             store: &self.store,
             scheduler: &self.scheduler,
             requests: &self.requests,

@@ -1,5 +1,6 @@
 use super::*;
-use crate::dead_letter::MemoryDeadLetter;
+use domain::memory::MemoryDeadLetter;
+use domain::Attempt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn event(records: &[(&str, &str)]) -> SqsEvent {
@@ -54,12 +55,11 @@ async fn only_the_records_to_retry_are_reported() {
                 "TX-RETRY" => Verdict::Retry {
                     error: "throttled".into(),
                 },
-                "TX-DROP" => Verdict::Dropped {
-                    label: "late-response".into(),
-                },
-                _ => Verdict::Done {
-                    label: "succeeded".into(),
-                },
+                "TX-DROP" => Verdict::Dropped(DropReason::LateResponse {
+                    attempt: Attempt::FIRST,
+                    current: Attempt::new(2).unwrap(),
+                }),
+                _ => Verdict::Done(Ack::Succeeded),
             }
         },
     )
@@ -96,11 +96,7 @@ async fn a_malformed_body_goes_to_the_dlq_unchanged_and_is_acknowledged() {
         &metrics,
         |_: Response| {
             handled.fetch_add(1, Ordering::SeqCst);
-            async {
-                Verdict::Done {
-                    label: "succeeded".into(),
-                }
-            }
+            async { Verdict::Done(Ack::Succeeded) }
         },
     )
     .await
@@ -111,22 +107,18 @@ async fn a_malformed_body_goes_to_the_dlq_unchanged_and_is_acknowledged() {
         1,
         "only the good record reached the handler"
     );
-    let sent = dlq.messages();
-    assert_eq!(sent.len(), 2);
-    let mut sent_ids: Vec<_> = sent.iter().map(|m| m.message_id.clone().unwrap()).collect();
-    sent_ids.sort();
-    assert_eq!(sent_ids, ["m2", "m3"]);
-    for m in &sent {
-        let orig = original
-            .iter()
-            .find(|o| o.message_id == m.message_id)
-            .unwrap();
-        assert_eq!(m.body, orig.body, "body unchanged");
-        assert_eq!(
-            m.message_attributes, orig.message_attributes,
-            "attributes unchanged"
-        );
-    }
+    let mut sent = dlq.messages();
+    sent.sort_by(|a, b| a.body.cmp(&b.body));
+    let mut want: Vec<Undeliverable> = original
+        .iter()
+        .filter(|o| matches!(o.message_id.as_deref(), Some("m2" | "m3")))
+        .map(undeliverable)
+        .collect();
+    want.sort_by(|a, b| a.body.cmp(&b.body));
+    assert_eq!(sent, want, "bodies and attributes unchanged");
+    assert!(sent
+        .iter()
+        .all(|m| m.attributes["trace"].data_type == "String"));
     assert_eq!(metrics.count(names::PERMANENT_ERRORS), 2);
     assert_eq!(metrics.count("PermanentErrorMalformedBody"), 2);
     assert_eq!(metrics.count(names::DEAD_LETTERED), 2);
@@ -143,11 +135,7 @@ async fn a_failed_dlq_send_turns_into_a_batch_item_failure() {
         &BatchOptions::default(),
         &dlq,
         &metrics,
-        |_: Response| async {
-            Verdict::Done {
-                label: "succeeded".into(),
-            }
-        },
+        |_: Response| async { Verdict::Done(Ack::Succeeded) },
     )
     .await
     .unwrap();
@@ -178,9 +166,7 @@ async fn a_panicking_record_fails_alone() {
                     panic!("bug while handling {}", m.transaction_id);
                 }
                 done.fetch_add(1, Ordering::SeqCst);
-                Verdict::Done {
-                    label: "succeeded".into(),
-                }
+                Verdict::Done(Ack::Succeeded)
             }
         },
     )
@@ -222,7 +208,7 @@ async fn concurrency_is_bounded() {
                     tokio::task::yield_now().await;
                 }
                 in_flight.fetch_sub(1, Ordering::SeqCst);
-                Verdict::Done { label: "x".into() }
+                Verdict::Done(Ack::Succeeded)
             }
         },
     )
@@ -257,7 +243,7 @@ fn malformed_verdict_names_field_and_value() {
     let body = r#"{"transaction_id":"TX-1","attempt":"two","outcome":"SUCCESS"}"#;
     let err = Response::parse(body).unwrap_err();
     let p = Permanent::malformed(&err, body);
-    assert_eq!(p.reason, "malformed-body");
+    assert_eq!(p.reason, PermanentReason::MalformedBody);
     assert_eq!(p.field.as_deref(), Some("attempt"));
     assert_eq!(p.value.as_deref(), Some("\"two\""));
     let p = Permanent::malformed(&Response::parse("nope").unwrap_err(), "nope");
@@ -268,7 +254,7 @@ fn malformed_verdict_names_field_and_value() {
 struct PanickingDeadLetter;
 
 impl DeadLetter for PanickingDeadLetter {
-    async fn send(&self, _: &SqsMessage) -> Result<(), PortError> {
+    async fn send(&self, _: &Undeliverable) -> Result<(), PortError> {
         panic!("adapter bug");
     }
 }
@@ -282,15 +268,35 @@ async fn a_panic_while_dead_lettering_fails_only_that_record() {
         &BatchOptions::default(),
         &PanickingDeadLetter,
         &metrics,
-        |_: Response| async {
-            Verdict::Done {
-                label: "succeeded".into(),
-            }
-        },
+        |_: Response| async { Verdict::Done(Ack::Succeeded) },
     )
     .await
     .unwrap();
     assert_eq!(failures(&r), ["m1"]);
     assert_eq!(metrics.count(names::RECORD_PANICS), 1);
     assert_eq!(metrics.count(names::DEAD_LETTER_FAILURES), 1);
+}
+
+/// A received message becomes the dead-letter port's message as it came: body, every
+/// attribute, a missing data type inferred from what the attribute carries.
+#[test]
+fn a_received_message_is_kept_as_it_came() {
+    let m: SqsMessage = serde_json::from_value(serde_json::json!({
+        "messageId": "m1",
+        "body": "{not json",
+        "messageAttributes": {
+            "s": {"stringValue": "v", "stringListValues": [], "binaryListValues": []},
+            "b": {"binaryValue": "AQID", "stringListValues": [], "binaryListValues": []},
+            "n": {"stringValue": "42", "dataType": "Number.int", "stringListValues": [], "binaryListValues": []}
+        }
+    }))
+    .unwrap();
+    let u = undeliverable(&m);
+    assert_eq!(u.body, "{not json");
+    assert_eq!(u.attributes["s"].data_type, "String");
+    assert_eq!(u.attributes["s"].string_value.as_deref(), Some("v"));
+    assert_eq!(u.attributes["b"].data_type, "Binary");
+    assert_eq!(u.attributes["b"].binary_value, Some(vec![1, 2, 3]));
+    assert_eq!(u.attributes["n"].data_type, "Number.int");
+    assert_eq!(u.attributes.len(), 3);
 }

@@ -3,10 +3,10 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use domain::audit::AuditEntry;
-use domain::exec::Ports;
+use domain::exec::StartPorts;
 use domain::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::policy::{FixedRandom, SplitMix64};
-use domain::ports::{Clock, Unwired};
+use domain::ports::Clock;
 use domain::{
     Attempt, Effect, MaxAttempts, Outcome, Payload, Request, Response, RetryEvent, Status,
     Timestamp, TransactionId, TransactionRecord,
@@ -93,11 +93,9 @@ impl World {
 
     /// Starts a transaction through the library operation.
     pub async fn start(&self, tx: &str, max: u32) {
-        let ports = Ports {
+        let ports = StartPorts {
             store: &self.store,
-            scheduler: &Unwired,
             requests: &self.requests,
-            retries: &Unwired,
         };
         let ctx = self.settings.context(self.now());
         runtime::ops::start_transaction(
@@ -170,10 +168,9 @@ impl World {
     /// One reconciler run now.
     pub async fn reconcile(&self) -> Report {
         runtime::reconcile::run_once(
-            &domain::exec::Ports {
+            &domain::exec::ReconcilePorts {
                 store: &self.store,
                 scheduler: &self.scheduler,
-                requests: &domain::ports::Unwired,
                 retries: &self.retries,
             },
             &self.settings,

@@ -435,8 +435,8 @@ async fn reconcile_cron<St, Sc, Rt>(
     stats: Arc<CronStats>,
     mut stop: Stop,
 ) where
-    St: domain::ports::StateStore,
-    Sc: domain::ports::Scheduler,
+    St: domain::ports::StuckIndex + domain::ports::Transitions,
+    Sc: domain::ports::ScheduleCreator,
     Rt: domain::ports::RetryPublisher,
 {
     loop {

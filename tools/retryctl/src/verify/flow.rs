@@ -8,8 +8,8 @@ use crate::error::CliError;
 use aws::audit::AuditWriter;
 use aws::dynamo::DynamoStore;
 use aws::sqs::SqsRequestPublisher;
-use domain::exec::Ports;
-use domain::ports::{Clock, StateStore, SystemClock, Unwired};
+use domain::exec::StartPorts;
+use domain::ports::{Clock, Records, SystemClock};
 use domain::{
     Attempt, MaxAttempts, Outcome, Payload, ScheduleName, Status, TransactionId, TransactionRecord,
 };
@@ -136,11 +136,9 @@ pub async fn run(env: &Env<'_>, out: &mut Checks) -> Result<(), CliError> {
     let store = DynamoStore::new(env.ddb.clone(), o.require("TransactionsTableName")?)
         .with_payloads_table(o.require("PayloadsTableName")?);
     let requests = SqsRequestPublisher::new(env.sqs.clone(), o.require("RequestQueueUrl")?);
-    let ports = Ports {
+    let ports = StartPorts {
         store: &store,
-        scheduler: &Unwired,
         requests: &requests,
-        retries: &Unwired,
     };
     let settings = Settings {
         shards,

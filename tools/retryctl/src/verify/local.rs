@@ -87,7 +87,7 @@ pub fn outputs_document(stack: &Stack, harness: Option<&LocalHarness>) -> Value 
         .get("retry-handler")
         .and_then(|m| m.get("RECONCILE_SHARDS"))
         .and_then(|s| s.parse().ok())
-        .unwrap_or(aws::config::defaults::RECONCILE_SHARDS);
+        .unwrap_or(domain::defaults::RECONCILE_SHARDS);
     let prefix = &stack.names().prefix;
     let mut stacks = vec![outputs::local(&stack.provisioned, shards)];
     if let Some(h) = harness {

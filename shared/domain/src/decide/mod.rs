@@ -1,0 +1,460 @@
+//! Decisions as plans, and the step machine that executes them.
+//!
+//! Each handler's rules are a pure function from (what is known of the record, the
+//! message, the context, a random source) to a [`Plan`]: the ordered [`Effect`]s to
+//! run, ending with exactly one of acknowledge, drop-with-reason or reject.
+//!
+//! Happy paths never read the state item: the first plan is made on an *unread*
+//! record and its conditional writes say what must be true. When a write's condition
+//! fails, the store hands back the current record and the [`Run`] decides again from
+//! it. This is how "someone already did the work" becomes success, and how a late or
+//! duplicated message becomes a drop, without a single extra read.
+//!
+//! Executors (Lambda handlers, the simulator, the model checker, `retryctl`) only
+//! perform effects and feed back what they observed; they never restate a rule.
+//!
+//! This module holds the vocabulary (context, effects, dispositions, inputs) and
+//! [`decide`]; each decider has a module of its own ([`decide_response`],
+//! [`decide_retry`], [`decide_reconcile`], [`decide_start`], [`decide_resolve`],
+//! [`decide_replay`]), and [`Run`] is the step machine. A decider names the arrows it
+//! takes ([`crate::arrow!`]) and never the status a write enters.
+
+mod reconcile;
+mod replay;
+mod resolve;
+mod response;
+mod retry;
+mod run;
+mod start;
+
+pub use reconcile::{decide_reconcile, is_stuck};
+pub use replay::decide_replay;
+pub use resolve::{decide_resolve, RESOLVED_REASON};
+pub use response::decide_response;
+pub use retry::decide_retry;
+pub use run::{Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
+pub use start::decide_start;
+
+use crate::ids::{Attempt, MaxAttempts, ScheduleName, Timestamp, TransactionId};
+use crate::machine::{Status, TransactionRecord, Write};
+use crate::message::{Outcome, Payload, Response, RetryEvent};
+use crate::policy::{PolicySet, RandomSource};
+use serde::Serialize;
+use std::time::Duration;
+
+/// Everything a decision needs besides the record and the message.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub now: Timestamp,
+    pub policies: PolicySet,
+    /// Write shards of the reconciler index.
+    pub shards: u16,
+    /// How long an intermediate state may last before the reconciler acts.
+    pub reconcile_threshold: Duration,
+}
+
+impl Context {
+    pub fn new(
+        now: Timestamp,
+        policies: PolicySet,
+        shards: u16,
+        reconcile_threshold: Duration,
+    ) -> Self {
+        Self {
+            now,
+            policies,
+            shards: shards.max(1),
+            reconcile_threshold,
+        }
+    }
+
+    fn threshold_ms(&self) -> i64 {
+        i64::try_from(self.reconcile_threshold.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// What is known of the stored record when deciding.
+#[derive(Debug, Clone, Copy)]
+pub enum Known<'a> {
+    /// Not read: decide optimistically, the writes' conditions check.
+    Unread,
+    /// Read (or handed back by a failed condition): no such transaction.
+    Missing,
+    Record(&'a TransactionRecord),
+}
+
+/// What the external service will receive: the payload is read from the store by the
+/// executor, so every attempt carries the bytes the transaction started with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RequestHeader {
+    pub transaction_id: TransactionId,
+    pub attempt: Attempt,
+}
+
+/// A one-time schedule to create: fires `event` on the retry queue at `fire_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScheduleSpec {
+    pub name: ScheduleName,
+    pub fire_at: Timestamp,
+    pub event: RetryEvent,
+}
+
+/// A business alert: attempts exhausted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Alert {
+    pub transaction_id: TransactionId,
+    pub attempts: Attempt,
+    pub last_reason: Option<String>,
+}
+
+/// One thing to do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Effect {
+    /// Read the record (only where no write can be tried blind).
+    Read(TransactionId),
+    /// Conditional create of a new transaction with its payload.
+    Create {
+        record: TransactionRecord,
+        payload: Payload,
+    },
+    /// One conditional write (an arrow of the state machine).
+    Write(Write),
+    CreateSchedule(ScheduleSpec),
+    DeleteSchedule(ScheduleName),
+    PublishRequest(RequestHeader),
+    PublishRetry(RetryEvent),
+    Alert(Alert),
+    /// Terminal: done, the message can be deleted.
+    Ack(Ack),
+    /// Terminal: nothing to do for this message (late, stale, duplicate); delete it.
+    Drop(DropReason),
+    /// Terminal: the message can never succeed; keep it for a human (DLQ).
+    Reject(Rejection),
+}
+
+impl Effect {
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Effect::Ack(_) | Effect::Drop(_) | Effect::Reject(_))
+    }
+
+    /// A short name for logs, metrics and crash-point labels.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Effect::Read(_) => "read",
+            Effect::Create { .. } => "create",
+            Effect::Write(_) => "write",
+            Effect::CreateSchedule(_) => "create-schedule",
+            Effect::DeleteSchedule(_) => "delete-schedule",
+            Effect::PublishRequest(_) => "publish-request",
+            Effect::PublishRetry(_) => "publish-retry",
+            Effect::Alert(_) => "alert",
+            Effect::Ack(_) => "ack",
+            Effect::Drop(_) => "drop",
+            Effect::Reject(_) => "reject",
+        }
+    }
+}
+
+/// Why a message was acknowledged: the work it asked for is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ack {
+    Started,
+    AlreadyStarted,
+    Succeeded,
+    Failed,
+    Scheduled,
+    /// SCHEDULED / SENDING / later found: another execution did the work.
+    AlreadyHandled,
+    Published,
+    /// A redelivery found SENDING and finished the publish.
+    Resumed,
+    ReconcilerScheduled,
+    ReconcilerRequeued,
+    Resolved,
+    AlreadyResolved,
+    Replayed,
+}
+
+impl Ack {
+    pub const ALL: [Ack; 13] = [
+        Ack::Started,
+        Ack::AlreadyStarted,
+        Ack::Succeeded,
+        Ack::Failed,
+        Ack::Scheduled,
+        Ack::AlreadyHandled,
+        Ack::Published,
+        Ack::Resumed,
+        Ack::ReconcilerScheduled,
+        Ack::ReconcilerRequeued,
+        Ack::Resolved,
+        Ack::AlreadyResolved,
+        Ack::Replayed,
+    ];
+
+    /// The kebab-case name (as serialized): `already-handled`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Ack::Started => "started",
+            Ack::AlreadyStarted => "already-started",
+            Ack::Succeeded => "succeeded",
+            Ack::Failed => "failed",
+            Ack::Scheduled => "scheduled",
+            Ack::AlreadyHandled => "already-handled",
+            Ack::Published => "published",
+            Ack::Resumed => "resumed",
+            Ack::ReconcilerScheduled => "reconciler-scheduled",
+            Ack::ReconcilerRequeued => "reconciler-requeued",
+            Ack::Resolved => "resolved",
+            Ack::AlreadyResolved => "already-resolved",
+            Ack::Replayed => "replayed",
+        }
+    }
+}
+
+impl Disposition {
+    /// The kebab-case name of how a run ended.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Disposition::Ack(a) => a.label(),
+            Disposition::Drop(d) => d.label(),
+            Disposition::Reject(r) => r.label(),
+        }
+    }
+}
+
+/// Why a message changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum DropReason {
+    /// A response for an attempt that is no longer the current one.
+    LateResponse { attempt: Attempt, current: Attempt },
+    /// A response whose outcome contradicts what was already decided for that attempt.
+    ConflictingOutcome { outcome: Outcome, status: Status },
+    /// A redelivered response for work already finished.
+    DuplicateResponse { status: Status },
+    /// A retry event for an attempt that is not the pending one.
+    StaleRetry {
+        attempt: Attempt,
+        pending: Option<Attempt>,
+    },
+    /// A retry event for an attempt already published.
+    DuplicateRetry { attempt: Attempt, status: Status },
+    /// The reconciler found the record no longer stuck.
+    NotStuck { status: Status },
+}
+
+impl DropReason {
+    pub fn label(&self) -> &'static str {
+        match self {
+            DropReason::LateResponse { .. } => "late-response",
+            DropReason::ConflictingOutcome { .. } => "conflicting-outcome",
+            DropReason::DuplicateResponse { .. } => "duplicate-response",
+            DropReason::StaleRetry { .. } => "stale-retry",
+            DropReason::DuplicateRetry { .. } => "duplicate-retry",
+            DropReason::NotStuck { .. } => "not-stuck",
+        }
+    }
+}
+
+/// Why a message can never succeed as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum Rejection {
+    UnknownTransaction {
+        transaction_id: TransactionId,
+    },
+    /// `start` repeated with a payload different from the stored one.
+    PayloadMismatch {
+        transaction_id: TransactionId,
+    },
+    /// `resolve` on a transaction that is not waiting for a retry.
+    NotResolvable {
+        transaction_id: TransactionId,
+        status: Status,
+    },
+    /// `replay` on a transaction that is not FAILED.
+    NotReplayable {
+        transaction_id: TransactionId,
+        status: Status,
+    },
+    /// The run kept meeting a different state than its writes expected.
+    TooManyRedecisions {
+        transaction_id: TransactionId,
+    },
+}
+
+impl Rejection {
+    pub fn label(&self) -> &'static str {
+        match self {
+            Rejection::UnknownTransaction { .. } => "unknown-transaction",
+            Rejection::PayloadMismatch { .. } => "payload-mismatch",
+            Rejection::NotResolvable { .. } => "not-resolvable",
+            Rejection::NotReplayable { .. } => "not-replayable",
+            Rejection::TooManyRedecisions { .. } => "too-many-redecisions",
+        }
+    }
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejection::UnknownTransaction { transaction_id } => {
+                write!(f, "unknown transaction `{transaction_id}`: no such item in the state table")
+            }
+            Rejection::PayloadMismatch { transaction_id } => write!(
+                f,
+                "transaction `{transaction_id}` already exists with a different payload; nothing was published"
+            ),
+            Rejection::NotResolvable { transaction_id, status } => write!(
+                f,
+                "transaction `{transaction_id}` is {status}: only SCHEDULING or SCHEDULED can be resolved by other means"
+            ),
+            Rejection::NotReplayable { transaction_id, status: Status::Failed } => write!(
+                f,
+                "transaction `{transaction_id}` is FAILED at the highest max_attempts accepted ({}): no attempt is left to replay",
+                crate::ids::MAX_ATTEMPTS_LIMIT
+            ),
+            Rejection::NotReplayable { transaction_id, status } => write!(
+                f,
+                "transaction `{transaction_id}` is {status}: only FAILED transactions can be replayed"
+            ),
+            Rejection::TooManyRedecisions { transaction_id } => write!(
+                f,
+                "transaction `{transaction_id}` kept changing under this message; giving up for now"
+            ),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Disposition {
+    Ack(Ack),
+    Drop(DropReason),
+    Reject(Rejection),
+}
+
+/// The ordered effects of one decision.
+pub type Plan = Vec<Effect>;
+
+/// What performing an effect observed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observed {
+    /// A read: the record, or `None` when there is no such transaction.
+    Record(Option<TransactionRecord>),
+    Created,
+    /// The transaction already existed; `same_payload` compares the stored payload.
+    AlreadyExists {
+        record: TransactionRecord,
+        same_payload: bool,
+    },
+    /// The write applied; the record as written.
+    Written(TransactionRecord),
+    /// The condition failed; the current record (`None`: no such transaction).
+    ConditionFailed(Option<TransactionRecord>),
+    ScheduleCreated,
+    ScheduleAlreadyExists,
+    ScheduleDeleted,
+    ScheduleNotFound,
+    Published,
+    Alerted,
+}
+
+/// The input a run decides on.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    Response(Response),
+    Retry(RetryEvent),
+    /// A record the reconciler's query returned.
+    Reconcile(TransactionRecord),
+    Start {
+        transaction_id: TransactionId,
+        payload: Payload,
+        max_attempts: MaxAttempts,
+    },
+    Resolve(TransactionId),
+    Replay {
+        transaction_id: TransactionId,
+        budget: u32,
+    },
+}
+
+impl Input {
+    pub fn transaction_id(&self) -> &TransactionId {
+        match self {
+            Input::Response(r) => &r.transaction_id,
+            Input::Retry(e) => &e.transaction_id,
+            Input::Reconcile(r) => &r.transaction_id,
+            Input::Start { transaction_id, .. }
+            | Input::Resolve(transaction_id)
+            | Input::Replay { transaction_id, .. } => transaction_id,
+        }
+    }
+}
+
+/// The record an operator decision needs read first: `Err` holds the plan until it
+/// is (read it; or reject an unknown transaction).
+fn read_first<'a>(known: Known<'a>, id: &TransactionId) -> Result<&'a TransactionRecord, Plan> {
+    match known {
+        Known::Unread => Err(vec![Effect::Read(id.clone())]),
+        Known::Missing => Err(vec![Effect::Reject(Rejection::UnknownTransaction {
+            transaction_id: id.clone(),
+        })]),
+        Known::Record(r) => Ok(r),
+    }
+}
+
+/// Decides for any input.
+pub fn decide(
+    input: &Input,
+    known: Known<'_>,
+    payload_matches: Option<bool>,
+    ctx: &Context,
+    rng: &mut dyn RandomSource,
+) -> Plan {
+    // Time never runs backwards within a transaction: a decision taken on a record
+    // written later than this run's clock reading (another writer, or the record a
+    // failed condition handed back) writes no earlier than that record's time.
+    let later;
+    let ctx = match known {
+        Known::Record(r) if r.updated_at > ctx.now => {
+            later = Context {
+                now: r.updated_at,
+                ..ctx.clone()
+            };
+            &later
+        }
+        _ => ctx,
+    };
+    match input {
+        Input::Response(r) => decide_response(known, r, ctx, rng),
+        Input::Retry(e) => decide_retry(known, e, ctx),
+        Input::Reconcile(r) => match known {
+            Known::Record(current) => decide_reconcile(current, ctx),
+            Known::Missing => vec![Effect::Drop(DropReason::NotStuck { status: r.status })],
+            Known::Unread => decide_reconcile(r, ctx),
+        },
+        Input::Start {
+            transaction_id,
+            payload,
+            max_attempts,
+        } => decide_start(
+            known,
+            payload_matches,
+            transaction_id,
+            payload,
+            *max_attempts,
+            ctx,
+        ),
+        Input::Resolve(id) => decide_resolve(known, id, ctx),
+        Input::Replay {
+            transaction_id,
+            budget,
+        } => decide_replay(known, transaction_id, *budget, ctx),
+    }
+}
+
+#[cfg(test)]
+mod tests;

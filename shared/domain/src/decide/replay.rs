@@ -1,0 +1,59 @@
+//! Operator replay (`retryctl replay`): the one arrow out of FAILED.
+
+use super::{read_first, Ack, Context, Effect, Known, Plan, Rejection};
+use crate::arrow;
+use crate::ids::{MaxAttempts, ScheduleName, TransactionId, MAX_ATTEMPTS_LIMIT};
+use crate::machine::{Actor, Arrow, Change, Event, Status, Write};
+use crate::message::{Origin, RetryEvent};
+
+const REPLAY: Arrow = arrow!([Status::Failed], Event::OperatorReplay);
+
+/// Reopens a FAILED transaction with `budget` more attempts. The record goes to
+/// SCHEDULING with the next attempt due now, and a retry event with origin OPERATOR
+/// goes on the retry queue (if that publish is lost, the reconciler finds the
+/// SCHEDULING record and requeues it).
+pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Context) -> Plan {
+    let r = match read_first(known, id) {
+        Ok(r) => r,
+        Err(plan) => return plan,
+    };
+    let not_replayable = || {
+        vec![Effect::Reject(Rejection::NotReplayable {
+            transaction_id: id.clone(),
+            status: r.status,
+        })]
+    };
+    if !REPLAY.from().contains(r.status) {
+        return not_replayable();
+    }
+    let next = r.current_attempt.next();
+    let new_max = r
+        .current_attempt
+        .get()
+        .saturating_add(budget.max(1))
+        .min(MAX_ATTEMPTS_LIMIT);
+    // At the highest budget accepted there is no attempt left to reopen with: the
+    // reopened attempt must stay within max_attempts.
+    let max = match MaxAttempts::new(new_max) {
+        Ok(max) if !max.exhausted_by(r.current_attempt) => max,
+        _ => return not_replayable(),
+    };
+    let mut w = Write::new(id.clone(), REPLAY, ctx.now, Actor::Operator).open_cycle(
+        next,
+        ctx.now,
+        ScheduleName::for_retry(id, next),
+        ctx.shards,
+    );
+    w.guard.current_attempt = Some(r.current_attempt);
+    w.set.max_attempts = Some(max);
+    w.set.origin = Change::Set(Origin::Operator);
+    vec![
+        Effect::Write(w),
+        Effect::PublishRetry(RetryEvent {
+            transaction_id: id.clone(),
+            origin: Origin::Operator,
+            attempt: next,
+        }),
+        Effect::Ack(Ack::Replayed),
+    ]
+}

@@ -1,0 +1,46 @@
+//! "Start a transaction" (the library operation services and `retryctl submit` call).
+
+use super::{Ack, Context, Effect, Known, Plan, Rejection, RequestHeader};
+use crate::ids::{Attempt, MaxAttempts, TransactionId};
+use crate::machine::{Status, TransactionRecord};
+use crate::message::Payload;
+
+/// Conditional create of IN_PROGRESS attempt 1 with its payload, then publish attempt
+/// 1 (key `<id>#1`). Repeating it is harmless and never publishes a different payload.
+pub fn decide_start(
+    known: Known<'_>,
+    payload_matches: Option<bool>,
+    id: &TransactionId,
+    payload: &Payload,
+    max_attempts: MaxAttempts,
+    ctx: &Context,
+) -> Plan {
+    let first = || {
+        Effect::PublishRequest(RequestHeader {
+            transaction_id: id.clone(),
+            attempt: Attempt::FIRST,
+        })
+    };
+    match known {
+        Known::Unread | Known::Missing => vec![
+            Effect::Create {
+                record: TransactionRecord::started(id.clone(), max_attempts, ctx.now),
+                payload: payload.clone(),
+            },
+            first(),
+            Effect::Ack(Ack::Started),
+        ],
+        Known::Record(_) if payload_matches == Some(false) => {
+            vec![Effect::Reject(Rejection::PayloadMismatch {
+                transaction_id: id.clone(),
+            })]
+        }
+        // Still waiting on attempt 1: publishing again is harmless (same key).
+        Known::Record(r)
+            if r.status == Status::InProgress && r.current_attempt == Attempt::FIRST =>
+        {
+            vec![first(), Effect::Ack(Ack::AlreadyStarted)]
+        }
+        Known::Record(_) => vec![Effect::Ack(Ack::AlreadyStarted)],
+    }
+}

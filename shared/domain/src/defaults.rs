@@ -1,0 +1,106 @@
+//! Every default of a deployment, once, with the names it goes by.
+//!
+//! The functions' configuration (`aws::config`), the handlers' settings
+//! (`runtime::settings`), `retryctl`'s flags, the local stack's provisioning and the
+//! verification fixture read their defaults here; `tests/tests/template.rs` checks
+//! that `template.yaml`'s parameter defaults are these ([`TEMPLATE_PARAMETERS`]).
+//!
+//! Each constant names the environment variable a function reads it from and the
+//! template parameter that sets that variable.
+
+use std::time::Duration;
+
+/// Backoff: wait after the first failed attempt, before jitter
+/// (`BACKOFF_BASE_SECONDS`, `BackoffBaseSeconds`).
+pub const BACKOFF_BASE: Duration = Duration::from_secs(2 * 3600);
+/// Backoff: growth per failed attempt (`BACKOFF_FACTOR`, `BackoffFactor`).
+pub const BACKOFF_FACTOR: f64 = 2.0;
+/// Backoff: cap of the nominal wait (`BACKOFF_CAP_SECONDS`, `BackoffCapSeconds`).
+pub const BACKOFF_CAP: Duration = Duration::from_secs(24 * 3600);
+/// Backoff: relative jitter, `u ∈ [−jitter, +jitter]` (`BACKOFF_JITTER`,
+/// `BackoffJitter`).
+pub const BACKOFF_JITTER: f64 = 0.1;
+/// Backoff: clamp to the cap again after jitter (`BACKOFF_STRICT_CAP`,
+/// `BackoffStrictCap`).
+pub const BACKOFF_STRICT_CAP: bool = false;
+
+/// Write shards of the reconciler index (`RECONCILE_SHARDS`, `ReconcileShards`).
+pub const RECONCILE_SHARDS: u16 = 8;
+/// How long an intermediate state may last before the reconciler acts
+/// (`RECONCILE_THRESHOLD_SECONDS`, `ReconcileThresholdSeconds`).
+pub const RECONCILE_THRESHOLD: Duration = Duration::from_secs(900);
+/// Records one reconciler run examines at most (`RECONCILE_MAX_ITEMS`,
+/// `ReconcileMaxItems`).
+pub const RECONCILE_MAX_ITEMS: u32 = 500;
+
+/// Records of one SQS batch handled at the same time (`BATCH_CONCURRENCY`,
+/// `BatchConcurrency`).
+pub const BATCH_CONCURRENCY: usize = 10;
+/// Retried requests one retry-handler execution environment publishes per second at
+/// most (`MAX_REQUESTS_PER_SECOND`, `MaxRequestsPerSecond`); the fleet bound is this
+/// × [`RETRY_HANDLER_MAX_CONCURRENCY`].
+pub const MAX_REQUESTS_PER_SECOND: f64 = 5.0;
+/// Retry-handler execution environments at once: the retry queue's event source
+/// `ScalingConfig.MaximumConcurrency` (`RetryHandlerMaxConcurrency`).
+pub const RETRY_HANDLER_MAX_CONCURRENCY: u32 = 2;
+
+/// Attempt budget, counting the original request, for a transaction started without
+/// one (`DefaultMaxAttempts`; `retryctl submit --max-attempts`).
+pub const MAX_ATTEMPTS: u32 = 4;
+
+/// Schedule `RetryPolicy.MaximumRetryAttempts` (`SCHEDULER_RETRY_ATTEMPTS`,
+/// `SchedulerRetryAttempts`).
+pub const SCHEDULER_RETRY_ATTEMPTS: u32 = 5;
+/// Schedule `RetryPolicy.MaximumEventAgeInSeconds`
+/// (`SCHEDULER_MAX_EVENT_AGE_SECONDS`, `SchedulerMaxEventAgeSeconds`).
+pub const SCHEDULER_MAX_EVENT_AGE_SECONDS: u32 = 3600;
+/// CloudWatch namespace of the functions' metrics (`METRICS_NAMESPACE`,
+/// `MetricsNamespace`).
+pub const METRICS_NAMESPACE: &str = "DeferredRetry";
+/// Days an audit entry is kept (`AUDIT_RETENTION_DAYS`, `AuditRetentionDays`).
+pub const AUDIT_RETENTION_DAYS: u32 = 365;
+
+/// A default as `template.yaml` writes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ParameterDefault {
+    Number(f64),
+    Text(&'static str),
+}
+
+/// `template.yaml`'s parameters whose defaults are the constants above.
+pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 16] = {
+    use ParameterDefault::{Number, Text};
+    [
+        ("BackoffBaseSeconds", Number(BACKOFF_BASE.as_secs_f64())),
+        ("BackoffFactor", Number(BACKOFF_FACTOR)),
+        ("BackoffCapSeconds", Number(BACKOFF_CAP.as_secs_f64())),
+        ("BackoffJitter", Number(BACKOFF_JITTER)),
+        (
+            "BackoffStrictCap",
+            Text(if BACKOFF_STRICT_CAP { "true" } else { "false" }),
+        ),
+        ("ReconcileShards", Number(RECONCILE_SHARDS as f64)),
+        (
+            "ReconcileThresholdSeconds",
+            Number(RECONCILE_THRESHOLD.as_secs_f64()),
+        ),
+        ("ReconcileMaxItems", Number(RECONCILE_MAX_ITEMS as f64)),
+        ("BatchConcurrency", Number(BATCH_CONCURRENCY as f64)),
+        ("MaxRequestsPerSecond", Number(MAX_REQUESTS_PER_SECOND)),
+        (
+            "RetryHandlerMaxConcurrency",
+            Number(RETRY_HANDLER_MAX_CONCURRENCY as f64),
+        ),
+        ("DefaultMaxAttempts", Number(MAX_ATTEMPTS as f64)),
+        (
+            "SchedulerRetryAttempts",
+            Number(SCHEDULER_RETRY_ATTEMPTS as f64),
+        ),
+        (
+            "SchedulerMaxEventAgeSeconds",
+            Number(SCHEDULER_MAX_EVENT_AGE_SECONDS as f64),
+        ),
+        ("MetricsNamespace", Text(METRICS_NAMESPACE)),
+        ("AuditRetentionDays", Number(AUDIT_RETENTION_DAYS as f64)),
+    ]
+};

@@ -1,0 +1,394 @@
+//! The guarantees of the pattern, written once: what every checker — the model
+//! checker, the simulator, the domain's property tests, the demo's report over a real
+//! run — calls a violation.
+//!
+//! Each guarantee is a [`Violation`]; each check is a pure function of what a checker
+//! observed, at the moment it observes it:
+//!
+//! - a conditional write or a creation applied ([`change`]);
+//! - a request published ([`publish`]) and received by the external service, which
+//!   deduplicates by idempotency key ([`Service`]);
+//! - a one-time schedule created ([`Instants`]);
+//! - a run's disposition ([`disposition`]);
+//! - where a transaction ended ([`lost`], [`alert_missing`]);
+//! - the outbound rate ([`peak_in_window`]).
+//!
+//! [`evidence`] checks a real run after the fact, from the three witnesses it leaves:
+//! the state records, the audit trail and the requests the service saw.
+
+pub mod evidence;
+
+use domain::decide::{Disposition, ScheduleSpec};
+use domain::ids::{Attempt, IdempotencyKey, Timestamp, TransactionId};
+use domain::machine::{transition, Event, TransactionRecord};
+use domain::message::Outcome;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::ops::Add;
+
+/// A broken guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Violation {
+    /// The service accepted a second request for one (transaction, attempt), or a
+    /// request whose idempotency key is not `<id>#<attempt>`.
+    DuplicateAccepted,
+    /// The service accepted attempt m > 1 although attempt m − 1 was not CANCELLED.
+    RetryWithoutCancellation,
+    /// A record, a published request or an accepted one went past `max_attempts`.
+    ExceededMaxAttempts,
+    /// A response for attempt n changed a record whose current attempt was past n.
+    LateResponseApplied,
+    /// A change that is not an arrow of the state machine.
+    IllegalTransition,
+    /// A schedule was created with an instant other than the persisted one.
+    ScheduleNotFromPersistedInstant,
+    /// Two schedules for one (transaction, attempt) carried different instants.
+    TwoInstantsForOneAttempt,
+    /// The retry handler discarded an event for the attempt still pending.
+    PendingRetryDropped,
+    /// A message ended in a DLQ (a run rejected it).
+    MessageRejected,
+    /// The executor fed a run an observation it could not take.
+    ImpossibleObservation,
+    /// Nothing will move the transaction again, it is not terminal, and no
+    /// dead-letter queue holds a message of it: a retry was lost.
+    Lost,
+    /// A transaction ended FAILED without its business alert.
+    AlertMissing,
+    /// More requests in one window than the outbound bound allows.
+    RateExceeded,
+    /// A transaction did not end SUCCEEDED or FAILED.
+    Stuck,
+    /// The state table and the external service disagree (an outcome, or a request
+    /// for a transaction nobody started).
+    Disagreement,
+    /// The audit trail is not one unbroken chain ending in the current state.
+    AuditGap,
+}
+
+impl Violation {
+    pub const ALL: [Violation; 16] = [
+        Violation::DuplicateAccepted,
+        Violation::RetryWithoutCancellation,
+        Violation::ExceededMaxAttempts,
+        Violation::LateResponseApplied,
+        Violation::IllegalTransition,
+        Violation::ScheduleNotFromPersistedInstant,
+        Violation::TwoInstantsForOneAttempt,
+        Violation::PendingRetryDropped,
+        Violation::MessageRejected,
+        Violation::ImpossibleObservation,
+        Violation::Lost,
+        Violation::AlertMissing,
+        Violation::RateExceeded,
+        Violation::Stuck,
+        Violation::Disagreement,
+        Violation::AuditGap,
+    ];
+
+    /// The guarantee, as a sentence.
+    pub const fn guarantee(self) -> &'static str {
+        match self {
+            Violation::DuplicateAccepted => {
+                "service accepts at most one request per (transaction, attempt)"
+            }
+            Violation::RetryWithoutCancellation => "a retry is only sent after a cancellation",
+            Violation::ExceededMaxAttempts => "no transaction exceeds max_attempts",
+            Violation::LateResponseApplied => "a late response never changes state",
+            Violation::IllegalTransition => "every transition is an arrow of the state machine",
+            Violation::ScheduleNotFromPersistedInstant => {
+                "every schedule is created from the persisted instant"
+            }
+            Violation::TwoInstantsForOneAttempt => "one fire instant per (transaction, attempt)",
+            Violation::PendingRetryDropped => {
+                "the retry handler never discards the event of the pending attempt"
+            }
+            Violation::MessageRejected => "no message ends in a DLQ",
+            Violation::ImpossibleObservation => {
+                "the executor never feeds a run an impossible observation"
+            }
+            Violation::Lost => "no transaction is lost",
+            Violation::AlertMissing => "every exhausted transaction raised its business alert",
+            Violation::RateExceeded => "never more requests in a window than the bound",
+            Violation::Stuck => "every transaction ends SUCCEEDED or FAILED",
+            Violation::Disagreement => "the state agrees with what the external service saw",
+            Violation::AuditGap => {
+                "the audit trail is one unbroken chain ending in the current state"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.guarantee())
+    }
+}
+
+/// `attempt` is past the budget `max_attempts` (attempt 1 is the original request).
+pub fn over_budget(attempt: u32, max_attempts: u32) -> bool {
+    attempt > max_attempts
+}
+
+/// Who wrote a change, as far as the guarantees care.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// The response handler, answering attempt `n`.
+    Answering(u32),
+    /// Anyone else.
+    Other,
+}
+
+/// The violations of one change: `before` (`None` for a creation, then `event` is
+/// [`Event::Start`]) became `after` by `event`, written by `writer`.
+pub fn change(
+    before: Option<&TransactionRecord>,
+    event: Event,
+    after: &TransactionRecord,
+    writer: Writer,
+) -> Vec<Violation> {
+    let mut v = Vec::new();
+    if transition(before.map(|b| b.status), event) != Ok(after.status) {
+        v.push(Violation::IllegalTransition);
+    }
+    if let (Writer::Answering(n), Some(b)) = (writer, before) {
+        if n < b.current_attempt.get() {
+            v.push(Violation::LateResponseApplied);
+        }
+    }
+    if over_budget(after.current_attempt.get(), after.max_attempts.get()) {
+        v.push(Violation::ExceededMaxAttempts);
+    }
+    v
+}
+
+/// A request for `attempt` published while the record is `record`.
+pub fn publish(attempt: Attempt, record: Option<&TransactionRecord>) -> Option<Violation> {
+    let max = record.map_or(u32::MAX, |r| r.max_attempts.get());
+    over_budget(attempt.get(), max).then_some(Violation::ExceededMaxAttempts)
+}
+
+/// The violation a run's disposition shows: a rejected message, or a retry event
+/// for `retry` (the attempt it carries, when the run handled one) dropped while that
+/// attempt is still pending on `record`.
+pub fn disposition(
+    d: &Disposition,
+    retry: Option<u32>,
+    record: Option<&TransactionRecord>,
+) -> Option<Violation> {
+    match (d, retry, record) {
+        (Disposition::Reject(_), _, _) => Some(Violation::MessageRejected),
+        (Disposition::Drop(_), Some(m), Some(r))
+            if r.status.is_intermediate() && r.next_attempt.map(Attempt::get) == Some(m) =>
+        {
+            Some(Violation::PendingRetryDropped)
+        }
+        _ => None,
+    }
+}
+
+/// Nothing will move the transaction again (a checker's judgement), it is not
+/// terminal and no dead-letter queue holds any of its `dead_lettered` messages.
+pub fn lost(record: Option<&TransactionRecord>, dead_lettered: u32) -> bool {
+    !record.is_some_and(|r| r.status.is_terminal()) && dead_lettered == 0
+}
+
+/// FAILED without a business alert — unless a dead-letter queue holds one of its
+/// messages (the response that exhausted the budget may have gone there before its
+/// alert; that queue's alarm covers it).
+pub fn alert_missing(record: Option<&TransactionRecord>, alerts: u32, dead_lettered: u32) -> bool {
+    record.is_some_and(|r| r.status == domain::Status::Failed) && alerts == 0 && dead_lettered == 0
+}
+
+/// The largest number of `times` inside any window `[t, t + window)`.
+pub fn peak_in_window<T, W>(times: &[T], window: W) -> usize
+where
+    T: Copy + Ord + Add<W, Output = T>,
+    W: Copy,
+{
+    let mut v = times.to_vec();
+    v.sort_unstable();
+    let (mut best, mut lo) = (0, 0);
+    for hi in 0..v.len() {
+        while v[lo] + window <= v[hi] {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best
+}
+
+/// The external service's side of the guarantees: it deduplicates requests by
+/// idempotency key and remembers what it answered per (transaction, attempt). `K`
+/// names a transaction the way the checker does.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Service<K: Ord> {
+    accepted: BTreeMap<(K, u32), Option<Outcome>>,
+    keys: BTreeSet<String>,
+}
+
+impl<K: Ord> Default for Service<K> {
+    fn default() -> Self {
+        Self {
+            accepted: BTreeMap::new(),
+            keys: BTreeSet::new(),
+        }
+    }
+}
+
+/// What the service did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Its key had been seen: nothing happens.
+    Deduplicated,
+    /// A new key for an attempt already accepted (a [`Violation::DuplicateAccepted`]):
+    /// nothing more happens.
+    AlreadyAccepted,
+    /// A new attempt: the service will answer it.
+    Accepted,
+}
+
+/// A request received: its fate and every violation it shows, once per check that
+/// failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub fate: Fate,
+    pub violations: Vec<Violation>,
+}
+
+impl<K: Ord + Clone> Service<K> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Receives a request for `attempt` of `tx` (whose id is `id`) carrying `key`,
+    /// for a transaction allowed `max_attempts`.
+    pub fn receive(
+        &mut self,
+        tx: K,
+        id: &TransactionId,
+        attempt: u32,
+        key: &str,
+        max_attempts: u32,
+    ) -> Receipt {
+        let mut violations = Vec::new();
+        let expected = Attempt::new(attempt).map(|a| IdempotencyKey::new(id, a));
+        if expected.as_ref().map(IdempotencyKey::as_str) != Ok(key) {
+            violations.push(Violation::DuplicateAccepted);
+        }
+        if !self.keys.insert(key.to_owned()) {
+            return Receipt {
+                fate: Fate::Deduplicated,
+                violations,
+            };
+        }
+        if self.accepted.contains_key(&(tx.clone(), attempt)) {
+            violations.push(Violation::DuplicateAccepted);
+            return Receipt {
+                fate: Fate::AlreadyAccepted,
+                violations,
+            };
+        }
+        if attempt > 1 && self.answer_of(&tx, attempt - 1) != Some(Outcome::Cancelled) {
+            violations.push(Violation::RetryWithoutCancellation);
+        }
+        if over_budget(attempt, max_attempts) {
+            violations.push(Violation::ExceededMaxAttempts);
+        }
+        self.accepted.insert((tx, attempt), None);
+        Receipt {
+            fate: Fate::Accepted,
+            violations,
+        }
+    }
+
+    /// The service answers an attempt it accepted; false when it never accepted it.
+    pub fn answer(&mut self, tx: K, attempt: u32, outcome: Outcome) -> bool {
+        match self.accepted.get_mut(&(tx, attempt)) {
+            Some(a) => {
+                *a = Some(outcome);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// What the service answered for an attempt (`None`: not accepted or not yet).
+    pub fn answer_of(&self, tx: &K, attempt: u32) -> Option<Outcome> {
+        self.accepted.get(&(tx.clone(), attempt)).copied().flatten()
+    }
+
+    /// True when the service accepted the attempt and has not answered it yet.
+    pub fn awaits_answer(&self, tx: &K, attempt: u32) -> bool {
+        self.accepted
+            .get(&(tx.clone(), attempt))
+            .is_some_and(Option::is_none)
+    }
+
+    /// The first accepted (transaction, attempt) not answered yet.
+    pub fn first_unanswered(&self) -> Option<(K, u32)> {
+        self.accepted
+            .iter()
+            .find(|(_, answer)| answer.is_none())
+            .map(|(k, _)| k.clone())
+    }
+
+    /// Every accepted (transaction, attempt) with its answer so far.
+    pub fn accepted(&self) -> impl Iterator<Item = (&(K, u32), Option<Outcome>)> {
+        self.accepted.iter().map(|(k, a)| (k, *a))
+    }
+
+    /// True when a request with `key` was received.
+    pub fn seen_key(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
+}
+
+/// The instants schedules were created with, per (transaction, attempt).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Instants<K: Ord> {
+    first: BTreeMap<(K, u32), Timestamp>,
+}
+
+impl<K: Ord> Default for Instants<K> {
+    fn default() -> Self {
+        Self {
+            first: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Ord + Clone> Instants<K> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A schedule `spec` created for `tx` while its record is `record`: made from the
+    /// persisted instant (or for an attempt the record has moved past), and the same
+    /// instant as every earlier schedule of that attempt.
+    pub fn created(
+        &mut self,
+        tx: K,
+        record: Option<&TransactionRecord>,
+        spec: &ScheduleSpec,
+    ) -> Vec<Violation> {
+        let mut v = Vec::new();
+        let m = spec.event.attempt;
+        if let Some(rec) = record {
+            let from_persisted =
+                rec.next_attempt == Some(m) && rec.next_fire_at == Some(spec.fire_at);
+            let moved_past = rec.current_attempt >= m || rec.status.is_terminal();
+            if !from_persisted && !moved_past {
+                v.push(Violation::ScheduleNotFromPersistedInstant);
+            }
+        }
+        let first = *self.first.entry((tx, m.get())).or_insert(spec.fire_at);
+        if first != spec.fire_at {
+            v.push(Violation::TwoInstantsForOneAttempt);
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,383 @@
+use super::evidence::{self, Seen};
+use super::*;
+use domain::audit::AuditEntry;
+use domain::decide::{DropReason, Rejection};
+use domain::machine::{Actor, Status};
+use domain::message::{Origin, RetryEvent};
+use domain::{MaxAttempts, ScheduleName};
+use std::time::{Duration, Instant};
+use Violation as V;
+
+fn id() -> TransactionId {
+    TransactionId::parse("TX-1").unwrap()
+}
+
+fn a(n: u32) -> Attempt {
+    Attempt::new(n).unwrap()
+}
+
+fn rec(status: Status, current: u32, next: Option<u32>, max: u32) -> TransactionRecord {
+    let max = MaxAttempts::new(max).unwrap();
+    TransactionRecord {
+        status,
+        current_attempt: a(current),
+        next_attempt: next.map(a),
+        ..TransactionRecord::started(id(), max, Timestamp::from_millis(0))
+    }
+}
+
+#[test]
+fn a_change_must_be_an_arrow_within_budget_and_never_a_late_answer() {
+    let before = rec(Status::InProgress, 2, None, 3);
+    let ok = rec(Status::Scheduling, 2, Some(3), 3);
+    assert!(change(
+        Some(&before),
+        Event::ResponseCancelledRetry,
+        &ok,
+        Writer::Answering(2)
+    )
+    .is_empty());
+    assert_eq!(
+        change(Some(&before), Event::ResponseSuccess, &ok, Writer::Other),
+        [V::IllegalTransition]
+    );
+    assert_eq!(
+        change(
+            Some(&before),
+            Event::ResponseCancelledRetry,
+            &ok,
+            Writer::Answering(1)
+        ),
+        [V::LateResponseApplied]
+    );
+    let over = rec(Status::InProgress, 4, None, 3);
+    let sending = rec(Status::Sending, 3, Some(4), 3);
+    assert_eq!(
+        change(
+            Some(&sending),
+            Event::RequestPublished,
+            &over,
+            Writer::Other
+        ),
+        [V::ExceededMaxAttempts]
+    );
+    // A creation is [*] → IN_PROGRESS on Start, nothing else.
+    let created = rec(Status::InProgress, 1, None, 3);
+    assert!(change(None, Event::Start, &created, Writer::Other).is_empty());
+    assert_eq!(
+        change(None, Event::Start, &ok, Writer::Other),
+        [V::IllegalTransition]
+    );
+}
+
+#[test]
+fn a_publish_past_the_budget_is_a_violation() {
+    let r = rec(Status::Sending, 2, Some(3), 3);
+    assert_eq!(publish(a(3), Some(&r)), None);
+    assert_eq!(publish(a(4), Some(&r)), Some(V::ExceededMaxAttempts));
+    assert_eq!(publish(a(4), None), None, "no record: nothing to compare");
+}
+
+#[test]
+fn the_service_accepts_one_request_per_attempt_after_a_cancellation() {
+    let mut s = Service::<u8>::new();
+    let key = |n: u32| IdempotencyKey::new(&id(), a(n)).as_str().to_owned();
+    let r = s.receive(0, &id(), 1, &key(1), 3);
+    assert_eq!((r.fate, r.violations), (Fate::Accepted, vec![]));
+    // The same key again: deduplicated.
+    let r = s.receive(0, &id(), 1, &key(1), 3);
+    assert_eq!((r.fate, r.violations), (Fate::Deduplicated, vec![]));
+    // Attempt 2 before attempt 1 was answered CANCELLED.
+    let r = s.receive(0, &id(), 2, &key(2), 3);
+    assert_eq!(r.violations, [V::RetryWithoutCancellation]);
+    assert!(s.answer(0, 2, Outcome::Cancelled));
+    assert!(!s.answer(0, 9, Outcome::Cancelled), "never accepted");
+    // Another key for an accepted attempt: accepted twice.
+    let r = s.receive(0, &id(), 2, "TX-1#2-again", 3);
+    assert_eq!(r.fate, Fate::AlreadyAccepted);
+    assert_eq!(r.violations, [V::DuplicateAccepted, V::DuplicateAccepted]);
+    // Attempt 4 of 3, after a cancelled 3.
+    s.receive(0, &id(), 3, &key(3), 3);
+    s.answer(0, 3, Outcome::Cancelled);
+    let r = s.receive(0, &id(), 4, &key(4), 3);
+    assert_eq!(r.violations, [V::ExceededMaxAttempts]);
+    assert_eq!(s.answer_of(&0, 3), Some(Outcome::Cancelled));
+    assert!(s.seen_key(&key(4)));
+    assert_eq!(s.accepted().count(), 4);
+}
+
+fn spec(attempt: u32, fire_ms: i64) -> ScheduleSpec {
+    ScheduleSpec {
+        name: ScheduleName::for_retry(&id(), a(attempt)),
+        fire_at: Timestamp::from_millis(fire_ms),
+        event: RetryEvent {
+            transaction_id: id(),
+            origin: Origin::RetryScheduler,
+            attempt: a(attempt),
+        },
+    }
+}
+
+#[test]
+fn a_schedule_is_made_from_the_persisted_instant_and_only_one_instant() {
+    let mut persisted = rec(Status::Scheduling, 1, Some(2), 3);
+    persisted.next_fire_at = Some(Timestamp::from_millis(5_000));
+    let mut i = Instants::<u8>::new();
+    assert!(i.created(0, Some(&persisted), &spec(2, 5_000)).is_empty());
+    assert_eq!(
+        i.created(0, Some(&persisted), &spec(2, 6_000)),
+        [
+            V::ScheduleNotFromPersistedInstant,
+            V::TwoInstantsForOneAttempt
+        ]
+    );
+    // A record that moved past the attempt: no persisted instant to compare with.
+    let later = rec(Status::InProgress, 2, None, 3);
+    assert_eq!(
+        i.created(0, Some(&later), &spec(2, 7_000)),
+        [V::TwoInstantsForOneAttempt]
+    );
+}
+
+#[test]
+fn a_rejection_or_the_pending_event_dropped_is_a_violation() {
+    let pending = rec(Status::Scheduled, 1, Some(2), 3);
+    let drop = Disposition::Drop(DropReason::DuplicateRetry {
+        attempt: a(2),
+        status: Status::Scheduled,
+    });
+    assert_eq!(
+        disposition(&drop, Some(2), Some(&pending)),
+        Some(V::PendingRetryDropped)
+    );
+    assert_eq!(disposition(&drop, Some(3), Some(&pending)), None);
+    assert_eq!(disposition(&drop, None, Some(&pending)), None);
+    let reject = Disposition::Reject(Rejection::UnknownTransaction {
+        transaction_id: id(),
+    });
+    assert_eq!(disposition(&reject, None, None), Some(V::MessageRejected));
+}
+
+#[test]
+fn lost_and_missing_alerts() {
+    let stuck = rec(Status::Scheduled, 1, Some(2), 3);
+    let failed = rec(Status::Failed, 3, None, 3);
+    assert!(lost(Some(&stuck), 0));
+    assert!(!lost(Some(&stuck), 1), "its DLQ's alarm tells");
+    assert!(lost(None, 0));
+    assert!(!lost(Some(&failed), 0));
+    assert!(alert_missing(Some(&failed), 0, 0));
+    assert!(!alert_missing(Some(&failed), 1, 0));
+    assert!(!alert_missing(Some(&failed), 0, 1));
+    assert!(!alert_missing(Some(&stuck), 0, 0));
+}
+
+#[test]
+fn the_peak_counts_the_busiest_window_whatever_the_time_type() {
+    assert_eq!(peak_in_window::<i64, i64>(&[], 1000), 0);
+    assert_eq!(peak_in_window(&[0i64, 200, 400, 600, 800, 1000], 1000), 5);
+    assert_eq!(peak_in_window(&[1000i64, 0, 999, 1998], 1000), 3);
+    assert_eq!(peak_in_window(&[0i64, 1000, 2000], 1000), 1);
+    assert_eq!(peak_in_window(&[5i64, 5, 5], 1000), 3);
+    // Eleven starts 100 ms apart: ten in any second, unless the first is 3 ms late.
+    let starts: Vec<Duration> = (0..11u64).map(|k| Duration::from_millis(100 * k)).collect();
+    assert_eq!(peak_in_window(&starts, Duration::from_secs(1)), 10);
+    let mut late = starts.clone();
+    late[0] += Duration::from_millis(3);
+    assert_eq!(peak_in_window(&late, Duration::from_secs(1)), 11);
+    let t0 = Instant::now();
+    let at: Vec<Instant> = [0u64, 999, 1000]
+        .iter()
+        .map(|m| t0 + Duration::from_millis(*m))
+        .collect();
+    assert_eq!(peak_in_window(&at, Duration::from_secs(1)), 2);
+    assert_eq!(
+        evidence::rate(&[0i64, 1, 2], 1000, 2),
+        (3, Some(V::RateExceeded))
+    );
+    assert_eq!(evidence::rate(&[0i64, 1, 2], 1000, 3), (3, None));
+}
+
+// ---------------------------------------------------------------------------
+// A real run's witnesses
+// ---------------------------------------------------------------------------
+
+fn row(at: i64, from: Option<Status>, to: Status, attempt: u32) -> AuditEntry {
+    AuditEntry {
+        transaction_id: id(),
+        at: Timestamp::from_millis(at),
+        actor: Actor::ResponseHandler,
+        from,
+        to,
+        current_attempt: a(attempt),
+        next_attempt: None,
+        max_attempts: 4,
+        schedule_name: None,
+        next_fire_at: None,
+        outcome: None,
+        reason: None,
+        origin: None,
+    }
+}
+
+/// The whole trail of a transaction that retried `retries` times and ended `end`:
+/// its creation, one retry cycle per retry, its end; one entry per millisecond.
+fn trail(retries: u32, end: Status) -> Vec<AuditEntry> {
+    use Status::{InProgress, Scheduled, Scheduling, Sending};
+    // (from, to, attempt after the arrow − the cycle's attempt)
+    const CYCLE: [(Status, Status, u32); 4] = [
+        (InProgress, Scheduling, 0),
+        (Scheduling, Scheduled, 0),
+        (Scheduled, Sending, 0),
+        (Sending, InProgress, 1),
+    ];
+    let cycles = (1..=retries).flat_map(|k| CYCLE.map(|(from, to, d)| (Some(from), to, k + d)));
+    std::iter::once((None, InProgress, 1))
+        .chain(cycles)
+        .chain(std::iter::once((Some(InProgress), end, retries + 1)))
+        .zip(0..)
+        .map(|((from, to, n), at)| row(at, from, to, n))
+        .collect()
+}
+
+fn seen(answers: &[Outcome]) -> BTreeMap<u32, Seen> {
+    (1..)
+        .zip(answers)
+        .map(|(k, o)| {
+            (
+                k,
+                Seen {
+                    raw: 1,
+                    outcome: *o,
+                },
+            )
+        })
+        .collect()
+}
+
+fn violations(f: &[evidence::Finding]) -> Vec<V> {
+    f.iter().map(|f| f.violation).collect()
+}
+
+use Outcome::{Cancelled as C, Success as OK};
+
+#[test]
+fn consistent_witnesses_show_nothing() {
+    for (r, t, s) in [
+        (
+            rec(Status::Succeeded, 1, None, 4),
+            trail(0, Status::Succeeded),
+            seen(&[OK]),
+        ),
+        (
+            rec(Status::Succeeded, 3, None, 4),
+            trail(2, Status::Succeeded),
+            seen(&[C, C, OK]),
+        ),
+        (
+            rec(Status::Failed, 4, None, 4),
+            trail(3, Status::Failed),
+            seen(&[C, C, C, C]),
+        ),
+    ] {
+        assert_eq!(evidence::check(Some(&r), &t, &s), [], "{r:?}");
+    }
+}
+
+#[test]
+fn each_broken_guarantee_is_found_with_its_reason() {
+    // No item at all.
+    assert_eq!(
+        violations(&evidence::check(None, &[], &BTreeMap::new())),
+        [V::Lost]
+    );
+    // FAILED before the budget was spent: a retry lost.
+    let f = evidence::check(
+        Some(&rec(Status::Failed, 2, None, 4)),
+        &trail(1, Status::Failed),
+        &seen(&[C, C]),
+    );
+    assert_eq!(violations(&f), [V::Lost]);
+    assert!(
+        f[0].why
+            .contains("FAILED at attempt 2 with 4 attempts allowed"),
+        "{f:?}"
+    );
+    // A request the state never accounts for, and a doubled publish.
+    let mut s = seen(&[C, OK]);
+    s.insert(
+        3,
+        Seen {
+            raw: 1,
+            outcome: OK,
+        },
+    );
+    let mut t = trail(1, Status::Succeeded);
+    t.push(row(2, Some(Status::Sending), Status::InProgress, 2));
+    let f = evidence::check(Some(&rec(Status::Succeeded, 2, None, 4)), &t, &s);
+    assert_eq!(
+        violations(&f),
+        [V::DuplicateAccepted, V::AuditGap, V::DuplicateAccepted],
+        "{f:?}"
+    );
+    assert!(f[0].why.contains("attempt 3"));
+    assert!(f[2].why.contains("published 2 times"));
+    // Stuck in SCHEDULED.
+    let f = evidence::check(
+        Some(&rec(Status::Scheduled, 1, Some(2), 4)),
+        &trail(0, Status::InProgress),
+        &seen(&[C]),
+    );
+    assert_eq!(violations(&f), [V::Stuck]);
+    assert!(f[0].why.starts_with("SCHEDULED"));
+    // The audit trail misses its first row.
+    let f = evidence::check(
+        Some(&rec(Status::Succeeded, 2, None, 4)),
+        &trail(1, Status::Succeeded)[1..],
+        &seen(&[C, OK]),
+    );
+    assert_eq!(violations(&f), [V::AuditGap]);
+    assert!(
+        f[0].why
+            .contains("audit row IN_PROGRESS → SCHEDULING (attempt 1"),
+        "{f:?}"
+    );
+    // The service and the state disagree; an attempt over the budget.
+    let f = evidence::check(
+        Some(&rec(Status::Succeeded, 1, None, 1)),
+        &trail(0, Status::Succeeded),
+        &seen(&[C, C]),
+    );
+    assert_eq!(
+        violations(&f),
+        [
+            V::ExceededMaxAttempts,
+            V::DuplicateAccepted,
+            V::Disagreement
+        ],
+        "{f:?}"
+    );
+    // A row that is no arrow.
+    let mut t = trail(0, Status::Succeeded);
+    t[1].from = Some(Status::Sending);
+    t.insert(1, row(1, Some(Status::InProgress), Status::Sending, 1));
+    let f = evidence::check(Some(&rec(Status::Succeeded, 1, None, 4)), &t, &seen(&[OK]));
+    assert_eq!(
+        violations(&f),
+        [V::IllegalTransition, V::IllegalTransition],
+        "{f:?}"
+    );
+}
+
+/// An entry written with an earlier clock reading than the one before it still
+/// links into the chain: not a gap, but noted.
+#[test]
+fn entries_out_of_time_order_link_and_are_noted() {
+    let mut t = trail(1, Status::Succeeded);
+    t[2].at = Timestamp::from_millis(-5);
+    let r = rec(Status::Succeeded, 2, None, 4);
+    assert_eq!(evidence::check(Some(&r), &t, &seen(&[C, OK])), []);
+    let (chain, rest) = evidence::link(&t);
+    assert!(rest.is_empty());
+    assert_eq!(evidence::time_inversions(&chain).len(), 1);
+}

@@ -1,0 +1,188 @@
+//! Known-bad designs from the article, switched on around the production rules so
+//! the model checker and the simulator can prove they would catch them.
+//!
+//! [`Flaws`] decides like [`domain::decide::Rules`] and then rewrites what the rules
+//! see or plan; with every switch off it is the rules, untouched. The production
+//! rules carry no switch: nothing but this crate builds a flawed decision.
+
+use domain::decide::{Context, Decide, DropReason, Effect, Input, Known, Plan, Question, Rules};
+use domain::ids::MaxAttempts;
+use domain::machine::{Event, Status, TransactionRecord};
+use domain::policy::RandomSource;
+
+/// The switches, one per known-bad design.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Flaws {
+    /// B accepts only SCHEDULED, dropping an event that arrives while SCHEDULING.
+    pub retry_rejects_scheduling: bool,
+    /// A computes the fire time when creating the schedule (create first, persist after).
+    pub fire_time_at_create: bool,
+    /// B drops a redelivery found in SENDING instead of resuming it.
+    pub retry_discards_sending: bool,
+    /// The budget counts retries from zero: one attempt too many.
+    pub attempts_from_zero: bool,
+}
+
+impl Flaws {
+    pub const NONE: Flaws = Flaws {
+        retry_rejects_scheduling: false,
+        fire_time_at_create: false,
+        retry_discards_sending: false,
+        attempts_from_zero: false,
+    };
+
+    /// The known-bad designs by the names the command lines take.
+    pub const NAMES: [&'static str; 4] = [
+        "retry-rejects-scheduling",
+        "fire-time-at-create",
+        "retry-discards-sending",
+        "attempts-from-zero",
+    ];
+
+    /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
+    /// unknown name.
+    pub fn switch_on(&mut self, name: &str) -> bool {
+        let flag = match name {
+            "retry-rejects-scheduling" => &mut self.retry_rejects_scheduling,
+            "fire-time-at-create" => &mut self.fire_time_at_create,
+            "retry-discards-sending" => &mut self.retry_discards_sending,
+            "attempts-from-zero" => &mut self.attempts_from_zero,
+            _ => return false,
+        };
+        *flag = true;
+        true
+    }
+
+    /// The retry handler discards the pending attempt's event found in `status`.
+    fn discards(&self, status: Status) -> bool {
+        (self.retry_rejects_scheduling && status == Status::Scheduling)
+            || (self.retry_discards_sending && status == Status::Sending)
+    }
+}
+
+impl Decide for Flaws {
+    fn decide(&self, q: Question<'_>, ctx: &Context, rng: &mut dyn RandomSource) -> Plan {
+        let input = q.input;
+        // Counting from zero spends the budget at n > max instead of n >= max: the
+        // rules decide as if the record allowed one attempt more.
+        let widened;
+        let known = match (input, q.known) {
+            (Input::Response(_), Known::Record(r)) if self.attempts_from_zero => {
+                widened = TransactionRecord {
+                    max_attempts: MaxAttempts::new(r.max_attempts.get() + 1)
+                        .unwrap_or(r.max_attempts),
+                    ..r.clone()
+                };
+                Known::Record(&widened)
+            }
+            (_, known) => known,
+        };
+        let q = Question { known, ..q };
+        if let (Input::Retry(ev), Known::Record(r)) = (input, known) {
+            if r.next_attempt == Some(ev.attempt) && self.discards(r.status) {
+                return vec![Effect::Drop(DropReason::DuplicateRetry {
+                    attempt: ev.attempt,
+                    status: r.status,
+                })];
+            }
+        }
+        let mut plan = Rules.decide(q, ctx, rng);
+        for effect in &mut plan {
+            let Effect::Write(w) = effect else { continue };
+            if self.attempts_from_zero {
+                w.guard.budget = None;
+            }
+            if self.retry_rejects_scheduling && w.event() == Event::RetryEventAccepted {
+                if let Ok(narrow) = w.clone().only_from(&[Status::Scheduled]) {
+                    *w = narrow;
+                }
+            }
+        }
+        if self.fire_time_at_create {
+            // The schedule is created before its instant is persisted.
+            let persist = plan.iter().position(
+                |e| matches!(e, Effect::Write(w) if w.event() == Event::ResponseCancelledRetry),
+            );
+            if let Some(i) = persist {
+                if matches!(plan.get(i + 1), Some(Effect::CreateSchedule(_))) {
+                    plan.swap(i, i + 1);
+                }
+            }
+        }
+        plan
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::policy::FixedRandom;
+    use domain::{Outcome, Response, RetryEvent, Timestamp, TransactionId};
+
+    /// With every switch off the flawed rules are the rules, plan for plan.
+    #[test]
+    fn no_flaw_decides_like_the_rules() {
+        let ctx = crate::fixture::context(
+            Timestamp::from_millis(crate::fixture::EPOCH_MS),
+            &crate::fixture::article_policies(),
+            std::time::Duration::ZERO,
+        );
+        let id = TransactionId::parse("TX-1").unwrap();
+        let mut inputs = Vec::new();
+        for n in 1..=3 {
+            let attempt = domain::Attempt::new(n).unwrap();
+            for outcome in [Outcome::Success, Outcome::Cancelled] {
+                inputs.push(Input::Response(Response {
+                    transaction_id: id.clone(),
+                    attempt,
+                    outcome,
+                    reason: None,
+                }));
+            }
+            inputs.push(Input::Retry(RetryEvent {
+                transaction_id: id.clone(),
+                origin: domain::Origin::RetryScheduler,
+                attempt,
+            }));
+        }
+        let mut records = Vec::new();
+        for status in Status::ALL {
+            let mut r = TransactionRecord::started(
+                id.clone(),
+                MaxAttempts::new(2).unwrap(),
+                Timestamp::from_millis(0),
+            );
+            r.status = status;
+            r.next_attempt = Some(domain::Attempt::new(2).unwrap());
+            r.next_fire_at = Some(Timestamp::from_millis(1));
+            records.push(r);
+        }
+        for input in &inputs {
+            let mut knowns = vec![Known::Unread, Known::Missing];
+            knowns.extend(records.iter().map(Known::Record));
+            for known in knowns {
+                let q = Question {
+                    input,
+                    known,
+                    payload_matches: None,
+                };
+                assert_eq!(
+                    Flaws::NONE.decide(q, &ctx, &mut FixedRandom(0.3)),
+                    Rules.decide(q, &ctx, &mut FixedRandom(0.3)),
+                    "{input:?} / {known:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_name_switches_one_design_on() {
+        for name in Flaws::NAMES {
+            let mut f = Flaws::NONE;
+            assert!(f.switch_on(name), "{name}");
+            assert_ne!(f, Flaws::NONE, "{name}");
+        }
+        let mut f = Flaws::NONE;
+        assert!(!f.switch_on("nope"));
+    }
+}

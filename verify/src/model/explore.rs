@@ -1,0 +1,281 @@
+//! What can happen next in a state, and the properties checked on every state.
+
+use super::step::ProtocolModel;
+use super::world::{Action, Firing, Held, Kind, State};
+use domain::ids::Attempt;
+use domain::machine::Status;
+use domain::message::Outcome;
+use stateright::{Model, Property};
+use testkit::oracle::{self, Violation};
+
+impl ProtocolModel {
+    /// The properties checked on every reachable state.
+    pub const SAFETY: [&'static str; 13] = [
+        Violation::DuplicateAccepted.guarantee(),
+        Violation::RetryWithoutCancellation.guarantee(),
+        Violation::ExceededMaxAttempts.guarantee(),
+        Violation::LateResponseApplied.guarantee(),
+        Violation::IllegalTransition.guarantee(),
+        Violation::ScheduleNotFromPersistedInstant.guarantee(),
+        Violation::TwoInstantsForOneAttempt.guarantee(),
+        Violation::MessageRejected.guarantee(),
+        "a transaction with nothing in flight, no schedule and no scheduler-DLQ event is terminal (no reconciler needed)",
+        "a transaction with nothing in flight is terminal after the reconciler (none stuck, no retry lost)",
+        Violation::AlertMissing.guarantee(),
+        Violation::ImpossibleObservation.guarantee(),
+        Violation::PendingRetryDropped.guarantee(),
+    ];
+}
+
+/// Delivering message `i` of a queue, and (with the budget) delivering it again while
+/// it stays queued: once per distinct message (equal neighbours behave alike).
+fn deliveries<T: PartialEq>(
+    queue: &[T],
+    duplicates: bool,
+    deliver: fn(usize, bool) -> Action,
+    actions: &mut Vec<Action>,
+) {
+    for i in 0..queue.len() {
+        if i > 0 && queue[i - 1] == queue[i] {
+            continue;
+        }
+        actions.push(deliver(i, false));
+        if duplicates {
+            actions.push(deliver(i, true));
+        }
+    }
+}
+
+fn has(s: &State, v: Violation) -> bool {
+    s.violations.contains(&v)
+}
+
+impl Model for ProtocolModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.initial()]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        if !s.violations.is_empty() {
+            return; // a counterexample ends here
+        }
+        let b = s.budgets;
+        let dup = b.duplicate_deliveries > 0;
+        deliveries(
+            &s.requests,
+            dup,
+            |i, duplicate| Action::ServiceReceive { i, duplicate },
+            actions,
+        );
+        for (&(tx, attempt), answer) in s.service.accepted() {
+            match answer {
+                None => {
+                    for outcome in [Outcome::Success, Outcome::Cancelled] {
+                        actions.push(Action::ServiceAnswer {
+                            tx,
+                            attempt,
+                            outcome,
+                        });
+                    }
+                }
+                Some(outcome) if b.extra_answers > 0 => actions.push(Action::ServiceAnswer {
+                    tx,
+                    attempt,
+                    outcome,
+                }),
+                Some(_) => {}
+            }
+        }
+        deliveries(
+            &s.responses,
+            dup,
+            |i, duplicate| Action::DeliverResponse { i, duplicate },
+            actions,
+        );
+        deliveries(
+            &s.retries,
+            dup,
+            |i, duplicate| Action::DeliverRetry { i, duplicate },
+            actions,
+        );
+        for (i, r) in s.runs.iter().enumerate() {
+            if i > 0 && s.runs[i - 1] == *r {
+                continue;
+            }
+            actions.push(Action::Step { run: i });
+            // A crash before the first effect equals a delivery that has not happened.
+            if b.crashes > 0 && r.performed > 0 {
+                actions.push(Action::Crash { run: i });
+            }
+        }
+        for i in 0..s.schedules.len() {
+            actions.push(Action::Fire {
+                i,
+                how: Firing::Once,
+            });
+            if b.double_fires > 0 {
+                actions.push(Action::Fire {
+                    i,
+                    how: Firing::Twice,
+                });
+            }
+            if b.undeliverable_fires > 0 {
+                actions.push(Action::Fire {
+                    i,
+                    how: Firing::Undeliverable,
+                });
+            }
+        }
+        if b.reconciler_runs > 0 {
+            for (tx, r) in s.records.iter().enumerate() {
+                let Ok(tx) = u8::try_from(tx) else { continue };
+                match r.status {
+                    // Before the fire instant: create the schedule; after it: requeue.
+                    Status::Scheduling => {
+                        actions.push(Action::Reconcile { tx, late: false });
+                        actions.push(Action::Reconcile { tx, late: true });
+                    }
+                    Status::Scheduled | Status::Sending => {
+                        actions.push(Action::Reconcile { tx, late: true });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if b.ticks > 0 {
+            actions.push(Action::Tick);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        if !self.scope.interleave {
+            let Some(tx) = Self::action_tx(last, &action) else {
+                return Some(self.apply(last, &action));
+            };
+            if (0..tx).any(|j| !Self::tx_final(last, j)) {
+                return None;
+            }
+        }
+        Some(self.apply(last, &action))
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let p = Self::SAFETY;
+        vec![
+            Property::always(p[0], |_, s: &State| !has(s, Violation::DuplicateAccepted)),
+            Property::always(p[1], |_, s: &State| {
+                !has(s, Violation::RetryWithoutCancellation)
+            }),
+            Property::always(p[2], |_, s: &State| {
+                !has(s, Violation::ExceededMaxAttempts)
+                    && !s
+                        .records
+                        .iter()
+                        .any(|r| oracle::over_budget(r.current_attempt.get(), r.max_attempts.get()))
+            }),
+            Property::always(p[3], |_, s: &State| !has(s, Violation::LateResponseApplied)),
+            Property::always(p[4], |_, s: &State| !has(s, Violation::IllegalTransition)),
+            Property::always(p[5], |_, s: &State| {
+                !has(s, Violation::ScheduleNotFromPersistedInstant)
+            }),
+            Property::always(p[6], |_, s: &State| {
+                !has(s, Violation::TwoInstantsForOneAttempt)
+            }),
+            Property::always(p[7], |_, s: &State| !has(s, Violation::MessageRejected)),
+            Property::always(p[8], |m: &ProtocolModel, s: &State| {
+                m.txs().all(|tx| {
+                    let t = usize::from(tx);
+                    !(ProtocolModel::tx_final(s, tx)
+                        && oracle::lost(Some(&s.records[t]), u32::from(s.scheduler_dlq[t])))
+                })
+            }),
+            Property::always(p[9], |m: &ProtocolModel, s: &State| {
+                m.txs().all(|tx| {
+                    !ProtocolModel::tx_quiescent(s, tx) || {
+                        let settled = m.reconcile_to_fixpoint(s, tx);
+                        settled.violations.is_empty() && ProtocolModel::settled(&settled, tx)
+                    }
+                })
+            }),
+            // The model never dead-letters a response (a rejection is itself a
+            // violation), so no DLQ excuses a missing alert.
+            Property::always(p[10], |m: &ProtocolModel, s: &State| {
+                m.txs().all(|tx| {
+                    let t = usize::from(tx);
+                    !(ProtocolModel::tx_quiescent(s, tx)
+                        && oracle::alert_missing(Some(&s.records[t]), u32::from(s.alerted[t]), 0))
+                })
+            }),
+            Property::always(p[11], |_, s: &State| {
+                !has(s, Violation::ImpossibleObservation)
+            }),
+            Property::always(p[12], |_, s: &State| {
+                !has(s, Violation::PendingRetryDropped)
+            }),
+            // Witnesses: the exploration reaches the situations the guarantees are about.
+            Property::sometimes(WITNESS[0], |_, s: &State| {
+                s.records.iter().any(|r| {
+                    r.status == Status::Failed && r.current_attempt.get() == r.max_attempts.get()
+                })
+            }),
+            Property::sometimes(WITNESS[1], |_, s: &State| {
+                s.records
+                    .iter()
+                    .any(|r| r.status == Status::Succeeded && r.current_attempt.get() > 1)
+            }),
+            Property::sometimes(WITNESS[2], |_, s: &State| {
+                // A's run is still going while its retry already left SCHEDULING.
+                s.runs.iter().any(|r| {
+                    r.kind == Kind::ResponseHandler
+                        && r.performed > 0
+                        && matches!(r.held, Held::Response(resp)
+                            if s.records[usize::from(resp.tx)].next_attempt
+                                == Some(ProtocolModel::attempt(resp.attempt + 1))
+                            && s.records[usize::from(resp.tx)].status == Status::Sending)
+                })
+            }),
+            Property::sometimes(WITNESS[3], |_, s: &State| {
+                // B died in SENDING: its event waits for redelivery, no B run is active.
+                s.records.iter().enumerate().any(|(tx, r)| {
+                    r.status == Status::Sending
+                        && !s.runs.iter().any(|x| usize::from(x.tx) == tx)
+                        && s.retries.iter().any(|e| {
+                            usize::from(e.tx) == tx
+                                && Some(e.attempt) == r.next_attempt.map(Attempt::get)
+                        })
+                })
+            }),
+            Property::sometimes(WITNESS[4], |_, s: &State| {
+                s.responses.iter().any(|resp| {
+                    resp.attempt < s.records[usize::from(resp.tx)].current_attempt.get()
+                })
+            }),
+            Property::sometimes(WITNESS[5], |_, s: &State| {
+                s.requests.iter().any(|r| s.service.seen_key(&r.key))
+            }),
+            Property::sometimes(WITNESS[6], |_, s: &State| {
+                s.scheduler_dlq.iter().any(|n| *n > 0)
+                    && s.records.iter().all(|r| r.status.is_terminal())
+            }),
+            Property::sometimes(WITNESS[7], |_, s: &State| {
+                s.runs.iter().any(|r| r.kind == Kind::Reconciler)
+                    && s.records.iter().any(|r| r.status == Status::Scheduling)
+            }),
+        ]
+    }
+}
+
+/// Situations the exploration must reach (otherwise the check would prove little).
+pub const WITNESS: [&str; 8] = [
+    "a transaction fails after exhausting its attempts",
+    "a transaction succeeds on a retry",
+    "the retry event overtakes the response handler (arrives while SCHEDULING)",
+    "the retry handler died in SENDING and its event awaits redelivery",
+    "a late response is in flight",
+    "the service receives a duplicate publish of an accepted key",
+    "a transaction completes after its scheduler event went to the DLQ",
+    "the reconciler acts on a SCHEDULING transaction",
+];

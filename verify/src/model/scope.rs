@@ -1,0 +1,110 @@
+//! What one model check covers: the transactions and the fault budgets.
+
+use crate::Flaws;
+use std::fmt;
+
+/// How far one tick of the model's clock moves time. Long enough that a fire instant
+/// computed after a tick differs from one computed before it.
+pub const TICK_MS: i64 = 61_000;
+
+/// The reconciler's "late" run sees every intermediate record far past any threshold.
+pub(super) const LATE_MS: i64 = 400 * 24 * 3_600_000;
+
+/// The scope of a model check: how many transactions, and how many faults of each kind
+/// a single execution may contain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Scope {
+    pub transactions: u8,
+    pub max_attempts: u32,
+    /// Faults of each kind one execution may contain.
+    pub faults: Budgets,
+    /// Known-bad designs switched on (verification only).
+    pub flaws: Flaws,
+    /// Explore every interleaving of the transactions' steps. When false, transaction
+    /// k acts only while every transaction before it is quiescent (nothing of theirs
+    /// in flight): a partial-order reduction that is sound and complete for these
+    /// properties, because transactions share no state (see docs/verification.md).
+    pub interleave: bool,
+}
+
+impl Scope {
+    /// No faults at all: the happy paths and their interleavings.
+    pub fn quiet(transactions: u8, max_attempts: u32) -> Self {
+        Self {
+            transactions,
+            max_attempts,
+            faults: Budgets::each(0),
+            flaws: Flaws::NONE,
+            interleave: true,
+        }
+    }
+
+    /// The scope `cargo test` checks: 2 transactions, max_attempts 3, one fault of each
+    /// kind per execution.
+    pub fn ci() -> Self {
+        Self {
+            faults: Budgets::each(1),
+            ..Self::quiet(2, 3)
+        }
+    }
+
+    pub fn with_flaws(mut self, flaws: Flaws) -> Self {
+        self.flaws = flaws;
+        self
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.faults;
+        write!(
+            f,
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks",
+            self.transactions,
+            if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
+            self.max_attempts,
+            b.duplicate_deliveries,
+            b.crashes,
+            b.extra_answers,
+            b.double_fires,
+            b.undeliverable_fires,
+            b.reconciler_runs,
+            b.ticks
+        )
+    }
+}
+
+/// Faults of each kind: what a scope allows one execution, and what an execution has
+/// left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Budgets {
+    /// Deliveries of a message while another delivery of it exists (any queue).
+    pub duplicate_deliveries: u8,
+    /// Handler or reconciler runs stopped between two effects.
+    pub crashes: u8,
+    /// Answers of the external service beyond the first one for an attempt.
+    pub extra_answers: u8,
+    /// Schedules that fire twice.
+    pub double_fires: u8,
+    /// Schedules whose event cannot be delivered (it goes to the scheduler DLQ).
+    pub undeliverable_fires: u8,
+    /// Reconciler runs.
+    pub reconciler_runs: u8,
+    /// Advances of the clock.
+    pub ticks: u8,
+}
+
+impl Budgets {
+    /// `n` faults of every kind.
+    pub const fn each(n: u8) -> Self {
+        Self {
+            duplicate_deliveries: n,
+            crashes: n,
+            extra_answers: n,
+            double_fires: n,
+            undeliverable_fires: n,
+            reconciler_runs: n,
+            ticks: n,
+        }
+    }
+}

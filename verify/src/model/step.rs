@@ -1,0 +1,575 @@
+//! The protocol model: how each action changes the world, every effect performed
+//! through the real decisions and checked by the oracle where it happens.
+
+use super::scope::{Scope, LATE_MS, TICK_MS};
+use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
+use crate::fixture;
+use domain::decide::{Context, Effect, Input, Known, Observed, Run, Step};
+use domain::ids::{Attempt, Timestamp, TransactionId};
+use domain::machine::{Event, Status};
+use domain::message::{Origin, Outcome, Request, Response, RetryEvent};
+use domain::policy::{FixedRandom, PolicySet};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use testkit::oracle::{self, Instants, Service, Violation, Writer};
+
+/// The protocol model.
+#[derive(Debug, Clone)]
+pub struct ProtocolModel {
+    pub scope: Scope,
+    ids: Vec<TransactionId>,
+    policies: PolicySet,
+}
+
+impl ProtocolModel {
+    pub fn new(scope: Scope) -> Self {
+        let ids = (0..usize::from(scope.transactions.max(1)))
+            .map(fixture::tx_id)
+            .collect();
+        Self {
+            scope,
+            ids,
+            policies: fixture::article_policies(),
+        }
+    }
+
+    fn tx_of(&self, id: &TransactionId) -> Option<u8> {
+        self.ids
+            .iter()
+            .position(|i| i == id)
+            .and_then(|p| u8::try_from(p).ok())
+    }
+
+    fn id(&self, tx: u8) -> &TransactionId {
+        &self.ids[usize::from(tx)]
+    }
+
+    fn clock_time(&self, clock: u8) -> Timestamp {
+        Timestamp::from_millis(fixture::EPOCH_MS + i64::from(clock) * TICK_MS)
+    }
+
+    fn ctx(&self, now: Timestamp) -> Context {
+        fixture::context(now, &self.policies, Duration::ZERO)
+    }
+
+    pub(super) fn attempt(n: u32) -> Attempt {
+        Attempt::new(n.max(1)).unwrap_or(Attempt::FIRST)
+    }
+
+    /// The initial state: every transaction started through the real start plan.
+    pub(super) fn initial(&self) -> State {
+        let mut s = State {
+            clock: 0,
+            records: Vec::new(),
+            requests: Vec::new(),
+            responses: Vec::new(),
+            retries: Vec::new(),
+            schedules: Vec::new(),
+            runs: Vec::new(),
+            service: Service::new(),
+            instants: Instants::new(),
+            alerted: vec![false; usize::from(self.scope.transactions.max(1))],
+            scheduler_dlq: vec![0; usize::from(self.scope.transactions.max(1))],
+            budgets: self.scope.faults,
+            violations: BTreeSet::new(),
+        };
+        let now = self.clock_time(0);
+        let ctx = self.ctx(now);
+        for (n, id) in self.ids.iter().enumerate() {
+            let input = Input::Start {
+                transaction_id: id.clone(),
+                payload: fixture::payload(n),
+                max_attempts: fixture::max_attempts(self.scope.max_attempts),
+            };
+            let tx = u8::try_from(n).unwrap_or(u8::MAX);
+            let mut ar = self.begin(Kind::Starter, tx, Held::Nothing, input, now);
+            while let Step::Perform(e) = ar.run.step() {
+                let e = e.clone();
+                let obs = self.perform(&mut s, &ar, &e);
+                if ar.run.observe(obs, &ctx, &mut FixedRandom(0.5)).is_err() {
+                    s.violations.insert(Violation::ImpossibleObservation);
+                    break;
+                }
+            }
+        }
+        s.canonicalize();
+        s
+    }
+
+    /// Performs one effect of `run` on the state and returns what it observed.
+    fn perform(&self, s: &mut State, run: &ActiveRun, effect: &Effect) -> Observed {
+        match effect {
+            Effect::Read(id) => {
+                Observed::Record(self.tx_of(id).map(|tx| s.records[usize::from(tx)].clone()))
+            }
+            Effect::Create { record, .. } => {
+                match self
+                    .tx_of(&record.transaction_id)
+                    .and_then(|tx| s.records.get(usize::from(tx)))
+                {
+                    Some(existing) => Observed::AlreadyExists {
+                        record: existing.clone(),
+                        same_payload: true,
+                    },
+                    None => {
+                        s.violations.extend(oracle::change(
+                            None,
+                            Event::Start,
+                            record,
+                            Writer::Other,
+                        ));
+                        s.records.push(record.clone());
+                        Observed::Created
+                    }
+                }
+            }
+            Effect::Write(w) => {
+                let Some(tx) = self.tx_of(&w.transaction_id) else {
+                    return Observed::ConditionFailed(None);
+                };
+                let current = &s.records[usize::from(tx)];
+                match w.apply(current) {
+                    Ok(next) => {
+                        let writer = match (run.kind, run.held) {
+                            (Kind::ResponseHandler, Held::Response(r)) => {
+                                Writer::Answering(r.attempt)
+                            }
+                            _ => Writer::Other,
+                        };
+                        s.violations.extend(oracle::change(
+                            Some(current),
+                            w.event(),
+                            &next,
+                            writer,
+                        ));
+                        s.records[usize::from(tx)] = next.clone();
+                        Observed::Written(next)
+                    }
+                    Err(_) => Observed::ConditionFailed(Some(current.clone())),
+                }
+            }
+            Effect::CreateSchedule(spec) => {
+                let Some(tx) = self.tx_of(&spec.event.transaction_id) else {
+                    return Observed::ScheduleCreated;
+                };
+                let m = spec.event.attempt;
+                let found = s
+                    .instants
+                    .created(tx, Some(&s.records[usize::from(tx)]), spec);
+                s.violations.extend(found);
+                if s.schedules.iter().any(|x| x.name == spec.name) {
+                    Observed::ScheduleAlreadyExists
+                } else {
+                    s.schedules.push(Sched {
+                        name: spec.name.clone(),
+                        tx,
+                        attempt: m.get(),
+                        fire_at: spec.fire_at,
+                    });
+                    Observed::ScheduleCreated
+                }
+            }
+            Effect::DeleteSchedule(name) => {
+                let before = s.schedules.len();
+                s.schedules.retain(|x| &x.name != name);
+                if s.schedules.len() < before {
+                    Observed::ScheduleDeleted
+                } else {
+                    Observed::ScheduleNotFound
+                }
+            }
+            Effect::PublishRequest(h) => {
+                let Some(tx) = self.tx_of(&h.transaction_id) else {
+                    return Observed::Published;
+                };
+                s.violations.extend(oracle::publish(
+                    h.attempt,
+                    Some(&s.records[usize::from(tx)]),
+                ));
+                let request = Request::new(
+                    h.transaction_id.clone(),
+                    h.attempt,
+                    fixture::payload(usize::from(tx)),
+                );
+                s.requests.push(Req {
+                    tx,
+                    attempt: request.attempt.get(),
+                    key: request.idempotency_key.as_str().to_owned(),
+                });
+                Observed::Published
+            }
+            Effect::PublishRetry(ev) => {
+                if let Some(tx) = self.tx_of(&ev.transaction_id) {
+                    s.retries.push(Ev {
+                        tx,
+                        attempt: ev.attempt.get(),
+                        origin: ev.origin,
+                    });
+                }
+                Observed::Published
+            }
+            Effect::Alert(a) => {
+                if let Some(tx) = self.tx_of(&a.transaction_id) {
+                    s.alerted[usize::from(tx)] = true;
+                }
+                Observed::Alerted
+            }
+            Effect::Ack(_) | Effect::Drop(_) | Effect::Reject(_) => {
+                s.violations.insert(Violation::ImpossibleObservation);
+                Observed::Published
+            }
+        }
+    }
+
+    /// A run of `kind` on `tx` deciding `input` at `now`, from an unread record.
+    fn begin(&self, kind: Kind, tx: u8, held: Held, input: Input, now: Timestamp) -> ActiveRun {
+        let ctx = self.ctx(now);
+        let run = Run::with_rules(
+            self.scope.flaws,
+            input,
+            Known::Unread,
+            &ctx,
+            &mut FixedRandom(0.5),
+        );
+        ActiveRun::new(kind, tx, held, now, run)
+    }
+
+    /// Starts a run; finishes it at once if its plan has no effect to perform.
+    fn start(&self, s: &mut State, kind: Kind, tx: u8, held: Held, input: Input, now: Timestamp) {
+        let ar = self.begin(kind, tx, held, input, now);
+        self.settle_run(s, ar);
+    }
+
+    /// Keeps a run that has effects left, or finishes it.
+    fn settle_run(&self, s: &mut State, ar: ActiveRun) {
+        match ar.run.step() {
+            Step::Perform(_) => s.runs.push(ar),
+            Step::Done(d) => {
+                let retry = match ar.held {
+                    Held::Retry(e) => Some(e.attempt),
+                    _ => None,
+                };
+                s.violations.extend(oracle::disposition(
+                    d,
+                    retry,
+                    s.records.get(usize::from(ar.tx)),
+                ));
+                // Ack or drop: the message is deleted (it is not put back).
+            }
+        }
+    }
+
+    fn step_run(&self, s: &mut State, i: usize) {
+        let mut ar = s.runs.remove(i);
+        let Step::Perform(e) = ar.run.step() else {
+            self.settle_run(s, ar);
+            return;
+        };
+        let e = e.clone();
+        let obs = self.perform(s, &ar, &e);
+        let ctx = self.ctx(ar.now);
+        if ar.run.observe(obs, &ctx, &mut FixedRandom(0.5)).is_err() {
+            s.violations.insert(Violation::ImpossibleObservation);
+            return;
+        }
+        ar.performed = ar.performed.saturating_add(1);
+        ar.rekey();
+        self.settle_run(s, ar);
+    }
+
+    fn response_input(&self, r: Resp) -> Input {
+        Input::Response(Response {
+            transaction_id: self.id(r.tx).clone(),
+            attempt: Self::attempt(r.attempt),
+            outcome: r.outcome,
+            reason: Some(fixture::CANCEL_REASON.to_owned()),
+        })
+    }
+
+    fn retry_input(&self, e: Ev) -> Input {
+        Input::Retry(RetryEvent {
+            transaction_id: self.id(e.tx).clone(),
+            origin: e.origin,
+            attempt: Self::attempt(e.attempt),
+        })
+    }
+
+    fn accept(&self, s: &mut State, req: &Req) {
+        let receipt = s.service.receive(
+            req.tx,
+            self.id(req.tx),
+            req.attempt,
+            &req.key,
+            self.scope.max_attempts,
+        );
+        s.violations.extend(receipt.violations);
+    }
+
+    fn reconcile_now(&self, s: &State, late: bool) -> Timestamp {
+        let now = self.clock_time(s.clock);
+        if late {
+            now.plus_millis(LATE_MS)
+        } else {
+            now.plus_millis(1)
+        }
+    }
+
+    /// Applies an action (also used to script executions in tests).
+    pub fn apply(&self, last: &State, action: &Action) -> State {
+        let mut s = last.clone();
+        match *action {
+            Action::ServiceReceive { i, duplicate } => {
+                let req = if duplicate {
+                    s.budgets.duplicate_deliveries -= 1;
+                    s.requests[i].clone()
+                } else {
+                    s.requests.remove(i)
+                };
+                self.accept(&mut s, &req);
+            }
+            Action::ServiceAnswer {
+                tx,
+                attempt,
+                outcome,
+            } => {
+                let again = s.service.answer_of(&tx, attempt).is_some();
+                if s.service.answer(tx, attempt, outcome) {
+                    if again {
+                        s.budgets.extra_answers -= 1;
+                    }
+                    s.responses.push(Resp {
+                        tx,
+                        attempt,
+                        outcome,
+                    });
+                }
+            }
+            Action::DeliverResponse { i, duplicate } => {
+                let r = if duplicate {
+                    s.budgets.duplicate_deliveries -= 1;
+                    s.responses[i]
+                } else {
+                    s.responses.remove(i)
+                };
+                let now = self.clock_time(s.clock);
+                let input = self.response_input(r);
+                self.start(
+                    &mut s,
+                    Kind::ResponseHandler,
+                    r.tx,
+                    Held::Response(r),
+                    input,
+                    now,
+                );
+            }
+            Action::DeliverRetry { i, duplicate } => {
+                let e = if duplicate {
+                    s.budgets.duplicate_deliveries -= 1;
+                    s.retries[i]
+                } else {
+                    s.retries.remove(i)
+                };
+                let now = self.clock_time(s.clock);
+                let input = self.retry_input(e);
+                self.start(&mut s, Kind::RetryHandler, e.tx, Held::Retry(e), input, now);
+            }
+            Action::Step { run } => self.step_run(&mut s, run),
+            Action::Crash { run } => {
+                s.budgets.crashes -= 1;
+                let ar = s.runs.remove(run);
+                match ar.held {
+                    Held::Response(r) => s.responses.push(r),
+                    Held::Retry(e) => s.retries.push(e),
+                    Held::Nothing => {}
+                }
+            }
+            Action::Fire { i, how } => {
+                let sched = s.schedules[i].clone();
+                let ev = Ev {
+                    tx: sched.tx,
+                    attempt: sched.attempt,
+                    origin: Origin::RetryScheduler,
+                };
+                match how {
+                    Firing::Once => {
+                        s.schedules.remove(i);
+                        s.retries.push(ev);
+                    }
+                    Firing::Twice => {
+                        s.budgets.double_fires -= 1;
+                        s.retries.push(ev);
+                    }
+                    Firing::Undeliverable => {
+                        s.budgets.undeliverable_fires -= 1;
+                        s.schedules.remove(i);
+                        s.scheduler_dlq[usize::from(sched.tx)] += 1;
+                    }
+                }
+            }
+            Action::Reconcile { tx, late } => {
+                s.budgets.reconciler_runs -= 1;
+                let now = self.reconcile_now(&s, late);
+                let rec = s.records[usize::from(tx)].clone();
+                self.start(
+                    &mut s,
+                    Kind::Reconciler,
+                    tx,
+                    Held::Nothing,
+                    Input::Reconcile(rec),
+                    now,
+                );
+            }
+            Action::Tick => {
+                s.budgets.ticks -= 1;
+                s.clock += 1;
+            }
+        }
+        s.canonicalize();
+        s
+    }
+
+    /// Drives the state, without faults, to where only the external service owes
+    /// answers: the reconciler (past every threshold) acts on every intermediate
+    /// record, the runs it causes finish, their messages are delivered. Used by the
+    /// quiescence property; it runs the same actions as the exploration.
+    pub fn reconcile_to_fixpoint(&self, start: &State, tx: u8) -> State {
+        let mut s = start.clone();
+        for _round in 0..8 {
+            if !s.records[usize::from(tx)].status.is_intermediate() {
+                break;
+            }
+            s.budgets.reconciler_runs = s.budgets.reconciler_runs.max(1);
+            s = self.apply(&s, &Action::Reconcile { tx, late: true });
+            s = self.finish_everything(&s);
+        }
+        s
+    }
+
+    /// Runs every active run to its end and delivers every queued retry event and
+    /// request, without faults (responses stay for the service's answers to decide).
+    fn finish_everything(&self, start: &State) -> State {
+        self.without_faults(
+            start.clone(),
+            &[Next::Step, Next::Retry, Next::Request],
+            10_000,
+        )
+    }
+
+    /// Applies, at most `limit` times, the first of `order` that can happen: a run
+    /// of the world without faults.
+    pub(super) fn without_faults(&self, mut s: State, order: &[Next], limit: usize) -> State {
+        for _ in 0..limit {
+            match order.iter().find_map(|n| n.action(&s)) {
+                Some(a) => s = self.apply(&s, &a),
+                None => break,
+            }
+        }
+        s
+    }
+
+    /// The transaction an action concerns (`None` for the clock).
+    pub(super) fn action_tx(s: &State, a: &Action) -> Option<u8> {
+        match *a {
+            Action::ServiceReceive { i, .. } => s.requests.get(i).map(|r| r.tx),
+            Action::ServiceAnswer { tx, .. } | Action::Reconcile { tx, .. } => Some(tx),
+            Action::DeliverResponse { i, .. } => s.responses.get(i).map(|r| r.tx),
+            Action::DeliverRetry { i, .. } => s.retries.get(i).map(|e| e.tx),
+            Action::Step { run } | Action::Crash { run } => s.runs.get(run).map(|r| r.tx),
+            Action::Fire { i, .. } => s.schedules.get(i).map(|x| x.tx),
+            Action::Tick => None,
+        }
+    }
+
+    /// True when nothing of transaction `tx` is in flight (live schedules allowed).
+    pub(super) fn tx_quiescent(s: &State, tx: u8) -> bool {
+        !s.requests.iter().any(|r| r.tx == tx)
+            && !s.responses.iter().any(|r| r.tx == tx)
+            && !s.retries.iter().any(|e| e.tx == tx)
+            && !s.runs.iter().any(|r| r.tx == tx)
+            && !s
+                .service
+                .accepted()
+                .any(|((t, _), answer)| *t == tx && answer.is_none())
+    }
+
+    /// True when nothing at all is in flight: no message on any queue, no run active,
+    /// and the external service owes no answer.
+    pub fn quiescent(s: &State) -> bool {
+        s.requests.is_empty()
+            && s.responses.is_empty()
+            && s.retries.is_empty()
+            && s.runs.is_empty()
+            && s.service.accepted().all(|(_, answer)| answer.is_some())
+    }
+
+    /// The transaction is terminal, or IN_PROGRESS for an attempt the service accepted
+    /// and has not answered yet (it is waiting on the service, not on us).
+    pub(super) fn settled(s: &State, tx: u8) -> bool {
+        let r = &s.records[usize::from(tx)];
+        r.status.is_terminal()
+            || (r.status == Status::InProgress
+                && s.service.awaits_answer(&tx, r.current_attempt.get()))
+    }
+
+    pub(super) fn txs(&self) -> impl Iterator<Item = u8> {
+        0..self.scope.transactions.max(1)
+    }
+
+    /// Nothing of `tx` in flight, no live schedule of it: it will never move again by
+    /// itself (only the reconciler could move it).
+    pub(super) fn tx_final(s: &State, tx: u8) -> bool {
+        Self::tx_quiescent(s, tx) && !s.schedules.iter().any(|x| x.tx == tx)
+    }
+}
+
+/// What a run of the world without faults may do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Next {
+    /// The first active run performs its next effect.
+    Step,
+    /// The first queued retry event is delivered.
+    Retry,
+    /// The service receives the first queued request.
+    Request,
+    /// The service answers the first attempt it owes an answer, with this outcome.
+    Answer(Outcome),
+    /// The first queued response is delivered.
+    Response,
+    /// The first live schedule fires once.
+    Fire,
+}
+
+impl Next {
+    fn action(self, s: &State) -> Option<Action> {
+        let first = |queued: bool| queued.then_some(0);
+        Some(match self {
+            Next::Step => Action::Step {
+                run: first(!s.runs.is_empty())?,
+            },
+            Next::Retry => Action::DeliverRetry {
+                i: first(!s.retries.is_empty())?,
+                duplicate: false,
+            },
+            Next::Request => Action::ServiceReceive {
+                i: first(!s.requests.is_empty())?,
+                duplicate: false,
+            },
+            Next::Answer(outcome) => {
+                let (tx, attempt) = s.service.first_unanswered()?;
+                Action::ServiceAnswer {
+                    tx,
+                    attempt,
+                    outcome,
+                }
+            }
+            Next::Response => Action::DeliverResponse {
+                i: first(!s.responses.is_empty())?,
+                duplicate: false,
+            },
+            Next::Fire => Action::Fire {
+                i: first(!s.schedules.is_empty())?,
+                how: Firing::Once,
+            },
+        })
+    }
+}

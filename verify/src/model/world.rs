@@ -1,0 +1,327 @@
+//! The world around the handlers: queues, the scheduler, the external service, the
+//! runs in progress, and how each action changes them.
+
+use super::scope::Budgets;
+use crate::Flaws;
+use domain::decide::{Effect, Run, Step};
+use domain::ids::{ScheduleName, Timestamp};
+use domain::machine::TransactionRecord;
+use domain::message::{Origin, Outcome};
+use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
+use testkit::oracle::{Instants, Service, Violation};
+
+/// A request on the request queue, as the external service sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Req {
+    pub tx: u8,
+    pub attempt: u32,
+    pub key: String,
+}
+
+/// A response on the response queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Resp {
+    pub tx: u8,
+    pub attempt: u32,
+    pub outcome: Outcome,
+}
+
+/// A retry event on the retry queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ev {
+    pub tx: u8,
+    pub attempt: u32,
+    pub origin: Origin,
+}
+
+/// A live one-time schedule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sched {
+    pub name: ScheduleName,
+    pub tx: u8,
+    pub attempt: u32,
+    pub fire_at: Timestamp,
+}
+
+/// Which executor a run belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// The library operation that starts a transaction (initial state only).
+    Starter,
+    ResponseHandler,
+    RetryHandler,
+    Reconciler,
+}
+
+/// The message a run holds (it goes back to its queue if the run crashes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Held {
+    Response(Resp),
+    Retry(Ev),
+    /// The reconciler's query result: no message.
+    Nothing,
+}
+
+/// A handler execution in progress: a real [`Run`] plus what the model needs.
+#[derive(Debug, Clone)]
+pub struct ActiveRun {
+    pub kind: Kind,
+    pub tx: u8,
+    pub held: Held,
+    /// The instant the run decides at.
+    pub now: Timestamp,
+    /// Effects performed so far.
+    pub performed: u8,
+    pub run: Run<Flaws>,
+    /// Canonical identity of the run's future behaviour: its input, remaining plan and
+    /// re-decision count (the trail of past effects does not influence what it does).
+    key: String,
+}
+
+impl ActiveRun {
+    pub(super) fn new(kind: Kind, tx: u8, held: Held, now: Timestamp, run: Run<Flaws>) -> Self {
+        let mut r = Self {
+            kind,
+            tx,
+            held,
+            now,
+            performed: 0,
+            run,
+            key: String::new(),
+        };
+        r.rekey();
+        r
+    }
+
+    /// Recomputes the run's identity from what can still influence the future: the
+    /// remaining effects (only the fields a decision, a guard or a property reads) and
+    /// the re-decision count. Audit-only fields (actor, origin, reasons, index keys)
+    /// and the trail of past effects are left out: states that differ only there
+    /// behave identically, so merging them is sound.
+    pub(super) fn rekey(&mut self) {
+        use std::fmt::Write as _;
+        let mut key = String::new();
+        for e in self.run.remaining() {
+            let _ = match e {
+                Effect::Write(w) => write!(
+                    key,
+                    "W{:?}{:?}{:?}{:?}{:?}|{:?}{:?}{:?}{:?}{:?}{:?}{:?};",
+                    w.event(),
+                    w.from(),
+                    w.guard.current_attempt,
+                    w.guard.next_attempt,
+                    w.guard.budget,
+                    w.to(),
+                    w.set.current_attempt,
+                    w.set.next_attempt,
+                    w.set.max_attempts,
+                    w.set.next_fire_at,
+                    w.set.schedule_name,
+                    w.set.updated_at
+                ),
+                Effect::CreateSchedule(c) => {
+                    write!(key, "C{}{}{};", c.name, c.fire_at.millis(), c.event.attempt)
+                }
+                Effect::DeleteSchedule(n) => write!(key, "D{n};"),
+                Effect::PublishRequest(h) => write!(key, "P{};", h.attempt),
+                Effect::PublishRetry(ev) => write!(key, "R{};", ev.attempt),
+                Effect::Alert(_) => write!(key, "A;"),
+                other => write!(key, "{};", other.label()),
+            };
+        }
+        let _ = write!(key, "#{}", self.run.redecisions());
+        self.key = key;
+    }
+
+    fn order(&self) -> (Kind, u8, (u32, Option<Outcome>), Timestamp, &str, u8) {
+        (
+            self.kind,
+            self.tx,
+            self.held.key(),
+            self.now,
+            &self.key,
+            self.performed.min(1),
+        )
+    }
+}
+
+impl Held {
+    /// What of the held message can influence the future (an event's origin is only
+    /// recorded, never read by a decision).
+    fn key(&self) -> (u32, Option<Outcome>) {
+        match self {
+            Held::Response(r) => (r.attempt, Some(r.outcome)),
+            Held::Retry(e) => (e.attempt, None),
+            Held::Nothing => (0, None),
+        }
+    }
+}
+
+impl PartialEq for ActiveRun {
+    fn eq(&self, other: &Self) -> bool {
+        self.order() == other.order()
+    }
+}
+
+impl Eq for ActiveRun {}
+
+impl Hash for ActiveRun {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.order().hash(state);
+    }
+}
+
+/// The state of the world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub clock: u8,
+    pub records: Vec<TransactionRecord>,
+    pub requests: Vec<Req>,
+    pub responses: Vec<Resp>,
+    pub retries: Vec<Ev>,
+    pub schedules: Vec<Sched>,
+    pub runs: Vec<ActiveRun>,
+    /// The external service's deduplicated view: accepted (tx, attempt) by key.
+    pub service: Service<u8>,
+    /// The instant of the first schedule created for each (tx, attempt).
+    pub instants: Instants<u8>,
+    pub alerted: Vec<bool>,
+    /// Events the scheduler could not deliver, per transaction (scheduler DLQ).
+    pub scheduler_dlq: Vec<u8>,
+    pub budgets: Budgets,
+    pub violations: BTreeSet<Violation>,
+}
+
+/// One thing that can happen next.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// The external service takes request `i` from the request queue.
+    ServiceReceive { i: usize, duplicate: bool },
+    /// The external service answers an attempt it accepted.
+    ServiceAnswer {
+        tx: u8,
+        attempt: u32,
+        outcome: Outcome,
+    },
+    /// The response handler receives response `i`.
+    DeliverResponse { i: usize, duplicate: bool },
+    /// The retry handler receives retry event `i`.
+    DeliverRetry { i: usize, duplicate: bool },
+    /// Run `run` performs its next effect.
+    Step { run: usize },
+    /// Run `run` stops before its next effect.
+    Crash { run: usize },
+    /// Schedule `i` fires.
+    Fire { i: usize, how: Firing },
+    /// The reconciler acts on transaction `tx`.
+    Reconcile { tx: u8, late: bool },
+    /// The clock advances.
+    Tick,
+}
+
+/// How a schedule fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Firing {
+    /// Delivers its event and is deleted (`ActionAfterCompletion = DELETE`).
+    Once,
+    /// Delivers its event and stays, to fire again.
+    Twice,
+    /// Cannot deliver: the event goes to the scheduler DLQ; the schedule is deleted.
+    Undeliverable,
+}
+
+/// The fields of a record that a decision, a guard or a property reads. The others
+/// (actor, origin, outcome, reason, created_at, the index key) only feed the audit
+/// trail and metrics.
+fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
+    (
+        r.status,
+        r.current_attempt,
+        r.next_attempt,
+        r.max_attempts,
+        r.next_fire_at,
+        r.schedule_name.as_ref(),
+        r.updated_at,
+    )
+}
+
+/// The state's fingerprint covers exactly what can influence the future or a property;
+/// two states with equal fingerprints are explored once. (Equal states always hash
+/// equal: the hash reads a projection of the fields equality compares.)
+impl Hash for State {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.clock.hash(h);
+        for r in &self.records {
+            record_key(r).hash(h);
+        }
+        self.requests.hash(h);
+        self.responses.hash(h);
+        for e in &self.retries {
+            (e.tx, e.attempt).hash(h);
+        }
+        self.schedules.hash(h);
+        self.runs.hash(h);
+        self.service.hash(h);
+        self.instants.hash(h);
+        self.alerted.hash(h);
+        self.scheduler_dlq.hash(h);
+        self.budgets.hash(h);
+        self.violations.hash(h);
+    }
+}
+
+impl State {
+    /// A one-line picture of the state, for counterexample traces.
+    pub fn summary(&self) -> String {
+        let recs: Vec<String> = self
+            .records
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}:{} cur={} next={}",
+                    r.transaction_id,
+                    r.status,
+                    r.current_attempt,
+                    r.next_attempt
+                        .map(|a| a.get().to_string())
+                        .unwrap_or("-".into())
+                )
+            })
+            .collect();
+        let runs: Vec<String> = self
+            .runs
+            .iter()
+            .map(|r| {
+                let next = match r.run.step() {
+                    Step::Perform(e) => match e {
+                        Effect::Write(w) => format!("write {:?}", w.event()),
+                        other => other.label().to_owned(),
+                    },
+                    Step::Done(_) => "done".to_owned(),
+                };
+                format!("{:?}(tx{} {:?}) next={next}", r.kind, r.tx, r.held)
+            })
+            .collect();
+        format!(
+            "clock={} records=[{}] requests={:?} responses={:?} retries={:?} schedules={:?} runs=[{}] accepted={:?} violations={:?}",
+            self.clock,
+            recs.join("; "),
+            self.requests.iter().map(|r| (r.tx, r.attempt)).collect::<Vec<_>>(),
+            self.responses.iter().map(|r| (r.tx, r.attempt, r.outcome)).collect::<Vec<_>>(),
+            self.retries.iter().map(|e| (e.tx, e.attempt)).collect::<Vec<_>>(),
+            self.schedules.iter().map(|x| (x.tx, x.attempt)).collect::<Vec<_>>(),
+            runs.join("; "),
+            self.service.accepted().map(|(k, a)| (*k, a)).collect::<Vec<_>>(),
+            self.violations
+        )
+    }
+
+    pub(super) fn canonicalize(&mut self) {
+        self.requests.sort();
+        self.responses.sort();
+        self.retries.sort();
+        self.schedules.sort();
+        self.runs.sort_by(|a, b| a.order().cmp(&b.order()));
+    }
+}

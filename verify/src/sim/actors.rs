@@ -1,0 +1,168 @@
+//! The actors around the handlers: the external service, the scheduler and the
+//! reconciler's cron.
+
+use super::world::{ts, Ev, Kind, Proc, QueueId, World};
+use crate::fixture;
+use domain::decide::{Input, Known, Run};
+use domain::defaults;
+use domain::ids::{Attempt, ScheduleName};
+use domain::machine::{ReconcileKey, TransactionRecord};
+use domain::message::{Origin, Outcome, Response, RetryEvent};
+use std::collections::VecDeque;
+use testkit::oracle::Fate;
+
+impl World<'_> {
+    // -- the external service ----------------------------------------------
+
+    pub(super) fn service_receive(&mut self, tx: usize, attempt: u32, key: String) {
+        let receipt = self
+            .ledger
+            .receive(tx, &self.ids[tx], attempt, &key, self.cfg.max_attempts);
+        for v in receipt.violations {
+            self.report.count(v);
+        }
+        match receipt.fate {
+            Fate::Deduplicated => {
+                self.report.requests_deduplicated += 1;
+                return;
+            }
+            Fate::AlreadyAccepted => return,
+            Fate::Accepted => {}
+        }
+        self.report.requests_accepted += 1;
+        let outcome = if self.service.chance(self.cfg.cancel_rate) {
+            Outcome::Cancelled
+        } else {
+            Outcome::Success
+        };
+        self.ledger.answer(tx, attempt, outcome);
+        let answer = self.now + self.service.range(50, 2_000);
+        self.at(
+            answer,
+            Ev::Answer {
+                tx,
+                attempt,
+                outcome,
+            },
+        );
+        if self.service.chance(self.cfg.late_response_rate) {
+            self.report.late_responses += 1;
+            let late = self.now + self.service.range(3_600_000, 6 * 3_600_000);
+            self.at(
+                late,
+                Ev::Answer {
+                    tx,
+                    attempt,
+                    outcome,
+                },
+            );
+        }
+    }
+
+    pub(super) fn answer(&mut self, tx: usize, attempt: u32, outcome: Outcome) {
+        let Ok(a) = Attempt::new(attempt) else { return };
+        let body = Response {
+            transaction_id: self.ids[tx].clone(),
+            attempt: a,
+            outcome,
+            reason: match outcome {
+                Outcome::Cancelled => Some(fixture::CANCEL_REASON.to_owned()),
+                Outcome::Success => None,
+            },
+        };
+        self.seq += 1;
+        let id = self.seq;
+        self.responses.send(id, body, self.now);
+        self.poll_soon(QueueId::Response);
+    }
+
+    // -- the scheduler -----------------------------------------------------
+
+    pub(super) fn fire(&mut self, name: ScheduleName, generation: u64) {
+        let Some(live) = self.schedules.get(&name).cloned() else {
+            return;
+        };
+        if live.generation != generation {
+            return;
+        }
+        let event = RetryEvent {
+            transaction_id: self.ids[live.tx].clone(),
+            origin: Origin::RetryScheduler,
+            attempt: live.attempt,
+        };
+        if self.faults.chance(self.cfg.scheduler_failure_rate) {
+            // Retries exhausted: the scheduler's DLQ keeps the event.
+            self.schedules.remove(&name);
+            self.report.dlq_scheduler += 1;
+            self.dlq_by_tx[live.tx] += 1;
+            return;
+        }
+        self.seq += 1;
+        let id = self.seq;
+        self.retries.send(id, event, self.now);
+        self.poll_soon(QueueId::Retry);
+        if self.faults.chance(self.cfg.double_fire_rate) {
+            self.report.double_fires += 1;
+            let again = self.now + self.faults.range(1_000, 600_000);
+            self.at(again, Ev::Fire { name, generation });
+        } else {
+            self.schedules.remove(&name);
+        }
+    }
+
+    // -- the reconciler ----------------------------------------------------
+
+    pub(super) fn reconciler_tick(&mut self) {
+        if self.reconciler_busy {
+            return;
+        }
+        let before = ts(self.now - self.cfg.reconcile_threshold_ms);
+        let mut found: Vec<TransactionRecord> = Vec::new();
+        'outer: for shard in 0..defaults::RECONCILE_SHARDS {
+            let partition = ReconcileKey::partition_for(shard);
+            let lo = (partition.clone(), ts(i64::MIN), 0usize);
+            let hi = (partition, before, 0usize);
+            for (_, _, tx) in self.index.range(lo..hi) {
+                if found.len() >= self.cfg.reconcile_max_items {
+                    break 'outer;
+                }
+                if let Some(r) = &self.records[*tx] {
+                    found.push(r.clone());
+                }
+            }
+        }
+        self.last_tick_found = found.len();
+        if found.is_empty() {
+            return;
+        }
+        self.report.reconciler_invocations += 1;
+        self.reconciler_busy = true;
+        let mut backlog: VecDeque<TransactionRecord> = found.into();
+        let Some(first) = backlog.pop_front() else {
+            self.reconciler_busy = false;
+            return;
+        };
+        self.report.reconciler_actions += 1;
+        let now = ts(self.now);
+        let ctx = self.ctx(now);
+        let tx = self.tx_of(&first.transaction_id).unwrap_or(0);
+        let attempt = first.next_attempt.map(Attempt::get).unwrap_or(0);
+        let run = Run::with_rules(
+            self.cfg.flaws,
+            Input::Reconcile(first),
+            Known::Unread,
+            &ctx,
+            &mut self.jitter,
+        );
+        self.spawn(Proc {
+            kind: Kind::Reconciler,
+            worker: 0,
+            msg: None,
+            tx,
+            attempt,
+            run,
+            now,
+            backlog,
+        });
+    }
+}

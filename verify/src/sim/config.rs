@@ -1,0 +1,106 @@
+//! What a simulation is parameterised by.
+
+use crate::Flaws;
+use domain::defaults;
+use domain::policy::{PolicySet, RetryPolicy};
+use std::time::Duration;
+
+/// Everything a simulation is parameterised by (the seed apart).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimConfig {
+    pub transactions: usize,
+    pub max_attempts: u32,
+    /// Transactions start uniformly over this window (0: all at once).
+    pub arrival_window_ms: i64,
+    /// Probability that a received message is also delivered to another consumer.
+    pub duplicate_rate: f64,
+    /// Probability, per effect, that the run stops before it (process crash).
+    pub crash_rate: f64,
+    /// Probability, per effect, that the port call fails with a retryable error.
+    pub throttle_rate: f64,
+    /// Probability that the external service answers CANCELLED.
+    pub cancel_rate: f64,
+    /// Probability that a schedule fires late (1 to 60 minutes after its instant).
+    pub late_fire_rate: f64,
+    /// Probability that a schedule fires twice.
+    pub double_fire_rate: f64,
+    /// Probability that the scheduler cannot deliver (the event goes to its DLQ).
+    pub scheduler_failure_rate: f64,
+    /// Probability that the service answers an attempt again, 1 to 6 hours later.
+    pub late_response_rate: f64,
+    /// Probability that the request queue delivers a request twice to the service.
+    pub request_duplicate_rate: f64,
+    /// The retry handler's MAX_REQUESTS_PER_SECOND (per warm instance).
+    pub rate_limit: u32,
+    /// The retry handler's MaximumConcurrency (warm instances).
+    pub retry_concurrency: usize,
+    pub response_concurrency: usize,
+    /// The retry handler paces its publishes (switch off to see the limit broken).
+    pub pacing: bool,
+    pub reconciler: bool,
+    pub reconciler_interval_ms: i64,
+    pub reconcile_threshold_ms: i64,
+    pub reconcile_max_items: usize,
+    pub response_visibility_ms: i64,
+    pub retry_visibility_ms: i64,
+    pub max_receive_count: u32,
+    pub backoff_base_ms: u64,
+    pub backoff_factor: f64,
+    pub backoff_cap_ms: u64,
+    pub jitter: f64,
+    pub flaws: Flaws,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            transactions: 10_000,
+            max_attempts: 3,
+            arrival_window_ms: 3_600_000,
+            duplicate_rate: 0.05,
+            crash_rate: 0.02,
+            throttle_rate: 0.02,
+            cancel_rate: 0.5,
+            late_fire_rate: 0.05,
+            double_fire_rate: 0.02,
+            scheduler_failure_rate: 0.005,
+            late_response_rate: 0.02,
+            request_duplicate_rate: 0.02,
+            rate_limit: 10,
+            retry_concurrency: 5,
+            response_concurrency: 10,
+            pacing: true,
+            reconciler: true,
+            reconciler_interval_ms: 300_000,
+            reconcile_threshold_ms: defaults::RECONCILE_THRESHOLD.as_millis() as i64,
+            reconcile_max_items: defaults::RECONCILE_MAX_ITEMS as usize,
+            response_visibility_ms: 180_000,
+            retry_visibility_ms: 360_000,
+            max_receive_count: 5,
+            backoff_base_ms: defaults::BACKOFF_BASE.as_millis() as u64,
+            backoff_factor: defaults::BACKOFF_FACTOR,
+            backoff_cap_ms: defaults::BACKOFF_CAP.as_millis() as u64,
+            jitter: defaults::BACKOFF_JITTER,
+            flaws: Flaws::NONE,
+        }
+    }
+}
+
+impl SimConfig {
+    /// The fleet bound on outbound requests per second.
+    pub fn fleet_limit(&self) -> u64 {
+        u64::from(self.rate_limit) * self.retry_concurrency as u64
+    }
+
+    pub(super) fn policies(&self) -> PolicySet {
+        let policy = RetryPolicy::new(
+            Duration::from_millis(self.backoff_base_ms.max(1)),
+            self.backoff_factor.max(1.0),
+            Duration::from_millis(self.backoff_cap_ms.max(self.backoff_base_ms.max(1))),
+            self.jitter.clamp(0.0, 0.99),
+            false,
+        )
+        .unwrap_or_default();
+        PolicySet::uniform(policy)
+    }
+}

@@ -1,0 +1,156 @@
+//! A run's effects on the world, each checked by the oracle where it happens.
+
+use super::world::{Ev, Kind, LiveSchedule, Proc, QueueId, World};
+use domain::decide::{Effect, Observed};
+use domain::machine::Event;
+use domain::message::Request;
+use testkit::oracle::{self, Writer};
+
+impl World<'_> {
+    pub(super) fn perform(&mut self, p: &Proc, effect: &Effect) -> Observed {
+        match effect {
+            Effect::Read(id) => {
+                Observed::Record(self.tx_of(id).and_then(|tx| self.records[tx].clone()))
+            }
+            Effect::Create { record, payload } => {
+                let Some(tx) = self.tx_of(&record.transaction_id) else {
+                    return Observed::Created;
+                };
+                if let Some(existing) = self.records[tx].clone() {
+                    let same = self.payloads[tx].as_ref() == Some(payload);
+                    return Observed::AlreadyExists {
+                        record: existing,
+                        same_payload: same,
+                    };
+                }
+                for v in oracle::change(None, Event::Start, record, Writer::Other) {
+                    self.report.count(v);
+                }
+                self.payloads[tx] = Some(payload.clone());
+                self.set_record(tx, record.clone());
+                self.report.transitions += 1;
+                Observed::Created
+            }
+            Effect::Write(w) => {
+                let Some(tx) = self.tx_of(&w.transaction_id) else {
+                    return Observed::ConditionFailed(None);
+                };
+                let Some(current) = self.records[tx].clone() else {
+                    return Observed::ConditionFailed(None);
+                };
+                match w.apply(&current) {
+                    Ok(next) => {
+                        let writer = match p.kind {
+                            Kind::ResponseHandler => Writer::Answering(p.attempt),
+                            _ => Writer::Other,
+                        };
+                        for v in oracle::change(Some(&current), w.event(), &next, writer) {
+                            self.report.count(v);
+                        }
+                        self.set_record(tx, next.clone());
+                        self.report.transitions += 1;
+                        Observed::Written(next)
+                    }
+                    Err(_) => Observed::ConditionFailed(Some(current)),
+                }
+            }
+            Effect::CreateSchedule(spec) => {
+                let Some(tx) = self.tx_of(&spec.event.transaction_id) else {
+                    return Observed::ScheduleCreated;
+                };
+                let m = spec.event.attempt;
+                for v in self.instants.created(tx, self.records[tx].as_ref(), spec) {
+                    self.report.count(v);
+                }
+                if self.schedules.contains_key(&spec.name) {
+                    self.report.schedule_conflicts += 1;
+                    return Observed::ScheduleAlreadyExists;
+                }
+                self.seq += 1;
+                let generation = self.seq;
+                self.schedules.insert(
+                    spec.name.clone(),
+                    LiveSchedule {
+                        tx,
+                        attempt: m,
+                        generation,
+                    },
+                );
+                self.report.schedules_created += 1;
+                // One-minute precision: fires within the minute after its instant.
+                let mut fire = spec.fire_at.millis().max(self.now) + self.latency.range(0, 59_000);
+                if self.faults.chance(self.cfg.late_fire_rate) {
+                    self.report.late_fires += 1;
+                    fire += self.faults.range(60_000, 3_600_000);
+                }
+                self.at(
+                    fire,
+                    Ev::Fire {
+                        name: spec.name.clone(),
+                        generation,
+                    },
+                );
+                Observed::ScheduleCreated
+            }
+            Effect::DeleteSchedule(name) => match self.schedules.remove(name) {
+                Some(_) => Observed::ScheduleDeleted,
+                None => Observed::ScheduleNotFound,
+            },
+            Effect::PublishRequest(h) => {
+                let Some(tx) = self.tx_of(&h.transaction_id) else {
+                    return Observed::Published;
+                };
+                let Some(payload) = self.payloads[tx].clone() else {
+                    return Observed::Published;
+                };
+                if let Some(v) = oracle::publish(h.attempt, self.records[tx].as_ref()) {
+                    self.report.count(v);
+                }
+                let request = Request::new(h.transaction_id.clone(), h.attempt, payload);
+                self.report.requests_published += 1;
+                if p.kind == Kind::RetryHandler {
+                    self.report.retry_requests_published += 1;
+                    self.retry_publish_times.push(self.now);
+                }
+                let key = request.idempotency_key.as_str().to_owned();
+                let arrive = self.now + self.latency.range(5, 100);
+                self.at(
+                    arrive,
+                    Ev::ServiceReceive {
+                        tx,
+                        attempt: h.attempt.get(),
+                        key: key.clone(),
+                    },
+                );
+                if self.faults.chance(self.cfg.request_duplicate_rate) {
+                    self.report.duplicate_deliveries += 1;
+                    let again = self.now + self.latency.range(100, 5_000);
+                    self.at(
+                        again,
+                        Ev::ServiceReceive {
+                            tx,
+                            attempt: h.attempt.get(),
+                            key,
+                        },
+                    );
+                }
+                Observed::Published
+            }
+            Effect::PublishRetry(ev) => {
+                self.seq += 1;
+                let id = self.seq;
+                self.retries.send(id, ev.clone(), self.now);
+                self.poll_soon(QueueId::Retry);
+                Observed::Published
+            }
+            Effect::Alert(a) => {
+                if let Some(tx) = self.tx_of(&a.transaction_id) {
+                    self.alerts[tx] += 1;
+                    self.report.alerts += 1;
+                }
+                Observed::Alerted
+            }
+            Effect::Ack(_) | Effect::Drop(_) | Effect::Reject(_) => Observed::Published,
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! What a simulation observed, and how it reads.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use testkit::oracle::Violation;
+
+/// What a simulation observed. Counts add up over seeds ([`Report::merge`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub seeds: u64,
+    pub attempted: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    /// Not terminal at the end, and no DLQ holds a message for it: silently lost.
+    pub lost: u64,
+    /// Not terminal at the end (lost ones included).
+    pub stuck: u64,
+    /// Stuck with a message in a DLQ (its alarm fires; an operator redrives it).
+    pub stuck_in_dlq: u64,
+    /// Requests accepted by the service beyond one per cancellation.
+    pub duplicated: u64,
+    pub exceeded_max: u64,
+    /// Late responses that changed a record.
+    pub late_applied: u64,
+    /// Late responses received and dropped.
+    pub late_dropped: u64,
+    pub illegal_transitions: u64,
+    /// Schedules created with another instant than the persisted one.
+    pub instant_mismatches: u64,
+    /// Retry events for the pending attempt that the retry handler discarded.
+    pub pending_retries_dropped: u64,
+    /// Messages a handler rejected as permanently failed.
+    pub rejected: u64,
+    /// FAILED transactions that raised no business alert.
+    pub alerts_missing: u64,
+    pub alerts: u64,
+    pub requests_published: u64,
+    pub requests_deduplicated: u64,
+    pub requests_accepted: u64,
+    pub retry_requests_published: u64,
+    /// Highest number of retry-handler publishes in any one-second window.
+    pub max_requests_per_second: u64,
+    /// The configured fleet bound (MaximumConcurrency × MAX_REQUESTS_PER_SECOND).
+    pub rate_limit: u64,
+    pub dlq_response: u64,
+    pub dlq_retry: u64,
+    pub dlq_scheduler: u64,
+    pub crashes: u64,
+    pub throttles: u64,
+    pub duplicate_deliveries: u64,
+    pub late_fires: u64,
+    pub double_fires: u64,
+    pub late_responses: u64,
+    pub schedules_created: u64,
+    pub schedule_conflicts: u64,
+    pub reconciler_invocations: u64,
+    pub reconciler_actions: u64,
+    pub transitions: u64,
+    pub events: u64,
+    pub virtual_ms: i64,
+    /// Crashes and throttles by failure point (`<handler> before <effect>`).
+    pub failure_points: BTreeMap<String, u64>,
+    /// A digest of every event processed, in order.
+    pub digest: u64,
+}
+
+impl Report {
+    /// Counts one broken guarantee under the report's name for it.
+    pub fn count(&mut self, v: Violation) {
+        let n = match v {
+            Violation::DuplicateAccepted | Violation::RetryWithoutCancellation => {
+                &mut self.duplicated
+            }
+            Violation::ExceededMaxAttempts => &mut self.exceeded_max,
+            Violation::LateResponseApplied => &mut self.late_applied,
+            Violation::IllegalTransition => &mut self.illegal_transitions,
+            Violation::ScheduleNotFromPersistedInstant | Violation::TwoInstantsForOneAttempt => {
+                &mut self.instant_mismatches
+            }
+            Violation::PendingRetryDropped => &mut self.pending_retries_dropped,
+            Violation::MessageRejected | Violation::ImpossibleObservation => &mut self.rejected,
+            Violation::Lost => &mut self.lost,
+            Violation::AlertMissing => &mut self.alerts_missing,
+            Violation::Stuck => &mut self.stuck,
+            // Judged from the whole run (`max_requests_per_second`), or not something a
+            // simulation can show.
+            Violation::RateExceeded | Violation::Disagreement | Violation::AuditGap => return,
+        };
+        *n += 1;
+    }
+
+    /// Adds another seed's report.
+    pub fn merge(&mut self, o: &Report) {
+        macro_rules! add {
+            ($($f:ident),*) => { $( self.$f += o.$f; )* };
+        }
+        add!(
+            seeds,
+            attempted,
+            succeeded,
+            failed,
+            lost,
+            stuck,
+            stuck_in_dlq,
+            duplicated,
+            exceeded_max,
+            late_applied,
+            late_dropped,
+            illegal_transitions,
+            instant_mismatches,
+            pending_retries_dropped,
+            rejected,
+            alerts_missing,
+            alerts,
+            requests_published,
+            requests_deduplicated,
+            requests_accepted,
+            retry_requests_published,
+            dlq_response,
+            dlq_retry,
+            dlq_scheduler,
+            crashes,
+            throttles,
+            duplicate_deliveries,
+            late_fires,
+            double_fires,
+            late_responses,
+            schedules_created,
+            schedule_conflicts,
+            reconciler_invocations,
+            reconciler_actions,
+            transitions,
+            events,
+            virtual_ms
+        );
+        self.max_requests_per_second = self.max_requests_per_second.max(o.max_requests_per_second);
+        self.rate_limit = self.rate_limit.max(o.rate_limit);
+        for (k, v) in &o.failure_points {
+            *self.failure_points.entry(k.clone()).or_default() += v;
+        }
+        self.digest = self.digest.rotate_left(7) ^ o.digest;
+    }
+
+    /// Every broken guarantee, by name and count.
+    pub fn violations(&self) -> Vec<(&'static str, u64)> {
+        let mut v = vec![
+            ("lost", self.lost),
+            ("duplicated", self.duplicated),
+            ("exceeded-max", self.exceeded_max),
+            ("late-applied", self.late_applied),
+            ("illegal-transitions", self.illegal_transitions),
+            ("instant-mismatches", self.instant_mismatches),
+            ("pending-retries-dropped", self.pending_retries_dropped),
+            ("rejected", self.rejected),
+            ("alerts-missing", self.alerts_missing),
+        ];
+        if self.rate_limit > 0 && self.max_requests_per_second > self.rate_limit {
+            v.push(("rate-limit-exceeded", self.max_requests_per_second));
+        }
+        v.retain(|(_, n)| *n > 0);
+        v
+    }
+
+    pub fn is_valid(&self) -> bool {
+        self.violations().is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let flag = |n: u64| if n > 0 { "   <-- VIOLATION" } else { "" };
+        writeln!(f, "seeds                      {:>12}", self.seeds)?;
+        writeln!(f, "attempted                  {:>12}", self.attempted)?;
+        writeln!(f, "  succeeded                {:>12}", self.succeeded)?;
+        writeln!(f, "  failed (exhausted)       {:>12}", self.failed)?;
+        writeln!(
+            f,
+            "  lost                     {:>12}{}",
+            self.lost,
+            flag(self.lost)
+        )?;
+        writeln!(
+            f,
+            "  stuck                    {:>12}   (in a DLQ, alarmed: {})",
+            self.stuck, self.stuck_in_dlq
+        )?;
+        writeln!(
+            f,
+            "duplicated                 {:>12}{}",
+            self.duplicated,
+            flag(self.duplicated)
+        )?;
+        writeln!(
+            f,
+            "exceeded-max               {:>12}{}",
+            self.exceeded_max,
+            flag(self.exceeded_max)
+        )?;
+        writeln!(
+            f,
+            "late-applied               {:>12}{}   (late responses dropped: {})",
+            self.late_applied,
+            flag(self.late_applied),
+            self.late_dropped
+        )?;
+        writeln!(
+            f,
+            "illegal transitions        {:>12}{}",
+            self.illegal_transitions,
+            flag(self.illegal_transitions)
+        )?;
+        writeln!(
+            f,
+            "instant mismatches         {:>12}{}",
+            self.instant_mismatches,
+            flag(self.instant_mismatches)
+        )?;
+        writeln!(
+            f,
+            "pending retries dropped    {:>12}{}",
+            self.pending_retries_dropped,
+            flag(self.pending_retries_dropped)
+        )?;
+        writeln!(
+            f,
+            "rejected messages          {:>12}{}",
+            self.rejected,
+            flag(self.rejected)
+        )?;
+        writeln!(
+            f,
+            "alerts missing             {:>12}{}   (business alerts raised: {})",
+            self.alerts_missing,
+            flag(self.alerts_missing),
+            self.alerts
+        )?;
+        let over = self.rate_limit > 0 && self.max_requests_per_second > self.rate_limit;
+        let limit = if self.rate_limit > 0 {
+            self.rate_limit.to_string()
+        } else {
+            "none".into()
+        };
+        writeln!(
+            f,
+            "max retry requests in 1 s  {:>12}   (limit {limit}){}",
+            self.max_requests_per_second,
+            if over { "   <-- VIOLATION" } else { "" }
+        )?;
+        writeln!(
+            f,
+            "requests                   published {} (retries {}), deduplicated by key {}, accepted {}",
+            self.requests_published, self.retry_requests_published, self.requests_deduplicated, self.requests_accepted
+        )?;
+        writeln!(
+            f,
+            "DLQ                        response {}, retry {}, scheduler {}",
+            self.dlq_response, self.dlq_retry, self.dlq_scheduler
+        )?;
+        writeln!(
+            f,
+            "faults injected            crashes {}, throttles {}, duplicate deliveries {}, late fires {}, double fires {}, late responses {}",
+            self.crashes, self.throttles, self.duplicate_deliveries, self.late_fires, self.double_fires, self.late_responses
+        )?;
+        writeln!(
+            f,
+            "work                       transitions {}, schedules {} (conflicts {}), reconciler invocations {} acting on {} records, events {}",
+            self.transitions, self.schedules_created, self.schedule_conflicts, self.reconciler_invocations, self.reconciler_actions, self.events
+        )?;
+        writeln!(
+            f,
+            "virtual time               {:.1} h",
+            self.virtual_ms as f64 / 3_600_000.0
+        )?;
+        writeln!(
+            f,
+            "failure points hit         {}",
+            self.failure_points.len()
+        )?;
+        for (k, v) in &self.failure_points {
+            writeln!(f, "  {k:<58} {v:>10}")?;
+        }
+        write!(f, "digest                     {:016x}", self.digest)
+    }
+}

@@ -1,0 +1,622 @@
+//! The world: the store, the queues, the runs in progress, and the event loop.
+
+pub(super) use super::queue::QueueId;
+use super::queue::{Rng, SimQueue};
+use super::{Report, SimConfig};
+use crate::fixture;
+use crate::Flaws;
+use domain::decide::{Context, Disposition, DropReason, Effect, Input, Known, Run, Step};
+use domain::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
+use domain::machine::{Status, TransactionRecord};
+use domain::message::{Outcome, Payload, Response, RetryEvent};
+use domain::policy::PolicySet;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
+use testkit::oracle::{self, Instants, Service, Violation};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    ResponseHandler,
+    RetryHandler,
+    Reconciler,
+}
+
+impl Kind {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Kind::ResponseHandler => "response-handler",
+            Kind::RetryHandler => "retry-handler",
+            Kind::Reconciler => "reconciler",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Proc {
+    pub(super) kind: Kind,
+    pub(super) worker: usize,
+    /// The queue message this run handles (none for the reconciler).
+    pub(super) msg: Option<u64>,
+    pub(super) tx: usize,
+    /// Response attempt (A) or retry attempt (B).
+    pub(super) attempt: u32,
+    pub(super) run: Run<Flaws>,
+    pub(super) now: Timestamp,
+    /// Records the reconciler still has to act on in this invocation.
+    pub(super) backlog: VecDeque<TransactionRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Ev {
+    Start(usize),
+    Poll(QueueId),
+    Step(u64),
+    ServiceReceive {
+        tx: usize,
+        attempt: u32,
+        key: String,
+    },
+    Answer {
+        tx: usize,
+        attempt: u32,
+        outcome: Outcome,
+    },
+    Fire {
+        name: ScheduleName,
+        generation: u64,
+    },
+    ReconcilerTick,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct LiveSchedule {
+    pub(super) tx: usize,
+    pub(super) attempt: Attempt,
+    pub(super) generation: u64,
+}
+
+pub(super) struct World<'a> {
+    pub(super) cfg: &'a SimConfig,
+    pub(super) policies: PolicySet,
+    pub(super) now: i64,
+    pub(super) seq: u64,
+    pub(super) events: BTreeMap<(i64, u64), Ev>,
+    pub(super) ids: Vec<TransactionId>,
+    pub(super) records: Vec<Option<TransactionRecord>>,
+    pub(super) payloads: Vec<Option<Payload>>,
+    pub(super) index: BTreeSet<(String, Timestamp, usize)>,
+    pub(super) responses: SimQueue<Response>,
+    pub(super) retries: SimQueue<RetryEvent>,
+    pub(super) schedules: BTreeMap<ScheduleName, LiveSchedule>,
+    /// First instant a schedule was created with, per (tx, attempt).
+    pub(super) instants: Instants<usize>,
+    /// What the external service accepted, as the oracle keeps it.
+    pub(super) ledger: Service<usize>,
+    pub(super) procs: BTreeMap<u64, Proc>,
+    pub(super) next_proc: u64,
+    pub(super) pacer: Vec<i64>,
+    pub(super) retry_publish_times: Vec<i64>,
+    pub(super) reconciler_busy: bool,
+    /// Pending events other than polls and cron ticks.
+    pub(super) pending_work: u64,
+    pub(super) idle_ticks: u32,
+    pub(super) last_tick_found: usize,
+    pub(super) alerts: Vec<u32>,
+    pub(super) dlq_by_tx: Vec<u32>,
+    pub(super) faults: Rng,
+    pub(super) latency: Rng,
+    pub(super) service: Rng,
+    pub(super) jitter: Rng,
+    pub(super) queue_rng: Rng,
+    pub(super) report: Report,
+}
+
+pub(super) const END_MS: i64 = 90 * 24 * 3_600_000;
+
+pub(super) fn ts(ms: i64) -> Timestamp {
+    Timestamp::from_millis(ms)
+}
+
+impl<'a> World<'a> {
+    pub(super) fn new(cfg: &'a SimConfig, seed: u64) -> Self {
+        let n = cfg.transactions;
+        Self {
+            cfg,
+            policies: cfg.policies(),
+            now: fixture::EPOCH_MS,
+            seq: 0,
+            events: BTreeMap::new(),
+            ids: (0..n).map(fixture::tx_id).collect(),
+            records: vec![None; n],
+            payloads: vec![None; n],
+            index: BTreeSet::new(),
+            responses: SimQueue::new(
+                cfg.response_visibility_ms,
+                cfg.max_receive_count,
+                cfg.response_concurrency,
+            ),
+            retries: SimQueue::new(
+                cfg.retry_visibility_ms,
+                cfg.max_receive_count,
+                cfg.retry_concurrency,
+            ),
+            schedules: BTreeMap::new(),
+            instants: Instants::new(),
+            ledger: Service::new(),
+            procs: BTreeMap::new(),
+            next_proc: 0,
+            pacer: vec![i64::MIN; cfg.retry_concurrency.max(1)],
+            retry_publish_times: Vec::new(),
+            reconciler_busy: false,
+            pending_work: 0,
+            idle_ticks: 0,
+            last_tick_found: 0,
+            alerts: vec![0; n],
+            dlq_by_tx: vec![0; n],
+            faults: Rng::new(seed, 1),
+            latency: Rng::new(seed, 2),
+            service: Rng::new(seed, 3),
+            jitter: Rng::new(seed, 4),
+            queue_rng: Rng::new(seed, 5),
+            report: Report {
+                seeds: 1,
+                rate_limit: cfg.fleet_limit(),
+                digest: 0xcbf2_9ce4_8422_2325,
+                ..Report::default()
+            },
+        }
+    }
+
+    pub(super) fn at(&mut self, time: i64, ev: Ev) {
+        self.seq += 1;
+        if !matches!(ev, Ev::Poll(_) | Ev::ReconcilerTick) {
+            self.pending_work += 1;
+        }
+        self.events.insert((time, self.seq), ev);
+    }
+
+    pub(super) fn ctx(&self, now: Timestamp) -> Context {
+        fixture::context(
+            now,
+            &self.policies,
+            Duration::from_millis(u64::try_from(self.cfg.reconcile_threshold_ms).unwrap_or(0)),
+        )
+    }
+
+    pub(super) fn tx_of(&self, id: &TransactionId) -> Option<usize> {
+        id.as_str()
+            .strip_prefix("TX-")
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|n| *n < self.ids.len())
+    }
+
+    pub(super) fn digest(&mut self, ev: &Ev) {
+        let tag: u64 = match ev {
+            Ev::Start(i) => 1 ^ (*i as u64) << 8,
+            Ev::Poll(q) => 2 ^ (*q as u64) << 8,
+            Ev::Step(p) => 3 ^ p << 8,
+            Ev::ServiceReceive { tx, attempt, .. } => {
+                4 ^ (*tx as u64) << 8 ^ u64::from(*attempt) << 40
+            }
+            Ev::Answer { tx, attempt, .. } => 5 ^ (*tx as u64) << 8 ^ u64::from(*attempt) << 40,
+            Ev::Fire { generation, .. } => 6 ^ generation << 8,
+            Ev::ReconcilerTick => 7,
+        };
+        let mut h = self.report.digest;
+        for v in [tag, self.now as u64] {
+            h ^= v;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.report.digest = h;
+    }
+
+    // -- the store ---------------------------------------------------------
+
+    pub(super) fn set_record(&mut self, tx: usize, rec: TransactionRecord) {
+        if let Some(old) = self.records[tx].as_ref().and_then(|r| r.reconcile.clone()) {
+            self.index.remove(&(old.partition, old.at, tx));
+        }
+        if let Some(k) = rec.reconcile.clone() {
+            self.index.insert((k.partition, k.at, tx));
+        }
+        self.records[tx] = Some(rec);
+    }
+}
+
+impl World<'_> {
+    // -- processes ---------------------------------------------------------
+
+    pub(super) fn spawn(&mut self, p: Proc) {
+        self.next_proc += 1;
+        let pid = self.next_proc;
+        let first = self.now + self.latency.range(1, 20);
+        self.procs.insert(pid, p);
+        self.at(first, Ev::Step(pid));
+    }
+
+    pub(super) fn step(&mut self, pid: u64) {
+        let Some(mut p) = self.procs.remove(&pid) else {
+            return;
+        };
+        let effect = match p.run.step() {
+            Step::Done(d) => {
+                let d = d.clone();
+                self.finish(pid, p, Some(d));
+                return;
+            }
+            Step::Perform(e) => e.clone(),
+        };
+        let paced = matches!(effect, Effect::PublishRequest(_))
+            && p.kind == Kind::RetryHandler
+            && self.cfg.pacing;
+        if paced && self.now < self.pacer[p.worker] {
+            let slot = self.pacer[p.worker];
+            self.procs.insert(pid, p);
+            self.at(slot, Ev::Step(pid));
+            return;
+        }
+        if self.faults.chance(self.cfg.crash_rate) {
+            self.report.crashes += 1;
+            self.count_point("crash", &p, &effect);
+            self.finish(pid, p, None);
+            return;
+        }
+        if self.faults.chance(self.cfg.throttle_rate) {
+            self.report.throttles += 1;
+            self.count_point("throttle", &p, &effect);
+            self.finish(pid, p, None);
+            return;
+        }
+        if paced {
+            // One publish per ceil(1000 / rate) ms per warm instance.
+            let rate = i64::from(self.cfg.rate_limit.max(1));
+            self.pacer[p.worker] = self.now + (1000 + rate - 1) / rate;
+        }
+        let observed = self.perform(&p, &effect);
+        let ctx = self.ctx(p.now);
+        if p.run.observe(observed, &ctx, &mut self.jitter).is_err() {
+            self.report.count(Violation::ImpossibleObservation);
+            self.finish(pid, p, None);
+            return;
+        }
+        match p.run.step() {
+            Step::Done(d) => {
+                let d = d.clone();
+                self.finish(pid, p, Some(d));
+            }
+            Step::Perform(_) => {
+                let next = self.now + self.latency.range(3, 30);
+                self.procs.insert(pid, p);
+                self.at(next, Ev::Step(pid));
+            }
+        }
+    }
+
+    pub(super) fn count_point(&mut self, what: &str, p: &Proc, e: &Effect) {
+        let label = match e {
+            Effect::Write(w) => format!("write {:?}", w.event()),
+            other => other.label().to_owned(),
+        };
+        *self
+            .report
+            .failure_points
+            .entry(format!("{what} {} before {label}", p.kind.name()))
+            .or_default() += 1;
+    }
+
+    /// A run ended: `Some(disposition)` when it finished, `None` when it stopped
+    /// (crash, throttling): then its message stays and reappears after its
+    /// visibility timeout.
+    pub(super) fn finish(&mut self, pid: u64, mut p: Proc, done: Option<Disposition>) {
+        let _ = pid;
+        if let Some(d) = &done {
+            if let (Kind::ResponseHandler, Disposition::Drop(DropReason::LateResponse { .. })) =
+                (p.kind, d)
+            {
+                self.report.late_dropped += 1;
+            }
+            // A rejected message goes to its DLQ; discarding an event for the attempt
+            // still pending loses that retry.
+            let retry = (p.kind == Kind::RetryHandler).then_some(p.attempt);
+            if let Some(v) = oracle::disposition(d, retry, self.records[p.tx].as_ref()) {
+                self.report.count(v);
+                if v == Violation::MessageRejected {
+                    self.dlq_by_tx[p.tx] += 1;
+                }
+            }
+        }
+        match p.kind {
+            Kind::ResponseHandler | Kind::RetryHandler => {
+                let q = if p.kind == Kind::ResponseHandler {
+                    QueueId::Response
+                } else {
+                    QueueId::Retry
+                };
+                if let (Some(id), Some(d)) = (p.msg, &done) {
+                    if let Disposition::Reject(_) = d {
+                        // A permanent error: the handler sends the message to its DLQ itself.
+                        match q {
+                            QueueId::Response => {
+                                if let Some(m) = self.responses.messages.get(&id) {
+                                    let body = m.body.clone();
+                                    self.responses.dlq.push(body);
+                                }
+                            }
+                            QueueId::Retry => {
+                                if let Some(m) = self.retries.messages.get(&id) {
+                                    let body = m.body.clone();
+                                    self.retries.dlq.push(body);
+                                }
+                            }
+                        }
+                    }
+                    match q {
+                        QueueId::Response => self.responses.delete(id),
+                        QueueId::Retry => self.retries.delete(id),
+                    }
+                }
+                match q {
+                    QueueId::Response => {
+                        self.responses.idle_workers.insert(p.worker);
+                    }
+                    QueueId::Retry => {
+                        self.retries.idle_workers.insert(p.worker);
+                    }
+                }
+                if done.is_none() {
+                    // Redelivery after the visibility timeout.
+                    self.schedule_wake(q);
+                }
+                self.poll_soon(q);
+            }
+            Kind::Reconciler => {
+                if done.is_none() {
+                    self.reconciler_busy = false;
+                    return;
+                }
+                match p.backlog.pop_front() {
+                    Some(rec) => {
+                        self.report.reconciler_actions += 1;
+                        let now = ts(self.now);
+                        let ctx = self.ctx(now);
+                        p.tx = self.tx_of(&rec.transaction_id).unwrap_or(0);
+                        p.attempt = rec.next_attempt.map(Attempt::get).unwrap_or(0);
+                        p.run = Run::with_rules(
+                            self.cfg.flaws,
+                            Input::Reconcile(rec),
+                            Known::Unread,
+                            &ctx,
+                            &mut self.jitter,
+                        );
+                        p.now = now;
+                        self.spawn(p);
+                    }
+                    None => self.reconciler_busy = false,
+                }
+            }
+        }
+    }
+
+    // -- queues ------------------------------------------------------------
+
+    pub(super) fn poll_soon(&mut self, q: QueueId) {
+        let at = self.now + self.latency.range(1, 20);
+        self.at(at, Ev::Poll(q));
+    }
+
+    pub(super) fn schedule_wake(&mut self, q: QueueId) {
+        let next = match q {
+            QueueId::Response => self.responses.next_visible_after(self.now),
+            QueueId::Retry => self.retries.next_visible_after(self.now),
+        };
+        let Some(at) = next else { return };
+        let current = match q {
+            QueueId::Response => &mut self.responses.wake_at,
+            QueueId::Retry => &mut self.retries.wake_at,
+        };
+        if current.is_none_or(|c| c <= self.now || at < c) {
+            *current = Some(at);
+            self.at(at, Ev::Poll(q));
+        }
+    }
+
+    pub(super) fn poll(&mut self, q: QueueId) {
+        loop {
+            let worker = match q {
+                QueueId::Response => self.responses.idle_workers.iter().next().copied(),
+                QueueId::Retry => self.retries.idle_workers.iter().next().copied(),
+            };
+            let Some(worker) = worker else { break };
+            let duplicate = self.faults.chance(self.cfg.duplicate_rate);
+            let mut dead: Vec<TransactionId> = Vec::new();
+            let got = match q {
+                QueueId::Response => {
+                    let mut bodies = Vec::new();
+                    let got = self
+                        .responses
+                        .receive(self.now, &mut self.queue_rng, duplicate, &mut bodies)
+                        .map(|(id, body)| (id, Input::Response(body)));
+                    dead.extend(bodies.into_iter().map(|b| b.transaction_id));
+                    got
+                }
+                QueueId::Retry => {
+                    let mut bodies = Vec::new();
+                    let got = self
+                        .retries
+                        .receive(self.now, &mut self.queue_rng, duplicate, &mut bodies)
+                        .map(|(id, body)| (id, Input::Retry(body)));
+                    dead.extend(bodies.into_iter().map(|b| b.transaction_id));
+                    got
+                }
+            };
+            for id in dead {
+                if let Some(tx) = self.tx_of(&id) {
+                    self.dlq_by_tx[tx] += 1;
+                }
+            }
+            let Some((id, input)) = got else { break };
+            if duplicate {
+                self.report.duplicate_deliveries += 1;
+            }
+            let (kind, tx, attempt) = match &input {
+                Input::Response(r) => (
+                    Kind::ResponseHandler,
+                    self.tx_of(&r.transaction_id),
+                    r.attempt.get(),
+                ),
+                Input::Retry(e) => (
+                    Kind::RetryHandler,
+                    self.tx_of(&e.transaction_id),
+                    e.attempt.get(),
+                ),
+                _ => continue,
+            };
+            let Some(tx) = tx else { continue };
+            match q {
+                QueueId::Response => self.responses.idle_workers.remove(&worker),
+                QueueId::Retry => self.retries.idle_workers.remove(&worker),
+            };
+            let now = ts(self.now);
+            let ctx = self.ctx(now);
+            let run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
+            self.spawn(Proc {
+                kind,
+                worker,
+                msg: Some(id),
+                tx,
+                attempt,
+                run,
+                now,
+                backlog: VecDeque::new(),
+            });
+        }
+        self.schedule_wake(q);
+    }
+
+    // -- the loop ----------------------------------------------------------
+
+    pub(super) fn start_transaction(&mut self, i: usize) {
+        let now = ts(self.now);
+        let ctx = self.ctx(now);
+        let input = Input::Start {
+            transaction_id: self.ids[i].clone(),
+            payload: fixture::payload(i),
+            max_attempts: fixture::max_attempts(self.cfg.max_attempts),
+        };
+        let mut run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
+        // The library operation: performed to its end (the caller retries a failed start).
+        let starter = Proc {
+            kind: Kind::ResponseHandler,
+            worker: 0,
+            msg: None,
+            tx: i,
+            attempt: u32::MAX,
+            run: run.clone(),
+            now,
+            backlog: VecDeque::new(),
+        };
+        while let Step::Perform(e) = run.step() {
+            let e = e.clone();
+            let obs = self.perform(&starter, &e);
+            if run.observe(obs, &ctx, &mut self.jitter).is_err() {
+                self.report.count(Violation::ImpossibleObservation);
+                break;
+            }
+        }
+        self.report.attempted += 1;
+    }
+
+    /// True when nothing but the reconciler's cron remains.
+    pub(super) fn idle(&self) -> bool {
+        self.procs.is_empty()
+            && self.responses.is_empty()
+            && self.retries.is_empty()
+            && self.schedules.is_empty()
+            && self.pending_work == 0
+    }
+
+    pub(super) fn run(mut self) -> Report {
+        let cfg = self.cfg;
+        for i in 0..cfg.transactions {
+            let at = fixture::EPOCH_MS + self.latency.range(0, cfg.arrival_window_ms.max(0));
+            self.at(at, Ev::Start(i));
+        }
+        if cfg.reconciler {
+            self.at(
+                fixture::EPOCH_MS + cfg.reconciler_interval_ms,
+                Ev::ReconcilerTick,
+            );
+        }
+        while let Some(((time, _), ev)) = self.events.pop_first() {
+            if time > fixture::EPOCH_MS + END_MS {
+                break;
+            }
+            self.now = time.max(self.now);
+            if !matches!(ev, Ev::Poll(_) | Ev::ReconcilerTick) {
+                self.pending_work -= 1;
+            }
+            self.report.events += 1;
+            self.digest(&ev);
+            match ev {
+                Ev::Start(i) => self.start_transaction(i),
+                Ev::Poll(q) => self.poll(q),
+                Ev::Step(pid) => self.step(pid),
+                Ev::ServiceReceive { tx, attempt, key } => self.service_receive(tx, attempt, key),
+                Ev::Answer {
+                    tx,
+                    attempt,
+                    outcome,
+                } => self.answer(tx, attempt, outcome),
+                Ev::Fire { name, generation } => self.fire(name, generation),
+                Ev::ReconcilerTick => {
+                    self.reconciler_tick();
+                    if self.idle() && !self.reconciler_busy {
+                        // Only the cron remains: stop once a pass finds nothing, or
+                        // after a few passes that keep finding the same records.
+                        self.idle_ticks += 1;
+                        if self.last_tick_found == 0 || self.idle_ticks > 3 {
+                            break;
+                        }
+                    } else {
+                        self.idle_ticks = 0;
+                    }
+                    let next = self.now + cfg.reconciler_interval_ms;
+                    self.at(next, Ev::ReconcilerTick);
+                }
+            }
+            if !cfg.reconciler && self.idle() {
+                break;
+            }
+        }
+        self.classify();
+        self.report
+    }
+
+    pub(super) fn classify(&mut self) {
+        self.report.virtual_ms = self.now - fixture::EPOCH_MS;
+        self.report.dlq_response = self.responses.dlq.len() as u64;
+        self.report.dlq_retry = self.retries.dlq.len() as u64;
+        for tx in 0..self.records.len() {
+            let rec = self.records[tx].as_ref();
+            match rec.map(|r| r.status) {
+                Some(Status::Succeeded) => self.report.succeeded += 1,
+                Some(Status::Failed) => self.report.failed += 1,
+                _ => self.report.stuck += 1,
+            }
+            // A response that exhausted the budget and then landed in a DLQ (before its
+            // alert went out) is covered by the DLQ alarm, and so is a stuck one.
+            let dead_lettered = self.dlq_by_tx[tx];
+            if oracle::alert_missing(rec, self.alerts[tx], dead_lettered) {
+                self.report.count(Violation::AlertMissing);
+            }
+            if oracle::lost(rec, dead_lettered) {
+                self.report.count(Violation::Lost);
+            } else if !rec.is_some_and(|r| r.status.is_terminal()) {
+                self.report.stuck_in_dlq += 1;
+            }
+        }
+        // Highest number of retry publishes in any one-second window.
+        self.report.max_requests_per_second =
+            oracle::peak_in_window(&self.retry_publish_times, 1000) as u64;
+    }
+}
