@@ -6,7 +6,9 @@
 #      a heading of that page (GitHub's anchors: lowercase, punctuation dropped,
 #      spaces as hyphens, `-1`, `-2` for repeated headings);
 #   2. no page points outside the repository: the design is docs/design.md, so a
-#      mention of `DESIGN.md`, `../shared` or an absolute `/work/` path is an error.
+#      mention of `DESIGN.md`, `../shared` or an absolute `/work/` path is an error;
+#   3. no tracked source file (.rs, .sh, .toml, .yaml, .py) mentions `DESIGN.md` or
+#      `../shared/` either.
 # Links inside fenced code blocks and inline code are not links and are skipped.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -91,8 +93,14 @@ for page in "${pages[@]}"; do
   done < <(grep -nE 'DESIGN\.md|\.\./shared|/work/|deferred-retry-article' "$page" || true)
 done
 
+# 3. The same in the code, comments and scripts: a comment points inside the repository.
+while IFS= read -r hit; do
+  problem "${hit%%:*}: points outside the repository: ${hit#*:}"
+done < <(git ls-files -z -- '*.rs' '*.sh' '*.toml' '*.yaml' '*.py' ':!scripts/check-docs.sh' 2>/dev/null \
+  | xargs -0 -r grep -nE 'DESIGN\.md|\.\./shared/|deferred-retry-article' || true)
+
 if ((problems > 0)); then
-  echo "check-docs: FAILED: $problems problem(s) in README.md, docs/*.md and infra/README.md" >&2
+  echo "check-docs: FAILED: $problems problem(s) in the pages (README.md, docs/*.md, infra/README.md) or the sources" >&2
   exit 1
 fi
 echo "check-docs: ${#pages[@]} pages, every relative link resolves, nothing points outside the repository" >&2

@@ -1,4 +1,4 @@
-//! One test per row of DESIGN.md's failure table, scripted on the model (real plans,
+//! One test per row of the failure table of docs/design.md, scripted on the model (real plans,
 //! one effect per step), plus the reconciler resuming each intermediate state.
 //! After every scripted step the model's safety properties must hold.
 

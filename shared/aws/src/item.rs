@@ -1,6 +1,6 @@
 //! The transaction item: record ⇄ DynamoDB attributes.
 //!
-//! Attribute names are those of DESIGN.md: `transaction_id, status, current_attempt (N),
+//! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
 //! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
 //! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
 //! reconcile_pk, reconcile_at`. Times are `Timestamp::to_rfc3339` strings. Optional

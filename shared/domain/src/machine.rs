@@ -14,7 +14,7 @@
 //! FAILED → SCHEDULING                  operator replay (`retryctl replay`)  Event::OperatorReplay
 //! ```
 //!
-//! The last arrow is the only one beyond DESIGN.md: an operator reopening an exhausted
+//! The last arrow is the only one beyond the published pattern (docs/design.md): an operator reopening an exhausted
 //! transaction with a fresh budget. "Resolved by other means" is allowed from
 //! SCHEDULING and SCHEDULED but not from SENDING: there the request is in flight and
 //! the external service's response decides.

@@ -1,4 +1,4 @@
-//! DESIGN.md's failure table, one test per row, in process over the memory adapters.
+//! the failure table of docs/design.md, one test per row, in process over the memory adapters.
 //!
 //! A crash is simulated by stopping the plan after effect k (the `hook` of
 //! `execute`); the message is then delivered again, as SQS would after the visibility

@@ -504,7 +504,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     out
 }
 
-/// The table, row by row: (case, the plan's effects). Reviewed against DESIGN.md's
+/// The table, row by row: (case, the plan's effects). Reviewed against docs/design.md's
 /// rules; a change to a decision shows up here as a diff of one line per effect.
 #[rustfmt::skip]
 const EXPECTED: &[(&str, &[&str])] = &[

@@ -1,5 +1,5 @@
 //! Whole runs through `domain::exec::execute` over the in-memory adapters: the happy
-//! paths, exhaustion, every row of DESIGN.md's failure table, the reconciler, and the
+//! paths, exhaustion, every row of the failure table of docs/design.md, the reconciler, and the
 //! bound on re-decisions.
 
 use crate::world::*;
@@ -248,7 +248,7 @@ fn repeated_start_is_harmless() {
 }
 
 // ---------------------------------------------------------------------------
-// DESIGN.md's failure table, one test per row.
+// the failure table of docs/design.md, one test per row.
 // ---------------------------------------------------------------------------
 
 #[test]
