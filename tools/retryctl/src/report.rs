@@ -5,11 +5,12 @@
 
 use crate::local::external::Seen;
 use domain::audit::AuditEntry;
-use domain::{Outcome, Status, TransactionRecord};
+use domain::{Status, TransactionRecord};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
+use testkit::oracle::{evidence, Violation};
 
 /// Everything the demo observed, gathered at the end of the run.
 #[derive(Debug, Default)]
@@ -133,29 +134,9 @@ pub fn chain(rows: &[AuditEntry]) -> Vec<AuditEntry> {
     aws::audit::in_transition_order(rows.to_vec())
 }
 
-/// Links a transaction's audit rows into the chain of its transitions: from the
-/// creation, each next row is the one leaving the status the previous row entered
-/// (lowest attempt first, then earliest). Returns the chain and the rows left over.
-pub fn link(rows: &[AuditEntry]) -> (Vec<AuditEntry>, Vec<AuditEntry>) {
-    let mut rest = rows.to_vec();
-    let mut out: Vec<AuditEntry> = Vec::with_capacity(rest.len());
-    loop {
-        let prev = out.last().map(|e| e.to);
-        let pick = rest
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.from == prev)
-            .min_by_key(|(_, e)| (e.current_attempt, e.at))
-            .map(|(i, _)| i);
-        match pick {
-            Some(i) => out.push(rest.remove(i)),
-            None => break,
-        }
-    }
-    (out, rest)
-}
-
-/// Checks one transaction against the three witnesses.
+/// Checks one transaction against the three witnesses with the guarantees every
+/// checker shares ([`evidence::check`]), and files each finding under the report's
+/// heading for its violation.
 fn check(
     id: &str,
     rec: Option<&TransactionRecord>,
@@ -163,139 +144,36 @@ fn check(
     seen: &BTreeMap<u32, Seen>,
     r: &mut Report,
 ) {
-    let finding = |why: String| Finding {
-        transaction_id: id.to_owned(),
-        why,
-    };
-    let Some(rec) = rec else {
-        r.lost.push(finding("no item in the state table".into()));
-        return;
-    };
-    *r.statuses
-        .entry(rec.status.as_str().to_owned())
-        .or_insert(0) += 1;
-    let current = rec.current_attempt.get();
-    let max = rec.max_attempts.get();
-    if current > max {
-        r.exceeded.push(finding(format!(
-            "current attempt {current} > max_attempts {max}"
-        )));
-    }
-    if let Some((&k, _)) = seen.iter().next_back() {
-        if k > max {
-            r.exceeded.push(finding(format!(
-                "the external service received attempt {k} > max_attempts {max}"
-            )));
-        }
-    }
-    if !rec.status.is_terminal() {
-        r.stuck.push(finding(format!(
-            "{} (attempt {current}, next {}, updated {})",
-            rec.status,
-            rec.next_attempt.map_or("-".to_owned(), |a| a.to_string()),
-            rec.updated_at
-        )));
-        return;
-    }
-    *r.retries_histogram.entry(current - 1).or_insert(0) += 1;
-    for k in 1..=current {
-        if !seen.contains_key(&k) {
-            r.lost.push(finding(format!(
-                "attempt {k} never reached the external service (state says attempt {current})"
-            )));
-        }
-    }
-    for &k in seen.keys().filter(|&&k| k > current) {
-        r.duplicated.push(finding(format!(
-            "attempt {k} reached the external service but the state ended at attempt {current}"
-        )));
-    }
-    let outcome = |k: u32| seen.get(&k).map(|s| s.outcome);
-    match rec.status {
-        Status::Succeeded if outcome(current) != Some(Outcome::Success) => {
-            r.unexpected.push(finding(format!(
-                "SUCCEEDED at attempt {current} but the service answered {:?}",
-                outcome(current)
-            )));
-        }
-        Status::Failed => {
-            if current < max {
-                r.lost.push(finding(format!(
-                    "FAILED at attempt {current} with {} attempts allowed: a retry was lost",
-                    max
-                )));
-            }
-            if outcome(current) != Some(Outcome::Cancelled) {
-                r.unexpected.push(finding(format!(
-                    "FAILED at attempt {current} but the service answered {:?}",
-                    outcome(current)
-                )));
+    if let Some(rec) = rec {
+        *r.statuses
+            .entry(rec.status.as_str().to_owned())
+            .or_insert(0) += 1;
+        if rec.status.is_terminal() {
+            *r.retries_histogram
+                .entry(rec.current_attempt.get() - 1)
+                .or_insert(0) += 1;
+            let (rows, _) = evidence::link(audit);
+            for why in evidence::time_inversions(&rows) {
+                r.audit_time_order.push(Finding {
+                    transaction_id: id.to_owned(),
+                    why,
+                });
             }
         }
-        _ => {}
     }
-    for k in 1..current {
-        if outcome(k) == Some(Outcome::Success) {
-            r.unexpected.push(finding(format!(
-                "the service answered SUCCESS for attempt {k}, yet attempt {} followed",
-                k + 1
-            )));
-        }
-    }
-
-    // The audit trail: one unbroken chain from creation to the current state, one
-    // SENDING → IN_PROGRESS per retry. Linked by from → to rather than sorted by time,
-    // so a row written with an earlier clock reading is still placed where it belongs
-    // (and reported apart, for information).
-    let (rows, orphans) = link(audit);
-    let last = rows.last().map(|e| e.to);
-    if let Some(o) = orphans.first() {
-        r.audit_gaps.push(finding(format!(
-            "audit row {} → {} (attempt {}, at {}) does not continue the chain, which ends in {}",
-            o.from.map_or("[*]", Status::as_str),
-            o.to,
-            o.current_attempt,
-            o.at,
-            last.map_or("[*]", Status::as_str)
-        )));
-    } else if last != Some(rec.status) {
-        r.audit_gaps.push(finding(format!(
-            "audit trail ends in {} but the state is {}",
-            last.map_or("[*]", Status::as_str),
-            rec.status
-        )));
-    }
-    for pair in rows.windows(2) {
-        if pair[1].at < pair[0].at {
-            r.audit_time_order.push(finding(format!(
-                "{} → {} written at {} follows {} → {} written at {}",
-                pair[1].from.map_or("[*]", Status::as_str),
-                pair[1].to,
-                pair[1].at,
-                pair[0].from.map_or("[*]", Status::as_str),
-                pair[0].to,
-                pair[0].at
-            )));
-        }
-    }
-    for k in 2..=current {
-        let n = audit
-            .iter()
-            .filter(|row| {
-                row.from == Some(Status::Sending)
-                    && row.to == Status::InProgress
-                    && row.current_attempt.get() == k
-            })
-            .count();
-        match n {
-            1 => {}
-            0 => r.audit_gaps.push(finding(format!(
-                "no SENDING → IN_PROGRESS row for attempt {k}"
-            ))),
-            n => r.duplicated.push(finding(format!(
-                "attempt {k} was published {n} times according to the audit trail"
-            ))),
-        }
+    for f in evidence::check(rec, audit, seen) {
+        let heading = match f.violation {
+            Violation::Lost => &mut r.lost,
+            Violation::DuplicateAccepted => &mut r.duplicated,
+            Violation::ExceededMaxAttempts => &mut r.exceeded,
+            Violation::Stuck => &mut r.stuck,
+            Violation::AuditGap => &mut r.audit_gaps,
+            _ => &mut r.unexpected,
+        };
+        heading.push(Finding {
+            transaction_id: id.to_owned(),
+            why: f.why,
+        });
     }
 }
 
@@ -332,10 +210,7 @@ pub fn build(obs: &Observations) -> Report {
     };
     let mut by_tx: HashMap<&str, BTreeMap<u32, Seen>> = HashMap::new();
     for ((id, attempt), s) in &obs.service {
-        by_tx
-            .entry(id.as_str())
-            .or_default()
-            .insert(*attempt, s.clone());
+        by_tx.entry(id.as_str()).or_default().insert(*attempt, *s);
     }
     let empty_seen = BTreeMap::new();
     let empty_audit = Vec::new();
@@ -497,6 +372,7 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domain::Outcome;
     use domain::machine::Actor;
     use domain::{Attempt, MaxAttempts, Timestamp, TransactionId};
 
@@ -579,7 +455,7 @@ mod tests {
             o.records.insert((*id).to_owned(), r.clone());
             o.audit.insert((*id).to_owned(), a.clone());
             for (k, v) in s {
-                o.service.insert(((*id).to_owned(), *k), v.clone());
+                o.service.insert(((*id).to_owned(), *k), *v);
             }
         }
         o

@@ -35,14 +35,8 @@ pub struct ExternalSettings {
     pub seed: u64,
 }
 
-/// One attempt as the service saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    /// Requests received with this key (duplicates included).
-    pub raw: u32,
-    /// The answer given (the same for every duplicate).
-    pub outcome: Outcome,
-}
+/// One attempt as the service saw it: the checkers' own witness type.
+pub use testkit::oracle::evidence::Seen;
 
 #[derive(Debug, Default)]
 pub struct ExternalStats {
