@@ -10,9 +10,10 @@
 //! A failed `ConditionExpression` is not an error at all: the store turns it into
 //! `WriteOutcome::ConditionFailed(current record)` before classification.
 
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
-use domain::ports::{ErrorKind, PortError};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use domain::ports::{Cause, ErrorKind, PortError};
 
 /// The kind of an HTTP status when nothing more specific is known.
 pub fn kind_of_status(status: u16) -> ErrorKind {
@@ -32,7 +33,7 @@ pub fn classify<E>(
     typed: impl FnOnce(&E) -> Option<ErrorKind>,
 ) -> PortError
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
 {
     let kind = match err {
         SdkError::ConstructionFailure(_) => ErrorKind::Permanent,
@@ -47,7 +48,76 @@ where
     };
     PortError {
         kind,
+        cause: cause(err),
         operation,
         message: DisplayErrorContext(err).to_string(),
     }
+}
+
+/// Error codes that name a missing resource, across DynamoDB, SQS and Scheduler.
+const NOT_FOUND: &[&str] = &[
+    "ResourceNotFoundException",
+    "QueueDoesNotExist",
+    "AWS.SimpleQueueService.NonExistentQueue",
+];
+
+/// Error codes of a refused identity or signature.
+const CREDENTIALS: &[&str] = &[
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "ExpiredTokenException",
+    "MissingAuthenticationToken",
+];
+
+/// Error codes of throttling.
+const THROTTLED: &[&str] = &[
+    "ThrottlingException",
+    "Throttling",
+    "RequestThrottled",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+];
+
+/// What an operator can act on: from the failure class, the modeled error code, the
+/// HTTP status, and for a request never sent, the typed source (missing credentials).
+pub fn cause<E>(err: &SdkError<E, HttpResponse>) -> Cause
+where
+    E: std::error::Error + ProvideErrorMetadata + 'static,
+{
+    match err {
+        SdkError::TimeoutError(_) => Cause::Timeout,
+        SdkError::DispatchFailure(d) if d.is_timeout() => Cause::Timeout,
+        SdkError::DispatchFailure(d) if d.is_io() => Cause::Unreachable,
+        SdkError::ServiceError(ctx) => {
+            let code = ctx.err().code().unwrap_or_default();
+            let status = ctx.raw().status().as_u16();
+            if NOT_FOUND.contains(&code) {
+                Cause::NotFound
+            } else if CREDENTIALS.contains(&code) {
+                Cause::Credentials
+            } else if THROTTLED.contains(&code) || status == 429 {
+                Cause::Throttled
+            } else if code.starts_with("AccessDenied") || status == 403 {
+                Cause::AccessDenied
+            } else {
+                Cause::Other
+            }
+        }
+        _ if credentials_missing(err) => Cause::Credentials,
+        _ => Cause::Other,
+    }
+}
+
+/// True when a credentials error is somewhere in the error's source chain.
+fn credentials_missing(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.downcast_ref::<CredentialsError>().is_some() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }

@@ -53,11 +53,33 @@ pub enum ErrorKind {
     Permanent,
 }
 
+/// What an operator can act on in a failed call, when the adapter can tell (from
+/// the SDK's typed errors); [`Cause::Other`] when nothing more specific is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Cause {
+    #[default]
+    Other,
+    /// The endpoint could not be reached (connection refused, reset, DNS).
+    Unreachable,
+    /// The call timed out.
+    Timeout,
+    /// The table, queue or schedule group named does not exist.
+    NotFound,
+    /// The caller's identity is not allowed the action.
+    AccessDenied,
+    /// No credentials could be found, or they were refused as invalid.
+    Credentials,
+    /// The service throttled the call.
+    Throttled,
+}
+
 /// A failed port call, classified by what the caller must do.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{operation}: {message}")]
 pub struct PortError {
     pub kind: ErrorKind,
+    /// Why, as far as an operator can act on it.
+    pub cause: Cause,
     /// The API or port operation that failed (`UpdateItem`, `CreateSchedule`, …).
     pub operation: &'static str,
     pub message: String,
@@ -67,6 +89,7 @@ impl PortError {
     pub fn retryable(operation: &'static str, message: impl Into<String>) -> Self {
         Self {
             kind: ErrorKind::Retryable,
+            cause: Cause::Other,
             operation,
             message: message.into(),
         }
@@ -75,6 +98,7 @@ impl PortError {
     pub fn permanent(operation: &'static str, message: impl Into<String>) -> Self {
         Self {
             kind: ErrorKind::Permanent,
+            cause: Cause::Other,
             operation,
             message: message.into(),
         }

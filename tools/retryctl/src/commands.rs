@@ -3,7 +3,7 @@
 //! library operations of `runtime::ops` (the domain decides; nothing is restated here).
 
 use crate::cli::{QueueName, TargetArgs};
-use crate::error::CliError;
+use crate::error::{CliError, Whereabouts};
 use crate::local::SqsDirectory;
 use crate::table::scan_stats;
 use crate::view;
@@ -38,13 +38,7 @@ impl Target {
     pub async fn from_args(args: &TargetArgs) -> Result<Self, CliError> {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
         if let Some(e) = &args.endpoint_url {
-            if !(e.starts_with("http://") || e.starts_with("https://")) {
-                return Err(CliError::bad(
-                    "--endpoint-url",
-                    e.clone(),
-                    "must be an http:// or https:// URL",
-                ));
-            }
+            CliError::require_url("--endpoint-url", e, "")?;
             loader = loader.endpoint_url(e);
         }
         let region = args.region.clone().or_else(|| {
@@ -94,6 +88,24 @@ impl Target {
             })
     }
 
+    /// What an error hint names: the endpoint, the prefix and the names in use.
+    pub fn whereabouts(&self) -> Whereabouts {
+        let names = [
+            ("--transactions-table", self.transactions_table()),
+            ("--payloads-table", self.payloads_table()),
+            ("--audit-table", self.audit_table()),
+            ("--schedule-group", self.schedule_group()),
+        ];
+        Whereabouts {
+            endpoint: self.args.endpoint_url.clone(),
+            prefix: self.args.prefix.clone(),
+            names: names
+                .into_iter()
+                .filter_map(|(flag, name)| name.ok().map(|n| (flag, n)))
+                .collect(),
+        }
+    }
+
     pub fn transactions_table(&self) -> Result<String, CliError> {
         self.pick(
             &self.args.transactions_table,
@@ -137,12 +149,7 @@ impl Target {
             .queue_name(name)
             .send()
             .await
-            .map_err(|e| {
-                CliError::Aws(format!(
-                    "GetQueueUrl `{name}`: {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(e)
-                ))
-            })?
+            .map_err(|e| crate::error::sdk_error("GetQueueUrl", name, e))?
             .queue_url()
             .map(str::to_owned)
             .ok_or_else(|| CliError::Aws(format!("GetQueueUrl `{name}` returned no URL")))
@@ -217,6 +224,7 @@ fn op_error(e: OpError) -> CliError {
         }
         OpError::Rejected(r) => CliError::Refused(r.to_string()),
         OpError::Dropped(d) => CliError::Refused(format!("nothing done: {}", d.label())),
+        OpError::Failed(domain::exec::ExecError::Port(e)) => CliError::from(e),
         OpError::Failed(e) => CliError::Aws(e.to_string()),
     }
 }
@@ -463,12 +471,7 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
                 .attribute_names(QueueAttributeName::RedrivePolicy)
                 .send()
                 .await
-                .map_err(|e| {
-                    CliError::Aws(format!(
-                        "GetQueueAttributes {source}: {}",
-                        aws_sdk_sqs::error::DisplayErrorContext(e)
-                    ))
-                })?;
+                .map_err(|e| crate::error::sdk_error("GetQueueAttributes", &source, e))?;
             let policy = attrs
                 .attributes()
                 .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
@@ -507,12 +510,7 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .send()
             .await
-            .map_err(|e| {
-                CliError::Aws(format!(
-                    "ReceiveMessage {dlq_url}: {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(e)
-                ))
-            })?;
+            .map_err(|e| crate::error::sdk_error("ReceiveMessage", &dlq_url, e))?;
         let messages = out.messages.unwrap_or_default();
         if messages.is_empty() {
             break;
@@ -533,24 +531,16 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
                     send = send.message_attributes(k, a);
                 }
             }
-            send.send().await.map_err(|e| {
-                CliError::Aws(format!(
-                    "SendMessage {target_url}: {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(e)
-                ))
-            })?;
+            send.send()
+                .await
+                .map_err(|e| crate::error::sdk_error("SendMessage", &target_url, e))?;
             if let Some(rh) = m.receipt_handle() {
                 sqs.delete_message()
                     .queue_url(&dlq_url)
                     .receipt_handle(rh)
                     .send()
                     .await
-                    .map_err(|e| {
-                        CliError::Aws(format!(
-                            "DeleteMessage {dlq_url}: {}",
-                            aws_sdk_sqs::error::DisplayErrorContext(e)
-                        ))
-                    })?;
+                    .map_err(|e| crate::error::sdk_error("DeleteMessage", &dlq_url, e))?;
             }
             moved += 1;
         }

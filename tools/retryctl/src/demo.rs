@@ -120,6 +120,9 @@ impl DemoPlan {
             .clone()
             .unwrap_or_else(|| format!("demo{}", std::process::id()));
         let mut stack = StackOptions::new(prefix);
+        if let Some(e) = &a.moto_endpoint {
+            CliError::require_url("--moto-endpoint", e, " of a running moto server")?;
+        }
         stack.moto_endpoint = a.moto_endpoint.clone();
         stack.env = vec![
             ("BACKOFF_BASE_SECONDS", a.backoff_base.to_string()),

@@ -1,6 +1,77 @@
 //! Errors of `retryctl`, each with the exit code scripts can rely on.
 
+use domain::ports::{Cause, PortError};
+use std::fmt;
 use thiserror::Error;
+
+/// A failed AWS call, classified by what the operator can do about it: one line, a
+/// hint, and the SDK's detail for `--verbose`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsFailure {
+    /// The API operation (`GetItem`, `GetQueueUrl`, …).
+    pub operation: String,
+    /// The table or queue the call was about, when the caller knows it.
+    pub resource: Option<String>,
+    pub cause: Cause,
+    /// The SDK's whole account of the failure.
+    pub detail: String,
+    /// What to check, naming the flag or variable that sets it.
+    pub hint: Option<String>,
+}
+
+impl AwsFailure {
+    /// The failure in one line, without the SDK's detail.
+    pub fn summary(&self) -> String {
+        let op = match &self.resource {
+            Some(r) => format!("{} `{r}`", self.operation),
+            None => self.operation.clone(),
+        };
+        match self.cause {
+            Cause::Unreachable => format!("{op}: cannot reach the AWS endpoint"),
+            Cause::Timeout => format!("{op}: the call timed out"),
+            Cause::NotFound => format!("{op}: the table or queue named does not exist"),
+            Cause::AccessDenied => {
+                format!("{op}: access denied: the caller's identity is not allowed this action")
+            }
+            Cause::Credentials => {
+                format!("{op}: no usable AWS credentials (none found, or refused)")
+            }
+            Cause::Throttled => format!("{op}: throttled by AWS"),
+            Cause::Other => {
+                let first = self.detail.lines().next().unwrap_or_default();
+                let short: String = first.chars().take(240).collect();
+                if short.len() < first.len() {
+                    format!("{op}: {short}…")
+                } else {
+                    format!("{op}: {short}")
+                }
+            }
+        }
+    }
+
+    /// The JSON error kind for this cause.
+    pub fn kind(&self) -> &'static str {
+        match self.cause {
+            Cause::Unreachable => "aws-unreachable",
+            Cause::Timeout => "aws-timeout",
+            Cause::NotFound => "aws-not-found",
+            Cause::AccessDenied => "aws-access-denied",
+            Cause::Credentials => "aws-credentials",
+            Cause::Throttled => "aws-throttled",
+            Cause::Other => "aws",
+        }
+    }
+}
+
+impl fmt::Display for AwsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.summary())?;
+        if let Some(h) = &self.hint {
+            write!(f, "\n  hint: {h}")?;
+        }
+        Ok(())
+    }
+}
 
 #[derive(Debug, Error)]
 pub enum CliError {
@@ -23,6 +94,10 @@ pub enum CliError {
     /// An AWS call failed (retrying may help). Exit 1.
     #[error("{0}")]
     Aws(String),
+    /// An AWS call failed, classified (endpoint, missing resource, access, credentials).
+    /// Exit 1.
+    #[error("{0}")]
+    AwsCall(AwsFailure),
     /// The demo found lost, duplicated or stuck transactions. Exit 5.
     #[error("{0}")]
     DemoFailed(String),
@@ -37,7 +112,7 @@ pub enum CliError {
 impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            CliError::Aws(_) => 1,
+            CliError::Aws(_) | CliError::AwsCall(_) => 1,
             CliError::BadArgument { .. } | CliError::Missing(_) => 2,
             CliError::UnknownTransaction(_) => 3,
             CliError::Refused(_) => 4,
@@ -63,6 +138,7 @@ impl CliError {
             CliError::UnknownTransaction(_) => "unknown-transaction",
             CliError::Refused(_) => "refused",
             CliError::Aws(_) => "aws",
+            CliError::AwsCall(a) => a.kind(),
             CliError::DemoFailed(_) => "demo-failed",
             CliError::VerifyFailed(_) => "verify-failed",
             CliError::Interrupted => "interrupted",
@@ -70,8 +146,116 @@ impl CliError {
     }
 }
 
-impl From<domain::ports::PortError> for CliError {
-    fn from(e: domain::ports::PortError) -> Self {
-        CliError::Aws(e.to_string())
+impl From<PortError> for CliError {
+    fn from(e: PortError) -> Self {
+        CliError::AwsCall(AwsFailure {
+            operation: e.operation.to_owned(),
+            resource: None,
+            cause: e.cause,
+            detail: e.message,
+            hint: None,
+        })
     }
+}
+
+/// A failed SDK call, classified ([`aws::errors::classify`]), naming the resource it
+/// was about.
+pub fn sdk_error<E>(
+    operation: &'static str,
+    resource: &str,
+    e: aws_sdk_dynamodb::error::SdkError<E, aws_sdk_dynamodb::config::http::HttpResponse>,
+) -> CliError
+where
+    E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + Send + Sync + 'static,
+{
+    match CliError::from(aws::errors::classify(operation, &e, |_| None)) {
+        CliError::AwsCall(mut a) => {
+            a.resource = Some(resource.to_owned());
+            CliError::AwsCall(a)
+        }
+        other => other,
+    }
+}
+
+/// Where the command looked: what a hint names.
+#[derive(Debug, Clone, Default)]
+pub struct Whereabouts {
+    /// `--endpoint-url` / `AWS_ENDPOINT_URL`, when set.
+    pub endpoint: Option<String>,
+    /// `--prefix` / `RETRYCTL_PREFIX`, when set.
+    pub prefix: Option<String>,
+    /// The names in use, each with the flag that sets it (`("--transactions-table", "t")`).
+    pub names: Vec<(&'static str, String)>,
+}
+
+impl CliError {
+    /// Adds the hint for a classified AWS failure: which flag or variable to check.
+    pub fn with_hint(self, w: &Whereabouts) -> Self {
+        let CliError::AwsCall(mut a) = self else {
+            return self;
+        };
+        a.hint = hint(&a, w);
+        CliError::AwsCall(a)
+    }
+
+    /// Refuses a value of `name` that is not an http:// or https:// URL.
+    pub fn require_url(name: &'static str, value: &str, what: &str) -> Result<(), Self> {
+        if value.starts_with("http://") || value.starts_with("https://") {
+            Ok(())
+        } else {
+            Err(Self::bad(
+                name,
+                value,
+                format!("must be an http:// or https:// URL{what}"),
+            ))
+        }
+    }
+
+    /// The SDK's detail, for `--verbose`.
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            CliError::AwsCall(a) => Some(&a.detail),
+            _ => None,
+        }
+    }
+}
+
+fn hint(a: &AwsFailure, w: &Whereabouts) -> Option<String> {
+    let names = || {
+        let listed: Vec<String> = w
+            .names
+            .iter()
+            .map(|(flag, name)| format!("{flag} `{name}`"))
+            .collect();
+        if listed.is_empty() {
+            String::new()
+        } else {
+            format!(" (in use: {})", listed.join(", "))
+        }
+    };
+    Some(match a.cause {
+        Cause::Unreachable | Cause::Timeout => match &w.endpoint {
+            Some(e) => format!(
+                "nothing answers at --endpoint-url `{e}` (or AWS_ENDPOINT_URL): is the local stack (`retryctl demo --keep`) still running, and is the port right?"
+            ),
+            None => "the AWS endpoint of --region (or AWS_REGION) did not answer: check the network, or set --endpoint-url for a local stack".to_owned(),
+        },
+        Cause::NotFound => match &w.prefix {
+            Some(p) => format!(
+                "the names come from --prefix `{p}` (or RETRYCTL_PREFIX){}: check the prefix the local stack printed",
+                names()
+            ),
+            None => format!(
+                "check the names against the stack's outputs (--transactions-table, --payloads-table, --audit-table, --*-queue-url, --schedule-group){}, and --region",
+                names()
+            ),
+        },
+        Cause::AccessDenied => format!(
+            "the identity running retryctl needs the permission for `{}` on that resource",
+            a.operation
+        ),
+        Cause::Credentials => "set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (a local stack accepts any values, e.g. `testing`)".to_owned(),
+        Cause::Throttled => "AWS is throttling this account: retry in a moment".to_owned(),
+        Cause::Other => return None,
+    })
 }

@@ -19,3 +19,7 @@ pub mod report;
 pub mod table;
 pub mod verify;
 pub mod view;
+
+/// Version of the JSON documents `--json` prints; raised when a key changes meaning or
+/// goes away (new keys do not raise it).
+pub const SCHEMA_VERSION: u32 = 1;

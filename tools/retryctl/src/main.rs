@@ -131,7 +131,7 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
         _ => {}
     }
     let target = Target::from_args(&cli.target).await?;
-    match &cli.command {
+    let out = match &cli.command {
         Command::Submit {
             id,
             payload,
@@ -145,11 +145,60 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
         Command::Replay { id, budget } => commands::replay(&target, id, *budget).await,
         Command::Demo(args) => demo(cli, args).await,
         Command::Verify(args) => verify(cli, args).await,
+    };
+    out.map_err(|e| e.with_hint(&target.whereabouts()))
+}
+
+/// Arguments clap refuses: with `--json` anywhere on the line, as a JSON error
+/// document on stdout (exit 2); help and version as clap prints them.
+fn parse() -> Result<Cli, ExitCode> {
+    match Cli::try_parse() {
+        Ok(cli) => Ok(cli),
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let wants_json = std::env::args().any(|a| a == "--json");
+            if wants_json && !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+            {
+                let text = e.to_string();
+                let message = text.lines().next().unwrap_or_default();
+                let message = message.strip_prefix("error: ").unwrap_or(message);
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "schema_version": retryctl::SCHEMA_VERSION,
+                        "error": "bad-argument",
+                        "message": message,
+                        "hint": "see --help"
+                    })
+                );
+                return Err(ExitCode::from(2));
+            }
+            e.exit()
+        }
     }
 }
 
+/// An error as JSON: every key always present (`null` when it does not apply).
+fn error_json(e: &CliError, verbose: bool) -> serde_json::Value {
+    let (operation, summary, hint) = match e {
+        CliError::AwsCall(a) => (Some(a.operation.clone()), a.summary(), a.hint.clone()),
+        other => (None, other.to_string(), None),
+    };
+    serde_json::json!({
+        "schema_version": retryctl::SCHEMA_VERSION,
+        "error": e.kind(),
+        "message": summary,
+        "operation": operation,
+        "hint": hint,
+        "detail": if verbose { e.detail() } else { None },
+    })
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     init_logs(matches!(cli.command, Command::Demo(_)));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -176,14 +225,18 @@ fn main() -> ExitCode {
         Err(e) => {
             // A failed verification has printed its report (one JSON document).
             if cli.json && !matches!(e, CliError::VerifyFailed(_)) {
-                println!(
-                    "{}",
-                    serde_json::json!({"error": e.kind(), "message": e.to_string()})
-                );
+                println!("{}", error_json(&e, cli.verbose));
             }
             let msg = e.to_string();
             if !msg.is_empty() {
                 eprintln!("retryctl: {msg}");
+            }
+            if let Some(detail) = e.detail() {
+                if cli.verbose {
+                    eprintln!("retryctl: SDK detail: {detail}");
+                } else {
+                    eprintln!("retryctl: (--verbose prints the SDK's detail)");
+                }
             }
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }

@@ -372,8 +372,8 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::Outcome;
     use domain::machine::Actor;
+    use domain::Outcome;
     use domain::{Attempt, MaxAttempts, Timestamp, TransactionId};
 
     fn rec(id: &str, status: Status, current: u32, max: u32) -> TransactionRecord {

@@ -43,12 +43,7 @@ pub async fn scan_each(
             .set_exclusive_start_key(start.take())
             .send()
             .await
-            .map_err(|e| {
-                CliError::Aws(format!(
-                    "Scan of `{table}`: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                ))
-            })?;
+            .map_err(|e| crate::error::sdk_error("Scan", table, e))?;
         page.items().iter().for_each(&mut each);
         match page.last_evaluated_key() {
             Some(k) if !k.is_empty() => start = Some(k.clone()),

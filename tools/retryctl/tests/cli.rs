@@ -506,3 +506,113 @@ async fn redrive_moves_dlq_messages_back_to_their_source() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("--max"), "{}", r.stderr);
 }
+
+/// Runs the binary with `args` and the given environment, nothing inherited from a
+/// stack: (exit code, stdout, stderr).
+async fn bare(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"));
+    cmd.args(args)
+        .env_remove("RETRYCTL_PREFIX")
+        .env_remove("TRANSACTIONS_TABLE")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("retryctl did not run: {e}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// GIVEN the common AWS failures (nothing at the endpoint, a prefix naming no table,
+/// no credentials) WHEN a command runs THEN it says so in one line with a hint naming
+/// the flag to check, the JSON error has a kind per cause and every key, and the SDK's
+/// detail appears only with --verbose. Argument errors are JSON too under --json.
+#[tokio::test(flavor = "multi_thread")]
+async fn aws_failures_are_one_line_with_a_hint_and_a_kind() {
+    let s = fast();
+    // Nothing listens on port 1.
+    let nowhere = [
+        "--endpoint-url",
+        "http://127.0.0.1:1",
+        "--prefix",
+        "x",
+        "stats",
+    ];
+    let (code, out, err) = bare(&[&nowhere[..], &["--json"]].concat(), &[]).await;
+    assert_eq!(code, Some(1), "{err}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["error"], "aws-unreachable", "{j}");
+    assert_eq!(j["schema_version"], 1);
+    assert_eq!(j["operation"], "Scan");
+    assert!(j["detail"].is_null(), "{j}");
+    assert!(j["hint"]
+        .as_str()
+        .unwrap()
+        .contains("--endpoint-url `http://127.0.0.1:1`"));
+    assert!(err.contains("cannot reach the AWS endpoint"), "{err}");
+    assert!(
+        !err.contains("DispatchFailure"),
+        "SDK detail without --verbose: {err}"
+    );
+    assert!(err.lines().count() <= 3, "{err}");
+    let (_, _, err) = bare(&[&nowhere[..], &["--verbose"]].concat(), &[]).await;
+    assert!(err.contains("SDK detail: "), "{err}");
+
+    // A prefix that names no table on a running endpoint.
+    let wrong = [
+        "--endpoint-url",
+        &s.endpoint,
+        "--prefix",
+        "wrongprefix",
+        "stats",
+    ];
+    let (code, out, err) = bare(&[&wrong[..], &["--json"]].concat(), &[]).await;
+    assert_eq!(code, Some(1), "{err}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["error"], "aws-not-found", "{j}");
+    assert!(
+        j["message"]
+            .as_str()
+            .unwrap()
+            .contains("`wrongprefix-transactions`"),
+        "{j}"
+    );
+    assert!(
+        j["hint"]
+            .as_str()
+            .unwrap()
+            .contains("--prefix `wrongprefix`"),
+        "{j}"
+    );
+
+    // No credentials anywhere.
+    let (code, _, err) = bare(
+        &wrong,
+        &[
+            ("HOME", "/nonexistent"),
+            ("AWS_ACCESS_KEY_ID", ""),
+            ("AWS_SECRET_ACCESS_KEY", ""),
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no usable AWS credentials"), "{err}");
+    assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+
+    // Argument errors: JSON under --json, the flag named; --moto-endpoint validated.
+    let (code, out, _) = bare(&["stats", "--bogus", "--json"], &[]).await;
+    assert_eq!(code, Some(2));
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["error"], "bad-argument");
+    assert!(j["message"].as_str().unwrap().contains("--bogus"), "{j}");
+    let (code, _, err) = bare(&["demo", "--moto-endpoint", "foo"], &[]).await;
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--moto-endpoint: `foo`"), "{err}");
+}
