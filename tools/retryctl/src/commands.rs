@@ -10,7 +10,7 @@ use crate::view;
 use aws::config::{SchedulerSettings, StackNames};
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
-use domain::decide::{decide_reconcile, is_stuck, Rejection};
+use domain::decide::{decide_reconcile, is_stuck, Observed, Rejection};
 use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
 use domain::ports::{Clock, Records, StuckIndex, StuckQuery, SystemClock};
 use domain::{MaxAttempts, Payload, TransactionId, TransactionRecord};
@@ -242,8 +242,15 @@ pub async fn submit(
         })?,
         None => payload.to_owned(),
     };
+    // The value named in an error: the file when it came from one, else the text cut
+    // to a line (a payload over the limit is not echoed whole).
+    let shown = if payload.starts_with('@') {
+        payload.to_owned()
+    } else {
+        abridged(text.trim())
+    };
     let payload =
-        Payload::from_json(text.trim()).map_err(|e| CliError::bad("--payload", text.trim(), e))?;
+        Payload::from_json(text.trim()).map_err(|e| CliError::bad("--payload", shown, e))?;
     let max = MaxAttempts::new(max_attempts)
         .map_err(|e| CliError::bad("--max-attempts", max_attempts.to_string(), e))?;
     let store = t.store()?;
@@ -270,6 +277,16 @@ pub async fn submit(
         ),
         json: json!({"transaction_id": id.as_str(), "result": result, "published": published}),
     })
+}
+
+/// `text` cut to 80 characters, saying how long it was.
+fn abridged(text: &str) -> String {
+    const SHOWN: usize = 80;
+    if text.chars().count() <= SHOWN {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(SHOWN).collect();
+    format!("{head}… ({} bytes)", text.len())
 }
 
 async fn read_record(
@@ -403,8 +420,10 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
     let done = runtime::ops::resolve(&ports, id.clone(), &ctx)
         .await
         .map_err(op_error)?;
-    let deleted = done.trail.iter().find_map(|(e, o)| {
-        matches!(e, domain::Effect::DeleteSchedule(_)).then(|| format!("{o:?}"))
+    let deleted = done.trail.iter().find_map(|(e, o)| match (e, o) {
+        (domain::Effect::DeleteSchedule(_), Observed::ScheduleDeleted) => Some("schedule deleted"),
+        (domain::Effect::DeleteSchedule(_), _) => Some("no schedule left to delete"),
+        _ => None,
     });
     let result = done.ack.label();
     Ok(Output {
@@ -412,7 +431,7 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
             "{id}: {result}{}\n",
             deleted
                 .as_ref()
-                .map(|d| format!(" (schedule: {d})"))
+                .map(|d| format!(" ({d})"))
                 .unwrap_or_default()
         ),
         json: json!({"transaction_id": id.as_str(), "result": result, "schedule": deleted}),

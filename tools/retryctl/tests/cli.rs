@@ -311,7 +311,7 @@ async fn resolve_succeeds_a_waiting_transaction_and_deletes_its_schedule() {
     assert_eq!(r.code, 0, "{r:?}");
     let v = r.json();
     assert_eq!(v["result"], "resolved");
-    assert_eq!(v["schedule"], "ScheduleDeleted");
+    assert_eq!(v["schedule"], "schedule deleted");
     assert!(!exists("retry-TX-RES-1-2").await, "schedule deleted");
     let v = wait_status(s, "TX-RES-1", "SUCCEEDED", LONG).await;
     let last = v["timeline"].as_array().unwrap().last().unwrap().clone();
@@ -615,4 +615,56 @@ async fn aws_failures_are_one_line_with_a_hint_and_a_kind() {
     let (code, _, err) = bare(&["demo", "--moto-endpoint", "foo"], &[]).await;
     assert_eq!(code, Some(2));
     assert!(err.contains("--moto-endpoint: `foo`"), "{err}");
+}
+
+/// GIVEN a FAILED transaction WHEN resolved THEN the refusal suggests `replay`; a
+/// payload over the limit is named by its size, not echoed back whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_say_what_to_do_instead_and_do_not_echo_big_payloads() {
+    let s = fast();
+    let r = retryctl(
+        s,
+        &[
+            "submit",
+            "TX-HINT-1",
+            "--payload",
+            "{}",
+            "--max-attempts",
+            "1",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    wait_status(s, "TX-HINT-1", "FAILED", LONG).await;
+    let r = retryctl(s, &["resolve", "TX-HINT-1"]).await;
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(
+        r.stderr.contains("`retryctl replay TX-HINT-1`"),
+        "{}",
+        r.stderr
+    );
+
+    // Over the size limit, from a file: the file is named.
+    let big = format!("{{\"blob\":\"{}\"}}", "x".repeat(300 * 1024));
+    let file = std::env::temp_dir().join(format!("retryctl-big-{}.json", std::process::id()));
+    std::fs::write(&file, &big).unwrap();
+    let arg = format!("@{}", file.display());
+    let r = retryctl(s, &["submit", "TX-HINT-2", "--payload", &arg]).await;
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.len() < 1_000,
+        "payload echoed: {} bytes",
+        r.stderr.len()
+    );
+    assert!(r.stderr.contains(&format!("`{arg}`")), "{}", r.stderr);
+    // Inline and unreadable: cut to a line, its size said.
+    let bad = format!("{{oops{}", "x".repeat(5_000));
+    let r = retryctl(s, &["submit", "TX-HINT-3", "--payload", &bad]).await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.len() < 1_000,
+        "payload echoed: {} bytes",
+        r.stderr.len()
+    );
 }

@@ -307,6 +307,10 @@ impl std::fmt::Display for Rejection {
                 f,
                 "transaction `{transaction_id}` already exists with a different payload; nothing was published"
             ),
+            Rejection::NotResolvable { transaction_id, status: Status::Failed } => write!(
+                f,
+                "transaction `{transaction_id}` is FAILED: only SCHEDULING or SCHEDULED can be resolved by other means; to give it new attempts, `retryctl replay {transaction_id}`"
+            ),
             Rejection::NotResolvable { transaction_id, status } => write!(
                 f,
                 "transaction `{transaction_id}` is {status}: only SCHEDULING or SCHEDULED can be resolved by other means"
