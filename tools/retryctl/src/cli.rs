@@ -154,6 +154,13 @@ pub enum QueueName {
 }
 
 impl QueueName {
+    pub const ALL: [QueueName; 4] = [
+        QueueName::Request,
+        QueueName::Response,
+        QueueName::Retry,
+        QueueName::Scheduler,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             QueueName::Request => "request",

@@ -17,6 +17,7 @@ use domain::{MaxAttempts, Payload, TransactionId, TransactionRecord};
 use runtime::ops::OpError;
 use runtime::Settings;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// What a command printed: text for people, JSON for scripts.
@@ -322,10 +323,27 @@ pub async fn show(t: &Target, id: &str) -> Result<Output, CliError> {
 pub async fn stats(t: &Target) -> Result<Output, CliError> {
     let ddb = aws_sdk_dynamodb::Client::new(&t.sdk);
     let st = scan_stats(&ddb, &t.transactions_table()?).await?;
-    Ok(Output {
-        text: view::stats_text(&st),
-        json: serde_json::to_value(&st).unwrap_or(Value::Null),
-    })
+    let dlqs = dlq_depths(t).await;
+    let mut text = view::stats_text(&st);
+    text.push_str("dead-letter queues\n");
+    for (q, depth) in &dlqs {
+        match depth {
+            Ok(n) => text.push_str(&format!("  {q:<10} {n:>7}\n")),
+            Err(e) => text.push_str(&format!("  {q:<10} {:>7}  ({e})\n", "-")),
+        }
+    }
+    let mut json = serde_json::to_value(&st).unwrap_or(Value::Null);
+    json["dlq_depths"] = dlqs
+        .iter()
+        .map(|(q, d)| {
+            (
+                (*q).to_owned(),
+                d.as_ref().ok().map_or(Value::Null, |n| json!(n)),
+            )
+        })
+        .collect::<serde_json::Map<String, Value>>()
+        .into();
+    Ok(Output { text, json })
 }
 
 /// What the reconciler would act on now: the same index query, the same rule, and
@@ -426,6 +444,22 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
         _ => None,
     });
     let result = done.ack.label();
+    // Already SUCCEEDED by the external service's own answer, not by an operator:
+    // say so rather than "already resolved".
+    if result == "already-resolved" {
+        let rec = read_record(&store, &id).await?;
+        if rec.status == domain::Status::Succeeded
+            && rec.last_actor != domain::machine::Actor::Operator
+        {
+            return Ok(Output {
+                text: format!(
+                    "{id}: already SUCCEEDED: the external service answered SUCCESS for attempt {}; nothing to resolve\n",
+                    rec.current_attempt
+                ),
+                json: json!({"transaction_id": id.as_str(), "result": "already-succeeded", "schedule": null}),
+            });
+        }
+    }
     Ok(Output {
         text: format!(
             "{id}: {result}{}\n",
@@ -469,6 +503,84 @@ pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output,
     })
 }
 
+/// The dead-letter queue of `q` and where its messages go back to: the request,
+/// response and retry DLQs are named by each queue's redrive policy and go back to
+/// their queue; the scheduler's DLQ (retry events the scheduler could not deliver)
+/// goes to the retry queue.
+async fn dlq_of(t: &Target, q: QueueName) -> Result<(String, String), CliError> {
+    if q == QueueName::Scheduler {
+        return Ok((
+            t.queue_url(QueueName::Scheduler).await?,
+            t.queue_url(QueueName::Retry).await?,
+        ));
+    }
+    let sqs = t.sqs();
+    let source = t.queue_url(q).await?;
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(&source)
+        .attribute_names(QueueAttributeName::RedrivePolicy)
+        .send()
+        .await
+        .map_err(|e| crate::error::sdk_error("GetQueueAttributes", &source, e))?;
+    let policy = attrs
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
+        .ok_or_else(|| {
+            CliError::Refused(format!(
+                "queue {source} has no redrive policy, hence no DLQ"
+            ))
+        })?;
+    let arn = serde_json::from_str::<Value>(policy)
+        .ok()
+        .and_then(|v| {
+            v.get("deadLetterTargetArn")
+                .and_then(|a| a.as_str())
+                .map(str::to_owned)
+        })
+        .ok_or_else(|| CliError::Aws(format!("unreadable redrive policy on {source}: {policy}")))?;
+    let dlq = SqsDirectory::new(sqs)
+        .url_for_arn(&arn)
+        .await
+        .map_err(CliError::Aws)?;
+    Ok((dlq, source))
+}
+
+/// Messages waiting in each dead-letter queue (ApproximateNumberOfMessages, plus those
+/// in flight), by the queue they came from; the reason where the queue could not be
+/// read.
+async fn dlq_depths(t: &Target) -> BTreeMap<&'static str, Result<u64, String>> {
+    let mut out = BTreeMap::new();
+    for q in QueueName::ALL {
+        let depth = async {
+            let (dlq, _) = dlq_of(t, q).await?;
+            let attrs = t
+                .sqs()
+                .get_queue_attributes()
+                .queue_url(&dlq)
+                .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+                .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+                .send()
+                .await
+                .map_err(|e| crate::error::sdk_error("GetQueueAttributes", &dlq, e))?;
+            let count = |a: QueueAttributeName| -> u64 {
+                attrs
+                    .attributes()
+                    .and_then(|m| m.get(&a))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            };
+            Ok::<u64, CliError>(
+                count(QueueAttributeName::ApproximateNumberOfMessages)
+                    + count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+            )
+        }
+        .await;
+        out.insert(q.as_str(), depth.map_err(|e| e.to_string()));
+    }
+    out
+}
+
 /// Moves the messages of a dead-letter queue back to its source: the request,
 /// response and retry DLQs (named by each queue's redrive policy) to their queue; the
 /// scheduler's DLQ (retry events the scheduler could not deliver) to the retry queue.
@@ -477,45 +589,7 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
         return Err(CliError::bad("--max", "0", "must be at least 1"));
     }
     let sqs = t.sqs();
-    let (dlq_url, target_url) = match q {
-        QueueName::Scheduler => (
-            t.queue_url(QueueName::Scheduler).await?,
-            t.queue_url(QueueName::Retry).await?,
-        ),
-        other => {
-            let source = t.queue_url(other).await?;
-            let attrs = sqs
-                .get_queue_attributes()
-                .queue_url(&source)
-                .attribute_names(QueueAttributeName::RedrivePolicy)
-                .send()
-                .await
-                .map_err(|e| crate::error::sdk_error("GetQueueAttributes", &source, e))?;
-            let policy = attrs
-                .attributes()
-                .and_then(|a| a.get(&QueueAttributeName::RedrivePolicy))
-                .ok_or_else(|| {
-                    CliError::Refused(format!(
-                        "queue {source} has no redrive policy, hence no DLQ"
-                    ))
-                })?;
-            let arn = serde_json::from_str::<Value>(policy)
-                .ok()
-                .and_then(|v| {
-                    v.get("deadLetterTargetArn")
-                        .and_then(|a| a.as_str())
-                        .map(str::to_owned)
-                })
-                .ok_or_else(|| {
-                    CliError::Aws(format!("unreadable redrive policy on {source}: {policy}"))
-                })?;
-            let dlq = SqsDirectory::new(sqs.clone())
-                .url_for_arn(&arn)
-                .await
-                .map_err(CliError::Aws)?;
-            (dlq, source)
-        }
-    };
+    let (dlq_url, target_url) = dlq_of(t, q).await?;
     let mut moved = 0u64;
     let limit = max.unwrap_or(u64::MAX);
     while moved < limit {

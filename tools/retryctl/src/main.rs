@@ -214,8 +214,12 @@ fn main() -> ExitCode {
     match result {
         Ok(out) => {
             if cli.json {
-                if !out.json.is_null() {
-                    println!("{}", out.json);
+                let mut json = out.json;
+                if let Some(o) = json.as_object_mut() {
+                    o.insert("schema_version".into(), retryctl::SCHEMA_VERSION.into());
+                }
+                if !json.is_null() {
+                    println!("{json}");
                 }
             } else {
                 print!("{}", out.text);

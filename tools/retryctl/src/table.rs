@@ -54,7 +54,11 @@ pub async fn scan_each(
 }
 
 pub async fn scan_stats(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Stats, CliError> {
-    let mut st = Stats::default();
+    // Every status is a key, zeros included: scripts read the counts without guessing.
+    let mut st = Stats {
+        by_status: Status::ALL.into_iter().map(|s| (s, 0)).collect(),
+        ..Stats::default()
+    };
     scan_each(ddb, table, &["status", "current_attempt"], false, |item| {
         let status = item
             .get("status")

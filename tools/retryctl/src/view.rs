@@ -115,7 +115,16 @@ pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry]) -> String {
     if let Some(n) = &r.schedule_name {
         let _ = writeln!(s, "schedule      {n}");
     }
-    if let Some(o) = r.last_outcome {
+    if r.status == Status::Succeeded && r.last_actor == Actor::Operator {
+        // Resolved by other means: the outcome on the record is the service's last
+        // answer (CANCELLED), not how the transaction ended.
+        let _ = writeln!(
+            s,
+            "resolved      by an operator ({}); the service's last answer was {}",
+            r.last_reason.as_deref().unwrap_or("-"),
+            r.last_outcome.map_or("-", |o| o.as_str())
+        );
+    } else if let Some(o) = r.last_outcome {
         let _ = writeln!(
             s,
             "last outcome  {}{}",

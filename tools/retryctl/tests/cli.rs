@@ -322,6 +322,13 @@ async fn resolve_succeeds_a_waiting_transaction_and_deletes_its_schedule() {
     let r = retryctl(s, &["resolve", "TX-RES-1"]).await;
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains("already-resolved"), "{}", r.stdout);
+    // `show` says who ended it, not the service's CANCELLED as if it were the end.
+    let shown = retryctl(s, &["show", "TX-RES-1"]).await.stdout;
+    assert!(
+        shown.contains("resolved      by an operator (RESOLVED_BY_OTHER_MEANS)"),
+        "{shown}"
+    );
+    assert!(!shown.contains("last outcome"), "{shown}");
 
     // Not waiting for a retry: refused.
     assert_eq!(
@@ -340,9 +347,20 @@ async fn resolve_succeeds_a_waiting_transaction_and_deletes_its_schedule() {
             >= 1,
         "{st}"
     );
+    // JSON as a contract: a schema version, every status a key (zeros included), the
+    // depth of every dead-letter queue.
+    assert_eq!(st["schema_version"], 1, "{st}");
+    let by_status = st["by_status"].as_object().unwrap();
+    assert_eq!(by_status.len(), 6, "{st}");
+    assert!(by_status.values().all(|v| v.is_u64()), "{st}");
+    let dlqs = st["dlq_depths"].as_object().unwrap();
+    for q in ["request", "response", "retry", "scheduler"] {
+        assert!(dlqs[q].is_u64(), "{q}: {st}");
+    }
     let text = retryctl(s, &["stats"]).await.stdout;
     assert!(text.lines().any(|l| l.starts_with("SUCCEEDED")), "{text}");
     assert!(text.contains("att 1"), "{text}");
+    assert!(text.contains("dead-letter queues"), "{text}");
 }
 
 /// GIVEN a SCHEDULING record older than the threshold (a crash between persisting
