@@ -99,6 +99,14 @@ pub enum Command {
         /// Move at most this many messages.
         #[arg(long)]
         max: Option<u64>,
+        /// Show what would be moved (as `dlq peek` does) and move nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Look at a dead-letter queue without moving anything.
+    Dlq {
+        #[command(subcommand)]
+        action: DlqAction,
     },
     /// Reopen a FAILED transaction with more attempts (recorded in the audit trail).
     Replay {
@@ -113,6 +121,20 @@ pub enum Command {
     /// transactions through the staging harness (docs/deploy.md). Exit 6 when a check
     /// fails.
     Verify(VerifyArgs),
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum DlqAction {
+    /// The messages waiting in a DLQ: body, receive count, first receive, and the
+    /// attributes that say why (the scheduler's error code and message). The messages
+    /// stay where they are; each look counts as one more receive.
+    Peek {
+        /// request | response | retry | scheduler.
+        queue: QueueName,
+        /// Show at most this many messages.
+        #[arg(long, default_value_t = 10)]
+        max: u64,
+    },
 }
 
 #[derive(Debug, Clone, Args)]

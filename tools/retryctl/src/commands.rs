@@ -581,6 +581,110 @@ async fn dlq_depths(t: &Target) -> BTreeMap<&'static str, Result<u64, String>> {
     out
 }
 
+/// The messages waiting in the DLQ of `q` (at most `max`), left in place: received
+/// with a visibility timeout of 0, so each look counts as one more receive.
+/// `dry_run`: worded as what `redrive` would move.
+pub async fn peek(t: &Target, q: QueueName, max: u64, dry_run: bool) -> Result<Output, CliError> {
+    if max == 0 {
+        return Err(CliError::bad("--max", "0", "must be at least 1"));
+    }
+    let (dlq_url, target_url) = dlq_of(t, q).await?;
+    let sqs = t.sqs();
+    let mut seen: BTreeMap<String, Value> = BTreeMap::new();
+    // Visible again at once, a message may come back in the next page: stop when a
+    // page brings nothing new.
+    while (seen.len() as u64) < max {
+        let out = sqs
+            .receive_message()
+            .queue_url(&dlq_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(0)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .map_err(|e| crate::error::sdk_error("ReceiveMessage", &dlq_url, e))?;
+        let before = seen.len();
+        for m in out.messages.unwrap_or_default() {
+            let Some(id) = m.message_id().map(str::to_owned) else {
+                continue;
+            };
+            if (seen.len() as u64) < max {
+                seen.entry(id).or_insert_with(|| peeked_json(&m));
+            }
+        }
+        if seen.len() == before {
+            break;
+        }
+    }
+    let verb = if dry_run { "would move" } else { "holds" };
+    let mut text = format!(
+        "{}: {dlq_url} {verb} {} message(s){}\n",
+        q.as_str(),
+        seen.len(),
+        if dry_run {
+            format!(" to {target_url} (dry run: nothing moved)")
+        } else {
+            String::new()
+        }
+    );
+    for (id, m) in &seen {
+        text.push_str(&format!(
+            "- {id}  received {}  first received {}  sent {}\n",
+            m["receive_count"],
+            m["first_received"].as_str().unwrap_or("-"),
+            m["sent"].as_str().unwrap_or("-"),
+        ));
+        if let Some(attrs) = m["attributes"].as_object().filter(|a| !a.is_empty()) {
+            for (k, v) in attrs {
+                text.push_str(&format!("    {k}: {}\n", v.as_str().unwrap_or_default()));
+            }
+        }
+        text.push_str(&format!(
+            "    body: {}\n",
+            abridged(m["body"].as_str().unwrap_or_default())
+        ));
+    }
+    Ok(Output {
+        text,
+        json: json!({
+            "queue": q.as_str(),
+            "dlq": dlq_url,
+            "to": target_url,
+            "dry_run": dry_run,
+            "messages": seen.into_values().collect::<Vec<_>>(),
+        }),
+    })
+}
+
+/// One DLQ message as `peek` shows it.
+fn peeked_json(m: &aws_sdk_sqs::types::Message) -> Value {
+    let system = |a: MessageSystemAttributeName| m.attributes().and_then(|x| x.get(&a)).cloned();
+    let instant = |a: MessageSystemAttributeName| {
+        system(a)
+            .and_then(|ms| ms.parse::<i64>().ok())
+            .map(|ms| domain::Timestamp::from_millis(ms).to_rfc3339())
+    };
+    let attributes: serde_json::Map<String, Value> = m
+        .message_attributes()
+        .map(|a| {
+            a.iter()
+                .map(|(k, v)| (k.clone(), json!(v.string_value().unwrap_or_default())))
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "message_id": m.message_id(),
+        "receive_count": system(MessageSystemAttributeName::ApproximateReceiveCount)
+            .and_then(|n| n.parse::<u64>().ok()),
+        "first_received": instant(MessageSystemAttributeName::ApproximateFirstReceiveTimestamp),
+        "sent": instant(MessageSystemAttributeName::SentTimestamp),
+        "attributes": attributes,
+        "body": m.body(),
+    })
+}
+
 /// Moves the messages of a dead-letter queue back to its source: the request,
 /// response and retry DLQs (named by each queue's redrive policy) to their queue; the
 /// scheduler's DLQ (retry events the scheduler could not deliver) to the retry queue.

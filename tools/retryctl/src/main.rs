@@ -1,7 +1,7 @@
 //! `retryctl`: see `docs/operations.md`.
 
 use clap::Parser;
-use retryctl::cli::{Cli, Command};
+use retryctl::cli::{Cli, Command, DlqAction};
 use retryctl::commands::{self, Output, Target};
 use retryctl::error::CliError;
 use std::process::ExitCode;
@@ -141,7 +141,19 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
         Command::Stats => commands::stats(&target).await,
         Command::Stuck => commands::stuck(&target).await,
         Command::Resolve { id } => commands::resolve(&target, id).await,
-        Command::Redrive { queue, max } => commands::redrive(&target, *queue, *max).await,
+        Command::Redrive {
+            queue,
+            max,
+            dry_run: true,
+        } => commands::peek(&target, *queue, max.unwrap_or(u64::MAX), true).await,
+        Command::Redrive {
+            queue,
+            max,
+            dry_run: false,
+        } => commands::redrive(&target, *queue, *max).await,
+        Command::Dlq {
+            action: DlqAction::Peek { queue, max },
+        } => commands::peek(&target, *queue, *max, false).await,
         Command::Replay { id, budget } => commands::replay(&target, id, *budget).await,
         Command::Demo(args) => demo(cli, args).await,
         Command::Verify(args) => verify(cli, args).await,

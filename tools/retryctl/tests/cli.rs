@@ -490,6 +490,36 @@ async fn redrive_moves_dlq_messages_back_to_their_source() {
         "handler dead-lettered it"
     );
     let before = depth(url("response-dlq").await).await;
+    // A look leaves everything in place: peek and a dry run show the message, body and
+    // receive count, and the DLQ keeps it.
+    let r = retryctl(s, &["dlq", "peek", "response", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let peeked = r.json();
+    let messages = peeked["messages"].as_array().unwrap();
+    assert!(!messages.is_empty(), "{peeked}");
+    assert!(
+        messages.iter().any(|m| m["body"] == "not json at all"),
+        "{peeked}"
+    );
+    assert!(
+        messages
+            .iter()
+            .all(|m| m["receive_count"].as_u64() >= Some(1)),
+        "{peeked}"
+    );
+    let r = retryctl(s, &["redrive", "response", "--dry-run"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("(dry run: nothing moved)"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("body: not json at all"), "{}", r.stdout);
+    assert_eq!(
+        depth(url("response-dlq").await).await,
+        before,
+        "dry run moved nothing"
+    );
     let r = retryctl(s, &["redrive", "response", "--json"]).await;
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.json()["moved"].as_u64().unwrap() >= before, "{r:?}");
