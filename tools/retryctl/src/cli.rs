@@ -83,8 +83,17 @@ pub enum Command {
         #[arg(long, default_value_t = defaults::MAX_ATTEMPTS)]
         max_attempts: u32,
     },
-    /// The transaction's state and its whole audit history as a timeline.
-    Show { id: String },
+    /// The transaction's state and its whole audit history as a timeline: one line
+    /// per transition, times relative to the start and to the line before.
+    Show {
+        id: String,
+        /// Print the stored payload too.
+        #[arg(long)]
+        payload: bool,
+        /// The full table: absolute times, schedule names and fire times in columns.
+        #[arg(long)]
+        wide: bool,
+    },
     /// Transactions by status and by current attempt (a Scan of the state table).
     Stats,
     /// What the reconciler would act on now (the same index query and the same rule).

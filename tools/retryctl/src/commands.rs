@@ -12,7 +12,7 @@ use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 use domain::decide::{decide_reconcile, is_stuck, Observed, Rejection};
 use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
-use domain::ports::{Clock, Records, StuckIndex, StuckQuery, SystemClock};
+use domain::ports::{Clock, Payloads, Records, StuckIndex, StuckQuery, SystemClock};
 use domain::{MaxAttempts, Payload, TransactionId, TransactionRecord};
 use runtime::ops::OpError;
 use runtime::Settings;
@@ -310,14 +310,22 @@ pub async fn audit_rows(
     Ok(writer.history(id).await?)
 }
 
-pub async fn show(t: &Target, id: &str) -> Result<Output, CliError> {
+pub async fn show(t: &Target, id: &str, payload: bool, wide: bool) -> Result<Output, CliError> {
     let id = parse_id(id)?;
-    let rec = read_record(&t.store()?, &id).await?;
+    let store = t.store()?;
+    let rec = read_record(&store, &id).await?;
     let rows = audit_rows(t, &id).await?;
-    Ok(Output {
-        text: view::show_text(&rec, &rows),
-        json: view::show_json(&rec, &rows),
-    })
+    let mut text = view::show_text(&rec, &rows, wide);
+    let mut json = view::show_json(&rec, &rows);
+    if payload {
+        let stored = store.payload(&id).await?;
+        let shown = stored.as_ref().map_or("(no payload item)", |p| p.as_json());
+        text.push_str(&format!("\npayload\n  {shown}\n"));
+        json["payload"] = stored
+            .and_then(|p| serde_json::from_str(p.as_json()).ok())
+            .unwrap_or(Value::Null);
+    }
+    Ok(Output { text, json })
 }
 
 pub async fn stats(t: &Target) -> Result<Output, CliError> {

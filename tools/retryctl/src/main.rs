@@ -6,6 +6,22 @@ use retryctl::commands::{self, Output, Target};
 use retryctl::error::CliError;
 use std::process::ExitCode;
 
+/// Prints to stdout; a closed pipe (`retryctl … | head`) ends the output quietly.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// [`out!`] with a newline.
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 fn init_logs(demo: bool) {
     // Logs go to stderr (stdout carries the command's output); quiet by default. The
     // demo also silences the functions' own logs (they would tear the progress bar);
@@ -45,16 +61,16 @@ async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliEr
             return Ok(Output { text, json });
         }
         if cli.json {
-            println!("{json}");
+            outln!("{json}");
         } else {
-            print!("{text}");
+            out!("{text}");
         }
         return Err(failed());
     };
     if cli.json {
-        println!("{json}");
+        outln!("{json}");
     } else {
-        print!("{text}");
+        out!("{text}");
     }
     eprintln!(
         "\nThe local stack keeps running until Ctrl-C. From another shell:\n  \
@@ -114,9 +130,9 @@ async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, C
         return Ok(Output { text, json });
     }
     if cli.json {
-        println!("{json}");
+        outln!("{json}");
     } else {
-        print!("{text}");
+        out!("{text}");
     }
     Err(CliError::VerifyFailed(format!(
         "{} check(s) failed",
@@ -137,7 +153,7 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
             payload,
             max_attempts,
         } => commands::submit(&target, id, payload, *max_attempts).await,
-        Command::Show { id } => commands::show(&target, id).await,
+        Command::Show { id, payload, wide } => commands::show(&target, id, *payload, *wide).await,
         Command::Stats => commands::stats(&target).await,
         Command::Stuck => commands::stuck(&target).await,
         Command::Resolve { id } => commands::resolve(&target, id).await,
@@ -174,7 +190,7 @@ fn parse() -> Result<Cli, ExitCode> {
                 let text = e.to_string();
                 let message = text.lines().next().unwrap_or_default();
                 let message = message.strip_prefix("error: ").unwrap_or(message);
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({
                         "schema_version": retryctl::SCHEMA_VERSION,
@@ -231,17 +247,17 @@ fn main() -> ExitCode {
                     o.insert("schema_version".into(), retryctl::SCHEMA_VERSION.into());
                 }
                 if !json.is_null() {
-                    println!("{json}");
+                    outln!("{json}");
                 }
             } else {
-                print!("{}", out.text);
+                out!("{}", out.text);
             }
             ExitCode::SUCCESS
         }
         Err(e) => {
             // A failed verification has printed its report (one JSON document).
             if cli.json && !matches!(e, CliError::VerifyFailed(_)) {
-                println!("{}", error_json(&e, cli.verbose));
+                outln!("{}", error_json(&e, cli.verbose));
             }
             let msg = e.to_string();
             if !msg.is_empty() {

@@ -28,7 +28,11 @@ pub fn record_json(r: &TransactionRecord) -> Value {
     })
 }
 
+/// A timeline row as JSON: what the transition changed. Every key is present; the ones
+/// the transition is not about are `null` (a SENDING row carries no outcome).
 pub fn audit_json(e: &AuditEntry) -> Value {
+    let c = changed(e);
+    let answered = c.outcome.is_some();
     json!({
         "at": e.at.to_rfc3339(),
         "actor": e.actor.as_str(),
@@ -37,23 +41,96 @@ pub fn audit_json(e: &AuditEntry) -> Value {
         "current_attempt": e.current_attempt.get(),
         "next_attempt": e.next_attempt.map(|a| a.get()),
         "max_attempts": e.max_attempts,
-        "schedule_name": e.schedule_name.as_ref().map(|s| s.as_str()),
-        "next_fire_at": e.next_fire_at.map(|t| t.to_rfc3339()),
-        "outcome": e.outcome.map(|o| o.as_str()),
-        "reason": e.reason,
-        "origin": e.origin.map(|o| o.as_str()),
+        "schedule_name": c.schedule,
+        "next_fire_at": c.fire.map(|t| t.to_rfc3339()),
+        "fire_drift_ms": fire_drift_ms(e),
+        "idempotency_key": request_key(e),
+        "outcome": if answered { e.outcome.map(|o| o.as_str()) } else { None },
+        "reason": if answered { e.reason.clone() } else { None },
+        "origin": c.origin,
     })
 }
 
-/// One line of the timeline for an audit row (without the time column).
-pub fn transition_text(e: &AuditEntry) -> String {
-    let from = e.from.map_or("[*]", Status::as_str);
-    let attempt = match e.next_attempt {
-        Some(n) => format!("{} → {}", e.current_attempt, n),
-        None => e.current_attempt.to_string(),
-    };
-    // Only what this transition is about: the schedule while waiting for a retry, the
-    // outcome when an answer moved it, the origin when a retry event did.
+/// How late the retry left after its fire time (SCHEDULED → SENDING), in ms.
+pub fn fire_drift_ms(e: &AuditEntry) -> Option<i64> {
+    (e.to == Status::Sending)
+        .then_some(e.next_fire_at)
+        .flatten()
+        .map(|fire| e.at.millis() - fire.millis())
+}
+
+/// The idempotency key of the request a transition published (→ IN_PROGRESS).
+pub fn request_key(e: &AuditEntry) -> Option<String> {
+    (e.to == Status::InProgress).then(|| {
+        domain::IdempotencyKey::new(&e.transaction_id, e.current_attempt)
+            .as_str()
+            .to_owned()
+    })
+}
+
+/// Seconds with a sign and millisecond precision: `+3.512s`.
+fn secs(ms: i64) -> String {
+    format!(
+        "{}{}.{:03}s",
+        if ms < 0 { "-" } else { "+" },
+        ms.abs() / 1000,
+        ms.abs() % 1000
+    )
+}
+
+/// The compact timeline: one line per transition, its time relative to the start and
+/// to the line before, the fire drift of each retry, the idempotency key of each
+/// request.
+pub fn compact_timeline(rows: &[AuditEntry]) -> String {
+    let mut s = String::new();
+    let start = rows.first().map_or(0, |e| e.at.millis());
+    let mut prev = start;
+    for e in rows {
+        let c = changed(e);
+        let mut line = format!(
+            "  {:>10} {:>10}  {:<16} {:<26} #{}",
+            secs(e.at.millis() - start),
+            format!("({})", secs(e.at.millis() - prev)),
+            e.actor.as_str(),
+            format!("{} → {}", e.from.map_or("[*]", Status::as_str), e.to),
+            e.current_attempt,
+        );
+        prev = e.at.millis();
+        if let Some(n) = e.next_attempt {
+            line.push_str(&format!(" → #{n}"));
+        }
+        if let (true, Some(fire)) = (e.to == Status::Scheduled, c.fire) {
+            line.push_str(&format!("  fires {}", secs(fire.millis() - start)));
+        }
+        if let Some(d) = fire_drift_ms(e) {
+            line.push_str(&format!("  fired {} late", secs(d)));
+        }
+        if let Some(k) = request_key(e) {
+            line.push_str(&format!("  key {k}"));
+        }
+        if let Some(o) = &c.outcome {
+            line.push_str(&format!("  {o}"));
+        }
+        if let Some(o) = &c.origin {
+            line.push_str(&format!("  origin {o}"));
+        }
+        let _ = writeln!(s, "{line}");
+    }
+    s
+}
+
+/// What one transition is about, and nothing else: the schedule while waiting for a
+/// retry, the fire time until the retry is sent, the outcome when an answer (or an
+/// operator) moved it, the origin when a retry event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    pub schedule: Option<String>,
+    pub fire: Option<domain::Timestamp>,
+    pub outcome: Option<String>,
+    pub origin: Option<String>,
+}
+
+pub fn changed(e: &AuditEntry) -> Changed {
     let waiting = matches!(e.to, Status::Scheduling | Status::Scheduled);
     let schedule = if waiting {
         e.schedule_name.as_ref().map(|s| s.as_str().to_owned())
@@ -61,7 +138,7 @@ pub fn transition_text(e: &AuditEntry) -> String {
         None
     };
     let fire = if waiting || e.to == Status::Sending {
-        e.next_fire_at.map(|t| t.to_rfc3339())
+        e.next_fire_at
     } else {
         None
     };
@@ -81,13 +158,34 @@ pub fn transition_text(e: &AuditEntry) -> String {
     } else {
         None
     };
+    Changed {
+        schedule,
+        fire,
+        outcome,
+        origin,
+    }
+}
+
+/// One line of the wide timeline for an audit row (without the time column).
+pub fn transition_text(e: &AuditEntry) -> String {
+    let from = e.from.map_or("[*]", Status::as_str);
+    let attempt = match e.next_attempt {
+        Some(n) => format!("{} → {}", e.current_attempt, n),
+        None => e.current_attempt.to_string(),
+    };
+    let Changed {
+        schedule,
+        fire,
+        outcome,
+        origin,
+    } = changed(e);
     format!(
         "{:<17} {:<26} {:<8} {:<34} {:<24} {:<24} {}",
         e.actor.as_str(),
         format!("{from} → {}", e.to),
         attempt,
         schedule.unwrap_or_else(|| "-".into()),
-        fire.unwrap_or_else(|| "-".into()),
+        fire.map_or_else(|| "-".into(), |t| t.to_rfc3339()),
         outcome.unwrap_or_else(|| "-".into()),
         origin.unwrap_or_else(|| "-".into()),
     )
@@ -96,7 +194,7 @@ pub fn transition_text(e: &AuditEntry) -> String {
 }
 
 /// `retryctl show`: the record, then the timeline.
-pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry]) -> String {
+pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry], wide: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "transaction   {}", r.transaction_id);
     let _ = writeln!(
@@ -150,13 +248,17 @@ pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry]) -> String {
     let rows = chain(audit);
     let _ = writeln!(s);
     let _ = writeln!(s, "timeline ({} transitions)", rows.len());
-    let _ = writeln!(
-        s,
-        "  {:<24}  {:<17} {:<26} {:<8} {:<34} {:<24} {:<24} ORIGIN",
-        "TIME", "ACTOR", "FROM → TO", "ATTEMPT", "SCHEDULE", "FIRE AT", "OUTCOME / REASON",
-    );
-    for e in &rows {
-        let _ = writeln!(s, "  {}  {}", e.at, transition_text(e));
+    if wide {
+        let _ = writeln!(
+            s,
+            "  {:<24}  {:<17} {:<26} {:<8} {:<34} {:<24} {:<24} ORIGIN",
+            "TIME", "ACTOR", "FROM → TO", "ATTEMPT", "SCHEDULE", "FIRE AT", "OUTCOME / REASON",
+        );
+        for e in &rows {
+            let _ = writeln!(s, "  {}  {}", e.at, transition_text(e));
+        }
+    } else {
+        s.push_str(&compact_timeline(&rows));
     }
     if rows.is_empty() {
         let _ = writeln!(

@@ -56,7 +56,40 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     );
     wait_status(s, "TX-SHOW-1", "FAILED", LONG).await;
 
+    // The compact view: a line per transition, times relative to the start and to the
+    // line before, the fire drift of each retry, the key of each request.
     let r = retryctl(s, &["show", "TX-SHOW-1"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let compact: Vec<&str> = r.stdout.lines().filter(|l| l.contains("s  (+")).collect();
+    assert_eq!(compact.len(), 14, "{}", r.stdout);
+    assert!(
+        compact[0].trim_start().starts_with("+0.000s"),
+        "{}",
+        compact[0]
+    );
+    assert!(compact[0].contains("key TX-SHOW-1#1"), "{}", compact[0]);
+    let keys = compact
+        .iter()
+        .filter(|l| l.contains("key TX-SHOW-1#"))
+        .count();
+    assert_eq!(keys, 4, "one key per request: {}", r.stdout);
+    for l in compact.iter().filter(|l| l.contains("SCHEDULED → SENDING")) {
+        assert!(l.contains("fired +") && l.contains(" late"), "{l}");
+    }
+    for l in compact
+        .iter()
+        .filter(|l| l.contains("SCHEDULING → SCHEDULED"))
+    {
+        assert!(l.contains("fires +"), "{l}");
+    }
+    assert!(
+        r.stdout.lines().all(|l| l.chars().count() <= 120),
+        "{}",
+        r.stdout
+    );
+
+    // --wide: the full table.
+    let r = retryctl(s, &["show", "TX-SHOW-1", "--wide"]).await;
     assert_eq!(r.code, 0, "{r:?}");
     let out = &r.stdout;
     assert!(
@@ -118,10 +151,25 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
         lines[13]
     );
 
-    // The JSON form carries the same timeline.
-    let v = retryctl(s, &["show", "TX-SHOW-1", "--json"]).await.json();
+    // The JSON form carries the same timeline, each row holding what changed.
+    let v = retryctl(s, &["show", "TX-SHOW-1", "--json", "--payload"])
+        .await
+        .json();
     assert_eq!(v["record"]["current_attempt"], 4);
-    assert_eq!(v["timeline"].as_array().unwrap().len(), 14);
+    assert_eq!(v["payload"]["amount"], 42, "{v}");
+    let rows = v["timeline"].as_array().unwrap();
+    assert_eq!(rows.len(), 14);
+    for row in rows.iter().filter(|r| r["to"] == "SENDING") {
+        assert!(
+            row["outcome"].is_null(),
+            "a SENDING row carries no outcome: {row}"
+        );
+        assert!(row["fire_drift_ms"].is_i64(), "{row}");
+    }
+    for row in rows.iter().filter(|r| r["to"] == "IN_PROGRESS") {
+        let key = format!("TX-SHOW-1#{}", row["current_attempt"]);
+        assert_eq!(row["idempotency_key"], key.as_str(), "{row}");
+    }
 
     // Replay with one more attempt: recorded, and it runs (and fails) again.
     let r = retryctl(s, &["replay", "TX-SHOW-1", "--budget", "1"]).await;
@@ -144,7 +192,7 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     assert_eq!(replay["to"], "SCHEDULING");
     assert_eq!(replay["actor"], "operator");
     assert_eq!(replay["origin"], "OPERATOR");
-    let text = retryctl(s, &["show", "TX-SHOW-1"]).await.stdout;
+    let text = retryctl(s, &["show", "TX-SHOW-1", "--wide"]).await.stdout;
     assert!(
         text.contains("operator          FAILED → SCHEDULING"),
         "{text}"
