@@ -560,6 +560,132 @@ pub struct StreamChange {
     pub new: Option<FlatItem>,
 }
 
+impl StreamChange {
+    /// A stream record, images flattened (`None`: a record without its DynamoDB part).
+    pub fn from_record(r: &aws_sdk_dynamodbstreams::types::Record) -> Option<Self> {
+        let d = r.dynamodb()?;
+        Some(Self {
+            sequence_number: d.sequence_number().unwrap_or_default().to_owned(),
+            event_name: r
+                .event_name()
+                .map(|e| e.as_str().to_owned())
+                .unwrap_or_default(),
+            old: d.old_image().map(flat_from_streams),
+            new: d.new_image().map(flat_from_streams),
+        })
+    }
+}
+
+/// A range of one shard of a stream, as the audit writer's event source reports a
+/// batch it gave up on (the `DDBStreamBatchInfo` of its on-failure record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRange {
+    pub stream_arn: String,
+    pub shard_id: String,
+    pub start: String,
+    pub end: String,
+}
+
+impl StreamRange {
+    /// The range an on-failure record names; the missing field named otherwise.
+    pub fn from_failure_record(body: &str) -> Result<Self, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+        let info = v
+            .get("DDBStreamBatchInfo")
+            .ok_or("no `DDBStreamBatchInfo`: not an on-failure record of a stream")?;
+        let field = |name: &str| {
+            info.get(name)
+                .and_then(|x| x.as_str())
+                .map(str::to_owned)
+                .ok_or_else(|| format!("`DDBStreamBatchInfo.{name}` missing"))
+        };
+        Ok(Self {
+            stream_arn: field("streamArn")?,
+            shard_id: field("shardId")?,
+            start: field("startSequenceNumber")?,
+            end: field("endSequenceNumber")?,
+        })
+    }
+
+    /// True when `seq` is within the range (sequence numbers are decimal strings of
+    /// up to 40 digits: compared by length, then digit by digit).
+    pub fn contains(&self, seq: &str) -> bool {
+        let key = |x: &str| (x.len(), x.to_owned());
+        key(seq) >= key(&self.start) && key(seq) <= key(&self.end)
+    }
+
+    fn past_end(&self, seq: &str) -> bool {
+        (seq.len(), seq) > (self.end.len(), self.end.as_str())
+    }
+}
+
+/// Reads the records of `range` again, while the stream still holds them (24 h). A
+/// range the stream no longer holds is an error naming the operation
+/// (`TrimmedDataAccessException`, `ResourceNotFoundException`).
+pub async fn read_range(
+    client: &aws_sdk_dynamodbstreams::Client,
+    range: &StreamRange,
+) -> Result<Vec<StreamChange>, PortError> {
+    let mut it = client
+        .get_shard_iterator()
+        .stream_arn(&range.stream_arn)
+        .shard_id(&range.shard_id)
+        .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+        .sequence_number(&range.start)
+        .send()
+        .await
+        .map_err(|e| classify("GetShardIterator", &e, |_| None))?
+        .shard_iterator()
+        .map(str::to_owned);
+    let mut changes = Vec::new();
+    while let Some(current) = it.take() {
+        let page = records_page(client, &current).await?;
+        for c in page.changes {
+            if range.past_end(&c.sequence_number) {
+                return Ok(changes);
+            }
+            if range.contains(&c.sequence_number) {
+                changes.push(c);
+            }
+        }
+        if page.records == 0 {
+            break;
+        }
+        it = page.next;
+    }
+    Ok(changes)
+}
+
+/// One `GetRecords` page.
+struct Page {
+    changes: Vec<StreamChange>,
+    /// Records on the page (those without a DynamoDB part included).
+    records: usize,
+    next: Option<String>,
+}
+
+async fn records_page(
+    client: &aws_sdk_dynamodbstreams::Client,
+    iterator: &str,
+) -> Result<Page, PortError> {
+    let out = client
+        .get_records()
+        .shard_iterator(iterator)
+        .send()
+        .await
+        .map_err(|e| classify("GetRecords", &e, |_| None))?;
+    Ok(Page {
+        changes: out
+            .records()
+            .iter()
+            .filter_map(StreamChange::from_record)
+            .collect(),
+        records: out.records().len(),
+        next: out.next_shard_iterator().map(str::to_owned),
+    })
+}
+
 /// Where a reader is in each shard of a stream (start: nothing read).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StreamPosition {
@@ -617,27 +743,11 @@ pub async fn drain_stream(
         };
         let mut it = Some(iterator);
         while let Some(current) = it.take() {
-            let out = client
-                .get_records()
-                .shard_iterator(&current)
-                .send()
-                .await
-                .map_err(|e| classify("GetRecords", &e, |_| None))?;
-            let records = out.records();
-            for r in records {
-                let Some(d) = r.dynamodb() else { continue };
-                changes.push(StreamChange {
-                    sequence_number: d.sequence_number().unwrap_or_default().to_owned(),
-                    event_name: r
-                        .event_name()
-                        .map(|e| e.as_str().to_owned())
-                        .unwrap_or_default(),
-                    old: d.old_image().map(flat_from_streams),
-                    new: d.new_image().map(flat_from_streams),
-                });
-            }
-            let next = out.next_shard_iterator().map(str::to_owned);
-            if records.is_empty() {
+            let page = records_page(client, &current).await?;
+            let records = page.records;
+            changes.extend(page.changes);
+            let next = page.next;
+            if records == 0 {
                 // Caught up (open shard) or finished (closed shard: no next).
                 position.iterators.insert(shard.clone(), next);
                 break;
@@ -647,7 +757,7 @@ pub async fn drain_stream(
             // page" would never return (the next call resumes from here).
             position.iterators.insert(shard.clone(), next.clone());
             match next {
-                Some(n) if records.len() >= GET_RECORDS_PAGE => it = Some(n),
+                Some(n) if records >= GET_RECORDS_PAGE => it = Some(n),
                 _ => {}
             }
         }

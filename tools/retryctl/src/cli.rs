@@ -58,6 +58,9 @@ pub struct TargetArgs {
     /// Scheduler dead-letter queue URL.
     #[arg(long, env = "SCHEDULER_DLQ_URL", global = true)]
     pub scheduler_dlq_url: Option<String>,
+    /// Audit-stream dead-letter queue URL (template output AuditDLQUrl).
+    #[arg(long, env = "AUDIT_DLQ_URL", global = true)]
+    pub audit_dlq_url: Option<String>,
     /// Schedule group.
     #[arg(long, env = "SCHEDULE_GROUP", global = true)]
     pub schedule_group: Option<String>,
@@ -103,7 +106,8 @@ pub enum Command {
     /// Move every message of a dead-letter queue back to its source queue.
     Redrive {
         /// request | response | retry | scheduler (the scheduler DLQ goes back to the
-        /// retry queue).
+        /// retry queue) | audit (the stream range each message names is read again
+        /// and audited).
         queue: QueueName,
         /// Move at most this many messages.
         #[arg(long)]
@@ -138,7 +142,7 @@ pub enum DlqAction {
     /// attributes that say why (the scheduler's error code and message). The messages
     /// stay where they are; each look counts as one more receive.
     Peek {
-        /// request | response | retry | scheduler.
+        /// request | response | retry | scheduler | audit.
         queue: QueueName,
         /// Show at most this many messages.
         #[arg(long, default_value_t = 10)]
@@ -182,14 +186,17 @@ pub enum QueueName {
     Response,
     Retry,
     Scheduler,
+    /// The audit stream's DLQ: records of stream batches the audit writer gave up on.
+    Audit,
 }
 
 impl QueueName {
-    pub const ALL: [QueueName; 4] = [
+    pub const ALL: [QueueName; 5] = [
         QueueName::Request,
         QueueName::Response,
         QueueName::Retry,
         QueueName::Scheduler,
+        QueueName::Audit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -198,6 +205,7 @@ impl QueueName {
             QueueName::Response => "response",
             QueueName::Retry => "retry",
             QueueName::Scheduler => "scheduler",
+            QueueName::Audit => "audit",
         }
     }
 }

@@ -179,6 +179,7 @@ impl Target {
                 "--scheduler-dlq-url",
                 "SCHEDULER_DLQ_URL",
             ),
+            QueueName::Audit => (&self.args.audit_dlq_url, "--audit-dlq-url", "AUDIT_DLQ_URL"),
         };
         if let Some(u) = given {
             return Ok(u.clone());
@@ -193,6 +194,7 @@ impl Target {
             QueueName::Response => &n.response_queue,
             QueueName::Retry => &n.retry_queue,
             QueueName::Scheduler => &n.scheduler_dlq,
+            QueueName::Audit => &n.audit_dlq,
         };
         self.url_by_name(name).await
     }
@@ -516,6 +518,12 @@ pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output,
 /// their queue; the scheduler's DLQ (retry events the scheduler could not deliver)
 /// goes to the retry queue.
 async fn dlq_of(t: &Target, q: QueueName) -> Result<(String, String), CliError> {
+    if q == QueueName::Audit {
+        return Ok((
+            t.queue_url(QueueName::Audit).await?,
+            format!("the audit table `{}`", t.audit_table()?),
+        ));
+    }
     if q == QueueName::Scheduler {
         return Ok((
             t.queue_url(QueueName::Scheduler).await?,
@@ -602,19 +610,8 @@ pub async fn peek(t: &Target, q: QueueName, max: u64, dry_run: bool) -> Result<O
     // Visible again at once, a message may come back in the next page: stop when a
     // page brings nothing new.
     while (seen.len() as u64) < max {
-        let out = sqs
-            .receive_message()
-            .queue_url(&dlq_url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(0)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .map_err(|e| crate::error::sdk_error("ReceiveMessage", &dlq_url, e))?;
         let before = seen.len();
-        for m in out.messages.unwrap_or_default() {
+        for m in receive(&sqs, &dlq_url, 10, 0).await? {
             let Some(id) = m.message_id().map(str::to_owned) else {
                 continue;
             };
@@ -693,6 +690,124 @@ fn peeked_json(m: &aws_sdk_sqs::types::Message) -> Value {
     })
 }
 
+/// Audits what the audit writer gave up on: each message of the audit DLQ names a
+/// range of the table's stream; the range is read again (while the stream holds it,
+/// 24 h) and every change in it audited (idempotent: an entry already written is
+/// written again unchanged). A message whose range was audited is deleted; one whose
+/// range can no longer be read stays, and the output says which and why.
+async fn redrive_audit(t: &Target, max: Option<u64>) -> Result<Output, CliError> {
+    let dlq_url = t.queue_url(QueueName::Audit).await?;
+    let sqs = t.sqs();
+    let streams = aws_sdk_dynamodbstreams::Client::new(&t.sdk);
+    let writer = aws::audit::AuditWriter::new(
+        aws_sdk_dynamodb::Client::new(&t.sdk),
+        t.audit_table()?,
+        domain::defaults::AUDIT_RETENTION_DAYS,
+    );
+    let limit = max.unwrap_or(u64::MAX);
+    let (mut done, mut entries) = (0u64, 0usize);
+    let mut unread: Vec<Value> = Vec::new();
+    let mut looked: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    while done + (unread.len() as u64) < limit {
+        let messages = receive(&sqs, &dlq_url, 10, 30).await?;
+        if messages.is_empty() {
+            break;
+        }
+        for m in messages {
+            let id = m.message_id().unwrap_or_default().to_owned();
+            if !looked.insert(id.clone()) {
+                continue;
+            }
+            let body = m.body().unwrap_or_default();
+            let range = match aws::audit::StreamRange::from_failure_record(body) {
+                Ok(r) => r,
+                Err(why) => {
+                    unread.push(json!({"message_id": id, "why": why}));
+                    continue;
+                }
+            };
+            let changes = match aws::audit::read_range(&streams, &range).await {
+                Ok(c) => c,
+                Err(e) => {
+                    let why = format!(
+                        "the stream no longer gives shard {} from {} to {}: {}",
+                        range.shard_id,
+                        range.start,
+                        range.end,
+                        CliError::from(e)
+                    );
+                    unread.push(json!({"message_id": id, "why": why}));
+                    continue;
+                }
+            };
+            let batch = writer
+                .apply_batch(changes.iter().map(|c| (c.old.as_ref(), c.new.as_ref())))
+                .await;
+            if let Some(Err(e)) = batch.results.iter().find(|r| r.is_err()) {
+                unread.push(json!({"message_id": id, "why": format!("audit write failed: {e}")}));
+                continue;
+            }
+            entries += batch.entries_written();
+            delete(&sqs, &dlq_url, &m).await?;
+            done += 1;
+        }
+    }
+    let mut text = format!(
+        "audit: {done} stream range(s) read again from {dlq_url}, {entries} audit entr{} written\n",
+        if entries == 1 { "y" } else { "ies" }
+    );
+    for u in &unread {
+        text.push_str(&format!(
+            "  not audited: message {}: {}\n",
+            u["message_id"].as_str().unwrap_or("-"),
+            u["why"].as_str().unwrap_or("-")
+        ));
+    }
+    Ok(Output {
+        text,
+        json: json!({"queue": "audit", "ranges_audited": done, "entries_written": entries, "not_audited": unread}),
+    })
+}
+
+/// Receives up to `max` messages (every attribute) of `queue_url`, hidden for
+/// `visibility` seconds, waiting at most a second for the first.
+async fn receive(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    max: i32,
+    visibility: i32,
+) -> Result<Vec<aws_sdk_sqs::types::Message>, CliError> {
+    let out = sqs
+        .receive_message()
+        .queue_url(queue_url)
+        .max_number_of_messages(max)
+        .wait_time_seconds(1)
+        .visibility_timeout(visibility)
+        .message_attribute_names("All")
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .map_err(|e| crate::error::sdk_error("ReceiveMessage", queue_url, e))?;
+    Ok(out.messages.unwrap_or_default())
+}
+
+/// Deletes a received message from `queue_url`.
+async fn delete(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    m: &aws_sdk_sqs::types::Message,
+) -> Result<(), CliError> {
+    if let Some(rh) = m.receipt_handle() {
+        sqs.delete_message()
+            .queue_url(queue_url)
+            .receipt_handle(rh)
+            .send()
+            .await
+            .map_err(|e| crate::error::sdk_error("DeleteMessage", queue_url, e))?;
+    }
+    Ok(())
+}
+
 /// Moves the messages of a dead-letter queue back to its source: the request,
 /// response and retry DLQs (named by each queue's redrive policy) to their queue; the
 /// scheduler's DLQ (retry events the scheduler could not deliver) to the retry queue.
@@ -700,23 +815,16 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
     if max == Some(0) {
         return Err(CliError::bad("--max", "0", "must be at least 1"));
     }
+    if q == QueueName::Audit {
+        return redrive_audit(t, max).await;
+    }
     let sqs = t.sqs();
     let (dlq_url, target_url) = dlq_of(t, q).await?;
     let mut moved = 0u64;
     let limit = max.unwrap_or(u64::MAX);
     while moved < limit {
-        let out = sqs
-            .receive_message()
-            .queue_url(&dlq_url)
-            .max_number_of_messages(i32::try_from((limit - moved).min(10)).unwrap_or(10))
-            .wait_time_seconds(1)
-            .visibility_timeout(30)
-            .message_attribute_names("All")
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .send()
-            .await
-            .map_err(|e| crate::error::sdk_error("ReceiveMessage", &dlq_url, e))?;
-        let messages = out.messages.unwrap_or_default();
+        let page = i32::try_from((limit - moved).min(10)).unwrap_or(10);
+        let messages = receive(&sqs, &dlq_url, page, 30).await?;
         if messages.is_empty() {
             break;
         }
@@ -739,14 +847,7 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
             send.send()
                 .await
                 .map_err(|e| crate::error::sdk_error("SendMessage", &target_url, e))?;
-            if let Some(rh) = m.receipt_handle() {
-                sqs.delete_message()
-                    .queue_url(&dlq_url)
-                    .receipt_handle(rh)
-                    .send()
-                    .await
-                    .map_err(|e| crate::error::sdk_error("DeleteMessage", &dlq_url, e))?;
-            }
+            delete(&sqs, &dlq_url, &m).await?;
             moved += 1;
         }
     }

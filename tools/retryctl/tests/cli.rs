@@ -764,3 +764,126 @@ async fn refusals_say_what_to_do_instead_and_do_not_echo_big_payloads() {
         r.stderr.len()
     );
 }
+
+/// GIVEN a transaction whose audit entries are missing (the audit writer gave up on
+/// its stream batch) and the audit DLQ holding the batch's on-failure record WHEN
+/// `redrive audit` runs THEN the range is read again from the stream and the entries
+/// are back; a record naming a shard the stream does not have is left, with why.
+#[tokio::test(flavor = "multi_thread")]
+async fn redrive_audit_reads_the_stream_range_again() {
+    let s = fast();
+    let id = "TX-AUDIT-1";
+    let r = retryctl(s, &["submit", id, "--payload", "{}", "--max-attempts", "1"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    wait_status(s, id, "FAILED", LONG).await;
+
+    let sdk = aws::local::sdk_config(&s.endpoint).await;
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let audit_table = format!("{}-audit", s.prefix);
+    // The audit writer "gave up": its entries are gone.
+    let items = ddb
+        .query()
+        .table_name(&audit_table)
+        .key_condition_expression("#id = :id")
+        .expression_attribute_names("#id", "transaction_id")
+        .expression_attribute_values(":id", aws_sdk_dynamodb::types::AttributeValue::S(id.into()))
+        .send()
+        .await
+        .unwrap();
+    assert!(!items.items().is_empty());
+    for item in items.items() {
+        let key: std::collections::HashMap<_, _> = ["transaction_id", "audit_key"]
+            .iter()
+            .map(|k| ((*k).to_owned(), item[*k].clone()))
+            .collect();
+        ddb.delete_item()
+            .table_name(&audit_table)
+            .set_key(Some(key))
+            .send()
+            .await
+            .unwrap();
+    }
+    let shown = retryctl(s, &["show", id, "--json"]).await.json();
+    assert_eq!(shown["timeline"].as_array().unwrap().len(), 0);
+
+    // The on-failure record of the batch: the whole shard so far.
+    let stream_arn = ddb
+        .describe_table()
+        .table_name(format!("{}-transactions", s.prefix))
+        .send()
+        .await
+        .unwrap()
+        .table()
+        .unwrap()
+        .latest_stream_arn()
+        .unwrap()
+        .to_owned();
+    let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
+    let shard = streams
+        .describe_stream()
+        .stream_arn(&stream_arn)
+        .send()
+        .await
+        .unwrap()
+        .stream_description()
+        .unwrap()
+        .shards()[0]
+        .clone();
+    let start = shard
+        .sequence_number_range()
+        .unwrap()
+        .starting_sequence_number()
+        .unwrap()
+        .to_owned();
+    let record = |shard_id: &str| {
+        serde_json::json!({
+            "requestContext": {"condition": "RetryAttemptsExhausted", "approximateInvokeCount": 3},
+            "version": "1.0",
+            "DDBStreamBatchInfo": {
+                "shardId": shard_id,
+                "startSequenceNumber": start,
+                "endSequenceNumber": "9".repeat(start.len()),
+                "batchSize": 10,
+                "streamArn": stream_arn,
+            }
+        })
+        .to_string()
+    };
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let dlq = sqs
+        .get_queue_url()
+        .queue_name(format!("{}-audit-dlq", s.prefix))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned();
+    for body in [record(shard.shard_id().unwrap()), record("shardId-nope")] {
+        sqs.send_message()
+            .queue_url(&dlq)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let r = retryctl(s, &["redrive", "audit", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(v["ranges_audited"], 1, "{v}");
+    assert!(v["entries_written"].as_u64().unwrap() >= 2, "{v}");
+    let left = v["not_audited"].as_array().unwrap();
+    assert_eq!(left.len(), 1, "{v}");
+    assert!(
+        left[0]["why"].as_str().unwrap().contains("shardId-nope"),
+        "{v}"
+    );
+    let shown = retryctl(s, &["show", id, "--json"]).await.json();
+    let timeline = shown["timeline"].as_array().unwrap();
+    assert_eq!(timeline.len(), 2, "{shown}");
+    assert_eq!(timeline[1]["to"], "FAILED");
+    // The unreadable record stays in the DLQ for a human.
+    let st = retryctl(s, &["stats", "--json"]).await.json();
+    assert_eq!(st["dlq_depths"]["audit"], 1, "{st}");
+}
