@@ -6,7 +6,7 @@
 #      (calls, DynamoDB units by the published rules, SQS, scheduler, Lambda), dollars
 #      per million retries beside Step Functions, Lambda durable functions and a
 #      sleeping process, binary sizes and cold init, and a burst of 10,000 CANCELLED
-#      responses through the local stack, on scripts/moto_server_fast.py (moto with
+#      responses through the local stack, on scripts/moto_server_patched.py (moto with
 #      speed fixes to its SQS backend; stock moto never drains a 10,000 backlog).
 # At the end the summary block is copied into README.md (scripts/sync-readme-bench.sh).
 # BENCH_BURST=N sets the burst size (default 10000; 0 skips it). At the template's
@@ -40,7 +40,7 @@ if [ "$#" -gt 0 ]; then command="$command $*"; fi
   --bin-dir "$CARGO_TARGET_DIR/release" \
   --built-with "\`cargo build --release\` for $host (release profile: thin LTO, 1 codegen unit, symbols stripped, panic = unwind)" \
   --burst "$burst" \
-  --burst-moto-server scripts/moto_server_fast.py \
+  --burst-moto-server scripts/moto_server_patched.py \
   --command "$command" \
   "$@"
 bash scripts/sync-readme-bench.sh

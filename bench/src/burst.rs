@@ -58,7 +58,7 @@ pub struct BurstSpec {
     /// How often the scheduler emulator lists the schedule group.
     pub scheduler_tick: Duration,
     /// The moto server program the stack runs on (`moto_server`, or
-    /// `scripts/moto_server_fast.py` for large bursts).
+    /// `scripts/moto_server_patched.py` for large bursts).
     pub moto_program: String,
 }
 

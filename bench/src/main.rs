@@ -64,7 +64,7 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     burst_scheduler_tick_ms: u64,
     /// The moto server program the burst's local stack runs on (a 10,000-response burst
-    /// needs `scripts/moto_server_fast.py`; see that file).
+    /// needs `scripts/moto_server_patched.py`; see that file).
     #[arg(long, default_value = "moto_server")]
     burst_moto_server: String,
     /// A sentence printed under the burst results.

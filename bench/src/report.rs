@@ -969,7 +969,7 @@ pub fn render(r: &Report) -> String {
             "The burst's moto server: `{server}`. Stock moto's SQS computes every queue attribute \
              (three of them scans of the whole queue) on each message sent and received, and reads the \
              clock through datetime arithmetic for every message it scans, so its cost per call grows \
-             with the backlog and a 10,000-message backlog never drains. `scripts/moto_server_fast.py` \
+             with the backlog and a 10,000-message backlog never drains. `scripts/moto_server_patched.py` \
              is moto's own server with three speed fixes that change no API answer (the clock read with \
              `time.time()`; the three message counters computed only inside GetQueueAttributes, once per \
              call; the per-message retention check reading the one attribute it needs); \

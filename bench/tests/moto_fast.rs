@@ -1,4 +1,4 @@
-//! `scripts/moto_server_fast.py` (the burst's moto server) answers a sequence of SQS
+//! `scripts/moto_server_patched.py` (the moto server every local run uses) answers a sequence of SQS
 //! calls exactly as stock `moto_server` does: queue counters (visible, in flight,
 //! delayed) through GetQueueAttributes by name and with `All`, what is received under
 //! visibility timeouts, and redrive to the dead-letter queue after maxReceiveCount.
@@ -9,10 +9,7 @@ use aws::local::MotoServer;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use std::collections::BTreeMap;
 
-const FAST: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../scripts/moto_server_fast.py"
-);
+const FAST: &str = MotoServer::PROGRAM;
 
 /// Counters of a queue, asked for by name.
 async fn counters(sqs: &aws_sdk_sqs::Client, url: &str) -> (String, String, String) {
@@ -169,7 +166,7 @@ async fn observe(program: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fast_server_answers_as_stock_moto_does() {
-    let stock = observe("moto_server").await;
+    let stock = observe(MotoServer::STOCK).await;
     let fast = observe(FAST).await;
     println!("{stock:#?}");
     assert_eq!(fast, stock);

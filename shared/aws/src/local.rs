@@ -1,7 +1,8 @@
 //! A real AWS API server on loopback (moto server) for tests and the local stack.
 //!
-//! [`MotoServer::start`] launches `moto_server -H 127.0.0.1 -p <free port>` (the binary
-//! is found on `PATH`; `. scripts/tools.sh` puts it there), waits until it answers
+//! [`MotoServer::start`] launches `scripts/moto_server_patched.py -H 127.0.0.1 -p
+//! <free port>` (moto's server with fixes; moto is found through the `python3` on
+//! `PATH`, which `. scripts/tools.sh` sets), waits until it answers
 //! and stops it when dropped. The server is started through a small `sh` watchdog that
 //! holds a pipe from this process: when this process ends for any reason — including
 //! a test binary exiting with the shared server still in a `static` — the pipe
@@ -55,8 +56,16 @@ pub struct MotoServer {
 }
 
 impl MotoServer {
-    /// The stock moto server executable.
-    pub const PROGRAM: &'static str = "moto_server";
+    /// The moto server the local stack, the tests and the benchmarks run: moto with
+    /// the fixes of `scripts/moto_server_patched.py` (each DynamoDB request atomic, a
+    /// cancelled transaction undoing only its own items, SQS speed fixes). Run from
+    /// the repository (the path is the checkout's).
+    pub const PROGRAM: &'static str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/moto_server_patched.py"
+    );
+    /// Stock `moto_server`, for the tests that compare the two.
+    pub const STOCK: &'static str = "moto_server";
     /// How long a start waits for the server to answer.
     pub const START_WAIT: Duration = Duration::from_secs(60);
 

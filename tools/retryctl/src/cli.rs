@@ -221,11 +221,9 @@ pub struct DemoArgs {
     /// Probability that the external service answers CANCELLED.
     #[arg(long, default_value_t = 0.5)]
     pub cancel_probability: f64,
-    /// Probability that an answer reaches the response queue twice. Default 0: moto
-    /// does not make a conditional write atomic against a concurrent one on the same
-    /// item (DynamoDB does), so two copies handled at the same instant can both pass a
-    /// condition there and the checks would flag moto, not the pattern.
-    #[arg(long, default_value_t = 0.0)]
+    /// Probability that an answer reaches the response queue twice (the response
+    /// handler must absorb the copy: its metrics count it).
+    #[arg(long, default_value_t = 0.05)]
     pub duplicate_responses: f64,
     /// External service latency, lower bound (ms).
     #[arg(long, default_value_t = 20)]

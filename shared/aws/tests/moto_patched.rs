@@ -1,0 +1,355 @@
+//! The moto server every local run uses (`scripts/moto_server_patched.py`) keeps two
+//! promises of DynamoDB that stock `moto_server` breaks under concurrent requests, and
+//! answers as stock moto does when requests do not overlap:
+//!
+//! - a cancelled TransactWriteItems undoes only its own items: stock moto puts back a
+//!   copy of every table it touched, erasing writes other requests acknowledged in
+//!   between, and replaces the table's stream shard, so a stream reader stops seeing
+//!   changes;
+//! - a conditional write is atomic: two concurrent "claim if unclaimed" updates of one
+//!   item cannot both succeed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use aws::local::MotoServer;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem, Update,
+};
+use aws_sdk_dynamodb::Client;
+
+const TABLE: &str = "race";
+/// Acknowledged increments per round.
+const INCREMENTS: usize = 60;
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+async fn table(ddb: &Client) {
+    ddb.create_table()
+        .table_name(TABLE)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .stream_specification(
+            StreamSpecification::builder()
+                .stream_enabled(true)
+                .stream_view_type(StreamViewType::NewAndOldImages)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A transaction whose condition fails: it is cancelled.
+async fn cancelled_transaction(ddb: &Client, round: usize) {
+    let update = Update::builder()
+        .table_name(TABLE)
+        .key("pk", s(&format!("other-{round}")))
+        .update_expression("SET #v = :v")
+        .condition_expression("attribute_exists(#v)")
+        .expression_attribute_names("#v", "v")
+        .expression_attribute_values(":v", s("x"))
+        .build()
+        .unwrap();
+    let r = ddb
+        .transact_write_items()
+        .transact_items(TransactWriteItem::builder().update(update).build())
+        .send()
+        .await;
+    assert!(r.is_err(), "the condition cannot hold: cancelled");
+}
+
+/// One round on `counter-<round>`: INCREMENTS acknowledged ADDs racing cancelled
+/// transactions on the same table. Returns the counter's final value.
+async fn increments_racing_cancellations(ddb: &Client, round: usize) -> usize {
+    let key = format!("counter-{round}");
+    let adds = (0..INCREMENTS).map(|_| {
+        let ddb = ddb.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            ddb.update_item()
+                .table_name(TABLE)
+                .key("pk", s(&key))
+                .update_expression("ADD #n :one")
+                .expression_attribute_names("#n", "n")
+                .expression_attribute_values(":one", AttributeValue::N("1".into()))
+                .send()
+                .await
+                .unwrap();
+        })
+    });
+    let cancels = (0..INCREMENTS).map(|_| {
+        let ddb = ddb.clone();
+        tokio::spawn(async move { cancelled_transaction(&ddb, round).await })
+    });
+    let tasks: Vec<_> = adds.chain(cancels).collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let item = ddb
+        .get_item()
+        .table_name(TABLE)
+        .key("pk", s(&key))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    item.item()
+        .and_then(|i| i.get("n"))
+        .and_then(|n| n.as_n().ok())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Concurrent "claim if unclaimed" updates of one item: how many succeeded.
+async fn concurrent_claims(ddb: &Client, round: usize) -> usize {
+    let key = format!("claim-{round}");
+    let tasks: Vec<_> = (0..INCREMENTS)
+        .map(|i| {
+            let ddb = ddb.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                ddb.update_item()
+                    .table_name(TABLE)
+                    .key("pk", s(&key))
+                    .update_expression("SET #o = :me")
+                    .condition_expression("attribute_not_exists(#o)")
+                    .expression_attribute_names("#o", "owner")
+                    .expression_attribute_values(":me", s(&i.to_string()))
+                    .send()
+                    .await
+                    .is_ok()
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for t in tasks {
+        won += usize::from(t.await.unwrap());
+    }
+    won
+}
+
+/// Runs `rounds` rounds on `program`: (writes lost, extra claims) summed over them.
+async fn anomalies(program: &str, rounds: usize) -> (usize, usize) {
+    let moto = MotoServer::launch(program)
+        .await
+        .expect("moto (. scripts/tools.sh)");
+    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let ddb = Client::new(&sdk);
+    table(&ddb).await;
+    let (mut lost, mut extra) = (0, 0);
+    for round in 0..rounds {
+        lost += INCREMENTS - increments_racing_cancellations(&ddb, round).await;
+        extra += concurrent_claims(&ddb, round).await.saturating_sub(1);
+    }
+    moto.stop().await;
+    (lost, extra)
+}
+
+/// GIVEN acknowledged writes racing cancelled transactions, and concurrent
+/// conditional claims of one item WHEN run on stock moto THEN writes are lost or a
+/// claim is won twice; on the patched server, over as many rounds, never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn stock_moto_loses_acknowledged_writes_and_the_patched_server_does_not() {
+    let rounds = 5;
+    let (lost, extra) = anomalies(MotoServer::STOCK, rounds).await;
+    println!("stock moto_server, {rounds} rounds: {lost} acknowledged writes lost, {extra} extra claims won");
+    assert!(
+        lost + extra > 0,
+        "stock moto showed neither anomaly in {rounds} rounds: the test no longer proves the fix"
+    );
+    let (lost, extra) = anomalies(MotoServer::PROGRAM, rounds).await;
+    println!("patched server, {rounds} rounds: {lost} acknowledged writes lost, {extra} extra claims won");
+    assert_eq!((lost, extra), (0, 0));
+}
+
+/// GIVEN a stream reader WHEN a transaction is cancelled on the patched server THEN
+/// later changes still reach the reader (stock moto swaps the stream shard for its
+/// copy and the reader's iterator stops seeing anything).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_transaction_does_not_blind_a_stream_reader() {
+    for (program, keeps_reading) in [(MotoServer::STOCK, false), (MotoServer::PROGRAM, true)] {
+        let moto = MotoServer::launch(program).await.unwrap();
+        let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+        let ddb = Client::new(&sdk);
+        table(&ddb).await;
+        let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
+        let arn = ddb
+            .describe_table()
+            .table_name(TABLE)
+            .send()
+            .await
+            .unwrap()
+            .table()
+            .unwrap()
+            .latest_stream_arn()
+            .unwrap()
+            .to_owned();
+        let put = |k: &'static str| {
+            let ddb = ddb.clone();
+            async move {
+                ddb.put_item()
+                    .table_name(TABLE)
+                    .item("pk", s(k))
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        };
+        put("first").await;
+        let mut position = aws::audit::StreamPosition::default();
+        let seen = aws::audit::drain_stream(&streams, &arn, &mut position)
+            .await
+            .unwrap();
+        assert_eq!(seen.len(), 1, "{program}");
+        cancelled_transaction(&ddb, 0).await;
+        put("second").await;
+        let seen = aws::audit::drain_stream(&streams, &arn, &mut position)
+            .await
+            .unwrap();
+        assert_eq!(
+            seen.len() == 1,
+            keeps_reading,
+            "{program}: the change after the cancelled transaction seen: {seen:?}"
+        );
+        moto.stop().await;
+    }
+}
+
+/// Runs a sequence of DynamoDB calls, one at a time, and returns what each answered:
+/// conditional writes that hold and fail (with ALL_OLD), transactions applied and
+/// cancelled (with their reasons), the items and the stream records after them.
+async fn observe(program: &str) -> Vec<String> {
+    let moto = MotoServer::launch(program).await.unwrap();
+    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let ddb = Client::new(&sdk);
+    table(&ddb).await;
+    let mut seen = Vec::new();
+    let update = |key: &str, cond: &str| {
+        Update::builder()
+            .table_name(TABLE)
+            .key("pk", s(key))
+            .update_expression("SET #v = :v")
+            .condition_expression(cond)
+            .expression_attribute_names("#v", "v")
+            .expression_attribute_values(":v", s(key))
+            .build()
+            .unwrap()
+    };
+    for (key, cond) in [
+        ("a", "attribute_not_exists(#v)"),
+        ("a", "attribute_not_exists(#v)"),
+        ("a", "#v = :v"),
+    ] {
+        let r = ddb
+            .update_item()
+            .table_name(TABLE)
+            .key("pk", s(key))
+            .update_expression("SET #v = :v")
+            .condition_expression(cond)
+            .expression_attribute_names("#v", "v")
+            .expression_attribute_values(":v", s(key))
+            .return_values_on_condition_check_failure(
+                aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
+            )
+            .send()
+            .await;
+        seen.push(match r {
+            Ok(_) => format!("update {key} if {cond}: ok"),
+            Err(e) => format!(
+                "update {key} if {cond}: {:?}",
+                e.as_service_error().map(|x| x.to_string())
+            ),
+        });
+    }
+    for items in [
+        vec![
+            ("b", "attribute_not_exists(#v)"),
+            ("c", "attribute_not_exists(#v)"),
+        ],
+        vec![
+            ("d", "attribute_not_exists(#v)"),
+            ("a", "attribute_not_exists(#v)"),
+        ],
+    ] {
+        let mut t = ddb.transact_write_items();
+        for (key, cond) in &items {
+            t = t.transact_items(
+                TransactWriteItem::builder()
+                    .update(update(key, cond))
+                    .build(),
+            );
+        }
+        seen.push(match t.send().await {
+            Ok(_) => format!("transaction {items:?}: ok"),
+            Err(e) => format!(
+                "transaction {items:?}: {:?}",
+                e.as_service_error().map(|x| x.to_string())
+            ),
+        });
+    }
+    let scan = ddb.scan().table_name(TABLE).send().await.unwrap();
+    let mut keys: Vec<String> = scan
+        .items()
+        .iter()
+        .map(|i| format!("{:?}", i.get("pk")))
+        .collect();
+    keys.sort();
+    seen.push(format!("items {keys:?}"));
+    let arn = ddb
+        .describe_table()
+        .table_name(TABLE)
+        .send()
+        .await
+        .unwrap()
+        .table()
+        .unwrap()
+        .latest_stream_arn()
+        .unwrap()
+        .to_owned();
+    let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
+    let changes = aws::audit::drain_stream(&streams, &arn, &mut Default::default())
+        .await
+        .unwrap();
+    seen.push(format!(
+        "stream {:?}",
+        changes
+            .iter()
+            .map(|c| (c.event_name.clone(), c.new.is_some()))
+            .collect::<Vec<_>>()
+    ));
+    moto.stop().await;
+    seen
+}
+
+/// GIVEN the same DynamoDB calls, one at a time WHEN run on stock moto and on the
+/// patched server THEN every answer, the items and the stream records are the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_overlap_the_patched_server_answers_as_stock_moto_does() {
+    let stock = observe(MotoServer::STOCK).await;
+    let patched = observe(MotoServer::PROGRAM).await;
+    assert!(
+        stock.iter().any(|l| l.contains("ConditionalCheckFailed")),
+        "{stock:#?}"
+    );
+    assert!(
+        stock.iter().any(|l| l.contains("TransactionCanceled")),
+        "{stock:#?}"
+    );
+    assert_eq!(stock, patched);
+}
