@@ -55,6 +55,17 @@ async fn table(ddb: &Client) {
         .unwrap();
 }
 
+/// The table's stream.
+async fn stream_arn(ddb: &Client) -> String {
+    let table = ddb.describe_table().table_name(TABLE).send().await.unwrap();
+    table
+        .table()
+        .unwrap()
+        .latest_stream_arn()
+        .unwrap()
+        .to_owned()
+}
+
 /// A transaction whose condition fails: it is cancelled.
 async fn cancelled_transaction(ddb: &Client, round: usize) {
     let update = Update::builder()
@@ -189,17 +200,7 @@ async fn a_cancelled_transaction_does_not_blind_a_stream_reader() {
         let ddb = Client::new(&sdk);
         table(&ddb).await;
         let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
-        let arn = ddb
-            .describe_table()
-            .table_name(TABLE)
-            .send()
-            .await
-            .unwrap()
-            .table()
-            .unwrap()
-            .latest_stream_arn()
-            .unwrap()
-            .to_owned();
+        let arn = stream_arn(&ddb).await;
         let put = |k: &'static str| {
             let ddb = ddb.clone();
             async move {
@@ -311,17 +312,7 @@ async fn observe(program: &str) -> Vec<String> {
         .collect();
     keys.sort();
     seen.push(format!("items {keys:?}"));
-    let arn = ddb
-        .describe_table()
-        .table_name(TABLE)
-        .send()
-        .await
-        .unwrap()
-        .table()
-        .unwrap()
-        .latest_stream_arn()
-        .unwrap()
-        .to_owned();
+    let arn = stream_arn(&ddb).await;
     let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
     let changes = aws::audit::drain_stream(&streams, &arn, &mut Default::default())
         .await
