@@ -608,16 +608,20 @@ impl StreamRange {
         })
     }
 
-    /// True when `seq` is within the range (sequence numbers are decimal strings of
-    /// up to 40 digits: compared by length, then digit by digit).
+    /// True when `seq` is within the range.
     pub fn contains(&self, seq: &str) -> bool {
-        let key = |x: &str| (x.len(), x.to_owned());
-        key(seq) >= key(&self.start) && key(seq) <= key(&self.end)
+        (seq_order(&self.start)..=seq_order(&self.end)).contains(&seq_order(seq))
     }
 
     fn past_end(&self, seq: &str) -> bool {
-        (seq.len(), seq) > (self.end.len(), self.end.as_str())
+        seq_order(seq) > seq_order(&self.end)
     }
+}
+
+/// A stream sequence number in numeric order: they are decimal strings of up to 40
+/// digits, compared by length, then digit by digit.
+fn seq_order(seq: &str) -> (usize, &str) {
+    (seq.len(), seq)
 }
 
 /// Reads the records of `range` again, while the stream still holds them (24 h). A
@@ -850,6 +854,22 @@ mod tests {
         b.updated_at = a.updated_at.plus_millis(3);
         let entries = vec![change(r, &a), change(&a, &b)];
         (b, entries)
+    }
+
+    #[test]
+    fn a_stream_range_orders_sequence_numbers_as_numbers() {
+        let r = StreamRange {
+            stream_arn: "arn".into(),
+            shard_id: "shard".into(),
+            start: "900".into(),
+            end: "1100".into(),
+        };
+        // As text "1000" < "900"; as numbers it is inside the range.
+        assert!(r.contains("1000"));
+        assert!(r.contains("900") && r.contains("1100"));
+        assert!(!r.contains("899") && !r.contains("1101"));
+        assert!(r.past_end("1101") && r.past_end("10000"));
+        assert!(!r.past_end("1100") && !r.past_end("999"));
     }
 
     #[test]

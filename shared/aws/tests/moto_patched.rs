@@ -93,25 +93,23 @@ async fn increments_racing_cancellations(ddb: &Client, round: usize) -> usize {
         let ddb = ddb.clone();
         let key = key.clone();
         tokio::spawn(async move {
-            ddb.update_item()
-                .table_name(TABLE)
-                .key("pk", s(&key))
-                .update_expression("ADD #n :one")
-                .expression_attribute_names("#n", "n")
-                .expression_attribute_values(":one", AttributeValue::N("1".into()))
-                .send()
-                .await
-                .unwrap();
+            update_of(
+                &ddb,
+                &key,
+                "ADD #n :value",
+                "n",
+                AttributeValue::N("1".into()),
+            )
+            .send()
+            .await
+            .unwrap();
         })
     });
     let cancels = (0..INCREMENTS).map(|_| {
         let ddb = ddb.clone();
         tokio::spawn(async move { cancelled_transaction(&ddb, round).await })
     });
-    let tasks: Vec<_> = adds.chain(cancels).collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
+    joined(adds.chain(cancels).collect()).await;
     let item = ddb
         .get_item()
         .table_name(TABLE)
@@ -130,29 +128,51 @@ async fn increments_racing_cancellations(ddb: &Client, round: usize) -> usize {
 /// Concurrent "claim if unclaimed" updates of one item: how many succeeded.
 async fn concurrent_claims(ddb: &Client, round: usize) -> usize {
     let key = format!("claim-{round}");
-    let tasks: Vec<_> = (0..INCREMENTS)
+    let tasks = (0..INCREMENTS)
         .map(|i| {
             let ddb = ddb.clone();
             let key = key.clone();
             tokio::spawn(async move {
-                ddb.update_item()
-                    .table_name(TABLE)
-                    .key("pk", s(&key))
-                    .update_expression("SET #o = :me")
-                    .condition_expression("attribute_not_exists(#o)")
-                    .expression_attribute_names("#o", "owner")
-                    .expression_attribute_values(":me", s(&i.to_string()))
-                    .send()
-                    .await
-                    .is_ok()
+                update_of(
+                    &ddb,
+                    &key,
+                    "SET #owner = :value",
+                    "owner",
+                    s(&i.to_string()),
+                )
+                .condition_expression("attribute_not_exists(#owner)")
+                .send()
+                .await
+                .is_ok()
             })
         })
         .collect();
-    let mut won = 0;
+    joined(tasks).await.into_iter().filter(|won| *won).count()
+}
+
+/// Waits for every task, in order; their results.
+async fn joined<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
-        won += usize::from(t.await.unwrap());
+        out.push(t.await.unwrap());
     }
-    won
+    out
+}
+
+/// An UpdateItem of `key` in the test table setting `#attr` from `:value`.
+fn update_of(
+    ddb: &Client,
+    key: &str,
+    expression: &str,
+    attr: &str,
+    value: AttributeValue,
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    ddb.update_item()
+        .table_name(TABLE)
+        .key("pk", s(key))
+        .update_expression(expression)
+        .expression_attribute_names(format!("#{attr}"), attr)
+        .expression_attribute_values(":value", value)
 }
 
 /// Runs `rounds` rounds on `program`: (writes lost, extra claims) summed over them.

@@ -456,7 +456,7 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
     let result = done.ack.label();
     // Already SUCCEEDED by the external service's own answer, not by an operator:
     // say so rather than "already resolved".
-    if result == "already-resolved" {
+    if done.ack == domain::decide::Ack::AlreadyResolved {
         let rec = read_record(&store, &id).await?;
         if rec.status == domain::Status::Succeeded
             && rec.last_actor != domain::machine::Actor::Operator

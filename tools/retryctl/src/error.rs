@@ -146,15 +146,21 @@ impl CliError {
     }
 }
 
-impl From<PortError> for CliError {
+impl From<PortError> for AwsFailure {
     fn from(e: PortError) -> Self {
-        CliError::AwsCall(AwsFailure {
+        AwsFailure {
             operation: e.operation.to_owned(),
             resource: None,
             cause: e.cause,
             detail: e.message,
             hint: None,
-        })
+        }
+    }
+}
+
+impl From<PortError> for CliError {
+    fn from(e: PortError) -> Self {
+        CliError::AwsCall(e.into())
     }
 }
 
@@ -168,13 +174,10 @@ pub fn sdk_error<E>(
 where
     E: std::error::Error + aws_sdk_dynamodb::error::ProvideErrorMetadata + Send + Sync + 'static,
 {
-    match CliError::from(aws::errors::classify(operation, &e, |_| None)) {
-        CliError::AwsCall(mut a) => {
-            a.resource = Some(resource.to_owned());
-            CliError::AwsCall(a)
-        }
-        other => other,
-    }
+    CliError::AwsCall(AwsFailure {
+        resource: Some(resource.to_owned()),
+        ..aws::errors::classify(operation, &e, |_| None).into()
+    })
 }
 
 /// Where the command looked: what a hint names.

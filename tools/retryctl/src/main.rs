@@ -22,6 +22,22 @@ macro_rules! outln {
     }};
 }
 
+/// Prints a command's output: its JSON document (with the schema version) under
+/// `--json`, else its text.
+fn print(json: bool, out: Output) {
+    if !json {
+        out!("{}", out.text);
+        return;
+    }
+    let mut doc = out.json;
+    if let Some(o) = doc.as_object_mut() {
+        o.insert("schema_version".into(), retryctl::SCHEMA_VERSION.into());
+    }
+    if !doc.is_null() {
+        outln!("{doc}");
+    }
+}
+
 fn init_logs(demo: bool) {
     // Logs go to stderr (stdout carries the command's output); quiet by default. The
     // demo also silences the functions' own logs (they would tear the progress bar);
@@ -60,18 +76,10 @@ async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliEr
         if report.ok() {
             return Ok(Output { text, json });
         }
-        if cli.json {
-            outln!("{json}");
-        } else {
-            out!("{text}");
-        }
+        print(cli.json, Output { text, json });
         return Err(failed());
     };
-    if cli.json {
-        outln!("{json}");
-    } else {
-        out!("{text}");
-    }
+    print(cli.json, Output { text, json });
     eprintln!(
         "\nThe local stack keeps running until Ctrl-C. From another shell:\n  \
          export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} RECONCILE_THRESHOLD_SECONDS={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
@@ -130,11 +138,7 @@ async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, C
     if report.ok {
         return Ok(Output { text, json });
     }
-    if cli.json {
-        outln!("{json}");
-    } else {
-        out!("{text}");
-    }
+    print(cli.json, Output { text, json });
     Err(CliError::VerifyFailed(format!(
         "{} check(s) failed",
         report.failed
@@ -242,17 +246,7 @@ fn main() -> ExitCode {
     let result = rt.block_on(run(&cli));
     match result {
         Ok(out) => {
-            if cli.json {
-                let mut json = out.json;
-                if let Some(o) = json.as_object_mut() {
-                    o.insert("schema_version".into(), retryctl::SCHEMA_VERSION.into());
-                }
-                if !json.is_null() {
-                    outln!("{json}");
-                }
-            } else {
-                out!("{}", out.text);
-            }
+            print(cli.json, out);
             ExitCode::SUCCESS
         }
         Err(e) => {
