@@ -551,7 +551,7 @@ async fn audit_item_size(
         .await
         .map_err(|e| step("GetItem", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
     out.item()
-        .map(aws::size::item_size)
+        .map(testkit::size::item_size)
         .ok_or_else(|| step("audit writer", format!("no audit item ({tx}, {group})")))
 }
 

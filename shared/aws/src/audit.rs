@@ -942,7 +942,7 @@ mod tests {
         let send = vec![change(&scheduled, &sending), change(&sending, &out)];
         assert_eq!(send[0].group_key(), send[1].group_key());
         for run in [answer, send] {
-            let size = crate::size::item_size(&group_item(&run, 365));
+            let size = testkit::size::item_size(&group_item(&run, 365));
             assert!(size < 1024, "{size} bytes: {run:?}");
             assert!(size > 2 * 150, "{size} bytes: both entries are in it");
         }

@@ -17,5 +17,4 @@ pub mod local;
 pub mod meter;
 pub mod provision;
 pub mod scheduler;
-pub mod size;
 pub mod sqs;

@@ -6,7 +6,10 @@
 //!
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
 //!   caller (access key id), service, operation and resource ARNs.
+//! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
+//!   bills and the audit tests bound).
 
 pub mod oracle;
 pub mod ports;
 pub mod proxy;
+pub mod size;
