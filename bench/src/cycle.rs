@@ -22,7 +22,6 @@ use aws::audit::{drain_stream, AuditWriter, Audited, StreamChange, StreamPositio
 use aws::config::{AuditWriterConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
 use aws::item::{flat_from_dynamodb, FlatItem, Scalar};
 use aws::meter::{CallCounts, CallMeter};
-use aws::provision::{provision, table_definitions, IndexDef, Provisioned};
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::exec::StartPorts;
@@ -31,6 +30,7 @@ use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
 use runtime::Metrics;
 use std::collections::HashMap;
+use testkit::provision::{provision, table_definitions, IndexDef, Provisioned};
 use thiserror::Error;
 
 #[derive(Debug, Error)]

@@ -28,7 +28,7 @@
 //! "Global secondary indexes: write activity", "Transactions: capacity management".
 
 use aws::item::{FlatItem, Scalar};
-use aws::provision::IndexDef;
+use testkit::provision::IndexDef;
 use testkit::size::number_size;
 
 /// Bytes per write request unit.

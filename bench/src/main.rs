@@ -152,7 +152,7 @@ async fn main() {
         .unwrap_or_else(|| target_dir().join("release"));
     let sizes = init::sizes(&bin_dir);
     let names = aws::config::StackNames::new(&aws::local::unique_prefix("init"));
-    let provisioned = aws::provision::provision(&sdk, &names)
+    let provisioned = testkit::provision::provision(&sdk, &names)
         .await
         .unwrap_or_else(|e| fail("provisioning for cold init", e));
     let mut inits = Vec::new();

@@ -13,7 +13,6 @@ use aws::audit::{drain_stream, AuditWriter, StreamPosition};
 use aws::config::StackNames;
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws::local::{self, MotoServer};
-use aws::provision::{provision, Provisioned};
 use aws::sqs::SqsRequestPublisher;
 use aws_sdk_sqs::types::Message;
 use domain::exec::StartPorts;
@@ -26,6 +25,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::provision::{provision, Provisioned};
 
 const FUNCTIONS: [&str; 3] = ["response-handler", "retry-handler", "reconciler"];
 

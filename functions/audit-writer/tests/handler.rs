@@ -9,12 +9,12 @@ use audit_writer::{
 use aws::audit::{entries_from_item, AuditWriter};
 use aws::config::StackNames;
 use aws::item::Scalar;
-use aws::provision::{create_table, table_definitions};
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use domain::audit::AuditEntry;
 use domain::machine::Actor;
 use domain::{Attempt, MaxAttempts, Outcome, Status, Timestamp, TransactionId, TransactionRecord};
 use serde_json::{json, Value};
+use testkit::provision::{create_table, table_definitions};
 
 fn fixture() -> Event {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/events/stream-exhausted.json");

@@ -4,8 +4,6 @@
 //! - [`local`]: moto server launcher and loopback SDK configuration.
 //! - [`config`]: one configuration struct per function, read from the environment,
 //!   and the physical resource names of a stack ([`config::StackNames`]).
-//! - [`provision`]: creates every table, queue and the schedule group of a stack on
-//!   an endpoint, from definitions kept as data (compared with `template.yaml`).
 
 pub mod audit;
 pub mod clients;
@@ -15,6 +13,5 @@ pub mod errors;
 pub mod item;
 pub mod local;
 pub mod meter;
-pub mod provision;
 pub mod scheduler;
 pub mod sqs;

@@ -3,10 +3,10 @@
 
 use aws::config::StackNames;
 use aws::local::{self, MotoServer};
-use aws::provision::{provision, queue_definitions, table_definitions};
 use aws_sdk_sqs::types::QueueAttributeName;
 use std::net::TcpStream;
 use std::time::Duration;
+use testkit::provision::{provision, queue_definitions, table_definitions};
 
 /// GIVEN a moto server of our own WHEN a stack is provisioned THEN every table,
 /// index, stream, TTL, queue attribute and the schedule group exist as defined;

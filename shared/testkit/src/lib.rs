@@ -4,6 +4,8 @@
 //! everything here serves the tests, `retryctl`'s local stack, the verifier and the
 //! benchmarks (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
 //!
+//! - [`provision`]: creates every table, queue and the schedule group of a stack on
+//!   an endpoint, from definitions kept as data (compared with `template.yaml`).
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
 //!   caller (access key id), service, operation and resource ARNs.
 //! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
@@ -11,5 +13,6 @@
 
 pub mod oracle;
 pub mod ports;
+pub mod provision;
 pub mod proxy;
 pub mod size;

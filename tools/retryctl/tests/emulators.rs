@@ -5,7 +5,6 @@
 
 use aws::config::StackNames;
 use aws::local;
-use aws::provision::{provision, Provisioned};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use aws_sdk_scheduler::types::{
     ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode,
@@ -20,6 +19,7 @@ use retryctl::local::stop::StopSource;
 use retryctl::local::SqsDirectory;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use testkit::provision::{provision, Provisioned};
 
 async fn stack(tag: &str) -> (aws_config::SdkConfig, Provisioned) {
     let endpoint = local::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");

@@ -5,13 +5,13 @@
 use aws::config::StackNames;
 use aws::item::record_to_item;
 use aws::local;
-use aws::provision::{provision, Provisioned};
 use aws_config::SdkConfig;
 use domain::machine::{Actor, ReconcileKey};
 use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
 };
+use testkit::provision::{provision, Provisioned};
 
 pub struct Stack {
     pub sdk: SdkConfig,

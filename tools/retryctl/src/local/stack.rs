@@ -12,7 +12,6 @@ use aws::config::{
     AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
 };
 use aws::local::MotoServer;
-use aws::provision::Provisioned;
 use domain::ports::SystemClock;
 use domain::ports::{Clock, PortError, RequestPublisher};
 use runtime::rate::{Paced, Pacer};
@@ -23,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use testkit::provision::Provisioned;
 use tokio::task::JoinHandle;
 
 /// The event source mapping settings of `template.yaml` (its parameter defaults;
@@ -175,7 +175,7 @@ impl Stack {
         };
         let sdk = aws::local::sdk_config(&endpoint).await;
         let names = StackNames::new(&opts.prefix);
-        let provisioned = aws::provision::provision(&sdk, &names)
+        let provisioned = testkit::provision::provision(&sdk, &names)
             .await
             .map_err(|e| CliError::Aws(e.to_string()))?;
 

@@ -33,9 +33,9 @@ pub async fn start_harness(
 ) -> Result<LocalHarness, CliError> {
     let p = &stack.provisioned;
     let table = format!("{}-harness", p.names.prefix);
-    aws::provision::create_table(
+    testkit::provision::create_table(
         &aws::clients::dynamodb(&stack.sdk),
-        &harness::service::table_definition(&table),
+        &testkit::provision::harness_table_definition(&table),
     )
     .await
     .map_err(|e| CliError::Aws(e.to_string()))?;
