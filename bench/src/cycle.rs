@@ -25,11 +25,11 @@ use aws::meter::{CallCounts, CallMeter};
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::exec::StartPorts;
-use domain::memory::MemoryQueue;
 use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
 use runtime::Metrics;
 use std::collections::HashMap;
+use testkit::memory::MemoryQueue;
 use testkit::provision::{provision, table_definitions, IndexDef, Provisioned};
 use thiserror::Error;
 

@@ -10,7 +10,6 @@ use aws::audit::{drain_into, drain_stream, AuditWriter, StreamPosition};
 use common::*;
 use domain::decide::{Input, Known};
 use domain::exec::execute;
-use domain::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::policy::FixedRandom;
 use domain::ports::{Creates, Payloads, Records, Transitions, WriteOutcome};
 use domain::{
@@ -18,6 +17,7 @@ use domain::{
     Timestamp, TransactionRecord,
 };
 use std::time::Duration;
+use testkit::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::ports::AllPorts;
 
 fn ctx(now: i64) -> Context {

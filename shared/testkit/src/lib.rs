@@ -6,11 +6,14 @@
 //!
 //! - [`provision`]: creates every table, queue and the schedule group of a stack on
 //!   an endpoint, from definitions kept as data (compared with `template.yaml`).
+//! - [`memory`]: in-memory adapters of every port, with DynamoDB's conditional
+//!   semantics (handler tests, the simulator, the model checker, the benchmarks).
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
 //!   caller (access key id), service, operation and resource ARNs.
 //! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
 //!   bills and the audit tests bound).
 
+pub mod memory;
 pub mod oracle;
 pub mod ports;
 pub mod provision;
