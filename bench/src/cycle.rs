@@ -18,7 +18,7 @@
 
 use crate::dynamodb_rules::{dynamodb_billed_units, item_size, Billed, DynamoOp};
 use crate::model::CycleBillables;
-use aws::audit::{drain_stream, AuditWriter, Audited, StreamChange, StreamPosition};
+use aws::audit::{AuditWriter, Audited, StreamChange};
 use aws::config::{AuditWriterConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
 use aws::item::{flat_from_dynamodb, FlatItem, Scalar};
 use aws::meter::{CallCounts, CallMeter};
@@ -29,6 +29,7 @@ use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
 use runtime::Metrics;
 use std::collections::HashMap;
+use testkit::drain::{drain_stream, StreamPosition};
 use testkit::memory::MemoryQueue;
 use testkit::provision::{provision, table_definitions, IndexDef, Provisioned};
 use thiserror::Error;

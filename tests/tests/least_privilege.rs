@@ -752,9 +752,9 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         .unwrap();
     let writer =
         aws::audit::AuditWriter::new(aws::clients::dynamodb(&audit_sdk), &names.audit_table, 365);
-    let mut position = aws::audit::StreamPosition::default();
+    let mut position = testkit::drain::StreamPosition::default();
     let report =
-        aws::audit::drain_into(&writer, &streams, &p.transactions_stream_arn, &mut position)
+        testkit::drain::drain_into(&writer, &streams, &p.transactions_stream_arn, &mut position)
             .await
             .unwrap();
     assert!(report.items > 0, "{report:?}");

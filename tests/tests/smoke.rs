@@ -9,7 +9,7 @@
 //! the test fails and says so; it never passes silently.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws::audit::{drain_stream, AuditWriter, StreamPosition};
+use aws::audit::AuditWriter;
 use aws::config::StackNames;
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws::local::{self, MotoServer};
@@ -25,6 +25,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::drain::{drain_stream, StreamPosition};
 use testkit::provision::{provision, Provisioned};
 
 const FUNCTIONS: [&str; 3] = ["response-handler", "retry-handler", "reconciler"];

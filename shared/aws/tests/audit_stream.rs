@@ -6,7 +6,7 @@
 
 mod common;
 
-use aws::audit::{drain_into, drain_stream, AuditWriter, StreamPosition};
+use aws::audit::AuditWriter;
 use common::*;
 use domain::decide::{Input, Known};
 use domain::exec::execute;
@@ -17,6 +17,7 @@ use domain::{
     Timestamp, TransactionRecord,
 };
 use std::time::Duration;
+use testkit::drain::{drain_into, drain_stream, StreamPosition};
 use testkit::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::ports::AllPorts;
 

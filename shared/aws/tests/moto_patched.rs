@@ -213,14 +213,14 @@ async fn a_cancelled_transaction_does_not_blind_a_stream_reader() {
             }
         };
         put("first").await;
-        let mut position = aws::audit::StreamPosition::default();
-        let seen = aws::audit::drain_stream(&streams, &arn, &mut position)
+        let mut position = testkit::drain::StreamPosition::default();
+        let seen = testkit::drain::drain_stream(&streams, &arn, &mut position)
             .await
             .unwrap();
         assert_eq!(seen.len(), 1, "{program}");
         cancelled_transaction(&ddb, 0).await;
         put("second").await;
-        let seen = aws::audit::drain_stream(&streams, &arn, &mut position)
+        let seen = testkit::drain::drain_stream(&streams, &arn, &mut position)
             .await
             .unwrap();
         assert_eq!(
@@ -314,7 +314,7 @@ async fn observe(program: &str) -> Vec<String> {
     seen.push(format!("items {keys:?}"));
     let arn = stream_arn(&ddb).await;
     let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
-    let changes = aws::audit::drain_stream(&streams, &arn, &mut Default::default())
+    let changes = testkit::drain::drain_stream(&streams, &arn, &mut Default::default())
         .await
         .unwrap();
     seen.push(format!(

@@ -6,6 +6,8 @@
 //!
 //! - [`provision`]: creates every table, queue and the schedule group of a stack on
 //!   an endpoint, from definitions kept as data (compared with `template.yaml`).
+//! - [`drain`]: reads a table's stream and audits its changes (the local stand-in
+//!   for the audit writer's event source).
 //! - [`memory`]: in-memory adapters of every port, with DynamoDB's conditional
 //!   semantics (handler tests, the simulator, the model checker, the benchmarks).
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
@@ -13,6 +15,7 @@
 //! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
 //!   bills and the audit tests bound).
 
+pub mod drain;
 pub mod memory;
 pub mod oracle;
 pub mod ports;

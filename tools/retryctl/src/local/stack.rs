@@ -7,7 +7,7 @@ use super::scheduler::{self, SchedulerSettings, SchedulerStats};
 use super::stop::{Stop, StopSource};
 use super::SqsDirectory;
 use crate::error::CliError;
-use aws::audit::{drain_into, AuditWriter, StreamPosition};
+use aws::audit::AuditWriter;
 use aws::config::{
     AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
 };
@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use testkit::drain::{drain_into, StreamPosition};
 use testkit::provision::Provisioned;
 use tokio::task::JoinHandle;
 
