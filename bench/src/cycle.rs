@@ -181,7 +181,7 @@ pub fn sqs_event(body: &str, queue_arn: &str, receive_count: u32) -> Result<SqsE
             "md5OfBody": "00000000000000000000000000000000",
             "eventSource": "aws:sqs",
             "eventSourceARN": queue_arn,
-            "awsRegion": aws::local::LOCAL_REGION
+            "awsRegion": testkit::moto::LOCAL_REGION
         }]
     }))
     .map_err(|e| CycleError::Setup(format!("SQS event: {e}")))
@@ -226,7 +226,7 @@ fn transactions_table_shape(names: &StackNames) -> (Vec<IndexDef>, Vec<&'static 
 /// Measures one cycle on a fresh stack (unique names) on the moto server of `sdk`.
 pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasurement, CycleError> {
     let deliveries = spec.deliveries.max(1);
-    let names = StackNames::new(&aws::local::unique_prefix("bench"));
+    let names = StackNames::new(&testkit::moto::unique_prefix("bench"));
     let p: Provisioned = provision(sdk, &names)
         .await
         .map_err(|e| CycleError::Setup(e.to_string()))?;

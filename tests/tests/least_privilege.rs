@@ -38,7 +38,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
-use aws::local::{MotoServer, LOCAL_ACCOUNT, LOCAL_REGION};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
 use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
@@ -55,6 +54,7 @@ use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
+use testkit::moto::{MotoServer, LOCAL_ACCOUNT, LOCAL_REGION};
 use testkit::provision::{provision, Provisioned};
 use testkit::proxy::{sdk_config_as, Call, Proxy};
 

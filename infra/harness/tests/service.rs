@@ -4,7 +4,6 @@
 //! unchanged to the request DLQ.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws::local::{sdk_config, shared_endpoint, unique_prefix};
 use domain::{Attempt, Payload, Request, Response, TransactionId};
 use harness::service::received;
 use harness::{Harness, HarnessConfig};
@@ -12,6 +11,7 @@ use runtime::SqsEvent;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
+use testkit::moto::{sdk_config, shared_endpoint, unique_prefix};
 use testkit::provision::harness_table_definition;
 
 struct World {

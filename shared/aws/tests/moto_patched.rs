@@ -10,12 +10,12 @@
 //!   item cannot both succeed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws::local::MotoServer;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
+use testkit::moto::MotoServer;
 
 const TABLE: &str = "race";
 /// Acknowledged increments per round.
@@ -160,7 +160,7 @@ async fn anomalies(program: &str, rounds: usize) -> (usize, usize) {
     let moto = MotoServer::launch(program)
         .await
         .expect("moto (. scripts/tools.sh)");
-    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
     let ddb = Client::new(&sdk);
     table(&ddb).await;
     let (mut lost, mut extra) = (0, 0);
@@ -196,7 +196,7 @@ async fn stock_moto_loses_acknowledged_writes_and_the_patched_server_does_not() 
 async fn a_cancelled_transaction_does_not_blind_a_stream_reader() {
     for (program, keeps_reading) in [(MotoServer::STOCK, false), (MotoServer::PROGRAM, true)] {
         let moto = MotoServer::launch(program).await.unwrap();
-        let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+        let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
         let ddb = Client::new(&sdk);
         table(&ddb).await;
         let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
@@ -237,7 +237,7 @@ async fn a_cancelled_transaction_does_not_blind_a_stream_reader() {
 /// cancelled (with their reasons), the items and the stream records after them.
 async fn observe(program: &str) -> Vec<String> {
     let moto = MotoServer::launch(program).await.unwrap();
-    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
     let ddb = Client::new(&sdk);
     table(&ddb).await;
     let mut seen = Vec::new();

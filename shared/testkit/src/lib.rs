@@ -4,6 +4,8 @@
 //! everything here serves the tests, `retryctl`'s local stack, the verifier and the
 //! benchmarks (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
 //!
+//! - [`moto`]: moto server launcher (`scripts/moto_server_patched.py`) and loopback
+//!   SDK configuration.
 //! - [`provision`]: creates every table, queue and the schedule group of a stack on
 //!   an endpoint, from definitions kept as data (compared with `template.yaml`).
 //! - [`drain`]: reads a table's stream and audits its changes (the local stand-in
@@ -17,6 +19,7 @@
 
 pub mod drain;
 pub mod memory;
+pub mod moto;
 pub mod oracle;
 pub mod ports;
 pub mod provision;

@@ -7,8 +7,8 @@
 //! 6 × its consumer's timeout; the scheduler DLQ and the audit-stream failure DLQ.
 //! The schedule group.
 
+use crate::moto::{LOCAL_ACCOUNT, LOCAL_REGION};
 use aws::config::{timeouts, StackNames, RECONCILE_INDEX};
-use aws::local::{LOCAL_ACCOUNT, LOCAL_REGION};
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,

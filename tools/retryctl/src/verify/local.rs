@@ -59,7 +59,7 @@ pub async fn start_harness(
             function: harness::service::FUNCTION.into(),
             queue_url: p.request.url.clone(),
             queue_arn: p.request.arn.clone(),
-            region: aws::local::LOCAL_REGION.into(),
+            region: testkit::moto::LOCAL_REGION.into(),
             batch_size: 10,
             batching_window: Duration::ZERO,
             max_concurrency: 2,
@@ -72,7 +72,7 @@ pub async fn start_harness(
     Ok(LocalHarness {
         role_arn: format!(
             "arn:aws:iam::{}:role/{}-harness",
-            aws::local::LOCAL_ACCOUNT,
+            testkit::moto::LOCAL_ACCOUNT,
             p.names.prefix
         ),
         table,
