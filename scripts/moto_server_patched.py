@@ -32,7 +32,7 @@ ReceiveMessage of 10 several seconds, so a 10,000-message burst never drains. He
    directly instead of calling GetQueueAttributes.
 
 Usage: the same arguments as moto_server (`moto_server_patched.py -H 127.0.0.1 -p 5000`).
-The local stack, the tests and the benchmarks run it (aws::local::MotoServer::PROGRAM).
+The local stack, the tests and the benchmarks run it (testkit::moto::MotoServer::PROGRAM).
 """
 import sys
 import threading

@@ -17,7 +17,6 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use domain::exec::StartPorts;
-use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
 use retry_bench::cycle::payload_of;
@@ -25,8 +24,10 @@ use runtime::drive::run_all;
 use runtime::response::ResponseHandler;
 use runtime::retry::RetryHandler;
 use runtime::settings::Seeds;
-use runtime::{BatchOptions, MemoryDeadLetter, Metrics, Settings, SqsEvent, Verdict};
+use runtime::{BatchOptions, Metrics, Settings, SqsEvent, Verdict};
 use std::time::Duration;
+use testkit::memory::MemoryDeadLetter;
+use testkit::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 
 const PAYLOAD_BYTES: usize = 4096;
 const BATCH: usize = 10;

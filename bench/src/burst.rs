@@ -165,7 +165,7 @@ fn err(e: impl std::fmt::Display) -> BurstError {
 
 /// Runs the burst on a local stack of its own (its own moto server).
 pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
-    let mut opts = StackOptions::new(aws::local::unique_prefix("burst"));
+    let mut opts = StackOptions::new(testkit::moto::unique_prefix("burst"));
     let backoff = format!("{}", spec.backoff_seconds);
     opts.env = vec![
         ("BACKOFF_BASE_SECONDS", backoff.clone()),
@@ -191,7 +191,7 @@ pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
     opts.audit_poll = Duration::from_secs(1);
     let reconcile_every = opts.reconcile_every;
     let started = Instant::now();
-    let moto = aws::local::MotoServer::launch(&spec.moto_program)
+    let moto = testkit::moto::MotoServer::launch(&spec.moto_program)
         .await
         .map_err(|e| BurstError::Stack(format!("{}: {e}", spec.moto_program)))?;
     let tap = Tap::start(&moto.endpoint_url()).await.map_err(err)?;
@@ -528,10 +528,10 @@ pub async fn probe_moto_receive(
     program: &str,
     sizes: &[u32],
 ) -> Result<Vec<(u32, Duration)>, BurstError> {
-    let moto = aws::local::MotoServer::launch(program)
+    let moto = testkit::moto::MotoServer::launch(program)
         .await
         .map_err(|e| BurstError::Stack(format!("{program}: {e}")))?;
-    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
     let out = probe_receive(&sdk, sizes).await;
     moto.stop().await;
     out
@@ -544,7 +544,7 @@ async fn probe_receive(
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let url = sqs
         .create_queue()
-        .queue_name(aws::local::unique_prefix("probe"))
+        .queue_name(testkit::moto::unique_prefix("probe"))
         .send()
         .await
         .map_err(|e| err(aws_sdk_sqs::error::DisplayErrorContext(e)))?

@@ -18,19 +18,20 @@
 
 use crate::dynamodb_rules::{dynamodb_billed_units, item_size, Billed, DynamoOp};
 use crate::model::CycleBillables;
-use aws::audit::{drain_stream, AuditWriter, Audited, StreamChange, StreamPosition};
+use aws::audit::{AuditWriter, Audited, StreamChange};
 use aws::config::{AuditWriterConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
 use aws::item::{flat_from_dynamodb, FlatItem, Scalar};
 use aws::meter::{CallCounts, CallMeter};
-use aws::provision::{provision, table_definitions, IndexDef, Provisioned};
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::exec::StartPorts;
-use domain::memory::MemoryQueue;
 use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
 use runtime::Metrics;
 use std::collections::HashMap;
+use testkit::drain::{drain_stream, StreamPosition};
+use testkit::memory::MemoryQueue;
+use testkit::provision::{provision, table_definitions, IndexDef, Provisioned};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -180,7 +181,7 @@ pub fn sqs_event(body: &str, queue_arn: &str, receive_count: u32) -> Result<SqsE
             "md5OfBody": "00000000000000000000000000000000",
             "eventSource": "aws:sqs",
             "eventSourceARN": queue_arn,
-            "awsRegion": aws::local::LOCAL_REGION
+            "awsRegion": testkit::moto::LOCAL_REGION
         }]
     }))
     .map_err(|e| CycleError::Setup(format!("SQS event: {e}")))
@@ -225,7 +226,7 @@ fn transactions_table_shape(names: &StackNames) -> (Vec<IndexDef>, Vec<&'static 
 /// Measures one cycle on a fresh stack (unique names) on the moto server of `sdk`.
 pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasurement, CycleError> {
     let deliveries = spec.deliveries.max(1);
-    let names = StackNames::new(&aws::local::unique_prefix("bench"));
+    let names = StackNames::new(&testkit::moto::unique_prefix("bench"));
     let p: Provisioned = provision(sdk, &names)
         .await
         .map_err(|e| CycleError::Setup(e.to_string()))?;
@@ -551,7 +552,7 @@ async fn audit_item_size(
         .await
         .map_err(|e| step("GetItem", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
     out.item()
-        .map(aws::size::item_size)
+        .map(testkit::size::item_size)
         .ok_or_else(|| step("audit writer", format!("no audit item ({tx}, {group})")))
 }
 

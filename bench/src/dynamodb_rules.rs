@@ -8,7 +8,7 @@
 //! the ones below and prices only the ones below.
 //!
 //! The rules ([`dynamodb_billed_units`] is the one function applying them):
-//! - item size = Σ (attribute name bytes + value size), by [`aws::size`]: a string is
+//! - item size = Σ (attribute name bytes + value size), by [`testkit::size`]: a string is
 //!   its UTF-8 bytes, a number about 1 byte per two significant digits + 1 byte;
 //! - a write costs ⌈size / 1 KB⌉ write request units (minimum 1); an UpdateItem or a
 //!   replacing PutItem is charged by the LARGER of the item before and after;
@@ -28,8 +28,8 @@
 //! "Global secondary indexes: write activity", "Transactions: capacity management".
 
 use aws::item::{FlatItem, Scalar};
-use aws::provision::IndexDef;
-use aws::size::number_size;
+use testkit::provision::IndexDef;
+use testkit::size::number_size;
 
 /// Bytes per write request unit.
 pub const WRITE_UNIT_BYTES: usize = 1024;
@@ -71,7 +71,7 @@ pub enum DynamoOp<'a> {
     /// A conditional write whose condition failed, on this existing item.
     FailedCondition { existing: Option<&'a FlatItem> },
     /// A write to a table without secondary indexes, given the sizes of the item
-    /// before (0: none) and after (for items with Maps: [`aws::size::item_size`]).
+    /// before (0: none) and after (for items with Maps: [`testkit::size::item_size`]).
     SizedWrite {
         before_bytes: usize,
         after_bytes: usize,

@@ -99,7 +99,7 @@ async fn main() {
     let moto = match &args.moto_endpoint {
         Some(_) => None,
         None => Some(
-            aws::local::MotoServer::launch(aws::local::MotoServer::PROGRAM)
+            testkit::moto::MotoServer::launch(testkit::moto::MotoServer::PROGRAM)
                 .await
                 .unwrap_or_else(|e| fail("moto", e)),
         ),
@@ -109,7 +109,7 @@ async fn main() {
         .clone()
         .or_else(|| moto.as_ref().map(|m| m.endpoint_url()))
         .unwrap_or_default();
-    let sdk = aws::local::sdk_config(&endpoint).await;
+    let sdk = testkit::moto::sdk_config(&endpoint).await;
 
     // 1. Retry cycles against moto.
     let mut cycles = Vec::new();
@@ -151,8 +151,8 @@ async fn main() {
         .clone()
         .unwrap_or_else(|| target_dir().join("release"));
     let sizes = init::sizes(&bin_dir);
-    let names = aws::config::StackNames::new(&aws::local::unique_prefix("init"));
-    let provisioned = aws::provision::provision(&sdk, &names)
+    let names = aws::config::StackNames::new(&testkit::moto::unique_prefix("init"));
+    let provisioned = testkit::provision::provision(&sdk, &names)
         .await
         .unwrap_or_else(|e| fail("provisioning for cold init", e));
     let mut inits = Vec::new();

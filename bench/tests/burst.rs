@@ -22,7 +22,7 @@ async fn a_small_burst_loses_and_duplicates_nothing() {
         backoff_seconds: 1.0,
         deadline: Duration::from_secs(120),
         scheduler_tick: Duration::from_millis(200),
-        moto_program: aws::local::MotoServer::PROGRAM.to_owned(),
+        moto_program: testkit::moto::MotoServer::PROGRAM.to_owned(),
     };
     let r = run(spec).await.expect("local stack (. scripts/tools.sh)");
     println!("{r:#?}");

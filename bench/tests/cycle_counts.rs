@@ -6,8 +6,8 @@
 use retry_bench::cycle::{measure, round_trips, CycleSpec};
 
 async fn sdk() -> aws_config::SdkConfig {
-    let endpoint = aws::local::shared_endpoint().expect("moto server (. scripts/tools.sh)");
-    aws::local::sdk_config(&endpoint).await
+    let endpoint = testkit::moto::shared_endpoint().expect("moto server (. scripts/tools.sh)");
+    testkit::moto::sdk_config(&endpoint).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

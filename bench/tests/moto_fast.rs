@@ -5,9 +5,9 @@
 //! Its fixes must change speed only.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws::local::MotoServer;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use std::collections::BTreeMap;
+use testkit::moto::MotoServer;
 
 const FAST: &str = MotoServer::PROGRAM;
 
@@ -53,7 +53,7 @@ async fn observe(program: &str) -> Vec<String> {
     let moto = MotoServer::launch(program)
         .await
         .expect("moto (. scripts/tools.sh)");
-    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let mut seen = Vec::new();
     let create = |name: &'static str, attributes: Vec<(QueueAttributeName, String)>| {
@@ -67,7 +67,10 @@ async fn observe(program: &str) -> Vec<String> {
         }
     };
     let dlq = create("dlq", vec![]).await;
-    let dlq_arn = format!("arn:aws:sqs:{}:123456789012:dlq", aws::local::LOCAL_REGION);
+    let dlq_arn = format!(
+        "arn:aws:sqs:{}:123456789012:dlq",
+        testkit::moto::LOCAL_REGION
+    );
     let url = create(
         "q",
         vec![

@@ -38,8 +38,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
-use aws::local::{MotoServer, LOCAL_ACCOUNT, LOCAL_REGION};
-use aws::provision::{provision, Provisioned};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
 use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
@@ -56,6 +54,8 @@ use serde_yaml::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
+use testkit::moto::{MotoServer, LOCAL_ACCOUNT, LOCAL_REGION};
+use testkit::provision::{provision, Provisioned};
 use testkit::proxy::{sdk_config_as, Call, Proxy};
 
 const FUNCTIONS: [&str; 5] = [
@@ -459,9 +459,9 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     let names = StackNames::new(MAIN);
     let p = provision(&setup_sdk, &names).await.unwrap();
     let harness_table = format!("{MAIN}-harness-table");
-    aws::provision::create_table(
+    testkit::provision::create_table(
         &aws::clients::dynamodb(&setup_sdk),
-        &harness::service::table_definition(&harness_table),
+        &testkit::provision::harness_table_definition(&harness_table),
     )
     .await
     .unwrap();
@@ -752,9 +752,9 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         .unwrap();
     let writer =
         aws::audit::AuditWriter::new(aws::clients::dynamodb(&audit_sdk), &names.audit_table, 365);
-    let mut position = aws::audit::StreamPosition::default();
+    let mut position = testkit::drain::StreamPosition::default();
     let report =
-        aws::audit::drain_into(&writer, &streams, &p.transactions_stream_arn, &mut position)
+        testkit::drain::drain_into(&writer, &streams, &p.transactions_stream_arn, &mut position)
             .await
             .unwrap();
     assert!(report.items > 0, "{report:?}");
@@ -815,8 +815,8 @@ async fn every_call_is_allowed_and_every_grant_is_used() {
 // The evaluator on its own (no moto): it fails when it must
 // ---------------------------------------------------------------------------------
 
-fn queue(name: &str) -> aws::provision::QueueRef {
-    aws::provision::QueueRef {
+fn queue(name: &str) -> testkit::provision::QueueRef {
+    testkit::provision::QueueRef {
         name: format!("lp-{name}"),
         url: format!("http://127.0.0.1:1/{LOCAL_ACCOUNT}/lp-{name}"),
         arn: format!("arn:aws:sqs:{LOCAL_REGION}:{LOCAL_ACCOUNT}:lp-{name}"),

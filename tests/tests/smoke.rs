@@ -9,11 +9,9 @@
 //! the test fails and says so; it never passes silently.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws::audit::{drain_stream, AuditWriter, StreamPosition};
+use aws::audit::AuditWriter;
 use aws::config::StackNames;
 use aws::dynamo::{DynamoStore, PayloadsTable};
-use aws::local::{self, MotoServer};
-use aws::provision::{provision, Provisioned};
 use aws::sqs::SqsRequestPublisher;
 use aws_sdk_sqs::types::Message;
 use domain::exec::StartPorts;
@@ -26,6 +24,9 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
+use testkit::drain::{drain_stream, StreamPosition};
+use testkit::moto::{self, MotoServer};
+use testkit::provision::{provision, Provisioned};
 
 const FUNCTIONS: [&str; 3] = ["response-handler", "retry-handler", "reconciler"];
 
@@ -275,8 +276,8 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
     let started = Instant::now();
     let moto = MotoServer::start().expect("moto_server (. scripts/tools.sh)");
     let endpoint = moto.endpoint_url();
-    let sdk = local::sdk_config(&endpoint).await;
-    let names = StackNames::new(&local::unique_prefix("smoke"));
+    let sdk = moto::sdk_config(&endpoint).await;
+    let names = StackNames::new(&moto::unique_prefix("smoke"));
     let p = provision(&sdk, &names).await.unwrap();
 
     // The functions' environment: their config pointed at moto, a 1 s backoff with
@@ -291,8 +292,8 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
     }
     for (k, v) in [
         ("AWS_ENDPOINT_URL", endpoint.as_str()),
-        ("AWS_REGION", local::LOCAL_REGION),
-        ("AWS_DEFAULT_REGION", local::LOCAL_REGION),
+        ("AWS_REGION", moto::LOCAL_REGION),
+        ("AWS_DEFAULT_REGION", moto::LOCAL_REGION),
         ("AWS_ACCESS_KEY_ID", "testing"),
         ("AWS_SECRET_ACCESS_KEY", "testing"),
         ("BACKOFF_BASE_SECONDS", "1"),

@@ -4,7 +4,7 @@
 //!   (`aws::config::*Config::ENV_VARS`), no more, no fewer;
 //! - tables (keys, attributes, the reconcile index, stream view, TTL, billing) and
 //!   queues (redrive, maxReceiveCount, visibility, retention) are the definitions
-//!   `aws::provision` creates locally;
+//!   `testkit::provision` creates locally;
 //! - function timeouts are `aws::config::timeouts`, and 6 × timeout fits in the
 //!   visibility timeout of the queue each function consumes;
 //! - no IAM action anywhere contains `*`;
@@ -23,11 +23,11 @@ use aws::config::{
     timeouts, AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig,
     StackNames,
 };
-use aws::provision::{queue_definitions, table_definitions, QueueDef, TableDef};
 use deferred_retry_tests::cfn::*;
 use runtime::metrics::{names, DIMENSION};
 use serde_yaml::{Mapping, Value};
 use std::collections::{BTreeMap, BTreeSet};
+use testkit::provision::{queue_definitions, table_definitions, QueueDef, TableDef};
 
 /// SQS keeps messages 4 days unless told otherwise.
 const SQS_DEFAULT_RETENTION_SECONDS: i64 = 345_600;
@@ -777,7 +777,7 @@ fn harness_problems(main: &Value, h: &Value) -> Vec<String> {
     if set != read {
         p.push(format!("{id} sets {set:?}, the code reads {read:?}"));
     }
-    let def = harness::service::table_definition("harness-test");
+    let def = testkit::provision::harness_table_definition("harness-test");
     match of_type(h, "AWS::DynamoDB::Table").as_slice() {
         [(tid, r)] if tid == def.logical_id => p.extend(table_problems_for(tid, r, &def)),
         other => p.push(format!(

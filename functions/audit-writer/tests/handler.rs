@@ -9,12 +9,12 @@ use audit_writer::{
 use aws::audit::{entries_from_item, AuditWriter};
 use aws::config::StackNames;
 use aws::item::Scalar;
-use aws::provision::{create_table, table_definitions};
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use domain::audit::AuditEntry;
 use domain::machine::Actor;
 use domain::{Attempt, MaxAttempts, Outcome, Status, Timestamp, TransactionId, TransactionRecord};
 use serde_json::{json, Value};
+use testkit::provision::{create_table, table_definitions};
 
 fn fixture() -> Event {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/events/stream-exhausted.json");
@@ -27,9 +27,9 @@ async fn writer(tag: &str, create: bool) -> AuditWriter {
 
 /// A writer on a fresh audit table, and the table's name.
 async fn writer_and_table(tag: &str, create: bool) -> (AuditWriter, String) {
-    let endpoint = aws::local::shared_endpoint().unwrap();
-    let sdk = aws::local::sdk_config(&endpoint).await;
-    let names = StackNames::new(&aws::local::unique_prefix(tag));
+    let endpoint = testkit::moto::shared_endpoint().unwrap();
+    let sdk = testkit::moto::sdk_config(&endpoint).await;
+    let names = StackNames::new(&testkit::moto::unique_prefix(tag));
     let ddb = aws::clients::dynamodb(&sdk);
     if create {
         let audit = table_definitions(&names)
@@ -218,8 +218,8 @@ fn seq(n: usize) -> String {
 /// Every item of an audit table as (transaction, audit_key, expires_at, entries),
 /// sorted (a Scan: each test has its own table).
 async fn items(table: &str) -> Vec<(String, String, String, Vec<AuditEntry>)> {
-    let endpoint = aws::local::shared_endpoint().unwrap();
-    let ddb = aws::clients::dynamodb(&aws::local::sdk_config(&endpoint).await);
+    let endpoint = testkit::moto::shared_endpoint().unwrap();
+    let ddb = aws::clients::dynamodb(&testkit::moto::sdk_config(&endpoint).await);
     let out = ddb
         .scan()
         .table_name(table)

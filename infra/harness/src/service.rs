@@ -21,7 +21,6 @@
 
 use crate::config::HarnessConfig;
 use crate::rules::{self, Draws, Plan, Reply};
-use aws::provision::TableDef;
 use aws::sqs::SqsDeadLetter;
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
@@ -40,22 +39,6 @@ pub const FUNCTION: &str = "harness";
 pub const KEY: &str = "idempotency_key";
 /// TTL attribute of the harness table.
 pub const TTL_ATTRIBUTE: &str = "expires_at";
-
-/// The harness table, as data (`infra/template.yaml` declares the same; a test
-/// compares them).
-pub fn table_definition(name: &str) -> TableDef {
-    TableDef {
-        logical_id: "HarnessTable",
-        name: name.to_owned(),
-        hash_key: KEY,
-        range_key: None,
-        attributes: vec![(KEY, "S")],
-        indexes: vec![],
-        stream_view: None,
-        ttl_attribute: Some(TTL_ATTRIBUTE),
-        billing_mode: "PAY_PER_REQUEST",
-    }
-}
 
 /// What the harness recorded for one idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq)]

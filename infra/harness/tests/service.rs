@@ -4,14 +4,15 @@
 //! unchanged to the request DLQ.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws::local::{sdk_config, shared_endpoint, unique_prefix};
 use domain::{Attempt, Payload, Request, Response, TransactionId};
-use harness::service::{received, table_definition};
+use harness::service::received;
 use harness::{Harness, HarnessConfig};
 use runtime::SqsEvent;
 use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
+use testkit::moto::{sdk_config, shared_endpoint, unique_prefix};
+use testkit::provision::harness_table_definition;
 
 struct World {
     harness: Harness,
@@ -29,7 +30,7 @@ async fn world(mix: &str, min_delay: u32, max_delay: u32) -> World {
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let table = format!("{prefix}-harness");
-    aws::provision::create_table(&ddb, &table_definition(&table))
+    testkit::provision::create_table(&ddb, &harness_table_definition(&table))
         .await
         .unwrap();
     let mut urls = vec![];

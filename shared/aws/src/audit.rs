@@ -15,8 +15,8 @@
 //! one run that arrive in different batches land in the same item. A failed
 //! condition writes nothing, so it produces no stream record and no entry.
 //!
-//! [`drain_stream`] reads the stream with the DynamoDB Streams API (DescribeStream,
-//! GetShardIterator, GetRecords): the local stack and the tests use it where AWS
+//! `testkit::drain` reads the stream with the DynamoDB Streams API (DescribeStream,
+//! GetShardIterator, [`records_page`]): the local stack and the tests use it where AWS
 //! would invoke the Lambda.
 
 use crate::errors::classify;
@@ -547,9 +547,6 @@ pub fn in_transition_order(mut rows: Vec<AuditEntry>) -> Vec<AuditEntry> {
     rows
 }
 
-/// Records per `GetRecords` page (the API's maximum and default).
-const GET_RECORDS_PAGE: usize = 1000;
-
 /// One stream record, images flattened.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamChange {
@@ -662,14 +659,15 @@ pub async fn read_range(
 }
 
 /// One `GetRecords` page.
-struct Page {
-    changes: Vec<StreamChange>,
+pub struct Page {
+    pub changes: Vec<StreamChange>,
     /// Records on the page (those without a DynamoDB part included).
-    records: usize,
-    next: Option<String>,
+    pub records: usize,
+    pub next: Option<String>,
 }
 
-async fn records_page(
+/// Reads one `GetRecords` page at `iterator`.
+pub async fn records_page(
     client: &aws_sdk_dynamodbstreams::Client,
     iterator: &str,
 ) -> Result<Page, PortError> {
@@ -688,129 +686,6 @@ async fn records_page(
         records: out.records().len(),
         next: out.next_shard_iterator().map(str::to_owned),
     })
-}
-
-/// Where a reader is in each shard of a stream (start: nothing read).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StreamPosition {
-    /// Next iterator per shard; `None` once a closed shard is fully read.
-    iterators: BTreeMap<String, Option<String>>,
-}
-
-/// Reads every record not yet read from the stream (all shards, from the oldest
-/// record on the first call), in order within each shard.
-pub async fn drain_stream(
-    client: &aws_sdk_dynamodbstreams::Client,
-    stream_arn: &str,
-    position: &mut StreamPosition,
-) -> Result<Vec<StreamChange>, PortError> {
-    // Discover shards (new ones appear as the table grows or splits).
-    let mut shards = Vec::new();
-    let mut last = None;
-    loop {
-        let out = client
-            .describe_stream()
-            .stream_arn(stream_arn)
-            .set_exclusive_start_shard_id(last.clone())
-            .send()
-            .await
-            .map_err(|e| classify("DescribeStream", &e, |_| None))?;
-        let Some(desc) = out.stream_description() else {
-            break;
-        };
-        for sh in desc.shards() {
-            if let Some(id) = sh.shard_id() {
-                shards.push(id.to_owned());
-            }
-        }
-        match desc.last_evaluated_shard_id() {
-            Some(l) => last = Some(l.to_owned()),
-            None => break,
-        }
-    }
-    let mut changes = Vec::new();
-    for shard in shards {
-        let iterator = match position.iterators.get(&shard) {
-            Some(Some(it)) => it.clone(),
-            Some(None) => continue,
-            None => client
-                .get_shard_iterator()
-                .stream_arn(stream_arn)
-                .shard_id(&shard)
-                .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                .send()
-                .await
-                .map_err(|e| classify("GetShardIterator", &e, |_| None))?
-                .shard_iterator()
-                .map(str::to_owned)
-                .ok_or_else(|| PortError::permanent("GetShardIterator", "no iterator returned"))?,
-        };
-        let mut it = Some(iterator);
-        while let Some(current) = it.take() {
-            let page = records_page(client, &current).await?;
-            let records = page.records;
-            changes.extend(page.changes);
-            let next = page.next;
-            if records == 0 {
-                // Caught up (open shard) or finished (closed shard: no next).
-                position.iterators.insert(shard.clone(), next);
-                break;
-            }
-            // Keep the position after every page, and stop at a short page: on a
-            // busy table a new record arrives before every call, so "until an empty
-            // page" would never return (the next call resumes from here).
-            position.iterators.insert(shard.clone(), next.clone());
-            match next {
-                Some(n) if records >= GET_RECORDS_PAGE => it = Some(n),
-                _ => {}
-            }
-        }
-    }
-    Ok(changes)
-}
-
-/// What [`drain_into`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DrainReport {
-    pub changes: usize,
-    /// Entries written (one per transition; a redelivered change counts again).
-    pub rows: usize,
-    /// Items written (`UpdateItem` calls: one per group).
-    pub items: usize,
-    pub exhausted: Vec<TransactionId>,
-}
-
-/// Drains the stream and audits every change as one batch (the local stand-in for
-/// the Lambda). The first failure is returned after the groups that could be
-/// written were written.
-pub async fn drain_into(
-    writer: &AuditWriter,
-    client: &aws_sdk_dynamodbstreams::Client,
-    stream_arn: &str,
-    position: &mut StreamPosition,
-) -> Result<DrainReport, AuditError> {
-    let changes = drain_stream(client, stream_arn, position).await?;
-    let batch = writer
-        .apply_batch(changes.iter().map(|c| (c.old.as_ref(), c.new.as_ref())))
-        .await;
-    let mut report = DrainReport {
-        changes: changes.len(),
-        rows: batch.entries_written(),
-        items: batch.items_written,
-        ..DrainReport::default()
-    };
-    for r in batch.results {
-        match r {
-            Ok(Audited::Written { entry, exhausted }) => {
-                if exhausted {
-                    report.exhausted.push(entry.transaction_id);
-                }
-            }
-            Ok(Audited::Skipped) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(report)
 }
 
 #[cfg(test)]
@@ -962,7 +837,7 @@ mod tests {
         let send = vec![change(&scheduled, &sending), change(&sending, &out)];
         assert_eq!(send[0].group_key(), send[1].group_key());
         for run in [answer, send] {
-            let size = crate::size::item_size(&group_item(&run, 365));
+            let size = testkit::size::item_size(&group_item(&run, 365));
             assert!(size < 1024, "{size} bytes: {run:?}");
             assert!(size > 2 * 150, "{size} bytes: both entries are in it");
         }

@@ -1,11 +1,9 @@
-//! AWS adapters of the domain's ports, configuration from the environment, and the
-//! local (moto server) stack used by tests and `retryctl demo`.
+//! AWS adapters of the domain's ports and configuration from the environment: what
+//! the Lambda binaries link. The local (moto server) stack, provisioning and the
+//! other test machinery live in `deferred-retry-testkit`.
 //!
-//! - [`local`]: moto server launcher and loopback SDK configuration.
 //! - [`config`]: one configuration struct per function, read from the environment,
 //!   and the physical resource names of a stack ([`config::StackNames`]).
-//! - [`provision`]: creates every table, queue and the schedule group of a stack on
-//!   an endpoint, from definitions kept as data (compared with `template.yaml`).
 
 pub mod audit;
 pub mod clients;
@@ -13,9 +11,6 @@ pub mod config;
 pub mod dynamo;
 pub mod errors;
 pub mod item;
-pub mod local;
 pub mod meter;
-pub mod provision;
 pub mod scheduler;
-pub mod size;
 pub mod sqs;

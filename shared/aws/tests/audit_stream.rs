@@ -6,11 +6,10 @@
 
 mod common;
 
-use aws::audit::{drain_into, drain_stream, AuditWriter, StreamPosition};
+use aws::audit::AuditWriter;
 use common::*;
 use domain::decide::{Input, Known};
 use domain::exec::execute;
-use domain::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::policy::FixedRandom;
 use domain::ports::{Creates, Payloads, Records, Transitions, WriteOutcome};
 use domain::{
@@ -18,6 +17,8 @@ use domain::{
     Timestamp, TransactionRecord,
 };
 use std::time::Duration;
+use testkit::drain::{drain_into, drain_stream, StreamPosition};
+use testkit::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::ports::AllPorts;
 
 fn ctx(now: i64) -> Context {

@@ -56,7 +56,7 @@ fn confirm_write(tx: &str) -> Write {
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduler_throttling_is_retried_then_retryable() {
     let server = CannedServer::start(429, "ThrottlingException").await;
-    let sdk = aws::local::sdk_config(&server.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
     let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
     let err = scheduler.create(&spec()).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Retryable, "{err}");
@@ -71,7 +71,7 @@ async fn scheduler_throttling_is_retried_then_retryable() {
 #[tokio::test(flavor = "multi_thread")]
 async fn dynamodb_throttling_is_retried_then_retryable() {
     let server = CannedServer::start(400, "ThrottlingException").await;
-    let sdk = aws::local::sdk_config(&server.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
     let store = DynamoStore::new(aws::clients::dynamodb(&sdk), "t");
     let err = store.transition(&confirm_write("TX-T2")).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Retryable, "{err}");
@@ -82,7 +82,7 @@ async fn dynamodb_throttling_is_retried_then_retryable() {
 #[tokio::test(flavor = "multi_thread")]
 async fn server_errors_are_retryable_and_validation_is_permanent() {
     let server = CannedServer::start(500, "InternalServerException").await;
-    let sdk = aws::local::sdk_config(&server.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
     let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
     assert_eq!(
         scheduler.create(&spec()).await.unwrap_err().kind,
@@ -90,14 +90,14 @@ async fn server_errors_are_retryable_and_validation_is_permanent() {
     );
 
     let server = CannedServer::start(400, "ValidationException").await;
-    let sdk = aws::local::sdk_config(&server.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
     let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
     let err = scheduler.create(&spec()).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Permanent, "{err}");
     assert_eq!(server.hits(), 1, "a permanent error is not retried");
 
     let server = CannedServer::start(400, "com.amazonaws.sqs#QueueDoesNotExist").await;
-    let sdk = aws::local::sdk_config(&server.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
     let publisher = SqsRetryPublisher::new(
         aws::clients::sqs(&sdk),
         format!("{}/123456789012/q", server.endpoint),
@@ -115,7 +115,7 @@ async fn unreachable_endpoint_is_retryable() {
         .local_addr()
         .unwrap()
         .port();
-    let sdk = aws::local::sdk_config(&format!("http://127.0.0.1:{port}")).await;
+    let sdk = testkit::moto::sdk_config(&format!("http://127.0.0.1:{port}")).await;
     let store = DynamoStore::new(aws::clients::dynamodb(&sdk), "t");
     let err = store.get(&id("TX-1")).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Retryable, "{err}");

@@ -2,11 +2,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use aws::config::StackNames;
-use aws::local::{self, MotoServer};
-use aws::provision::{provision, queue_definitions, table_definitions};
 use aws_sdk_sqs::types::QueueAttributeName;
 use std::net::TcpStream;
 use std::time::Duration;
+use testkit::moto::{self, MotoServer};
+use testkit::provision::{provision, queue_definitions, table_definitions};
 
 /// GIVEN a moto server of our own WHEN a stack is provisioned THEN every table,
 /// index, stream, TTL, queue attribute and the schedule group exist as defined;
@@ -15,7 +15,7 @@ use std::time::Duration;
 async fn provisions_every_resource_then_reset_and_drop() {
     let server = MotoServer::start().expect("moto_server on PATH (. scripts/tools.sh)");
     let endpoint = server.endpoint_url();
-    let sdk = local::sdk_config(&endpoint).await;
+    let sdk = moto::sdk_config(&endpoint).await;
     let names = StackNames::new("prov");
     let p = provision(&sdk, &names).await.unwrap();
     assert_eq!(p.endpoint, endpoint);
@@ -164,8 +164,8 @@ async fn provisions_every_resource_then_reset_and_drop() {
 /// The shared endpoint is one server for the whole binary.
 #[test]
 fn shared_endpoint_is_stable() {
-    let a = local::shared_endpoint().unwrap();
-    let b = local::shared_endpoint().unwrap();
+    let a = moto::shared_endpoint().unwrap();
+    let b = moto::shared_endpoint().unwrap();
     assert_eq!(a, b);
     assert!(a.starts_with("http://127.0.0.1:") || std::env::var("AWS_ENDPOINT_URL").is_ok());
 }

@@ -10,12 +10,12 @@
 //!   item cannot both succeed.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws::local::MotoServer;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
+use testkit::moto::MotoServer;
 
 const TABLE: &str = "race";
 /// Acknowledged increments per round.
@@ -180,7 +180,7 @@ async fn anomalies(program: &str, rounds: usize) -> (usize, usize) {
     let moto = MotoServer::launch(program)
         .await
         .expect("moto (. scripts/tools.sh)");
-    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
     let ddb = Client::new(&sdk);
     table(&ddb).await;
     let (mut lost, mut extra) = (0, 0);
@@ -216,7 +216,7 @@ async fn stock_moto_loses_acknowledged_writes_and_the_patched_server_does_not() 
 async fn a_cancelled_transaction_does_not_blind_a_stream_reader() {
     for (program, keeps_reading) in [(MotoServer::STOCK, false), (MotoServer::PROGRAM, true)] {
         let moto = MotoServer::launch(program).await.unwrap();
-        let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+        let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
         let ddb = Client::new(&sdk);
         table(&ddb).await;
         let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
@@ -233,14 +233,14 @@ async fn a_cancelled_transaction_does_not_blind_a_stream_reader() {
             }
         };
         put("first").await;
-        let mut position = aws::audit::StreamPosition::default();
-        let seen = aws::audit::drain_stream(&streams, &arn, &mut position)
+        let mut position = testkit::drain::StreamPosition::default();
+        let seen = testkit::drain::drain_stream(&streams, &arn, &mut position)
             .await
             .unwrap();
         assert_eq!(seen.len(), 1, "{program}");
         cancelled_transaction(&ddb, 0).await;
         put("second").await;
-        let seen = aws::audit::drain_stream(&streams, &arn, &mut position)
+        let seen = testkit::drain::drain_stream(&streams, &arn, &mut position)
             .await
             .unwrap();
         assert_eq!(
@@ -257,7 +257,7 @@ async fn a_cancelled_transaction_does_not_blind_a_stream_reader() {
 /// cancelled (with their reasons), the items and the stream records after them.
 async fn observe(program: &str) -> Vec<String> {
     let moto = MotoServer::launch(program).await.unwrap();
-    let sdk = aws::local::sdk_config(&moto.endpoint_url()).await;
+    let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
     let ddb = Client::new(&sdk);
     table(&ddb).await;
     let mut seen = Vec::new();
@@ -334,7 +334,7 @@ async fn observe(program: &str) -> Vec<String> {
     seen.push(format!("items {keys:?}"));
     let arn = stream_arn(&ddb).await;
     let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
-    let changes = aws::audit::drain_stream(&streams, &arn, &mut Default::default())
+    let changes = testkit::drain::drain_stream(&streams, &arn, &mut Default::default())
         .await
         .unwrap();
     seen.push(format!(

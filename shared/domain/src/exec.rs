@@ -189,7 +189,7 @@ bundle! {
     ///
     /// ```
     /// use domain::exec::{Perform, RetryPorts};
-    /// use domain::memory::{MemoryQueue, MemoryStore};
+    /// use testkit::memory::{MemoryQueue, MemoryStore};
     /// fn performer<P: Perform>(_: &P) {}
     /// let (store, requests) = (MemoryStore::new(), MemoryQueue::<domain::Request>::new());
     /// performer(&RetryPorts { store: &store, requests: &requests });
@@ -197,7 +197,7 @@ bundle! {
     ///
     /// ```compile_fail
     /// use domain::exec::{Perform, RetryPorts};
-    /// use domain::memory::{MemoryQueue, MemoryScheduler};
+    /// use testkit::memory::{MemoryQueue, MemoryScheduler};
     /// fn performer<P: Perform>(_: &P) {}
     /// let (store, requests) = (MemoryScheduler::new(), MemoryQueue::<domain::Request>::new());
     /// performer(&RetryPorts { store: &store, requests: &requests });
@@ -288,6 +288,3 @@ pub async fn execute<D: Decide, P: Perform>(
         run.observe(observed, ctx, rng)?;
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -21,7 +21,6 @@ pub mod decide;
 pub mod defaults;
 pub mod ids;
 pub mod machine;
-pub mod memory;
 pub mod message;
 pub mod policy;
 pub mod ports;

@@ -4,7 +4,7 @@
 //! [`crate::exec`]), so a function wired without a port it needs does not compile,
 //! and the IAM policy of each Lambda lists exactly the actions behind its ports
 //! (`docs/functions.md` maps them). Adapters live elsewhere (`deferred-retry-aws` for
-//! AWS, [`crate::memory`] in memory); they implement these traits and classify
+//! AWS, `testkit::memory` in memory); they implement these traits and classify
 //! failures into [`PortError`].
 //!
 //! The traits use `async fn` returning `Send` futures, with no runtime dependency. A

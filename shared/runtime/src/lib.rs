@@ -32,7 +32,6 @@ pub mod telemetry;
 pub mod wiring;
 
 pub use batch::{BatchOptions, Inbound, Permanent, PermanentReason, Verdict};
-pub use domain::memory::MemoryDeadLetter;
 pub use domain::ports::DeadLetter;
 pub use metrics::Metrics;
 pub use settings::Settings;

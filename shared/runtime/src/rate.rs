@@ -423,7 +423,7 @@ mod tests {
         let p = Pacer::per_second(1.0).unwrap();
         let max = Duration::from_millis(1500);
         let run = |p: &Pacer, max: Duration| {
-            domain::memory::block_on_ready(async { p.turn(&clock, max).await.map(|t| t.started) })
+            testkit::memory::block_on_ready(async { p.turn(&clock, max).await.map(|t| t.started) })
                 .unwrap()
         };
         assert_eq!(run(&p, max).unwrap(), clock.origin());
@@ -486,7 +486,7 @@ mod tests {
             let p = &paced;
             async move { p.publish(&r).await }
         });
-        let results = domain::memory::block_on_ready(futures::future::join_all(calls)).unwrap();
+        let results = testkit::memory::block_on_ready(futures::future::join_all(calls)).unwrap();
         assert!(results.iter().all(Result::is_ok));
         let times = paced.inner.at.lock().unwrap().clone();
         assert_eq!(times.len(), 60);
@@ -507,10 +507,10 @@ mod tests {
             clock: &clock,
             max_wait: Duration::from_millis(500),
         };
-        domain::memory::block_on_ready(paced.publish(&request(1)))
+        testkit::memory::block_on_ready(paced.publish(&request(1)))
             .unwrap()
             .unwrap();
-        let err = domain::memory::block_on_ready(paced.publish(&request(2)))
+        let err = testkit::memory::block_on_ready(paced.publish(&request(2)))
             .unwrap()
             .unwrap_err();
         assert!(err.is_retryable());
@@ -580,7 +580,7 @@ mod tests {
                 max_wait: Duration::from_secs(3600),
             };
             for n in 0..40 {
-                domain::memory::block_on_ready(paced.publish(&request(n)))
+                testkit::memory::block_on_ready(paced.publish(&request(n)))
                     .unwrap()
                     .unwrap();
             }

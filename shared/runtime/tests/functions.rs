@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use domain::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::ports::{PortError, RequestPublisher, Transitions, WriteOutcome};
 use domain::{Request, RetryEvent, Status, TransactionId, Write};
 use runtime::batch::undeliverable;
@@ -16,9 +15,11 @@ use runtime::reconcile::{Limits, Reconciler};
 use runtime::response::ResponseHandler;
 use runtime::retry::RetryHandler;
 use runtime::settings::Seeds;
-use runtime::{BatchOptions, MemoryDeadLetter, SqsBatchResponse, SqsEvent};
+use runtime::{BatchOptions, SqsBatchResponse, SqsEvent};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use testkit::memory::MemoryDeadLetter;
+use testkit::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
 
 fn event(name: &str) -> SqsEvent {
     let path = format!("{}/../../tests/events/{name}", env!("CARGO_MANIFEST_DIR"));

@@ -4,9 +4,24 @@
 //! everything here serves the tests, `retryctl`'s local stack, the verifier and the
 //! benchmarks (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
 //!
+//! - [`moto`]: moto server launcher (`scripts/moto_server_patched.py`) and loopback
+//!   SDK configuration.
+//! - [`provision`]: creates every table, queue and the schedule group of a stack on
+//!   an endpoint, from definitions kept as data (compared with `template.yaml`).
+//! - [`drain`]: reads a table's stream and audits its changes (the local stand-in
+//!   for the audit writer's event source).
+//! - [`memory`]: in-memory adapters of every port, with DynamoDB's conditional
+//!   semantics (handler tests, the simulator, the model checker, the benchmarks).
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
 //!   caller (access key id), service, operation and resource ARNs.
+//! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
+//!   bills and the audit tests bound).
 
+pub mod drain;
+pub mod memory;
+pub mod moto;
 pub mod oracle;
 pub mod ports;
+pub mod provision;
 pub mod proxy;
+pub mod size;

@@ -84,8 +84,8 @@ pub struct ProxyOptions {
 impl Default for ProxyOptions {
     fn default() -> Self {
         Self {
-            account: aws::local::LOCAL_ACCOUNT.to_owned(),
-            region: aws::local::LOCAL_REGION.to_owned(),
+            account: crate::moto::LOCAL_ACCOUNT.to_owned(),
+            region: crate::moto::LOCAL_REGION.to_owned(),
         }
     }
 }
@@ -539,7 +539,7 @@ impl Shared {
 pub async fn sdk_config_as(endpoint: &str, access_key_id: &str) -> aws_config::SdkConfig {
     use aws_sdk_sqs::config::{Credentials, SharedCredentialsProvider};
     aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new(aws::local::LOCAL_REGION))
+        .region(aws_config::Region::new(crate::moto::LOCAL_REGION))
         .endpoint_url(endpoint)
         .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
             access_key_id,

@@ -45,7 +45,7 @@ impl Target {
         let region = args.region.clone().or_else(|| {
             args.endpoint_url
                 .as_ref()
-                .map(|_| aws::local::LOCAL_REGION.to_owned())
+                .map(|_| testkit::moto::LOCAL_REGION.to_owned())
         });
         if let Some(r) = region {
             loader = loader.region(aws_config::Region::new(r));

@@ -338,7 +338,7 @@ async fn resolve_succeeds_a_waiting_transaction_and_deletes_its_schedule() {
         0
     );
     wait_status(s, "TX-RES-1", "SCHEDULED", LONG).await;
-    let sdk = aws::local::sdk_config(&s.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&s.endpoint).await;
     let sched = aws_sdk_scheduler::Client::new(&sdk);
     let group = format!("{}-retries", s.prefix);
     let exists = |name: &'static str| {
@@ -421,7 +421,7 @@ async fn stuck_lists_what_the_reconciler_would_act_on() {
         Attempt, MaxAttempts, ScheduleName, Status, Timestamp, TransactionId, TransactionRecord,
     };
     let s = slow();
-    let sdk = aws::local::sdk_config(&s.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&s.endpoint).await;
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let id = TransactionId::parse("TX-STUCK-1").unwrap();
     let long_ago = SystemClock.now().plus_millis(-3_600_000);
@@ -482,7 +482,7 @@ async fn stuck_lists_what_the_reconciler_would_act_on() {
 #[tokio::test(flavor = "multi_thread")]
 async fn redrive_moves_dlq_messages_back_to_their_source() {
     let s = fast();
-    let sdk = aws::local::sdk_config(&s.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&s.endpoint).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let url = |name: &str| {
         let sqs = sqs.clone();
@@ -777,7 +777,7 @@ async fn redrive_audit_reads_the_stream_range_again() {
     assert_eq!(r.code, 0, "{r:?}");
     wait_status(s, id, "FAILED", LONG).await;
 
-    let sdk = aws::local::sdk_config(&s.endpoint).await;
+    let sdk = testkit::moto::sdk_config(&s.endpoint).await;
     let ddb = aws_sdk_dynamodb::Client::new(&sdk);
     let audit_table = format!("{}-audit", s.prefix);
     // The audit writer "gave up": its entries are gone.

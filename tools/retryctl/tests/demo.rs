@@ -7,8 +7,8 @@ use retryctl::report::render;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
-    let moto = aws::local::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
-    let prefix = aws::local::unique_prefix("demo");
+    let moto = testkit::moto::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
+    let prefix = testkit::moto::unique_prefix("demo");
     let cli = Cli::parse_from([
         "retryctl",
         "demo",

@@ -4,8 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aws::config::StackNames;
-use aws::local;
-use aws::provision::{provision, Provisioned};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use aws_sdk_scheduler::types::{
     ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode,
@@ -20,11 +18,13 @@ use retryctl::local::stop::StopSource;
 use retryctl::local::SqsDirectory;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use testkit::moto;
+use testkit::provision::{provision, Provisioned};
 
 async fn stack(tag: &str) -> (aws_config::SdkConfig, Provisioned) {
-    let endpoint = local::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
-    let sdk = local::sdk_config(&endpoint).await;
-    let names = StackNames::new(&local::unique_prefix(tag));
+    let endpoint = moto::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
+    let sdk = moto::sdk_config(&endpoint).await;
+    let names = StackNames::new(&moto::unique_prefix(tag));
     let p = provision(&sdk, &names).await.expect("provision");
     (sdk, p)
 }
@@ -131,7 +131,7 @@ async fn esm_deletes_only_successes_and_failures_reach_the_dlq() {
             function: "test".into(),
             queue_url: p.response.url.clone(),
             queue_arn: p.response.arn.clone(),
-            region: local::LOCAL_REGION.into(),
+            region: moto::LOCAL_REGION.into(),
             batch_size: 4,
             batching_window: Duration::from_millis(300),
             max_concurrency: 2,
@@ -221,7 +221,7 @@ async fn esm_invocation_error_returns_the_whole_batch() {
             function: "test".into(),
             queue_url: p.retry.url.clone(),
             queue_arn: p.retry.arn.clone(),
-            region: local::LOCAL_REGION.into(),
+            region: moto::LOCAL_REGION.into(),
             batch_size: 10,
             batching_window: Duration::from_millis(500),
             max_concurrency: 1,
@@ -297,7 +297,7 @@ async fn scheduler_fires_due_schedules_deletes_them_and_dead_letters_failures() 
     create("retry-TX-1-2", &p.retry.arn, input).await.unwrap();
     let missing = format!(
         "arn:aws:sqs:us-east-1:{}:no-such-queue",
-        local::LOCAL_ACCOUNT
+        moto::LOCAL_ACCOUNT
     );
     create("retry-TX-2-2", &missing, "{\"x\":2}").await.unwrap();
 

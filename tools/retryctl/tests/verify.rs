@@ -118,7 +118,7 @@ async fn verify_passes_on_the_local_stack_with_the_harness() {
 async fn verify_fails_naming_the_queue_whose_redrive_policy_was_removed() {
     let (s, outputs) = start_stack_with_harness(options("vfyrd"), Some(vec![]));
     let file = write_outputs(&s, &outputs);
-    let sqs = aws_sdk_sqs::Client::new(&aws::local::sdk_config(&s.endpoint).await);
+    let sqs = aws_sdk_sqs::Client::new(&testkit::moto::sdk_config(&s.endpoint).await);
     let retry_url = outputs["Stacks"][0]["Outputs"]
         .as_array()
         .unwrap()
@@ -207,10 +207,10 @@ async fn the_deploy_script_reads_the_stacks_and_the_role_with_the_aws_cli() {
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Principal": {"Service": "scheduler.amazonaws.com"},
             "Action": "sts:AssumeRole",
-            "Condition": {"StringEquals": {"aws:SourceAccount": aws::local::LOCAL_ACCOUNT},
+            "Condition": {"StringEquals": {"aws:SourceAccount": testkit::moto::LOCAL_ACCOUNT},
                 "ArnLike": {"aws:SourceArn": [
-                    format!("arn:aws:scheduler:us-east-1:{}:schedule-group/{group}", aws::local::LOCAL_ACCOUNT),
-                    format!("arn:aws:scheduler:us-east-1:{}:schedule/{group}/*", aws::local::LOCAL_ACCOUNT)]}}}]}}});
+                    format!("arn:aws:scheduler:us-east-1:{}:schedule-group/{group}", testkit::moto::LOCAL_ACCOUNT),
+                    format!("arn:aws:scheduler:us-east-1:{}:schedule/{group}/*", testkit::moto::LOCAL_ACCOUNT)]}}}]}}});
     std::fs::write(
         dir.join(format!(
             "role-{}.json",

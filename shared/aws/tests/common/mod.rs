@@ -4,14 +4,14 @@
 
 use aws::config::StackNames;
 use aws::item::record_to_item;
-use aws::local;
-use aws::provision::{provision, Provisioned};
 use aws_config::SdkConfig;
 use domain::machine::{Actor, ReconcileKey};
 use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
 };
+use testkit::moto;
+use testkit::provision::{provision, Provisioned};
 
 pub struct Stack {
     pub sdk: SdkConfig,
@@ -36,9 +36,9 @@ impl Stack {
 
 /// A new stack with its own names on the shared server.
 pub async fn stack(tag: &str) -> Stack {
-    let endpoint = local::shared_endpoint().expect("moto server (. scripts/tools.sh)");
-    let sdk = local::sdk_config(&endpoint).await;
-    let names = StackNames::new(&local::unique_prefix(tag));
+    let endpoint = moto::shared_endpoint().expect("moto server (. scripts/tools.sh)");
+    let sdk = moto::sdk_config(&endpoint).await;
+    let names = StackNames::new(&moto::unique_prefix(tag));
     let p = provision(&sdk, &names).await.expect("provision");
     Stack { sdk, p }
 }

@@ -16,11 +16,11 @@ use domain::decide::{decide, Context, Disposition, Effect, Input, Known, Rejecti
 use domain::exec::execute;
 use domain::ids::{MaxAttempts, ScheduleName, Timestamp};
 use domain::machine::{transition, ReconcileKey, Status, TransactionRecord};
-use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{FixedRandom, PolicySet, RetryPolicy, SplitMix64};
 use proptest::prelude::*;
 use std::time::Duration;
+use testkit::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::oracle::{self, Violation, Writer};
 use testkit::ports::AllPorts;
 

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod decisions;
+mod exec;
 mod messages;
 mod policy;
 mod protocol;

@@ -7,11 +7,11 @@ use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known
 use domain::decide::{Step, MAX_REDECISIONS};
 use domain::exec::{execute, ExecError, RetryPorts};
 use domain::machine::{Status, TransactionRecord, Write};
-use domain::memory::{block_on_ready, MemoryQueue, MemoryStore};
 use domain::message::{Origin, Outcome, Payload, Request, RetryEvent};
 use domain::policy::SplitMix64;
 use domain::ports::{Payloads, PortError, Transitions, WriteOutcome};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use testkit::memory::{block_on_ready, MemoryQueue, MemoryStore};
 use testkit::ports::AllPorts;
 
 use Status::*;

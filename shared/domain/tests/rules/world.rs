@@ -6,12 +6,12 @@ use domain::decide::{Context, Disposition, Effect, Input, Known, Run, Step};
 use domain::exec::{execute, ExecError, Perform};
 use domain::ids::{Attempt, IdempotencyKey, MaxAttempts, Timestamp, TransactionId};
 use domain::machine::{Status, TransactionRecord};
-use domain::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::message::{Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{PolicySet, RetryPolicy, SplitMix64};
 use domain::ports::{StuckIndex, StuckQuery};
 use std::collections::BTreeSet;
 use std::time::Duration;
+use testkit::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::ports::AllPorts;
 
 pub type MemPorts<'a> =

@@ -1,7 +1,7 @@
 use super::*;
-use domain::memory::MemoryDeadLetter;
 use domain::Attempt;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use testkit::memory::MemoryDeadLetter;
 
 fn event(records: &[(&str, &str)]) -> SqsEvent {
     let records: Vec<serde_json::Value> = records

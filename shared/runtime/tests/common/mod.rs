@@ -4,7 +4,6 @@
 
 use domain::audit::AuditEntry;
 use domain::exec::StartPorts;
-use domain::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
 use domain::policy::{FixedRandom, SplitMix64};
 use domain::ports::Clock;
 use domain::{
@@ -17,6 +16,7 @@ use runtime::settings::{Seeds, Settings};
 use runtime::Verdict;
 use std::collections::BTreeSet;
 use std::time::Duration;
+use testkit::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
 
 /// 2026-10-03T12:00:00.000Z
 pub const T0: Timestamp = Timestamp::from_millis(1_791_028_800_000);

@@ -7,12 +7,10 @@ use super::scheduler::{self, SchedulerSettings, SchedulerStats};
 use super::stop::{Stop, StopSource};
 use super::SqsDirectory;
 use crate::error::CliError;
-use aws::audit::{drain_into, AuditWriter, StreamPosition};
+use aws::audit::AuditWriter;
 use aws::config::{
     AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
 };
-use aws::local::MotoServer;
-use aws::provision::Provisioned;
 use domain::ports::SystemClock;
 use domain::ports::{Clock, PortError, RequestPublisher};
 use runtime::rate::{Paced, Pacer};
@@ -23,6 +21,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use testkit::drain::{drain_into, StreamPosition};
+use testkit::moto::MotoServer;
+use testkit::provision::Provisioned;
 use tokio::task::JoinHandle;
 
 /// The event source mapping settings of `template.yaml` (its parameter defaults;
@@ -173,9 +174,9 @@ impl Stack {
                 (Some(server), e)
             }
         };
-        let sdk = aws::local::sdk_config(&endpoint).await;
+        let sdk = testkit::moto::sdk_config(&endpoint).await;
         let names = StackNames::new(&opts.prefix);
-        let provisioned = aws::provision::provision(&sdk, &names)
+        let provisioned = testkit::provision::provision(&sdk, &names)
             .await
             .map_err(|e| CliError::Aws(e.to_string()))?;
 
@@ -236,7 +237,7 @@ impl Stack {
                 function: runtime::response::FUNCTION.into(),
                 queue_url: provisioned.response.url.clone(),
                 queue_arn: provisioned.response.arn.clone(),
-                region: aws::local::LOCAL_REGION.into(),
+                region: testkit::moto::LOCAL_REGION.into(),
                 batch_size: opts.response_esm.batch_size,
                 batching_window: opts.response_esm.batching_window,
                 max_concurrency: opts.response_esm.max_concurrency,
@@ -309,7 +310,7 @@ impl Stack {
                 function: runtime::retry::FUNCTION.into(),
                 queue_url: provisioned.retry.url.clone(),
                 queue_arn: provisioned.retry.arn.clone(),
-                region: aws::local::LOCAL_REGION.into(),
+                region: testkit::moto::LOCAL_REGION.into(),
                 batch_size: opts.retry_esm.batch_size,
                 batching_window: opts.retry_esm.batching_window,
                 max_concurrency: opts.retry_esm.max_concurrency,

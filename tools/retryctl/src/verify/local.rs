@@ -33,9 +33,9 @@ pub async fn start_harness(
 ) -> Result<LocalHarness, CliError> {
     let p = &stack.provisioned;
     let table = format!("{}-harness", p.names.prefix);
-    aws::provision::create_table(
+    testkit::provision::create_table(
         &aws::clients::dynamodb(&stack.sdk),
-        &harness::service::table_definition(&table),
+        &testkit::provision::harness_table_definition(&table),
     )
     .await
     .map_err(|e| CliError::Aws(e.to_string()))?;
@@ -59,7 +59,7 @@ pub async fn start_harness(
             function: harness::service::FUNCTION.into(),
             queue_url: p.request.url.clone(),
             queue_arn: p.request.arn.clone(),
-            region: aws::local::LOCAL_REGION.into(),
+            region: testkit::moto::LOCAL_REGION.into(),
             batch_size: 10,
             batching_window: Duration::ZERO,
             max_concurrency: 2,
@@ -72,7 +72,7 @@ pub async fn start_harness(
     Ok(LocalHarness {
         role_arn: format!(
             "arn:aws:iam::{}:role/{}-harness",
-            aws::local::LOCAL_ACCOUNT,
+            testkit::moto::LOCAL_ACCOUNT,
             p.names.prefix
         ),
         table,

@@ -6,7 +6,7 @@
 //!    keys, the reconciler index, the stream, the TTLs, the schedule group, the
 //!    scheduler role's trust policy, and — with the harness — that the queue policies
 //!    let the harness read and answer. Each expected setting comes from the code's own
-//!    definitions (`aws::provision`, `harness::service`).
+//!    definitions (`testkit::provision`, `harness::service`).
 //! 2. **Transactions** ([`flow`]), only when every resource check passed: three real
 //!    transactions through the real queues, the staging harness answering each by the
 //!    script in its payload — SUCCESS; CANCELLED then SUCCESS; CANCELLED until the

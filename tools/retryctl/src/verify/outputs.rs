@@ -5,9 +5,9 @@
 //! client of its own.
 
 use crate::error::CliError;
-use aws::provision::Provisioned;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use testkit::provision::Provisioned;
 
 /// Outputs of the main stack that `retryctl verify` reads (`template.yaml` declares
 /// each; `tests/template.rs` checks it).
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn the_local_stack_writes_every_output_verify_reads() {
         let names = aws::config::StackNames::new("p");
-        let q = |n: &str| aws::provision::QueueRef {
+        let q = |n: &str| testkit::provision::QueueRef {
             name: n.into(),
             url: format!("http://x/{n}"),
             arn: format!("arn:aws:sqs:us-east-1:1:{n}"),

@@ -1,13 +1,13 @@
 //! The resource checks: every resource the code relies on exists with the settings
-//! it relies on. The expected settings are the definitions `aws::provision` creates
+//! it relies on. The expected settings are the definitions `testkit::provision` creates
 //! locally and `tests/template.rs` compares with `template.yaml` (and the harness's
 //! table definition), so no setting is written down twice.
 
 use super::{Checks, Env};
-use aws::provision::{queue_definitions, table_definitions, QueueDef, TableDef};
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
 use std::collections::HashMap;
+use testkit::provision::{queue_definitions, table_definitions, QueueDef, TableDef};
 
 const PHASE: &str = "resources";
 
@@ -194,7 +194,7 @@ async fn tables(env: &Env<'_>, out: &mut Checks) {
         .collect();
     if env.outputs.has_harness() {
         defs.push((
-            harness::service::table_definition("harness"),
+            testkit::provision::harness_table_definition("harness"),
             "HarnessTableName",
         ));
     }

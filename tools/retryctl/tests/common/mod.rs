@@ -77,12 +77,12 @@ pub fn start_stack_with_harness(
 }
 
 pub fn moto() -> String {
-    aws::local::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)")
+    testkit::moto::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)")
 }
 
 /// Compressed-time options on the shared moto server.
 pub fn options(tag: &str, backoff_seconds: u64, cancel_probability: f64) -> StackOptions {
-    let mut o = StackOptions::new(aws::local::unique_prefix(tag));
+    let mut o = StackOptions::new(testkit::moto::unique_prefix(tag));
     o.moto_endpoint = Some(moto());
     o.env = vec![
         ("BACKOFF_BASE_SECONDS", backoff_seconds.to_string()),

@@ -7,8 +7,8 @@
 //! 6 × its consumer's timeout; the scheduler DLQ and the audit-stream failure DLQ.
 //! The schedule group.
 
-use crate::config::{timeouts, StackNames, RECONCILE_INDEX};
-use crate::local::{LOCAL_ACCOUNT, LOCAL_REGION};
+use crate::moto::{LOCAL_ACCOUNT, LOCAL_REGION};
+use aws::config::{timeouts, StackNames, RECONCILE_INDEX};
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
@@ -123,6 +123,22 @@ pub fn table_definitions(names: &StackNames) -> Vec<TableDef> {
             billing_mode: "PAY_PER_REQUEST",
         },
     ]
+}
+
+/// The staging harness's table, as data (`infra/template.yaml` declares the same; a
+/// test compares them).
+pub fn harness_table_definition(name: &str) -> TableDef {
+    TableDef {
+        logical_id: "HarnessTable",
+        name: name.to_owned(),
+        hash_key: harness::service::KEY,
+        range_key: None,
+        attributes: vec![(harness::service::KEY, "S")],
+        indexes: vec![],
+        stream_view: None,
+        ttl_attribute: Some(harness::service::TTL_ATTRIBUTE),
+        billing_mode: "PAY_PER_REQUEST",
+    }
 }
 
 /// The queues of a stack, DLQs first (a redrive policy names an existing queue).

@@ -1,11 +1,15 @@
 //! Each function's bundle performs exactly the effects [`performs`] allows its input.
 
-use super::*;
-use crate::decide::{Ack, Alert};
-use crate::ids::{Attempt, MaxAttempts, Timestamp};
-use crate::machine::{Actor, Event, Status};
-use crate::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
-use crate::message::{Origin, Outcome, Response};
+use domain::decide::{Ack, Alert};
+use domain::decide::{Effect, Input, RequestHeader, ScheduleSpec};
+use domain::exec::*;
+use domain::ids::{Attempt, MaxAttempts, Timestamp};
+use domain::ids::{ScheduleName, TransactionId};
+use domain::machine::{Actor, Event, Status};
+use domain::machine::{TransactionRecord, Write};
+use domain::message::{Origin, Outcome, Response};
+use domain::message::{Payload, Request, RetryEvent};
+use testkit::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 
 fn id() -> TransactionId {
     TransactionId::parse("TX-E").unwrap()
@@ -31,7 +35,7 @@ fn effects() -> Vec<Effect> {
         },
         Effect::Write(Write::new(
             id(),
-            crate::arrow!([Status::InProgress], Event::ResponseSuccess),
+            domain::arrow!([Status::InProgress], Event::ResponseSuccess),
             Timestamp::from_millis(1),
             Actor::ResponseHandler,
         )),

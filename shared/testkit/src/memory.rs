@@ -5,12 +5,12 @@
 //! Every change is also kept as a (before, after) pair, like a DynamoDB stream with
 //! `NEW_AND_OLD_IMAGES`, so the audit trail derives from it exactly as in AWS.
 
-use crate::audit::AuditEntry;
-use crate::decide::ScheduleSpec;
-use crate::ids::{ScheduleName, Timestamp, TransactionId};
-use crate::machine::{ReconcileKey, TransactionRecord, Write};
-use crate::message::{Payload, Request, RetryEvent};
-use crate::ports::{
+use domain::audit::AuditEntry;
+use domain::decide::ScheduleSpec;
+use domain::ids::{ScheduleName, Timestamp, TransactionId};
+use domain::machine::{ReconcileKey, TransactionRecord, Write};
+use domain::message::{Payload, Request, RetryEvent};
+use domain::ports::{
     Clock, CreateOutcome, Creates, DeadLetter, Payloads, PortError, Records, RequestPublisher,
     RetryPublisher, ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter, StuckIndex,
     StuckPage, StuckQuery, Transitions, Undeliverable, WriteOutcome,
