@@ -8,8 +8,8 @@
 //! 3. the table's stream (NEW_AND_OLD_IMAGES) is read and every change goes through
 //!    the audit writer, `deliveries` times.
 //!
-//! Every adapter shares a [`CallMeter`] per function: API calls and moto's
-//! `ConsumedCapacity` are counted as they happen. The stream's images give the item
+//! Each function runs on clients of its own [`CallMeter`]: API calls and moto's
+//! `ConsumedCapacity` are counted as they happen, outside the adapters. The stream's images give the item
 //! before and after every write, from which [`dynamodb_billed_units`] computes what
 //! DynamoDB bills (moto's figures are constants; see [`crate::dynamodb_rules`]).
 //! What the handlers left behind is checked (SCHEDULED after A; IN_PROGRESS attempt 2
@@ -21,7 +21,6 @@ use crate::model::CycleBillables;
 use aws::audit::{AuditWriter, Audited, StreamChange};
 use aws::config::{AuditWriterConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
 use aws::item::{flat_from_dynamodb, FlatItem, Scalar};
-use aws::meter::{CallCounts, CallMeter};
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::exec::StartPorts;
@@ -31,6 +30,7 @@ use runtime::Metrics;
 use std::collections::HashMap;
 use testkit::drain::{drain_stream, StreamPosition};
 use testkit::memory::MemoryQueue;
+use testkit::meter::{CallCounts, CallMeter};
 use testkit::provision::{provision, table_definitions, IndexDef, Provisioned};
 use thiserror::Error;
 
@@ -252,11 +252,10 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     );
     let tx = TransactionId::parse(&tx_text).map_err(|e| CycleError::Setup(e.to_string()))?;
     let payload = payload_of(spec.payload_bytes, &tx_text)?;
-    let start_meter = CallMeter::new();
+    let start_meter = CallMeter::new().with_payloads_table(&names.payloads_table);
     let start_store =
-        aws::dynamo::DynamoStore::new(aws::clients::dynamodb(sdk), &names.transactions_table)
-            .with_payloads_table(&names.payloads_table)
-            .with_meter(start_meter.clone());
+        aws::dynamo::DynamoStore::new(start_meter.dynamodb(sdk), &names.transactions_table)
+            .with_payloads_table(&names.payloads_table);
     let first_requests: MemoryQueue<Request> = MemoryQueue::new();
     let ports = StartPorts {
         store: &start_store,
@@ -285,9 +284,7 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
 
     // 1. The response handler, as its Lambda main builds it, with metered adapters.
     let response_meter = CallMeter::new();
-    let mut a = runtime::wiring::response_handler(sdk, &response_cfg);
-    a.store = a.store.clone().with_meter(response_meter.clone());
-    a.scheduler = a.scheduler.clone().with_meter(response_meter.clone());
+    let a = runtime::wiring::response_handler_on(&response_meter.clients(sdk), &response_cfg);
     let metrics = Metrics::new("Bench", runtime::response::FUNCTION);
     let body = format!(
         r#"{{"transaction_id":"{tx_text}","attempt":1,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}}"#
@@ -314,11 +311,9 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     }
 
     // 2. The retry handler, same way.
-    let retry_meter = CallMeter::new();
-    let mut b = runtime::wiring::retry_handler(sdk, &retry_cfg)
+    let retry_meter = CallMeter::new().with_payloads_table(&retry_cfg.payloads_table);
+    let b = runtime::wiring::retry_handler_on(&retry_meter.clients(sdk), &retry_cfg)
         .map_err(|e| CycleError::Setup(e.to_string()))?;
-    b.store = b.store.clone().with_meter(retry_meter.clone());
-    b.requests.inner = b.requests.inner.clone().with_meter(retry_meter.clone());
     let metrics = Metrics::new("Bench", runtime::retry::FUNCTION);
     let body =
         format!(r#"{{"transaction_id":"{tx_text}","origin":"RETRY_SCHEDULER","attempt":2}}"#);
@@ -355,11 +350,10 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     // before and after it, as DynamoDB bills an UpdateItem.
     let audit_meter = CallMeter::new();
     let writer = AuditWriter::new(
-        aws::clients::dynamodb(sdk),
+        audit_meter.dynamodb(sdk),
         &audit_cfg.audit_table,
         audit_cfg.retention_days,
-    )
-    .with_meter(audit_meter.clone());
+    );
     let cycle_changes: Vec<&StreamChange> = a_changes.iter().chain(b_changes.iter()).collect();
     let mut audit_billed = Billed::default();
     let mut audit_item_bytes = 0;

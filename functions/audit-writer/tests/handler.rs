@@ -14,6 +14,7 @@ use domain::audit::AuditEntry;
 use domain::machine::Actor;
 use domain::{Attempt, MaxAttempts, Outcome, Status, Timestamp, TransactionId, TransactionRecord};
 use serde_json::{json, Value};
+use testkit::meter::CallMeter;
 use testkit::provision::{create_table, table_definitions};
 
 fn fixture() -> Event {
@@ -25,12 +26,14 @@ async fn writer(tag: &str, create: bool) -> AuditWriter {
     writer_and_table(tag, create).await.0
 }
 
-/// A writer on a fresh audit table, and the table's name.
-async fn writer_and_table(tag: &str, create: bool) -> (AuditWriter, String) {
+/// A writer on a fresh audit table, the table's name, and the meter of the writer's
+/// calls.
+async fn writer_and_table(tag: &str, create: bool) -> (AuditWriter, String, CallMeter) {
     let endpoint = testkit::moto::shared_endpoint().unwrap();
     let sdk = testkit::moto::sdk_config(&endpoint).await;
     let names = StackNames::new(&testkit::moto::unique_prefix(tag));
-    let ddb = aws::clients::dynamodb(&sdk);
+    let meter = CallMeter::new();
+    let ddb = meter.dynamodb(&sdk);
     if create {
         let audit = table_definitions(&names)
             .into_iter()
@@ -41,6 +44,7 @@ async fn writer_and_table(tag: &str, create: bool) -> (AuditWriter, String) {
     (
         AuditWriter::new(ddb, &names.audit_table, 365),
         names.audit_table,
+        meter,
     )
 }
 
@@ -268,7 +272,7 @@ fn arrows(entries: &[AuditEntry]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_cycle_is_two_items_whatever_the_batches() {
-    let (w, table) = writer_and_table("aw4", true).await;
+    let (w, table, meter) = writer_and_table("aw4", true).await;
     // TX-A: the creation and a retry cycle (5 changes); TX-B: the cycle alone (4).
     let changes: Vec<_> = cycle("TX-A", "NOT_AVAILABLE")
         .into_iter()
@@ -280,7 +284,7 @@ async fn a_retry_cycle_is_two_items_whatever_the_batches() {
     assert!(resp.batch_item_failures.is_empty());
     assert_eq!(m.count(AUDIT_ROWS_WRITTEN), 9, "one entry per transition");
     assert_eq!(m.count(AUDIT_ITEMS_WRITTEN), 3 + 2, "one write per run");
-    assert_eq!(w.meter().snapshot().audit_writes, 5, "UpdateItem calls");
+    assert_eq!(meter.snapshot().audit_writes, 5, "UpdateItem calls");
 
     let history = w
         .history(&TransactionId::parse("TX-A").unwrap())
@@ -338,14 +342,14 @@ async fn a_retry_cycle_is_two_items_whatever_the_batches() {
     assert_eq!(twice.count(AUDIT_ROWS_WRITTEN), 18);
     assert_eq!(items(&table).await, stored);
     // A group is one transaction and one group key: anything else is refused unsent.
-    let calls = w.meter().snapshot().audit_writes;
+    let calls = meter.snapshot().audit_writes;
     let mixed = [history[0].clone(), history[1].clone()];
     assert!(!w.write_group(&mixed).await.unwrap_err().is_retryable());
-    assert_eq!(w.meter().snapshot().audit_writes, calls);
+    assert_eq!(meter.snapshot().audit_writes, calls);
 
     // The same records one batch each (every run split across batches): the same
     // items, written one entry at a time.
-    let (split, split_table) = writer_and_table("aw5", true).await;
+    let (split, split_table, _) = writer_and_table("aw5", true).await;
     let mut one_by_one = 0;
     for record in &event.records {
         let mut single = event.clone();

@@ -23,9 +23,8 @@ use crate::errors::classify;
 use crate::item::{
     flat_from_dynamodb, flat_from_streams, record_from_flat, s, CodecError, FlatItem,
 };
-use crate::meter::{Call, CallMeter};
 use aws_sdk_dynamodb::operation::query::QueryError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use domain::audit::AuditEntry;
 use domain::machine::Actor;
@@ -324,7 +323,6 @@ pub struct AuditWriter {
     client: aws_sdk_dynamodb::Client,
     table: String,
     retention_days: u32,
-    meter: CallMeter,
 }
 
 impl AuditWriter {
@@ -337,17 +335,7 @@ impl AuditWriter {
             client,
             table: table.into(),
             retention_days,
-            meter: CallMeter::new(),
         }
-    }
-
-    pub fn with_meter(mut self, meter: CallMeter) -> Self {
-        self.meter = meter;
-        self
-    }
-
-    pub fn meter(&self) -> &CallMeter {
-        &self.meter
     }
 
     /// Writes the entries of one group (one transaction, one `group_key`) with one
@@ -394,20 +382,16 @@ impl AuditWriter {
             names.insert(format!("#{p}"), name);
             values.insert(format!(":{p}"), value);
         }
-        self.meter.count(Call::AuditWrite);
-        let out = self
-            .client
+        self.client
             .update_item()
             .table_name(&self.table)
             .set_key(Some(key))
             .update_expression(format!("SET {}", sets.join(", ")))
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
             .map_err(|e| classify("UpdateItem", &e, crate::dynamo::update_item_kind))?;
-        self.meter.capacity(out.consumed_capacity(), true);
         Ok(())
     }
 

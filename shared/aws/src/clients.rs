@@ -66,3 +66,22 @@ pub fn dynamodbstreams(sdk: &SdkConfig) -> aws_sdk_dynamodbstreams::Client {
             .build(),
     )
 }
+
+/// The three clients a function's adapters use.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub scheduler: aws_sdk_scheduler::Client,
+}
+
+impl Clients {
+    /// The clients of `sdk`, with the bounded retry policy.
+    pub fn new(sdk: &SdkConfig) -> Self {
+        Self {
+            dynamodb: dynamodb(sdk),
+            sqs: sqs(sdk),
+            scheduler: scheduler(sdk),
+        }
+    }
+}

@@ -17,14 +17,12 @@
 use crate::config::RECONCILE_INDEX;
 use crate::errors::classify;
 use crate::item::{attr, flat_from_dynamodb, n, record_from_flat, record_to_item, s, CodecError};
-use crate::meter::{Call, CallMeter};
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
-    TransactWriteItem,
+    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
 use domain::machine::ReconcileKey;
@@ -245,7 +243,6 @@ pub struct DynamoStore<P = NoPayloads> {
     client: Client,
     transactions_table: String,
     payloads_table: P,
-    meter: CallMeter,
 }
 
 /// A [`DynamoStore`] that knows no payloads table.
@@ -279,7 +276,6 @@ impl DynamoStore {
             client,
             transactions_table: transactions_table.into(),
             payloads_table: NoPayloads,
-            meter: CallMeter::new(),
         }
     }
 
@@ -290,22 +286,11 @@ impl DynamoStore {
             client: self.client,
             transactions_table: self.transactions_table,
             payloads_table: PayloadsTable(name.into()),
-            meter: self.meter,
         }
     }
 }
 
 impl<P> DynamoStore<P> {
-    /// Records calls and capacity in `meter` (share one meter between adapters).
-    pub fn with_meter(mut self, meter: CallMeter) -> Self {
-        self.meter = meter;
-        self
-    }
-
-    pub fn meter(&self) -> &CallMeter {
-        &self.meter
-    }
-
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -316,18 +301,15 @@ impl<P> DynamoStore<P> {
 
     /// Consistent read of the record (used by `get` and after a cancelled create).
     async fn read(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
-        self.meter.count(Call::Read);
         let out = self
             .client
             .get_item()
             .table_name(&self.transactions_table)
             .set_key(Some(key(id)))
             .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
             .map_err(|e| classify("GetItem", &e, get_item_kind))?;
-        self.meter.capacity(out.consumed_capacity(), false);
         out.item()
             .map(|i| record_from_flat(&flat_from_dynamodb(i)).map_err(|e| codec("GetItem", e)))
             .transpose()
@@ -340,18 +322,15 @@ impl DynamoStore<PayloadsTable> {
         id: &TransactionId,
     ) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
         let table = &self.payloads_table.0;
-        self.meter.count(Call::PayloadRead);
         let out = self
             .client
             .get_item()
             .table_name(table)
             .set_key(Some(key(id)))
             .consistent_read(true)
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
             .map_err(|e| classify("GetItem", &e, get_item_kind))?;
-        self.meter.capacity(out.consumed_capacity(), false);
         Ok(out.item)
     }
 }
@@ -469,20 +448,15 @@ impl Creates for DynamoStore<PayloadsTable> {
             .set_expression_attribute_names(Some(id_name))
             .build()
             .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
-        self.meter.count(Call::Create);
         let result = self
             .client
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put_record).build())
             .transact_items(TransactWriteItem::builder().put(put_payload).build())
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await;
         match result {
-            Ok(out) => {
-                self.meter.capacity(out.consumed_capacity(), true);
-                Ok(CreateOutcome::Created)
-            }
+            Ok(_) => Ok(CreateOutcome::Created),
             Err(e) => {
                 let cancelled = matches!(
                     e.as_service_error(),
@@ -515,7 +489,6 @@ impl Creates for DynamoStore<PayloadsTable> {
 impl<P: Send + Sync> Transitions for DynamoStore<P> {
     async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
         let x = update_expression(write);
-        self.meter.count(Call::Write);
         let result = self
             .client
             .update_item()
@@ -527,12 +500,10 @@ impl<P: Send + Sync> Transitions for DynamoStore<P> {
             .set_expression_attribute_values(Some(x.values))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await;
         match result {
             Ok(out) => {
-                self.meter.capacity(out.consumed_capacity(), true);
                 let item = out.attributes().ok_or_else(|| {
                     PortError::permanent("UpdateItem", "ALL_NEW returned no attributes")
                 })?;
@@ -542,7 +513,6 @@ impl<P: Send + Sync> Transitions for DynamoStore<P> {
             }
             Err(e) => match e.as_service_error() {
                 Some(UpdateItemError::ConditionalCheckFailedException(ccf)) => {
-                    self.meter.count(Call::FailedCondition);
                     // A failed condition still consumes write capacity; DynamoDB does
                     // not report it on the error, so it is not booked here.
                     let current = ccf
@@ -588,7 +558,6 @@ impl Payloads for DynamoStore<PayloadsTable> {
 
 impl<P: Send + Sync> StuckIndex for DynamoStore<P> {
     async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
-        self.meter.count(Call::Query);
         let start = q.cursor.as_deref().map(decode_cursor).transpose()?;
         let out = self
             .client
@@ -602,11 +571,9 @@ impl<P: Send + Sync> StuckIndex for DynamoStore<P> {
             .expression_attribute_values(":before", s(q.before.to_rfc3339()))
             .limit(i32::try_from(q.limit.max(1)).unwrap_or(i32::MAX))
             .set_exclusive_start_key(start)
-            .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
             .send()
             .await
             .map_err(|e| classify("Query", &e, query_kind))?;
-        self.meter.capacity(out.consumed_capacity(), false);
         // The index projects keys only (so no transition but entering and leaving it
         // writes it): read each record, strongly consistent, and hand over its
         // current state. One that has left the index meanwhile is not returned.

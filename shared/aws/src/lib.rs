@@ -11,6 +11,5 @@ pub mod config;
 pub mod dynamo;
 pub mod errors;
 pub mod item;
-pub mod meter;
 pub mod scheduler;
 pub mod sqs;

@@ -13,7 +13,6 @@
 
 use crate::config::SchedulerSettings;
 use crate::errors::classify;
-use crate::meter::{Call, CallMeter};
 use aws_sdk_scheduler::operation::create_schedule::CreateScheduleError;
 use aws_sdk_scheduler::operation::delete_schedule::DeleteScheduleError;
 use aws_sdk_scheduler::types::{
@@ -40,7 +39,6 @@ pub fn schedule_expression(spec: &ScheduleSpec) -> String {
 pub struct EventBridgeScheduler {
     client: Client,
     settings: SchedulerSettings,
-    meter: CallMeter,
 }
 
 fn create_kind(e: &CreateScheduleError) -> Option<ErrorKind> {
@@ -67,16 +65,7 @@ fn delete_kind(e: &DeleteScheduleError) -> Option<ErrorKind> {
 impl EventBridgeScheduler {
     /// `client` should come from [`crate::clients::scheduler`] (bounded retries).
     pub fn new(client: Client, settings: SchedulerSettings) -> Self {
-        Self {
-            client,
-            settings,
-            meter: CallMeter::new(),
-        }
-    }
-
-    pub fn with_meter(mut self, meter: CallMeter) -> Self {
-        self.meter = meter;
-        self
+        Self { client, settings }
     }
 
     pub fn settings(&self) -> &SchedulerSettings {
@@ -115,7 +104,6 @@ impl ScheduleCreator for EventBridgeScheduler {
             .build()
             .map_err(|e| PortError::permanent("CreateSchedule", e.to_string()))?;
         let target = self.target(spec)?;
-        self.meter.count(Call::ScheduleCreate);
         let result = self
             .client
             .create_schedule()
@@ -142,7 +130,6 @@ impl ScheduleCreator for EventBridgeScheduler {
 
 impl ScheduleDeleter for EventBridgeScheduler {
     async fn delete(&self, name: &ScheduleName) -> Result<ScheduleDeleted, PortError> {
-        self.meter.count(Call::ScheduleDelete);
         let result = self
             .client
             .delete_schedule()

@@ -4,7 +4,6 @@
 //! that can never succeed (body and attributes unchanged) before acknowledging it.
 
 use crate::errors::classify;
-use crate::meter::{Call, CallMeter};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
@@ -50,12 +49,10 @@ pub fn string_attribute(value: impl Into<String>) -> Result<MessageAttributeValu
 
 async fn send(
     client: &Client,
-    meter: &CallMeter,
     queue_url: &str,
     body: &str,
     attributes: Option<HashMap<String, MessageAttributeValue>>,
 ) -> Result<(), PortError> {
-    meter.count(Call::Send);
     client
         .send_message()
         .queue_url(queue_url)
@@ -72,7 +69,6 @@ async fn send(
 pub struct SqsRequestPublisher {
     client: Client,
     queue_url: String,
-    meter: CallMeter,
 }
 
 impl SqsRequestPublisher {
@@ -80,13 +76,7 @@ impl SqsRequestPublisher {
         Self {
             client,
             queue_url: queue_url.into(),
-            meter: CallMeter::new(),
         }
-    }
-
-    pub fn with_meter(mut self, meter: CallMeter) -> Self {
-        self.meter = meter;
-        self
     }
 }
 
@@ -98,7 +88,6 @@ impl RequestPublisher for SqsRequestPublisher {
         )]);
         send(
             &self.client,
-            &self.meter,
             &self.queue_url,
             &request.to_json(),
             Some(attrs),
@@ -112,7 +101,6 @@ impl RequestPublisher for SqsRequestPublisher {
 pub struct SqsRetryPublisher {
     client: Client,
     queue_url: String,
-    meter: CallMeter,
 }
 
 impl SqsRetryPublisher {
@@ -120,26 +108,13 @@ impl SqsRetryPublisher {
         Self {
             client,
             queue_url: queue_url.into(),
-            meter: CallMeter::new(),
         }
-    }
-
-    pub fn with_meter(mut self, meter: CallMeter) -> Self {
-        self.meter = meter;
-        self
     }
 }
 
 impl RetryPublisher for SqsRetryPublisher {
     async fn publish(&self, event: &RetryEvent) -> Result<(), PortError> {
-        send(
-            &self.client,
-            &self.meter,
-            &self.queue_url,
-            &event.to_json(),
-            None,
-        )
-        .await
+        send(&self.client, &self.queue_url, &event.to_json(), None).await
     }
 }
 
@@ -190,7 +165,6 @@ impl DeadLetter for SqsDeadLetter {
             .collect::<Result<HashMap<_, _>, PortError>>()?;
         send(
             &self.client,
-            &CallMeter::new(),
             &self.queue_url,
             &message.body,
             Some(attributes),

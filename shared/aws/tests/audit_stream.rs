@@ -89,7 +89,7 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
     let payload = Payload::from_json(r#"{"n":1}"#).unwrap();
     store.create(&start, &payload).await.unwrap();
     drive(&store, tx).await;
-    let counts = store.meter().snapshot();
+    let counts = s.meter.snapshot();
     let successful = counts.writes - counts.failed_conditions;
     assert!(counts.failed_conditions >= 3, "{counts:?}");
     assert_eq!(

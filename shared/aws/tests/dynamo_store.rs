@@ -171,7 +171,7 @@ async fn every_write_matches_write_apply() {
     }
     assert!(applied >= writes.len() / 2, "applied {applied}");
     assert!(refused > applied, "refused {refused}");
-    let counts = store.meter().snapshot();
+    let counts = s.meter.snapshot();
     assert_eq!(counts.writes as usize, writes.len() * records.len());
     assert_eq!(counts.failed_conditions as usize, refused);
 }
@@ -202,12 +202,12 @@ async fn stale_status_and_stale_attempt_hand_back_the_current_record() {
     );
     let w = first_write(&late, Known::Unread, &mut rng);
     assert_eq!(w.guard.current_attempt, Some(at(1)));
-    let before = store.meter().snapshot();
+    let before = s.meter.snapshot();
     assert_eq!(
         store.transition(&w).await.unwrap(),
         WriteOutcome::ConditionFailed(Some(current.clone()))
     );
-    let after = store.meter().snapshot();
+    let after = s.meter.snapshot();
     assert_eq!(after.reads, before.reads, "no second read");
     // Stale status: the retry handler's write expects SCHEDULED/SCHEDULING.
     let retry = Input::Retry(
@@ -335,7 +335,7 @@ async fn gsi_query_returns_exactly_the_stuck_transactions_across_shards() {
     assert_eq!(unique.len(), found.len(), "no record twice");
     assert_eq!(unique, expected);
     assert!(expected.len() >= 15, "{}", expected.len());
-    let counts = store.meter().snapshot();
+    let counts = s.meter.snapshot();
     assert_eq!(counts.queries, pages);
     assert_eq!(
         counts.reads,

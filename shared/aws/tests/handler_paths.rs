@@ -6,7 +6,6 @@
 mod common;
 
 use aws::config::SchedulerSettings;
-use aws::meter::CallMeter;
 use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::SqsRequestPublisher;
 use common::*;
@@ -23,10 +22,10 @@ use std::time::Duration;
 #[tokio::test(flavor = "multi_thread")]
 async fn happy_path_call_counts() {
     let s = stack("hp").await;
-    let meter = CallMeter::new();
-    let store = s.store().with_meter(meter.clone());
+    let meter = &s.meter;
+    let store = s.store();
     let scheduler = EventBridgeScheduler::new(
-        aws::clients::scheduler(&s.sdk),
+        meter.scheduler(&s.sdk),
         SchedulerSettings {
             group: s.p.names.schedule_group.clone(),
             retry_queue_arn: s.p.retry.arn.clone(),
@@ -35,10 +34,8 @@ async fn happy_path_call_counts() {
             retry_attempts: 5,
             max_event_age_seconds: 3600,
         },
-    )
-    .with_meter(meter.clone());
-    let requests = SqsRequestPublisher::new(aws::clients::sqs(&s.sdk), &s.p.request.url)
-        .with_meter(meter.clone());
+    );
+    let requests = SqsRequestPublisher::new(meter.sqs(&s.sdk), &s.p.request.url);
 
     let tx = id("TX-HP1");
     let payload = Payload::from_json(r#"{"order":42}"#).unwrap();

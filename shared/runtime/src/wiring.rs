@@ -1,7 +1,8 @@
 //! Each function built from its configuration and the AWS adapters, once per process:
 //! what the Lambda `main`s call, and what the local stack calls with an SDK
 //! configuration pointed at moto, so both run the very same handlers. Each gets the
-//! adapters of exactly its ports (`docs/functions.md`, "Ports").
+//! adapters of exactly its ports (`docs/functions.md`, "Ports"). The `_on` forms take
+//! the clients (the benchmark passes metered ones).
 
 use crate::batch::BatchOptions;
 use crate::rate::{Paced, Pacer, RateError};
@@ -9,6 +10,7 @@ use crate::reconcile::{Limits, Reconciler};
 use crate::response::ResponseHandler;
 use crate::retry::RetryHandler;
 use crate::settings::{Seeds, Settings};
+use aws::clients::Clients;
 use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig};
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws::scheduler::EventBridgeScheduler;
@@ -36,11 +38,15 @@ fn settings(policies: PolicySet, shards: u16) -> Settings {
 
 /// The response handler from its configuration.
 pub fn response_handler(sdk: &SdkConfig, c: &ResponseHandlerConfig) -> AwsResponseHandler {
-    let sqs = aws::clients::sqs(sdk);
+    response_handler_on(&Clients::new(sdk), c)
+}
+
+/// The response handler from its configuration, on given clients.
+pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsResponseHandler {
     ResponseHandler {
-        store: DynamoStore::new(aws::clients::dynamodb(sdk), &c.transactions_table),
-        scheduler: EventBridgeScheduler::new(aws::clients::scheduler(sdk), c.scheduler.clone()),
-        dead_letter: SqsDeadLetter::new(sqs, &c.response_dlq_url),
+        store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table),
+        scheduler: EventBridgeScheduler::new(clients.scheduler.clone(), c.scheduler.clone()),
+        dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),
         clock: SystemClock,
         settings: settings(c.policies.clone(), c.reconcile_shards),
         batch: BatchOptions {
@@ -59,16 +65,23 @@ pub fn retry_handler(
     sdk: &SdkConfig,
     c: &RetryHandlerConfig,
 ) -> Result<AwsRetryHandler, RateError> {
+    retry_handler_on(&Clients::new(sdk), c)
+}
+
+/// The retry handler from its configuration, on given clients.
+pub fn retry_handler_on(
+    clients: &Clients,
+    c: &RetryHandlerConfig,
+) -> Result<AwsRetryHandler, RateError> {
     let pacer = Arc::new(Pacer::per_second(c.max_requests_per_second)?);
-    let sqs = aws::clients::sqs(sdk);
     Ok(RetryHandler {
-        store: DynamoStore::new(aws::clients::dynamodb(sdk), &c.transactions_table)
+        store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
             .with_payloads_table(&c.payloads_table),
         requests: Paced::new(
-            SqsRequestPublisher::new(sqs.clone(), &c.request_queue_url),
+            SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
             Arc::clone(&pacer),
         ),
-        dead_letter: SqsDeadLetter::new(sqs, &c.retry_dlq_url),
+        dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.retry_dlq_url),
         clock: SystemClock,
         settings: settings(PolicySet::default(), c.reconcile_shards),
         batch: BatchOptions {

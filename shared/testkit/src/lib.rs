@@ -12,6 +12,8 @@
 //!   for the audit writer's event source).
 //! - [`memory`]: in-memory adapters of every port, with DynamoDB's conditional
 //!   semantics (handler tests, the simulator, the model checker, the benchmarks).
+//! - [`meter`]: an SDK interceptor counting the API calls of the clients it builds
+//!   and the DynamoDB capacity they consumed (tests of a path's cost, the benchmark).
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
 //!   caller (access key id), service, operation and resource ARNs.
 //! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
@@ -19,6 +21,7 @@
 
 pub mod drain;
 pub mod memory;
+pub mod meter;
 pub mod moto;
 pub mod oracle;
 pub mod ports;

@@ -10,12 +10,15 @@ use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
 };
+use testkit::meter::CallMeter;
 use testkit::moto;
 use testkit::provision::{provision, Provisioned};
 
 pub struct Stack {
     pub sdk: SdkConfig,
     pub p: Provisioned,
+    /// Counts the calls of the adapters [`Stack::store`] builds.
+    pub meter: CallMeter,
 }
 
 impl Stack {
@@ -29,8 +32,11 @@ impl Stack {
         aws_sdk_scheduler::Client::new(&self.sdk)
     }
     pub fn store(&self) -> aws::dynamo::DynamoStore<aws::dynamo::PayloadsTable> {
-        aws::dynamo::DynamoStore::new(self.ddb(), &self.p.names.transactions_table)
-            .with_payloads_table(&self.p.names.payloads_table)
+        aws::dynamo::DynamoStore::new(
+            self.meter.dynamodb(&self.sdk),
+            &self.p.names.transactions_table,
+        )
+        .with_payloads_table(&self.p.names.payloads_table)
     }
 }
 
@@ -40,7 +46,8 @@ pub async fn stack(tag: &str) -> Stack {
     let sdk = moto::sdk_config(&endpoint).await;
     let names = StackNames::new(&moto::unique_prefix(tag));
     let p = provision(&sdk, &names).await.expect("provision");
-    Stack { sdk, p }
+    let meter = CallMeter::new().with_payloads_table(&p.names.payloads_table);
+    Stack { sdk, p, meter }
 }
 
 /// Puts a record as is (test set-up, bypassing the conditional create).
