@@ -618,6 +618,8 @@ fn business_alarm_problems(t: &Value) -> Vec<String> {
         (audit_writer::TRANSACTIONS_EXHAUSTED, audit_writer::FUNCTION),
         // reconciler, per stuck transaction its index query returned.
         (names::RECONCILE_EXAMINED, runtime::reconcile::FUNCTION),
+        // reconciler, per index entry whose item would not decode.
+        (names::RECONCILE_UNDECODABLE, runtime::reconcile::FUNCTION),
     ];
     for (metric, function) in emitted {
         let want_dims = vec![(DIMENSION.to_owned(), function.to_owned())];

@@ -29,7 +29,7 @@ use domain::machine::ReconcileKey;
 use domain::machine::{BudgetGuard, Change, Write};
 use domain::ports::{
     CreateOutcome, Creates, ErrorKind, Payloads, PortError, Records, StuckIndex, StuckPage,
-    StuckQuery, Transitions, WriteOutcome,
+    StuckQuery, Transitions, Undecodable, WriteOutcome,
 };
 use domain::{Payload, TransactionId, TransactionRecord};
 use sha2::{Digest, Sha256};
@@ -301,6 +301,17 @@ impl<P> DynamoStore<P> {
 
     /// Consistent read of the record (used by `get` and after a cancelled create).
     async fn read(&self, id: &TransactionId) -> Result<Option<TransactionRecord>, PortError> {
+        self.read_item(id)
+            .await?
+            .map(|i| record_from_flat(&flat_from_dynamodb(&i)).map_err(|e| codec("GetItem", e)))
+            .transpose()
+    }
+
+    /// Consistent read of the record's item, undecoded.
+    async fn read_item(
+        &self,
+        id: &TransactionId,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
         let out = self
             .client
             .get_item()
@@ -310,9 +321,7 @@ impl<P> DynamoStore<P> {
             .send()
             .await
             .map_err(|e| classify("GetItem", &e, get_item_kind))?;
-        out.item()
-            .map(|i| record_from_flat(&flat_from_dynamodb(i)).map_err(|e| codec("GetItem", e)))
-            .transpose()
+        Ok(out.item)
     }
 }
 
@@ -578,22 +587,36 @@ impl<P: Send + Sync> StuckIndex for DynamoStore<P> {
         // writes it): read each record, strongly consistent, and hand over its
         // current state. One that has left the index meanwhile is not returned.
         let mut records = Vec::with_capacity(out.items().len());
+        let mut undecodable = Vec::new();
         for item in out.items() {
-            let raw = item
-                .get(attr::TRANSACTION_ID)
-                .and_then(|v| v.as_s().ok())
-                .ok_or_else(|| {
-                    PortError::permanent(
-                        "Query",
-                        format!("index entry without a `{}` string", attr::TRANSACTION_ID),
-                    )
-                })?;
-            let id = TransactionId::parse(raw)
-                .map_err(|e| PortError::permanent("Query", format!("index entry `{raw}`: {e}")))?;
-            if let Some(r) = self.read(&id).await? {
-                if r.reconcile.is_some() {
-                    records.push(r);
+            let raw = item.get(attr::TRANSACTION_ID).and_then(|v| v.as_s().ok());
+            let id = match raw.map(|raw| (raw, TransactionId::parse(raw))) {
+                Some((_, Ok(id))) => id,
+                Some((raw, Err(e))) => {
+                    undecodable.push(Undecodable {
+                        key: raw.clone(),
+                        detail: format!("`{}`: {e}", attr::TRANSACTION_ID),
+                    });
+                    continue;
                 }
+                None => {
+                    undecodable.push(Undecodable {
+                        key: format!("{item:?}"),
+                        detail: format!("index entry without a `{}` string", attr::TRANSACTION_ID),
+                    });
+                    continue;
+                }
+            };
+            let Some(item) = self.read_item(&id).await? else {
+                continue;
+            };
+            match record_from_flat(&flat_from_dynamodb(&item)) {
+                Ok(r) if r.reconcile.is_some() => records.push(r),
+                Ok(_) => {}
+                Err(e) => undecodable.push(Undecodable {
+                    key: id.to_string(),
+                    detail: e.to_string(),
+                }),
             }
         }
         let next = out
@@ -601,6 +624,10 @@ impl<P: Send + Sync> StuckIndex for DynamoStore<P> {
             .filter(|k| !k.is_empty())
             .map(encode_cursor)
             .transpose()?;
-        Ok(StuckPage { records, next })
+        Ok(StuckPage {
+            records,
+            undecodable,
+            next,
+        })
     }
 }

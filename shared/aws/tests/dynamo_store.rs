@@ -343,3 +343,52 @@ async fn gsi_query_returns_exactly_the_stuck_transactions_across_shards() {
         "one GetItem per index entry found (plus the test's own)"
     );
 }
+
+/// GIVEN an index entry whose item will not decode (an unknown status), older than a
+/// healthy stuck record of the same shard WHEN the index is queried THEN the page
+/// still succeeds: the healthy record comes back, the bad entry is reported with its
+/// key and what failed — it never fails the page, so it cannot block its shard.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_undecodable_entry_is_reported_and_never_fails_its_page() {
+    let s = stack("ud").await;
+    let store = s.store();
+    let bad = record("TX-UD-BAD", Status::Scheduled, 1, 3, T0);
+    let good = record("TX-UD-GOOD", Status::Scheduled, 1, 3, T0 + 1_000);
+    let shard = bad.transaction_id.shard(8);
+    assert_eq!(good.transaction_id.shard(8), shard, "one shard for both");
+    put_record(&s, &good).await;
+    let mut item = aws::item::record_to_item(&bad);
+    item.insert(
+        "status".to_owned(),
+        aws_sdk_dynamodb::types::AttributeValue::S("BOGUS".to_owned()),
+    );
+    s.ddb()
+        .put_item()
+        .table_name(&s.p.names.transactions_table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+    let page = store
+        .query_stuck(&StuckQuery {
+            shard,
+            before: Timestamp::from_millis(T0 + 86_400_000),
+            limit: 10,
+            cursor: None,
+        })
+        .await
+        .expect("a bad entry never fails the page");
+    let ids: Vec<String> = page
+        .records
+        .iter()
+        .map(|r| r.transaction_id.to_string())
+        .collect();
+    assert_eq!(ids, ["TX-UD-GOOD"]);
+    assert_eq!(page.undecodable.len(), 1, "{page:?}");
+    assert_eq!(page.undecodable[0].key, "TX-UD-BAD");
+    assert!(
+        page.undecodable[0].detail.contains("`status` = \"BOGUS\""),
+        "names the value: {}",
+        page.undecodable[0].detail
+    );
+}

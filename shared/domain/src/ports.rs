@@ -146,8 +146,20 @@ pub enum ScheduleDeleted {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StuckPage {
     pub records: Vec<TransactionRecord>,
+    /// Index entries whose item would not decode: skipped, so one bad item never
+    /// fails its page nor blocks its shard (the reconciler reports each).
+    pub undecodable: Vec<Undecodable>,
     /// Opaque cursor for the next page of the same query; `None` when done.
     pub next: Option<String>,
+}
+
+/// An index entry whose item would not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undecodable {
+    /// The item's key as stored (its transaction id, or what stood in its place).
+    pub key: String,
+    /// What would not decode: names the attribute and the value.
+    pub detail: String,
 }
 
 /// The query the reconciler runs, one shard at a time: cycles whose fire time is

@@ -67,6 +67,7 @@ pub mod names {
     pub const RECONCILE_EXAMINED: &str = "ReconcileExamined";
     pub const RECONCILE_TRUNCATED: &str = "ReconcileTruncated";
     pub const RECONCILE_ERRORS: &str = "ReconcileErrors";
+    pub const RECONCILE_UNDECODABLE: &str = "ReconcileUndecodable";
 }
 
 /// `late-response` → `LateResponse`; `SCHEDULING` → `Scheduling`.

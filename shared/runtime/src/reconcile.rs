@@ -9,8 +9,12 @@
 //! cycle has left the index by then. Each is read (strongly consistent) and the
 //! domain decides on the current record: SCHEDULED past its fire time, SENDING or
 //! SCHEDULING unchanged for longer than the threshold are acted on; anything else is
-//! counted as not stuck. Shards are visited round-robin, one page at a time, and the
-//! whole run stops after RECONCILE_MAX_ITEMS records (the next run continues).
+//! counted as not stuck. Shards are visited round-robin, one page at a time, from a
+//! shard drawn at random each run, and each page asks for at most an equal share of
+//! what is left of the run's budget (RECONCILE_MAX_ITEMS records; the next run
+//! continues), so a backlog in some shards never starves the others. An index entry
+//! whose item will not decode is skipped and reported (ERROR log naming its key and
+//! what failed, metric `ReconcileUndecodable`): it never fails its page.
 //!
 //! A SCHEDULING record (the response handler died between persisting the fire time
 //! and creating the schedule, and its message ran out of redeliveries) is therefore
@@ -25,6 +29,7 @@ use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
 use domain::decide::{Ack, Input};
 use domain::exec::ReconcilePorts;
+use domain::policy::RandomSource;
 use domain::ports::{
     Clock, RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery, SystemClock, Transitions,
 };
@@ -72,6 +77,8 @@ pub struct Report {
     pub errors: u64,
     /// Index queries that failed.
     pub query_errors: u64,
+    /// Index entries whose item would not decode (skipped, logged, counted).
+    pub undecodable: u64,
     /// True when the run stopped at the item bound with work left.
     pub truncated: bool,
 }
@@ -159,9 +166,10 @@ where
         before: before.to_rfc3339(),
         ..Report::default()
     };
-    let mut queue: VecDeque<(u16, Option<String>)> = (0..settings.shards.max(1))
-        .map(|shard| (shard, None))
-        .collect();
+    let shards = settings.shards.max(1);
+    let first = first_shard(shards, &mut seeds.next());
+    let mut queue: VecDeque<(u16, Option<String>)> =
+        (0..shards).map(|i| ((first + i) % shards, None)).collect();
     let mut remaining = limits.max_items;
     while let Some((shard, cursor)) = queue.pop_front() {
         if remaining == 0 {
@@ -171,7 +179,7 @@ where
         let query = StuckQuery {
             shard,
             before,
-            limit: limits.page_size.max(1).min(remaining),
+            limit: page_limit(limits.page_size, remaining, queue.len() + 1),
             cursor,
         };
         let page = match store.query_stuck(&query).await {
@@ -183,7 +191,17 @@ where
                 continue;
             }
         };
-        let taken = u32::try_from(page.records.len()).unwrap_or(u32::MAX);
+        for bad in &page.undecodable {
+            report.undecodable += 1;
+            metrics.incr(names::RECONCILE_UNDECODABLE);
+            tracing::error!(
+                shard,
+                key = %bad.key,
+                detail = %bad.detail,
+                "reconciler skipped an index entry whose item will not decode; fix or delete the item"
+            );
+        }
+        let taken = u32::try_from(page.records.len() + page.undecodable.len()).unwrap_or(u32::MAX);
         remaining = remaining.saturating_sub(taken);
         let verdicts: Vec<(Status, Verdict)> = futures::stream::iter(page.records)
             .map(|record: TransactionRecord| {
@@ -234,6 +252,20 @@ where
         metrics.incr(names::RECONCILE_TRUNCATED);
     }
     report
+}
+
+/// The shard a run starts from: drawn from the run's seed, so over runs every shard
+/// comes first as often as any other.
+fn first_shard(shards: u16, rng: &mut impl RandomSource) -> u16 {
+    let drawn = (rng.next_unit() * f64::from(shards)).floor();
+    (0..shards).find(|s| f64::from(*s) >= drawn).unwrap_or(0)
+}
+
+/// A page's size: the page size, but no more than an equal share (rounded up) of
+/// what is left of the run's budget among the `pending` shard pages queued.
+fn page_limit(page_size: u32, remaining: u32, pending: usize) -> u32 {
+    let pending = u32::try_from(pending.max(1)).unwrap_or(u32::MAX);
+    page_size.max(1).min(remaining.div_ceil(pending)).max(1)
 }
 
 /// The run failed as a whole (some index query failed): the invocation reports an

@@ -6,10 +6,14 @@ mod common;
 
 use common::*;
 use domain::decide::Ack;
-use domain::{Outcome, Status, Timestamp};
+use domain::ports::{
+    PortError, StuckIndex, StuckPage, StuckQuery, Transitions, Undecodable, WriteOutcome,
+};
+use domain::{Outcome, Status, Timestamp, Write};
 use runtime::metrics::{names, Metrics};
-use runtime::reconcile::{run_once, Action, Limits};
+use runtime::reconcile::{run_once, Action, Limits, Report};
 use runtime::settings::{Seeds, Settings};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 const MIN: Duration = Duration::from_secs(60);
@@ -139,19 +143,7 @@ async fn pages_through_the_index_and_bounds_each_run() {
     };
     let metrics = Metrics::new("NS", "reconciler");
     w.store.reset_calls();
-    let r = run_once(
-        &domain::exec::ReconcilePorts {
-            store: &w.store,
-            scheduler: &w.scheduler,
-            retries: &w.retries,
-        },
-        &w.settings,
-        w.now(),
-        &limits,
-        &Seeds::fixed(1),
-        &metrics,
-    )
-    .await;
+    let r = w.reconcile_with(&limits, 1, &metrics).await;
     assert_eq!(r.examined, 25);
     assert!(r.truncated);
     assert_eq!(metrics.count(names::RECONCILE_TRUNCATED), 1);
@@ -166,19 +158,7 @@ async fn pages_through_the_index_and_bounds_each_run() {
     for ev in &first {
         w.retry(ev).await;
     }
-    let r = run_once(
-        &domain::exec::ReconcilePorts {
-            store: &w.store,
-            scheduler: &w.scheduler,
-            retries: &w.retries,
-        },
-        &w.settings,
-        w.now(),
-        &limits,
-        &Seeds::fixed(2),
-        &metrics,
-    )
-    .await;
+    let r = w.reconcile_with(&limits, 2, &metrics).await;
     assert_eq!(r.examined, 5);
     assert!(!r.truncated);
     let second = w.retries.drain();
@@ -193,64 +173,72 @@ async fn pages_through_the_index_and_bounds_each_run() {
     assert_eq!(w.distinct_keys().len(), 60);
 }
 
+/// A world of `per_shard.len()` shards in which shard `s` holds `per_shard[s]`
+/// transactions left in SCHEDULING (A died after persisting), all late for the
+/// reconciler by now; their ids by shard.
+async fn late_by_shard(per_shard: &[usize]) -> (World, Vec<Vec<String>>) {
+    let shards = u16::try_from(per_shard.len()).unwrap();
+    let mut w = World::new();
+    w.settings = Settings {
+        shards,
+        ..w.settings.clone()
+    };
+    let mut by_shard = vec![Vec::new(); per_shard.len()];
+    for i in 0.. {
+        if by_shard.iter().zip(per_shard).all(|(v, n)| v.len() == *n) {
+            break;
+        }
+        let tx = format!("TX-S{i:04}");
+        let shard = usize::from(id(&tx).shard(shards));
+        if by_shard[shard].len() < per_shard[shard] {
+            w.start(&tx, 3).await;
+            w.respond_with(&tx, 1, Outcome::Cancelled, &mut stop_after(1))
+                .await;
+            by_shard[shard].push(tx);
+        }
+    }
+    w.set_time(at(320 * MIN));
+    (w, by_shard)
+}
+
+/// One run within `max_items` and `page_size`, drawn from `seed`: its report and
+/// the ids it requeued.
+async fn requeue_run(
+    w: &World,
+    max_items: u32,
+    page_size: u32,
+    seed: u64,
+) -> (Report, Vec<String>) {
+    let limits = Limits {
+        max_items,
+        page_size,
+        concurrency: 1,
+    };
+    let r = w
+        .reconcile_with(&limits, seed, &Metrics::new("NS", "reconciler"))
+        .await;
+    let requeued = w
+        .retries
+        .drain()
+        .iter()
+        .map(|e| e.transaction_id.to_string())
+        .collect();
+    (r, requeued)
+}
+
 /// A backlog in one shard does not starve the others: shards are visited
 /// round-robin, one page each, before any second page.
 #[tokio::test]
 async fn a_backlog_in_one_shard_does_not_starve_the_others() {
-    let mut w = World::new();
-    w.settings = Settings {
-        shards: 2,
-        ..w.settings.clone()
-    };
-    let names: Vec<String> = (0..200).map(|i| format!("TX-S{i:03}")).collect();
-    let crowded: Vec<&String> = names
-        .iter()
-        .filter(|n| id(n).shard(2) == 0)
-        .take(20)
-        .collect();
-    let quiet: Vec<&String> = names
-        .iter()
-        .filter(|n| id(n).shard(2) == 1)
-        .take(2)
-        .collect();
-    assert_eq!((crowded.len(), quiet.len()), (20, 2));
-    for tx in crowded.iter().chain(&quiet) {
-        w.start(tx, 3).await;
-        w.respond_with(tx, 1, Outcome::Cancelled, &mut stop_after(1))
-            .await;
-    }
-    w.set_time(at(320 * MIN));
-    let metrics = Metrics::new("NS", "reconciler");
-    let r = run_once(
-        &domain::exec::ReconcilePorts {
-            store: &w.store,
-            scheduler: &w.scheduler,
-            retries: &w.retries,
-        },
-        &w.settings,
-        w.now(),
-        &Limits {
-            max_items: 6,
-            page_size: 2,
-            concurrency: 1,
-        },
-        &Seeds::fixed(1),
-        &metrics,
-    )
-    .await;
+    let (w, by_shard) = late_by_shard(&[20, 2]).await;
+    let (r, requeued) = requeue_run(&w, 6, 2, 1).await;
     assert!(r.truncated);
     assert_eq!(
         r.count(Status::Scheduling, Action::Done(Ack::ReconcilerRequeued)),
         6,
         "{r:?}"
     );
-    let requeued: Vec<String> = w
-        .retries
-        .drain()
-        .iter()
-        .map(|e| e.transaction_id.to_string())
-        .collect();
-    for tx in &quiet {
+    for tx in &by_shard[1] {
         assert!(requeued.contains(tx), "{tx} starved: {requeued:?}");
     }
 }
@@ -269,4 +257,96 @@ async fn report_json_has_counts_by_state_and_action() {
     assert_eq!(json["actions"]["SCHEDULING"]["requeued"], 1);
     assert_eq!(json["truncated"], false);
     assert_eq!(json["before"], "2026-10-03T15:05:00.000Z");
+}
+
+/// Backlogs of late entries in three of four shards, one late entry in the fourth,
+/// and a budget smaller than one shard's backlog: whatever shard the run starts
+/// from, each page asks for an equal share of what is left, so the quiet shard is
+/// visited in the first round and its entry requeued.
+#[tokio::test]
+async fn the_budget_is_shared_so_no_shard_starves() {
+    let (w, by_shard) = late_by_shard(&[10, 10, 10, 1]).await;
+    let quiet = &by_shard[3][0];
+    for seed in 0..8 {
+        let (r, requeued) = requeue_run(&w, 8, 100, seed).await;
+        assert_eq!(r.examined, 8, "seed {seed}: {r:?}");
+        assert!(
+            requeued.contains(quiet),
+            "seed {seed}: {quiet} starved: {requeued:?}"
+        );
+    }
+}
+
+/// A budget smaller than the shard count still reaches every shard over runs: the
+/// first shard of a run is drawn from the run's seed.
+#[tokio::test]
+async fn the_first_shard_rotates_between_runs() {
+    let (w, by_shard) = late_by_shard(&[1, 1, 1, 1]).await;
+    let mut reached = BTreeSet::new();
+    for seed in 0..32 {
+        let (r, requeued) = requeue_run(&w, 1, 100, seed).await;
+        assert_eq!(r.examined, 1, "{r:?}");
+        reached.extend(requeued);
+    }
+    let all: BTreeSet<String> = by_shard.into_iter().flatten().collect();
+    assert_eq!(reached, all, "every shard first in some run");
+}
+
+/// The index as a store in which one entry of every shard's first page will not
+/// decode.
+struct WithUndecodable<'a>(&'a testkit::memory::MemoryStore);
+
+impl StuckIndex for WithUndecodable<'_> {
+    async fn query_stuck(&self, q: &StuckQuery) -> Result<StuckPage, PortError> {
+        let mut page = self.0.query_stuck(q).await?;
+        if q.cursor.is_none() {
+            page.undecodable.push(Undecodable {
+                key: format!("TX-BAD-{}", q.shard),
+                detail: "item attribute `status` = \"BOGUS\": not a status".to_owned(),
+            });
+        }
+        Ok(page)
+    }
+}
+
+impl Transitions for WithUndecodable<'_> {
+    async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
+        self.0.transition(write).await
+    }
+}
+
+/// GIVEN undecodable entries in the index WHEN the reconciler runs THEN the healthy
+/// stuck record of the same page is still requeued, each bad entry is counted
+/// (`ReconcileUndecodable`) and reported, and the run is not an error.
+#[tokio::test]
+async fn an_undecodable_entry_is_skipped_counted_and_never_blocks_its_shard() {
+    let w = World::new();
+    w.start("TX-1", 3).await;
+    w.respond_with("TX-1", 1, Outcome::Cancelled, &mut stop_after(1))
+        .await;
+    w.set_time(at(200 * MIN));
+    let metrics = Metrics::new("NS", "reconciler");
+    let r = run_once(
+        &domain::exec::ReconcilePorts {
+            store: &WithUndecodable(&w.store),
+            scheduler: &w.scheduler,
+            retries: &w.retries,
+        },
+        &w.settings,
+        w.now(),
+        &Limits::default(),
+        &Seeds::fixed(1),
+        &metrics,
+    )
+    .await;
+    let shards = u64::from(w.settings.shards);
+    assert_eq!(r.undecodable, shards, "{r:?}");
+    assert_eq!(metrics.count(names::RECONCILE_UNDECODABLE), shards);
+    assert_eq!((r.errors, r.query_errors), (0, 0), "{r:?}");
+    assert_eq!(
+        r.count(Status::Scheduling, Action::Done(Ack::ReconcilerRequeued)),
+        1,
+        "{r:?}"
+    );
+    assert_eq!(w.retries.drain().len(), 1);
 }

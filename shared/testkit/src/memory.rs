@@ -186,7 +186,11 @@ impl StuckIndex for MemoryStore {
             .collect();
         let next =
             (skip + records.len() < matching.len()).then(|| (skip + records.len()).to_string());
-        Ok(StuckPage { records, next })
+        Ok(StuckPage {
+            records,
+            undecodable: Vec::new(),
+            next,
+        })
     }
 }
 

@@ -167,6 +167,12 @@ impl World {
 
     /// One reconciler run now.
     pub async fn reconcile(&self) -> Report {
+        self.reconcile_with(&Limits::default(), 7, &self.metrics)
+            .await
+    }
+
+    /// One reconciler run now, within `limits`, drawing from `seed`.
+    pub async fn reconcile_with(&self, limits: &Limits, seed: u64, metrics: &Metrics) -> Report {
         runtime::reconcile::run_once(
             &domain::exec::ReconcilePorts {
                 store: &self.store,
@@ -175,9 +181,9 @@ impl World {
             },
             &self.settings,
             self.now(),
-            &Limits::default(),
-            &Seeds::fixed(7),
-            &self.metrics,
+            limits,
+            &Seeds::fixed(seed),
+            metrics,
         )
         .await
     }
