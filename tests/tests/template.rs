@@ -620,6 +620,9 @@ fn business_alarm_problems(t: &Value) -> Vec<String> {
         (names::RECONCILE_EXAMINED, runtime::reconcile::FUNCTION),
         // reconciler, per index entry whose item would not decode.
         (names::RECONCILE_UNDECODABLE, runtime::reconcile::FUNCTION),
+        // response handler, per CreateSchedule refused for the account's limits.
+        (names::SCHEDULER_QUOTA_EXCEEDED, runtime::response::FUNCTION),
+        (names::SCHEDULER_THROTTLED, runtime::response::FUNCTION),
     ];
     for (metric, function) in emitted {
         let want_dims = vec![(DIMENSION.to_owned(), function.to_owned())];

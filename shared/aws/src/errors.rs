@@ -80,6 +80,9 @@ const THROTTLED: &[&str] = &[
     "RequestLimitExceeded",
 ];
 
+/// Error codes of a used-up account quota.
+const QUOTA: &[&str] = &["ServiceQuotaExceededException", "LimitExceededException"];
+
 /// What an operator can act on: from the failure class, the modeled error code, the
 /// HTTP status, and for a request never sent, the typed source (missing credentials).
 pub fn cause<E>(err: &SdkError<E, HttpResponse>) -> Cause
@@ -99,6 +102,8 @@ where
                 Cause::Credentials
             } else if THROTTLED.contains(&code) || status == 429 {
                 Cause::Throttled
+            } else if QUOTA.contains(&code) {
+                Cause::QuotaExceeded
             } else if code.starts_with("AccessDenied") || status == 403 {
                 Cause::AccessDenied
             } else {

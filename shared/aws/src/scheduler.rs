@@ -43,11 +43,13 @@ pub struct EventBridgeScheduler {
 
 fn create_kind(e: &CreateScheduleError) -> Option<ErrorKind> {
     match e {
+        // A used-up quota of active schedules frees up as schedules fire and delete
+        // themselves: the message comes back after its visibility timeout.
         CreateScheduleError::ThrottlingException(_)
-        | CreateScheduleError::InternalServerException(_) => Some(ErrorKind::Retryable),
+        | CreateScheduleError::InternalServerException(_)
+        | CreateScheduleError::ServiceQuotaExceededException(_) => Some(ErrorKind::Retryable),
         CreateScheduleError::ValidationException(_)
-        | CreateScheduleError::ResourceNotFoundException(_)
-        | CreateScheduleError::ServiceQuotaExceededException(_) => Some(ErrorKind::Permanent),
+        | CreateScheduleError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
         _ => None,
     }
 }

@@ -68,6 +68,26 @@ async fn scheduler_throttling_is_retried_then_retryable() {
     );
 }
 
+/// The active-schedules quota used up: retryable (the message comes back after its
+/// visibility timeout, by when schedules have fired and freed the quota), never sent
+/// to a DLQ at once; its cause says which limit, for the metric and the operator.
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduler_quota_exceeded_is_retryable_and_named() {
+    let server = CannedServer::start(402, "ServiceQuotaExceededException").await;
+    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
+    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
+    let err = scheduler.create(&spec()).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Retryable, "{err}");
+    assert_eq!(err.cause, domain::ports::Cause::QuotaExceeded, "{err}");
+    assert_eq!(err.operation, "CreateSchedule");
+
+    let server = CannedServer::start(429, "ThrottlingException").await;
+    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
+    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
+    let err = scheduler.create(&spec()).await.unwrap_err();
+    assert_eq!(err.cause, domain::ports::Cause::Throttled, "{err}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn dynamodb_throttling_is_retried_then_retryable() {
     let server = CannedServer::start(400, "ThrottlingException").await;

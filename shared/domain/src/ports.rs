@@ -71,6 +71,8 @@ pub enum Cause {
     Credentials,
     /// The service throttled the call.
     Throttled,
+    /// An account quota is used up (e.g. the scheduler's active schedules).
+    QuotaExceeded,
 }
 
 /// A failed port call, classified by what the caller must do.

@@ -9,6 +9,7 @@ use crate::metrics::{names, Metrics};
 use domain::decide::{Input, Rejection};
 use domain::exec::{execute, ExecError, Perform};
 use domain::policy::RandomSource;
+use domain::ports::{Cause, PortError};
 use domain::{Context, Disposition, Effect, Known, Observed, Run};
 
 /// The hook that lets every effect run (production).
@@ -114,9 +115,14 @@ pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
                 Disposition::Reject(r) => Verdict::Permanent(Permanent::rejected(r)),
             }
         }
-        Err(ExecError::Port(e)) if e.is_retryable() => Verdict::Retry {
-            error: e.to_string(),
-        },
+        Err(ExecError::Port(e)) if e.is_retryable() => {
+            if let Some(name) = scheduler_limit(e) {
+                metrics.incr(name);
+            }
+            Verdict::Retry {
+                error: e.to_string(),
+            }
+        }
         Err(ExecError::Port(e)) => Verdict::Permanent(Permanent::port(e)),
         // A simulated crash (tests) or an executor bug: leave the message to SQS.
         Err(e @ (ExecError::Stopped(_) | ExecError::Unexpected(_))) => Verdict::Retry {
@@ -125,12 +131,24 @@ pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
     }
 }
 
+/// The metric of a scheduler call refused for a limit of the account: throttling or
+/// a used-up quota (both retryable, both with an alarm).
+fn scheduler_limit(e: &PortError) -> Option<&'static str> {
+    if !matches!(e.operation, "CreateSchedule" | "DeleteSchedule") {
+        return None;
+    }
+    match e.cause {
+        Cause::Throttled => Some(names::SCHEDULER_THROTTLED),
+        Cause::QuotaExceeded => Some(names::SCHEDULER_QUOTA_EXCEEDED),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use domain::exec::ExecError;
     use domain::policy::FixedRandom;
-    use domain::ports::PortError;
     use domain::{Outcome, Response, TransactionId};
 
     fn driven(result: Result<Disposition, ExecError>) -> Driven {
@@ -177,5 +195,32 @@ mod tests {
         );
         assert_eq!(m.count("RejectUnknownTransaction"), 1);
         assert_eq!(m.count("RejectTooManyRedecisions"), 1);
+    }
+
+    /// A scheduler call refused for an account limit is retried like any retryable
+    /// error, and counted by its own metric (each has an alarm); the same causes on
+    /// another service count nothing there.
+    #[test]
+    fn scheduler_limits_are_retried_and_counted_apart() {
+        let m = Metrics::new("NS", "f");
+        let limited = |operation, cause| {
+            driven(Err(ExecError::Port(PortError {
+                cause,
+                ..PortError::retryable(operation, "limited")
+            })))
+        };
+        for (operation, cause) in [
+            ("CreateSchedule", Cause::QuotaExceeded),
+            ("CreateSchedule", Cause::Throttled),
+            ("DeleteSchedule", Cause::Throttled),
+            ("UpdateItem", Cause::Throttled),
+        ] {
+            assert!(matches!(
+                verdict(&limited(operation, cause), &m),
+                Verdict::Retry { .. }
+            ));
+        }
+        assert_eq!(m.count(names::SCHEDULER_QUOTA_EXCEEDED), 1);
+        assert_eq!(m.count(names::SCHEDULER_THROTTLED), 2);
     }
 }

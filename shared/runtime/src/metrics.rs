@@ -68,6 +68,11 @@ pub mod names {
     pub const RECONCILE_TRUNCATED: &str = "ReconcileTruncated";
     pub const RECONCILE_ERRORS: &str = "ReconcileErrors";
     pub const RECONCILE_UNDECODABLE: &str = "ReconcileUndecodable";
+    /// A scheduler call throttled past the client's own retries (the message is
+    /// redelivered).
+    pub const SCHEDULER_THROTTLED: &str = "SchedulerThrottled";
+    /// A scheduler call refused for a used-up quota (active schedules); redelivered.
+    pub const SCHEDULER_QUOTA_EXCEEDED: &str = "SchedulerQuotaExceeded";
 }
 
 /// `late-response` → `LateResponse`; `SCHEDULING` → `Scheduling`.

@@ -37,6 +37,7 @@ impl AwsFailure {
                 format!("{op}: no usable AWS credentials (none found, or refused)")
             }
             Cause::Throttled => format!("{op}: throttled by AWS"),
+            Cause::QuotaExceeded => format!("{op}: an AWS account quota is used up"),
             Cause::Other => {
                 let first = self.detail.lines().next().unwrap_or_default();
                 let short: String = first.chars().take(240).collect();
@@ -58,6 +59,7 @@ impl AwsFailure {
             Cause::AccessDenied => "aws-access-denied",
             Cause::Credentials => "aws-credentials",
             Cause::Throttled => "aws-throttled",
+            Cause::QuotaExceeded => "aws-quota-exceeded",
             Cause::Other => "aws",
         }
     }
@@ -259,6 +261,7 @@ fn hint(a: &AwsFailure, w: &Whereabouts) -> Option<String> {
         ),
         Cause::Credentials => "set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (a local stack accepts any values, e.g. `testing`)".to_owned(),
         Cause::Throttled => "AWS is throttling this account: retry in a moment".to_owned(),
+        Cause::QuotaExceeded => "an account quota is used up (Service Quotas console): wait for it to free up or raise it".to_owned(),
         Cause::Other => return None,
     })
 }
