@@ -31,8 +31,10 @@ pub struct Target {
     pub sdk: aws_config::SdkConfig,
     pub args: TargetArgs,
     pub names: Option<StackNames>,
-    pub shards: u16,
-    pub threshold: Duration,
+    /// The stack's ReconcileShards, when given: never guessed.
+    shards: Option<u16>,
+    /// The stack's ReconcileThresholdSeconds, when given: never guessed.
+    threshold: Option<Duration>,
 }
 
 impl Target {
@@ -51,10 +53,7 @@ impl Target {
             loader = loader.region(aws_config::Region::new(r));
         }
         let sdk = loader.load().await;
-        let shards = args
-            .reconcile_shards
-            .unwrap_or(domain::defaults::RECONCILE_SHARDS);
-        if shards == 0 {
+        if args.reconcile_shards == Some(0) {
             return Err(CliError::bad(
                 "--reconcile-shards",
                 "0",
@@ -65,10 +64,31 @@ impl Target {
             sdk,
             args: args.clone(),
             names: args.prefix.as_deref().map(StackNames::new),
-            shards,
-            threshold: args
-                .reconcile_threshold_seconds
-                .map_or(domain::defaults::RECONCILE_THRESHOLD, Duration::from_secs),
+            shards: args.reconcile_shards,
+            threshold: args.reconcile_threshold_seconds.map(Duration::from_secs),
+        })
+    }
+
+    /// The stack's shard count of the reconciler index, as given: a wrong one would
+    /// write index keys the reconciler never reads, so it is never guessed.
+    pub fn shards(&self) -> Result<u16, CliError> {
+        self.shards.ok_or_else(|| {
+            CliError::Missing(
+                "set --reconcile-shards (or RECONCILE_SHARDS) to the stack's ReconcileShards \
+                 (stack output `ReconcileShards`): retryctl never guesses it"
+                    .to_owned(),
+            )
+        })
+    }
+
+    /// The stack's reconcile threshold, as given: never guessed.
+    pub fn threshold(&self) -> Result<Duration, CliError> {
+        self.threshold.ok_or_else(|| {
+            CliError::Missing(
+                "set --reconcile-threshold-seconds (or RECONCILE_THRESHOLD_SECONDS) to the \
+                 stack's ReconcileThresholdSeconds parameter: retryctl never guesses it"
+                    .to_owned(),
+            )
         })
     }
 
@@ -207,12 +227,24 @@ impl Target {
         .with_payloads_table(self.payloads_table()?))
     }
 
+    /// The settings of a command that opens no retry cycle and judges nothing stuck
+    /// (submit, resolve): shards and threshold play no part in its decisions.
     fn settings(&self) -> Settings {
-        Settings {
-            shards: self.shards,
-            reconcile_threshold: self.threshold,
+        Settings::default()
+    }
+
+    /// The settings of a command that writes index keys or judges records stuck:
+    /// with the stack's own shard count and threshold, or an error naming the flag.
+    fn stack_settings(&self, threshold: bool) -> Result<Settings, CliError> {
+        Ok(Settings {
+            shards: self.shards()?,
+            reconcile_threshold: if threshold {
+                self.threshold()?
+            } else {
+                Settings::default().reconcile_threshold
+            },
             ..Settings::default()
-        }
+        })
     }
 }
 
@@ -361,11 +393,12 @@ pub async fn stats(t: &Target) -> Result<Output, CliError> {
 pub async fn stuck(t: &Target) -> Result<Output, CliError> {
     let store = t.store()?;
     let now = SystemClock.now();
-    let ctx = t.settings().context(now);
-    let threshold_ms = i64::try_from(t.threshold.as_millis()).unwrap_or(i64::MAX);
+    let settings = t.stack_settings(true)?;
+    let ctx = settings.context(now);
+    let threshold_ms = i64::try_from(settings.reconcile_threshold.as_millis()).unwrap_or(i64::MAX);
     let before = now.plus_millis(-threshold_ms);
     let mut found: Vec<(TransactionRecord, &'static str)> = Vec::new();
-    for shard in 0..t.shards {
+    for shard in 0..settings.shards {
         let mut cursor = None;
         loop {
             let page = store
@@ -395,7 +428,7 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
     let mut text = format!(
         "{} stuck (threshold {} s; the reconciler would act on each)\n",
         found.len(),
-        t.threshold.as_secs()
+        settings.reconcile_threshold.as_secs()
     );
     if !found.is_empty() {
         text.push_str(&format!(
@@ -421,7 +454,7 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
     }
     Ok(Output {
         text,
-        json: json!({"threshold_seconds": t.threshold.as_secs(), "stuck": rows}),
+        json: json!({"threshold_seconds": settings.reconcile_threshold.as_secs(), "stuck": rows}),
     })
 }
 
@@ -495,7 +528,7 @@ pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output,
         store: &store,
         retries: &retries,
     };
-    let ctx = t.settings().context(SystemClock.now());
+    let ctx = t.stack_settings(false)?.context(SystemClock.now());
     let done = runtime::ops::replay(&ports, id.clone(), budget, &ctx)
         .await
         .map_err(op_error)?;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{options, retryctl, start_stack, wait_status, Running};
+use common::{options, retryctl, retryctl_without, start_stack, wait_status, Running};
 use domain::ports::{Clock, SystemClock};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -212,6 +212,27 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     let r = retryctl(s, &["replay", "TX-SHOW-1", "--budget", "0"]).await;
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("--budget"), "{}", r.stderr);
+
+    // Without the stack's shard count, replay refuses rather than guess one (a wrong
+    // count writes an index key the reconciler never reads); the record is untouched.
+    let before = retryctl(s, &["show", "--json", "TX-SHOW-1"]).await.json();
+    let r = retryctl_without(s, &["replay", "TX-SHOW-1"], &["RECONCILE_SHARDS"]).await;
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("--reconcile-shards") && r.stderr.contains("never guesses"),
+        "{}",
+        r.stderr
+    );
+    let after = retryctl(s, &["show", "--json", "TX-SHOW-1"]).await.json();
+    assert_eq!(before["record"], after["record"]);
+    // Nor does stuck judge by a threshold it was not given.
+    let r = retryctl(s, &["stuck"]).await;
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("--reconcile-threshold-seconds"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

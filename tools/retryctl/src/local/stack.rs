@@ -161,6 +161,15 @@ fn config_error(function: &str, e: impl std::fmt::Display) -> CliError {
 }
 
 impl Stack {
+    /// The shard count of the reconciler index the functions were given.
+    pub fn reconcile_shards(&self) -> u16 {
+        self.env
+            .get("retry-handler")
+            .and_then(|m| m.get("RECONCILE_SHARDS"))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(domain::defaults::RECONCILE_SHARDS)
+    }
+
     /// Starts moto (unless an endpoint is given), provisions every resource and starts
     /// every component.
     pub async fn start(opts: StackOptions) -> Result<Stack, CliError> {

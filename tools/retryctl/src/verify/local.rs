@@ -82,12 +82,7 @@ pub async fn start_harness(
 
 /// Both stacks' outputs, `{"Stacks": [main, harness]}`.
 pub fn outputs_document(stack: &Stack, harness: Option<&LocalHarness>) -> Value {
-    let shards = stack
-        .env
-        .get("retry-handler")
-        .and_then(|m| m.get("RECONCILE_SHARDS"))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(domain::defaults::RECONCILE_SHARDS);
+    let shards = stack.reconcile_shards();
     let prefix = &stack.names().prefix;
     let mut stacks = vec![outputs::local(&stack.provisioned, shards)];
     if let Some(h) = harness {

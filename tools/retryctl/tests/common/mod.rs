@@ -122,21 +122,33 @@ impl Ran {
 
 /// Runs the `retryctl` binary against a stack.
 pub async fn retryctl(stack: &Running, args: &[&str]) -> Ran {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"))
+    retryctl_without(stack, args, &[]).await
+}
+
+/// `retryctl` with the variables `unset` removed from its environment.
+pub async fn retryctl_without(stack: &Running, args: &[&str], unset: &[&str]) -> Ran {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"));
+    command
         .args(args)
         .env("AWS_ENDPOINT_URL", &stack.endpoint)
         .env("RETRYCTL_PREFIX", &stack.prefix)
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("AWS_REGION", "us-east-1")
+        .env(
+            "RECONCILE_SHARDS",
+            domain::defaults::RECONCILE_SHARDS.to_string(),
+        )
+        .env_remove("RECONCILE_THRESHOLD_SECONDS")
         .env_remove("TRANSACTIONS_TABLE")
         .env_remove("PAYLOADS_TABLE")
         .env_remove("AUDIT_TABLE")
         .env_remove("REQUEST_QUEUE_URL")
-        .env_remove("RETRY_QUEUE_URL")
-        .output()
-        .await
-        .expect("run retryctl");
+        .env_remove("RETRY_QUEUE_URL");
+    for name in unset {
+        command.env_remove(name);
+    }
+    let out = command.output().await.expect("run retryctl");
     Ran {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
