@@ -217,7 +217,7 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     // count writes an index key the reconciler never reads); the record is untouched.
     let before = retryctl(s, &["show", "--json", "TX-SHOW-1"]).await.json();
     let r = retryctl_without(s, &["replay", "TX-SHOW-1"], &["RECONCILE_SHARDS"]).await;
-    assert_ne!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, 2, "a missing setting: {r:?}");
     assert!(
         r.stderr.contains("--reconcile-shards") && r.stderr.contains("never guesses"),
         "{}",
@@ -227,7 +227,7 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     assert_eq!(before["record"], after["record"]);
     // Nor does stuck judge by a threshold it was not given.
     let r = retryctl(s, &["stuck"]).await;
-    assert_ne!(r.code, 0, "{r:?}");
+    assert_eq!(r.code, 2, "a missing setting: {r:?}");
     assert!(
         r.stderr.contains("--reconcile-threshold-seconds"),
         "{}",
