@@ -540,20 +540,7 @@ async fn audit_rows(
         batch.items_written,
         batch.entries_written()
     );
-    writer
-        .history(&id(tx))
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| {
-            format!(
-                "{}>{}@{}",
-                e.from.map(|s| s.as_str()).unwrap_or("*"),
-                e.to.as_str(),
-                e.current_attempt.get()
-            )
-        })
-        .collect()
+    testkit::trail::arrows(&writer.history(&id(tx)).await.unwrap())
 }
 
 /// The batch processor catches a panicking record only if panics unwind: the release

@@ -16,6 +16,7 @@ use domain::{Attempt, MaxAttempts, Outcome, Status, Timestamp, TransactionId, Tr
 use serde_json::{json, Value};
 use testkit::meter::CallMeter;
 use testkit::provision::{create_table, table_definitions};
+use testkit::trail::arrows;
 
 fn fixture() -> Event {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/events/stream-exhausted.json");
@@ -254,20 +255,6 @@ async fn handle_cleanly(w: &AuditWriter, event: &Event) -> runtime::metrics::Met
     let resp = handle(w, event, &m).await.unwrap();
     assert!(resp.batch_item_failures.is_empty(), "{resp:?}");
     m
-}
-
-fn arrows(entries: &[AuditEntry]) -> Vec<String> {
-    entries
-        .iter()
-        .map(|e| {
-            format!(
-                "{}>{}@{}",
-                e.from.map(|s| s.as_str()).unwrap_or("*"),
-                e.to.as_str(),
-                e.current_attempt.get()
-            )
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
