@@ -277,16 +277,7 @@ async fn a_retry_cycle_is_two_items_whatever_the_batches() {
         .history(&TransactionId::parse("TX-A").unwrap())
         .await
         .unwrap();
-    assert_eq!(
-        arrows(&history),
-        [
-            "*>IN_PROGRESS@1",
-            "IN_PROGRESS>SCHEDULING@1",
-            "SCHEDULING>SCHEDULED@1",
-            "SCHEDULED>SENDING@1",
-            "SENDING>IN_PROGRESS@2"
-        ]
-    );
+    assert_eq!(arrows(&history), testkit::trail::TO_ATTEMPT_2);
     assert_eq!(history[1].reason.as_deref(), Some("NOT_AVAILABLE"));
     assert_eq!(history[3].next_attempt, Some(Attempt::new(2).unwrap()));
     let b = w

@@ -3,6 +3,16 @@
 
 use domain::audit::AuditEntry;
 
+/// The trail of one retry cycle: started, attempt 1 answered with a retryable
+/// failure, scheduled, the schedule fired, attempt 2 sent.
+pub const TO_ATTEMPT_2: [&str; 5] = [
+    "*>IN_PROGRESS@1",
+    "IN_PROGRESS>SCHEDULING@1",
+    "SCHEDULING>SCHEDULED@1",
+    "SCHEDULED>SENDING@1",
+    "SENDING>IN_PROGRESS@2",
+];
+
 /// One entry as `FROM>TO@attempt`.
 pub fn arrow(e: &AuditEntry) -> String {
     format!(
