@@ -491,16 +491,7 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
 
     // 12. Audit: the table's stream turned into entries, one per transition.
     let audit = audit_rows(&sdk, &stack.p, &names, "TX-100200").await;
-    assert_eq!(
-        audit,
-        vec![
-            "*>IN_PROGRESS@1",
-            "IN_PROGRESS>SCHEDULING@1",
-            "SCHEDULING>SCHEDULED@1",
-            "SCHEDULED>SENDING@1",
-            "SENDING>IN_PROGRESS@2"
-        ]
-    );
+    assert_eq!(audit, testkit::trail::TO_ATTEMPT_2);
 
     drop(watch);
     drop(moto);
@@ -540,20 +531,7 @@ async fn audit_rows(
         batch.items_written,
         batch.entries_written()
     );
-    writer
-        .history(&id(tx))
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| {
-            format!(
-                "{}>{}@{}",
-                e.from.map(|s| s.as_str()).unwrap_or("*"),
-                e.to.as_str(),
-                e.current_attempt.get()
-            )
-        })
-        .collect()
+    testkit::trail::arrows(&writer.history(&id(tx)).await.unwrap())
 }
 
 /// The batch processor catches a panicking record only if panics unwind: the release

@@ -16,6 +16,7 @@ use domain::{Attempt, MaxAttempts, Outcome, Status, Timestamp, TransactionId, Tr
 use serde_json::{json, Value};
 use testkit::meter::CallMeter;
 use testkit::provision::{create_table, table_definitions};
+use testkit::trail::arrows;
 
 fn fixture() -> Event {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/events/stream-exhausted.json");
@@ -256,20 +257,6 @@ async fn handle_cleanly(w: &AuditWriter, event: &Event) -> runtime::metrics::Met
     m
 }
 
-fn arrows(entries: &[AuditEntry]) -> Vec<String> {
-    entries
-        .iter()
-        .map(|e| {
-            format!(
-                "{}>{}@{}",
-                e.from.map(|s| s.as_str()).unwrap_or("*"),
-                e.to.as_str(),
-                e.current_attempt.get()
-            )
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_retry_cycle_is_two_items_whatever_the_batches() {
     let (w, table, meter) = writer_and_table("aw4", true).await;
@@ -290,16 +277,7 @@ async fn a_retry_cycle_is_two_items_whatever_the_batches() {
         .history(&TransactionId::parse("TX-A").unwrap())
         .await
         .unwrap();
-    assert_eq!(
-        arrows(&history),
-        [
-            "*>IN_PROGRESS@1",
-            "IN_PROGRESS>SCHEDULING@1",
-            "SCHEDULING>SCHEDULED@1",
-            "SCHEDULED>SENDING@1",
-            "SENDING>IN_PROGRESS@2"
-        ]
-    );
+    assert_eq!(arrows(&history), testkit::trail::TO_ATTEMPT_2);
     assert_eq!(history[1].reason.as_deref(), Some("NOT_AVAILABLE"));
     assert_eq!(history[3].next_attempt, Some(Attempt::new(2).unwrap()));
     let b = w

@@ -6,21 +6,11 @@
 // lints do) goes deeper than the default limit of 128.
 #![recursion_limit = "256"]
 
-use lambda_runtime::{service_fn, Error, LambdaEvent};
+use lambda_runtime::Error;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    runtime::telemetry::init();
-    let config = aws::config::ReconcilerConfig::from_env().inspect_err(|e| {
-        tracing::error!(error = %e, "invalid configuration");
-    })?;
-    let sdk = aws::config::load_sdk_config().await;
+    let (config, sdk) = runtime::lambda::start(aws::config::ReconcilerConfig::from_env).await?;
     let reconciler = runtime::wiring::reconciler(&sdk, &config);
-    let reconciler = &reconciler;
-    lambda_runtime::run(service_fn(
-        move |event: LambdaEvent<serde_json::Value>| async move {
-            reconciler.invoke(event.payload).await.map_err(Error::from)
-        },
-    ))
-    .await
+    runtime::lambda::serve(|event: serde_json::Value| reconciler.invoke(event)).await
 }

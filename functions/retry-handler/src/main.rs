@@ -2,22 +2,13 @@
 //! most MAX_REQUESTS_PER_SECOND per execution environment. Everything but the wiring
 //! lives in `runtime::retry`.
 
-use lambda_runtime::{service_fn, Error, LambdaEvent};
+use lambda_runtime::Error;
 use runtime::SqsEvent;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    runtime::telemetry::init();
-    let config = aws::config::RetryHandlerConfig::from_env().inspect_err(|e| {
-        tracing::error!(error = %e, "invalid configuration");
-    })?;
-    let sdk = aws::config::load_sdk_config().await;
-    let handler = runtime::wiring::retry_handler(&sdk, &config).inspect_err(|e| {
-        tracing::error!(error = %e, "invalid configuration");
-    })?;
-    let handler = &handler;
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        handler.invoke(event.payload).await.map_err(Error::from)
-    }))
-    .await
+    let (config, sdk) = runtime::lambda::start(aws::config::RetryHandlerConfig::from_env).await?;
+    let handler = runtime::wiring::retry_handler(&sdk, &config)
+        .inspect_err(runtime::lambda::invalid_configuration)?;
+    runtime::lambda::serve(|event: SqsEvent| handler.invoke(event)).await
 }

@@ -176,10 +176,9 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
 /// A write whose condition fails leaves no stream record at all.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_condition_leaves_no_stream_record() {
-    let s = stack("au2").await;
-    let store = s.store();
     let r = record("TX-AU2", Status::Scheduled, 1, 3, T0);
-    put_record(&s, &r).await;
+    let s = stack_holding("au2", &r).await;
+    let store = s.store();
     let streams = aws::clients::dynamodbstreams(&s.sdk);
     let mut pos = StreamPosition::default();
     assert_eq!(

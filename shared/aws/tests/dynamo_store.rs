@@ -181,10 +181,9 @@ async fn every_write_matches_write_apply() {
 /// a missing item fails with no record.
 #[tokio::test(flavor = "multi_thread")]
 async fn stale_status_and_stale_attempt_hand_back_the_current_record() {
-    let s = stack("st").await;
-    let store = s.store();
     let current = record("TX-S1", Status::InProgress, 2, 4, T0);
-    put_record(&s, &current).await;
+    let s = stack_holding("st", &current).await;
+    let store = s.store();
     let c = ctx(T0 + 1000);
     let mut rng = FixedRandom(0.5);
     let first_write = |input: &Input, known: Known<'_>, rng: &mut FixedRandom| {

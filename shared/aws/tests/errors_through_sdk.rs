@@ -144,10 +144,9 @@ async fn unreachable_endpoint_is_retryable() {
 /// A failed condition and a conflict through moto: both are outcomes, not errors.
 #[tokio::test(flavor = "multi_thread")]
 async fn failed_condition_and_conflict_through_moto() {
-    let s = stack("er").await;
-    let store = s.store();
     let r = record("TX-E1", Status::Scheduled, 1, 3, T0);
-    put_record(&s, &r).await;
+    let s = stack_holding("er", &r).await;
+    let store = s.store();
     assert_eq!(
         store.transition(&confirm_write("TX-E1")).await.unwrap(),
         WriteOutcome::ConditionFailed(Some(r))

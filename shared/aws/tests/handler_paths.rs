@@ -5,7 +5,6 @@
 
 mod common;
 
-use aws::config::SchedulerSettings;
 use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::SqsRequestPublisher;
 use common::*;
@@ -24,17 +23,7 @@ async fn happy_path_call_counts() {
     let s = stack("hp").await;
     let meter = &s.meter;
     let store = s.store();
-    let scheduler = EventBridgeScheduler::new(
-        meter.scheduler(&s.sdk),
-        SchedulerSettings {
-            group: s.p.names.schedule_group.clone(),
-            retry_queue_arn: s.p.retry.arn.clone(),
-            role_arn: s.p.scheduler_role_arn.clone(),
-            dlq_arn: s.p.scheduler_dlq.arn.clone(),
-            retry_attempts: 5,
-            max_event_age_seconds: 3600,
-        },
-    );
+    let scheduler = EventBridgeScheduler::new(meter.scheduler(&s.sdk), s.scheduler_settings());
     let requests = SqsRequestPublisher::new(meter.sqs(&s.sdk), &s.p.request.url);
 
     let tx = id("TX-HP1");

@@ -4,7 +4,6 @@
 
 mod common;
 
-use aws::config::SchedulerSettings;
 use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::{SqsDeadLetter, SqsRequestPublisher, SqsRetryPublisher};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
@@ -17,24 +16,14 @@ use domain::ports::{
 use domain::{Origin, Payload, Request, RetryEvent, ScheduleName, Timestamp};
 use std::collections::BTreeMap;
 
-fn settings(s: &Stack) -> SchedulerSettings {
-    SchedulerSettings {
-        group: s.p.names.schedule_group.clone(),
-        retry_queue_arn: s.p.retry.arn.clone(),
-        role_arn: s.p.scheduler_role_arn.clone(),
-        dlq_arn: s.p.scheduler_dlq.arn.clone(),
-        retry_attempts: 5,
-        max_event_age_seconds: 3600,
-    }
-}
-
 /// GIVEN a retry to schedule WHEN it is created twice, read back, deleted twice THEN
 /// the second create is AlreadyExists, the schedule carries every setting of the
 /// article, and the second delete is NotFound.
 #[tokio::test(flavor = "multi_thread")]
 async fn schedule_settings_and_idempotent_create_delete() {
     let s = stack("sc").await;
-    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&s.sdk), settings(&s));
+    let scheduler =
+        EventBridgeScheduler::new(aws::clients::scheduler(&s.sdk), s.scheduler_settings());
     let tx = id("TX-100200");
     let event = RetryEvent {
         transaction_id: tx.clone(),

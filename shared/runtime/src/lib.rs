@@ -12,6 +12,7 @@
 //! - [`metrics`]: CloudWatch Embedded Metric Format, one JSON line per invocation;
 //!   [`metric`]: the metrics named after what a run ended in.
 //! - [`telemetry`]: tracing initialisation for Lambda (JSON logs, level from env).
+//! - [`lambda`]: what every `main` does around its handler (start-up, event loop).
 //! - [`wiring`]: each function built from its configuration and the AWS adapters
 //!   (what the `main`s and the local stack call).
 //!
@@ -20,6 +21,7 @@
 
 pub mod batch;
 pub mod drive;
+pub mod lambda;
 pub mod metric;
 pub mod metrics;
 pub mod ops;

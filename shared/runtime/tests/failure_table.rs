@@ -18,6 +18,7 @@ use runtime::Verdict;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use testkit::trail::TO_ATTEMPT_2;
 
 const TX: &str = "TX-100200";
 
@@ -28,15 +29,6 @@ fn keys(v: &[&str]) -> BTreeSet<String> {
 fn is_ack(v: &Verdict) -> bool {
     v.is_acknowledged()
 }
-
-/// The audit rows of the whole happy path up to attempt 2 in progress.
-const PATH_TO_ATTEMPT_2: [&str; 5] = [
-    "*>IN_PROGRESS@1",
-    "IN_PROGRESS>SCHEDULING@1",
-    "SCHEDULING>SCHEDULED@1",
-    "SCHEDULED>SENDING@1",
-    "SENDING>IN_PROGRESS@2",
-];
 
 /// Started, then CANCELLED for attempt 1 handled fully: SCHEDULED.
 async fn scheduled_world(max: u32) -> World {
@@ -109,7 +101,7 @@ async fn response_handler_crash_after_each_effect_then_redelivery() {
         }
         assert_eq!(
             w.audit_path(TX),
-            PATH_TO_ATTEMPT_2[..3].to_vec(),
+            TO_ATTEMPT_2[..3].to_vec(),
             "k={k}: one audit row per transition"
         );
         assert_eq!(w.distinct_keys(), keys(&["TX-100200#1"]), "k={k}");
@@ -153,7 +145,7 @@ async fn row2_a_dies_after_scheduling_before_creating() {
     let ev = fire(&w);
     w.retry(&ev).await;
     assert_eq!(w.distinct_keys(), keys(&["TX-100200#1", "TX-100200#2"]));
-    assert_eq!(w.audit_path(TX), PATH_TO_ATTEMPT_2.to_vec());
+    assert_eq!(w.audit_path(TX), TO_ATTEMPT_2.to_vec());
 }
 
 /// Row 3: A dies after creating the schedule, before SCHEDULED → SCHEDULING; the
@@ -316,7 +308,7 @@ async fn row5_scheduler_cannot_deliver() {
     assert_eq!(v.label(), "duplicate-retry");
     assert_eq!(w.distinct_keys(), keys(&["TX-100200#1", "TX-100200#2"]));
     assert_eq!(w.keys().len(), 2);
-    assert_eq!(w.audit_path(TX), PATH_TO_ATTEMPT_2.to_vec());
+    assert_eq!(w.audit_path(TX), TO_ATTEMPT_2.to_vec());
     // And the next reconciler run has nothing left to do.
     assert_eq!(w.reconcile().await.examined, 0);
 }
@@ -340,7 +332,7 @@ async fn row6_event_delivered_twice_in_sequence() {
         })
     );
     assert_eq!(w.keys(), vec!["TX-100200#1", "TX-100200#2"]);
-    assert_eq!(w.audit_path(TX), PATH_TO_ATTEMPT_2.to_vec());
+    assert_eq!(w.audit_path(TX), TO_ATTEMPT_2.to_vec());
     assert_eq!(w.metrics.count("DropDuplicateRetry"), 1);
 }
 
@@ -383,7 +375,7 @@ async fn row6_event_delivered_twice_concurrently() {
     // Two publishes, one key: the service dedupes (DESIGN's stated precondition).
     assert_eq!(w.keys(), vec!["TX-100200#1", "TX-100200#2", "TX-100200#2"]);
     assert_eq!(w.distinct_keys(), keys(&["TX-100200#1", "TX-100200#2"]));
-    assert_eq!(w.audit_path(TX), PATH_TO_ATTEMPT_2.to_vec());
+    assert_eq!(w.audit_path(TX), TO_ATTEMPT_2.to_vec());
 }
 
 // ---------------------------------------------------------------------------
@@ -418,7 +410,7 @@ async fn retry_handler_crash_after_each_effect_then_redelivery() {
             keys(&["TX-100200#1", "TX-100200#2"]),
             "k={k}"
         );
-        assert_eq!(w.audit_path(TX), PATH_TO_ATTEMPT_2.to_vec(), "k={k}");
+        assert_eq!(w.audit_path(TX), TO_ATTEMPT_2.to_vec(), "k={k}");
     }
 }
 

@@ -16,6 +16,7 @@
 //!   and the DynamoDB capacity they consumed (tests of a path's cost, the benchmark).
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
 //!   caller (access key id), service, operation and resource ARNs.
+//! - [`trail`]: audit trails as `FROM>TO@attempt` strings, compared whole by tests.
 //! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
 //!   bills and the audit tests bound).
 
@@ -28,3 +29,4 @@ pub mod ports;
 pub mod provision;
 pub mod proxy;
 pub mod size;
+pub mod trail;

@@ -2,7 +2,7 @@
 //! `AWS_ENDPOINT_URL`), one freshly provisioned stack per test (unique prefix).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use aws::config::StackNames;
+use aws::config::{SchedulerSettings, StackNames};
 use aws::item::record_to_item;
 use aws_config::SdkConfig;
 use domain::machine::{Actor, ReconcileKey};
@@ -38,6 +38,17 @@ impl Stack {
         )
         .with_payloads_table(&self.p.names.payloads_table)
     }
+    /// The stack's schedule group and targets, with the article's retry settings.
+    pub fn scheduler_settings(&self) -> SchedulerSettings {
+        SchedulerSettings {
+            group: self.p.names.schedule_group.clone(),
+            retry_queue_arn: self.p.retry.arn.clone(),
+            role_arn: self.p.scheduler_role_arn.clone(),
+            dlq_arn: self.p.scheduler_dlq.arn.clone(),
+            retry_attempts: 5,
+            max_event_age_seconds: 3600,
+        }
+    }
 }
 
 /// A new stack with its own names on the shared server.
@@ -48,6 +59,13 @@ pub async fn stack(tag: &str) -> Stack {
     let p = provision(&sdk, &names).await.expect("provision");
     let meter = CallMeter::new().with_payloads_table(&p.names.payloads_table);
     Stack { sdk, p, meter }
+}
+
+/// A new stack holding `r`.
+pub async fn stack_holding(tag: &str, r: &TransactionRecord) -> Stack {
+    let s = stack(tag).await;
+    put_record(&s, r).await;
+    s
 }
 
 /// Puts a record as is (test set-up, bypassing the conditional create).

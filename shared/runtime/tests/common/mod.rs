@@ -225,17 +225,7 @@ impl World {
 
     /// The audit trail as `FROM>TO@attempt` strings.
     pub fn audit_path(&self, tx: &str) -> Vec<String> {
-        self.audit(tx)
-            .iter()
-            .map(|e| {
-                format!(
-                    "{}>{}@{}",
-                    e.from.map(|s| s.as_str()).unwrap_or("*"),
-                    e.to.as_str(),
-                    e.current_attempt.get()
-                )
-            })
-            .collect()
+        testkit::trail::arrows(&self.audit(tx))
     }
 }
 

@@ -1,0 +1,42 @@
+//! What every Lambda `main` does around its handler: tracing, the function's
+//! configuration (logged when invalid), the SDK configuration, then the event loop
+//! handing each invocation's payload to the handler.
+
+use aws_config::SdkConfig;
+use lambda_runtime::streaming::Body;
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Display;
+use std::future::Future;
+
+/// Logs a configuration the function cannot start with.
+pub fn invalid_configuration(e: &impl Display) {
+    tracing::error!(error = %e, "invalid configuration");
+}
+
+/// Installs tracing, reads the function's configuration with `read` (an invalid one
+/// is logged, then returned), then loads the SDK configuration.
+pub async fn start<C, E: Display>(
+    read: impl FnOnce() -> Result<C, E>,
+) -> Result<(C, SdkConfig), E> {
+    crate::telemetry::init();
+    let config = read().inspect_err(invalid_configuration)?;
+    Ok((config, aws::config::load_sdk_config().await))
+}
+
+/// Runs the Lambda event loop: every invocation's payload goes to `handle`.
+pub async fn serve<A, R, E, F, Fut>(handle: F) -> Result<(), Error>
+where
+    A: DeserializeOwned,
+    R: Serialize,
+    E: Into<Error>,
+    F: Fn(A) -> Fut,
+    Fut: Future<Output = Result<R, E>>,
+{
+    let handle = &handle;
+    lambda_runtime::run::<A, _, R, R, Body, _, _>(service_fn(
+        move |event: LambdaEvent<A>| async move { handle(event.payload).await.map_err(Into::into) },
+    ))
+    .await
+}
