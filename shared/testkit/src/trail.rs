@@ -2,6 +2,35 @@
 //! tests compare whole trails in.
 
 use domain::audit::AuditEntry;
+use domain::machine::Actor;
+use domain::{Attempt, Status, Timestamp, TransactionId};
+
+/// An audit entry of `id` at `at` (ms) for the arrow `from` → `to` leaving
+/// `attempt` current, written by the response handler, budget 4, nothing else set:
+/// what tests of trail checks build trails from.
+pub fn entry(
+    id: TransactionId,
+    at: i64,
+    from: Option<Status>,
+    to: Status,
+    attempt: Attempt,
+) -> AuditEntry {
+    AuditEntry {
+        transaction_id: id,
+        at: Timestamp::from_millis(at),
+        actor: Actor::ResponseHandler,
+        from,
+        to,
+        current_attempt: attempt,
+        next_attempt: None,
+        max_attempts: 4,
+        schedule_name: None,
+        next_fire_at: None,
+        outcome: None,
+        reason: None,
+        origin: None,
+    }
+}
 
 /// The trail of one retry cycle: started, attempt 1 answered with a retryable
 /// failure, scheduled, the schedule fired, attempt 2 sent.

@@ -394,6 +394,12 @@ fn audit_caught_up(
 }
 
 pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, CliError> {
+    let (visible, in_flight) = queue_counts(sqs, url).await?;
+    Ok(visible + in_flight)
+}
+
+/// A queue's approximate messages: visible, and in flight (received, not deleted).
+pub async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<(u64, u64), CliError> {
     let out = sqs
         .get_queue_attributes()
         .queue_url(url)
@@ -414,8 +420,10 @@ pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, Cl
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    Ok(get(QueueAttributeName::ApproximateNumberOfMessages)
-        + get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible))
+    Ok((
+        get(QueueAttributeName::ApproximateNumberOfMessages),
+        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    ))
 }
 
 async fn scan_all(

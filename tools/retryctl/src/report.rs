@@ -372,7 +372,6 @@ pub fn render(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use domain::machine::Actor;
     use domain::Outcome;
     use domain::{Attempt, MaxAttempts, Timestamp, TransactionId};
 
@@ -388,21 +387,13 @@ mod tests {
     }
 
     fn row(id: &str, at: i64, from: Option<Status>, to: Status, attempt: u32) -> AuditEntry {
-        AuditEntry {
-            transaction_id: TransactionId::parse(id).unwrap(),
-            at: Timestamp::from_millis(at),
-            actor: Actor::ResponseHandler,
+        testkit::trail::entry(
+            TransactionId::parse(id).unwrap(),
+            at,
             from,
             to,
-            current_attempt: Attempt::new(attempt).unwrap(),
-            next_attempt: None,
-            max_attempts: 4,
-            schedule_name: None,
-            next_fire_at: None,
-            outcome: None,
-            reason: None,
-            origin: None,
-        }
+            Attempt::new(attempt).unwrap(),
+        )
     }
 
     /// The full trail of a transaction that retried `retries` times and ended `end`.

@@ -9,7 +9,7 @@ use aws_sdk_scheduler::types::{
     ActionAfterCompletion, DeadLetterConfig, FlexibleTimeWindow, FlexibleTimeWindowMode,
     RetryPolicy, Target,
 };
-use aws_sdk_sqs::types::{MessageAttributeValue, QueueAttributeName};
+use aws_sdk_sqs::types::MessageAttributeValue;
 use domain::ports::{Clock, SystemClock};
 use retryctl::local::esm::{self, EsmSettings, SqsFunction};
 use retryctl::local::external::{self, ExternalSettings};
@@ -30,24 +30,7 @@ async fn stack(tag: &str) -> (aws_config::SdkConfig, Provisioned) {
 }
 
 async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
-    let out = sqs
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .unwrap();
-    let get = |k: QueueAttributeName| {
-        out.attributes()
-            .and_then(|a| a.get(&k))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (
-        get(QueueAttributeName::ApproximateNumberOfMessages),
-        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-    )
+    retryctl::demo::queue_counts(sqs, url).await.unwrap()
 }
 
 async fn wait_until<F, Fut>(limit: Duration, mut f: F) -> bool

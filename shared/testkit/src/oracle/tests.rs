@@ -2,7 +2,7 @@ use super::evidence::{self, Seen};
 use super::*;
 use domain::audit::AuditEntry;
 use domain::decide::{DropReason, Rejection};
-use domain::machine::{Actor, Status};
+use domain::machine::Status;
 use domain::message::{Origin, RetryEvent};
 use domain::{MaxAttempts, ScheduleName};
 use std::time::{Duration, Instant};
@@ -203,21 +203,7 @@ fn the_peak_counts_the_busiest_window_whatever_the_time_type() {
 // ---------------------------------------------------------------------------
 
 fn row(at: i64, from: Option<Status>, to: Status, attempt: u32) -> AuditEntry {
-    AuditEntry {
-        transaction_id: id(),
-        at: Timestamp::from_millis(at),
-        actor: Actor::ResponseHandler,
-        from,
-        to,
-        current_attempt: a(attempt),
-        next_attempt: None,
-        max_attempts: 4,
-        schedule_name: None,
-        next_fire_at: None,
-        outcome: None,
-        reason: None,
-        origin: None,
-    }
+    crate::trail::entry(id(), at, from, to, a(attempt))
 }
 
 /// The whole trail of a transaction that retried `retries` times and ended `end`:
