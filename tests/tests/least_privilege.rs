@@ -1011,7 +1011,7 @@ fn alarms_of_this_account_and_only_they_publish() {
     let alarms = template_text()
         .matches("Type: AWS::CloudWatch::Alarm")
         .count();
-    assert!(alarms >= 19, "{alarms} alarms in the template");
+    assert!(alarms >= 20, "{alarms} alarms in the template");
     assert_eq!(
         requests.len(),
         3 * alarms,

@@ -423,6 +423,9 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
     // 6. A late response changes nothing.
     no_failures(&watch.invoke("response-handler", "response-late.json"));
     assert_eq!(stack.record("TX-100200").await, rec);
+    // A SUCCESS for that earlier attempt: changed nothing either (an alert is raised).
+    no_failures(&watch.invoke("response-handler", "response-conflicting-success.json"));
+    assert_eq!(stack.record("TX-100200").await, rec);
 
     // 7. SUCCESS.
     no_failures(&watch.invoke("response-handler", "response-success.json"));

@@ -620,6 +620,8 @@ fn business_alarm_problems(t: &Value) -> Vec<String> {
         (names::RECONCILE_EXAMINED, runtime::reconcile::FUNCTION),
         // reconciler, per index entry whose item would not decode.
         (names::RECONCILE_UNDECODABLE, runtime::reconcile::FUNCTION),
+        // response handler, per SUCCESS for an attempt answered CANCELLED or resolved.
+        (names::CONFLICTING_SUCCESS, runtime::response::FUNCTION),
         // response handler, per CreateSchedule refused for the account's limits.
         (names::SCHEDULER_QUOTA_EXCEEDED, runtime::response::FUNCTION),
         (names::SCHEDULER_THROTTLED, runtime::response::FUNCTION),

@@ -6,7 +6,7 @@
 use crate::batch::{Permanent, Verdict};
 use crate::metric::Metric;
 use crate::metrics::{names, Metrics};
-use domain::decide::{Input, Rejection};
+use domain::decide::{DropReason, Input, Rejection};
 use domain::exec::{execute, ExecError, Perform};
 use domain::policy::RandomSource;
 use domain::ports::{Cause, PortError};
@@ -103,6 +103,16 @@ pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
             metrics.record(Metric::of(d));
             match d {
                 Disposition::Ack(a) => Verdict::Done(*a),
+                Disposition::Drop(reason @ DropReason::ConflictingSuccess { attempt, status }) => {
+                    metrics.incr(names::CONFLICTING_SUCCESS);
+                    tracing::error!(
+                        transaction_id = %driven.run.input().transaction_id(),
+                        attempt = %attempt,
+                        status = %status,
+                        "the service answered SUCCESS for an attempt already answered CANCELLED or resolved: possible double execution"
+                    );
+                    Verdict::Dropped(reason.clone())
+                }
                 Disposition::Drop(reason) => {
                     tracing::info!(drop = ?reason, "message changes nothing");
                     Verdict::Dropped(reason.clone())
@@ -222,5 +232,25 @@ mod tests {
         }
         assert_eq!(m.count(names::SCHEDULER_QUOTA_EXCEEDED), 1);
         assert_eq!(m.count(names::SCHEDULER_THROTTLED), 2);
+    }
+
+    /// A conflicting SUCCESS is dropped (the message is done with) but counted as a
+    /// business alert; a plain late answer is not.
+    #[test]
+    fn a_conflicting_success_is_dropped_and_alerted() {
+        let m = Metrics::new("NS", "f");
+        let conflicting = driven(Ok(Disposition::Drop(DropReason::ConflictingSuccess {
+            attempt: domain::Attempt::FIRST,
+            status: domain::Status::Scheduled,
+        })));
+        assert!(matches!(verdict(&conflicting, &m), Verdict::Dropped(_)));
+        let late = driven(Ok(Disposition::Drop(DropReason::LateResponse {
+            attempt: domain::Attempt::FIRST,
+            current: domain::Attempt::FIRST.next(),
+        })));
+        assert!(matches!(verdict(&late, &m), Verdict::Dropped(_)));
+        assert_eq!(m.count(names::CONFLICTING_SUCCESS), 1);
+        assert_eq!(m.count("DropConflictingSuccess"), 1);
+        assert_eq!(m.count("DropLateResponse"), 1);
     }
 }

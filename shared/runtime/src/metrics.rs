@@ -68,6 +68,9 @@ pub mod names {
     pub const RECONCILE_TRUNCATED: &str = "ReconcileTruncated";
     pub const RECONCILE_ERRORS: &str = "ReconcileErrors";
     pub const RECONCILE_UNDECODABLE: &str = "ReconcileUndecodable";
+    /// A SUCCESS for an attempt already answered CANCELLED or resolved: a possible
+    /// double execution (business alert).
+    pub const CONFLICTING_SUCCESS: &str = "ConflictingSuccess";
     /// A scheduler call throttled past the client's own retries (the message is
     /// redelivered).
     pub const SCHEDULER_THROTTLED: &str = "SchedulerThrottled";

@@ -459,7 +459,8 @@ async fn row8_b_dies_after_publishing_before_in_progress() {
 // ---------------------------------------------------------------------------
 
 /// Row 9: in any later state, a response for attempt 1 is dropped by attempt number
-/// and changes nothing (record and audit untouched).
+/// and changes nothing (record and audit untouched); a SUCCESS for it — attempt 1
+/// was answered CANCELLED — is dropped as a conflicting success and alerted.
 #[tokio::test]
 async fn row9_response_from_an_earlier_attempt_changes_nothing() {
     let w = scheduled_world(3).await;
@@ -474,15 +475,22 @@ async fn row9_response_from_an_earlier_attempt_changes_nothing() {
         let changes = w.store.change_count();
         for outcome in [Outcome::Success, Outcome::Cancelled] {
             let v = w.respond(TX, 1, outcome).await;
-            assert!(
-                matches!(v, Verdict::Dropped(DropReason::LateResponse { .. })),
-                "{stage}: {v:?}"
-            );
+            let dropped_as_expected = match outcome {
+                Outcome::Success => {
+                    matches!(v, Verdict::Dropped(DropReason::ConflictingSuccess { .. }))
+                }
+                Outcome::Cancelled => {
+                    matches!(v, Verdict::Dropped(DropReason::LateResponse { .. }))
+                }
+            };
+            assert!(dropped_as_expected, "{stage} {outcome}: {v:?}");
         }
         assert_eq!(w.record(TX), before, "{stage}: record unchanged");
         assert_eq!(w.store.change_count(), changes, "{stage}: nothing written");
     }
-    assert_eq!(w.metrics.count("DropLateResponse"), 4);
+    assert_eq!(w.metrics.count("DropLateResponse"), 2);
+    assert_eq!(w.metrics.count("DropConflictingSuccess"), 2);
+    assert_eq!(w.metrics.count(names::CONFLICTING_SUCCESS), 2);
     assert_eq!(w.status(TX), Status::Succeeded);
 }
 

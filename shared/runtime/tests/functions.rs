@@ -148,6 +148,18 @@ async fn the_event_files_through_the_three_functions() {
     assert_eq!(w.record("TX-100200"), before);
     assert_eq!(m.count("DropLateResponse"), 1);
 
+    // A SUCCESS for attempt 1, answered CANCELLED before: changes nothing either, but
+    // is a business alert (possible double execution).
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let r = handler_a
+        .handle_event(event("response-conflicting-success.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(w.record("TX-100200"), before);
+    assert_eq!(m.count(names::CONFLICTING_SUCCESS), 1);
+    assert_eq!(m.count("DropLateResponse"), 0);
+
     // SUCCESS.
     let m = Metrics::new("DeferredRetry", "response-handler");
     let r = handler_a

@@ -232,6 +232,11 @@ pub enum DropReason {
     LateResponse { attempt: Attempt, current: Attempt },
     /// A response whose outcome contradicts what was already decided for that attempt.
     ConflictingOutcome { outcome: Outcome, status: Status },
+    /// A SUCCESS for an attempt already answered CANCELLED (a later attempt went out,
+    /// or the budget was spent) or resolved by other means: the service executed
+    /// something this side considers not done — the one sign of a possible double
+    /// execution. Changes nothing; raised as a business alert by the handler.
+    ConflictingSuccess { attempt: Attempt, status: Status },
     /// A redelivered response for work already finished.
     DuplicateResponse { status: Status },
     /// A retry event for an attempt that is not the pending one.
@@ -250,6 +255,7 @@ impl DropReason {
         match self {
             DropReason::LateResponse { .. } => "late-response",
             DropReason::ConflictingOutcome { .. } => "conflicting-outcome",
+            DropReason::ConflictingSuccess { .. } => "conflicting-success",
             DropReason::DuplicateResponse { .. } => "duplicate-response",
             DropReason::StaleRetry { .. } => "stale-retry",
             DropReason::DuplicateRetry { .. } => "duplicate-retry",

@@ -1,5 +1,6 @@
 //! The response handler (A), for a response `(id, n, outcome)`.
 
+use super::resolve::RESOLVED_REASON;
 use super::retry::in_progress_write;
 use super::{Ack, Alert, Context, DropReason, Effect, Known, Plan, Rejection, ScheduleSpec};
 use crate::arrow;
@@ -46,7 +47,15 @@ pub fn decide_response(
             }
         }
         // Rule 1: a response for another attempt is late: acknowledge, change nothing.
+        // A SUCCESS for an earlier attempt is more than late: that attempt was
+        // answered CANCELLED (only then does a later one go out).
         if r.current_attempt != n {
+            if resp.outcome == Outcome::Success && n < r.current_attempt {
+                return vec![Effect::Drop(DropReason::ConflictingSuccess {
+                    attempt: n,
+                    status: r.status,
+                })];
+            }
             return vec![Effect::Drop(DropReason::LateResponse {
                 attempt: n,
                 current: r.current_attempt,
@@ -81,6 +90,15 @@ pub fn decide_response(
         (Some(Status::Scheduled | Status::Sending), Outcome::Cancelled) => {
             vec![Effect::Ack(Ack::AlreadyHandled)]
         }
+        // SUCCEEDED by an operator's resolve: the service executed the attempt too.
+        (Some(status @ Status::Succeeded), Outcome::Success)
+            if rec.is_some_and(|r| r.last_reason.as_deref() == Some(RESOLVED_REASON)) =>
+        {
+            vec![Effect::Drop(DropReason::ConflictingSuccess {
+                attempt: n,
+                status,
+            })]
+        }
         (Some(status @ Status::Succeeded), Outcome::Success) => {
             vec![Effect::Drop(DropReason::DuplicateResponse { status })]
         }
@@ -96,6 +114,14 @@ pub fn decide_response(
                 }),
                 Effect::Ack(Ack::Failed),
             ]
+        }
+        // SUCCESS for the attempt already answered CANCELLED (SCHEDULING, SCHEDULED,
+        // SENDING with this attempt current, or FAILED).
+        (Some(status), Outcome::Success) => {
+            vec![Effect::Drop(DropReason::ConflictingSuccess {
+                attempt: n,
+                status,
+            })]
         }
         (Some(status), outcome) => vec![Effect::Drop(DropReason::ConflictingOutcome {
             outcome,

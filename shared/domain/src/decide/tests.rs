@@ -78,12 +78,44 @@ fn cancelled_unread_persists_the_instant_before_creating_the_schedule() {
     assert_eq!(w.guard.budget, Some(BudgetGuard::Remaining));
 }
 
+/// A SUCCESS for an attempt an operator resolved by other means: the service
+/// executed it as well — a conflicting success, not a duplicate; a SUCCESS repeated
+/// for an attempt the service itself answered SUCCESS stays a duplicate.
+#[test]
+fn success_after_a_resolve_is_a_conflict_not_a_duplicate() {
+    let mut resolved = record(Status::Succeeded, 2, None, 4);
+    resolved.last_reason = Some(crate::decide::resolve::RESOLVED_REASON.to_owned());
+    let decide = |r: &TransactionRecord| {
+        decide_response(
+            Known::Record(r),
+            &response(2, Outcome::Success),
+            &ctx_at(0),
+            &mut FixedRandom(0.5),
+        )
+    };
+    assert_eq!(
+        decide(&resolved),
+        vec![Effect::Drop(DropReason::ConflictingSuccess {
+            attempt: a(2),
+            status: Status::Succeeded
+        })]
+    );
+    let mut answered = record(Status::Succeeded, 2, None, 4);
+    answered.last_outcome = Some(Outcome::Success);
+    assert_eq!(
+        decide(&answered),
+        vec![Effect::Drop(DropReason::DuplicateResponse {
+            status: Status::Succeeded
+        })]
+    );
+}
+
 #[test]
 fn late_response_changes_nothing() {
     let r = record(Status::Scheduled, 3, Some(4), 4);
     let plan = decide_response(
         Known::Record(&r),
-        &response(2, Outcome::Success),
+        &response(2, Outcome::Cancelled),
         &ctx_at(0),
         &mut FixedRandom(0.5),
     );
@@ -247,6 +279,9 @@ fn describe(e: &Effect) -> String {
             }
             DropReason::ConflictingOutcome { outcome, status } => {
                 format!("drop conflicting-outcome {outcome} in {status}")
+            }
+            DropReason::ConflictingSuccess { attempt, status } => {
+                format!("drop conflicting-success attempt={attempt} in {status}")
             }
             DropReason::DuplicateResponse { status } => {
                 format!("drop duplicate-response in {status}")
@@ -524,55 +559,55 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=1 / IN_PROGRESS c=2 max=4",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in IN_PROGRESS",
         ],
     ),
     (
         "response SUCCESS n=1 / IN_PROGRESS c=2 max=2",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in IN_PROGRESS",
         ],
     ),
     (
         "response SUCCESS n=1 / SCHEDULING c=2 max=4",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in SCHEDULING",
         ],
     ),
     (
         "response SUCCESS n=1 / SCHEDULED c=2 max=4",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in SCHEDULED",
         ],
     ),
     (
         "response SUCCESS n=1 / SENDING c=2 max=4",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in SENDING",
         ],
     ),
     (
         "response SUCCESS n=1 / SUCCEEDED c=2 max=4",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in SUCCEEDED",
         ],
     ),
     (
         "response SUCCESS n=1 / SUCCEEDED c=2 max=2",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in SUCCEEDED",
         ],
     ),
     (
         "response SUCCESS n=1 / FAILED c=2 max=4",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in FAILED",
         ],
     ),
     (
         "response SUCCESS n=1 / FAILED c=2 max=2",
         &[
-            "drop late-response attempt=1 current=2",
+            "drop conflicting-success attempt=1 in FAILED",
         ],
     ),
     (
@@ -605,19 +640,19 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=2 / SCHEDULING c=2 max=4",
         &[
-            "drop conflicting-outcome SUCCESS in SCHEDULING",
+            "drop conflicting-success attempt=2 in SCHEDULING",
         ],
     ),
     (
         "response SUCCESS n=2 / SCHEDULED c=2 max=4",
         &[
-            "drop conflicting-outcome SUCCESS in SCHEDULED",
+            "drop conflicting-success attempt=2 in SCHEDULED",
         ],
     ),
     (
         "response SUCCESS n=2 / SENDING c=2 max=4",
         &[
-            "drop conflicting-outcome SUCCESS in SENDING",
+            "drop conflicting-success attempt=2 in SENDING",
         ],
     ),
     (
@@ -635,13 +670,13 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=2 / FAILED c=2 max=4",
         &[
-            "drop conflicting-outcome SUCCESS in FAILED",
+            "drop conflicting-success attempt=2 in FAILED",
         ],
     ),
     (
         "response SUCCESS n=2 / FAILED c=2 max=2",
         &[
-            "drop conflicting-outcome SUCCESS in FAILED",
+            "drop conflicting-success attempt=2 in FAILED",
         ],
     ),
     (

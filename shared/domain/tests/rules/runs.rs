@@ -541,14 +541,18 @@ fn late_response_changes_nothing() {
             let before = w.store.change_count();
             let published = w.requests.len();
             let d = w.run(response_input(&id, 1, outcome));
-            assert_eq!(
-                d,
-                Disposition::Drop(DropReason::LateResponse {
+            // A late SUCCESS is more than late: attempt 1 was answered CANCELLED.
+            let want = match outcome {
+                Outcome::Success => DropReason::ConflictingSuccess {
                     attempt: a(1),
-                    current: a(2)
-                }),
-                "{status} {outcome}"
-            );
+                    status,
+                },
+                Outcome::Cancelled => DropReason::LateResponse {
+                    attempt: a(1),
+                    current: a(2),
+                },
+            };
+            assert_eq!(d, Disposition::Drop(want), "{status} {outcome}");
             assert_eq!(w.store.change_count(), before);
             assert_eq!(w.record(&id), state);
             assert_eq!(w.requests.len(), published);
