@@ -16,7 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is the failure report
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use domain::exec::StartPorts;
+use domain::exec::{ResponsePorts, StartPorts};
 use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
 use retry_bench::cycle::payload_of;
@@ -90,10 +90,15 @@ fn scheduled(n: usize) -> MemoryStore {
     let metrics = Metrics::new("Bench", "setup");
     let ctx = Settings::default().context(SystemClock.now());
     let mut rng = domain::policy::SplitMix64::new(1);
+    let retries = MemoryQueue::<RetryEvent>::new();
+    let ports = ResponsePorts {
+        store: &store,
+        scheduler: &scheduler,
+        retries: &retries,
+    };
     for i in 0..n {
         let v = ready(runtime::response::handle(
-            &store,
-            &scheduler,
+            &ports,
             &cancelled(i),
             &ctx,
             &mut rng,
@@ -126,10 +131,11 @@ fn event(bodies: impl Iterator<Item = String>) -> SqsEvent {
 
 fn response_handler(
     store: MemoryStore,
-) -> ResponseHandler<MemoryStore, MemoryScheduler, MemoryDeadLetter> {
+) -> ResponseHandler<MemoryStore, MemoryScheduler, MemoryQueue<RetryEvent>, MemoryDeadLetter> {
     ResponseHandler {
         store,
         scheduler: MemoryScheduler::new(),
+        retries: MemoryQueue::new(),
         dead_letter: MemoryDeadLetter::new(),
         clock: SystemClock,
         settings: Settings::default(),
@@ -173,9 +179,14 @@ fn handlers(c: &mut Criterion) {
             },
             |(store, scheduler, ctx)| {
                 let mut rng = domain::policy::SplitMix64::new(7);
+                let retries = MemoryQueue::<RetryEvent>::new();
+                let ports = ResponsePorts {
+                    store: &store,
+                    scheduler: &scheduler,
+                    retries: &retries,
+                };
                 let v = ready(runtime::response::handle(
-                    &store,
-                    &scheduler,
+                    &ports,
                     &response,
                     &ctx,
                     &mut rng,

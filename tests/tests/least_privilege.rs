@@ -620,13 +620,15 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     }
     let metrics = Metrics::new("DeferredRetry", "response-handler");
     let (response, metrics) = (&response, &metrics);
-    let n = event_source(
-        &response_sqs,
-        &p.response.url,
-        &p.response.arn,
-        |e| async move { response.handle_event(e, metrics).await.unwrap() },
-    )
-    .await;
+    let response_round = || {
+        event_source(
+            &response_sqs,
+            &p.response.url,
+            &p.response.arn,
+            |e| async move { response.handle_event(e, metrics).await.unwrap() },
+        )
+    };
+    let n = response_round().await;
     assert_eq!(n, 7);
     assert_eq!(
         metrics.count(runtime::metrics::names::SCHEDULE_CONFLICTS),
@@ -656,13 +658,48 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         &answer("TX-B", 1, "CANCELLED"),
     )
     .await;
-    event_source(
-        &response_sqs,
+    response_round().await;
+
+    // TX-P: A crashed hours ago after persisting SCHEDULING, and its answer sat in the
+    // response DLQ; redriven now, past the stored instant, it cannot be scheduled in
+    // the past: the response handler puts the retry event on the retry queue.
+    let now = SystemClock.now();
+    let started = TransactionRecord::started(
+        id("TX-P"),
+        MaxAttempts::new(3).unwrap(),
+        now.plus_millis(-7_200_000),
+    );
+    domain::ports::Creates::create(&store, &started, &payload("TX-P", "SUCCESS"))
+        .await
+        .unwrap();
+    let mut waiting = started.clone();
+    let p_next = Attempt::new(2).unwrap();
+    waiting.status = Status::Scheduling;
+    waiting.next_attempt = Some(p_next);
+    waiting.next_fire_at = Some(now.plus_millis(-3_600_000).ceil_to_second());
+    waiting.schedule_name = Some(ScheduleName::for_retry(&id("TX-P"), p_next));
+    waiting.reconcile = ReconcileKey::derive(
+        Status::Scheduling,
+        &id("TX-P"),
+        8,
+        waiting.updated_at,
+        waiting.next_fire_at,
+    );
+    aws::clients::dynamodb(&setup_sdk)
+        .put_item()
+        .table_name(&names.transactions_table)
+        .set_item(Some(aws::item::record_to_item(&waiting)))
+        .send()
+        .await
+        .unwrap();
+    send(
+        &operator_sqs,
         &p.response.url,
-        &p.response.arn,
-        |e| async move { response.handle_event(e, metrics).await.unwrap() },
+        &answer("TX-P", 1, "CANCELLED"),
     )
     .await;
+    response_round().await;
+    assert_eq!(store_status(&store, "TX-P").await, Status::Scheduled);
 
     // The scheduler fires TX-A's schedule; a failed delivery goes to its DLQ.
     let name_a = ScheduleName::for_retry(&id("TX-A"), Attempt::new(2).unwrap());
@@ -924,7 +961,7 @@ fn the_retry_queue_denies_principals_it_does_not_list() {
             .evaluate(&stack.request(p, "sqs:SendMessage", &retry))
             .unwrap()
     };
-    for id in ["ResponseHandlerRole", "RetryHandlerRole", "AuditWriterRole"] {
+    for id in ["RetryHandlerRole", "AuditWriterRole"] {
         match send(&stack.role(id)) {
             Decision::Denied(by) => {
                 assert!(by.contains("DenyRetryEventsFromAnybodyElse"), "{id}: {by}")
@@ -938,6 +975,8 @@ fn the_retry_queue_denies_principals_it_does_not_list() {
     ));
     assert!(send(&stack.role("ReconcilerRole")).is_allowed());
     assert!(send(&stack.role("SchedulerRole")).is_allowed());
+    // A retry whose instant has passed: the response handler sends it itself.
+    assert!(send(&stack.role("ResponseHandlerRole")).is_allowed());
     assert!(send(&Principal::Arn(outside_arn(OPERATOR))).is_allowed());
 }
 

@@ -252,6 +252,8 @@ pub struct ResponseHandlerConfig {
     pub scheduler: SchedulerSettings,
     pub policies: PolicySet,
     pub response_dlq_url: String,
+    /// The retry queue: a retry whose instant has already passed goes there at once.
+    pub retry_queue_url: String,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
 }
@@ -273,6 +275,7 @@ impl ResponseHandlerConfig {
         "BACKOFF_STRICT_CAP",
         "BACKOFF_OVERRIDES",
         "RESPONSE_DLQ_URL",
+        "RETRY_QUEUE_URL",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
@@ -289,6 +292,7 @@ impl ResponseHandlerConfig {
             scheduler: SchedulerSettings::read(&env)?,
             policies: policies(&env)?,
             response_dlq_url: env.required("RESPONSE_DLQ_URL")?,
+            retry_queue_url: env.required("RETRY_QUEUE_URL")?,
             batch_concurrency: batch_concurrency(&env)?,
             metrics_namespace: namespace(&env),
         })
@@ -516,6 +520,7 @@ mod tests {
         let mut v: Vec<(&str, &str)> = vec![
             ("TRANSACTIONS_TABLE", "tx"),
             ("RESPONSE_DLQ_URL", "http://q/dlq"),
+            ("RETRY_QUEUE_URL", "http://q/retry"),
         ];
         v.extend_from_slice(SCHED);
         v.extend_from_slice(extra);

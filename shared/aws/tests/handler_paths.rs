@@ -6,7 +6,7 @@
 mod common;
 
 use aws::scheduler::EventBridgeScheduler;
-use aws::sqs::SqsRequestPublisher;
+use aws::sqs::{SqsRequestPublisher, SqsRetryPublisher};
 use common::*;
 use domain::decide::{Input, Known};
 use domain::exec::{execute, ResponsePorts, RetryPorts};
@@ -25,6 +25,7 @@ async fn happy_path_call_counts() {
     let store = s.store();
     let scheduler = EventBridgeScheduler::new(meter.scheduler(&s.sdk), s.scheduler_settings());
     let requests = SqsRequestPublisher::new(meter.sqs(&s.sdk), &s.p.request.url);
+    let retries = SqsRetryPublisher::new(meter.sqs(&s.sdk), &s.p.retry.url);
 
     let tx = id("TX-HP1");
     let payload = Payload::from_json(r#"{"order":42}"#).unwrap();
@@ -60,6 +61,7 @@ async fn happy_path_call_counts() {
     let ports = ResponsePorts {
         store: &store,
         scheduler: &scheduler,
+        retries: &retries,
     };
     let disposition = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
         .await

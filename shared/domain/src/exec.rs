@@ -34,7 +34,10 @@ pub fn performs(input: &Input, effect: &Effect) -> bool {
     effect.is_terminal()
         || match input {
             Input::Response(_) => {
-                matches!(effect, E::Write(_) | E::CreateSchedule(_) | E::Alert(_))
+                matches!(
+                    effect,
+                    E::Write(_) | E::CreateSchedule(_) | E::PublishRetry(_) | E::Alert(_)
+                )
             }
             Input::Retry(_) => matches!(effect, E::Write(_) | E::PublishRequest(_)),
             Input::Reconcile(_) => {
@@ -171,13 +174,16 @@ macro_rules! bundle {
 }
 
 bundle! {
-    /// The response handler's ports: conditional writes, schedule creation. Alerts
-    /// are raised by the caller from the run's trail (log + metric).
+    /// The response handler's ports: conditional writes, schedule creation, and the
+    /// retry queue for a retry whose instant has already passed (no schedule can be
+    /// set in the past). Alerts are raised by the caller from the run's trail (log +
+    /// metric).
     ResponsePorts, "response handler",
-    { store: St: Transitions, scheduler: Sc: ScheduleCreator }
+    { store: St: Transitions, scheduler: Sc: ScheduleCreator, retries: Rt: RetryPublisher }
     {
         Effect::Write(w) => write(store, w),
         Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
+        Effect::PublishRetry(event) => publish_retry(retries, event),
         Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
     }
 }

@@ -13,18 +13,17 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::decide::Input;
 use domain::exec::ResponsePorts;
 use domain::policy::RandomSource;
-use domain::ports::{Clock, DeadLetter, ScheduleCreator, SystemClock, Transitions};
+use domain::ports::{Clock, DeadLetter, RetryPublisher, ScheduleCreator, SystemClock, Transitions};
 use domain::{Context, Effect, Outcome, Response};
 
 /// The function's name (binary, `cargo lambda` function, metrics dimension).
 pub const FUNCTION: &str = "response-handler";
 
-/// Handles one parsed response: the core, over the ports A has (conditional writes
-/// and schedule creation). `hook` may stop the plan before an effect (tests simulate
-/// crashes).
-pub async fn handle<St: Transitions, Sc: ScheduleCreator>(
-    store: &St,
-    scheduler: &Sc,
+/// Handles one parsed response: the core, over the ports A has (conditional writes,
+/// schedule creation, the retry queue for an instant already past). `hook` may stop
+/// the plan before an effect (tests simulate crashes).
+pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher>(
+    ports: &ResponsePorts<'_, St, Sc, Rt>,
     response: &Response,
     ctx: &Context,
     rng: &mut (dyn RandomSource + Send),
@@ -35,15 +34,16 @@ pub async fn handle<St: Transitions, Sc: ScheduleCreator>(
         Outcome::Success => names::RESPONSE_SUCCESS,
         Outcome::Cancelled => names::RESPONSE_CANCELLED,
     });
-    let ports = ResponsePorts { store, scheduler };
-    let driven = drive(Input::Response(response.clone()), &ports, ctx, rng, hook).await;
+    let driven = drive(Input::Response(response.clone()), ports, ctx, rng, hook).await;
     verdict(&driven, metrics)
 }
 
 /// The response handler with its ports, built once per process.
-pub struct ResponseHandler<St, Sc, D, C = SystemClock> {
+pub struct ResponseHandler<St, Sc, Rt, D, C = SystemClock> {
     pub store: St,
     pub scheduler: Sc,
+    /// The retry queue (RETRY_QUEUE_URL), for a retry whose instant has passed.
+    pub retries: Rt,
     pub dead_letter: D,
     pub clock: C,
     pub settings: Settings,
@@ -53,10 +53,11 @@ pub struct ResponseHandler<St, Sc, D, C = SystemClock> {
     pub namespace: String,
 }
 
-impl<St, Sc, D, C> ResponseHandler<St, Sc, D, C>
+impl<St, Sc, Rt, D, C> ResponseHandler<St, Sc, Rt, D, C>
 where
     St: Transitions,
     Sc: ScheduleCreator,
+    Rt: RetryPublisher,
     D: DeadLetter,
     C: Clock,
 {
@@ -74,16 +75,12 @@ where
             |response: Response| async move {
                 let ctx = self.settings.context(self.clock.now());
                 let mut rng = self.seeds.next();
-                handle(
-                    &self.store,
-                    &self.scheduler,
-                    &response,
-                    &ctx,
-                    &mut rng,
-                    &mut run_all,
-                    metrics,
-                )
-                .await
+                let ports = ResponsePorts {
+                    store: &self.store,
+                    scheduler: &self.scheduler,
+                    retries: &self.retries,
+                };
+                handle(&ports, &response, &ctx, &mut rng, &mut run_all, metrics).await
             },
         )
         .await

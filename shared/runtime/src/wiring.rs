@@ -21,7 +21,8 @@ use domain::ports::SystemClock;
 use std::sync::Arc;
 
 /// The response handler on AWS.
-pub type AwsResponseHandler = ResponseHandler<DynamoStore, EventBridgeScheduler, SqsDeadLetter>;
+pub type AwsResponseHandler =
+    ResponseHandler<DynamoStore, EventBridgeScheduler, SqsRetryPublisher, SqsDeadLetter>;
 /// The retry handler on AWS (its publisher paced by the handler's own pacer).
 pub type AwsRetryHandler =
     RetryHandler<DynamoStore<PayloadsTable>, Paced<SqsRequestPublisher>, SqsDeadLetter>;
@@ -46,6 +47,7 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
     ResponseHandler {
         store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table),
         scheduler: EventBridgeScheduler::new(clients.scheduler.clone(), c.scheduler.clone()),
+        retries: SqsRetryPublisher::new(clients.sqs.clone(), &c.retry_queue_url),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),
         clock: SystemClock,
         settings: settings(c.policies.clone(), c.reconcile_shards),

@@ -186,6 +186,7 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
         let ports = ResponsePorts {
             store: &w.store,
             scheduler: &w.scheduler,
+            retries: &w.retries,
         };
         let ctx = w.settings.context(w.now());
         let mut rng = fixed();
@@ -218,6 +219,7 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
         let ports = ResponsePorts {
             store: &w.store,
             scheduler: &w.scheduler,
+            retries: &w.retries,
         };
         a_run.result = execute(&mut a_run.run, &ports, &ctx, &mut rng, &mut all()).await;
         let v = verdict(&a_run, &w.metrics);

@@ -33,14 +33,20 @@ fn failures(r: &SqsBatchResponse) -> Vec<String> {
         .collect()
 }
 
-type A<'a> =
-    ResponseHandler<&'a MemoryStore, &'a MemoryScheduler, &'a MemoryDeadLetter, &'a ManualClock>;
+type A<'a> = ResponseHandler<
+    &'a MemoryStore,
+    &'a MemoryScheduler,
+    &'a MemoryQueue<RetryEvent>,
+    &'a MemoryDeadLetter,
+    &'a ManualClock,
+>;
 type B<'a, Rq> = RetryHandler<&'a MemoryStore, Rq, &'a MemoryDeadLetter, &'a ManualClock>;
 
 fn response_handler<'a>(w: &'a World, dlq: &'a MemoryDeadLetter) -> A<'a> {
     ResponseHandler {
         store: &w.store,
         scheduler: &w.scheduler,
+        retries: &w.retries,
         dead_letter: dlq,
         clock: &w.clock,
         settings: w.settings.clone(),
@@ -308,6 +314,7 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
             panic: "TX-100200",
         },
         scheduler: &w.scheduler,
+        retries: &w.retries,
         dead_letter: &dlq,
         clock: &w.clock,
         settings: w.settings.clone(),

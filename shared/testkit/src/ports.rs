@@ -36,7 +36,15 @@ where
             Effect::Create { .. } => StartPorts { store, requests }.perform(effect).await,
             Effect::PublishRequest(_) => RetryPorts { store, requests }.perform(effect).await,
             Effect::PublishRetry(_) => ReplayPorts { store, retries }.perform(effect).await,
-            _ => ResponsePorts { store, scheduler }.perform(effect).await,
+            _ => {
+                ResponsePorts {
+                    store,
+                    scheduler,
+                    retries,
+                }
+                .perform(effect)
+                .await
+            }
         }
     }
 }

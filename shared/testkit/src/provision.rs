@@ -237,6 +237,7 @@ impl Provisioned {
                 v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));
                 v.extend(sched());
                 v.push(("RESPONSE_DLQ_URL", self.response_dlq.url.clone()));
+                v.push(("RETRY_QUEUE_URL", self.retry.url.clone()));
             }
             "retry-handler" => {
                 v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));

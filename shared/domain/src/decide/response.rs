@@ -211,6 +211,9 @@ fn confirm_scheduled(id: &TransactionId, next: Attempt, ctx: &Context, actor: Ac
 }
 
 /// SCHEDULING found: create the schedule from the **stored** instant, then confirm.
+/// When that instant has already passed (a response redriven from its DLQ after
+/// the fire time), no schedule can be set in the past: the retry event goes on the
+/// retry queue at once, as the schedule would have put it there, then confirm.
 pub(super) fn resume_scheduling(
     r: &TransactionRecord,
     ctx: &Context,
@@ -223,6 +226,17 @@ pub(super) fn resume_scheduling(
         return vec![Effect::Ack(Ack::AlreadyHandled)];
     };
     let id = &r.transaction_id;
+    if fire_at <= ctx.now {
+        return vec![
+            Effect::PublishRetry(RetryEvent {
+                transaction_id: id.clone(),
+                origin: Origin::RetryScheduler,
+                attempt: next,
+            }),
+            confirm_scheduled(id, next, ctx, actor),
+            Effect::Ack(ack),
+        ];
+    }
     let name = r
         .schedule_name
         .clone()

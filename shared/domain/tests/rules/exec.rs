@@ -113,6 +113,7 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
                     ResponsePorts {
                         store: &store,
                         scheduler: &scheduler,
+                        retries: &retries,
                     }
                     .perform(&effect),
                 ),
@@ -169,6 +170,6 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
             }
         }
     }
-    // Response 3, retry 2, reconcile 3, start 2, resolve 3, replay 3.
-    assert_eq!(performed, 16);
+    // Response 4, retry 2, reconcile 3, start 2, resolve 3, replay 3.
+    assert_eq!(performed, 17);
 }

@@ -290,6 +290,37 @@ fn a_dies_after_scheduling_before_creating_the_schedule() {
     assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
 }
 
+/// The same crash, but the response comes back only after the stored instant has
+/// passed (redriven from the response DLQ hours later): no schedule is created in
+/// the past — AWS refuses one — the retry event goes straight to the retry queue,
+/// the record is confirmed SCHEDULED, and the retry goes out once.
+#[test]
+fn a_response_redriven_after_its_fire_time_goes_to_the_retry_queue() {
+    let mut w = World::new();
+    let id = tx("TX-A1P");
+    let resp = cancelled_in_flight(&mut w, &id, 4);
+    assert_eq!(
+        w.run_crashing(resp.clone(), Some(1)),
+        Err(ExecError::Stopped("create-schedule"))
+    );
+    let stored = w.record(&id).next_fire_at.unwrap();
+    w.now = stored.plus_millis(3 * HOUR_MS);
+    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
+    assert_eq!(w.scheduler.created(), 0, "no schedule in the past");
+    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
+    let events = w.retries.drain();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].attempt, events[0].origin),
+        (a(2), Origin::RetryScheduler)
+    );
+    assert_eq!(
+        w.run(retry_input(events[0].clone())),
+        Disposition::Ack(Ack::Published)
+    );
+    assert_eq!(w.published(&id), [1, 2]);
+}
+
 #[test]
 fn a_dies_after_creating_before_scheduled() {
     let mut w = World::new();
@@ -624,9 +655,13 @@ fn reconciler_acting_on_a_stale_record_is_harmless() {
     past_threshold(&mut w);
     let stale = w.stuck();
     assert_eq!(stale.len(), 1);
-    // Meanwhile the response is redelivered and the retry goes out.
+    // Meanwhile the response is redelivered, past the fire time: no schedule can be
+    // set in the past, so the retry event goes straight to the retry queue, and the
+    // retry goes out.
     w.run(resp);
-    let ev = w.fire_due().pop().unwrap();
+    assert!(w.fire_due().is_empty(), "no schedule created in the past");
+    let ev = w.retries.drain().pop().unwrap();
+    assert_eq!(ev.origin, Origin::RetryScheduler);
     w.run(retry_input(ev));
     let settled = w.record(&id);
     assert_eq!(settled.status, InProgress);

@@ -126,8 +126,11 @@ impl World {
         let ctx = self.settings.context(self.now());
         let mut rng = self.rng();
         runtime::response::handle(
-            &self.store,
-            &self.scheduler,
+            &domain::exec::ResponsePorts {
+                store: &self.store,
+                scheduler: &self.scheduler,
+                retries: &self.retries,
+            },
             &resp,
             &ctx,
             &mut rng,
