@@ -12,13 +12,16 @@ use std::path::PathBuf;
     propagate_version = true
 )]
 pub struct Cli {
-    #[command(flatten)]
+    #[command(
+        flatten,
+        next_help_heading = "Stack (every command; env or the stack's outputs)"
+    )]
     pub target: TargetArgs,
     /// Print machine-readable JSON instead of text.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Output")]
     pub json: bool,
     /// On an AWS failure, also print the SDK's whole account of it.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Output")]
     pub verbose: bool,
     #[command(subcommand)]
     pub command: Command,
@@ -76,6 +79,9 @@ pub struct TargetArgs {
 pub enum Command {
     /// Start a transaction: conditional create of IN_PROGRESS attempt 1, then the
     /// request with idempotency key `<id>#1`. Repeating it is harmless.
+    #[command(
+        after_help = "Examples:\n  retryctl submit TX-42 --payload '{\"order\":42}'\n  retryctl submit TX-43 --payload @order.json --max-attempts 6"
+    )]
     Submit {
         /// Transaction id (1–128 characters, no control characters).
         id: String,
@@ -88,6 +94,9 @@ pub enum Command {
     },
     /// The transaction's state and its whole audit history as a timeline: one line
     /// per transition, times relative to the start and to the line before.
+    #[command(
+        after_help = "Examples:\n  retryctl show TX-42\n  retryctl show TX-42 --payload --wide\n  retryctl show TX-42 --json | jq '.timeline[] | [.from, .to]'"
+    )]
     Show {
         id: String,
         /// Print the stored payload too.
@@ -98,12 +107,20 @@ pub enum Command {
         wide: bool,
     },
     /// Transactions by status and by current attempt (a Scan of the state table).
+    #[command(after_help = "Examples:\n  retryctl stats\n  retryctl stats --json | jq .by_status")]
     Stats,
     /// What the reconciler would act on now (the same index query and the same rule).
+    #[command(
+        after_help = "Examples:\n  retryctl stuck --reconcile-shards 8 --reconcile-threshold-seconds 900"
+    )]
     Stuck,
     /// Resolved by other means: SCHEDULING or SCHEDULED → SUCCEEDED, schedule deleted.
+    #[command(after_help = "Examples:\n  retryctl resolve TX-42")]
     Resolve { id: String },
     /// Move every message of a dead-letter queue back to its source queue.
+    #[command(
+        after_help = "Examples:\n  retryctl redrive response --dry-run\n  retryctl redrive retry --max 10\n  retryctl redrive audit"
+    )]
     Redrive {
         /// request | response | retry | scheduler (the scheduler DLQ goes back to the
         /// retry queue) | audit (the stream range each message names is read again
@@ -117,11 +134,15 @@ pub enum Command {
         dry_run: bool,
     },
     /// Look at a dead-letter queue without moving anything.
+    #[command(after_help = "Examples:\n  retryctl dlq peek response --max 5")]
     Dlq {
         #[command(subcommand)]
         action: DlqAction,
     },
     /// Reopen a FAILED transaction with more attempts (recorded in the audit trail).
+    #[command(
+        after_help = "Examples:\n  retryctl replay TX-42 --reconcile-shards 8\n  retryctl replay TX-42 --budget 2 --reconcile-shards 8"
+    )]
     Replay {
         id: String,
         /// Attempts to add; default: the transaction's own max_attempts (a fresh budget).
@@ -129,6 +150,9 @@ pub enum Command {
         budget: Option<u32>,
     },
     /// Run the whole pipeline on this machine and print a report.
+    #[command(
+        after_help = "Examples:\n  retryctl demo\n  retryctl demo --transactions 1000 --duplicate-responses 0.05\n  retryctl demo --transactions 30 --keep"
+    )]
     Demo(DemoArgs),
     /// Check a deployed stack: every resource the code relies on, then real
     /// transactions through the staging harness (docs/deploy.md). Exit 6 when a check

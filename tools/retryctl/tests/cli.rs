@@ -259,6 +259,16 @@ async fn submit_is_idempotent_and_refuses_bad_arguments_naming_them() {
     let r = retryctl(s, &["submit", "TX-SUB-1", "--payload", r#"{"a":2}"#]).await;
     assert_eq!(r.code, 4, "{r:?}");
     assert!(r.stderr.contains("different payload"), "{}", r.stderr);
+    // The same JSON with other white space is another payload: the refusal says so
+    // and how to see the stored text.
+    let r = retryctl(s, &["submit", "TX-SUB-1", "--payload", r#"{ "a": 1 }"#]).await;
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(
+        r.stderr.contains("white space included")
+            && r.stderr.contains("retryctl show TX-SUB-1 --payload"),
+        "{}",
+        r.stderr
+    );
 
     let r = retryctl(s, &["submit", "TX-BAD", "--payload", "{nope"]).await;
     assert_eq!(r.code, 2);
@@ -645,6 +655,29 @@ async fn bare(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Stri
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Each operator command's `--help` ends with examples, and lists its own options
+/// first: the stack's fourteen settings stand apart under their own heading.
+#[tokio::test(flavor = "multi_thread")]
+async fn help_shows_examples_and_keeps_the_stack_settings_apart() {
+    for sub in [
+        "submit", "show", "stats", "stuck", "resolve", "redrive", "dlq", "replay", "demo",
+    ] {
+        let (code, out, err) = bare(&[sub, "--help"], &[]).await;
+        assert_eq!(code, Some(0), "{sub}: {err}");
+        assert!(
+            out.contains(&format!("Examples:\n  retryctl {sub}")),
+            "{sub}: {out}"
+        );
+        let usage = out.lines().find(|l| l.starts_with("Usage:")).unwrap();
+        assert!(!usage.contains("--endpoint-url"), "{sub}: {usage}");
+        let own = out.find("Options:").unwrap();
+        let stack = out.find("Stack (every command").unwrap();
+        assert!(own < stack, "{sub}: its own options first");
+        assert!(out[stack..].contains("--endpoint-url"), "{sub}");
+        assert!(!out[own..stack].contains("--endpoint-url"), "{sub}");
+    }
 }
 
 /// GIVEN the common AWS failures (nothing at the endpoint, a prefix naming no table,

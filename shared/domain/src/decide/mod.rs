@@ -311,7 +311,7 @@ impl std::fmt::Display for Rejection {
             }
             Rejection::PayloadMismatch { transaction_id } => write!(
                 f,
-                "transaction `{transaction_id}` already exists with a different payload; nothing was published"
+                "transaction `{transaction_id}` already exists with a different payload; nothing was published (payloads are compared as exact text, white space included: `retryctl show {transaction_id} --payload` prints the stored one)"
             ),
             Rejection::NotResolvable { transaction_id, status: Status::Failed } => write!(
                 f,
