@@ -18,6 +18,15 @@ DynamoDB (correctness):
    items it touches and the stream's length, and a cancellation puts back those items
    and drops the stream records it wrote.
 
+EventBridge Scheduler (correctness):
+
+6. ListSchedules pages survive deletions. Stock moto's page token names the first
+   schedule of the next page; once that schedule is deleted (a one-time schedule
+   deletes itself after it fires) the next page fails with InvalidToken, so a
+   listing of a busy group fails again and again. AWS's tokens do not. Here the
+   token names the last schedule returned and the next page starts after it, in
+   the same order (newest first).
+
 SQS (speed): stock moto computes every queue attribute on each message sent and on
 each message received — including ApproximateNumberOfMessages, ...NotVisible and
 ...Delayed, each a scan of the whole queue, and three times over in
@@ -240,6 +249,46 @@ def transact_write_items(self, transact_items):
 
 
 ddb_models.DynamoDBBackend.transact_write_items = transact_write_items
+
+# --- EventBridge Scheduler: pages that survive deletions (6) ------------------------
+
+import base64
+import json
+
+import moto.scheduler.models as scheduler_models
+from moto.utilities.paginator import InvalidToken as _InvalidToken
+
+
+def _schedule_order(schedule):
+    return (-schedule.creation_date, schedule.arn)
+
+
+def list_schedules(self, group_names, state, name_prefix=None, max_results=None, next_token=None):
+    results = []
+    for group in self.schedule_groups.values():
+        if not group_names or group.name in group_names:
+            for schedule in group.schedules.values():
+                if not state or schedule.state == state:
+                    if not name_prefix or schedule.name.startswith(name_prefix):
+                        results.append(schedule)
+    results.sort(key=_schedule_order)
+    if next_token:
+        try:
+            after = json.loads(base64.b64decode(next_token))
+            after = (float(after[0]), str(after[1]))
+        except (ValueError, TypeError, IndexError):
+            raise _InvalidToken("Invalid token")
+        results = [s for s in results if _schedule_order(s) > after]
+    limit = max_results or 50
+    page = results[:limit]
+    token = None
+    if len(results) > limit:
+        last = _schedule_order(page[-1])
+        token = base64.b64encode(json.dumps([last[0], last[1]]).encode()).decode()
+    return page, token
+
+
+scheduler_models.EventBridgeSchedulerBackend.list_schedules = list_schedules
 
 if __name__ == "__main__":
     from moto.server import main

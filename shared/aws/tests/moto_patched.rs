@@ -7,7 +7,11 @@
 //!   between, and replaces the table's stream shard, so a stream reader stops seeing
 //!   changes;
 //! - a conditional write is atomic: two concurrent "claim if unclaimed" updates of one
-//!   item cannot both succeed.
+//!   item cannot both succeed;
+//!
+//! and one of EventBridge Scheduler's: a ListSchedules page token stays valid when
+//! schedules are deleted meanwhile (stock moto's names the next page's first schedule
+//! and fails once that one is gone).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use aws_sdk_dynamodb::types::{
@@ -363,4 +367,130 @@ async fn without_overlap_the_patched_server_answers_as_stock_moto_does() {
         "{stock:#?}"
     );
     assert_eq!(stock, patched);
+}
+
+/// Creates `n` one-time schedules in a new group; their names, oldest first.
+async fn schedules(sched: &aws_sdk_scheduler::Client, n: usize) -> Vec<String> {
+    use aws_sdk_scheduler::types::{FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
+    sched
+        .create_schedule_group()
+        .name("pages")
+        .send()
+        .await
+        .unwrap();
+    let mut names = Vec::new();
+    for i in 0..n {
+        let name = format!("s-{i:03}");
+        sched
+            .create_schedule()
+            .group_name("pages")
+            .name(&name)
+            .schedule_expression("at(2099-01-01T00:00:00)")
+            .flexible_time_window(
+                FlexibleTimeWindow::builder()
+                    .mode(FlexibleTimeWindowMode::Off)
+                    .build()
+                    .unwrap(),
+            )
+            .target(
+                Target::builder()
+                    .arn("arn:aws:sqs:us-east-1:123456789012:q")
+                    .role_arn("arn:aws:iam::123456789012:role/r")
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+        names.push(name);
+    }
+    names
+}
+
+/// One page of the group: names and the next token.
+async fn page(
+    sched: &aws_sdk_scheduler::Client,
+    token: Option<String>,
+) -> Result<(Vec<String>, Option<String>), String> {
+    sched
+        .list_schedules()
+        .group_name("pages")
+        .set_next_token(token)
+        .send()
+        .await
+        .map(|p| {
+            let names = p
+                .schedules()
+                .iter()
+                .filter_map(|s| s.name().map(str::to_owned))
+                .collect();
+            (names, p.next_token().map(str::to_owned))
+        })
+        .map_err(|e| aws_sdk_scheduler::error::DisplayErrorContext(e).to_string())
+}
+
+/// GIVEN a group listed a page at a time WHEN a schedule on the next page is deleted
+/// meanwhile (one-time schedules delete themselves after firing) THEN stock moto
+/// fails the next page with InvalidToken, and the patched server goes on: every
+/// schedule still there is listed exactly once. Without deletions both list the same
+/// schedules in the same pages.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_survives_deletions_on_the_patched_server() {
+    for (program, survives) in [(MotoServer::STOCK, false), (MotoServer::PROGRAM, true)] {
+        let moto = MotoServer::launch(program).await.unwrap();
+        let sdk = testkit::moto::sdk_config(&moto.endpoint_url()).await;
+        let sched = aws_sdk_scheduler::Client::new(&sdk);
+        let created = schedules(&sched, 120).await;
+        // Undisturbed: 50 + 50 + 20, all of them once.
+        let mut all = Vec::new();
+        let mut sizes = Vec::new();
+        let mut token = None;
+        loop {
+            let (names, next) = page(&sched, token).await.unwrap();
+            sizes.push(names.len());
+            all.extend(names);
+            match next {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+        }
+        assert_eq!(sizes, [50, 50, 20], "{program}");
+        let listed: std::collections::BTreeSet<_> = all.iter().cloned().collect();
+        assert_eq!(listed.len(), 120, "{program}");
+        assert_eq!(listed, created.iter().cloned().collect(), "{program}");
+        // Disturbed: the first page, then the first ten of the rest deleted.
+        let (first, next) = page(&sched, None).await.unwrap();
+        let rest: Vec<String> = created
+            .iter()
+            .filter(|n| !first.contains(n))
+            .cloned()
+            .collect();
+        let mut deleted = Vec::new();
+        for name in all.iter().filter(|n| rest.contains(n)).take(10) {
+            sched
+                .delete_schedule()
+                .group_name("pages")
+                .name(name)
+                .send()
+                .await
+                .unwrap();
+            deleted.push(name.clone());
+        }
+        let second = page(&sched, next).await;
+        assert_eq!(second.is_ok(), survives, "{program}: {second:?}");
+        if let Ok((mut names, mut token)) = second {
+            while let Some(t) = token {
+                let (more, next) = page(&sched, Some(t)).await.unwrap();
+                names.extend(more);
+                token = next;
+            }
+            let expected: Vec<&String> = rest.iter().filter(|n| !deleted.contains(n)).collect();
+            let mut got: Vec<&String> = names.iter().collect();
+            got.sort();
+            let mut want = expected.clone();
+            want.sort();
+            assert_eq!(got, want, "{program}: the rest, each once");
+        }
+        moto.stop().await;
+    }
 }

@@ -268,9 +268,11 @@ pub struct DemoArgs {
     /// Reconciler cron interval (s).
     #[arg(long, default_value_t = 5)]
     pub reconcile_every: u64,
-    /// Reconciler threshold (s).
-    #[arg(long, default_value_t = 20)]
-    pub reconcile_threshold: u64,
+    /// Reconciler threshold (s). Default: 20, or — when longer — the time the fleet
+    /// needs to send one retry per transaction at its rate bound (a retry event
+    /// waiting its turn in the retry queue is late, not stuck).
+    #[arg(long)]
+    pub reconcile_threshold: Option<u64>,
     /// Visibility timeout of received messages (s), compressed like the backoff.
     #[arg(long, default_value_t = 10)]
     pub visibility_timeout: i32,

@@ -101,7 +101,7 @@ impl DemoPlan {
         }
         for (name, v) in [
             ("--reconcile-every", a.reconcile_every),
-            ("--reconcile-threshold", a.reconcile_threshold),
+            ("--reconcile-threshold", a.reconcile_threshold.unwrap_or(1)),
             ("--deadline", a.deadline),
         ] {
             if v == 0 {
@@ -124,6 +124,13 @@ impl DemoPlan {
             CliError::require_url("--moto-endpoint", e, " of a running moto server")?;
         }
         stack.moto_endpoint = a.moto_endpoint.clone();
+        let reconcile_threshold = a.reconcile_threshold.unwrap_or_else(|| {
+            demo_threshold(
+                a.transactions,
+                stack.retry_esm.max_concurrency,
+                a.max_requests_per_second,
+            )
+        });
         stack.env = vec![
             ("BACKOFF_BASE_SECONDS", a.backoff_base.to_string()),
             ("BACKOFF_FACTOR", a.backoff_factor.to_string()),
@@ -131,7 +138,7 @@ impl DemoPlan {
             ("BACKOFF_JITTER", a.jitter.to_string()),
             (
                 "RECONCILE_THRESHOLD_SECONDS",
-                a.reconcile_threshold.to_string(),
+                reconcile_threshold.to_string(),
             ),
             (
                 "MAX_REQUESTS_PER_SECOND",
@@ -393,6 +400,16 @@ fn audit_caught_up(
     })
 }
 
+/// The demo's default reconcile threshold: 20 s, or the seconds the fleet needs to
+/// send one retry per transaction at its rate bound (MaximumConcurrency ×
+/// ⌊MAX_REQUESTS_PER_SECOND⌋), when that is longer. Below it, a retry event still
+/// waiting its turn in the retry queue would look stuck and be requeued for nothing.
+pub fn demo_threshold(transactions: u32, max_concurrency: usize, max_rps: f64) -> u64 {
+    let fleet = (max_concurrency.max(1) as f64) * max_rps.floor().max(1.0);
+    let drain = (f64::from(transactions) / fleet).ceil() as u64;
+    drain.max(20)
+}
+
 pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, CliError> {
     let (visible, in_flight) = queue_counts(sqs, url).await?;
     Ok(visible + in_flight)
@@ -491,5 +508,28 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
             stack.shutdown().await;
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::demo_threshold;
+
+    /// 20 s unless one retry per transaction takes the fleet longer to send.
+    #[test]
+    fn the_default_threshold_outlasts_the_retry_backlog() {
+        assert_eq!(demo_threshold(200, 1, 10.0), 20);
+        assert_eq!(demo_threshold(1000, 1, 10.0), 100);
+        assert_eq!(demo_threshold(1001, 1, 10.0), 101);
+        assert_eq!(
+            demo_threshold(10_000, 2, 5.5),
+            1000,
+            "the bound floors the rate"
+        );
+        assert_eq!(
+            demo_threshold(1000, 0, 0.5),
+            1000,
+            "at least one per second"
+        );
     }
 }

@@ -87,7 +87,7 @@ async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliEr
         stack.endpoint,
         stack.names().prefix,
         stack.reconcile_shards(),
-        args.reconcile_threshold
+        stack.reconcile_threshold_seconds()
     );
     let _ = tokio::signal::ctrl_c().await;
     stack.shutdown().await;

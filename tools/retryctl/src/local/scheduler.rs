@@ -114,6 +114,10 @@ struct Entry {
     schedule: Option<OneTime>,
     failures: u32,
     fired: bool,
+    /// Being delivered now.
+    in_flight: bool,
+    /// After a failed delivery, not before this instant (one tick later).
+    retry_at: Option<Timestamp>,
 }
 
 impl Entry {
@@ -135,6 +139,7 @@ impl Entry {
                 self.schedule = Some(s);
                 self.fired = false;
                 self.failures = 0;
+                self.retry_at = None;
             }
             Ok(None) => {}
             Err(e @ ReadError::Unsupported(_)) => {
@@ -161,17 +166,60 @@ pub fn spawn(
     (handle, stats)
 }
 
+/// What the two tasks share: every listed schedule, and a wake-up for the deliverer
+/// when new ones are known.
+#[derive(Debug, Default)]
+struct Shared {
+    known: Mutex<HashMap<String, Entry>>,
+    wake: tokio::sync::Notify,
+}
+
+impl Shared {
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Two tasks, as the service keeps its timers apart from its API: one lists the
+/// group and reads new schedules every tick; the other sleeps until the next known
+/// instant and delivers what is due at once, so a slow listing (hundreds of
+/// schedules on a busy endpoint) never delays a delivery.
 async fn run(
     scheduler: aws_sdk_scheduler::Client,
     sqs: SqsDirectory,
     settings: SchedulerSettings,
-    mut stop: Stop,
+    stop: Stop,
     stats: Arc<SchedulerStats>,
 ) {
-    let mut known: HashMap<String, Entry> = HashMap::new();
-    loop {
-        if let Err(e) = tick(&scheduler, &sqs, &settings, &mut known, &stats).await {
-            tracing::warn!(group = %settings.group, error = %e, "scheduler emulator tick failed");
+    let shared = Arc::new(Shared::default());
+    let deliverer = {
+        let (scheduler, settings, stop, stats, shared) = (
+            scheduler.clone(),
+            settings.clone(),
+            stop.clone(),
+            stats.clone(),
+            shared.clone(),
+        );
+        tokio::spawn(async move {
+            deliver_loop(&scheduler, &sqs, &settings, stop, &stats, &shared).await
+        })
+    };
+    discover_loop(&scheduler, &settings, stop, &stats, &shared).await;
+    shared.wake.notify_one();
+    let _ = deliverer.await;
+}
+
+async fn discover_loop(
+    scheduler: &aws_sdk_scheduler::Client,
+    settings: &SchedulerSettings,
+    mut stop: Stop,
+    stats: &SchedulerStats,
+    shared: &Shared,
+) {
+    for tick in 0u64.. {
+        let full = tick % FULL_LISTING_EVERY == 0;
+        if let Err(e) = discover(scheduler, settings, full, stats, shared).await {
+            tracing::warn!(group = %settings.group, error = %e, "scheduler emulator listing failed");
         }
         if stop.sleep(settings.tick).await {
             break;
@@ -179,15 +227,23 @@ async fn run(
     }
 }
 
-/// Calls made at the same time within one tick (reads of new schedules, deliveries).
-const PARALLEL: usize = 16;
+/// Every this many ticks the whole group is listed (to forget deleted schedules);
+/// in between, only the newest pages, up to the first schedule already known.
+const FULL_LISTING_EVERY: u64 = 10;
 
-async fn tick(
+/// Calls made at the same time (reads of new schedules, deliveries).
+const PARALLEL: usize = 32;
+
+/// Lists the group — all of it when `full`, then forgetting what is gone; otherwise
+/// only its newest pages (ListSchedules lists newest first), stopping at the first
+/// page that holds a schedule already known — and reads every new or modified
+/// schedule (`GetSchedule`, in parallel); wakes the deliverer when something was read.
+async fn discover(
     scheduler: &aws_sdk_scheduler::Client,
-    sqs: &SqsDirectory,
     settings: &SchedulerSettings,
-    known: &mut HashMap<String, Entry>,
+    full: bool,
     stats: &SchedulerStats,
+    shared: &Shared,
 ) -> Result<(), String> {
     use futures::StreamExt;
     let mut listed: HashMap<String, Option<i64>> = HashMap::new();
@@ -205,57 +261,39 @@ async fn tick(
                     aws_sdk_scheduler::error::DisplayErrorContext(e)
                 )
             })?;
-        for s in page.schedules() {
-            if let Some(name) = s.name() {
-                listed.insert(
-                    name.to_owned(),
-                    s.last_modification_date()
-                        .map(|d| d.to_millis().unwrap_or(0)),
-                );
+        let mut reached_known = false;
+        {
+            let known = shared.known();
+            for s in page.schedules() {
+                if let Some(name) = s.name() {
+                    let modified = s
+                        .last_modification_date()
+                        .map(|d| d.to_millis().unwrap_or(0));
+                    reached_known |= known.get(name).is_some_and(|e| !e.needs_read(modified));
+                    listed.insert(name.to_owned(), modified);
+                }
             }
         }
         match page.next_token() {
-            Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+            Some(t) if !t.is_empty() && (full || !reached_known) => token = Some(t.to_owned()),
             _ => break,
         }
     }
-    known.retain(|name, _| listed.contains_key(name));
-
-    // Deliver every due schedule first (in parallel), then read the new ones: reads
-    // must not delay what is already due.
-    let now = SystemClock.now();
-    let due: Vec<(OneTime, u32)> = known
-        .values()
-        .filter_map(|e| {
-            let s = e.schedule.as_ref()?;
-            (!e.fired && s.enabled && s.fire_at <= now).then(|| (s.clone(), e.failures))
-        })
-        .collect();
-    let group = settings.group.as_str();
-    let outcomes: Vec<(String, bool, bool)> = futures::stream::iter(due)
-        .map(|(s, failures)| async move {
-            let (completed, failed) = fire(scheduler, sqs, group, &s, failures, now, stats).await;
-            (s.name.clone(), completed, failed)
-        })
-        .buffer_unordered(PARALLEL)
-        .collect()
-        .await;
-    for (name, completed, failed) in outcomes {
-        if let Some(e) = known.get_mut(&name) {
-            if failed {
-                e.failures += 1;
-            }
-            if completed {
-                e.fired = true;
-            }
+    let to_read: Vec<(String, Option<i64>)> = {
+        let mut known = shared.known();
+        if full {
+            // A schedule being delivered stays until its delivery is settled.
+            known.retain(|name, e| e.in_flight || listed.contains_key(name));
         }
+        listed
+            .iter()
+            .filter(|(name, modified)| known.get(*name).is_none_or(|e| e.needs_read(**modified)))
+            .map(|(n, m)| (n.clone(), *m))
+            .collect()
+    };
+    if to_read.is_empty() {
+        return Ok(());
     }
-    // Read every new or modified schedule (GetSchedule), in parallel.
-    let to_read: Vec<(String, Option<i64>)> = listed
-        .iter()
-        .filter(|(name, modified)| known.get(*name).is_none_or(|e| e.needs_read(**modified)))
-        .map(|(n, m)| (n.clone(), *m))
-        .collect();
     let reads: Vec<_> = futures::stream::iter(to_read)
         .map(|(name, modified)| async move {
             let r = read(scheduler, &settings.group, &name).await;
@@ -264,25 +302,102 @@ async fn tick(
         .buffer_unordered(PARALLEL)
         .collect()
         .await;
-    for (name, modified, r) in reads {
-        match known
-            .entry(name.clone())
-            .or_default()
-            .record_read(modified, r)
-        {
-            Ok(()) => {}
-            Err(ReadError::Unsupported(e)) => {
-                stats.unsupported.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(schedule = %name, error = %e, "schedule skipped");
-            }
-            Err(ReadError::Call(e)) => {
-                stats.read_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(schedule = %name, error = %e, "schedule read failed; reading it again on the next tick");
+    {
+        let mut known = shared.known();
+        for (name, modified, r) in reads {
+            match known
+                .entry(name.clone())
+                .or_default()
+                .record_read(modified, r)
+            {
+                Ok(()) => {}
+                Err(ReadError::Unsupported(e)) => {
+                    stats.unsupported.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(schedule = %name, error = %e, "schedule skipped");
+                }
+                Err(ReadError::Call(e)) => {
+                    stats.read_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(schedule = %name, error = %e, "schedule read failed; reading it again on the next tick");
+                }
             }
         }
     }
-
+    shared.wake.notify_one();
     Ok(())
+}
+
+/// Sleeps until the earliest known instant (or a wake-up, or a tick at the most),
+/// then delivers every due schedule at once, in parallel.
+async fn deliver_loop(
+    scheduler: &aws_sdk_scheduler::Client,
+    sqs: &SqsDirectory,
+    settings: &SchedulerSettings,
+    mut stop: Stop,
+    stats: &SchedulerStats,
+    shared: &Shared,
+) {
+    use futures::StreamExt;
+    let group = settings.group.as_str();
+    while !stop.is_stopped() {
+        let now = SystemClock.now();
+        let (due, next) = {
+            let mut known = shared.known();
+            let mut due: Vec<(OneTime, u32)> = Vec::new();
+            let mut next: Option<Timestamp> = None;
+            for e in known.values_mut() {
+                let Some(s) = e.schedule.as_ref() else {
+                    continue;
+                };
+                if e.fired || e.in_flight || !s.enabled {
+                    continue;
+                }
+                let at = s.fire_at.max(e.retry_at.unwrap_or(s.fire_at));
+                if at <= now {
+                    e.in_flight = true;
+                    due.push((s.clone(), e.failures));
+                } else {
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
+            }
+            (due, next)
+        };
+        if !due.is_empty() {
+            let outcomes: Vec<(String, bool, bool)> = futures::stream::iter(due)
+                .map(|(s, failures)| async move {
+                    let (completed, failed) =
+                        fire(scheduler, sqs, group, &s, failures, now, stats).await;
+                    (s.name.clone(), completed, failed)
+                })
+                .buffer_unordered(PARALLEL)
+                .collect()
+                .await;
+            let retry_at = SystemClock
+                .now()
+                .plus_millis(i64::try_from(settings.tick.as_millis()).unwrap_or(i64::MAX));
+            let mut known = shared.known();
+            for (name, completed, failed) in outcomes {
+                if let Some(e) = known.get_mut(&name) {
+                    e.in_flight = false;
+                    if failed {
+                        e.failures += 1;
+                        e.retry_at = Some(retry_at);
+                    }
+                    if completed {
+                        e.fired = true;
+                    }
+                }
+            }
+            continue;
+        }
+        let wait = next
+            .map(|n| Duration::from_millis(u64::try_from(n.millis() - now.millis()).unwrap_or(0)))
+            .unwrap_or(settings.tick)
+            .min(settings.tick);
+        tokio::select! {
+            () = shared.wake.notified() => {}
+            _ = stop.sleep(wait) => {}
+        }
+    }
 }
 
 /// Delivers one due schedule; returns (completed, delivery failed).

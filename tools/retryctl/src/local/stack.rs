@@ -98,7 +98,7 @@ impl StackOptions {
             },
             visibility_timeout: None,
             reconcile_every: Duration::from_secs(300),
-            scheduler_tick: Duration::from_millis(200),
+            scheduler_tick: Duration::from_millis(100),
             audit_poll: Duration::from_millis(250),
             external: ExternalOptions {
                 cancel_probability: 0.5,
@@ -168,6 +168,15 @@ impl Stack {
             .and_then(|m| m.get("RECONCILE_SHARDS"))
             .and_then(|s| s.parse().ok())
             .unwrap_or(domain::defaults::RECONCILE_SHARDS)
+    }
+
+    /// The reconcile threshold the reconciler was given, in seconds.
+    pub fn reconcile_threshold_seconds(&self) -> u64 {
+        self.env
+            .get("reconciler")
+            .and_then(|m| m.get("RECONCILE_THRESHOLD_SECONDS"))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(domain::defaults::RECONCILE_THRESHOLD.as_secs())
     }
 
     /// Starts moto (unless an endpoint is given), provisions every resource and starts
