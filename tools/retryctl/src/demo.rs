@@ -486,8 +486,12 @@ pub async fn scan_audit(
 pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
     let plan = DemoPlan::from_args(args)?;
     eprintln!(
-        "demo: starting moto and the local stack `{}` ({} transactions, max {} attempts, cancel probability {})",
-        plan.stack.prefix, plan.transactions, plan.max_attempts, args.cancel_probability
+        "demo: starting moto and the local stack `{}` ({} transactions, max {} attempts, cancel probability {}, seed {})",
+        plan.stack.prefix,
+        plan.transactions,
+        plan.max_attempts,
+        args.cancel_probability,
+        args.seed
     );
     let stack = tokio::select! {
         s = Stack::start(plan.stack.clone()) => s?,
