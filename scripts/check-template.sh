@@ -200,4 +200,11 @@ for b in "${binaries[@]}"; do
   say "  $function: $bin ($(wc -c <"$bin") bytes, ELF x86-64)"
 done
 say "sam build ($mode) took ${elapsed} s"
+# CHECK_TEMPLATE_CLEAN=1 (CI sets it): once checked, the x86_64 artifacts are removed;
+# no test reads them, and on a small CI disk they are ~1.2 GB the test build needs.
+if [ "${CHECK_TEMPLATE_CLEAN:-0}" = 1 ]; then
+  rm -rf .aws-sam/check-x86_64 .aws-sam/check-harness-x86_64 .aws-sam/check-cache \
+    "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu"
+  say "removed the checked build artifacts (CHECK_TEMPLATE_CLEAN=1)"
+fi
 say "all template checks passed"
