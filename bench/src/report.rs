@@ -635,10 +635,14 @@ pub fn render(r: &Report) -> String {
         s,
         "The request payload lives in its own table, written once when the transaction starts, so \
          the state item — and what each transition costs — is the same whatever the payload size. \
-         Index writes follow the sparse, keys-only reconcile-index entry of the retry cycle \
-         (`CYCLE#<shard>`, sorted by the fire time): it appears at SCHEDULING (1 put), is not \
-         touched by SCHEDULED and SENDING (no indexed or projected attribute changes, so DynamoDB \
-         writes nothing to the index) and disappears at IN_PROGRESS (1 delete).\n"
+         Index writes follow the sparse, keys-only reconcile-index entry every non-terminal \
+         record carries (`CYCLE#<shard>`): SCHEDULING moves it to the fire time (a key change: \
+         1 delete + 1 put); SCHEDULED, SENDING and the IN_PROGRESS that follows leave it as it \
+         is (no indexed or projected attribute changes, so DynamoDB writes nothing to the \
+         index) — IN_PROGRESS keeps it for its answer deadline, the request having left at \
+         about that fire time. Per transaction, not per retry: the start puts the entry (1) \
+         and the end removes it (1); a request still unanswered when the reconcile threshold \
+         passes has its entry moved to its deadline once (1 write + 2 index writes).\n"
     );
     s.push_str(&transitions_table(r));
     let _ = writeln!(s);

@@ -18,7 +18,8 @@
 //! response, unknown and malformed responses (response DLQ), a retry event (payload
 //! read, publish), a duplicate (failed condition) and a malformed one (retry DLQ), the
 //! reconciler requeueing a SCHEDULED retry past its fire time and re-creating the
-//! schedule of a SCHEDULING record read after its index entry, the audit of the
+//! schedule of a SCHEDULING record read after its index entry, the reconciler
+//! publishing again a request unanswered past its deadline, the audit of the
 //! stream, and its DLQ. `retryctl` runs under the operators' own credentials, not a
 //! role of this template: its calls are not evaluated here.
 //!
@@ -731,6 +732,22 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     .await;
     assert_eq!(store_status(&store, "TX-A").await, Status::InProgress);
 
+    // TX-G starts after the service has read its requests and is never answered
+    // (started with a one-second answer deadline): the reconciler reads its payload and
+    // publishes its request again.
+    let ctx = Settings::default()
+        .context(SystemClock.now())
+        .with_answer_deadline(std::time::Duration::from_secs(1), 3);
+    runtime::ops::start_transaction(
+        &ports,
+        id("TX-G"),
+        payload("TX-G", "SUCCESS"),
+        MaxAttempts::new(3).unwrap(),
+        &ctx,
+    )
+    .await
+    .unwrap();
+
     // The reconciler: TX-E SCHEDULED past its fire time (requeued), and TX-F read in
     // SCHEDULING with a fire time still ahead although its index entry is late (it
     // changed between the index query and the read): its schedule is created.
@@ -773,6 +790,8 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     assert_eq!(report.query_errors, 0, "{report:?}");
     assert!(report.examined >= 2, "{report:?}");
     assert_eq!(store_status(&store, "TX-F").await, Status::Scheduled);
+    let g = store.get(&id("TX-G")).await.unwrap().unwrap();
+    assert_eq!((g.status, g.republishes), (Status::InProgress, 1), "{g:?}");
     event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
         retry.handle_event(e, retry_metrics).await.unwrap()
     })

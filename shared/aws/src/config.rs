@@ -132,6 +132,46 @@ fn shards(env: &Env<'_>) -> Result<u16, ConfigError> {
     )
 }
 
+/// The answer deadline: how long a request may go unanswered
+/// (`ANSWER_TIMEOUT_SECONDS`, 1 s to 30 days) and how many times the reconciler
+/// publishes it again before the transaction ends FAILED/UNANSWERED
+/// (`ANSWER_REPUBLISH_MAX`, 0 to 100).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerDeadline {
+    pub timeout: Duration,
+    pub republish_max: u32,
+}
+
+impl Default for AnswerDeadline {
+    fn default() -> Self {
+        Self {
+            timeout: defaults::ANSWER_TIMEOUT,
+            republish_max: defaults::ANSWER_REPUBLISH_MAX,
+        }
+    }
+}
+
+fn answer_timeout(env: &Env<'_>) -> Result<Duration, ConfigError> {
+    Ok(Duration::from_secs(env.ranged(
+        "ANSWER_TIMEOUT_SECONDS",
+        defaults::ANSWER_TIMEOUT.as_secs(),
+        1,
+        30 * 86_400,
+    )?))
+}
+
+fn answer_deadline(env: &Env<'_>) -> Result<AnswerDeadline, ConfigError> {
+    Ok(AnswerDeadline {
+        timeout: answer_timeout(env)?,
+        republish_max: env.ranged(
+            "ANSWER_REPUBLISH_MAX",
+            defaults::ANSWER_REPUBLISH_MAX,
+            0,
+            100,
+        )?,
+    })
+}
+
 fn batch_concurrency(env: &Env<'_>) -> Result<usize, ConfigError> {
     env.ranged("BATCH_CONCURRENCY", defaults::BATCH_CONCURRENCY, 1, 1000)
 }
@@ -254,6 +294,8 @@ pub struct ResponseHandlerConfig {
     pub response_dlq_url: String,
     /// The retry queue: a retry whose instant has already passed goes there at once.
     pub retry_queue_url: String,
+    /// ANSWER_TIMEOUT_SECONDS: the deadline of a request this handler records as sent.
+    pub answer_timeout: Duration,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
 }
@@ -276,6 +318,7 @@ impl ResponseHandlerConfig {
         "BACKOFF_OVERRIDES",
         "RESPONSE_DLQ_URL",
         "RETRY_QUEUE_URL",
+        "ANSWER_TIMEOUT_SECONDS",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
@@ -293,6 +336,7 @@ impl ResponseHandlerConfig {
             policies: policies(&env)?,
             response_dlq_url: env.required("RESPONSE_DLQ_URL")?,
             retry_queue_url: env.required("RETRY_QUEUE_URL")?,
+            answer_timeout: answer_timeout(&env)?,
             batch_concurrency: batch_concurrency(&env)?,
             metrics_namespace: namespace(&env),
         })
@@ -309,6 +353,8 @@ pub struct RetryHandlerConfig {
     pub reconcile_shards: u16,
     /// Per concurrent execution; the fleet bound is ESM MaximumConcurrency × this.
     pub max_requests_per_second: f64,
+    /// ANSWER_TIMEOUT_SECONDS: the deadline of each request this handler publishes.
+    pub answer_timeout: Duration,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
 }
@@ -321,6 +367,7 @@ impl RetryHandlerConfig {
         "RETRY_DLQ_URL",
         "RECONCILE_SHARDS",
         "MAX_REQUESTS_PER_SECOND",
+        "ANSWER_TIMEOUT_SECONDS",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
@@ -353,6 +400,7 @@ impl RetryHandlerConfig {
             retry_dlq_url: env.required("RETRY_DLQ_URL")?,
             reconcile_shards: shards(&env)?,
             max_requests_per_second: rate,
+            answer_timeout: answer_timeout(&env)?,
             batch_concurrency: batch_concurrency(&env)?,
             metrics_namespace: namespace(&env),
         })
@@ -368,8 +416,13 @@ impl RetryHandlerConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReconcilerConfig {
     pub transactions_table: String,
+    /// PAYLOADS_TABLE: an unanswered request is published again with its payload.
+    pub payloads_table: String,
     pub reconcile_shards: u16,
     pub retry_queue_url: String,
+    /// REQUEST_QUEUE_URL: where an unanswered request is published again.
+    pub request_queue_url: String,
+    pub answer: AnswerDeadline,
     pub scheduler: SchedulerSettings,
     pub reconcile_threshold: Duration,
     pub reconcile_max_items: u32,
@@ -379,8 +432,12 @@ pub struct ReconcilerConfig {
 impl ReconcilerConfig {
     pub const ENV_VARS: &'static [&'static str] = &[
         "TRANSACTIONS_TABLE",
+        "PAYLOADS_TABLE",
         "RECONCILE_SHARDS",
         "RETRY_QUEUE_URL",
+        "REQUEST_QUEUE_URL",
+        "ANSWER_TIMEOUT_SECONDS",
+        "ANSWER_REPUBLISH_MAX",
         "SCHEDULE_GROUP",
         "RETRY_QUEUE_ARN",
         "SCHEDULER_ROLE_ARN",
@@ -400,8 +457,11 @@ impl ReconcilerConfig {
         let env = Env { lookup };
         Ok(Self {
             transactions_table: env.required("TRANSACTIONS_TABLE")?,
+            payloads_table: env.required("PAYLOADS_TABLE")?,
             reconcile_shards: shards(&env)?,
             retry_queue_url: env.required("RETRY_QUEUE_URL")?,
+            request_queue_url: env.required("REQUEST_QUEUE_URL")?,
+            answer: answer_deadline(&env)?,
             scheduler: SchedulerSettings::read(&env)?,
             reconcile_threshold: Duration::from_secs(env.ranged(
                 "RECONCILE_THRESHOLD_SECONDS",
@@ -639,6 +699,7 @@ mod tests {
                     "BACKOFF_JITTER" => "0.1".to_owned(),
                     "BACKOFF_STRICT_CAP" => "false".to_owned(),
                     "BACKOFF_OVERRIDES" => "{}".to_owned(),
+                    "ANSWER_TIMEOUT_SECONDS" | "ANSWER_REPUBLISH_MAX" => "3".to_owned(),
                     _ => "x".to_owned(),
                 })
             };

@@ -109,6 +109,16 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         )),
     }
 
+    if let Some(k) = g.republishes {
+        let name = b.name(attr::REPUBLISHES);
+        let v = b.value("g_republishes", n(k));
+        cond.push(if k == 0 {
+            format!("(attribute_not_exists({name}) OR {name} = {v})")
+        } else {
+            format!("{name} = {v}")
+        });
+    }
+
     // Update.
     let c = &w.set;
     let mut set: Vec<String> = Vec::new();
@@ -204,6 +214,22 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
             remove.push(b.name(attr::RECONCILE_AT));
         }
     }
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::ANSWER_DUE_AT,
+        &c.answer_due_at,
+        |t| s(t.to_rfc3339()),
+    );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::REPUBLISHES,
+        &c.republishes,
+        |k| n(*k),
+    );
     let mut update = format!("SET {}", set.join(", "));
     if !remove.is_empty() {
         update.push_str(&format!(" REMOVE {}", remove.join(", ")));

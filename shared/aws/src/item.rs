@@ -3,7 +3,7 @@
 //! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
 //! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
 //! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
-//! reconcile_pk, reconcile_at`. Times are `Timestamp::to_rfc3339` strings. Optional
+//! reconcile_pk, reconcile_at, answer_due_at, republishes (N, absent when 0)`. Times are `Timestamp::to_rfc3339` strings. Optional
 //! fields are absent, never NULL.
 //!
 //! Items arrive in three shapes (the DynamoDB SDK, the DynamoDB Streams SDK, and the
@@ -36,12 +36,14 @@ pub mod attr {
     pub const LAST_ORIGIN: &str = "last_origin";
     pub const RECONCILE_PK: &str = "reconcile_pk";
     pub const RECONCILE_AT: &str = "reconcile_at";
+    pub const ANSWER_DUE_AT: &str = "answer_due_at";
+    pub const REPUBLISHES: &str = "republishes";
     /// Payloads table.
     pub const PAYLOAD: &str = "payload";
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 17] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -57,6 +59,8 @@ pub mod attr {
         LAST_ORIGIN,
         RECONCILE_PK,
         RECONCILE_AT,
+        ANSWER_DUE_AT,
+        REPUBLISHES,
     ];
 }
 
@@ -270,6 +274,10 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
             })
             .transpose()?,
         reconcile,
+        answer_due_at: get_s(item, ANSWER_DUE_AT)?
+            .map(|s| ts(ANSWER_DUE_AT, s))
+            .transpose()?,
+        republishes: get_n(item, REPUBLISHES)?.unwrap_or(0),
     })
 }
 
@@ -313,6 +321,12 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     if let Some(k) = &r.reconcile {
         m.insert(RECONCILE_PK.to_owned(), s(k.partition.clone()));
         m.insert(RECONCILE_AT.to_owned(), s(k.at.to_rfc3339()));
+    }
+    if let Some(t) = r.answer_due_at {
+        m.insert(ANSWER_DUE_AT.to_owned(), s(t.to_rfc3339()));
+    }
+    if r.republishes > 0 {
+        m.insert(REPUBLISHES.to_owned(), n(r.republishes));
     }
     m
 }

@@ -33,6 +33,15 @@ pub const RECONCILE_THRESHOLD: Duration = Duration::from_secs(900);
 /// `ReconcileMaxItems`).
 pub const RECONCILE_MAX_ITEMS: u32 = 500;
 
+/// How long a request may go unanswered before the reconciler publishes it again
+/// with the same idempotency key (`ANSWER_TIMEOUT_SECONDS`, `AnswerTimeoutSeconds`).
+/// Six hours: far above any answer a healthy service gives, well below the stream's
+/// and the queues' retention.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+/// Republishes of one unanswered request before the transaction ends FAILED with the
+/// reason `UNANSWERED` (`ANSWER_REPUBLISH_MAX`, `AnswerRepublishMax`).
+pub const ANSWER_REPUBLISH_MAX: u32 = 3;
+
 /// Records of one SQS batch handled at the same time (`BATCH_CONCURRENCY`,
 /// `BatchConcurrency`).
 pub const BATCH_CONCURRENCY: usize = 10;
@@ -68,10 +77,12 @@ pub enum ParameterDefault {
 }
 
 /// `template.yaml`'s parameters whose defaults are the constants above.
-pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 16] = {
+pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 18] = {
     use ParameterDefault::{Number, Text};
     [
         ("BackoffBaseSeconds", Number(BACKOFF_BASE.as_secs_f64())),
+        ("AnswerTimeoutSeconds", Number(ANSWER_TIMEOUT.as_secs_f64())),
+        ("AnswerRepublishMax", Number(ANSWER_REPUBLISH_MAX as f64)),
         ("BackoffFactor", Number(BACKOFF_FACTOR)),
         ("BackoffCapSeconds", Number(BACKOFF_CAP.as_secs_f64())),
         ("BackoffJitter", Number(BACKOFF_JITTER)),

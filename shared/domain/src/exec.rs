@@ -43,7 +43,11 @@ pub fn performs(input: &Input, effect: &Effect) -> bool {
             Input::Reconcile(_) => {
                 matches!(
                     effect,
-                    E::Write(_) | E::CreateSchedule(_) | E::PublishRetry(_)
+                    E::Write(_)
+                        | E::CreateSchedule(_)
+                        | E::PublishRetry(_)
+                        | E::PublishRequest(_)
+                        | E::Alert(_)
                 )
             }
             Input::Start { .. } => matches!(effect, E::Create { .. } | E::PublishRequest(_)),
@@ -217,14 +221,24 @@ bundle! {
 }
 
 bundle! {
-    /// The reconciler's ports: conditional writes, schedule creation, retry events
-    /// (its store also answers the index query, [`crate::ports::StuckIndex`]).
+    /// The reconciler's ports: conditional writes, schedule creation, retry events,
+    /// and — for a request left unanswered past its deadline — payload reads and the
+    /// request queue (its store also answers the index query,
+    /// [`crate::ports::StuckIndex`]). Alerts are raised by the caller from the run's
+    /// trail (log + metric).
     ReconcilePorts, "reconciler",
-    { store: St: Transitions, scheduler: Sc: ScheduleCreator, retries: Rt: RetryPublisher }
+    {
+        store: St: Transitions + Payloads,
+        scheduler: Sc: ScheduleCreator,
+        retries: Rt: RetryPublisher,
+        requests: Rq: RequestPublisher,
+    }
     {
         Effect::Write(w) => write(store, w),
         Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
         Effect::PublishRetry(event) => publish_retry(retries, event),
+        Effect::PublishRequest(h) => publish_request(store, requests, h),
+        Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
     }
 }
 

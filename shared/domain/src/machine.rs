@@ -12,10 +12,19 @@
 //! SENDING    → IN_PROGRESS(n+1)        request n+1 published                Event::RequestPublished
 //! SCHEDULING | SCHEDULED → SUCCEEDED   resolved by other means              Event::ResolvedElsewhere
 //! FAILED → SCHEDULING                  operator replay (`retryctl replay`)  Event::OperatorReplay
+//! IN_PROGRESS(n) → IN_PROGRESS(n)      found before its answer deadline     Event::AnswerAwaited
+//! IN_PROGRESS(n) → IN_PROGRESS(n)      deadline passed: request n again     Event::AnswerRepublished
+//! IN_PROGRESS(n) → FAILED              deadline passed, republishes spent   Event::AnswerAbandoned
 //! ```
 //!
-//! The last arrow is the only one beyond the published pattern (docs/design.md): an operator reopening an exhausted
-//! transaction with a fresh budget. "Resolved by other means" is allowed from
+//! FAILED → SCHEDULING is beyond the published pattern (docs/design.md): an operator
+//! reopening an exhausted transaction with a fresh budget. The last three are the
+//! answer deadline, the reconciler's: a request whose answer never comes (the service
+//! dropped it, its answer went to a DLQ, or the start crashed before publishing it) is
+//! published again with the same idempotency key `<id>#n` — the same attempt, so the
+//! budget is not consumed — at most ANSWER_REPUBLISH_MAX times, then the transaction
+//! ends FAILED with the reason `UNANSWERED`. A record found before its deadline only
+//! has its index entry moved to the deadline (AnswerAwaited). "Resolved by other means" is allowed from
 //! SCHEDULING and SCHEDULED but not from SENDING: there the request is in flight and
 //! the external service's response decides.
 //!
@@ -65,7 +74,7 @@ impl Status {
         Status::Failed,
     ];
 
-    /// The states the reconciler watches (they carry the reconciler index key).
+    /// The states of the retry cycle, between an answer CANCELLED and the next request.
     pub const INTERMEDIATE: [Status; 3] = [Status::Scheduling, Status::Scheduled, Status::Sending];
 
     pub fn as_str(self) -> &'static str {
@@ -90,6 +99,13 @@ impl Status {
     pub fn is_intermediate(self) -> bool {
         Status::INTERMEDIATE.contains(&self)
     }
+
+    /// The states the reconciler watches: every non-terminal one (they carry the
+    /// reconciler index key) — the retry cycle's, and IN_PROGRESS for its answer
+    /// deadline.
+    pub fn is_watched(self) -> bool {
+        !self.is_terminal()
+    }
 }
 
 impl fmt::Display for Status {
@@ -111,10 +127,13 @@ pub enum Event {
     RequestPublished,
     ResolvedElsewhere,
     OperatorReplay,
+    AnswerAwaited,
+    AnswerRepublished,
+    AnswerAbandoned,
 }
 
 impl Event {
-    pub const ALL: [Event; 9] = [
+    pub const ALL: [Event; 12] = [
         Event::Start,
         Event::ResponseSuccess,
         Event::ResponseCancelledExhausted,
@@ -124,6 +143,9 @@ impl Event {
         Event::RequestPublished,
         Event::ResolvedElsewhere,
         Event::OperatorReplay,
+        Event::AnswerAwaited,
+        Event::AnswerRepublished,
+        Event::AnswerAbandoned,
     ];
 }
 
@@ -150,6 +172,8 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
         (Some(S::Sending), E::RequestPublished) => Ok(S::InProgress),
         (Some(S::Scheduling | S::Scheduled), E::ResolvedElsewhere) => Ok(S::Succeeded),
         (Some(S::Failed), E::OperatorReplay) => Ok(S::Scheduling),
+        (Some(S::InProgress), E::AnswerAwaited | E::AnswerRepublished) => Ok(S::InProgress),
+        (Some(S::InProgress), E::AnswerAbandoned) => Ok(S::Failed),
         (from, event) => Err(IllegalTransition { from, event }),
     }
 }
@@ -325,10 +349,10 @@ impl Arrow {
         self.to
     }
 
-    /// The arrow stays within the retry cycle (SCHEDULING, SCHEDULED, SENDING): the
-    /// record keeps the cycle's reconciler index key.
-    pub fn within_cycle(self) -> bool {
-        self.to.is_intermediate() && self.from.iter().all(Status::is_intermediate)
+    /// The arrow stays among the watched (non-terminal) statuses: the record keeps its
+    /// reconciler index key unless the write sets a new one.
+    pub fn keeps_watch(self) -> bool {
+        self.to.is_watched() && self.from.iter().all(Status::is_watched)
     }
 }
 
@@ -396,19 +420,23 @@ impl Actor {
     }
 }
 
-/// The reconciler index key of a record in an intermediate state: partition
-/// `CYCLE#<shard>` (write-sharded so no partition takes all writes) and sort key the
-/// retry's persisted fire time (`next_fire_at`).
+/// The reconciler index key of a record in a non-terminal state: partition
+/// `CYCLE#<shard>` (write-sharded so no partition takes all writes) and a sort key
+/// instant after which, plus the threshold, the reconciler looks at the record.
 ///
-/// The key is set once per retry cycle, when the record enters SCHEDULING (the fire
-/// time is persisted by that same write), kept unchanged through SCHEDULED and
-/// SENDING, and removed when the record leaves the intermediate states. With a
-/// keys-only projection the index is therefore written twice per cycle (one put, one
-/// delete) instead of at every transition; the reconciler queries `at` before
-/// `now − threshold` — only cycles whose fire time is long past, which is exactly what
-/// it may have to act on — and reads each such record before deciding by its status
-/// ([`crate::decide::is_stuck`]). Records in other states carry no key (the index is
-/// sparse).
+/// The key is put when the transaction starts (at its answer deadline minus the
+/// threshold, so the reconciler finds it exactly when its first request is overdue)
+/// and changed once per retry cycle, when the record enters SCHEDULING (to the fire
+/// time persisted by that same write). It is kept unchanged through SCHEDULED,
+/// SENDING and the IN_PROGRESS that follows — the next request goes out at about the
+/// fire time — and removed when the record ends. With a keys-only projection the
+/// index is therefore written twice per cycle (a key change is one delete and one
+/// put) however many transitions the cycle takes, plus one put at the start and one
+/// delete at the end. The reconciler queries `at` before `now − threshold` and reads
+/// each such record before deciding by its status ([`crate::decide::is_stuck`]); an
+/// IN_PROGRESS found before its answer deadline has its key moved to the deadline
+/// (one write, only for requests unanswered longer than the threshold). Terminal
+/// records carry no key (the index is sparse).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ReconcileKey {
     pub partition: String,
@@ -420,8 +448,8 @@ impl ReconcileKey {
         format!("CYCLE#{shard}")
     }
 
-    /// The key a record with these values carries, if any: the same for every
-    /// intermediate status of one cycle.
+    /// A key of a record with these values, if it carries one: the same for every
+    /// status of one cycle (the fire time when there is one).
     pub fn derive(
         status: Status,
         id: &TransactionId,
@@ -429,7 +457,7 @@ impl ReconcileKey {
         updated_at: Timestamp,
         next_fire_at: Option<Timestamp>,
     ) -> Option<ReconcileKey> {
-        if !status.is_intermediate() {
+        if !status.is_watched() {
             return None;
         }
         Some(ReconcileKey {
@@ -461,8 +489,16 @@ pub struct TransactionRecord {
     pub last_actor: Actor,
     /// Origin of the retry event that last moved the record, when one did.
     pub last_origin: Option<Origin>,
-    /// Reconciler index key; present only in intermediate states.
+    /// Reconciler index key; present in every non-terminal state.
     pub reconcile: Option<ReconcileKey>,
+    /// While IN_PROGRESS: the instant after which request `current_attempt` counts as
+    /// unanswered (sent + ANSWER_TIMEOUT_SECONDS).
+    #[serde(default)]
+    pub answer_due_at: Option<Timestamp>,
+    /// Times request `current_attempt` was published again for want of an answer
+    /// (absent = 0).
+    #[serde(default)]
+    pub republishes: u32,
 }
 
 impl TransactionRecord {
@@ -487,7 +523,20 @@ impl TransactionRecord {
             last_actor: Actor::Starter,
             last_origin: None,
             reconcile: None,
+            answer_due_at: None,
+            republishes: 0,
         }
+    }
+
+    /// The same record awaiting the answer to its current request until `due`,
+    /// watched from `due − threshold` in the reconciler index (partition by `shards`).
+    pub fn awaiting(mut self, due: Timestamp, threshold_ms: i64, shards: u16) -> Self {
+        self.answer_due_at = Some(due);
+        self.reconcile = Some(ReconcileKey {
+            partition: ReconcileKey::partition_for(self.transaction_id.shard(shards)),
+            at: due.plus_millis(-threshold_ms),
+        });
+        self
     }
 }
 
@@ -507,6 +556,8 @@ pub struct Guard {
     pub current_attempt: Option<Attempt>,
     pub next_attempt: Option<Attempt>,
     pub budget: Option<BudgetGuard>,
+    /// The republish count the write expects (an absent attribute is 0).
+    pub republishes: Option<u32>,
 }
 
 impl Guard {
@@ -521,6 +572,7 @@ impl Guard {
                 Some(BudgetGuard::Remaining) => !rec.max_attempts.exhausted_by(rec.current_attempt),
                 Some(BudgetGuard::Exhausted) => rec.max_attempts.exhausted_by(rec.current_attempt),
             }
+            && self.republishes.is_none_or(|k| rec.republishes == k)
     }
 }
 
@@ -555,8 +607,12 @@ pub struct Changes {
     pub updated_at: Timestamp,
     pub actor: Actor,
     pub origin: Change<Origin>,
-    /// Reconciler index key after the write (`Clear` when leaving intermediate states).
+    /// Reconciler index key after the write (`Clear` when the record ends).
     pub reconcile: Change<ReconcileKey>,
+    /// The answer deadline (`Clear` when leaving IN_PROGRESS).
+    pub answer_due_at: Change<Timestamp>,
+    /// The republish count (`Clear` = 0, when a new request leaves).
+    pub republishes: Change<u32>,
 }
 
 /// One conditional write: an arrow of the state machine on one transaction.
@@ -576,9 +632,10 @@ pub struct ConditionFailed;
 impl Write {
     /// A write taking `arrow` on `transaction_id`, written at `at` by `actor`, with no
     /// condition but the arrow's statuses and no other change: attempts, fire time,
-    /// schedule name, outcome, reason and origin kept; the reconciler index key kept
-    /// within the retry cycle and removed otherwise (a write entering the cycle sets
-    /// it with [`Write::open_cycle`]).
+    /// schedule name, outcome, reason, origin and republish count kept; the
+    /// reconciler index key kept among the non-terminal statuses and removed otherwise
+    /// (a write entering the cycle sets it with [`Write::open_cycle`]); the answer
+    /// deadline kept only by an arrow that enters IN_PROGRESS.
     pub fn new(transaction_id: TransactionId, arrow: Arrow, at: Timestamp, actor: Actor) -> Self {
         Self {
             transaction_id,
@@ -595,11 +652,17 @@ impl Write {
                 updated_at: at,
                 actor,
                 origin: Change::Keep,
-                reconcile: if arrow.within_cycle() {
+                reconcile: if arrow.keeps_watch() {
                     Change::Keep
                 } else {
                     Change::Clear
                 },
+                answer_due_at: if arrow.to() == Status::InProgress {
+                    Change::Keep
+                } else {
+                    Change::Clear
+                },
+                republishes: Change::Keep,
             },
         }
     }
@@ -692,6 +755,10 @@ impl Write {
         next.last_actor = s.actor;
         s.origin.apply_to(&mut next.last_origin);
         s.reconcile.apply_to(&mut next.reconcile);
+        s.answer_due_at.apply_to(&mut next.answer_due_at);
+        let mut republishes = (next.republishes > 0).then_some(next.republishes);
+        s.republishes.apply_to(&mut republishes);
+        next.republishes = republishes.unwrap_or(0);
         Ok(next)
     }
 }
@@ -736,6 +803,13 @@ mod tests {
             ),
             (Some(S::Scheduled), E::ResolvedElsewhere, Some(S::Succeeded)),
             (Some(S::Failed), E::OperatorReplay, Some(S::Scheduling)),
+            (Some(S::InProgress), E::AnswerAwaited, Some(S::InProgress)),
+            (
+                Some(S::InProgress),
+                E::AnswerRepublished,
+                Some(S::InProgress),
+            ),
+            (Some(S::InProgress), E::AnswerAbandoned, Some(S::Failed)),
         ];
         let mut states = vec![None];
         states.extend(Status::ALL.map(Some));
@@ -761,7 +835,7 @@ mod tests {
             }
         }
         assert_eq!(legal, expected.len());
-        assert_eq!(states.len() * Event::ALL.len(), 63);
+        assert_eq!(states.len() * Event::ALL.len(), 84);
     }
 
     #[test]
@@ -834,6 +908,7 @@ mod tests {
             current_attempt: Some(Attempt::new(2).unwrap()),
             next_attempt: None,
             budget: Some(BudgetGuard::Remaining),
+            republishes: None,
         };
         assert!(w.holds(&record(S::InProgress, 2, None, 4)));
         assert!(
@@ -900,7 +975,7 @@ mod tests {
         }
         // One per non-empty subset of the sources of each event: Start has none
         // (it leaves [*]); RetryEventAccepted 7, ResolvedElsewhere 3, the rest 1 each.
-        assert_eq!(arrows, 7 + 3 + 6);
+        assert_eq!(arrows, 7 + 3 + 9);
     }
 
     #[test]
@@ -949,7 +1024,8 @@ mod tests {
     }
 
     /// A write enters its arrow's status, whatever else it sets, and keeps the
-    /// reconciler index key exactly while it stays within the retry cycle.
+    /// reconciler index key exactly while it stays among the non-terminal statuses;
+    /// only a write entering IN_PROGRESS keeps the answer deadline.
     #[test]
     fn a_write_enters_the_status_of_its_arrow() {
         let mut w = write(&[S::Scheduling], E::ScheduleConfirmed);
@@ -959,16 +1035,22 @@ mod tests {
         assert_eq!(after.status, S::Scheduled);
         assert_eq!(w.set.reconcile, Change::Keep);
         assert_eq!(w.from_status(), Some(S::Scheduling));
+        assert_eq!(w.set.answer_due_at, Change::Clear);
+        let published = write(&[S::Sending], E::RequestPublished);
+        assert_eq!(published.set.reconcile, Change::Keep);
+        assert_eq!(published.set.answer_due_at, Change::Keep);
+        let succeeded = write(&[S::InProgress], E::ResponseSuccess);
+        assert_eq!(succeeded.set.reconcile, Change::Clear);
+        assert_eq!(succeeded.set.answer_due_at, Change::Clear);
         assert_eq!(
-            write(&[S::Sending], E::RequestPublished).set.reconcile,
+            write(&[S::InProgress], E::AnswerAbandoned).set.reconcile,
             Change::Clear
         );
-        assert_eq!(
-            write(&[S::InProgress], E::ResponseSuccess).set.reconcile,
-            Change::Clear
-        );
+        let replayed = write(&[S::Failed], E::OperatorReplay);
+        assert_eq!(replayed.set.reconcile, Change::Clear);
         let entering = write(&[S::InProgress], E::ResponseCancelledRetry);
-        assert_eq!(entering.set.reconcile, Change::Clear);
+        assert_eq!(entering.set.reconcile, Change::Keep);
+        assert_eq!(entering.set.answer_due_at, Change::Clear);
         let fire = Timestamp::from_millis(9_000);
         let opened = entering.open_cycle(
             Attempt::new(2).unwrap(),
@@ -1001,7 +1083,13 @@ mod tests {
         let id = TransactionId::parse("TX-1").unwrap();
         let t = Timestamp::from_millis(1_000);
         let fire = Timestamp::from_millis(9_000);
-        assert_eq!(ReconcileKey::derive(S::InProgress, &id, 8, t, None), None);
+        assert_eq!(
+            ReconcileKey::derive(S::InProgress, &id, 8, t, None),
+            Some(ReconcileKey {
+                partition: ReconcileKey::partition_for(id.shard(8)),
+                at: t
+            })
+        );
         assert_eq!(ReconcileKey::derive(S::Succeeded, &id, 8, t, None), None);
         assert_eq!(ReconcileKey::derive(S::Failed, &id, 8, t, None), None);
         // One key for the whole cycle: whatever the intermediate status and the

@@ -6,7 +6,7 @@
 use crate::batch::{Permanent, Verdict};
 use crate::metric::Metric;
 use crate::metrics::{names, Metrics};
-use domain::decide::{DropReason, Input, Rejection};
+use domain::decide::{AlertKind, DropReason, Input, Rejection};
 use domain::exec::{execute, ExecError, Perform};
 use domain::policy::RandomSource;
 use domain::ports::{Cause, PortError};
@@ -52,7 +52,10 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
             }
             (Effect::PublishRequest(h), Observed::Published) => {
                 metrics.incr(names::REQUESTS_PUBLISHED);
-                if h.attempt.get() > 1 {
+                if matches!(run.input(), Input::Reconcile(_)) {
+                    // The same attempt again, for want of an answer: not a retry.
+                    metrics.incr(names::REQUESTS_REPUBLISHED);
+                } else if h.attempt.get() > 1 {
                     metrics.incr(names::RETRIES_PUBLISHED);
                 }
                 tracing::info!(
@@ -71,16 +74,28 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
                     "retry event published"
                 );
             }
-            (Effect::Alert(a), Observed::Alerted) => {
-                metrics.incr(names::ATTEMPTS_EXHAUSTED);
-                tracing::error!(
-                    alert = "attempts-exhausted",
-                    transaction_id = %a.transaction_id,
-                    attempts = a.attempts.get(),
-                    reason = a.last_reason.as_deref().unwrap_or(""),
-                    "business alert: attempts exhausted"
-                );
-            }
+            (Effect::Alert(a), Observed::Alerted) => match a.kind {
+                AlertKind::AttemptsExhausted => {
+                    metrics.incr(names::ATTEMPTS_EXHAUSTED);
+                    tracing::error!(
+                        alert = a.kind.label(),
+                        transaction_id = %a.transaction_id,
+                        attempts = a.attempts.get(),
+                        reason = a.last_reason.as_deref().unwrap_or(""),
+                        "business alert: attempts exhausted"
+                    );
+                }
+                AlertKind::Unanswered => {
+                    metrics.incr(names::TRANSACTIONS_UNANSWERED);
+                    tracing::error!(
+                        alert = a.kind.label(),
+                        transaction_id = %a.transaction_id,
+                        attempt = a.attempts.get(),
+                        idempotency_key = %domain::IdempotencyKey::new(&a.transaction_id, a.attempts),
+                        "business alert: request never answered, republishes spent; transaction FAILED (UNANSWERED)"
+                    );
+                }
+            },
             (Effect::Write(w), Observed::Written(r)) => {
                 tracing::debug!(
                     transaction_id = %r.transaction_id,

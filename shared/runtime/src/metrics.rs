@@ -71,6 +71,11 @@ pub mod names {
     /// A SUCCESS for an attempt already answered CANCELLED or resolved: a possible
     /// double execution (business alert).
     pub const CONFLICTING_SUCCESS: &str = "ConflictingSuccess";
+    /// A request unanswered past its deadline and every republish: the transaction
+    /// ended FAILED/UNANSWERED (business alert).
+    pub const TRANSACTIONS_UNANSWERED: &str = "TransactionsUnanswered";
+    /// An unanswered request published again by the reconciler (same key).
+    pub const REQUESTS_REPUBLISHED: &str = "RequestsRepublished";
     /// A scheduler call throttled past the client's own retries (the message is
     /// redelivered).
     pub const SCHEDULER_THROTTLED: &str = "SchedulerThrottled";

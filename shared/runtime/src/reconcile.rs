@@ -31,7 +31,8 @@ use domain::decide::{Ack, Input};
 use domain::exec::ReconcilePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    Clock, RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery, SystemClock, Transitions,
+    Clock, Payloads, RequestPublisher, RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery,
+    SystemClock, Transitions,
 };
 use domain::{Status, Timestamp, TransactionRecord};
 use futures::StreamExt;
@@ -145,8 +146,8 @@ impl Serialize for Action {
 
 /// One reconciler run at `now`: the index queried through `ports.store`, each record
 /// found decided and its plan performed over `ports`.
-pub async fn run_once<St, Sc, Rt>(
-    ports: &ReconcilePorts<'_, St, Sc, Rt>,
+pub async fn run_once<St, Sc, Rt, Rq>(
+    ports: &ReconcilePorts<'_, St, Sc, Rt, Rq>,
     settings: &Settings,
     now: Timestamp,
     limits: &Limits,
@@ -154,9 +155,10 @@ pub async fn run_once<St, Sc, Rt>(
     metrics: &Metrics,
 ) -> Report
 where
-    St: StuckIndex + Transitions,
+    St: StuckIndex + Transitions + Payloads,
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
+    Rq: RequestPublisher,
 {
     let ctx = settings.context(now);
     let threshold_ms = i64::try_from(settings.reconcile_threshold.as_millis()).unwrap_or(i64::MAX);
@@ -278,10 +280,12 @@ pub struct ReconcileFailed {
 }
 
 /// The reconciler with its ports, built once per process.
-pub struct Reconciler<St, Sc, Rt, C = SystemClock> {
+pub struct Reconciler<St, Sc, Rt, Rq, C = SystemClock> {
     pub store: St,
     pub scheduler: Sc,
     pub retries: Rt,
+    /// The request queue: an unanswered request is published again.
+    pub requests: Rq,
     pub clock: C,
     pub settings: Settings,
     pub limits: Limits,
@@ -290,11 +294,12 @@ pub struct Reconciler<St, Sc, Rt, C = SystemClock> {
     pub namespace: String,
 }
 
-impl<St, Sc, Rt, C> Reconciler<St, Sc, Rt, C>
+impl<St, Sc, Rt, Rq, C> Reconciler<St, Sc, Rt, Rq, C>
 where
-    St: StuckIndex + Transitions,
+    St: StuckIndex + Transitions + Payloads,
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
+    Rq: RequestPublisher,
     C: Clock,
 {
     /// One run, counting into `metrics`.
@@ -303,6 +308,7 @@ where
             store: &self.store,
             scheduler: &self.scheduler,
             retries: &self.retries,
+            requests: &self.requests,
         };
         run_once(
             &ports,

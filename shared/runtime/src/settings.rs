@@ -16,6 +16,11 @@ pub struct Settings {
     /// How long an intermediate state may last before the reconciler acts
     /// (RECONCILE_THRESHOLD_SECONDS; only the reconciler uses it).
     pub reconcile_threshold: Duration,
+    /// How long a request may go unanswered (ANSWER_TIMEOUT_SECONDS).
+    pub answer_timeout: Duration,
+    /// Republishes of an unanswered request before FAILED/UNANSWERED
+    /// (ANSWER_REPUBLISH_MAX; only the reconciler uses it).
+    pub answer_republish_max: u32,
 }
 
 impl Default for Settings {
@@ -24,6 +29,8 @@ impl Default for Settings {
             policies: PolicySet::default(),
             shards: defaults::RECONCILE_SHARDS,
             reconcile_threshold: defaults::RECONCILE_THRESHOLD,
+            answer_timeout: defaults::ANSWER_TIMEOUT,
+            answer_republish_max: defaults::ANSWER_REPUBLISH_MAX,
         }
     }
 }
@@ -37,6 +44,7 @@ impl Settings {
             self.shards,
             self.reconcile_threshold,
         )
+        .with_answer_deadline(self.answer_timeout, self.answer_republish_max)
     }
 }
 

@@ -27,7 +27,12 @@ pub type AwsResponseHandler =
 pub type AwsRetryHandler =
     RetryHandler<DynamoStore<PayloadsTable>, Paced<SqsRequestPublisher>, SqsDeadLetter>;
 /// The reconciler on AWS.
-pub type AwsReconciler = Reconciler<DynamoStore, EventBridgeScheduler, SqsRetryPublisher>;
+pub type AwsReconciler = Reconciler<
+    DynamoStore<PayloadsTable>,
+    EventBridgeScheduler,
+    SqsRetryPublisher,
+    SqsRequestPublisher,
+>;
 
 fn settings(policies: PolicySet, shards: u16) -> Settings {
     Settings {
@@ -50,7 +55,10 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
         retries: SqsRetryPublisher::new(clients.sqs.clone(), &c.retry_queue_url),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),
         clock: SystemClock,
-        settings: settings(c.policies.clone(), c.reconcile_shards),
+        settings: Settings {
+            answer_timeout: c.answer_timeout,
+            ..settings(c.policies.clone(), c.reconcile_shards)
+        },
         batch: BatchOptions {
             concurrency: c.batch_concurrency,
         },
@@ -85,7 +93,10 @@ pub fn retry_handler_on(
         ),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.retry_dlq_url),
         clock: SystemClock,
-        settings: settings(PolicySet::default(), c.reconcile_shards),
+        settings: Settings {
+            answer_timeout: c.answer_timeout,
+            ..settings(PolicySet::default(), c.reconcile_shards)
+        },
         batch: BatchOptions {
             concurrency: c.batch_concurrency,
         },
@@ -98,12 +109,16 @@ pub fn retry_handler_on(
 /// The reconciler from its configuration.
 pub fn reconciler(sdk: &SdkConfig, c: &ReconcilerConfig) -> AwsReconciler {
     Reconciler {
-        store: DynamoStore::new(aws::clients::dynamodb(sdk), &c.transactions_table),
+        store: DynamoStore::new(aws::clients::dynamodb(sdk), &c.transactions_table)
+            .with_payloads_table(&c.payloads_table),
         scheduler: EventBridgeScheduler::new(aws::clients::scheduler(sdk), c.scheduler.clone()),
         retries: SqsRetryPublisher::new(aws::clients::sqs(sdk), &c.retry_queue_url),
+        requests: SqsRequestPublisher::new(aws::clients::sqs(sdk), &c.request_queue_url),
         clock: SystemClock,
         settings: Settings {
             reconcile_threshold: c.reconcile_threshold,
+            answer_timeout: c.answer.timeout,
+            answer_republish_max: c.answer.republish_max,
             ..settings(PolicySet::default(), c.reconcile_shards)
         },
         limits: Limits {

@@ -311,7 +311,19 @@ async fn row5_scheduler_cannot_deliver() {
     assert_eq!(w.distinct_keys(), keys(&["TX-100200#1", "TX-100200#2"]));
     assert_eq!(w.keys().len(), 2);
     assert_eq!(w.audit_path(TX), TO_ATTEMPT_2.to_vec());
-    // And the next reconciler run has nothing left to do.
+    // The next reconciler run finds IN_PROGRESS(2) by the entry its cycle left (the
+    // fire time, long past) before its answer deadline: it only moves the entry to the
+    // deadline; the run after that has nothing left to do.
+    let r = w.reconcile().await;
+    assert_eq!(
+        r.count(
+            Status::InProgress,
+            runtime::reconcile::Action::Done(Ack::ReconcilerAwaiting)
+        ),
+        1,
+        "{r:?}"
+    );
+    assert_eq!(w.keys().len(), 2, "nothing republished before the deadline");
     assert_eq!(w.reconcile().await.examined, 0);
 }
 

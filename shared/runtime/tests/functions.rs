@@ -235,6 +235,7 @@ async fn the_event_files_through_the_three_functions() {
         store: &w.store,
         scheduler: &w.scheduler,
         retries: &w.retries,
+        requests: &w.requests,
         clock: &w.clock,
         settings: w.settings.clone(),
         limits: Limits::default(),
@@ -258,13 +259,26 @@ async fn the_event_files_through_the_three_functions() {
         1,
         "{report:?}"
     );
-    assert_eq!(report.examined, 1);
+    // The other record the index returns is TX-100200, IN_PROGRESS(2) since the
+    // retry above and long before its answer deadline: its entry only moves there.
+    assert_eq!(
+        report.count(
+            Status::InProgress,
+            runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerAwaiting)
+        ),
+        1,
+        "{report:?}"
+    );
+    assert_eq!(report.examined, 2);
     let requeued = w.retries.drain();
     assert_eq!(requeued.len(), 1);
     assert_eq!(requeued[0].transaction_id.as_str(), "TX-100500");
 
-    // Audit rows of TX-100200: one per transition.
-    assert_eq!(w.audit_path("TX-100200"), testkit::trail::TO_ATTEMPT_2);
+    // Audit rows of TX-100200: one per transition, the reconciler's move of its
+    // index entry to the answer deadline included.
+    let mut want: Vec<&str> = testkit::trail::TO_ATTEMPT_2.to_vec();
+    want.push("IN_PROGRESS>IN_PROGRESS@2");
+    assert_eq!(w.audit_path("TX-100200"), want);
 }
 
 /// A store that fails (retryably) or panics for one transaction.

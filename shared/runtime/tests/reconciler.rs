@@ -7,9 +7,9 @@ mod common;
 use common::*;
 use domain::decide::Ack;
 use domain::ports::{
-    PortError, StuckIndex, StuckPage, StuckQuery, Transitions, Undecodable, WriteOutcome,
+    Payloads, PortError, StuckIndex, StuckPage, StuckQuery, Transitions, Undecodable, WriteOutcome,
 };
-use domain::{Outcome, Status, Timestamp, Write};
+use domain::{Outcome, Payload, Status, Timestamp, TransactionId, Write};
 use runtime::metrics::{names, Metrics};
 use runtime::reconcile::{run_once, Action, Limits, Report};
 use runtime::settings::{Seeds, Settings};
@@ -111,9 +111,18 @@ async fn resumes_every_intermediate_state() {
         assert_eq!(rec.current_attempt, a(2), "{tx}");
         assert!(w.distinct_keys().contains(&format!("{tx}#2")), "{tx}");
     }
-    // Nothing is stuck any more.
+    // Nothing is stuck any more. Each IN_PROGRESS(2) kept the entry of its cycle,
+    // whose fire time is long past: the next run finds it before its answer deadline
+    // and only moves the entry there; the run after finds nothing.
+    let r = w.reconcile().await;
+    assert_eq!(
+        r.count(Status::InProgress, Action::Done(Ack::ReconcilerAwaiting)),
+        5,
+        "{r:?}"
+    );
     assert_eq!(w.reconcile().await.examined, 0);
     assert_eq!(w.metrics.count(names::RETRY_EVENTS_PUBLISHED), 5);
+    assert_eq!(w.keys().len(), 10, "nothing republished");
 }
 
 /// 30 SENDING transactions, RECONCILE_MAX_ITEMS = 25, pages of 4: the run stops at 25
@@ -158,10 +167,21 @@ async fn pages_through_the_index_and_bounds_each_run() {
     for ev in &first {
         w.retry(ev).await;
     }
+    // The 5 left are requeued; the budget's rest goes to IN_PROGRESS(2) records found
+    // before their answer deadline (their entries move there, nothing is published).
     let r = w.reconcile_with(&limits, 2, &metrics).await;
-    assert_eq!(r.examined, 5);
-    assert!(!r.truncated);
+    assert_eq!(
+        r.count(Status::Sending, Action::Done(Ack::ReconcilerRequeued)),
+        5,
+        "{r:?}"
+    );
+    assert_eq!(
+        r.count(Status::InProgress, Action::Done(Ack::ReconcilerAwaiting)),
+        r.examined - 5,
+        "{r:?}"
+    );
     let second = w.retries.drain();
+    assert_eq!(second.len(), 5);
     for ev in &second {
         w.retry(ev).await;
     }
@@ -315,6 +335,12 @@ impl Transitions for WithUndecodable<'_> {
     }
 }
 
+impl Payloads for WithUndecodable<'_> {
+    async fn payload(&self, id: &TransactionId) -> Result<Option<Payload>, PortError> {
+        self.0.payload(id).await
+    }
+}
+
 /// GIVEN undecodable entries in the index WHEN the reconciler runs THEN the healthy
 /// stuck record of the same page is still requeued, each bad entry is counted
 /// (`ReconcileUndecodable`) and reported, and the run is not an error.
@@ -331,6 +357,7 @@ async fn an_undecodable_entry_is_skipped_counted_and_never_blocks_its_shard() {
             store: &WithUndecodable(&w.store),
             scheduler: &w.scheduler,
             retries: &w.retries,
+            requests: &w.requests,
         },
         &w.settings,
         w.now(),
@@ -349,4 +376,55 @@ async fn an_undecodable_entry_is_skipped_counted_and_never_blocks_its_shard() {
         "{r:?}"
     );
     assert_eq!(w.retries.drain().len(), 1);
+}
+
+/// GIVEN a request the service never answers WHEN the reconciler runs past each
+/// answer deadline THEN it publishes the same request (same idempotency key) again
+/// `ANSWER_REPUBLISH_MAX` times, counting `RequestsRepublished`, then ends the
+/// transaction FAILED/UNANSWERED, counting `TransactionsUnanswered` once; the audit
+/// trail shows every republish and the abandonment.
+#[tokio::test]
+async fn an_unanswered_request_is_republished_then_abandoned() {
+    let w = World::new();
+    w.start("TX-1", 3).await;
+    let max = domain::defaults::ANSWER_REPUBLISH_MAX;
+    let metrics = Metrics::new("NS", "reconciler");
+    for k in 1..=max {
+        let due = w.record("TX-1").answer_due_at.unwrap();
+        w.set_time(due.plus_millis(1_000));
+        let r = w.reconcile_with(&Limits::default(), 7, &metrics).await;
+        assert_eq!(
+            r.count(Status::InProgress, Action::Done(Ack::ReconcilerRepublished)),
+            1,
+            "round {k}: {r:?}"
+        );
+        assert_eq!(w.record("TX-1").republishes, k);
+    }
+    let due = w.record("TX-1").answer_due_at.unwrap();
+    w.set_time(due.plus_millis(1_000));
+    let r = w.reconcile_with(&Limits::default(), 7, &metrics).await;
+    assert_eq!(
+        r.count(Status::InProgress, Action::Done(Ack::Unanswered)),
+        1,
+        "{r:?}"
+    );
+    assert_eq!(w.status("TX-1"), Status::Failed);
+    assert_eq!(metrics.count(names::REQUESTS_REPUBLISHED), u64::from(max));
+    assert_eq!(metrics.count(names::TRANSACTIONS_UNANSWERED), 1);
+    assert_eq!(
+        metrics.count(names::RETRIES_PUBLISHED),
+        0,
+        "no retry was spent"
+    );
+    let keys = w.keys();
+    assert_eq!(keys.len(), usize::try_from(max).unwrap() + 1, "{keys:?}");
+    assert!(keys.iter().all(|k| k == "TX-1#1"), "{keys:?}");
+    let path = w.audit_path("TX-1");
+    let mut want = vec!["*>IN_PROGRESS@1".to_owned()];
+    want.extend((0..max).map(|_| "IN_PROGRESS>IN_PROGRESS@1".to_owned()));
+    want.push("IN_PROGRESS>FAILED@1".to_owned());
+    assert_eq!(path, want, "every republish and the end are audited");
+    // Later runs find nothing: a terminal record leaves the index.
+    w.advance(Duration::from_secs(7 * 24 * 3600));
+    assert_eq!(w.reconcile().await.examined, 0);
 }

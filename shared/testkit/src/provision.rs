@@ -251,7 +251,9 @@ impl Provisioned {
             }
             "reconciler" => {
                 v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));
+                v.push(("PAYLOADS_TABLE", n.payloads_table.clone()));
                 v.push(("RETRY_QUEUE_URL", self.retry.url.clone()));
+                v.push(("REQUEST_QUEUE_URL", self.request.url.clone()));
                 v.extend(sched());
             }
             "audit-writer" => v.push(("AUDIT_TABLE", n.audit_table.clone())),

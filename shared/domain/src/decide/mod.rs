@@ -27,7 +27,7 @@ mod retry;
 mod run;
 mod start;
 
-pub use reconcile::{decide_reconcile, is_stuck};
+pub use reconcile::{decide_reconcile, is_stuck, UNANSWERED_REASON};
 pub use replay::decide_replay;
 pub use resolve::{decide_resolve, RESOLVED_REASON};
 pub use response::decide_response;
@@ -51,6 +51,10 @@ pub struct Context {
     pub shards: u16,
     /// How long an intermediate state may last before the reconciler acts.
     pub reconcile_threshold: Duration,
+    /// How long a request may go unanswered (ANSWER_TIMEOUT_SECONDS).
+    pub answer_timeout: Duration,
+    /// Republishes of an unanswered request before FAILED/UNANSWERED.
+    pub answer_republish_max: u32,
 }
 
 impl Context {
@@ -65,12 +69,30 @@ impl Context {
             policies,
             shards: shards.max(1),
             reconcile_threshold,
+            answer_timeout: crate::defaults::ANSWER_TIMEOUT,
+            answer_republish_max: crate::defaults::ANSWER_REPUBLISH_MAX,
         }
     }
 
-    fn threshold_ms(&self) -> i64 {
-        i64::try_from(self.reconcile_threshold.as_millis()).unwrap_or(i64::MAX)
+    /// The same context with this answer deadline and republish bound.
+    pub fn with_answer_deadline(mut self, timeout: Duration, republish_max: u32) -> Self {
+        self.answer_timeout = timeout;
+        self.answer_republish_max = republish_max;
+        self
     }
+
+    fn threshold_ms(&self) -> i64 {
+        millis(self.reconcile_threshold)
+    }
+
+    /// The answer deadline of a request that leaves now.
+    pub fn answer_due(&self) -> Timestamp {
+        self.now.plus_millis(millis(self.answer_timeout))
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// What is known of the stored record when deciding.
@@ -99,12 +121,32 @@ pub struct ScheduleSpec {
     pub event: RetryEvent,
 }
 
-/// A business alert: attempts exhausted.
+/// A business alert: the transaction ended FAILED.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Alert {
+    pub kind: AlertKind,
     pub transaction_id: TransactionId,
     pub attempts: Attempt,
     pub last_reason: Option<String>,
+}
+
+/// Why a transaction ended FAILED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AlertKind {
+    /// Every attempt was answered CANCELLED.
+    AttemptsExhausted,
+    /// A request stayed unanswered past its deadline and every republish.
+    Unanswered,
+}
+
+impl AlertKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            AlertKind::AttemptsExhausted => "attempts-exhausted",
+            AlertKind::Unanswered => "unanswered",
+        }
+    }
 }
 
 /// One thing to do.
@@ -171,13 +213,19 @@ pub enum Ack {
     Resumed,
     ReconcilerScheduled,
     ReconcilerRequeued,
+    /// An unanswered request found before its deadline: its index entry moved there.
+    ReconcilerAwaiting,
+    /// An unanswered request past its deadline published again (same key).
+    ReconcilerRepublished,
+    /// An unanswered request past its deadline with its republishes spent: FAILED.
+    Unanswered,
     Resolved,
     AlreadyResolved,
     Replayed,
 }
 
 impl Ack {
-    pub const ALL: [Ack; 13] = [
+    pub const ALL: [Ack; 16] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
@@ -188,6 +236,9 @@ impl Ack {
         Ack::Resumed,
         Ack::ReconcilerScheduled,
         Ack::ReconcilerRequeued,
+        Ack::ReconcilerAwaiting,
+        Ack::ReconcilerRepublished,
+        Ack::Unanswered,
         Ack::Resolved,
         Ack::AlreadyResolved,
         Ack::Replayed,
@@ -206,6 +257,9 @@ impl Ack {
             Ack::Resumed => "resumed",
             Ack::ReconcilerScheduled => "reconciler-scheduled",
             Ack::ReconcilerRequeued => "reconciler-requeued",
+            Ack::ReconcilerAwaiting => "reconciler-awaiting",
+            Ack::ReconcilerRepublished => "reconciler-republished",
+            Ack::Unanswered => "unanswered",
             Ack::Resolved => "resolved",
             Ack::AlreadyResolved => "already-resolved",
             Ack::Replayed => "replayed",

@@ -1,16 +1,35 @@
 //! The reconciler, for a record its index query returned.
 
 use super::response::resume_scheduling;
-use super::{Ack, Context, DropReason, Effect, Plan};
-use crate::machine::{Actor, Status, TransactionRecord};
+use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Plan, RequestHeader};
+use crate::arrow;
+use crate::machine::{Actor, Arrow, Change, Event, ReconcileKey, Status, TransactionRecord, Write};
 use crate::message::{Origin, RetryEvent};
 
-/// True when the reconciler should act on this record now.
+/// `last_reason` of a transaction that ended because its request was never answered.
+pub const UNANSWERED_REASON: &str = "UNANSWERED";
+
+const AWAITED: Arrow = arrow!([Status::InProgress], Event::AnswerAwaited);
+const REPUBLISHED: Arrow = arrow!([Status::InProgress], Event::AnswerRepublished);
+const ABANDONED: Arrow = arrow!([Status::InProgress], Event::AnswerAbandoned);
+
+/// The answer deadline of an IN_PROGRESS record: the stored one, or (a record written
+/// before deadlines existed) its last write plus the answer timeout.
+fn answer_due(r: &TransactionRecord, ctx: &Context) -> crate::ids::Timestamp {
+    r.answer_due_at.unwrap_or_else(|| {
+        r.updated_at
+            .plus_millis(i64::try_from(ctx.answer_timeout.as_millis()).unwrap_or(i64::MAX))
+    })
+}
+
+/// True when the reconciler should act on this record now: a retry cycle unchanged
+/// for longer than the threshold, or a request unanswered past its deadline.
 pub fn is_stuck(r: &TransactionRecord, ctx: &Context) -> bool {
     let threshold = ctx.threshold_ms();
     let since = match r.status {
         Status::Scheduling | Status::Sending => r.updated_at,
         Status::Scheduled => r.next_fire_at.unwrap_or(r.updated_at),
+        Status::InProgress => return answer_due(r, ctx) <= ctx.now,
         _ => return false,
     };
     since.plus_millis(threshold) < ctx.now
@@ -18,6 +37,9 @@ pub fn is_stuck(r: &TransactionRecord, ctx: &Context) -> bool {
 
 /// The plan for a record the reconciler's query returned.
 pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
+    if r.status == Status::InProgress {
+        return decide_unanswered(r, ctx);
+    }
     if !is_stuck(r, ctx) {
         return vec![Effect::Drop(DropReason::NotStuck { status: r.status })];
     }
@@ -49,4 +71,65 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
         Status::Scheduled | Status::Sending => requeue(),
         status => vec![Effect::Drop(DropReason::NotStuck { status })],
     }
+}
+
+/// IN_PROGRESS(n): before its deadline, only its index entry moves to the deadline;
+/// past it, request n goes out again with the same key `<id>#n` (the same attempt:
+/// the budget is untouched and an idempotent service drops the duplicate), at most
+/// `answer_republish_max` times; then the transaction ends FAILED, `UNANSWERED`.
+/// Every write is conditional on the attempt and the republish count read, so two
+/// runs never count one republish twice.
+fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
+    let id = &r.transaction_id;
+    let n = r.current_attempt;
+    let due = answer_due(r, ctx);
+    let guarded = |arrow: Arrow| {
+        let mut w = Write::new(id.clone(), arrow, ctx.now, Actor::Reconciler);
+        w.guard.current_attempt = Some(n);
+        w.guard.republishes = Some(r.republishes);
+        w
+    };
+    let watch_from = |due: crate::ids::Timestamp| ReconcileKey {
+        partition: ReconcileKey::partition_for(id.shard(ctx.shards)),
+        at: due.plus_millis(-ctx.threshold_ms()),
+    };
+    if ctx.now < due {
+        // Found early (its entry still holds the fire time of the cycle that sent
+        // it): move the entry to the deadline, so later runs pass it by.
+        let wanted = watch_from(due);
+        if r.reconcile.as_ref().is_none_or(|k| k.at >= wanted.at) {
+            return vec![Effect::Drop(DropReason::NotStuck { status: r.status })];
+        }
+        let mut w = guarded(AWAITED);
+        w.set.reconcile = Change::Set(wanted);
+        w.set.answer_due_at = Change::Set(due);
+        return vec![Effect::Write(w), Effect::Ack(Ack::ReconcilerAwaiting)];
+    }
+    if r.republishes < ctx.answer_republish_max {
+        let mut w = guarded(REPUBLISHED);
+        let next_due = ctx.answer_due();
+        w.set.republishes = Change::Set(r.republishes.saturating_add(1));
+        w.set.answer_due_at = Change::Set(next_due);
+        w.set.reconcile = Change::Set(watch_from(next_due));
+        return vec![
+            Effect::PublishRequest(RequestHeader {
+                transaction_id: id.clone(),
+                attempt: n,
+            }),
+            Effect::Write(w),
+            Effect::Ack(Ack::ReconcilerRepublished),
+        ];
+    }
+    let mut w = guarded(ABANDONED);
+    w.set.last_reason = Change::Set(UNANSWERED_REASON.to_owned());
+    vec![
+        Effect::Write(w),
+        Effect::Alert(Alert {
+            kind: AlertKind::Unanswered,
+            transaction_id: id.clone(),
+            attempts: n,
+            last_reason: Some(UNANSWERED_REASON.to_owned()),
+        }),
+        Effect::Ack(Ack::Unanswered),
+    ]
 }

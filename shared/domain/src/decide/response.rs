@@ -2,7 +2,9 @@
 
 use super::resolve::RESOLVED_REASON;
 use super::retry::in_progress_write;
-use super::{Ack, Alert, Context, DropReason, Effect, Known, Plan, Rejection, ScheduleSpec};
+use super::{
+    Ack, Alert, AlertKind, Context, DropReason, Effect, Known, Plan, Rejection, ScheduleSpec,
+};
 use crate::arrow;
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Actor, Arrow, BudgetGuard, Change, Event, Status, TransactionRecord, Write};
@@ -108,6 +110,7 @@ pub fn decide_response(
             let attempts = rec.map(|r| r.current_attempt).unwrap_or(n);
             vec![
                 Effect::Alert(Alert {
+                    kind: AlertKind::AttemptsExhausted,
                     transaction_id: id.clone(),
                     attempts,
                     last_reason: resp.reason.clone(),
@@ -148,6 +151,7 @@ fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan 
     vec![
         Effect::Write(w),
         Effect::Alert(Alert {
+            kind: AlertKind::AttemptsExhausted,
             transaction_id: id.clone(),
             attempts: n,
             last_reason: resp.reason.clone(),

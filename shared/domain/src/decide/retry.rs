@@ -78,7 +78,9 @@ fn to_in_progress(id: &TransactionId, m: Attempt, ctx: &Context) -> Effect {
     Effect::Write(in_progress_write(id, m, ctx, Actor::RetryHandler))
 }
 
-/// SENDING → IN_PROGRESS(m): request m left; `current_attempt = m`, next cleared.
+/// SENDING → IN_PROGRESS(m): request m left; `current_attempt = m`, next cleared, the
+/// answer deadline set and the republish count reset. The cycle's index key stays:
+/// request m leaves at about the fire time it holds (no index write).
 pub(super) fn in_progress_write(
     id: &TransactionId,
     m: Attempt,
@@ -90,5 +92,7 @@ pub(super) fn in_progress_write(
     w.set.current_attempt = Some(m);
     w.set.next_attempt = Change::Clear;
     w.set.next_fire_at = Change::Clear;
+    w.set.answer_due_at = Change::Set(ctx.answer_due());
+    w.set.republishes = Change::Clear;
     w
 }

@@ -5,8 +5,9 @@ use crate::ids::{Attempt, MaxAttempts, TransactionId};
 use crate::machine::{Status, TransactionRecord};
 use crate::message::Payload;
 
-/// Conditional create of IN_PROGRESS attempt 1 with its payload, then publish attempt
-/// 1 (key `<id>#1`). Repeating it is harmless and never publishes a different payload.
+/// Conditional create of IN_PROGRESS attempt 1 with its payload and its answer
+/// deadline (watched by the reconciler from the start: a start that crashes before
+/// its publish is rescued at the deadline), then publish attempt 1 (key `<id>#1`). Repeating it is harmless and never publishes a different payload.
 pub fn decide_start(
     known: Known<'_>,
     payload_matches: Option<bool>,
@@ -24,7 +25,11 @@ pub fn decide_start(
     match known {
         Known::Unread | Known::Missing => vec![
             Effect::Create {
-                record: TransactionRecord::started(id.clone(), max_attempts, ctx.now),
+                record: TransactionRecord::started(id.clone(), max_attempts, ctx.now).awaiting(
+                    ctx.answer_due(),
+                    ctx.threshold_ms(),
+                    ctx.shards,
+                ),
                 payload: payload.clone(),
             },
             first(),

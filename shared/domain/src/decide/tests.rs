@@ -186,6 +186,7 @@ fn table_ctx() -> Context {
         8,
         Duration::from_secs(600),
     )
+    .with_answer_deadline(Duration::from_secs(1800), 3)
 }
 
 /// Times relative to the table's now, in seconds.
@@ -230,6 +231,9 @@ fn describe(e: &Effect) -> String {
             if let Some(b) = g.budget {
                 s.push_str(&format!(" {b:?}"));
             }
+            if let Some(k) = g.republishes {
+                s.push_str(&format!(" rp={k}"));
+            }
             let c = &w.set;
             s.push_str(&format!(" -> {}", w.to()));
             if let Some(a) = c.current_attempt {
@@ -249,6 +253,8 @@ fn describe(e: &Effect) -> String {
             change(&mut s, "rk", &c.reconcile, |k| {
                 format!("{}@{}", k.partition, rel(k.at))
             });
+            change(&mut s, "due", &c.answer_due_at, |t| rel(*t));
+            change(&mut s, "rp", &c.republishes, |k| k.to_string());
             s.push_str(&format!(" by={}", c.actor.as_str()));
             s
         }
@@ -300,7 +306,9 @@ fn describe(e: &Effect) -> String {
 }
 
 /// A well-formed record in `status` after attempt `current`: intermediate states carry
-/// `next_attempt = current + 1`, its fire time (T0+1h) and its schedule name.
+/// `next_attempt = current + 1`, its fire time (T0+1h) and its schedule name;
+/// IN_PROGRESS its answer deadline (sent at T0−1h, due 30 min later) and the key the
+/// cycle that sent it left.
 fn rec_in(status: Status, current: u32, max: u32) -> TransactionRecord {
     let mut r = TransactionRecord::started(id(), MaxAttempts::new(max).unwrap(), at(-7200));
     r.status = status;
@@ -312,6 +320,10 @@ fn rec_in(status: Status, current: u32, max: u32) -> TransactionRecord {
         r.next_fire_at = Some(at(3600));
         r.schedule_name = Some(ScheduleName::for_retry(&id(), next));
         r.reconcile = ReconcileKey::derive(status, &id(), 8, r.updated_at, r.next_fire_at);
+    }
+    if status == Status::InProgress {
+        r.answer_due_at = Some(at(-1800));
+        r.reconcile = ReconcileKey::derive(status, &id(), 8, r.updated_at, None);
     }
     r
 }
@@ -450,6 +462,21 @@ fn all_cases() -> Vec<(String, Plan)> {
             due.next_fire_at = Some(at(-300));
             variants.push(("fire-passed-within-threshold", due));
         }
+        if s == Status::InProgress {
+            // Found before its deadline with the key its cycle left: the key moves.
+            let mut waiting = rec_in(s, 2, 4);
+            waiting.answer_due_at = Some(at(1200));
+            variants.push(("answer-due-later", waiting.clone()));
+            // Its key already at the deadline (minus the threshold): nothing to do.
+            waiting.reconcile = ReconcileKey::derive(s, &id(), 8, at(600), None);
+            variants.push(("answer-due-later key-moved", waiting));
+            let mut once = rec_in(s, 2, 4);
+            once.republishes = 2;
+            variants.push(("answer-overdue republished-2", once));
+            let mut spent = rec_in(s, 2, 4);
+            spent.republishes = 3;
+            variants.push(("answer-overdue republished-3", spent));
+        }
         for (variant, r) in &variants {
             let input = Input::Reconcile(r.clone());
             push(
@@ -546,7 +573,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=1 / unread",
         &[
-            "write ResponseSuccess if IN_PROGRESS c=1 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=1 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- due=- by=response-handler",
             "ack Succeeded",
         ],
     ),
@@ -613,7 +640,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=2 / unread",
         &[
-            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- due=- by=response-handler",
             "ack Succeeded",
         ],
     ),
@@ -626,14 +653,14 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=2 / IN_PROGRESS c=2 max=4",
         &[
-            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- due=- by=response-handler",
             "ack Succeeded",
         ],
     ),
     (
         "response SUCCESS n=2 / IN_PROGRESS c=2 max=2",
         &[
-            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- due=- by=response-handler",
             "ack Succeeded",
         ],
     ),
@@ -682,7 +709,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=3 / unread",
         &[
-            "write ResponseSuccess if IN_PROGRESS c=3 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=3 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- due=- by=response-handler",
             "ack Succeeded",
         ],
     ),
@@ -719,8 +746,8 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=3 / SENDING c=2 max=4",
         &[
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=response-handler",
-            "write ResponseSuccess if IN_PROGRESS c=3 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- by=response-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=3 -> SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE rk=- due=- by=response-handler",
             "ack Succeeded",
         ],
     ),
@@ -751,9 +778,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=1 / unread",
         &[
-            "write ResponseCancelledRetry if IN_PROGRESS c=1 Remaining -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+7200s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=1 Remaining -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+7200s due=- by=response-handler",
             "create-schedule retry-TX-100200-2 at T0+7200s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -820,9 +847,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=2 / unread",
         &[
-            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -835,16 +862,16 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=2 / IN_PROGRESS c=2 max=4",
         &[
-            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
     (
         "response CANCELLED n=2 / IN_PROGRESS c=2 max=2",
         &[
-            "write ResponseCancelledExhausted if IN_PROGRESS c=2 Exhausted -> FAILED outcome=CANCELLED reason=NOT_AVAILABLE rk=- by=response-handler",
+            "write ResponseCancelledExhausted if IN_PROGRESS c=2 Exhausted -> FAILED outcome=CANCELLED reason=NOT_AVAILABLE rk=- due=- by=response-handler",
             "alert TX-100200 attempts=2 reason=NOT_AVAILABLE",
             "ack Failed",
         ],
@@ -853,7 +880,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response CANCELLED n=2 / SCHEDULING c=2 max=4",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -898,9 +925,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=3 / unread",
         &[
-            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s due=- by=response-handler",
             "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -937,10 +964,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=3 / SENDING c=2 max=4",
         &[
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=response-handler",
-            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s by=response-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s due=- by=response-handler",
             "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -971,16 +998,16 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=4 / SENDING c=3 max=4",
         &[
-            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=response-handler",
-            "write ResponseSuccess if IN_PROGRESS c=4 -> SUCCEEDED outcome=SUCCESS reason=- rk=- by=response-handler",
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=4 -> SUCCEEDED outcome=SUCCESS reason=- rk=- due=- by=response-handler",
             "ack Succeeded",
         ],
     ),
     (
         "response CANCELLED n=4 / SENDING c=3 max=4",
         &[
-            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=response-handler",
-            "write ResponseCancelledExhausted if IN_PROGRESS c=4 Exhausted -> FAILED outcome=CANCELLED reason=- rk=- by=response-handler",
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseCancelledExhausted if IN_PROGRESS c=4 Exhausted -> FAILED outcome=CANCELLED reason=- rk=- due=- by=response-handler",
             "alert TX-100200 attempts=4 reason=-",
             "ack Failed",
         ],
@@ -988,9 +1015,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=2 RETRY_SCHEDULER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
             "publish-request TX-100200#2",
-            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
@@ -1039,27 +1066,27 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=2 RECONCILER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RECONCILER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RECONCILER due=- by=retry-handler",
             "publish-request TX-100200#2",
-            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "retry m=2 OPERATOR / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=OPERATOR by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=OPERATOR due=- by=retry-handler",
             "publish-request TX-100200#2",
-            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "retry m=3 RETRY_SCHEDULER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
@@ -1078,18 +1105,18 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RETRY_SCHEDULER / SCHEDULING c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "retry m=3 RETRY_SCHEDULER / SCHEDULED c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
@@ -1097,7 +1124,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "retry m=3 RETRY_SCHEDULER / SENDING c=2 max=4",
         &[
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Resumed",
         ],
     ),
@@ -1116,27 +1143,27 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RECONCILER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "retry m=3 RECONCILER / SCHEDULING c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "retry m=3 RECONCILER / SCHEDULED c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=RECONCILER due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
@@ -1144,34 +1171,34 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "retry m=3 RECONCILER / SENDING c=2 max=4",
         &[
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Resumed",
         ],
     ),
     (
         "retry m=3 OPERATOR / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "retry m=3 OPERATOR / SCHEDULING c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "retry m=3 OPERATOR / SCHEDULED c=2 max=4",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING origin=OPERATOR due=- by=retry-handler",
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
@@ -1179,16 +1206,16 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "retry m=3 OPERATOR / SENDING c=2 max=4",
         &[
             "publish-request TX-100200#3",
-            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Resumed",
         ],
     ),
     (
         "retry m=4 RETRY_SCHEDULER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RETRY_SCHEDULER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
             "publish-request TX-100200#4",
-            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
@@ -1237,31 +1264,35 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=4 RECONCILER / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RECONCILER by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=RECONCILER due=- by=retry-handler",
             "publish-request TX-100200#4",
-            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "retry m=4 OPERATOR / unread",
         &[
-            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=OPERATOR by=retry-handler",
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=4 -> SENDING origin=OPERATOR due=- by=retry-handler",
             "publish-request TX-100200#4",
-            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- rk=- by=retry-handler",
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Published",
         ],
     ),
     (
         "reconcile IN_PROGRESS fresh / unread",
         &[
-            "drop not-stuck IN_PROGRESS",
+            "publish-request TX-100200#2",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
+            "ack ReconcilerRepublished",
         ],
     ),
     (
         "reconcile IN_PROGRESS fresh / current",
         &[
-            "drop not-stuck IN_PROGRESS",
+            "publish-request TX-100200#2",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
+            "ack ReconcilerRepublished",
         ],
     ),
     (
@@ -1273,17 +1304,103 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS stuck / unread",
         &[
-            "drop not-stuck IN_PROGRESS",
+            "publish-request TX-100200#2",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
+            "ack ReconcilerRepublished",
         ],
     ),
     (
         "reconcile IN_PROGRESS stuck / current",
         &[
-            "drop not-stuck IN_PROGRESS",
+            "publish-request TX-100200#2",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
+            "ack ReconcilerRepublished",
         ],
     ),
     (
         "reconcile IN_PROGRESS stuck / missing",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-due-later / unread",
+        &[
+            "write AnswerAwaited if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+600s due=T0+1200s by=reconciler",
+            "ack ReconcilerAwaiting",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-due-later / current",
+        &[
+            "write AnswerAwaited if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+600s due=T0+1200s by=reconciler",
+            "ack ReconcilerAwaiting",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-due-later / missing",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-due-later key-moved / unread",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-due-later key-moved / current",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-due-later key-moved / missing",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-overdue republished-2 / unread",
+        &[
+            "publish-request TX-100200#2",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=2 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=3 by=reconciler",
+            "ack ReconcilerRepublished",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-overdue republished-2 / current",
+        &[
+            "publish-request TX-100200#2",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=2 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=3 by=reconciler",
+            "ack ReconcilerRepublished",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-overdue republished-2 / missing",
+        &[
+            "drop not-stuck IN_PROGRESS",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-overdue republished-3 / unread",
+        &[
+            "write AnswerAbandoned if IN_PROGRESS c=2 rp=3 -> FAILED reason=UNANSWERED rk=- due=- by=reconciler",
+            "alert TX-100200 attempts=2 reason=UNANSWERED",
+            "ack Unanswered",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-overdue republished-3 / current",
+        &[
+            "write AnswerAbandoned if IN_PROGRESS c=2 rp=3 -> FAILED reason=UNANSWERED rk=- due=- by=reconciler",
+            "alert TX-100200 attempts=2 reason=UNANSWERED",
+            "ack Unanswered",
+        ],
+    ),
+    (
+        "reconcile IN_PROGRESS answer-overdue republished-3 / missing",
         &[
             "drop not-stuck IN_PROGRESS",
         ],
@@ -1310,7 +1427,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck / unread",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
@@ -1318,7 +1435,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck / current",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
@@ -1517,7 +1634,9 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULING stuck / current IN_PROGRESS c=3",
         &[
-            "drop not-stuck IN_PROGRESS",
+            "publish-request TX-100200#3",
+            "write AnswerRepublished if IN_PROGRESS c=3 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
+            "ack ReconcilerRepublished",
         ],
     ),
     (
@@ -1642,7 +1761,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "resolve / SCHEDULING c=2 max=4",
         &[
-            "write ResolvedElsewhere if SCHEDULING c=2 n=3 -> SUCCEEDED n=- fire=- reason=RESOLVED_BY_OTHER_MEANS rk=- by=operator",
+            "write ResolvedElsewhere if SCHEDULING c=2 n=3 -> SUCCEEDED n=- fire=- reason=RESOLVED_BY_OTHER_MEANS rk=- due=- by=operator",
             "delete-schedule retry-TX-100200-3",
             "ack Resolved",
         ],
@@ -1650,7 +1769,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "resolve / SCHEDULED c=2 max=4",
         &[
-            "write ResolvedElsewhere if SCHEDULED c=2 n=3 -> SUCCEEDED n=- fire=- reason=RESOLVED_BY_OTHER_MEANS rk=- by=operator",
+            "write ResolvedElsewhere if SCHEDULED c=2 n=3 -> SUCCEEDED n=- fire=- reason=RESOLVED_BY_OTHER_MEANS rk=- due=- by=operator",
             "delete-schedule retry-TX-100200-3",
             "ack Resolved",
         ],
@@ -1718,7 +1837,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "replay / FAILED c=2 max=2",
         &[
-            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=CYCLE#5@T0+0s by=operator",
+            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=CYCLE#5@T0+0s due=- by=operator",
             "publish-retry TX-100200/3/OPERATOR",
             "ack Replayed",
         ],
@@ -1760,8 +1879,9 @@ fn every_status_times_every_input_is_the_expected_plan() {
 
 /// Every plan of the table: it ends with exactly one terminal effect (ack, drop or
 /// reject) and nothing after it; every write is an arrow of the state machine from
-/// each status its guard accepts; every write is stamped with the decision's now and
-/// carries the reconciler key exactly when it enters an intermediate state.
+/// each status its guard accepts; every write is stamped with the decision's now,
+/// carries the reconciler key exactly when it enters a non-terminal state and the
+/// answer deadline exactly when it enters IN_PROGRESS.
 #[test]
 fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
     let ctx = table_ctx();
@@ -1795,8 +1915,13 @@ fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
                 assert_eq!(w.transaction_id, id(), "{name}");
                 assert_eq!(
                     w.set.reconcile == Change::Clear,
-                    !w.to().is_intermediate(),
-                    "{name}: the reconciler key exists exactly in intermediate states"
+                    w.to().is_terminal(),
+                    "{name}: the reconciler key exists exactly in non-terminal states"
+                );
+                assert_eq!(
+                    w.set.answer_due_at == Change::Clear,
+                    w.to() != Status::InProgress,
+                    "{name}: the answer deadline exists exactly in IN_PROGRESS"
                 );
             }
         }

@@ -90,8 +90,8 @@ fn any_record() -> impl Strategy<Value = TransactionRecord> {
 }
 
 /// A record some sequence of handler writes can produce: current <= max; in an
-/// intermediate state next = current + 1 <= max with its fire time and index key;
-/// none of those three outside.
+/// intermediate state next = current + 1 <= max with its fire time; the index key in
+/// every non-terminal state; in IN_PROGRESS an answer deadline.
 fn well_formed_record() -> impl Strategy<Value = TransactionRecord> {
     (status(), 1u32..=6, 0u32..6, -3000i64..3000, -120i64..=0).prop_map(
         |(status, max, seed, fire, updated)| {
@@ -114,8 +114,11 @@ fn well_formed_record() -> impl Strategy<Value = TransactionRecord> {
                 r.next_attempt = Some(a(current + 1));
                 r.next_fire_at = Some(t0().plus_millis(fire * MIN_MS));
                 r.schedule_name = Some(ScheduleName::for_retry(&id, a(current + 1)));
-                r.reconcile = ReconcileKey::derive(status, &id, 4, r.updated_at, r.next_fire_at);
             }
+            if status == Status::InProgress {
+                r.answer_due_at = Some(t0().plus_millis(fire * MIN_MS));
+            }
+            r.reconcile = ReconcileKey::derive(status, &id, 4, r.updated_at, r.next_fire_at);
             r
         },
     )
@@ -328,7 +331,11 @@ proptest! {
                         let first = n.get() == 1 && s.current_attempt.get() == 1
                             && s.status == Status::InProgress;
                         let pending = s.status == Status::Sending && s.next_attempt == Some(n);
-                        prop_assert!(first || pending, "publishes {n} from {s:?}");
+                        // The reconciler republishes the request still unanswered.
+                        let unanswered = matches!(input, Input::Reconcile(_))
+                            && s.status == Status::InProgress
+                            && s.current_attempt == n;
+                        prop_assert!(first || pending || unanswered, "publishes {n} from {s:?}");
                     }
                     Effect::CreateSchedule(spec) => {
                         prop_assert_eq!(s.status, Status::Scheduling);

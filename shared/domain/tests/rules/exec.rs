@@ -1,6 +1,6 @@
 //! Each function's bundle performs exactly the effects [`performs`] allows its input.
 
-use domain::decide::{Ack, Alert};
+use domain::decide::{Ack, Alert, AlertKind};
 use domain::decide::{Effect, Input, RequestHeader, ScheduleSpec};
 use domain::exec::*;
 use domain::ids::{Attempt, MaxAttempts, Timestamp};
@@ -51,6 +51,7 @@ fn effects() -> Vec<Effect> {
         }),
         Effect::PublishRetry(event),
         Effect::Alert(Alert {
+            kind: AlertKind::AttemptsExhausted,
             transaction_id: id(),
             attempts: a2,
             last_reason: None,
@@ -129,6 +130,7 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
                         store: &store,
                         scheduler: &scheduler,
                         retries: &retries,
+                        requests: &requests,
                     }
                     .perform(&effect),
                 ),
@@ -170,6 +172,6 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
             }
         }
     }
-    // Response 4, retry 2, reconcile 3, start 2, resolve 3, replay 3.
-    assert_eq!(performed, 17);
+    // Response 4, retry 2, reconcile 5, start 2, resolve 3, replay 3.
+    assert_eq!(performed, 19);
 }

@@ -7,7 +7,7 @@ use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known
 use domain::decide::{Step, MAX_REDECISIONS};
 use domain::exec::{execute, ExecError, RetryPorts};
 use domain::machine::{Status, TransactionRecord, Write};
-use domain::message::{Origin, Outcome, Payload, Request, RetryEvent};
+use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::SplitMix64;
 use domain::ports::{Payloads, PortError, Transitions, WriteOutcome};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -640,7 +640,18 @@ fn reconciler_resumes_sending() {
     assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Resumed));
     assert_eq!(summary(&w, &id), (InProgress, 2, None));
     assert_eq!(w.published(&id), [1, 2]);
-    assert!(w.stuck().is_empty(), "IN_PROGRESS leaves the index");
+    // IN_PROGRESS keeps the cycle's index entry (no index write) for its answer
+    // deadline; found before it, the entry only moves to the deadline.
+    let found = w.stuck();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].status, InProgress);
+    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::ReconcilerAwaiting)]);
+    assert!(w.stuck().is_empty(), "its entry waits for the deadline");
+    assert_eq!(
+        w.published(&id),
+        [1, 2],
+        "nothing republished before the deadline"
+    );
 }
 
 /// The reconciler's record may be stale (the index is eventually consistent): its
@@ -680,7 +691,8 @@ fn reconciler_acting_on_a_stale_record_is_harmless() {
             })
         );
     }
-    // Decided from the current record, it sees nothing to do.
+    // Decided from the current record (IN_PROGRESS, its answer not yet due), it
+    // publishes nothing: at most its index entry moves to the answer deadline.
     let ctx = w.ctx();
     let plan = domain::decide::decide(
         &Input::Reconcile(stale[0].clone()),
@@ -689,10 +701,14 @@ fn reconciler_acting_on_a_stale_record_is_harmless() {
         &ctx,
         &mut SplitMix64::new(1),
     );
-    assert_eq!(
-        plan,
-        [Effect::Drop(DropReason::NotStuck { status: InProgress })]
+    assert!(
+        plan.iter().all(|e| !matches!(
+            e,
+            Effect::PublishRequest(_) | Effect::PublishRetry(_) | Effect::CreateSchedule(_)
+        )),
+        "{plan:?}"
     );
+    assert_eq!(plan.last(), Some(&Effect::Ack(Ack::ReconcilerAwaiting)));
     assert_eq!(w.store.change_count(), changes);
     assert_eq!(w.record(&id), settled);
     assert_eq!(w.published(&id), published);
@@ -893,4 +909,150 @@ fn uncontended_runs_redecide_at_most_once() {
         }
     }
     assert_eq!(summary(&w, &id), (Failed, 3, None));
+}
+
+fn past_answer_deadline(w: &mut World, id: &domain::TransactionId) {
+    let due = w
+        .record(id)
+        .answer_due_at
+        .expect("IN_PROGRESS carries its deadline");
+    w.now = due.plus_millis(1_000);
+}
+
+/// GIVEN a start that crashed after its create and before its publish (the caller
+/// never repeats it) WHEN its answer deadline passes THEN the reconciler finds it
+/// through the index and publishes request 1 (key `<id>#1`), the transaction goes on
+/// as if the start had finished, and the budget is untouched.
+#[test]
+fn a_start_that_crashed_before_its_publish_is_rescued_at_the_deadline() {
+    let mut w = World::new();
+    let id = tx("TX-D1");
+    let _ = w.run_crashing(start_input(&id, 3), Some(1)); // created, never published
+    assert_eq!(w.published(&id), Vec::<u32>::new());
+    let r = w.record(&id);
+    assert_eq!(r.status, InProgress);
+    assert!(r.reconcile.is_some(), "watched from the start");
+    // Before the deadline the reconciler does not even see it.
+    w.now = r.answer_due_at.unwrap().plus_millis(-60_000);
+    assert!(w.reconcile().is_empty());
+    past_answer_deadline(&mut w, &id);
+    assert_eq!(
+        w.reconcile(),
+        [Disposition::Ack(Ack::ReconcilerRepublished)]
+    );
+    assert_eq!(w.published(&id), [1]);
+    let r = w.record(&id);
+    assert_eq!(
+        (r.status, r.current_attempt.get(), r.republishes),
+        (InProgress, 1, 1)
+    );
+    let answers = w.serve(|_| Outcome::Success);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(
+        w.run(Input::Response(answers[0].clone())),
+        Disposition::Ack(Ack::Succeeded)
+    );
+    assert_eq!(w.status(&id), Succeeded);
+    assert!(
+        w.record(&id).reconcile.is_none(),
+        "a terminal record leaves the index"
+    );
+}
+
+/// GIVEN a service that never answers WHEN each deadline passes THEN request n goes
+/// out again with the same key exactly ANSWER_REPUBLISH_MAX times, then the
+/// transaction ends FAILED with reason UNANSWERED and one business alert; an answer
+/// that arrives afterwards changes nothing.
+#[test]
+fn a_silent_service_gets_republishes_then_the_transaction_ends_unanswered() {
+    let mut w = World::new();
+    let id = tx("TX-D2");
+    assert_eq!(w.start(&id, 4), Disposition::Ack(Ack::Started));
+    let max = domain::defaults::ANSWER_REPUBLISH_MAX;
+    for k in 1..=max {
+        past_answer_deadline(&mut w, &id);
+        assert_eq!(
+            w.reconcile(),
+            [Disposition::Ack(Ack::ReconcilerRepublished)],
+            "round {k}"
+        );
+        assert_eq!(w.record(&id).republishes, k);
+        // Every run of the reconciler until the next deadline leaves it alone.
+        past_threshold(&mut w);
+        assert!(w.reconcile().is_empty(), "round {k}");
+    }
+    past_answer_deadline(&mut w, &id);
+    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::Unanswered)]);
+    let r = w.record(&id);
+    assert_eq!(r.status, Failed);
+    assert_eq!(
+        r.last_reason.as_deref(),
+        Some(domain::decide::UNANSWERED_REASON)
+    );
+    assert_eq!(r.current_attempt.get(), 1, "the budget was never consumed");
+    assert!(r.reconcile.is_none() && r.answer_due_at.is_none());
+    assert_eq!(w.alerts(), 1);
+    let sent = usize::try_from(max).unwrap() + 1;
+    assert_eq!(
+        w.published(&id),
+        vec![1; sent],
+        "one key, sent {sent} times"
+    );
+    // The service wakes up: a late SUCCESS for the abandoned attempt is the
+    // double-execution signal; a late CANCELLED is dropped.
+    let late = |outcome| {
+        Input::Response(Response {
+            transaction_id: id.clone(),
+            attempt: a(1),
+            outcome,
+            reason: None,
+        })
+    };
+    assert!(matches!(
+        w.run(late(Outcome::Success)),
+        Disposition::Drop(DropReason::ConflictingSuccess { .. })
+    ));
+    let before = w.record(&id);
+    let d = w.run(late(Outcome::Cancelled));
+    assert!(!matches!(d, Disposition::Reject(_)), "{d:?}");
+    assert_eq!(w.record(&id), before, "a late CANCELLED changes nothing");
+    assert_eq!(w.published(&id).len(), sent);
+}
+
+/// GIVEN a request answered after one republish WHEN the answer arrives THEN it is
+/// handled as any answer (the republish did not consume the budget), and the
+/// duplicate answer the republish may draw is dropped.
+#[test]
+fn an_answer_after_a_republish_is_handled_once() {
+    let mut w = World::new();
+    let id = tx("TX-D3");
+    assert_eq!(w.start(&id, 4), Disposition::Ack(Ack::Started));
+    let first = w.serve(|_| Outcome::Cancelled); // answered, but the answer is lost
+    assert_eq!(first.len(), 1);
+    past_answer_deadline(&mut w, &id);
+    assert_eq!(
+        w.reconcile(),
+        [Disposition::Ack(Ack::ReconcilerRepublished)]
+    );
+    // The lost answer is redriven from its DLQ: a CANCELLED for attempt 1.
+    assert_eq!(
+        w.run(Input::Response(first[0].clone())),
+        Disposition::Ack(Ack::Scheduled)
+    );
+    let r = w.record(&id);
+    assert_eq!((r.status, r.next_attempt), (Scheduled, Some(a(2))));
+    assert_eq!(
+        r.republishes, 1,
+        "kept through the cycle, reset by the next request"
+    );
+    assert!(r.answer_due_at.is_none());
+    let before = w.record(&id);
+    let d = w.run(Input::Response(first[0].clone()));
+    assert!(!matches!(d, Disposition::Reject(_)), "{d:?}");
+    assert_eq!(
+        w.record(&id),
+        before,
+        "the duplicate answer changes nothing"
+    );
+    assert_eq!(w.scheduler.live().len(), 1, "one schedule");
 }

@@ -246,8 +246,9 @@ pub fn step_once(
 }
 
 /// The shape every record written by the handlers has: current <= max; in an
-/// intermediate state next = current + 1 <= max with its fire time and index key;
-/// none of those three outside.
+/// intermediate state next = current + 1 <= max with its fire time; the index key in
+/// every non-terminal state and none in a terminal one; an answer deadline only in
+/// IN_PROGRESS.
 pub fn well_formed(r: &TransactionRecord) -> Result<(), String> {
     let inter = r.status.is_intermediate();
     let checks = [
@@ -263,7 +264,14 @@ pub fn well_formed(r: &TransactionRecord) -> Result<(), String> {
             inter == r.next_fire_at.is_some(),
             "next_fire_at iff intermediate",
         ),
-        (inter == r.reconcile.is_some(), "index key iff intermediate"),
+        (
+            r.status.is_watched() == r.reconcile.is_some(),
+            "index key iff non-terminal",
+        ),
+        (
+            r.answer_due_at.is_none() || r.status == Status::InProgress,
+            "answer deadline only in IN_PROGRESS",
+        ),
         (
             r.next_attempt
                 .is_none_or(|n| n == r.current_attempt.next() && n.get() <= r.max_attempts.get()),

@@ -181,6 +181,7 @@ impl World {
                 store: &self.store,
                 scheduler: &self.scheduler,
                 retries: &self.retries,
+                requests: &self.requests,
             },
             &self.settings,
             self.now(),

@@ -447,16 +447,17 @@ impl Stack {
     }
 }
 
-async fn reconcile_cron<St, Sc, Rt>(
-    reconciler: Reconciler<St, Sc, Rt, SystemClock>,
+async fn reconcile_cron<St, Sc, Rt, Rq>(
+    reconciler: Reconciler<St, Sc, Rt, Rq, SystemClock>,
     metrics: Arc<Metrics>,
     every: Duration,
     stats: Arc<CronStats>,
     mut stop: Stop,
 ) where
-    St: domain::ports::StuckIndex + domain::ports::Transitions,
+    St: domain::ports::StuckIndex + domain::ports::Transitions + domain::ports::Payloads,
     Sc: domain::ports::ScheduleCreator,
     Rt: domain::ports::RetryPublisher,
+    Rq: domain::ports::RequestPublisher,
 {
     loop {
         if stop.sleep(every).await {
