@@ -21,6 +21,9 @@ pub struct Flaws {
     pub retry_discards_sending: bool,
     /// The budget counts retries from zero: one attempt too many.
     pub attempts_from_zero: bool,
+    /// No answer deadline: the reconciler leaves IN_PROGRESS alone, so a request never
+    /// answered (or a start that crashed before publishing) waits forever.
+    pub no_answer_deadline: bool,
 }
 
 impl Flaws {
@@ -29,14 +32,16 @@ impl Flaws {
         fire_time_at_create: false,
         retry_discards_sending: false,
         attempts_from_zero: false,
+        no_answer_deadline: false,
     };
 
     /// The known-bad designs by the names the command lines take.
-    pub const NAMES: [&'static str; 4] = [
+    pub const NAMES: [&'static str; 5] = [
         "retry-rejects-scheduling",
         "fire-time-at-create",
         "retry-discards-sending",
         "attempts-from-zero",
+        "no-answer-deadline",
     ];
 
     /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
@@ -47,6 +52,7 @@ impl Flaws {
             "fire-time-at-create" => &mut self.fire_time_at_create,
             "retry-discards-sending" => &mut self.retry_discards_sending,
             "attempts-from-zero" => &mut self.attempts_from_zero,
+            "no-answer-deadline" => &mut self.no_answer_deadline,
             _ => return false,
         };
         *flag = true;
@@ -78,6 +84,16 @@ impl Decide for Flaws {
             (_, known) => known,
         };
         let q = Question { known, ..q };
+        if self.no_answer_deadline {
+            let waiting = match (input, known) {
+                (Input::Reconcile(_), Known::Record(r)) => Some(r.status),
+                (Input::Reconcile(r), Known::Unread) => Some(r.status),
+                _ => None,
+            };
+            if let Some(status @ Status::InProgress) = waiting {
+                return vec![Effect::Drop(DropReason::NotStuck { status })];
+            }
+        }
         if let (Input::Retry(ev), Known::Record(r)) = (input, known) {
             if r.next_attempt == Some(ev.attempt) && self.discards(r.status) {
                 return vec![Effect::Drop(DropReason::DuplicateRetry {

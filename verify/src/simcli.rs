@@ -49,6 +49,21 @@ pub struct SimArgs {
     /// Probability that the request queue delivers a request twice.
     #[arg(long, default_value_t = 0.02)]
     pub request_duplicate_rate: f64,
+    /// Probability that a start crashes after its create, before its publish.
+    #[arg(long, default_value_t = 0.005)]
+    pub start_crash_rate: f64,
+    /// Probability that a request never reaches the service (never answered).
+    #[arg(long, default_value_t = 0.01)]
+    pub silent_rate: f64,
+    /// Probability that the service executes a request and its answer is lost.
+    #[arg(long, default_value_t = 0.005)]
+    pub lost_answer_rate: f64,
+    /// ANSWER_TIMEOUT_SECONDS.
+    #[arg(long, default_value_t = defaults::ANSWER_TIMEOUT.as_secs() as i64)]
+    pub answer_timeout_seconds: i64,
+    /// ANSWER_REPUBLISH_MAX.
+    #[arg(long, default_value_t = defaults::ANSWER_REPUBLISH_MAX)]
+    pub answer_republish_max: u32,
     /// The retry handler's MAX_REQUESTS_PER_SECOND (per concurrent execution). The
     /// simulator's own load, heavier than the template's 5 × 2.
     #[arg(long, default_value_t = 10)]
@@ -81,7 +96,8 @@ pub struct SimArgs {
     #[arg(long, default_value_t = defaults::BACKOFF_JITTER)]
     pub jitter: f64,
     /// Switch on a known-bad design (repeatable): retry-rejects-scheduling,
-    /// fire-time-at-create, retry-discards-sending, attempts-from-zero.
+    /// fire-time-at-create, retry-discards-sending, attempts-from-zero,
+    /// no-answer-deadline.
     #[arg(long)]
     pub flaw: Vec<String>,
     /// Worker threads (seeds run in parallel; the report does not depend on this).
@@ -105,6 +121,9 @@ impl SimArgs {
             ("--scheduler-failure-rate", self.scheduler_failure_rate),
             ("--late-response-rate", self.late_response_rate),
             ("--request-duplicate-rate", self.request_duplicate_rate),
+            ("--start-crash-rate", self.start_crash_rate),
+            ("--silent-rate", self.silent_rate),
+            ("--lost-answer-rate", self.lost_answer_rate),
         ];
         for (name, v) in rates {
             if !(0.0..=1.0).contains(&v) {
@@ -138,6 +157,11 @@ impl SimArgs {
             scheduler_failure_rate: self.scheduler_failure_rate,
             late_response_rate: self.late_response_rate,
             request_duplicate_rate: self.request_duplicate_rate,
+            start_crash_rate: self.start_crash_rate,
+            silent_rate: self.silent_rate,
+            lost_answer_rate: self.lost_answer_rate,
+            answer_timeout_ms: self.answer_timeout_seconds.max(1) * 1000,
+            answer_republish_max: self.answer_republish_max,
             rate_limit: self.rate_limit.max(1),
             retry_concurrency: self.retry_concurrency.max(1),
             response_concurrency: self.response_concurrency.max(1),
@@ -183,6 +207,11 @@ impl SimArgs {
             scheduler_failure_rate => "--scheduler-failure-rate",
             late_response_rate => "--late-response-rate",
             request_duplicate_rate => "--request-duplicate-rate",
+            start_crash_rate => "--start-crash-rate",
+            silent_rate => "--silent-rate",
+            lost_answer_rate => "--lost-answer-rate",
+            answer_timeout_seconds => "--answer-timeout-seconds",
+            answer_republish_max => "--answer-republish-max",
             rate_limit => "--rate-limit",
             retry_concurrency => "--retry-concurrency",
             response_concurrency => "--response-concurrency",

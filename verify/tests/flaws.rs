@@ -75,7 +75,8 @@ fn retry_handler_rejecting_scheduling_is_caught() {
         reconciler: false,
         scheduler_failure_rate: 0.0,
         max_receive_count: 100,
-        ..sim_cfg()
+        // Without the reconciler an unanswered request is never republished.
+        ..sim_cfg().answered()
     };
     sim_finds(
         flaws,
@@ -146,4 +147,43 @@ fn counting_attempts_from_zero_is_caught() {
     scope.interleave = false;
     model_finds(flaws, scope, 2);
     sim_finds(flaws, sim_cfg(), |r| r.exceeded_max > 0, "exceeded max");
+}
+
+/// Without an answer deadline, a start that crashed before its publish, a request the
+/// service never received and an answer lost after the service executed each leave
+/// IN_PROGRESS with nothing in flight and nothing in a DLQ: lost. The simulator
+/// catches it; the control (the deadline on, the same faults) loses nothing and
+/// ends every such transaction by a republish or FAILED/UNANSWERED.
+#[test]
+fn no_answer_deadline_is_caught() {
+    let flaws = Flaws {
+        no_answer_deadline: true,
+        ..Flaws::NONE
+    };
+    let cfg = SimConfig {
+        start_crash_rate: 0.01,
+        silent_rate: 0.02,
+        lost_answer_rate: 0.01,
+        ..sim_cfg()
+    };
+    let control = simulate(&cfg, 1);
+    assert!(
+        control.republished > 0 && control.unanswered > 0,
+        "{control}"
+    );
+    assert_eq!(control.stuck, 0, "{control}");
+    sim_finds(flaws, cfg, |r| r.lost > 0, "lost transactions");
+}
+
+/// The model checker catches the same design: a lost request or answer leaves
+/// IN_PROGRESS that no reconciler run ends.
+#[test]
+fn no_answer_deadline_is_caught_by_the_model_checker() {
+    let flaws = Flaws {
+        no_answer_deadline: true,
+        ..Flaws::NONE
+    };
+    let mut scope = Scope::quiet(1, 2);
+    scope.faults.lost_messages = 1;
+    model_finds(flaws, scope, 9);
 }

@@ -85,3 +85,16 @@ fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
     s.faults.undeliverable_fires = 1;
     passes(s, 2_000, &[6, 7]);
 }
+
+/// A request lost before the service reads it (as after a start that crashed before
+/// its publish) or an answer lost after the service executed, at any moment, with
+/// the reconciler running at any moment: every transaction still ends terminal once
+/// its deadline passes (property "terminal after the reconciler"), never above the
+/// budget, never a second accepted request per attempt.
+#[test]
+fn lost_requests_and_answers_end_terminal_through_the_answer_deadline() {
+    let mut s = Scope::quiet(1, 3);
+    s.faults.lost_messages = 1;
+    s.faults.reconciler_runs = 1;
+    passes(s, 1_000, &[0, 1]);
+}

@@ -78,7 +78,7 @@ fn a_burst_of_simultaneous_cancellations_loses_and_duplicates_no_retry() {
         arrival_window_ms: 0,
         cancel_rate: 1.0,
         jitter: 0.0,
-        ..SimConfig::default()
+        ..SimConfig::default().answered()
     };
     let r = simulate(&c, 7);
     valid(&r);
@@ -127,7 +127,7 @@ fn poison_messages_go_to_the_dlq_and_are_counted_never_silently_lost() {
         throttle_rate: 0.3,
         max_receive_count: 1,
         reconciler: false,
-        ..SimConfig::default()
+        ..SimConfig::default().answered()
     };
     let r = simulate(&c, 3);
     assert!(r.dlq_response + r.dlq_retry > 0, "{r}");
@@ -143,7 +143,7 @@ fn the_reconciler_resumes_what_the_scheduler_could_not_deliver() {
     let lossy = SimConfig {
         transactions: 2_000,
         scheduler_failure_rate: 0.3,
-        ..SimConfig::default()
+        ..SimConfig::default().answered()
     };
     let r = simulate(&lossy, 5);
     valid(&r);

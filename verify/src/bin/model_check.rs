@@ -32,8 +32,12 @@ struct Args {
     reconciler_runs: u8,
     #[arg(long, default_value_t = 1)]
     ticks: u8,
+    /// Requests or answers lost on the way, per execution (a start that crashed before
+    /// its publish loses request 1 the same way).
+    #[arg(long, default_value_t = 1)]
+    lost_messages: u8,
     /// Switch on a known-bad design: retry-rejects-scheduling, fire-time-at-create,
-    /// retry-discards-sending, attempts-from-zero.
+    /// retry-discards-sending, attempts-from-zero, no-answer-deadline.
     #[arg(long)]
     flaw: Vec<String>,
     #[arg(long, default_value_t = 2)]
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
             undeliverable_fires: args.undeliverable_fires,
             reconciler_runs: args.reconciler_runs,
             ticks: args.ticks,
+            lost_messages: args.lost_messages,
         },
         flaws,
         interleave: !args.ordered,

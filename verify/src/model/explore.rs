@@ -19,7 +19,7 @@ impl ProtocolModel {
         Violation::ScheduleNotFromPersistedInstant.guarantee(),
         Violation::TwoInstantsForOneAttempt.guarantee(),
         Violation::MessageRejected.guarantee(),
-        "a transaction with nothing in flight, no schedule and no scheduler-DLQ event is terminal (no reconciler needed)",
+        "a transaction with nothing in flight, no schedule, no scheduler-DLQ event and no lost message is terminal (no reconciler needed)",
         "a transaction with nothing in flight is terminal after the reconciler (none stuck, no retry lost)",
         Violation::AlertMissing.guarantee(),
         Violation::ImpossibleObservation.guarantee(),
@@ -70,6 +70,14 @@ impl Model for ProtocolModel {
             |i, duplicate| Action::ServiceReceive { i, duplicate },
             actions,
         );
+        if b.lost_messages > 0 {
+            for i in 0..s.requests.len() {
+                if i > 0 && s.requests[i - 1] == s.requests[i] {
+                    continue;
+                }
+                actions.push(Action::LoseRequest { i });
+            }
+        }
         for (&(tx, attempt), answer) in s.service.accepted() {
             match answer {
                 None => {
@@ -79,6 +87,13 @@ impl Model for ProtocolModel {
                             attempt,
                             outcome,
                         });
+                        if b.lost_messages > 0 {
+                            actions.push(Action::LoseAnswer {
+                                tx,
+                                attempt,
+                                outcome,
+                            });
+                        }
                     }
                 }
                 Some(outcome) if b.extra_answers > 0 => actions.push(Action::ServiceAnswer {
@@ -138,7 +153,9 @@ impl Model for ProtocolModel {
                         actions.push(Action::Reconcile { tx, late: false });
                         actions.push(Action::Reconcile { tx, late: true });
                     }
-                    Status::Scheduled | Status::Sending => {
+                    // SCHEDULED or SENDING past the threshold; IN_PROGRESS past its
+                    // answer deadline.
+                    Status::Scheduled | Status::Sending | Status::InProgress => {
                         actions.push(Action::Reconcile { tx, late: true });
                     }
                     _ => {}
@@ -189,7 +206,10 @@ impl Model for ProtocolModel {
                 m.txs().all(|tx| {
                     let t = usize::from(tx);
                     !(ProtocolModel::tx_final(s, tx)
-                        && oracle::lost(Some(&s.records[t]), u32::from(s.scheduler_dlq[t])))
+                        && oracle::lost(
+                            Some(&s.records[t]),
+                            u32::from(s.scheduler_dlq[t]) + u32::from(s.lost[t]),
+                        ))
                 })
             }),
             Property::always(p[9], |m: &ProtocolModel, s: &State| {

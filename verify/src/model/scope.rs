@@ -59,7 +59,7 @@ impl fmt::Display for Scope {
         let b = &self.faults;
         write!(
             f,
-            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks",
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
@@ -69,7 +69,8 @@ impl fmt::Display for Scope {
             b.double_fires,
             b.undeliverable_fires,
             b.reconciler_runs,
-            b.ticks
+            b.ticks,
+            b.lost_messages
         )
     }
 }
@@ -92,6 +93,10 @@ pub struct Budgets {
     pub reconciler_runs: u8,
     /// Advances of the clock.
     pub ticks: u8,
+    /// Messages lost on the way: a request that never reaches the service (as after a
+    /// start that crashed before its publish), or an answer the service gave that
+    /// never reaches the response queue.
+    pub lost_messages: u8,
 }
 
 impl Budgets {
@@ -105,6 +110,7 @@ impl Budgets {
             undeliverable_fires: n,
             reconciler_runs: n,
             ticks: n,
+            lost_messages: n,
         }
     }
 }

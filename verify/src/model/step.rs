@@ -70,6 +70,7 @@ impl ProtocolModel {
             instants: Instants::new(),
             alerted: vec![false; usize::from(self.scope.transactions.max(1))],
             scheduler_dlq: vec![0; usize::from(self.scope.transactions.max(1))],
+            lost: vec![0; usize::from(self.scope.transactions.max(1))],
             budgets: self.scope.faults,
             violations: BTreeSet::new(),
         };
@@ -344,6 +345,21 @@ impl ProtocolModel {
                     });
                 }
             }
+            Action::LoseRequest { i } => {
+                s.budgets.lost_messages -= 1;
+                let req = s.requests.remove(i);
+                s.lost[usize::from(req.tx)] += 1;
+            }
+            Action::LoseAnswer {
+                tx,
+                attempt,
+                outcome,
+            } => {
+                s.budgets.lost_messages -= 1;
+                if s.service.answer(tx, attempt, outcome) {
+                    s.lost[usize::from(tx)] += 1;
+                }
+            }
             Action::DeliverResponse { i, duplicate } => {
                 let r = if duplicate {
                     s.budgets.duplicate_deliveries -= 1;
@@ -408,8 +424,16 @@ impl ProtocolModel {
             }
             Action::Reconcile { tx, late } => {
                 s.budgets.reconciler_runs -= 1;
-                let now = self.reconcile_now(&s, late);
                 let rec = s.records[usize::from(tx)].clone();
+                // "Late" is far past any threshold and any answer deadline: each
+                // republish moves the deadline by the answer timeout (hours), so a run
+                // after k republishes is k more LATE_MS later.
+                let now = if late {
+                    self.reconcile_now(&s, late)
+                        .plus_millis(LATE_MS.saturating_mul(i64::from(rec.republishes)))
+                } else {
+                    self.reconcile_now(&s, late)
+                };
                 self.start(
                     &mut s,
                     Kind::Reconciler,
@@ -435,7 +459,7 @@ impl ProtocolModel {
     pub fn reconcile_to_fixpoint(&self, start: &State, tx: u8) -> State {
         let mut s = start.clone();
         for _round in 0..8 {
-            if !s.records[usize::from(tx)].status.is_intermediate() {
+            if Self::settled(&s, tx) {
                 break;
             }
             s.budgets.reconciler_runs = s.budgets.reconciler_runs.max(1);
@@ -470,8 +494,12 @@ impl ProtocolModel {
     /// The transaction an action concerns (`None` for the clock).
     pub(super) fn action_tx(s: &State, a: &Action) -> Option<u8> {
         match *a {
-            Action::ServiceReceive { i, .. } => s.requests.get(i).map(|r| r.tx),
-            Action::ServiceAnswer { tx, .. } | Action::Reconcile { tx, .. } => Some(tx),
+            Action::ServiceReceive { i, .. } | Action::LoseRequest { i } => {
+                s.requests.get(i).map(|r| r.tx)
+            }
+            Action::ServiceAnswer { tx, .. }
+            | Action::LoseAnswer { tx, .. }
+            | Action::Reconcile { tx, .. } => Some(tx),
             Action::DeliverResponse { i, .. } => s.responses.get(i).map(|r| r.tx),
             Action::DeliverRetry { i, .. } => s.retries.get(i).map(|e| e.tx),
             Action::Step { run } | Action::Crash { run } => s.runs.get(run).map(|r| r.tx),

@@ -111,14 +111,19 @@ impl ActiveRun {
                     w.from(),
                     w.guard.current_attempt,
                     w.guard.next_attempt,
-                    w.guard.budget,
+                    (w.guard.budget, w.guard.republishes),
                     w.to(),
                     w.set.current_attempt,
                     w.set.next_attempt,
                     w.set.max_attempts,
                     w.set.next_fire_at,
                     w.set.schedule_name,
-                    w.set.updated_at
+                    (
+                        w.set.updated_at,
+                        &w.set.answer_due_at,
+                        &w.set.republishes,
+                        &w.set.reconcile
+                    )
                 ),
                 Effect::CreateSchedule(c) => {
                     write!(key, "C{}{}{};", c.name, c.fire_at.millis(), c.event.attempt)
@@ -189,6 +194,8 @@ pub struct State {
     pub alerted: Vec<bool>,
     /// Events the scheduler could not deliver, per transaction (scheduler DLQ).
     pub scheduler_dlq: Vec<u8>,
+    /// Requests or answers of each transaction lost on the way.
+    pub lost: Vec<u8>,
     pub budgets: Budgets,
     pub violations: BTreeSet<Violation>,
 }
@@ -200,6 +207,14 @@ pub enum Action {
     ServiceReceive { i: usize, duplicate: bool },
     /// The external service answers an attempt it accepted.
     ServiceAnswer {
+        tx: u8,
+        attempt: u32,
+        outcome: Outcome,
+    },
+    /// Request `i` is lost before the service reads it.
+    LoseRequest { i: usize },
+    /// The service executes an attempt it accepted; its answer is lost.
+    LoseAnswer {
         tx: u8,
         attempt: u32,
         outcome: Outcome,
@@ -232,17 +247,24 @@ pub enum Firing {
 }
 
 /// The fields of a record that a decision, a guard or a property reads. The others
-/// (actor, origin, outcome, reason, created_at, the index key) only feed the audit
-/// trail and metrics.
+/// (actor, origin, outcome, reason, created_at, the index partition) only feed the
+/// audit trail and metrics.
 fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
     (
-        r.status,
-        r.current_attempt,
-        r.next_attempt,
-        r.max_attempts,
-        r.next_fire_at,
-        r.schedule_name.as_ref(),
-        r.updated_at,
+        (
+            r.status,
+            r.current_attempt,
+            r.next_attempt,
+            r.max_attempts,
+            r.next_fire_at,
+            r.schedule_name.as_ref(),
+            r.updated_at,
+        ),
+        (
+            r.answer_due_at,
+            r.republishes,
+            r.reconcile.as_ref().map(|k| k.at),
+        ),
     )
 }
 
@@ -266,6 +288,7 @@ impl Hash for State {
         self.instants.hash(h);
         self.alerted.hash(h);
         self.scheduler_dlq.hash(h);
+        self.lost.hash(h);
         self.budgets.hash(h);
         self.violations.hash(h);
     }

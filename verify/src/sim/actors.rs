@@ -15,6 +15,11 @@ impl World<'_> {
     // -- the external service ----------------------------------------------
 
     pub(super) fn service_receive(&mut self, tx: usize, attempt: u32, key: String) {
+        if self.faults.chance(self.cfg.silent_rate) {
+            // The request never reaches the service: no answer will ever come.
+            self.report.requests_lost += 1;
+            return;
+        }
         let receipt = self
             .ledger
             .receive(tx, &self.ids[tx], attempt, &key, self.cfg.max_attempts);
@@ -36,6 +41,11 @@ impl World<'_> {
             Outcome::Success
         };
         self.ledger.answer(tx, attempt, outcome);
+        if self.faults.chance(self.cfg.lost_answer_rate) {
+            // Executed, but the answer never reaches the response queue.
+            self.report.answers_lost += 1;
+            return;
+        }
         let answer = self.now + self.service.range(50, 2_000);
         self.at(
             answer,

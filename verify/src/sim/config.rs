@@ -30,6 +30,17 @@ pub struct SimConfig {
     pub late_response_rate: f64,
     /// Probability that the request queue delivers a request twice to the service.
     pub request_duplicate_rate: f64,
+    /// Probability that a start crashes after its create, before its publish (the
+    /// caller never repeats it).
+    pub start_crash_rate: f64,
+    /// Probability that a request never reaches the service (it is never answered).
+    pub silent_rate: f64,
+    /// Probability that the service executes a request and its answer is lost.
+    pub lost_answer_rate: f64,
+    /// ANSWER_TIMEOUT_SECONDS, in milliseconds.
+    pub answer_timeout_ms: i64,
+    /// ANSWER_REPUBLISH_MAX.
+    pub answer_republish_max: u32,
     /// The retry handler's MAX_REQUESTS_PER_SECOND (per warm instance).
     pub rate_limit: u32,
     /// The retry handler's MaximumConcurrency (warm instances).
@@ -66,6 +77,11 @@ impl Default for SimConfig {
             scheduler_failure_rate: 0.005,
             late_response_rate: 0.02,
             request_duplicate_rate: 0.02,
+            start_crash_rate: 0.005,
+            silent_rate: 0.01,
+            lost_answer_rate: 0.005,
+            answer_timeout_ms: defaults::ANSWER_TIMEOUT.as_millis() as i64,
+            answer_republish_max: defaults::ANSWER_REPUBLISH_MAX,
             rate_limit: 10,
             retry_concurrency: 5,
             response_concurrency: 10,
@@ -87,6 +103,19 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// The same simulation with every request reaching the service and every answer
+    /// coming back (no crashed start, no lost request, no lost answer): for checks of
+    /// something else that count requests exactly, or that run without the reconciler
+    /// (which alone rescues an unanswered request).
+    pub fn answered(self) -> Self {
+        Self {
+            start_crash_rate: 0.0,
+            silent_rate: 0.0,
+            lost_answer_rate: 0.0,
+            ..self
+        }
+    }
+
     /// The fleet bound on outbound requests per second.
     pub fn fleet_limit(&self) -> u64 {
         u64::from(self.rate_limit) * self.retry_concurrency as u64

@@ -112,6 +112,9 @@ impl World<'_> {
                     self.report.retry_requests_published += 1;
                     self.retry_publish_times.push(self.now);
                 }
+                if p.kind == Kind::Reconciler {
+                    self.report.republished += 1;
+                }
                 let key = request.idempotency_key.as_str().to_owned();
                 let arrive = self.now + self.latency.range(5, 100);
                 self.at(
@@ -147,6 +150,9 @@ impl World<'_> {
                 if let Some(tx) = self.tx_of(&a.transaction_id) {
                     self.alerts[tx] += 1;
                     self.report.alerts += 1;
+                    if a.kind == domain::decide::AlertKind::Unanswered {
+                        self.report.unanswered += 1;
+                    }
                 }
                 Observed::Alerted
             }

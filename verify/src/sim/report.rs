@@ -51,6 +51,13 @@ pub struct Report {
     pub late_fires: u64,
     pub double_fires: u64,
     pub late_responses: u64,
+    pub start_crashes: u64,
+    pub requests_lost: u64,
+    pub answers_lost: u64,
+    /// Requests published again by the reconciler for want of an answer.
+    pub republished: u64,
+    /// Transactions ended FAILED because their request was never answered.
+    pub unanswered: u64,
     pub schedules_created: u64,
     pub schedule_conflicts: u64,
     pub reconciler_invocations: u64,
@@ -125,6 +132,11 @@ impl Report {
             late_fires,
             double_fires,
             late_responses,
+            start_crashes,
+            requests_lost,
+            answers_lost,
+            republished,
+            unanswered,
             schedules_created,
             schedule_conflicts,
             reconciler_invocations,
@@ -172,7 +184,11 @@ impl fmt::Display for Report {
         writeln!(f, "seeds                      {:>12}", self.seeds)?;
         writeln!(f, "attempted                  {:>12}", self.attempted)?;
         writeln!(f, "  succeeded                {:>12}", self.succeeded)?;
-        writeln!(f, "  failed (exhausted)       {:>12}", self.failed)?;
+        writeln!(
+            f,
+            "  failed                   {:>12}   (exhausted, or unanswered: {})",
+            self.failed, self.unanswered
+        )?;
         writeln!(
             f,
             "  lost                     {:>12}{}",
@@ -260,6 +276,11 @@ impl fmt::Display for Report {
             f,
             "faults injected            crashes {}, throttles {}, duplicate deliveries {}, late fires {}, double fires {}, late responses {}",
             self.crashes, self.throttles, self.duplicate_deliveries, self.late_fires, self.double_fires, self.late_responses
+        )?;
+        writeln!(
+            f,
+            "unanswered requests        starts crashed before publishing {}, requests lost {}, answers lost {}; republished {}, ended FAILED/UNANSWERED {}",
+            self.start_crashes, self.requests_lost, self.answers_lost, self.republished, self.unanswered
         )?;
         writeln!(
             f,

@@ -181,6 +181,10 @@ impl<'a> World<'a> {
             &self.policies,
             Duration::from_millis(u64::try_from(self.cfg.reconcile_threshold_ms).unwrap_or(0)),
         )
+        .with_answer_deadline(
+            Duration::from_millis(u64::try_from(self.cfg.answer_timeout_ms).unwrap_or(0)),
+            self.cfg.answer_republish_max,
+        )
     }
 
     pub(super) fn tx_of(&self, id: &TransactionId) -> Option<usize> {
@@ -504,7 +508,10 @@ impl World<'_> {
             max_attempts: fixture::max_attempts(self.cfg.max_attempts),
         };
         let mut run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
-        // The library operation: performed to its end (the caller retries a failed start).
+        // The library operation: performed to its end (the caller retries a failed
+        // start) — unless the caller itself dies after the create, before the publish,
+        // and never repeats it.
+        let crash_after_create = self.faults.chance(self.cfg.start_crash_rate);
         let starter = Proc {
             kind: Kind::ResponseHandler,
             worker: 0,
@@ -517,6 +524,10 @@ impl World<'_> {
         };
         while let Step::Perform(e) = run.step() {
             let e = e.clone();
+            if crash_after_create && matches!(e, Effect::PublishRequest(_)) {
+                self.report.start_crashes += 1;
+                break;
+            }
             let obs = self.perform(&starter, &e);
             if run.observe(obs, &ctx, &mut self.jitter).is_err() {
                 self.report.count(Violation::ImpossibleObservation);
@@ -571,10 +582,14 @@ impl World<'_> {
                 Ev::ReconcilerTick => {
                     self.reconciler_tick();
                     if self.idle() && !self.reconciler_busy {
-                        // Only the cron remains: stop once a pass finds nothing, or
-                        // after a few passes that keep finding the same records.
+                        // Only the cron remains: stop once nothing is watched any more
+                        // (the index is empty), or after a few passes that keep finding
+                        // records and change nothing. Records whose entry is not due yet
+                        // (an answer deadline ahead) keep the cron going.
                         self.idle_ticks += 1;
-                        if self.last_tick_found == 0 || self.idle_ticks > 3 {
+                        if self.index.is_empty()
+                            || (self.last_tick_found > 0 && self.idle_ticks > 3)
+                        {
                             break;
                         }
                     } else {

@@ -120,16 +120,20 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
             Effect::Ack(Ack::ReconcilerRepublished),
         ];
     }
+    // The alert goes first: once FAILED the record leaves the index and no message
+    // brings the reconciler back to it, so a crash between the write and a later
+    // alert would lose the alert. Alerting first makes it at least once (a crash
+    // before the write repeats both on the next run).
     let mut w = guarded(ABANDONED);
     w.set.last_reason = Change::Set(UNANSWERED_REASON.to_owned());
     vec![
-        Effect::Write(w),
         Effect::Alert(Alert {
             kind: AlertKind::Unanswered,
             transaction_id: id.clone(),
             attempts: n,
             last_reason: Some(UNANSWERED_REASON.to_owned()),
         }),
+        Effect::Write(w),
         Effect::Ack(Ack::Unanswered),
     ]
 }

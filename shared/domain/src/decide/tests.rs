@@ -1386,16 +1386,16 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS answer-overdue republished-3 / unread",
         &[
-            "write AnswerAbandoned if IN_PROGRESS c=2 rp=3 -> FAILED reason=UNANSWERED rk=- due=- by=reconciler",
             "alert TX-100200 attempts=2 reason=UNANSWERED",
+            "write AnswerAbandoned if IN_PROGRESS c=2 rp=3 -> FAILED reason=UNANSWERED rk=- due=- by=reconciler",
             "ack Unanswered",
         ],
     ),
     (
         "reconcile IN_PROGRESS answer-overdue republished-3 / current",
         &[
-            "write AnswerAbandoned if IN_PROGRESS c=2 rp=3 -> FAILED reason=UNANSWERED rk=- due=- by=reconciler",
             "alert TX-100200 attempts=2 reason=UNANSWERED",
+            "write AnswerAbandoned if IN_PROGRESS c=2 rp=3 -> FAILED reason=UNANSWERED rk=- due=- by=reconciler",
             "ack Unanswered",
         ],
     ),
