@@ -3,7 +3,7 @@
 //! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
 //! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
 //! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
-//! reconcile_pk, reconcile_at`. Times are `Timestamp::to_rfc3339` strings. Optional
+//! reconcile_pk, reconcile_at, failed_pk`. Times are `Timestamp::to_rfc3339` strings. Optional
 //! fields are absent, never NULL.
 //!
 //! Items arrive in three shapes (the DynamoDB SDK, the DynamoDB Streams SDK, and the
@@ -11,7 +11,7 @@
 //! and decoded once.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use domain::machine::{Actor, ReconcileKey};
+use domain::machine::{Actor, FailedKey, ReconcileKey};
 use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
@@ -36,12 +36,14 @@ pub mod attr {
     pub const LAST_ORIGIN: &str = "last_origin";
     pub const RECONCILE_PK: &str = "reconcile_pk";
     pub const RECONCILE_AT: &str = "reconcile_at";
+    /// Partition key of the sparse `failed-index` (its sort key is `updated_at`).
+    pub const FAILED_PK: &str = "failed_pk";
     /// Payloads table.
     pub const PAYLOAD: &str = "payload";
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -57,6 +59,7 @@ pub mod attr {
         LAST_ORIGIN,
         RECONCILE_PK,
         RECONCILE_AT,
+        FAILED_PK,
     ];
 }
 
@@ -270,6 +273,9 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
             })
             .transpose()?,
         reconcile,
+        failed: get_s(item, FAILED_PK)?.map(|pk| FailedKey {
+            partition: pk.to_owned(),
+        }),
     })
 }
 
@@ -313,6 +319,9 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     if let Some(k) = &r.reconcile {
         m.insert(RECONCILE_PK.to_owned(), s(k.partition.clone()));
         m.insert(RECONCILE_AT.to_owned(), s(k.at.to_rfc3339()));
+    }
+    if let Some(k) = &r.failed {
+        m.insert(FAILED_PK.to_owned(), s(k.partition.clone()));
     }
     m
 }
@@ -361,8 +370,21 @@ mod tests {
     fn round_trips_full_and_minimal_records() {
         let full = sample();
         let item = RecordItem::from(&full);
-        assert_eq!(item.0.len(), 15, "every attribute present");
+        assert_eq!(
+            item.0.len(),
+            15,
+            "every attribute but the failed key present"
+        );
         assert_eq!(TransactionRecord::try_from(&item).unwrap(), full);
+        let mut failed = full.clone();
+        failed.status = Status::Failed;
+        failed.failed = FailedKey::derive(Status::Failed, &failed.transaction_id, 8);
+        let item = RecordItem::from(&failed);
+        assert_eq!(
+            item.0["failed_pk"],
+            s(format!("FAILED#{}", failed.transaction_id.shard(8)))
+        );
+        assert_eq!(TransactionRecord::try_from(&item).unwrap(), failed);
         assert_eq!(item.0["next_fire_at"], s("2023-11-15T00:13:20.000Z"));
         assert_eq!(item.0["current_attempt"], AttributeValue::N("1".into()));
 
@@ -374,6 +396,7 @@ mod tests {
         let item = RecordItem::from(&minimal);
         assert!(!item.0.contains_key("next_attempt"), "absent, never NULL");
         assert!(!item.0.contains_key("reconcile_pk"), "sparse index key");
+        assert!(!item.0.contains_key("failed_pk"), "sparse index key");
         assert_eq!(TransactionRecord::try_from(&item).unwrap(), minimal);
     }
 

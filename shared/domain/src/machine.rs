@@ -439,6 +439,34 @@ impl ReconcileKey {
     }
 }
 
+/// The failed-listing key of a FAILED record: partition `FAILED#<shard>` of the sparse
+/// index `failed-index`, whose sort key is the record's own `updated_at` (the time it
+/// failed, since nothing writes a FAILED record but the replay that leaves it).
+///
+/// Set by the one write entering FAILED (the exhausted CANCELLED) and removed by the
+/// one write leaving it (the operator replay): with a keys-only projection the index
+/// costs one write when a transaction fails and one when it is replayed, and listing
+/// the FAILED transactions is a Query per shard instead of a Scan of the table.
+/// Write-sharded like the reconciler index so that a burst of failures spreads over
+/// the partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FailedKey {
+    pub partition: String,
+}
+
+impl FailedKey {
+    pub fn partition_for(shard: u16) -> String {
+        format!("FAILED#{shard}")
+    }
+
+    /// The key a record in `status` carries, if any: only FAILED records have one.
+    pub fn derive(status: Status, id: &TransactionId, shards: u16) -> Option<FailedKey> {
+        (status == Status::Failed).then(|| FailedKey {
+            partition: Self::partition_for(id.shard(shards)),
+        })
+    }
+}
+
 /// One item per transaction: the state the handlers agree on. Small on purpose: the
 /// request payload lives apart, written once.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -463,6 +491,9 @@ pub struct TransactionRecord {
     pub last_origin: Option<Origin>,
     /// Reconciler index key; present only in intermediate states.
     pub reconcile: Option<ReconcileKey>,
+    /// Failed-listing key; present only in FAILED.
+    #[serde(default)]
+    pub failed: Option<FailedKey>,
 }
 
 impl TransactionRecord {
@@ -487,6 +518,7 @@ impl TransactionRecord {
             last_actor: Actor::Starter,
             last_origin: None,
             reconcile: None,
+            failed: None,
         }
     }
 }
@@ -557,6 +589,8 @@ pub struct Changes {
     pub origin: Change<Origin>,
     /// Reconciler index key after the write (`Clear` when leaving intermediate states).
     pub reconcile: Change<ReconcileKey>,
+    /// Failed-listing key after the write (`Set` entering FAILED, `Clear` leaving it).
+    pub failed: Change<FailedKey>,
 }
 
 /// One conditional write: an arrow of the state machine on one transaction.
@@ -600,8 +634,23 @@ impl Write {
                 } else {
                     Change::Clear
                 },
+                failed: if arrow.from().contains(Status::Failed) {
+                    Change::Clear
+                } else {
+                    Change::Keep
+                },
             },
         }
+    }
+
+    /// Enters FAILED listed: the failed-listing key of the record (partition by
+    /// `shards`), so that `retryctl list --status FAILED` finds it without a Scan.
+    pub fn listed_failed(mut self, shards: u16) -> Self {
+        self.set.failed = match FailedKey::derive(self.arrow.to(), &self.transaction_id, shards) {
+            Some(k) => Change::Set(k),
+            None => Change::Clear,
+        };
+        self
     }
 
     /// Opens the retry cycle of attempt `next`, due at `fire_at` under the schedule
@@ -692,6 +741,7 @@ impl Write {
         next.last_actor = s.actor;
         s.origin.apply_to(&mut next.last_origin);
         s.reconcile.apply_to(&mut next.reconcile);
+        s.failed.apply_to(&mut next.failed);
         Ok(next)
     }
 }
@@ -1028,5 +1078,20 @@ mod tests {
             })
             .collect();
         assert_eq!(parts.len(), 8);
+    }
+
+    #[test]
+    fn failed_key_is_sparse_and_sharded() {
+        let id = TransactionId::parse("TX-1").unwrap();
+        for s in Status::ALL {
+            let k = FailedKey::derive(s, &id, 8);
+            assert_eq!(k.is_some(), s == S::Failed, "{s}");
+        }
+        assert_eq!(
+            FailedKey::derive(S::Failed, &id, 8).unwrap().partition,
+            format!("FAILED#{}", id.shard(8))
+        );
+        // The partition is never one the reconciler queries.
+        assert_ne!(FailedKey::partition_for(0), ReconcileKey::partition_for(0));
     }
 }

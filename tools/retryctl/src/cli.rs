@@ -106,6 +106,38 @@ pub enum Command {
         #[arg(long)]
         wide: bool,
     },
+    /// Transactions one per line, filtered by status, attempt and time of the last
+    /// write. `--status FAILED` alone (or with --since/--until) queries the sparse
+    /// failed-index: its cost follows what is listed (needs --reconcile-shards). Any
+    /// other filter Scans the whole state table with a filter expression: every item is
+    /// read and billed (0.5 read unit per 4 KB), whatever the filter keeps.
+    #[command(
+        after_help = "Examples:\n  retryctl list --status FAILED --reconcile-shards 8\n  retryctl list --status FAILED --since 2026-12-04T07:00:00Z --json > failed.jsonl\n  retryctl list --status SCHEDULED --attempt 3 --limit 20\n  retryctl list --status FAILED --next-token 'failed/1796369112000/TX-000123'"
+    )]
+    List {
+        /// IN_PROGRESS | SCHEDULING | SCHEDULED | SENDING | SUCCEEDED | FAILED.
+        #[arg(long)]
+        status: Option<String>,
+        /// Current attempt (the last whose request left).
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// Last written at or after this instant (RFC 3339 UTC, `2026-12-04T07:00:00Z`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Last written at or before this instant (RFC 3339 UTC).
+        #[arg(long)]
+        until: Option<String>,
+        /// At most this many transactions (1–1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Go on from the page that printed this token.
+        #[arg(long)]
+        next_token: Option<String>,
+        /// Scan even for --status FAILED (finds FAILED transactions written before the
+        /// failed-index existed, which carry no index key).
+        #[arg(long)]
+        scan: bool,
+    },
     /// Transactions by status and by current attempt (a Scan of the state table).
     #[command(after_help = "Examples:\n  retryctl stats\n  retryctl stats --json | jq .by_status")]
     Stats,

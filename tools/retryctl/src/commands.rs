@@ -219,7 +219,7 @@ impl Target {
         self.url_by_name(name).await
     }
 
-    fn store(&self) -> Result<DynamoStore<PayloadsTable>, CliError> {
+    pub(crate) fn store(&self) -> Result<DynamoStore<PayloadsTable>, CliError> {
         Ok(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
             self.transactions_table()?,

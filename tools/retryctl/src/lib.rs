@@ -6,7 +6,8 @@
 //!   EventBridge Scheduler, of the DynamoDB stream feeding the audit writer, the
 //!   reconciler's cron and a simulated external service, all against moto.
 //! - [`report`]: the demo's final report and its checks.
-//! - [`view`], [`table`]: what the operator commands print and read.
+//! - [`view`], [`table`]: what the operator commands print and read; [`list`]: the
+//!   listing of transactions by status, attempt and time.
 //! - [`verify`]: `retryctl verify`, the post-deploy check of a stack with the staging
 //!   harness.
 
@@ -14,6 +15,7 @@ pub mod cli;
 pub mod commands;
 pub mod demo;
 pub mod error;
+pub mod list;
 pub mod local;
 pub mod report;
 pub mod table;

@@ -23,10 +23,23 @@ macro_rules! outln {
 }
 
 /// Prints a command's output: its JSON document (with the schema version) under
-/// `--json`, else its text.
+/// `--json`, else its text. An array is printed as JSON lines, one per element, each
+/// with the schema version.
 fn print(json: bool, out: Output) {
     if !json {
         out!("{}", out.text);
+        return;
+    }
+    if let serde_json::Value::Array(lines) = out.json {
+        for line in lines {
+            print(
+                true,
+                Output {
+                    text: String::new(),
+                    json: line,
+                },
+            );
+        }
         return;
     }
     let mut doc = out.json;
@@ -160,6 +173,29 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
             max_attempts,
         } => commands::submit(&target, id, payload, *max_attempts).await,
         Command::Show { id, payload, wide } => commands::show(&target, id, *payload, *wide).await,
+        Command::List {
+            status,
+            attempt,
+            since,
+            until,
+            limit,
+            next_token,
+            scan,
+        } => {
+            let q = retryctl::list::ListQuery::parse(
+                status.as_deref(),
+                *attempt,
+                since.as_deref(),
+                until.as_deref(),
+                *limit,
+                next_token.as_deref(),
+                *scan,
+            );
+            match q {
+                Ok(q) => retryctl::list::run(&target, &q).await,
+                Err(e) => Err(e),
+            }
+        }
         Command::Stats => commands::stats(&target).await,
         Command::Stuck => commands::stuck(&target).await,
         Command::Resolve { id } => commands::resolve(&target, id).await,

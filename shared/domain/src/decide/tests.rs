@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::ids::MaxAttempts;
-use crate::machine::{BudgetGuard, Change, ReconcileKey};
+use crate::machine::{BudgetGuard, Change, FailedKey, ReconcileKey};
 use crate::message::Origin;
 use crate::policy::{FixedRandom, RetryPolicy};
 
@@ -1797,6 +1797,17 @@ fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
                     w.set.reconcile == Change::Clear,
                     !w.to().is_intermediate(),
                     "{name}: the reconciler key exists exactly in intermediate states"
+                );
+                let listed = matches!(&w.set.failed, Change::Set(k) if k.partition == FailedKey::partition_for(id().shard(ctx.shards)));
+                assert_eq!(
+                    listed,
+                    w.to() == Status::Failed,
+                    "{name}: the failed-listing key is set by the writes entering FAILED"
+                );
+                assert_eq!(
+                    w.set.failed == Change::Clear,
+                    w.from().contains(Status::Failed),
+                    "{name}: the failed-listing key is removed by the writes leaving FAILED"
                 );
             }
         }

@@ -265,6 +265,10 @@ pub fn well_formed(r: &TransactionRecord) -> Result<(), String> {
         ),
         (inter == r.reconcile.is_some(), "index key iff intermediate"),
         (
+            (r.status == Status::Failed) == r.failed.is_some(),
+            "failed-listing key iff FAILED",
+        ),
+        (
             r.next_attempt
                 .is_none_or(|n| n == r.current_attempt.next() && n.get() <= r.max_attempts.get()),
             "next_attempt = current_attempt + 1 <= max_attempts",
