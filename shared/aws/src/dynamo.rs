@@ -213,6 +213,20 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         &c.failed,
         |k| s(k.partition.clone()),
     );
+    match &c.operator {
+        Change::Keep => {}
+        Change::Set(o) => {
+            put(&mut b, &mut set, attr::OPERATOR_CALLER, s(o.caller.clone()));
+            match &o.reason {
+                Some(r) => put(&mut b, &mut set, attr::OPERATOR_REASON, s(r.clone())),
+                None => remove.push(b.name(attr::OPERATOR_REASON)),
+            }
+        }
+        Change::Clear => {
+            remove.push(b.name(attr::OPERATOR_CALLER));
+            remove.push(b.name(attr::OPERATOR_REASON));
+        }
+    }
     let mut update = format!("SET {}", set.join(", "));
     if !remove.is_empty() {
         update.push_str(&format!(" REMOVE {}", remove.join(", ")));

@@ -3,7 +3,7 @@
 //! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
 //! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
 //! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
-//! reconcile_pk, reconcile_at, failed_pk`. Times are `Timestamp::to_rfc3339` strings. Optional
+//! reconcile_pk, reconcile_at, failed_pk, operator_caller, operator_reason`. Times are `Timestamp::to_rfc3339` strings. Optional
 //! fields are absent, never NULL.
 //!
 //! Items arrive in three shapes (the DynamoDB SDK, the DynamoDB Streams SDK, and the
@@ -11,7 +11,7 @@
 //! and decoded once.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use domain::machine::{Actor, FailedKey, ReconcileKey};
+use domain::machine::{Actor, FailedKey, OperatorNote, ReconcileKey};
 use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
@@ -38,12 +38,16 @@ pub mod attr {
     pub const RECONCILE_AT: &str = "reconcile_at";
     /// Partition key of the sparse `failed-index` (its sort key is `updated_at`).
     pub const FAILED_PK: &str = "failed_pk";
+    /// Who made the last operator write (`OperatorNote::caller`).
+    pub const OPERATOR_CALLER: &str = "operator_caller";
+    /// The reason that operator gave.
+    pub const OPERATOR_REASON: &str = "operator_reason";
     /// Payloads table.
     pub const PAYLOAD: &str = "payload";
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 18] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -60,6 +64,8 @@ pub mod attr {
         RECONCILE_PK,
         RECONCILE_AT,
         FAILED_PK,
+        OPERATOR_CALLER,
+        OPERATOR_REASON,
     ];
 }
 
@@ -276,6 +282,13 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
         failed: get_s(item, FAILED_PK)?.map(|pk| FailedKey {
             partition: pk.to_owned(),
         }),
+        operator: match get_s(item, OPERATOR_CALLER)? {
+            None => None,
+            Some(caller) => Some(Box::new(OperatorNote {
+                caller: caller.to_owned(),
+                reason: get_s(item, OPERATOR_REASON)?.map(str::to_owned),
+            })),
+        },
     })
 }
 
@@ -322,6 +335,12 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     }
     if let Some(k) = &r.failed {
         m.insert(FAILED_PK.to_owned(), s(k.partition.clone()));
+    }
+    if let Some(o) = &r.operator {
+        m.insert(OPERATOR_CALLER.to_owned(), s(o.caller.clone()));
+        if let Some(reason) = &o.reason {
+            m.insert(OPERATOR_REASON.to_owned(), s(reason.clone()));
+        }
     }
     m
 }
@@ -385,6 +404,14 @@ mod tests {
             s(format!("FAILED#{}", failed.transaction_id.shard(8)))
         );
         assert_eq!(TransactionRecord::try_from(&item).unwrap(), failed);
+        let mut noted = full.clone();
+        noted.operator = Some(Box::new(
+            OperatorNote::new("arn:aws:iam::1:user/a", Some("why")).unwrap(),
+        ));
+        let item = RecordItem::from(&noted);
+        assert_eq!(item.0["operator_caller"], s("arn:aws:iam::1:user/a"));
+        assert_eq!(item.0["operator_reason"], s("why"));
+        assert_eq!(TransactionRecord::try_from(&item).unwrap(), noted);
         assert_eq!(item.0["next_fire_at"], s("2023-11-15T00:13:20.000Z"));
         assert_eq!(item.0["current_attempt"], AttributeValue::N("1".into()));
 

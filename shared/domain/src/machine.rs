@@ -467,6 +467,41 @@ impl FailedKey {
     }
 }
 
+/// Who an operator write was made by and why (`retryctl replay|resolve --reason`):
+/// kept on the record until the next operator write, and in the audit entry of the
+/// operator's transition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OperatorNote {
+    /// The caller's identity (the ARN STS GetCallerIdentity gives).
+    pub caller: String,
+    /// The reason the operator gave, if any.
+    pub reason: Option<String>,
+}
+
+/// Longest reason an operator may give, in characters.
+pub const OPERATOR_REASON_MAX: usize = 256;
+
+impl OperatorNote {
+    /// A note, the reason checked: 1–256 characters, no control characters.
+    pub fn new(caller: impl Into<String>, reason: Option<&str>) -> Result<Self, String> {
+        if let Some(r) = reason {
+            let n = r.chars().count();
+            if n == 0 || n > OPERATOR_REASON_MAX {
+                return Err(format!(
+                    "must be 1–{OPERATOR_REASON_MAX} characters (it has {n})"
+                ));
+            }
+            if r.chars().any(char::is_control) {
+                return Err("must not contain control characters".into());
+            }
+        }
+        Ok(Self {
+            caller: caller.into(),
+            reason: reason.map(str::to_owned),
+        })
+    }
+}
+
 /// One item per transaction: the state the handlers agree on. Small on purpose: the
 /// request payload lives apart, written once.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -494,6 +529,10 @@ pub struct TransactionRecord {
     /// Failed-listing key; present only in FAILED.
     #[serde(default)]
     pub failed: Option<FailedKey>,
+    /// Who made the last operator write, and why (boxed: rare, and the record is
+    /// passed by value).
+    #[serde(default)]
+    pub operator: Option<Box<OperatorNote>>,
 }
 
 impl TransactionRecord {
@@ -519,6 +558,7 @@ impl TransactionRecord {
             last_origin: None,
             reconcile: None,
             failed: None,
+            operator: None,
         }
     }
 }
@@ -591,6 +631,8 @@ pub struct Changes {
     pub reconcile: Change<ReconcileKey>,
     /// Failed-listing key after the write (`Set` entering FAILED, `Clear` leaving it).
     pub failed: Change<FailedKey>,
+    /// The operator's note: set (or cleared) by operator writes, kept by the others.
+    pub operator: Change<OperatorNote>,
 }
 
 /// One conditional write: an arrow of the state machine on one transaction.
@@ -639,6 +681,7 @@ impl Write {
                 } else {
                     Change::Keep
                 },
+                operator: Change::Keep,
             },
         }
     }
@@ -674,6 +717,16 @@ impl Write {
             Some(fire_at),
         ) {
             Some(k) => Change::Set(k),
+            None => Change::Clear,
+        };
+        self
+    }
+
+    /// An operator's write: records who made it and why (`None`: no note, and a
+    /// previous operator's note is removed).
+    pub fn noted(mut self, note: Option<&OperatorNote>) -> Self {
+        self.set.operator = match note {
+            Some(n) => Change::Set(n.clone()),
             None => Change::Clear,
         };
         self
@@ -742,6 +795,11 @@ impl Write {
         s.origin.apply_to(&mut next.last_origin);
         s.reconcile.apply_to(&mut next.reconcile);
         s.failed.apply_to(&mut next.failed);
+        match &s.operator {
+            Change::Keep => {}
+            Change::Set(n) => next.operator = Some(Box::new(n.clone())),
+            Change::Clear => next.operator = None,
+        }
         Ok(next)
     }
 }

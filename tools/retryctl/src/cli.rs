@@ -147,8 +147,15 @@ pub enum Command {
     )]
     Stuck,
     /// Resolved by other means: SCHEDULING or SCHEDULED → SUCCEEDED, schedule deleted.
-    #[command(after_help = "Examples:\n  retryctl resolve TX-42")]
-    Resolve { id: String },
+    /// Many ids, or --from-list: one line per transaction, then a summary; the exit
+    /// code is the first failure's (3 unknown, 4 refused, 1 AWS), 0 when all were done.
+    #[command(
+        after_help = "Examples:\n  retryctl resolve TX-42 --reason 'paid by bank transfer'\n  retryctl resolve TX-42 TX-43 --dry-run\n  retryctl list --status SCHEDULED --json | retryctl resolve --from-list - --reason 'settled by hand'"
+    )]
+    Resolve {
+        #[command(flatten)]
+        bulk: BulkArgs,
+    },
     /// Move every message of a dead-letter queue back to its source queue.
     #[command(
         after_help = "Examples:\n  retryctl redrive response --dry-run\n  retryctl redrive retry --max 10\n  retryctl redrive audit"
@@ -171,12 +178,16 @@ pub enum Command {
         #[command(subcommand)]
         action: DlqAction,
     },
-    /// Reopen a FAILED transaction with more attempts (recorded in the audit trail).
+    /// Reopen FAILED transactions with more attempts (recorded in the audit trail with
+    /// the caller's identity and --reason). Many ids, or --from-list: one line per
+    /// transaction, then a summary; the exit code is the first failure's (3 unknown, 4
+    /// refused, 1 AWS), 0 when all were done.
     #[command(
-        after_help = "Examples:\n  retryctl replay TX-42 --reconcile-shards 8\n  retryctl replay TX-42 --budget 2 --reconcile-shards 8"
+        after_help = "Examples:\n  retryctl replay TX-42 --reconcile-shards 8\n  retryctl replay TX-42 TX-43 --budget 2 --reason 'service back' --reconcile-shards 8\n  retryctl list --status FAILED --json > failed.jsonl\n  retryctl replay --from-list failed.jsonl --dry-run\n  retryctl replay --from-list failed.jsonl --reason 'INC-123 fixed'"
     )]
     Replay {
-        id: String,
+        #[command(flatten)]
+        bulk: BulkArgs,
         /// Attempts to add; default: the transaction's own max_attempts (a fresh budget).
         #[arg(long)]
         budget: Option<u32>,
@@ -190,6 +201,35 @@ pub enum Command {
     /// transactions through the staging harness (docs/deploy.md). Exit 6 when a check
     /// fails.
     Verify(VerifyArgs),
+}
+
+/// The transactions an operator action applies to, and how.
+#[derive(Debug, Clone, Args)]
+pub struct BulkArgs {
+    /// Transaction ids.
+    pub ids: Vec<String>,
+    /// Also the transactions of this file: the JSON lines `retryctl list --json` prints
+    /// (`-`: stdin).
+    #[arg(long, value_name = "FILE")]
+    pub from_list: Option<PathBuf>,
+    /// Print exactly what would change for each transaction (the same decision, on
+    /// the record as it is now) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Why: recorded with the caller's identity in the record and its audit entry
+    /// (1–256 characters).
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+impl BulkArgs {
+    /// One id given as an argument, no list, no dry run: the single-transaction form.
+    pub fn single(&self) -> Option<&str> {
+        match (self.ids.as_slice(), &self.from_list, self.dry_run) {
+            ([id], None, false) => Some(id),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Subcommand)]

@@ -12,6 +12,7 @@ use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 use domain::decide::{decide_reconcile, is_stuck, Observed, Rejection};
 use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
+use domain::machine::OperatorNote;
 use domain::ports::{Clock, Payloads, Records, StuckIndex, StuckQuery, SystemClock};
 use domain::{MaxAttempts, Payload, TransactionId, TransactionRecord};
 use runtime::ops::OpError;
@@ -229,13 +230,13 @@ impl Target {
 
     /// The settings of a command that opens no retry cycle and judges nothing stuck
     /// (submit, resolve): shards and threshold play no part in its decisions.
-    fn settings(&self) -> Settings {
+    pub(crate) fn settings(&self) -> Settings {
         Settings::default()
     }
 
     /// The settings of a command that writes index keys or judges records stuck:
     /// with the stack's own shard count and threshold, or an error naming the flag.
-    fn stack_settings(&self, threshold: bool) -> Result<Settings, CliError> {
+    pub(crate) fn stack_settings(&self, threshold: bool) -> Result<Settings, CliError> {
         Ok(Settings {
             shards: self.shards()?,
             reconcile_threshold: if threshold {
@@ -248,7 +249,15 @@ impl Target {
     }
 }
 
-fn parse_id(raw: &str) -> Result<TransactionId, CliError> {
+/// The context of an operator's decision, carrying who and why when known.
+fn noted(ctx: domain::Context, note: Option<&OperatorNote>) -> domain::Context {
+    match note {
+        Some(n) => ctx.for_operator(n.clone()),
+        None => ctx,
+    }
+}
+
+pub(crate) fn parse_id(raw: &str) -> Result<TransactionId, CliError> {
     TransactionId::parse(raw).map_err(|e| CliError::bad("<id>", raw, e))
 }
 
@@ -324,7 +333,7 @@ fn abridged(text: &str) -> String {
     format!("{head}… ({} bytes)", text.len())
 }
 
-async fn read_record(
+pub(crate) async fn read_record(
     store: &DynamoStore<PayloadsTable>,
     id: &TransactionId,
 ) -> Result<TransactionRecord, CliError> {
@@ -458,7 +467,12 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
     })
 }
 
-pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
+/// Resolves one transaction, recording `note` (who and why) with the write.
+pub async fn resolve(
+    t: &Target,
+    id: &str,
+    note: Option<&OperatorNote>,
+) -> Result<Output, CliError> {
     let id = parse_id(id)?;
     let store = t.store()?;
     // Only DeleteSchedule is used: the group is the one setting that matters.
@@ -477,7 +491,7 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
         store: &store,
         scheduler: &scheduler,
     };
-    let ctx = t.settings().context(SystemClock.now());
+    let ctx = noted(t.settings().context(SystemClock.now()), note);
     let done = runtime::ops::resolve(&ports, id.clone(), &ctx)
         .await
         .map_err(op_error)?;
@@ -515,7 +529,13 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
     })
 }
 
-pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output, CliError> {
+/// Replays one FAILED transaction, recording `note` (who and why) with the write.
+pub async fn replay(
+    t: &Target,
+    id: &str,
+    budget: Option<u32>,
+    note: Option<&OperatorNote>,
+) -> Result<Output, CliError> {
     let id = parse_id(id)?;
     if budget == Some(0) {
         return Err(CliError::bad("--budget", "0", "must be at least 1"));
@@ -528,7 +548,7 @@ pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output,
         store: &store,
         retries: &retries,
     };
-    let ctx = t.stack_settings(false)?.context(SystemClock.now());
+    let ctx = noted(t.stack_settings(false)?.context(SystemClock.now()), note);
     let done = runtime::ops::replay(&ports, id.clone(), budget, &ctx)
         .await
         .map_err(op_error)?;

@@ -1,7 +1,7 @@
 //! `retryctl`: the operator CLI of the deferred retry pattern, and `retryctl demo`, the
 //! whole pipeline on one machine.
 //!
-//! - [`cli`]: the command line.
+//! - [`cli`]: the command line; [`bulk`]: `replay`/`resolve` over many transactions.
 //! - [`local`]: the local stack: emulators of Lambda's SQS event source mapping, of
 //!   EventBridge Scheduler, of the DynamoDB stream feeding the audit writer, the
 //!   reconciler's cron and a simulated external service, all against moto.
@@ -11,6 +11,7 @@
 //! - [`verify`]: `retryctl verify`, the post-deploy check of a stack with the staging
 //!   harness.
 
+pub mod bulk;
 pub mod cli;
 pub mod commands;
 pub mod demo;

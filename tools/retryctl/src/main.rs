@@ -159,6 +159,35 @@ async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, C
     )))
 }
 
+/// `replay` and `resolve`: one transaction as before, or many (`bulk`), each line
+/// printed before the exit code says whether any failed.
+async fn operator(
+    cli: &Cli,
+    target: &Target,
+    args: &retryctl::cli::BulkArgs,
+    action: retryctl::bulk::Action,
+) -> Result<Output, CliError> {
+    let ids = retryctl::bulk::ids(&args.ids, args.from_list.as_deref())?;
+    if let Some(id) = args.single() {
+        let note = retryctl::bulk::note(target, args.reason.as_deref()).await?;
+        return match action {
+            retryctl::bulk::Action::Replay { budget } => {
+                commands::replay(target, id, budget, Some(&note)).await
+            }
+            retryctl::bulk::Action::Resolve => commands::resolve(target, id, Some(&note)).await,
+        };
+    }
+    let (out, failed) =
+        retryctl::bulk::run(target, action, &ids, args.dry_run, args.reason.as_deref()).await?;
+    match failed {
+        None => Ok(out),
+        Some(e) => {
+            print(cli.json, out);
+            Err(e)
+        }
+    }
+}
+
 async fn run(cli: &Cli) -> Result<Output, CliError> {
     match &cli.command {
         Command::Demo(args) => return demo(cli, args).await,
@@ -198,7 +227,9 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
         }
         Command::Stats => commands::stats(&target).await,
         Command::Stuck => commands::stuck(&target).await,
-        Command::Resolve { id } => commands::resolve(&target, id).await,
+        Command::Resolve { bulk } => {
+            operator(cli, &target, bulk, retryctl::bulk::Action::Resolve).await
+        }
         Command::Redrive {
             queue,
             max,
@@ -212,7 +243,10 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
         Command::Dlq {
             action: DlqAction::Peek { queue, max },
         } => commands::peek(&target, *queue, *max, false).await,
-        Command::Replay { id, budget } => commands::replay(&target, id, *budget).await,
+        Command::Replay { bulk, budget } => {
+            let action = retryctl::bulk::Action::Replay { budget: *budget };
+            operator(cli, &target, bulk, action).await
+        }
         Command::Demo(args) => demo(cli, args).await,
         Command::Verify(args) => verify(cli, args).await,
     };
@@ -287,8 +321,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            // A failed verification has printed its report (one JSON document).
-            if cli.json && !matches!(e, CliError::VerifyFailed(_)) {
+            // A failed verification has printed its report (one JSON document), a bulk
+            // action its lines.
+            if cli.json && !matches!(e, CliError::VerifyFailed(_) | CliError::SomeFailed { .. }) {
                 outln!("{}", error_json(&e, cli.verbose));
             }
             let msg = e.to_string();

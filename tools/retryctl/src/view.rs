@@ -25,6 +25,8 @@ pub fn record_json(r: &TransactionRecord) -> Value {
         "updated_at": r.updated_at.to_rfc3339(),
         "last_actor": r.last_actor.as_str(),
         "last_origin": r.last_origin.map(|o| o.as_str()),
+        "operator_caller": r.operator.as_ref().map(|o| o.caller.as_str()),
+        "operator_reason": r.operator.as_ref().and_then(|o| o.reason.as_deref()),
     })
 }
 
@@ -48,6 +50,8 @@ pub fn audit_json(e: &AuditEntry) -> Value {
         "outcome": if answered { e.outcome.map(|o| o.as_str()) } else { None },
         "reason": if answered { e.reason.clone() } else { None },
         "origin": c.origin,
+        "operator_caller": e.operator.as_ref().map(|o| o.caller.as_str()),
+        "operator_reason": e.operator.as_ref().and_then(|o| o.reason.as_deref()),
     })
 }
 
@@ -113,6 +117,12 @@ pub fn compact_timeline(rows: &[AuditEntry]) -> String {
         }
         if let Some(o) = &c.origin {
             line.push_str(&format!("  origin {o}"));
+        }
+        if let Some(o) = &e.operator {
+            line.push_str(&format!("  by {}", o.caller));
+            if let Some(r) = &o.reason {
+                line.push_str(&format!(": {r}"));
+            }
         }
         let _ = writeln!(s, "{line}");
     }
@@ -245,6 +255,17 @@ pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry], wide: bool) -> Str
             .map(|o| format!(" (origin {})", o.as_str()))
             .unwrap_or_default()
     );
+    if let Some(o) = &r.operator {
+        let _ = writeln!(
+            s,
+            "operator      {}{}",
+            o.caller,
+            o.reason
+                .as_ref()
+                .map(|x| format!(": {x}"))
+                .unwrap_or_default()
+        );
+    }
     let rows = chain(audit);
     let _ = writeln!(s);
     let _ = writeln!(s, "timeline ({} transitions)", rows.len());

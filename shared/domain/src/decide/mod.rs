@@ -51,6 +51,8 @@ pub struct Context {
     pub shards: u16,
     /// How long an intermediate state may last before the reconciler acts.
     pub reconcile_threshold: Duration,
+    /// The operator a decision is made for (replay, resolve), recorded by its write.
+    pub operator: Option<crate::machine::OperatorNote>,
 }
 
 impl Context {
@@ -65,7 +67,14 @@ impl Context {
             policies,
             shards: shards.max(1),
             reconcile_threshold,
+            operator: None,
         }
+    }
+
+    /// The same context, deciding for the operator `note` describes.
+    pub fn for_operator(mut self, note: crate::machine::OperatorNote) -> Self {
+        self.operator = Some(note);
+        self
     }
 
     fn threshold_ms(&self) -> i64 {
