@@ -158,7 +158,7 @@ pub enum Command {
     },
     /// Move every message of a dead-letter queue back to its source queue.
     #[command(
-        after_help = "Examples:\n  retryctl redrive response --dry-run\n  retryctl redrive retry --max 10\n  retryctl redrive audit"
+        after_help = "Examples:\n  retryctl redrive response --dry-run\n  retryctl redrive retry --max 10\n  retryctl redrive response --wait 60\n  retryctl redrive audit"
     )]
     Redrive {
         /// request | response | retry | scheduler (the scheduler DLQ goes back to the
@@ -171,6 +171,11 @@ pub enum Command {
         /// Show what would be moved (as `dlq peek` does) and move nothing.
         #[arg(long)]
         dry_run: bool,
+        /// After moving, watch the DLQ this many seconds and say which moved messages
+        /// came back (DLQ message id, the id it was sent under, transaction id,
+        /// receive count): still failing, they are dead-lettered again.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        wait: u64,
     },
     /// Look at a dead-letter queue without moving anything.
     #[command(after_help = "Examples:\n  retryctl dlq peek response --max 5")]

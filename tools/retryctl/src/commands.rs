@@ -864,16 +864,34 @@ async fn delete(
 /// Moves the messages of a dead-letter queue back to its source: the request,
 /// response and retry DLQs (named by each queue's redrive policy) to their queue; the
 /// scheduler's DLQ (retry events the scheduler could not deliver) to the retry queue.
-pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Output, CliError> {
+/// `wait` > 0: then watches the DLQ that many seconds and reports which of the moved
+/// messages came back (same body), with their transaction id.
+pub async fn redrive(
+    t: &Target,
+    q: QueueName,
+    max: Option<u64>,
+    wait: u64,
+) -> Result<Output, CliError> {
     if max == Some(0) {
         return Err(CliError::bad("--max", "0", "must be at least 1"));
     }
     if q == QueueName::Audit {
+        if wait > 0 {
+            return Err(CliError::bad(
+                "--wait",
+                wait.to_string(),
+                "does not apply to the audit DLQ: its messages are audited, not moved back",
+            ));
+        }
         return redrive_audit(t, max).await;
     }
     let sqs = t.sqs();
     let (dlq_url, target_url) = dlq_of(t, q).await?;
     let mut moved = 0u64;
+    // (the id each moved message was sent under, its body)
+    let mut sent: Vec<(String, String)> = Vec::new();
+    // Moved messages seen back in the DLQ while still moving.
+    let mut early: Vec<aws_sdk_sqs::types::Message> = Vec::new();
     let limit = max.unwrap_or(u64::MAX);
     while moved < limit {
         let page = i32::try_from((limit - moved).min(10)).unwrap_or(10);
@@ -882,6 +900,15 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
             break;
         }
         for m in messages {
+            // Sent by this run and already dead-lettered again (a DLQ keeps the id a
+            // message was sent under): moved once, never again — it came back.
+            if sent
+                .iter()
+                .any(|(id, _)| Some(id.as_str()) == m.message_id())
+            {
+                early.push(m);
+                continue;
+            }
             let mut send = sqs
                 .send_message()
                 .queue_url(&target_url)
@@ -897,18 +924,99 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
                     send = send.message_attributes(k, a);
                 }
             }
-            send.send()
+            let out = send
+                .send()
                 .await
                 .map_err(|e| crate::error::sdk_error("SendMessage", &target_url, e))?;
             delete(&sqs, &dlq_url, &m).await?;
+            sent.push((
+                out.message_id().unwrap_or_default().to_owned(),
+                m.body().unwrap_or_default().to_owned(),
+            ));
             moved += 1;
         }
     }
+    let back = came_back(&sqs, &dlq_url, &sent, early, Duration::from_secs(wait)).await?;
+    let mut text = format!(
+        "{}: moved {moved} message(s) from {dlq_url} to {target_url}\n",
+        q.as_str()
+    );
+    if wait > 0 || !back.is_empty() {
+        text.push_str(&format!(
+            "  {} came back to the DLQ within {wait} s\n",
+            back.len()
+        ));
+        for b in &back {
+            text.push_str(&format!(
+                "  - {} (sent as {}), transaction {}, received {}\n",
+                b["message_id"].as_str().unwrap_or("-"),
+                b["sent_as"].as_str().unwrap_or("-"),
+                b["transaction_id"].as_str().unwrap_or("-"),
+                b["receive_count"]
+            ));
+        }
+    }
     Ok(Output {
-        text: format!(
-            "{}: moved {moved} message(s) from {dlq_url} to {target_url}\n",
-            q.as_str()
-        ),
-        json: json!({"queue": q.as_str(), "moved": moved, "from": dlq_url, "to": target_url}),
+        text,
+        json: json!({
+            "queue": q.as_str(),
+            "moved": moved,
+            "from": dlq_url,
+            "to": target_url,
+            "waited_seconds": wait,
+            "came_back": back,
+        }),
     })
+}
+
+/// The moved messages (`sent`: the id each was sent under, its body; `early`: those
+/// already seen back while moving) that reappear in
+/// the DLQ within `wait` (by that id, which a DLQ keeps, or else by body), looked at
+/// every second without moving them: each as
+/// `{message_id, sent_as, transaction_id, receive_count}` (the transaction id read from
+/// the body when it is JSON naming one).
+async fn came_back(
+    sqs: &aws_sdk_sqs::Client,
+    dlq_url: &str,
+    sent: &[(String, String)],
+    early: Vec<aws_sdk_sqs::types::Message>,
+    wait: Duration,
+) -> Result<Vec<Value>, CliError> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut pending: Vec<&(String, String)> = sent.iter().collect();
+    let mut back: Vec<Value> = Vec::new();
+    let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut batch = early;
+    loop {
+        for m in std::mem::take(&mut batch) {
+            let id = m.message_id().unwrap_or_default().to_owned();
+            let body = m.body().unwrap_or_default();
+            // The id it was sent under (a DLQ keeps it), else the same body.
+            let Some(i) = pending
+                .iter()
+                .position(|(sent_as, _)| *sent_as == id)
+                .or_else(|| pending.iter().position(|(_, b)| b == body))
+            else {
+                continue;
+            };
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let (sent_as, _) = pending.remove(i);
+            let peeked = peeked_json(&m);
+            back.push(json!({
+                "message_id": id,
+                "sent_as": sent_as,
+                "transaction_id": serde_json::from_str::<Value>(body)
+                    .ok()
+                    .and_then(|v| v.get("transaction_id").cloned()),
+                "receive_count": peeked["receive_count"],
+            }));
+        }
+        if pending.is_empty() || std::time::Instant::now() >= deadline {
+            return Ok(back);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        batch = receive(sqs, dlq_url, 10, 0).await?;
+    }
 }

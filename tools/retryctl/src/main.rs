@@ -234,12 +234,14 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
             queue,
             max,
             dry_run: true,
+            ..
         } => commands::peek(&target, *queue, max.unwrap_or(u64::MAX), true).await,
         Command::Redrive {
             queue,
             max,
             dry_run: false,
-        } => commands::redrive(&target, *queue, *max).await,
+            wait,
+        } => commands::redrive(&target, *queue, *max, *wait).await,
         Command::Dlq {
             action: DlqAction::Peek { queue, max },
         } => commands::peek(&target, *queue, *max, false).await,
