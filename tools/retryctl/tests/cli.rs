@@ -662,7 +662,7 @@ async fn bare(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Stri
 #[tokio::test(flavor = "multi_thread")]
 async fn help_shows_examples_and_keeps_the_stack_settings_apart() {
     for sub in [
-        "submit", "show", "stats", "stuck", "resolve", "redrive", "dlq", "replay", "demo",
+        "submit", "show", "list", "stats", "stuck", "resolve", "redrive", "dlq", "replay", "demo",
     ] {
         let (code, out, err) = bare(&[sub, "--help"], &[]).await;
         assert_eq!(code, Some(0), "{sub}: {err}");

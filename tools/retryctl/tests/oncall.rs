@@ -169,6 +169,29 @@ async fn list_show_replay_dry_run_then_for_real_with_a_reason() {
     let again = retryctl(&s, &["show", IDS[0], "--json"]).await.json();
     assert_eq!(again["timeline"].as_array().unwrap().len(), before_trail);
 
+    // Resolving them would be refused, each said, exit 4 (the first failure's code).
+    let refused = retryctl(&s, &["resolve", "--from-list", list_path, "--dry-run"]).await;
+    assert_eq!(refused.code, 4, "{refused:?}");
+    assert_eq!(
+        refused
+            .stdout
+            .lines()
+            .filter(|l| l.contains(": refused — "))
+            .count(),
+        3,
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .stdout
+            .contains("resolve: 0 of 3 done, 3 failed; dry run: nothing written"),
+        "{refused:?}"
+    );
+    // A bad filter is named, as JSON under --json.
+    let bad = retryctl(&s, &["list", "--status", "LOST", "--json"]).await;
+    assert_eq!(bad.code, 2, "{bad:?}");
+    assert_eq!(bad.json()["error"], "bad-argument");
+
     // 4. For real, with a reason.
     let reason = "INC-7: the service is back";
     let done = retryctl(
