@@ -223,6 +223,92 @@ fn transactions_table_shape(names: &StackNames) -> (Vec<IndexDef>, Vec<&'static 
         .unwrap_or_default()
 }
 
+/// One write of the failure path, billed by the rules: the table and each index apart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureWrite {
+    pub label: &'static str,
+    pub table: f64,
+    pub failed_index: f64,
+    pub reconcile_index: f64,
+}
+
+/// The failure path's writes as the domain decides them, billed by the rules on the
+/// items they leave (no AWS call): the last attempt answered CANCELLED
+/// (IN_PROGRESS → FAILED, the failed-index entry appears), then an operator replay
+/// (FAILED → SCHEDULING, the failed-index entry goes and the cycle's reconcile-index
+/// entry appears).
+pub fn failure_path(max_attempts: u32) -> Result<Vec<FailureWrite>, CycleError> {
+    use domain::decide::{decide, Input, Known};
+    use domain::policy::FixedRandom;
+    use domain::{Context, Effect, PolicySet, Response, Timestamp, TransactionRecord};
+    let setup = |e: &dyn std::fmt::Display| CycleError::Setup(e.to_string());
+    let names = StackNames::new("bench");
+    let (indexes, table_keys) = transactions_table_shape(&names);
+    let only = |name: &str| -> Vec<IndexDef> {
+        indexes.iter().filter(|i| i.name == name).cloned().collect()
+    };
+    let tx = TransactionId::parse("TX-BENCH-FAILURE-000001").map_err(|e| setup(&e))?;
+    let max = MaxAttempts::new(max_attempts).map_err(|e| setup(&e))?;
+    let mut r = TransactionRecord::started(tx.clone(), max, Timestamp::from_millis(0));
+    r.current_attempt = domain::Attempt::new(max_attempts).map_err(|e| setup(&e))?;
+    let ctx = Context::new(
+        Timestamp::from_millis(3_600_000),
+        PolicySet::default(),
+        domain::defaults::RECONCILE_SHARDS,
+        std::time::Duration::from_secs(900),
+    );
+    let answer = Response::parse(&format!(
+        r#"{{"transaction_id":"{tx}","attempt":{max_attempts},"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}}"#
+    ))
+    .map_err(|e| setup(&e))?;
+    let steps = [
+        (
+            "IN_PROGRESS → FAILED (last attempt CANCELLED)",
+            Input::Response(answer),
+        ),
+        (
+            "FAILED → SCHEDULING (operator replay)",
+            Input::Replay {
+                transaction_id: tx.clone(),
+                budget: max_attempts,
+            },
+        ),
+    ];
+    let mut out = Vec::new();
+    for (label, input) in steps {
+        let plan = decide(&input, Known::Record(&r), None, &ctx, &mut FixedRandom(0.5));
+        let w = plan
+            .iter()
+            .find_map(|e| match e {
+                Effect::Write(w) => Some(w),
+                _ => None,
+            })
+            .ok_or_else(|| CycleError::Setup(format!("{label}: no write decided")))?;
+        let next = w.apply(&r).map_err(|e| setup(&e))?;
+        let before = flat_from_dynamodb(&aws::item::record_to_item(&r));
+        let after = flat_from_dynamodb(&aws::item::record_to_item(&next));
+        let bill = |ix: &[IndexDef]| {
+            dynamodb_billed_units(
+                DynamoOp::Write {
+                    before: Some(&before),
+                    after: Some(&after),
+                    transactional: false,
+                },
+                ix,
+                &table_keys,
+            )
+        };
+        out.push(FailureWrite {
+            label,
+            table: bill(&[]).table_write,
+            failed_index: bill(&only(aws::config::FAILED_INDEX)).index_write,
+            reconcile_index: bill(&only(aws::config::RECONCILE_INDEX)).index_write,
+        });
+        r = next;
+    }
+    Ok(out)
+}
+
 /// Measures one cycle on a fresh stack (unique names) on the moto server of `sdk`.
 pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasurement, CycleError> {
     let deliveries = spec.deliveries.max(1);

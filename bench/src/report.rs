@@ -646,6 +646,30 @@ pub fn render(r: &Report) -> String {
     );
     s.push_str(&transitions_table(r));
     let _ = writeln!(s);
+    if let Ok(writes) = crate::cycle::failure_path(3) {
+        let _ = writeln!(
+            s,
+            "The failure path, per failed transaction (not in the figures above; the domain's \
+             writes billed by the same rules): the sparse, keys-only failed-index (`FAILED#<shard>`, \
+             sorted by `updated_at`) holds only FAILED transactions, so `retryctl list --status \
+             FAILED` queries it instead of scanning the table.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| write | WRU table | WRU failed-index | WRU reconcile-index |\n|---|---:|---:|---:|"
+        );
+        for w in &writes {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                w.label,
+                num(w.table),
+                num(w.failed_index),
+                num(w.reconcile_index)
+            );
+        }
+        let _ = writeln!(s);
+    }
     if let Some(c) = r.cycle(4096, 1) {
         let _ = writeln!(
             s,

@@ -186,3 +186,24 @@ fn the_alternatives() {
         sleeping.per_million()
     );
 }
+
+/// GIVEN the failure path as the domain writes it WHEN billed by DynamoDB's rules THEN
+/// the failed-index costs one write when a transaction fails and one when it is
+/// replayed, and nothing else on the path touches it.
+#[test]
+fn the_failed_index_costs_one_write_at_failure_and_one_at_replay() {
+    let w = retry_bench::cycle::failure_path(3).unwrap();
+    assert_eq!(w.len(), 2);
+    assert_eq!(
+        (w[0].table, w[0].failed_index, w[0].reconcile_index),
+        (1.0, 1.0, 0.0),
+        "{:?}",
+        w[0]
+    );
+    assert_eq!(
+        (w[1].table, w[1].failed_index, w[1].reconcile_index),
+        (1.0, 1.0, 1.0),
+        "{:?}",
+        w[1]
+    );
+}

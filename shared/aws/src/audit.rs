@@ -58,6 +58,9 @@ pub mod attr {
     pub const OUTCOME: &str = "outcome";
     pub const REASON: &str = "reason";
     pub const ORIGIN: &str = "origin";
+    /// Who made an operator's transition, and the reason given.
+    pub const OPERATOR_CALLER: &str = "operator_caller";
+    pub const OPERATOR_REASON: &str = "operator_reason";
 }
 
 /// Why a change could not be audited.
@@ -140,6 +143,12 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     }
     if let Some(o) = entry.origin {
         m.insert(ORIGIN.into(), s(o.as_str()));
+    }
+    if let Some(o) = &entry.operator {
+        m.insert(OPERATOR_CALLER.into(), s(o.caller.clone()));
+        if let Some(r) = &o.reason {
+            m.insert(OPERATOR_REASON.into(), s(r.clone()));
+        }
     }
     m
 }
@@ -272,6 +281,10 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
         origin: get(ORIGIN)
             .map(|v| Origin::parse(v).ok_or_else(|| bad(ORIGIN, Some(v), "unknown origin")))
             .transpose()?,
+        operator: get(OPERATOR_CALLER).map(|caller| domain::machine::OperatorNote {
+            caller: caller.to_owned(),
+            reason: get(OPERATOR_REASON).map(str::to_owned),
+        }),
     })
 }
 
@@ -774,6 +787,33 @@ mod tests {
             entry_from_images(Some(&nw), Some(&nw)).unwrap(),
             None,
             "a no-op is no entry"
+        );
+    }
+
+    /// GIVEN an operator's replay with a note WHEN audited from the stream's images
+    /// THEN the entry holds the caller and the reason, stored and read back.
+    #[test]
+    fn an_operator_entry_keeps_who_and_why() {
+        let mut old = started(0);
+        old.status = Status::Failed;
+        let mut new = old.clone();
+        new.status = Status::Scheduling;
+        new.updated_at = Timestamp::from_millis(5_000);
+        new.last_actor = Actor::Operator;
+        let note = domain::machine::OperatorNote::new(
+            "arn:aws:sts::1:assumed-role/oncall/bob",
+            Some("fixed"),
+        )
+        .unwrap();
+        new.operator = Some(Box::new(note.clone()));
+        let entry = change(&old, &new);
+        assert_eq!(entry.operator, Some(note));
+        let item = audit_item(&entry, 30);
+        let back = entries_from_item(&item).unwrap();
+        assert_eq!(back, vec![entry]);
+        assert_eq!(
+            back[0].operator.as_ref().map(|o| o.caller.as_str()),
+            Some("arn:aws:sts::1:assumed-role/oncall/bob")
         );
     }
 

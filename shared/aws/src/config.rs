@@ -514,6 +514,10 @@ impl AuditWriterConfig {
 /// Name of the reconciler index on the transactions table.
 pub const RECONCILE_INDEX: &str = "reconcile-index";
 
+/// Name of the sparse index of FAILED transactions on the transactions table
+/// (partition `failed_pk`, sort key `updated_at`, keys only).
+pub const FAILED_INDEX: &str = "failed-index";
+
 /// Physical resource names of one stack, all derived from a prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StackNames {

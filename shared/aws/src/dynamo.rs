@@ -9,12 +9,13 @@
 //!   `ReturnValuesOnConditionCheckFailure=ALL_OLD` the current one when the condition
 //!   fails, with no second read (no item at all → `ConditionFailed(None)`).
 //! - `get`: consistent `GetItem`; `payload`: `GetItem` on the payloads table;
-//!   `query_stuck`: `Query` on the sparse index `reconcile-index`, never a Scan.
+//!   `query_stuck`: `Query` on the sparse index `reconcile-index`, never a Scan;
+//!   `query_failed`: `Query` on the sparse index `failed-index` (FAILED records only).
 //!
 //! `Write::apply` is the specification; `tests/dynamo_store.rs` checks that the
 //! table's result equals it for a table of writes and records.
 
-use crate::config::RECONCILE_INDEX;
+use crate::config::{FAILED_INDEX, RECONCILE_INDEX};
 use crate::errors::classify;
 use crate::item::{attr, flat_from_dynamodb, n, record_from_flat, record_to_item, s, CodecError};
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
@@ -25,13 +26,13 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
-use domain::machine::ReconcileKey;
 use domain::machine::{BudgetGuard, Change, Write};
+use domain::machine::{FailedKey, ReconcileKey};
 use domain::ports::{
     CreateOutcome, Creates, ErrorKind, Payloads, PortError, Records, StuckIndex, StuckPage,
     StuckQuery, Transitions, Undecodable, WriteOutcome,
 };
-use domain::{Payload, TransactionId, TransactionRecord};
+use domain::{Payload, Timestamp, TransactionId, TransactionRecord};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
@@ -230,6 +231,28 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         &c.republishes,
         |k| n(*k),
     );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::FAILED_PK,
+        &c.failed,
+        |k| s(k.partition.clone()),
+    );
+    match &c.operator {
+        Change::Keep => {}
+        Change::Set(o) => {
+            put(&mut b, &mut set, attr::OPERATOR_CALLER, s(o.caller.clone()));
+            match &o.reason {
+                Some(r) => put(&mut b, &mut set, attr::OPERATOR_REASON, s(r.clone())),
+                None => remove.push(b.name(attr::OPERATOR_REASON)),
+            }
+        }
+        Change::Clear => {
+            remove.push(b.name(attr::OPERATOR_CALLER));
+            remove.push(b.name(attr::OPERATOR_REASON));
+        }
+    }
     let mut update = format!("SET {}", set.join(", "));
     if !remove.is_empty() {
         update.push_str(&format!(" REMOVE {}", remove.join(", ")));
@@ -513,7 +536,7 @@ impl Creates for DynamoStore<PayloadsTable> {
                     .and_then(|v| v.as_s().ok());
                 let same_payload = stored_sha.is_some_and(|h| *h == sha256_hex(payload.as_json()));
                 Ok(CreateOutcome::AlreadyExists {
-                    record: existing,
+                    record: Box::new(existing),
                     same_payload,
                 })
             }
@@ -588,6 +611,100 @@ impl Payloads for DynamoStore<PayloadsTable> {
         Payload::from_json(text)
             .map(Some)
             .map_err(|e| PortError::permanent("GetItem", format!("stored payload of `{id}`: {e}")))
+    }
+}
+
+/// One entry of the failed-index: a FAILED transaction and the time it was last
+/// written (when it failed).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FailedEntry {
+    pub updated_at: Timestamp,
+    pub transaction_id: TransactionId,
+}
+
+/// One page of the failed-index of a shard.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailedPage {
+    pub entries: Vec<FailedEntry>,
+    /// Where the next page starts (`None`: the shard has no more in the range).
+    pub next: Option<String>,
+}
+
+impl<P: Send + Sync> DynamoStore<P> {
+    /// The FAILED transactions of `shard` whose `updated_at` lies in `[from, until]`
+    /// (each bound optional, both inclusive), oldest first: one page of at most `limit`
+    /// entries of the sparse index `failed-index` (a Query on one partition, keys only:
+    /// the records themselves are not read).
+    pub async fn query_failed(
+        &self,
+        shard: u16,
+        from: Option<Timestamp>,
+        until: Option<Timestamp>,
+        limit: u32,
+        cursor: Option<&str>,
+    ) -> Result<FailedPage, PortError> {
+        let start = cursor.map(decode_cursor).transpose()?;
+        let range = match (from, until) {
+            (None, None) => "",
+            (Some(_), None) => " AND #at >= :from",
+            (None, Some(_)) => " AND #at <= :until",
+            (Some(_), Some(_)) => " AND #at BETWEEN :from AND :until",
+        };
+        let mut names = HashMap::from([("#pk".to_owned(), attr::FAILED_PK.to_owned())]);
+        if !range.is_empty() {
+            names.insert("#at".to_owned(), attr::UPDATED_AT.to_owned());
+        }
+        let mut values = HashMap::from([(":pk".to_owned(), s(FailedKey::partition_for(shard)))]);
+        if let Some(t) = from {
+            values.insert(":from".to_owned(), s(t.to_rfc3339()));
+        }
+        if let Some(t) = until {
+            values.insert(":until".to_owned(), s(t.to_rfc3339()));
+        }
+        let out = self
+            .client
+            .query()
+            .table_name(&self.transactions_table)
+            .index_name(FAILED_INDEX)
+            .key_condition_expression(format!("#pk = :pk{range}"))
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .limit(i32::try_from(limit.max(1)).unwrap_or(i32::MAX))
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| classify("Query", &e, query_kind))?;
+        let mut entries = Vec::with_capacity(out.items().len());
+        for item in out.items() {
+            let get = |a: &'static str| {
+                item.get(a).and_then(|v| v.as_s().ok()).ok_or_else(|| {
+                    PortError::permanent(
+                        "Query",
+                        format!("{FAILED_INDEX} entry without a `{a}` string: {item:?}"),
+                    )
+                })
+            };
+            let (raw_id, raw_at) = (get(attr::TRANSACTION_ID)?, get(attr::UPDATED_AT)?);
+            let transaction_id = TransactionId::parse(raw_id).map_err(|e| {
+                PortError::permanent(
+                    "Query",
+                    format!("`{}` = {raw_id:?}: {e}", attr::TRANSACTION_ID),
+                )
+            })?;
+            let updated_at = Timestamp::parse(raw_at).map_err(|e| {
+                PortError::permanent("Query", format!("`{}` = {raw_at:?}: {e}", attr::UPDATED_AT))
+            })?;
+            entries.push(FailedEntry {
+                updated_at,
+                transaction_id,
+            });
+        }
+        let next = out
+            .last_evaluated_key()
+            .filter(|k| !k.is_empty())
+            .map(encode_cursor)
+            .transpose()?;
+        Ok(FailedPage { entries, next })
     }
 }
 

@@ -3,7 +3,8 @@
 //! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
 //! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
 //! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
-//! reconcile_pk, reconcile_at, answer_due_at, republishes (N, absent when 0)`. Times are `Timestamp::to_rfc3339` strings. Optional
+//! reconcile_pk, reconcile_at, answer_due_at, republishes (N, absent when 0), failed_pk,
+//! operator_caller, operator_reason`. Times are `Timestamp::to_rfc3339` strings. Optional
 //! fields are absent, never NULL.
 //!
 //! Items arrive in three shapes (the DynamoDB SDK, the DynamoDB Streams SDK, and the
@@ -11,7 +12,7 @@
 //! and decoded once.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use domain::machine::{Actor, ReconcileKey};
+use domain::machine::{Actor, FailedKey, OperatorNote, ReconcileKey};
 use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
@@ -38,12 +39,18 @@ pub mod attr {
     pub const RECONCILE_AT: &str = "reconcile_at";
     pub const ANSWER_DUE_AT: &str = "answer_due_at";
     pub const REPUBLISHES: &str = "republishes";
+    /// Partition key of the sparse `failed-index` (its sort key is `updated_at`).
+    pub const FAILED_PK: &str = "failed_pk";
+    /// Who made the last operator write (`OperatorNote::caller`).
+    pub const OPERATOR_CALLER: &str = "operator_caller";
+    /// The reason that operator gave.
+    pub const OPERATOR_REASON: &str = "operator_reason";
     /// Payloads table.
     pub const PAYLOAD: &str = "payload";
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry.
-    pub const ALL: [&str; 17] = [
+    pub const ALL: [&str; 20] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -61,6 +68,9 @@ pub mod attr {
         RECONCILE_AT,
         ANSWER_DUE_AT,
         REPUBLISHES,
+        FAILED_PK,
+        OPERATOR_CALLER,
+        OPERATOR_REASON,
     ];
 }
 
@@ -278,6 +288,16 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
             .map(|s| ts(ANSWER_DUE_AT, s))
             .transpose()?,
         republishes: get_n(item, REPUBLISHES)?.unwrap_or(0),
+        failed: get_s(item, FAILED_PK)?.map(|pk| FailedKey {
+            partition: pk.to_owned(),
+        }),
+        operator: match get_s(item, OPERATOR_CALLER)? {
+            None => None,
+            Some(caller) => Some(Box::new(OperatorNote {
+                caller: caller.to_owned(),
+                reason: get_s(item, OPERATOR_REASON)?.map(str::to_owned),
+            })),
+        },
     })
 }
 
@@ -328,6 +348,15 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     if r.republishes > 0 {
         m.insert(REPUBLISHES.to_owned(), n(r.republishes));
     }
+    if let Some(k) = &r.failed {
+        m.insert(FAILED_PK.to_owned(), s(k.partition.clone()));
+    }
+    if let Some(o) = &r.operator {
+        m.insert(OPERATOR_CALLER.to_owned(), s(o.caller.clone()));
+        if let Some(reason) = &o.reason {
+            m.insert(OPERATOR_REASON.to_owned(), s(reason.clone()));
+        }
+    }
     m
 }
 
@@ -375,8 +404,29 @@ mod tests {
     fn round_trips_full_and_minimal_records() {
         let full = sample();
         let item = RecordItem::from(&full);
-        assert_eq!(item.0.len(), 15, "every attribute present");
+        assert_eq!(
+            item.0.len(),
+            15,
+            "every attribute but the failed key present"
+        );
         assert_eq!(TransactionRecord::try_from(&item).unwrap(), full);
+        let mut failed = full.clone();
+        failed.status = Status::Failed;
+        failed.failed = FailedKey::derive(Status::Failed, &failed.transaction_id, 8);
+        let item = RecordItem::from(&failed);
+        assert_eq!(
+            item.0["failed_pk"],
+            s(format!("FAILED#{}", failed.transaction_id.shard(8)))
+        );
+        assert_eq!(TransactionRecord::try_from(&item).unwrap(), failed);
+        let mut noted = full.clone();
+        noted.operator = Some(Box::new(
+            OperatorNote::new("arn:aws:iam::1:user/a", Some("why")).unwrap(),
+        ));
+        let item = RecordItem::from(&noted);
+        assert_eq!(item.0["operator_caller"], s("arn:aws:iam::1:user/a"));
+        assert_eq!(item.0["operator_reason"], s("why"));
+        assert_eq!(TransactionRecord::try_from(&item).unwrap(), noted);
         assert_eq!(item.0["next_fire_at"], s("2023-11-15T00:13:20.000Z"));
         assert_eq!(item.0["current_attempt"], AttributeValue::N("1".into()));
 
@@ -388,6 +438,7 @@ mod tests {
         let item = RecordItem::from(&minimal);
         assert!(!item.0.contains_key("next_attempt"), "absent, never NULL");
         assert!(!item.0.contains_key("reconcile_pk"), "sparse index key");
+        assert!(!item.0.contains_key("failed_pk"), "sparse index key");
         assert_eq!(TransactionRecord::try_from(&item).unwrap(), minimal);
     }
 

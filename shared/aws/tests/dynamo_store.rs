@@ -40,7 +40,7 @@ async fn create_twice_is_harmless() {
     assert_eq!(
         store.create(&r, &payload).await.unwrap(),
         CreateOutcome::AlreadyExists {
-            record: r.clone(),
+            record: Box::new(r.clone()),
             same_payload: true
         }
     );
@@ -48,7 +48,7 @@ async fn create_twice_is_harmless() {
     assert_eq!(
         store.create(&r, &other).await.unwrap(),
         CreateOutcome::AlreadyExists {
-            record: r.clone(),
+            record: Box::new(r.clone()),
             same_payload: false
         }
     );
@@ -353,6 +353,117 @@ async fn gsi_query_returns_exactly_the_stuck_transactions_across_shards() {
         2 * found.len() as u64,
         "one GetItem per index entry found (plus the test's own)"
     );
+}
+
+/// The first write `input` decides on `known` at `now`, applied to the table.
+async fn first_write_applied<P: Send + Sync>(
+    store: &aws::dynamo::DynamoStore<P>,
+    input: &Input,
+    known: &domain::TransactionRecord,
+    now: i64,
+) -> domain::TransactionRecord {
+    let w = decide(
+        input,
+        Known::Record(known),
+        None,
+        &ctx(now),
+        &mut FixedRandom(0.5),
+    )
+    .into_iter()
+    .find_map(|e| match e {
+        Effect::Write(w) => Some(w),
+        _ => None,
+    })
+    .unwrap();
+    match store.transition(&w).await.unwrap() {
+        WriteOutcome::Written(done) => done,
+        other => panic!("write refused: {other:?}"),
+    }
+}
+
+/// GIVEN transactions in every state, some of them failed by the exhausted CANCELLED
+/// the response handler writes WHEN the failed-index is queried shard by shard (small
+/// pages, then a time range) THEN exactly the FAILED ones come back, oldest first in
+/// each shard, with the time they failed; a replayed one leaves the index.
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_index_lists_exactly_the_failed_transactions() {
+    let s = stack("fl").await;
+    let store = s.store();
+    let shards = 8u16;
+    let mut failed = BTreeSet::new();
+    for i in 0..12u32 {
+        let tx = format!("TX-F{i:02}");
+        let status = [Status::InProgress, Status::Scheduled, Status::Succeeded][(i % 3) as usize];
+        let r = record(&tx, status, 3, 3, T0);
+        put_record(&s, &r).await;
+        if status != Status::InProgress {
+            continue;
+        }
+        // The last attempt answered CANCELLED: the response handler's write.
+        let answer = Input::Response(
+            Response::parse(&format!(
+                r#"{{"transaction_id":"{tx}","attempt":3,"outcome":"CANCELLED"}}"#
+            ))
+            .unwrap(),
+        );
+        let now = T0 + 1_000 * i64::from(i);
+        let done = first_write_applied(&store, &answer, &r, now).await;
+        assert_eq!(done.status, Status::Failed);
+        failed.insert((Timestamp::from_millis(now), tx));
+    }
+    let list = |from: Option<i64>, until: Option<i64>| {
+        let store = &store;
+        async move {
+            let mut all = Vec::new();
+            for shard in 0..shards {
+                let mut cursor: Option<String> = None;
+                loop {
+                    let page = store
+                        .query_failed(
+                            shard,
+                            from.map(Timestamp::from_millis),
+                            until.map(Timestamp::from_millis),
+                            1,
+                            cursor.as_deref(),
+                        )
+                        .await
+                        .unwrap();
+                    let times: Vec<_> = page.entries.iter().map(|e| e.updated_at).collect();
+                    assert!(times.windows(2).all(|w| w[0] <= w[1]), "oldest first");
+                    for e in page.entries {
+                        assert_eq!(e.transaction_id.shard(shards), shard);
+                        all.push((e.updated_at, e.transaction_id.to_string()));
+                    }
+                    match page.next {
+                        Some(n) => cursor = Some(n),
+                        None => break,
+                    }
+                }
+            }
+            all.sort();
+            all
+        }
+    };
+    let everything: Vec<_> = failed.iter().cloned().collect();
+    assert_eq!(everything.len(), 4);
+    assert_eq!(list(None, None).await, everything);
+    // The range is on the time it failed, both ends included.
+    assert_eq!(
+        list(Some(T0 + 3_000), Some(T0 + 6_000)).await,
+        everything[1..3].to_vec()
+    );
+    assert_eq!(list(Some(T0 + 7_000), None).await, everything[3..].to_vec());
+    assert_eq!(list(None, Some(T0)).await, everything[..1].to_vec());
+    // A replay leaves FAILED, and the index.
+    let (_, replayed) = &everything[0];
+    let stored = store.get(&id(replayed)).await.unwrap().unwrap();
+    let replay = Input::Replay {
+        transaction_id: id(replayed),
+        budget: 2,
+    };
+    let done = first_write_applied(&store, &replay, &stored, T0 + 60_000).await;
+    assert_eq!(done.failed, None);
+    assert_eq!(list(None, None).await, everything[1..].to_vec());
 }
 
 /// GIVEN an index entry whose item will not decode (an unknown status), older than a

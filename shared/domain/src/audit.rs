@@ -12,7 +12,7 @@
 //! IN_PROGRESS(n+1)), so a store can keep them in one item written once.
 
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
-use crate::machine::{Actor, Status, TransactionRecord};
+use crate::machine::{Actor, OperatorNote, Status, TransactionRecord};
 use crate::message::{Origin, Outcome};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +35,9 @@ pub struct AuditEntry {
     pub outcome: Option<Outcome>,
     pub reason: Option<String>,
     pub origin: Option<Origin>,
+    /// Who made an operator's transition and why (`None` for the other actors).
+    #[serde(default)]
+    pub operator: Option<OperatorNote>,
 }
 
 impl AuditEntry {
@@ -64,6 +67,11 @@ impl AuditEntry {
             outcome: new.last_outcome,
             reason: new.last_reason.clone(),
             origin: new.last_origin,
+            operator: if new.last_actor == Actor::Operator {
+                new.operator.as_deref().cloned()
+            } else {
+                None
+            },
         })
     }
 

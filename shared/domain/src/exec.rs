@@ -99,7 +99,7 @@ async fn create<C: Creates>(
             record,
             same_payload,
         } => Observed::AlreadyExists {
-            record,
+            record: *record,
             same_payload,
         },
     })

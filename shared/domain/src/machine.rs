@@ -467,6 +467,69 @@ impl ReconcileKey {
     }
 }
 
+/// The failed-listing key of a FAILED record: partition `FAILED#<shard>` of the sparse
+/// index `failed-index`, whose sort key is the record's own `updated_at` (the time it
+/// failed, since nothing writes a FAILED record but the replay that leaves it).
+///
+/// Set by the one write entering FAILED (the exhausted CANCELLED) and removed by the
+/// one write leaving it (the operator replay): with a keys-only projection the index
+/// costs one write when a transaction fails and one when it is replayed, and listing
+/// the FAILED transactions is a Query per shard instead of a Scan of the table.
+/// Write-sharded like the reconciler index so that a burst of failures spreads over
+/// the partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FailedKey {
+    pub partition: String,
+}
+
+impl FailedKey {
+    pub fn partition_for(shard: u16) -> String {
+        format!("FAILED#{shard}")
+    }
+
+    /// The key a record in `status` carries, if any: only FAILED records have one.
+    pub fn derive(status: Status, id: &TransactionId, shards: u16) -> Option<FailedKey> {
+        (status == Status::Failed).then(|| FailedKey {
+            partition: Self::partition_for(id.shard(shards)),
+        })
+    }
+}
+
+/// Who an operator write was made by and why (`retryctl replay|resolve --reason`):
+/// kept on the record until the next operator write, and in the audit entry of the
+/// operator's transition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct OperatorNote {
+    /// The caller's identity (the ARN STS GetCallerIdentity gives).
+    pub caller: String,
+    /// The reason the operator gave, if any.
+    pub reason: Option<String>,
+}
+
+/// Longest reason an operator may give, in characters.
+pub const OPERATOR_REASON_MAX: usize = 256;
+
+impl OperatorNote {
+    /// A note, the reason checked: 1–256 characters, no control characters.
+    pub fn new(caller: impl Into<String>, reason: Option<&str>) -> Result<Self, String> {
+        if let Some(r) = reason {
+            let n = r.chars().count();
+            if n == 0 || n > OPERATOR_REASON_MAX {
+                return Err(format!(
+                    "must be 1–{OPERATOR_REASON_MAX} characters (it has {n})"
+                ));
+            }
+            if r.chars().any(char::is_control) {
+                return Err("must not contain control characters".into());
+            }
+        }
+        Ok(Self {
+            caller: caller.into(),
+            reason: reason.map(str::to_owned),
+        })
+    }
+}
+
 /// One item per transaction: the state the handlers agree on. Small on purpose: the
 /// request payload lives apart, written once.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -499,6 +562,13 @@ pub struct TransactionRecord {
     /// (absent = 0).
     #[serde(default)]
     pub republishes: u32,
+    /// Failed-listing key; present only in FAILED.
+    #[serde(default)]
+    pub failed: Option<FailedKey>,
+    /// Who made the last operator write, and why (boxed: rare, and the record is
+    /// passed by value).
+    #[serde(default)]
+    pub operator: Option<Box<OperatorNote>>,
 }
 
 impl TransactionRecord {
@@ -525,6 +595,8 @@ impl TransactionRecord {
             reconcile: None,
             answer_due_at: None,
             republishes: 0,
+            failed: None,
+            operator: None,
         }
     }
 
@@ -613,6 +685,10 @@ pub struct Changes {
     pub answer_due_at: Change<Timestamp>,
     /// The republish count (`Clear` = 0, when a new request leaves).
     pub republishes: Change<u32>,
+    /// Failed-listing key after the write (`Set` entering FAILED, `Clear` leaving it).
+    pub failed: Change<FailedKey>,
+    /// The operator's note: set (or cleared) by operator writes, kept by the others.
+    pub operator: Change<OperatorNote>,
 }
 
 /// One conditional write: an arrow of the state machine on one transaction.
@@ -663,8 +739,24 @@ impl Write {
                     Change::Clear
                 },
                 republishes: Change::Keep,
+                failed: if arrow.from().contains(Status::Failed) {
+                    Change::Clear
+                } else {
+                    Change::Keep
+                },
+                operator: Change::Keep,
             },
         }
+    }
+
+    /// Enters FAILED listed: the failed-listing key of the record (partition by
+    /// `shards`), so that `retryctl list --status FAILED` finds it without a Scan.
+    pub fn listed_failed(mut self, shards: u16) -> Self {
+        self.set.failed = match FailedKey::derive(self.arrow.to(), &self.transaction_id, shards) {
+            Some(k) => Change::Set(k),
+            None => Change::Clear,
+        };
+        self
     }
 
     /// Opens the retry cycle of attempt `next`, due at `fire_at` under the schedule
@@ -688,6 +780,16 @@ impl Write {
             Some(fire_at),
         ) {
             Some(k) => Change::Set(k),
+            None => Change::Clear,
+        };
+        self
+    }
+
+    /// An operator's write: records who made it and why (`None`: no note, and a
+    /// previous operator's note is removed).
+    pub fn noted(mut self, note: Option<&OperatorNote>) -> Self {
+        self.set.operator = match note {
+            Some(n) => Change::Set(n.clone()),
             None => Change::Clear,
         };
         self
@@ -759,6 +861,12 @@ impl Write {
         let mut republishes = (next.republishes > 0).then_some(next.republishes);
         s.republishes.apply_to(&mut republishes);
         next.republishes = republishes.unwrap_or(0);
+        s.failed.apply_to(&mut next.failed);
+        match &s.operator {
+            Change::Keep => {}
+            Change::Set(n) => next.operator = Some(Box::new(n.clone())),
+            Change::Clear => next.operator = None,
+        }
         Ok(next)
     }
 }
@@ -1116,5 +1224,20 @@ mod tests {
             })
             .collect();
         assert_eq!(parts.len(), 8);
+    }
+
+    #[test]
+    fn failed_key_is_sparse_and_sharded() {
+        let id = TransactionId::parse("TX-1").unwrap();
+        for s in Status::ALL {
+            let k = FailedKey::derive(s, &id, 8);
+            assert_eq!(k.is_some(), s == S::Failed, "{s}");
+        }
+        assert_eq!(
+            FailedKey::derive(S::Failed, &id, 8).unwrap().partition,
+            format!("FAILED#{}", id.shard(8))
+        );
+        // The partition is never one the reconciler queries.
+        assert_ne!(FailedKey::partition_for(0), ReconcileKey::partition_for(0));
     }
 }

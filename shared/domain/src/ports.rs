@@ -115,8 +115,9 @@ impl PortError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum CreateOutcome {
     Created,
+    /// The stored record (boxed: the common outcome, `Created`, carries nothing).
     AlreadyExists {
-        record: TransactionRecord,
+        record: Box<TransactionRecord>,
         same_payload: bool,
     },
 }

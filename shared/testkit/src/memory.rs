@@ -106,7 +106,7 @@ impl Creates for MemoryStore {
         if let Some(existing) = s.records.get(&record.transaction_id).cloned() {
             let same_payload = s.payloads.get(&record.transaction_id) == Some(payload);
             return Ok(CreateOutcome::AlreadyExists {
-                record: existing,
+                record: Box::new(existing),
                 same_payload,
             });
         }
@@ -171,21 +171,31 @@ impl StuckIndex for MemoryStore {
                     .is_some_and(|k| k.partition == partition && k.at < q.before)
             })
             .collect();
-        matching.sort_by_key(|r| (r.reconcile.as_ref().map(|k| k.at), r.transaction_id.clone()));
-        let skip = q
-            .cursor
-            .as_deref()
-            .and_then(|c| c.parse::<usize>().ok())
-            .unwrap_or(0);
+        let key = |r: &TransactionRecord| {
+            (
+                r.reconcile.as_ref().map_or(0, |k| k.at.millis()),
+                r.transaction_id.as_str().to_owned(),
+            )
+        };
+        matching.sort_by_key(|r| key(r));
+        // The cursor is the last key returned, as DynamoDB's LastEvaluatedKey: the next
+        // page starts after it, whatever was written meanwhile (an offset would skip
+        // entries when earlier ones leave the range between two pages).
+        let after: Option<(i64, String)> = q.cursor.as_deref().and_then(|c| {
+            let (at, id) = c.split_once('|')?;
+            Some((at.parse().ok()?, id.to_owned()))
+        });
         let limit = usize::try_from(q.limit.max(1)).unwrap_or(usize::MAX);
-        let records: Vec<TransactionRecord> = matching
-            .iter()
-            .skip(skip)
-            .take(limit)
-            .map(|r| (*r).clone())
+        let rest: Vec<&TransactionRecord> = matching
+            .into_iter()
+            .filter(|r| after.as_ref().is_none_or(|a| key(r) > *a))
             .collect();
-        let next =
-            (skip + records.len() < matching.len()).then(|| (skip + records.len()).to_string());
+        let records: Vec<TransactionRecord> =
+            rest.iter().take(limit).map(|r| (*r).clone()).collect();
+        let next = (records.len() < rest.len())
+            .then(|| records.last().map(key))
+            .flatten()
+            .map(|(at, id)| format!("{at}|{id}"));
         Ok(StuckPage {
             records,
             undecodable: Vec::new(),

@@ -8,7 +8,7 @@
 //! The schedule group.
 
 use crate::moto::{LOCAL_ACCOUNT, LOCAL_REGION};
-use aws::config::{timeouts, StackNames, RECONCILE_INDEX};
+use aws::config::{timeouts, StackNames, FAILED_INDEX, RECONCILE_INDEX};
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
@@ -87,15 +87,27 @@ pub fn table_definitions(names: &StackNames) -> Vec<TableDef> {
                 ("transaction_id", "S"),
                 ("reconcile_pk", "S"),
                 ("reconcile_at", "S"),
+                ("failed_pk", "S"),
+                ("updated_at", "S"),
             ],
-            indexes: vec![IndexDef {
-                name: RECONCILE_INDEX,
-                hash_key: "reconcile_pk",
-                range_key: Some("reconcile_at"),
-                // Keys only: the entry is written when a cycle enters the index and
-                // when it leaves, never by the transitions in between.
-                projection: "KEYS_ONLY",
-            }],
+            indexes: vec![
+                IndexDef {
+                    name: RECONCILE_INDEX,
+                    hash_key: "reconcile_pk",
+                    range_key: Some("reconcile_at"),
+                    // Keys only: the entry is written when a cycle enters the index
+                    // and when it leaves, never by the transitions in between.
+                    projection: "KEYS_ONLY",
+                },
+                IndexDef {
+                    name: FAILED_INDEX,
+                    hash_key: "failed_pk",
+                    range_key: Some("updated_at"),
+                    // Keys only: written when a transaction fails and when it is
+                    // replayed (only FAILED items carry `failed_pk`).
+                    projection: "KEYS_ONLY",
+                },
+            ],
             stream_view: Some(STREAM_VIEW),
             ttl_attribute: None,
             billing_mode: "PAY_PER_REQUEST",
@@ -510,6 +522,9 @@ mod tests {
         assert_eq!(tx.indexes[0].name, "reconcile-index");
         assert_eq!(tx.indexes[0].hash_key, "reconcile_pk");
         assert_eq!(tx.indexes[0].range_key, Some("reconcile_at"));
+        assert_eq!(tx.indexes[1].name, "failed-index");
+        assert_eq!(tx.indexes[1].hash_key, "failed_pk");
+        assert_eq!(tx.indexes[1].range_key, Some("updated_at"));
         assert_eq!(tx.stream_view, Some("NEW_AND_OLD_IMAGES"));
         assert_eq!(t[2].ttl_attribute, Some("expires_at"));
     }

@@ -29,6 +29,7 @@ pub fn entry(
         outcome: None,
         reason: None,
         origin: None,
+        operator: None,
     }
 }
 

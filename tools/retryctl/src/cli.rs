@@ -106,6 +106,38 @@ pub enum Command {
         #[arg(long)]
         wide: bool,
     },
+    /// Transactions one per line, filtered by status, attempt and time of the last
+    /// write. `--status FAILED` alone (or with --since/--until) queries the sparse
+    /// failed-index: its cost follows what is listed (needs --reconcile-shards). Any
+    /// other filter Scans the whole state table with a filter expression: every item is
+    /// read and billed (0.5 read unit per 4 KB), whatever the filter keeps.
+    #[command(
+        after_help = "Examples:\n  retryctl list --status FAILED --reconcile-shards 8\n  retryctl list --status FAILED --since 2026-12-04T07:00:00Z --json > failed.jsonl\n  retryctl list --status SCHEDULED --attempt 3 --limit 20\n  retryctl list --status FAILED --next-token 'failed/1796369112000/TX-000123'"
+    )]
+    List {
+        /// IN_PROGRESS | SCHEDULING | SCHEDULED | SENDING | SUCCEEDED | FAILED.
+        #[arg(long)]
+        status: Option<String>,
+        /// Current attempt (the last whose request left).
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// Last written at or after this instant (RFC 3339 UTC, `2026-12-04T07:00:00Z`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Last written at or before this instant (RFC 3339 UTC).
+        #[arg(long)]
+        until: Option<String>,
+        /// At most this many transactions (1–1000).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Go on from the page that printed this token.
+        #[arg(long)]
+        next_token: Option<String>,
+        /// Scan even for --status FAILED (finds FAILED transactions written before the
+        /// failed-index existed, which carry no index key).
+        #[arg(long)]
+        scan: bool,
+    },
     /// Transactions by status and by current attempt (a Scan of the state table).
     #[command(after_help = "Examples:\n  retryctl stats\n  retryctl stats --json | jq .by_status")]
     Stats,
@@ -115,11 +147,18 @@ pub enum Command {
     )]
     Stuck,
     /// Resolved by other means: SCHEDULING or SCHEDULED → SUCCEEDED, schedule deleted.
-    #[command(after_help = "Examples:\n  retryctl resolve TX-42")]
-    Resolve { id: String },
+    /// Many ids, or --from-list: one line per transaction, then a summary; the exit
+    /// code is the first failure's (3 unknown, 4 refused, 1 AWS), 0 when all were done.
+    #[command(
+        after_help = "Examples:\n  retryctl resolve TX-42 --reason 'paid by bank transfer'\n  retryctl resolve TX-42 TX-43 --dry-run\n  retryctl list --status SCHEDULED --json | retryctl resolve --from-list - --reason 'settled by hand'"
+    )]
+    Resolve {
+        #[command(flatten)]
+        bulk: BulkArgs,
+    },
     /// Move every message of a dead-letter queue back to its source queue.
     #[command(
-        after_help = "Examples:\n  retryctl redrive response --dry-run\n  retryctl redrive retry --max 10\n  retryctl redrive audit"
+        after_help = "Examples:\n  retryctl redrive response --dry-run\n  retryctl redrive retry --max 10\n  retryctl redrive response --wait 60\n  retryctl redrive audit"
     )]
     Redrive {
         /// request | response | retry | scheduler (the scheduler DLQ goes back to the
@@ -132,6 +171,11 @@ pub enum Command {
         /// Show what would be moved (as `dlq peek` does) and move nothing.
         #[arg(long)]
         dry_run: bool,
+        /// After moving, watch the DLQ this many seconds and say which moved messages
+        /// came back (DLQ message id, the id it was sent under, transaction id,
+        /// receive count): still failing, they are dead-lettered again.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        wait: u64,
     },
     /// Look at a dead-letter queue without moving anything.
     #[command(after_help = "Examples:\n  retryctl dlq peek response --max 5")]
@@ -139,12 +183,16 @@ pub enum Command {
         #[command(subcommand)]
         action: DlqAction,
     },
-    /// Reopen a FAILED transaction with more attempts (recorded in the audit trail).
+    /// Reopen FAILED transactions with more attempts (recorded in the audit trail with
+    /// the caller's identity and --reason). Many ids, or --from-list: one line per
+    /// transaction, then a summary; the exit code is the first failure's (3 unknown, 4
+    /// refused, 1 AWS), 0 when all were done.
     #[command(
-        after_help = "Examples:\n  retryctl replay TX-42 --reconcile-shards 8\n  retryctl replay TX-42 --budget 2 --reconcile-shards 8"
+        after_help = "Examples:\n  retryctl replay TX-42 --reconcile-shards 8\n  retryctl replay TX-42 TX-43 --budget 2 --reason 'service back' --reconcile-shards 8\n  retryctl list --status FAILED --json > failed.jsonl\n  retryctl replay --from-list failed.jsonl --dry-run\n  retryctl replay --from-list failed.jsonl --reason 'INC-123 fixed'"
     )]
     Replay {
-        id: String,
+        #[command(flatten)]
+        bulk: BulkArgs,
         /// Attempts to add; default: the transaction's own max_attempts (a fresh budget).
         #[arg(long)]
         budget: Option<u32>,
@@ -158,6 +206,35 @@ pub enum Command {
     /// transactions through the staging harness (docs/deploy.md). Exit 6 when a check
     /// fails.
     Verify(VerifyArgs),
+}
+
+/// The transactions an operator action applies to, and how.
+#[derive(Debug, Clone, Args)]
+pub struct BulkArgs {
+    /// Transaction ids.
+    pub ids: Vec<String>,
+    /// Also the transactions of this file: the JSON lines `retryctl list --json` prints
+    /// (`-`: stdin).
+    #[arg(long, value_name = "FILE")]
+    pub from_list: Option<PathBuf>,
+    /// Print exactly what would change for each transaction (the same decision, on
+    /// the record as it is now) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Why: recorded with the caller's identity in the record and its audit entry
+    /// (1–256 characters).
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+impl BulkArgs {
+    /// One id given as an argument, no list, no dry run: the single-transaction form.
+    pub fn single(&self) -> Option<&str> {
+        match (self.ids.as_slice(), &self.from_list, self.dry_run) {
+            ([id], None, false) => Some(id),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Subcommand)]

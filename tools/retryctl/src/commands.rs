@@ -12,6 +12,7 @@ use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
 use domain::decide::{decide_reconcile, is_stuck, Observed, Rejection};
 use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
+use domain::machine::OperatorNote;
 use domain::ports::{Clock, Payloads, Records, StuckIndex, StuckQuery, SystemClock};
 use domain::{MaxAttempts, Payload, TransactionId, TransactionRecord};
 use runtime::ops::OpError;
@@ -219,7 +220,7 @@ impl Target {
         self.url_by_name(name).await
     }
 
-    fn store(&self) -> Result<DynamoStore<PayloadsTable>, CliError> {
+    pub(crate) fn store(&self) -> Result<DynamoStore<PayloadsTable>, CliError> {
         Ok(DynamoStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
             self.transactions_table()?,
@@ -229,13 +230,13 @@ impl Target {
 
     /// The settings of a command that opens no retry cycle and judges nothing stuck
     /// (submit, resolve): shards and threshold play no part in its decisions.
-    fn settings(&self) -> Settings {
+    pub(crate) fn settings(&self) -> Settings {
         Settings::default()
     }
 
     /// The settings of a command that writes index keys or judges records stuck:
     /// with the stack's own shard count and threshold, or an error naming the flag.
-    fn stack_settings(&self, threshold: bool) -> Result<Settings, CliError> {
+    pub(crate) fn stack_settings(&self, threshold: bool) -> Result<Settings, CliError> {
         Ok(Settings {
             shards: self.shards()?,
             reconcile_threshold: if threshold {
@@ -248,7 +249,15 @@ impl Target {
     }
 }
 
-fn parse_id(raw: &str) -> Result<TransactionId, CliError> {
+/// The context of an operator's decision, carrying who and why when known.
+fn noted(ctx: domain::Context, note: Option<&OperatorNote>) -> domain::Context {
+    match note {
+        Some(n) => ctx.for_operator(n.clone()),
+        None => ctx,
+    }
+}
+
+pub(crate) fn parse_id(raw: &str) -> Result<TransactionId, CliError> {
     TransactionId::parse(raw).map_err(|e| CliError::bad("<id>", raw, e))
 }
 
@@ -324,7 +333,7 @@ fn abridged(text: &str) -> String {
     format!("{head}… ({} bytes)", text.len())
 }
 
-async fn read_record(
+pub(crate) async fn read_record(
     store: &DynamoStore<PayloadsTable>,
     id: &TransactionId,
 ) -> Result<TransactionRecord, CliError> {
@@ -458,7 +467,12 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
     })
 }
 
-pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
+/// Resolves one transaction, recording `note` (who and why) with the write.
+pub async fn resolve(
+    t: &Target,
+    id: &str,
+    note: Option<&OperatorNote>,
+) -> Result<Output, CliError> {
     let id = parse_id(id)?;
     let store = t.store()?;
     // Only DeleteSchedule is used: the group is the one setting that matters.
@@ -477,7 +491,7 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
         store: &store,
         scheduler: &scheduler,
     };
-    let ctx = t.settings().context(SystemClock.now());
+    let ctx = noted(t.settings().context(SystemClock.now()), note);
     let done = runtime::ops::resolve(&ports, id.clone(), &ctx)
         .await
         .map_err(op_error)?;
@@ -515,7 +529,13 @@ pub async fn resolve(t: &Target, id: &str) -> Result<Output, CliError> {
     })
 }
 
-pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output, CliError> {
+/// Replays one FAILED transaction, recording `note` (who and why) with the write.
+pub async fn replay(
+    t: &Target,
+    id: &str,
+    budget: Option<u32>,
+    note: Option<&OperatorNote>,
+) -> Result<Output, CliError> {
     let id = parse_id(id)?;
     if budget == Some(0) {
         return Err(CliError::bad("--budget", "0", "must be at least 1"));
@@ -528,7 +548,7 @@ pub async fn replay(t: &Target, id: &str, budget: Option<u32>) -> Result<Output,
         store: &store,
         retries: &retries,
     };
-    let ctx = t.stack_settings(false)?.context(SystemClock.now());
+    let ctx = noted(t.stack_settings(false)?.context(SystemClock.now()), note);
     let done = runtime::ops::replay(&ports, id.clone(), budget, &ctx)
         .await
         .map_err(op_error)?;
@@ -844,16 +864,34 @@ async fn delete(
 /// Moves the messages of a dead-letter queue back to its source: the request,
 /// response and retry DLQs (named by each queue's redrive policy) to their queue; the
 /// scheduler's DLQ (retry events the scheduler could not deliver) to the retry queue.
-pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Output, CliError> {
+/// `wait` > 0: then watches the DLQ that many seconds and reports which of the moved
+/// messages came back (same body), with their transaction id.
+pub async fn redrive(
+    t: &Target,
+    q: QueueName,
+    max: Option<u64>,
+    wait: u64,
+) -> Result<Output, CliError> {
     if max == Some(0) {
         return Err(CliError::bad("--max", "0", "must be at least 1"));
     }
     if q == QueueName::Audit {
+        if wait > 0 {
+            return Err(CliError::bad(
+                "--wait",
+                wait.to_string(),
+                "does not apply to the audit DLQ: its messages are audited, not moved back",
+            ));
+        }
         return redrive_audit(t, max).await;
     }
     let sqs = t.sqs();
     let (dlq_url, target_url) = dlq_of(t, q).await?;
     let mut moved = 0u64;
+    // (the id each moved message was sent under, its body)
+    let mut sent: Vec<(String, String)> = Vec::new();
+    // Moved messages seen back in the DLQ while still moving.
+    let mut early: Vec<aws_sdk_sqs::types::Message> = Vec::new();
     let limit = max.unwrap_or(u64::MAX);
     while moved < limit {
         let page = i32::try_from((limit - moved).min(10)).unwrap_or(10);
@@ -862,6 +900,15 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
             break;
         }
         for m in messages {
+            // Sent by this run and already dead-lettered again (a DLQ keeps the id a
+            // message was sent under): moved once, never again — it came back.
+            if sent
+                .iter()
+                .any(|(id, _)| Some(id.as_str()) == m.message_id())
+            {
+                early.push(m);
+                continue;
+            }
             let mut send = sqs
                 .send_message()
                 .queue_url(&target_url)
@@ -877,18 +924,99 @@ pub async fn redrive(t: &Target, q: QueueName, max: Option<u64>) -> Result<Outpu
                     send = send.message_attributes(k, a);
                 }
             }
-            send.send()
+            let out = send
+                .send()
                 .await
                 .map_err(|e| crate::error::sdk_error("SendMessage", &target_url, e))?;
             delete(&sqs, &dlq_url, &m).await?;
+            sent.push((
+                out.message_id().unwrap_or_default().to_owned(),
+                m.body().unwrap_or_default().to_owned(),
+            ));
             moved += 1;
         }
     }
+    let back = came_back(&sqs, &dlq_url, &sent, early, Duration::from_secs(wait)).await?;
+    let mut text = format!(
+        "{}: moved {moved} message(s) from {dlq_url} to {target_url}\n",
+        q.as_str()
+    );
+    if wait > 0 || !back.is_empty() {
+        text.push_str(&format!(
+            "  {} came back to the DLQ within {wait} s\n",
+            back.len()
+        ));
+        for b in &back {
+            text.push_str(&format!(
+                "  - {} (sent as {}), transaction {}, received {}\n",
+                b["message_id"].as_str().unwrap_or("-"),
+                b["sent_as"].as_str().unwrap_or("-"),
+                b["transaction_id"].as_str().unwrap_or("-"),
+                b["receive_count"]
+            ));
+        }
+    }
     Ok(Output {
-        text: format!(
-            "{}: moved {moved} message(s) from {dlq_url} to {target_url}\n",
-            q.as_str()
-        ),
-        json: json!({"queue": q.as_str(), "moved": moved, "from": dlq_url, "to": target_url}),
+        text,
+        json: json!({
+            "queue": q.as_str(),
+            "moved": moved,
+            "from": dlq_url,
+            "to": target_url,
+            "waited_seconds": wait,
+            "came_back": back,
+        }),
     })
+}
+
+/// The moved messages (`sent`: the id each was sent under, its body; `early`: those
+/// already seen back while moving) that reappear in
+/// the DLQ within `wait` (by that id, which a DLQ keeps, or else by body), looked at
+/// every second without moving them: each as
+/// `{message_id, sent_as, transaction_id, receive_count}` (the transaction id read from
+/// the body when it is JSON naming one).
+async fn came_back(
+    sqs: &aws_sdk_sqs::Client,
+    dlq_url: &str,
+    sent: &[(String, String)],
+    early: Vec<aws_sdk_sqs::types::Message>,
+    wait: Duration,
+) -> Result<Vec<Value>, CliError> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut pending: Vec<&(String, String)> = sent.iter().collect();
+    let mut back: Vec<Value> = Vec::new();
+    let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut batch = early;
+    loop {
+        for m in std::mem::take(&mut batch) {
+            let id = m.message_id().unwrap_or_default().to_owned();
+            let body = m.body().unwrap_or_default();
+            // The id it was sent under (a DLQ keeps it), else the same body.
+            let Some(i) = pending
+                .iter()
+                .position(|(sent_as, _)| *sent_as == id)
+                .or_else(|| pending.iter().position(|(_, b)| b == body))
+            else {
+                continue;
+            };
+            if !seen.insert(id.clone()) {
+                continue;
+            }
+            let (sent_as, _) = pending.remove(i);
+            let peeked = peeked_json(&m);
+            back.push(json!({
+                "message_id": id,
+                "sent_as": sent_as,
+                "transaction_id": serde_json::from_str::<Value>(body)
+                    .ok()
+                    .and_then(|v| v.get("transaction_id").cloned()),
+                "receive_count": peeked["receive_count"],
+            }));
+        }
+        if pending.is_empty() || std::time::Instant::now() >= deadline {
+            return Ok(back);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        batch = receive(sqs, dlq_url, 10, 0).await?;
+    }
 }

@@ -106,6 +106,10 @@ pub enum CliError {
     /// `retryctl verify` found a failed check (the report says which). Exit 6.
     #[error("{0}")]
     VerifyFailed(String),
+    /// Some of the transactions of a bulk `replay`/`resolve` failed (their lines say
+    /// which and why): the exit code of the first that failed (1, 3 or 4).
+    #[error("{message}")]
+    SomeFailed { code: i32, message: String },
     /// Ctrl-C: everything started was stopped. Exit 130.
     #[error("interrupted: the local stack was stopped")]
     Interrupted,
@@ -120,6 +124,7 @@ impl CliError {
             CliError::Refused(_) => 4,
             CliError::DemoFailed(_) => 5,
             CliError::VerifyFailed(_) => 6,
+            CliError::SomeFailed { code, .. } => *code,
             CliError::Interrupted => 130,
         }
     }
@@ -143,6 +148,7 @@ impl CliError {
             CliError::AwsCall(a) => a.kind(),
             CliError::DemoFailed(_) => "demo-failed",
             CliError::VerifyFailed(_) => "verify-failed",
+            CliError::SomeFailed { .. } => "some-failed",
             CliError::Interrupted => "interrupted",
         }
     }

@@ -23,10 +23,23 @@ macro_rules! outln {
 }
 
 /// Prints a command's output: its JSON document (with the schema version) under
-/// `--json`, else its text.
+/// `--json`, else its text. An array is printed as JSON lines, one per element, each
+/// with the schema version.
 fn print(json: bool, out: Output) {
     if !json {
         out!("{}", out.text);
+        return;
+    }
+    if let serde_json::Value::Array(lines) = out.json {
+        for line in lines {
+            print(
+                true,
+                Output {
+                    text: String::new(),
+                    json: line,
+                },
+            );
+        }
         return;
     }
     let mut doc = out.json;
@@ -83,7 +96,7 @@ async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliEr
     eprintln!(
         "\nThe local stack keeps running until Ctrl-C. From another shell:\n  \
          export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} RECONCILE_SHARDS={} RECONCILE_THRESHOLD_SECONDS={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
-         retryctl stats; retryctl show TX-000001; retryctl stuck",
+         retryctl stats; retryctl list --status FAILED; retryctl show TX-000001; retryctl stuck",
         stack.endpoint,
         stack.names().prefix,
         stack.reconcile_shards(),
@@ -146,6 +159,35 @@ async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, C
     )))
 }
 
+/// `replay` and `resolve`: one transaction as before, or many (`bulk`), each line
+/// printed before the exit code says whether any failed.
+async fn operator(
+    cli: &Cli,
+    target: &Target,
+    args: &retryctl::cli::BulkArgs,
+    action: retryctl::bulk::Action,
+) -> Result<Output, CliError> {
+    let ids = retryctl::bulk::ids(&args.ids, args.from_list.as_deref())?;
+    if let Some(id) = args.single() {
+        let note = retryctl::bulk::note(target, args.reason.as_deref()).await?;
+        return match action {
+            retryctl::bulk::Action::Replay { budget } => {
+                commands::replay(target, id, budget, Some(&note)).await
+            }
+            retryctl::bulk::Action::Resolve => commands::resolve(target, id, Some(&note)).await,
+        };
+    }
+    let (out, failed) =
+        retryctl::bulk::run(target, action, &ids, args.dry_run, args.reason.as_deref()).await?;
+    match failed {
+        None => Ok(out),
+        Some(e) => {
+            print(cli.json, out);
+            Err(e)
+        }
+    }
+}
+
 async fn run(cli: &Cli) -> Result<Output, CliError> {
     match &cli.command {
         Command::Demo(args) => return demo(cli, args).await,
@@ -160,23 +202,53 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
             max_attempts,
         } => commands::submit(&target, id, payload, *max_attempts).await,
         Command::Show { id, payload, wide } => commands::show(&target, id, *payload, *wide).await,
+        Command::List {
+            status,
+            attempt,
+            since,
+            until,
+            limit,
+            next_token,
+            scan,
+        } => {
+            let q = retryctl::list::ListQuery::parse(
+                status.as_deref(),
+                *attempt,
+                since.as_deref(),
+                until.as_deref(),
+                *limit,
+                next_token.as_deref(),
+                *scan,
+            );
+            match q {
+                Ok(q) => retryctl::list::run(&target, &q).await,
+                Err(e) => Err(e),
+            }
+        }
         Command::Stats => commands::stats(&target).await,
         Command::Stuck => commands::stuck(&target).await,
-        Command::Resolve { id } => commands::resolve(&target, id).await,
+        Command::Resolve { bulk } => {
+            operator(cli, &target, bulk, retryctl::bulk::Action::Resolve).await
+        }
         Command::Redrive {
             queue,
             max,
             dry_run: true,
+            ..
         } => commands::peek(&target, *queue, max.unwrap_or(u64::MAX), true).await,
         Command::Redrive {
             queue,
             max,
             dry_run: false,
-        } => commands::redrive(&target, *queue, *max).await,
+            wait,
+        } => commands::redrive(&target, *queue, *max, *wait).await,
         Command::Dlq {
             action: DlqAction::Peek { queue, max },
         } => commands::peek(&target, *queue, *max, false).await,
-        Command::Replay { id, budget } => commands::replay(&target, id, *budget).await,
+        Command::Replay { bulk, budget } => {
+            let action = retryctl::bulk::Action::Replay { budget: *budget };
+            operator(cli, &target, bulk, action).await
+        }
         Command::Demo(args) => demo(cli, args).await,
         Command::Verify(args) => verify(cli, args).await,
     };
@@ -251,8 +323,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            // A failed verification has printed its report (one JSON document).
-            if cli.json && !matches!(e, CliError::VerifyFailed(_)) {
+            // A failed verification has printed its report (one JSON document), a bulk
+            // action its lines.
+            if cli.json && !matches!(e, CliError::VerifyFailed(_) | CliError::SomeFailed { .. }) {
                 outln!("{}", error_json(&e, cli.verbose));
             }
             let msg = e.to_string();

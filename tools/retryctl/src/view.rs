@@ -25,6 +25,8 @@ pub fn record_json(r: &TransactionRecord) -> Value {
         "updated_at": r.updated_at.to_rfc3339(),
         "last_actor": r.last_actor.as_str(),
         "last_origin": r.last_origin.map(|o| o.as_str()),
+        "operator_caller": r.operator.as_ref().map(|o| o.caller.as_str()),
+        "operator_reason": r.operator.as_ref().and_then(|o| o.reason.as_deref()),
     })
 }
 
@@ -48,6 +50,8 @@ pub fn audit_json(e: &AuditEntry) -> Value {
         "outcome": if answered { e.outcome.map(|o| o.as_str()) } else { None },
         "reason": if answered { e.reason.clone() } else { None },
         "origin": c.origin,
+        "operator_caller": e.operator.as_ref().map(|o| o.caller.as_str()),
+        "operator_reason": e.operator.as_ref().and_then(|o| o.reason.as_deref()),
     })
 }
 
@@ -113,6 +117,12 @@ pub fn compact_timeline(rows: &[AuditEntry]) -> String {
         }
         if let Some(o) = &c.origin {
             line.push_str(&format!("  origin {o}"));
+        }
+        if let Some(o) = &e.operator {
+            line.push_str(&format!("  by {}", o.caller));
+            if let Some(r) = &o.reason {
+                line.push_str(&format!(": {r}"));
+            }
         }
         let _ = writeln!(s, "{line}");
     }
@@ -245,6 +255,17 @@ pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry], wide: bool) -> Str
             .map(|o| format!(" (origin {})", o.as_str()))
             .unwrap_or_default()
     );
+    if let Some(o) = &r.operator {
+        let _ = writeln!(
+            s,
+            "operator      {}{}",
+            o.caller,
+            o.reason
+                .as_ref()
+                .map(|x| format!(": {x}"))
+                .unwrap_or_default()
+        );
+    }
     let rows = chain(audit);
     let _ = writeln!(s);
     let _ = writeln!(s, "timeline ({} transitions)", rows.len());
@@ -260,18 +281,90 @@ pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry], wide: bool) -> Str
     } else {
         s.push_str(&compact_timeline(&rows));
     }
-    if rows.is_empty() {
-        let _ = writeln!(
-            s,
-            "  (no audit rows yet: the audit writer may still be catching up)"
-        );
-    }
+    let _ = writeln!(s, "{}", audit_lag(r, &rows).text());
     s
 }
 
+/// How the audit trail stands against the record: up to date when its last entry is
+/// the record's last write (same status, attempt and time); else behind by the time
+/// between the two.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditLag {
+    pub up_to_date: bool,
+    /// The time of the trail's last entry (`None`: no entry yet).
+    pub last_audited_at: Option<domain::Timestamp>,
+    pub last_audited: Option<(Status, u32)>,
+    pub record: (Status, u32, domain::Timestamp),
+}
+
+/// The lag of `rows` (in transition order) behind `r`.
+pub fn audit_lag(r: &TransactionRecord, rows: &[AuditEntry]) -> AuditLag {
+    let last = rows.last();
+    AuditLag {
+        up_to_date: last.is_some_and(|e| {
+            e.to == r.status && e.current_attempt == r.current_attempt && e.at == r.updated_at
+        }),
+        last_audited_at: last.map(|e| e.at),
+        last_audited: last.map(|e| (e.to, e.current_attempt.get())),
+        record: (r.status, r.current_attempt.get(), r.updated_at),
+    }
+}
+
+impl AuditLag {
+    /// Milliseconds between the trail's last entry (or none) and the record's last
+    /// write, when behind.
+    pub fn behind_ms(&self) -> Option<i64> {
+        if self.up_to_date {
+            return None;
+        }
+        let (_, _, written) = self.record;
+        Some(
+            written.millis()
+                - self
+                    .last_audited_at
+                    .map_or(written.millis(), |t| t.millis()),
+        )
+    }
+
+    pub fn text(&self) -> String {
+        let (status, attempt, written) = self.record;
+        if self.up_to_date {
+            return "audit         up to date (its last entry is the record's last write)".into();
+        }
+        let ends = match (self.last_audited, self.last_audited_at) {
+            (Some((st, n)), Some(_)) => format!(
+                "the trail ends at {st} #{n}, {} earlier",
+                secs(self.behind_ms().unwrap_or(0)).trim_start_matches('+')
+            ),
+            _ => "the trail has no entry yet".to_owned(),
+        };
+        format!(
+            "audit         behind: the record's last write ({status} #{attempt} at {written}) is not audited yet; {ends}"
+        )
+    }
+
+    pub fn json(&self) -> Value {
+        let (status, attempt, written) = self.record;
+        json!({
+            "up_to_date": self.up_to_date,
+            "behind_ms": self.behind_ms(),
+            "last_audited_at": self.last_audited_at.map(|t| t.to_rfc3339()),
+            "last_audited_status": self.last_audited.map(|(s, _)| s.as_str()),
+            "record_status": status.as_str(),
+            "record_attempt": attempt,
+            "record_updated_at": written.to_rfc3339(),
+        })
+    }
+}
+
 pub fn show_json(r: &TransactionRecord, audit: &[AuditEntry]) -> Value {
-    let rows: Vec<Value> = chain(audit).iter().map(audit_json).collect();
-    json!({ "record": record_json(r), "timeline": rows })
+    let chained = chain(audit);
+    let rows: Vec<Value> = chained.iter().map(audit_json).collect();
+    json!({
+        "record": record_json(r),
+        "timeline": rows,
+        "audit": audit_lag(r, &chained).json(),
+    })
 }
 
 /// `retryctl stats`.
@@ -317,4 +410,43 @@ pub fn stats_text(st: &Stats) -> String {
         let _ = writeln!(s, "{} items with an unreadable status", st.unreadable);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::{MaxAttempts, Timestamp, TransactionId};
+
+    /// GIVEN a record and its trail WHEN the trail holds its last write THEN the audit
+    /// is up to date; WHEN the record moved on (or nothing is audited yet) THEN it is
+    /// behind, by the time between the trail's end and the record's last write.
+    #[test]
+    fn the_audit_lag_is_said_not_guessed() {
+        let started = TransactionRecord::started(
+            TransactionId::parse("TX-LAG").unwrap(),
+            MaxAttempts::new(2).unwrap(),
+            Timestamp::from_millis(1_000),
+        );
+        let first = AuditEntry::from_change(None, &started).unwrap();
+        let lag = audit_lag(&started, std::slice::from_ref(&first));
+        assert!(lag.up_to_date);
+        assert_eq!(lag.behind_ms(), None);
+        assert!(lag.text().contains("up to date"), "{}", lag.text());
+
+        let mut failed = started.clone();
+        failed.status = Status::Failed;
+        failed.updated_at = Timestamp::from_millis(13_345);
+        let lag = audit_lag(&failed, std::slice::from_ref(&first));
+        assert!(!lag.up_to_date);
+        assert_eq!(lag.behind_ms(), Some(12_345));
+        assert!(
+            lag.text()
+                .contains("the trail ends at IN_PROGRESS #1, 12.345s earlier"),
+            "{}",
+            lag.text()
+        );
+        assert_eq!(lag.json()["behind_ms"], 12_345);
+        let none = audit_lag(&failed, &[]);
+        assert!(none.text().contains("no entry yet"), "{}", none.text());
+    }
 }

@@ -662,7 +662,7 @@ async fn bare(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Stri
 #[tokio::test(flavor = "multi_thread")]
 async fn help_shows_examples_and_keeps_the_stack_settings_apart() {
     for sub in [
-        "submit", "show", "stats", "stuck", "resolve", "redrive", "dlq", "replay", "demo",
+        "submit", "show", "list", "stats", "stuck", "resolve", "redrive", "dlq", "replay", "demo",
     ] {
         let (code, out, err) = bare(&[sub, "--help"], &[]).await;
         assert_eq!(code, Some(0), "{sub}: {err}");
@@ -913,14 +913,12 @@ async fn redrive_audit_reads_the_stream_range_again() {
         .queue_url()
         .unwrap()
         .to_owned();
-    for body in [record(shard.shard_id().unwrap()), record("shardId-nope")] {
-        sqs.send_message()
-            .queue_url(&dlq)
-            .message_body(body)
-            .send()
-            .await
-            .unwrap();
-    }
+    send_all(
+        &sqs,
+        &dlq,
+        [record(shard.shard_id().unwrap()), record("shardId-nope")],
+    )
+    .await;
 
     let r = retryctl(s, &["redrive", "audit", "--json"]).await;
     assert_eq!(r.code, 0, "{r:?}");
@@ -940,4 +938,136 @@ async fn redrive_audit_reads_the_stream_range_again() {
     // The unreadable record stays in the DLQ for a human.
     let st = retryctl(s, &["stats", "--json"]).await.json();
     assert_eq!(st["dlq_depths"]["audit"], 1, "{st}");
+}
+
+/// Sends each body to `queue_url`.
+async fn send_all(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    bodies: impl IntoIterator<Item = impl Into<String>>,
+) {
+    for body in bodies {
+        if let Err(e) = sqs
+            .send_message()
+            .queue_url(queue_url)
+            .message_body(body)
+            .send()
+            .await
+        {
+            panic!("SendMessage to {queue_url}: {e}");
+        }
+    }
+}
+
+/// Creates a queue (with a redrive policy when given) and returns its URL.
+async fn create_queue(sqs: &aws_sdk_sqs::Client, name: &str, redrive: Option<String>) -> String {
+    let mut create = sqs.create_queue().queue_name(name);
+    if let Some(p) = redrive {
+        create = create.attributes(aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy, p);
+    }
+    let out = create
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("CreateQueue {name}: {e}"));
+    out.queue_url().unwrap_or_default().to_owned()
+}
+
+/// GIVEN a queue whose DLQ holds two messages, one naming a transaction, and a
+/// consumer that keeps failing that one (max receive count 1) WHEN the DLQ is redriven
+/// with --wait THEN both are moved and the output names the one that came back: its
+/// DLQ message id, the id it was sent under and its transaction id; the other is not
+/// named. Without --wait nothing is watched.
+#[tokio::test(flavor = "multi_thread")]
+async fn redrive_says_which_messages_came_back_within_its_wait() {
+    let endpoint = common::moto();
+    let sdk = testkit::moto::sdk_config(&endpoint).await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let prefix = testkit::moto::unique_prefix("rdw");
+    let dlq = create_queue(&sqs, &format!("{prefix}-dlq"), None).await;
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&dlq)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes()
+        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+        .clone();
+    let policy = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"1"}}"#);
+    let src = create_queue(&sqs, &format!("{prefix}-src"), Some(policy)).await;
+    let failing = r#"{"transaction_id":"TX-BACK","attempt":1,"outcome":"CANCELLED"}"#;
+    send_all(&sqs, &dlq, [failing, "handled fine"]).await;
+    // The consumer: deletes what it handles, leaves the failing one to be received
+    // again (and so dead-lettered).
+    let consumer = {
+        let (sqs, src) = (sqs.clone(), src.clone());
+        tokio::spawn(async move {
+            for _ in 0..100 {
+                let got = sqs
+                    .receive_message()
+                    .queue_url(&src)
+                    .max_number_of_messages(10)
+                    .visibility_timeout(0)
+                    .send()
+                    .await
+                    .unwrap();
+                for m in got.messages() {
+                    if m.body() != Some(failing) {
+                        sqs.delete_message()
+                            .queue_url(&src)
+                            .receipt_handle(m.receipt_handle().unwrap())
+                            .send()
+                            .await
+                            .unwrap();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let (code, out, err) = bare(
+        &[
+            "redrive",
+            "response",
+            "--response-queue-url",
+            &src,
+            "--wait",
+            "15",
+            "--json",
+        ],
+        &env,
+    )
+    .await;
+    consumer.abort();
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["moved"], 2, "{v}");
+    let back = v["came_back"].as_array().unwrap();
+    assert_eq!(back.len(), 1, "{v}");
+    assert_eq!(back[0]["transaction_id"], "TX-BACK");
+    assert!(
+        back[0]["message_id"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty()),
+        "{v}"
+    );
+    assert!(
+        back[0]["sent_as"].as_str().is_some_and(|s| !s.is_empty()),
+        "{v}"
+    );
+    // The audit DLQ is audited, not moved: --wait does not apply.
+    let (code, _, err) = bare(
+        &["--prefix", &prefix, "redrive", "audit", "--wait", "5"],
+        &env,
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--wait"), "{err}");
 }

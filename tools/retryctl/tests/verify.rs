@@ -99,7 +99,7 @@ async fn verify_passes_on_the_local_stack_with_the_harness() {
         "{v:#}"
     );
     assert!(d("TransactionsTable")
-        .contains("index reconcile-index (KEYS_ONLY), stream NEW_AND_OLD_IMAGES"));
+        .contains("index reconcile-index (KEYS_ONLY), index failed-index (KEYS_ONLY), stream NEW_AND_OLD_IMAGES"));
     assert!(d("RetryQueue").contains("redrive to RetryDLQ after 5 receives, visibility 360 s"));
     // The text report says the same.
     let text = retryctl(

@@ -5,7 +5,7 @@
 use aws::config::{SchedulerSettings, StackNames};
 use aws::item::record_to_item;
 use aws_config::SdkConfig;
-use domain::machine::{Actor, ReconcileKey};
+use domain::machine::{Actor, FailedKey, ReconcileKey};
 use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
@@ -115,6 +115,7 @@ pub fn record(tx: &str, status: Status, current: u32, max: u32, updated: i64) ->
         r.last_actor = Actor::RetryHandler;
     }
     r.reconcile = ReconcileKey::derive(status, &tid, 8, r.updated_at, r.next_fire_at);
+    r.failed = FailedKey::derive(status, &tid, 8);
     r
 }
 

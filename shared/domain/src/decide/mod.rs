@@ -55,6 +55,8 @@ pub struct Context {
     pub answer_timeout: Duration,
     /// Republishes of an unanswered request before FAILED/UNANSWERED.
     pub answer_republish_max: u32,
+    /// The operator a decision is made for (replay, resolve), recorded by its write.
+    pub operator: Option<crate::machine::OperatorNote>,
 }
 
 impl Context {
@@ -71,6 +73,7 @@ impl Context {
             reconcile_threshold,
             answer_timeout: crate::defaults::ANSWER_TIMEOUT,
             answer_republish_max: crate::defaults::ANSWER_REPUBLISH_MAX,
+            operator: None,
         }
     }
 
@@ -78,6 +81,12 @@ impl Context {
     pub fn with_answer_deadline(mut self, timeout: Duration, republish_max: u32) -> Self {
         self.answer_timeout = timeout;
         self.answer_republish_max = republish_max;
+        self
+    }
+
+    /// The same context, deciding for the operator `note` describes.
+    pub fn for_operator(mut self, note: crate::machine::OperatorNote) -> Self {
+        self.operator = Some(note);
         self
     }
 

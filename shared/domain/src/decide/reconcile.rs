@@ -124,7 +124,7 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     // brings the reconciler back to it, so a crash between the write and a later
     // alert would lose the alert. Alerting first makes it at least once (a crash
     // before the write repeats both on the next run).
-    let mut w = guarded(ABANDONED);
+    let mut w = guarded(ABANDONED).listed_failed(ctx.shards);
     w.set.last_reason = Change::Set(UNANSWERED_REASON.to_owned());
     vec![
         Effect::Alert(Alert {

@@ -47,6 +47,7 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
     w.guard.current_attempt = Some(r.current_attempt);
     w.set.max_attempts = Some(max);
     w.set.origin = Change::Set(Origin::Operator);
+    let w = w.noted(ctx.operator.as_ref());
     vec![
         Effect::Write(w),
         Effect::PublishRetry(RetryEvent {

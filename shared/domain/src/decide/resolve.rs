@@ -42,7 +42,7 @@ pub fn decide_resolve(known: Known<'_>, id: &TransactionId, ctx: &Context) -> Pl
     // deleted below; earlier audit rows keep both values.
     w.set.next_attempt = Change::Clear;
     w.set.next_fire_at = Change::Clear;
-    let mut plan = vec![Effect::Write(w)];
+    let mut plan = vec![Effect::Write(w.noted(ctx.operator.as_ref()))];
     if let Some(name) = &r.schedule_name {
         plan.push(Effect::DeleteSchedule(name.clone()));
     }

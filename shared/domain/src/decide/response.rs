@@ -145,7 +145,7 @@ fn answered(id: &TransactionId, arrow: Arrow, n: Attempt, resp: &Response, ctx: 
 }
 
 fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan {
-    let mut w = answered(id, FAIL, n, resp, ctx);
+    let mut w = answered(id, FAIL, n, resp, ctx).listed_failed(ctx.shards);
     w.guard.budget = Some(BudgetGuard::Exhausted);
     w.set.last_outcome = Some(Outcome::Cancelled);
     vec![

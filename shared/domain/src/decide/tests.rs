@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::ids::MaxAttempts;
-use crate::machine::{BudgetGuard, Change, ReconcileKey};
+use crate::machine::{BudgetGuard, Change, FailedKey, ReconcileKey};
 use crate::message::Origin;
 use crate::policy::{FixedRandom, RetryPolicy};
 
@@ -1923,6 +1923,17 @@ fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
                     w.to() != Status::InProgress,
                     "{name}: the answer deadline exists exactly in IN_PROGRESS"
                 );
+                let listed = matches!(&w.set.failed, Change::Set(k) if k.partition == FailedKey::partition_for(id().shard(ctx.shards)));
+                assert_eq!(
+                    listed,
+                    w.to() == Status::Failed,
+                    "{name}: the failed-listing key is set by the writes entering FAILED"
+                );
+                assert_eq!(
+                    w.set.failed == Change::Clear,
+                    w.from().contains(Status::Failed),
+                    "{name}: the failed-listing key is removed by the writes leaving FAILED"
+                );
             }
         }
     }
@@ -1967,4 +1978,78 @@ fn ack_labels_are_their_serialized_names() {
     }
     let labels: std::collections::BTreeSet<&str> = Ack::ALL.iter().map(|a| a.label()).collect();
     assert_eq!(labels.len(), Ack::ALL.len(), "one label each");
+}
+
+/// The first write of a plan.
+fn first_write(plan: &Plan) -> &Write {
+    plan.iter()
+        .find_map(|e| match e {
+            Effect::Write(w) => Some(w),
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// GIVEN an operator's note (caller and reason) in the context WHEN a replay or a
+/// resolve is decided THEN its write records the note and so does the audit entry of
+/// the transition; without a note a previous one is removed; the handlers' writes keep
+/// the note and their audit entries carry none.
+#[test]
+fn operator_writes_record_who_and_why() {
+    use crate::audit::AuditEntry;
+    use crate::machine::OperatorNote;
+    let note = OperatorNote::new(
+        "arn:aws:iam::123456789012:user/alice",
+        Some("service fixed"),
+    )
+    .unwrap();
+    let noted = ctx_at(1_000).for_operator(note.clone());
+    let failed = rec_in(Status::Failed, 2, 2);
+    let scheduled = rec_in(Status::Scheduled, 2, 4);
+    let replay = Input::Replay {
+        transaction_id: id(),
+        budget: 1,
+    };
+    let resolve = Input::Resolve(id());
+    for (input, r) in [(&replay, &failed), (&resolve, &scheduled)] {
+        let plan = decide(input, Known::Record(r), None, &noted, &mut FixedRandom(0.5));
+        let w = first_write(&plan);
+        assert_eq!(w.set.operator, Change::Set(note.clone()));
+        let after = w.apply(r).unwrap();
+        let entry = AuditEntry::from_change(Some(r), &after).unwrap();
+        assert_eq!(entry.operator, Some(note.clone()));
+        let plain = decide(
+            input,
+            Known::Record(r),
+            None,
+            &ctx_at(1_000),
+            &mut FixedRandom(0.5),
+        );
+        assert_eq!(first_write(&plain).set.operator, Change::Clear);
+    }
+    let mut answered = rec_in(Status::InProgress, 1, 4);
+    answered.operator = Some(Box::new(note.clone()));
+    answered.last_actor = crate::machine::Actor::Operator;
+    let plan = decide(
+        &Input::Response(response(1, Outcome::Cancelled)),
+        Known::Record(&answered),
+        None,
+        &noted,
+        &mut FixedRandom(0.5),
+    );
+    let w = first_write(&plan);
+    assert_eq!(w.set.operator, Change::Keep);
+    let after = w.apply(&answered).unwrap();
+    assert_eq!(after.operator.as_deref(), Some(&note));
+    assert_eq!(
+        AuditEntry::from_change(Some(&answered), &after)
+            .unwrap()
+            .operator,
+        None
+    );
+    // The reason is checked.
+    assert!(OperatorNote::new("x", Some("")).is_err());
+    assert!(OperatorNote::new("x", Some(&"r".repeat(257))).is_err());
+    assert!(OperatorNote::new("x", Some("a\nb")).is_err());
+    assert!(OperatorNote::new("x", None).is_ok());
 }

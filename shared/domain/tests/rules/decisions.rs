@@ -15,7 +15,7 @@ use crate::world::*;
 use domain::decide::{decide, Context, Disposition, Effect, Input, Known, Rejection, Run};
 use domain::exec::execute;
 use domain::ids::{MaxAttempts, ScheduleName, Timestamp};
-use domain::machine::{transition, ReconcileKey, Status, TransactionRecord};
+use domain::machine::{transition, FailedKey, ReconcileKey, Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{FixedRandom, PolicySet, RetryPolicy, SplitMix64};
 use proptest::prelude::*;
@@ -119,6 +119,7 @@ fn well_formed_record() -> impl Strategy<Value = TransactionRecord> {
                 r.answer_due_at = Some(t0().plus_millis(fire * MIN_MS));
             }
             r.reconcile = ReconcileKey::derive(status, &id, 4, r.updated_at, r.next_fire_at);
+            r.failed = FailedKey::derive(status, &id, 4);
             r
         },
     )

@@ -273,6 +273,10 @@ pub fn well_formed(r: &TransactionRecord) -> Result<(), String> {
             "answer deadline only in IN_PROGRESS",
         ),
         (
+            (r.status == Status::Failed) == r.failed.is_some(),
+            "failed-listing key iff FAILED",
+        ),
+        (
             r.next_attempt
                 .is_none_or(|n| n == r.current_attempt.next() && n.get() <= r.max_attempts.get()),
             "next_attempt = current_attempt + 1 <= max_attempts",

@@ -253,8 +253,13 @@ async fn table_problems(env: &Env<'_>, def: &TableDef) -> Result<(Vec<String>, S
             .find(|g| g.index_name() == Some(ix.name));
         match found {
             None => p.push(format!(
-                "no index {} (the reconciler queries it: stuck transactions would never be found)",
-                ix.name
+                "no index {} ({})",
+                ix.name,
+                if ix.name == aws::config::FAILED_INDEX {
+                    "`retryctl list --status FAILED` queries it: without it, only `--scan` lists FAILED transactions"
+                } else {
+                    "the reconciler queries it: stuck transactions would never be found"
+                }
             )),
             Some(g) => {
                 let got = keys(g.key_schema());
