@@ -1,0 +1,447 @@
+//! What the [`crate::proxy::Proxy`] injects: faults at the AWS API boundary, per call,
+//! seeded and reproducible.
+//!
+//! Each call is matched to its rates by `service:Operation` (`dynamodb:UpdateItem`),
+//! else by its service (`sqs`); a call matching neither passes untouched. For each
+//! call the injector draws the same six numbers from a generator of its own operation
+//! (seeded with the run's seed and the operation's name), so one seed gives one
+//! sequence of decisions per operation, however the operations interleave:
+//!
+//! - **throttle** before applying, with the error the service returns
+//!   ([`FaultKind::Throttle`]);
+//! - **5xx** before applying: 500 or 503 ([`FaultKind::ServerError`]);
+//! - **lost response**: forwarded and applied, then the connection is closed (or held
+//!   for [`Faults::stall`] first) without an answer ([`FaultKind::LostResponse`]);
+//! - **latency** added before forwarding, up to [`Faults::latency`]
+//!   ([`FaultKind::Latency`], on top of any of the above).
+
+use domain::policy::SplitMix64;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The probabilities of one operation (or of every operation of a service).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Rates {
+    pub throttle: f64,
+    pub server_error: f64,
+    pub lost_response: f64,
+    pub latency: f64,
+    /// At most this many faults (latency aside) for the operation, then none: a
+    /// deterministic test faults exactly its first call with probability 1 and
+    /// `limit: 1`. `None`: no limit.
+    pub limit: Option<u64>,
+}
+
+impl Rates {
+    fn fields(&self) -> [(&'static str, f64); 4] {
+        [
+            ("throttle", self.throttle),
+            ("server_error", self.server_error),
+            ("lost_response", self.lost_response),
+            ("latency", self.latency),
+        ]
+    }
+}
+
+/// A kind of injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    Throttle,
+    ServerError,
+    LostResponse,
+    Latency,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 4] = [
+        FaultKind::Throttle,
+        FaultKind::ServerError,
+        FaultKind::LostResponse,
+        FaultKind::Latency,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            FaultKind::Throttle => "throttle",
+            FaultKind::ServerError => "5xx",
+            FaultKind::LostResponse => "lost-response",
+            FaultKind::Latency => "latency",
+        }
+    }
+}
+
+/// What the proxy injects, and with which seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Faults {
+    pub seed: u64,
+    /// `service:Operation` or `service` → its rates.
+    pub rates: BTreeMap<String, Rates>,
+    /// The most latency added to a call (drawn uniformly up to it).
+    #[serde(with = "millis", rename = "latency_ms", default)]
+    pub latency: Duration,
+    /// How long a lost response holds the connection before closing it (zero: at
+    /// once). Longer than a client's attempt timeout, the client times out instead.
+    #[serde(with = "millis", rename = "stall_ms", default)]
+    pub stall: Duration,
+}
+
+mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+/// The services whose errors the proxy can speak.
+pub const SERVICES: [&str; 3] = ["dynamodb", "sqs", "scheduler"];
+
+/// An invalid [`Faults`]: the field, its value and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field} = {value}: {why}")]
+pub struct FaultsError {
+    pub field: String,
+    pub value: String,
+    pub why: &'static str,
+}
+
+impl Faults {
+    /// No fault at all (the proxy records only).
+    pub fn none(seed: u64) -> Self {
+        Self {
+            seed,
+            rates: BTreeMap::new(),
+            latency: Duration::ZERO,
+            stall: Duration::ZERO,
+        }
+    }
+
+    /// The same faults with `rates` for `key` (`service` or `service:Operation`).
+    pub fn with(mut self, key: &str, rates: Rates) -> Self {
+        self.rates.insert(key.to_owned(), rates);
+        self
+    }
+
+    /// Checks every key and probability; the error names the field and its value.
+    pub fn validate(&self) -> Result<(), FaultsError> {
+        for (key, rates) in &self.rates {
+            let service = key.split(':').next().unwrap_or_default();
+            if !SERVICES.contains(&service) || key.ends_with(':') {
+                return Err(FaultsError {
+                    field: "rates".into(),
+                    value: format!("{key:?}"),
+                    why: "keys are `service` or `service:Operation`, service one of dynamodb, sqs, scheduler",
+                });
+            }
+            for (name, p) in rates.fields() {
+                if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
+                    return Err(FaultsError {
+                        field: format!("rates.{key:?}.{name}"),
+                        value: p.to_string(),
+                        why: "must be a probability between 0 and 1",
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The rates of a call: its operation's, else its service's.
+    pub fn rates_for(&self, service: &str, operation: &str) -> Option<&Rates> {
+        self.rates
+            .get(&format!("{service}:{operation}"))
+            .or_else(|| self.rates.get(service))
+    }
+}
+
+/// What to do with one call before and after forwarding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer a throttling error without forwarding; `alternate` picks the second
+    /// code where a service has two (DynamoDB's `ThrottlingException`).
+    Throttle { alternate: bool },
+    /// Answer this 5xx status without forwarding.
+    ServerError { status: u16 },
+    /// Forward, then close the connection without an answer.
+    LoseResponse,
+}
+
+/// The decision for one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Decision {
+    pub fault: Option<Fault>,
+    pub delay: Duration,
+}
+
+/// Faults, one generator per operation, and the tally of what was injected.
+#[derive(Debug)]
+pub struct Injector {
+    faults: Faults,
+    streams: Mutex<HashMap<String, SplitMix64>>,
+    tally: Mutex<BTreeMap<(String, FaultKind), u64>>,
+}
+
+/// FNV-1a of an operation's key: its generator's seed, mixed with the run's.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl Injector {
+    pub fn new(faults: Faults) -> Self {
+        Self {
+            faults,
+            streams: Mutex::default(),
+            tally: Mutex::default(),
+        }
+    }
+
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// Decides for the next call of `service:operation`, and counts what it injects.
+    pub fn decide(&self, service: &str, operation: &str) -> Decision {
+        let Some(rates) = self.faults.rates_for(service, operation).copied() else {
+            return Decision::default();
+        };
+        let key = format!("{service}:{operation}");
+        let draws: [f64; 6] = {
+            let Ok(mut streams) = self.streams.lock() else {
+                return Decision::default();
+            };
+            let g = streams
+                .entry(key.clone())
+                .or_insert_with(|| SplitMix64::new(self.faults.seed ^ fnv1a(&key)));
+            std::array::from_fn(|_| unit(g))
+        };
+        let [throttle, error, lost, latency, variant, amount] = draws;
+        let injected = |t: &BTreeMap<(String, FaultKind), u64>| -> u64 {
+            [
+                FaultKind::Throttle,
+                FaultKind::ServerError,
+                FaultKind::LostResponse,
+            ]
+            .iter()
+            .filter_map(|k| t.get(&(key.clone(), *k)))
+            .sum()
+        };
+        let spent = rates
+            .limit
+            .is_some_and(|limit| self.tally.lock().map(|t| injected(&t)).unwrap_or(0) >= limit);
+        let fault = if spent {
+            None
+        } else if throttle < rates.throttle {
+            Some(Fault::Throttle {
+                alternate: variant < 0.5,
+            })
+        } else if error < rates.server_error {
+            Some(Fault::ServerError {
+                status: if variant < 0.5 { 500 } else { 503 },
+            })
+        } else if lost < rates.lost_response {
+            Some(Fault::LoseResponse)
+        } else {
+            None
+        };
+        let delay = if latency < rates.latency {
+            self.faults.latency.mul_f64(amount)
+        } else {
+            Duration::ZERO
+        };
+        let decision = Decision { fault, delay };
+        let kinds = fault
+            .map(|f| match f {
+                Fault::Throttle { .. } => FaultKind::Throttle,
+                Fault::ServerError { .. } => FaultKind::ServerError,
+                Fault::LoseResponse => FaultKind::LostResponse,
+            })
+            .into_iter()
+            .chain((latency < rates.latency).then_some(FaultKind::Latency));
+        if let Ok(mut t) = self.tally.lock() {
+            for kind in kinds {
+                *t.entry((key.clone(), kind)).or_insert(0) += 1;
+            }
+        }
+        decision
+    }
+
+    /// What was injected so far: (`service:Operation`, kind) → count.
+    pub fn tally(&self) -> BTreeMap<(String, FaultKind), u64> {
+        self.tally.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+fn unit(g: &mut SplitMix64) -> f64 {
+    (g.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The raw HTTP answer a service gives for an injected error, as its SDK parses it:
+/// DynamoDB and SQS speak JSON 1.0 (`__type`; SQS adds its query-compatible code in
+/// `x-amzn-query-error`), EventBridge Scheduler REST JSON (`x-amzn-errortype`).
+pub fn error_response(service: &str, fault: Fault) -> Vec<u8> {
+    let (status, code, reason) = match (service, fault) {
+        ("dynamodb", Fault::Throttle { alternate: false }) => {
+            (400, "ProvisionedThroughputExceededException", "Bad Request")
+        }
+        ("dynamodb", Fault::Throttle { alternate: true }) => {
+            (400, "ThrottlingException", "Bad Request")
+        }
+        ("sqs", Fault::Throttle { .. }) => (400, "RequestThrottled", "Bad Request"),
+        (_, Fault::Throttle { .. }) => (429, "ThrottlingException", "Too Many Requests"),
+        ("dynamodb", Fault::ServerError { status: 500 }) => {
+            (500, "InternalServerError", "Internal Server Error")
+        }
+        ("sqs", Fault::ServerError { status: 500 }) => {
+            (500, "InternalError", "Internal Server Error")
+        }
+        (_, Fault::ServerError { status: 500 }) => {
+            (500, "InternalServerException", "Internal Server Error")
+        }
+        (_, Fault::ServerError { .. } | Fault::LoseResponse) => {
+            (503, "ServiceUnavailable", "Service Unavailable")
+        }
+    };
+    let message = "injected by the fault proxy";
+    let (content_type, extra, body) = match service {
+        "dynamodb" => (
+            "application/x-amz-json-1.0",
+            String::new(),
+            format!(
+                r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"{message}"}}"#
+            ),
+        ),
+        "sqs" => (
+            "application/x-amz-json-1.0",
+            format!("x-amzn-query-error: {code};Sender\r\n"),
+            format!(r#"{{"__type":"com.amazonaws.sqs#{code}","message":"{message}"}}"#),
+        ),
+        _ => (
+            "application/json",
+            format!("x-amzn-errortype: {code}\r\n"),
+            format!(r#"{{"Message":"{message}"}}"#),
+        ),
+    };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nx-amzn-RequestId: fault-proxy\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every(p: f64) -> Rates {
+        Rates {
+            throttle: p,
+            server_error: p,
+            lost_response: p,
+            latency: p,
+            limit: None,
+        }
+    }
+
+    #[test]
+    fn one_seed_gives_one_sequence_per_operation_whatever_the_interleaving() {
+        let faults = Faults::none(42).with("dynamodb", every(0.3));
+        let (a, b) = (Injector::new(faults.clone()), Injector::new(faults));
+        let alone: Vec<Decision> = (0..50)
+            .map(|_| a.decide("dynamodb", "UpdateItem"))
+            .collect();
+        let mixed: Vec<Decision> = (0..50)
+            .map(|_| {
+                b.decide("dynamodb", "GetItem");
+                b.decide("dynamodb", "UpdateItem")
+            })
+            .collect();
+        assert_eq!(alone, mixed);
+        assert!(alone.iter().any(|d| d.fault.is_some()));
+        assert!(alone.iter().any(|d| d.fault.is_none()));
+        let other = Injector::new(Faults::none(43).with("dynamodb", every(0.3)));
+        let reseeded: Vec<Decision> = (0..50)
+            .map(|_| other.decide("dynamodb", "UpdateItem"))
+            .collect();
+        assert_ne!(alone, reseeded, "another seed, another sequence");
+    }
+
+    #[test]
+    fn the_operation_rates_win_over_the_service_and_the_tally_counts_each_kind() {
+        let i = Injector::new(Faults::none(1).with("sqs", Rates::default()).with(
+            "sqs:SendMessage",
+            Rates {
+                lost_response: 1.0,
+                latency: 1.0,
+                ..Rates::default()
+            },
+        ));
+        for _ in 0..3 {
+            assert_eq!(
+                i.decide("sqs", "SendMessage").fault,
+                Some(Fault::LoseResponse)
+            );
+            assert_eq!(i.decide("sqs", "ReceiveMessage"), Decision::default());
+        }
+        assert_eq!(i.decide("dynamodb", "UpdateItem"), Decision::default());
+        let t = i.tally();
+        assert_eq!(
+            t.get(&("sqs:SendMessage".into(), FaultKind::LostResponse)),
+            Some(&3)
+        );
+        assert_eq!(
+            t.get(&("sqs:SendMessage".into(), FaultKind::Latency)),
+            Some(&3)
+        );
+        assert_eq!(t.len(), 2, "{t:?}");
+    }
+
+    #[test]
+    fn a_limit_stops_the_faults_of_its_operation_once_reached() {
+        let once = Rates {
+            server_error: 1.0,
+            limit: Some(1),
+            ..Rates::default()
+        };
+        let i = Injector::new(Faults::none(5).with("scheduler:CreateSchedule", once));
+        assert!(i.decide("scheduler", "CreateSchedule").fault.is_some());
+        for _ in 0..5 {
+            assert_eq!(i.decide("scheduler", "CreateSchedule").fault, None);
+        }
+        assert_eq!(i.tally().values().sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn validation_names_the_field_and_the_value() {
+        let bad = Faults::none(1).with(
+            "dynamodb:UpdateItem",
+            Rates {
+                throttle: 1.5,
+                ..Rates::default()
+            },
+        );
+        let e = bad.validate().unwrap_err();
+        assert_eq!(e.field, r#"rates."dynamodb:UpdateItem".throttle"#);
+        assert_eq!(e.value, "1.5");
+        let e = Faults::none(1)
+            .with("s3", Rates::default())
+            .validate()
+            .unwrap_err();
+        assert_eq!((e.field.as_str(), e.value.as_str()), ("rates", "\"s3\""));
+        assert!(Faults::none(1)
+            .with("scheduler:CreateSchedule", every(1.0))
+            .validate()
+            .is_ok());
+    }
+}
