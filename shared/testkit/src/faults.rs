@@ -10,8 +10,10 @@
 //! - **throttle** before applying, with the error the service returns
 //!   ([`FaultKind::Throttle`]);
 //! - **5xx** before applying: 500 or 503 ([`FaultKind::ServerError`]);
-//! - **lost response**: forwarded and applied, then the connection is closed (or held
-//!   for [`Faults::stall`] first) without an answer ([`FaultKind::LostResponse`]);
+//! - **lost response**: forwarded and applied, then the connection is closed without
+//!   an answer, at once or (a [`Faults::stall_share`] of them) after holding it for
+//!   [`Faults::stall`], past the client's attempt timeout
+//!   ([`FaultKind::LostResponse`]);
 //! - **latency** added before forwarding, up to [`Faults::latency`]
 //!   ([`FaultKind::Latency`], on top of any of the above).
 
@@ -74,20 +76,25 @@ impl FaultKind {
     }
 }
 
-/// What the proxy injects, and with which seed.
+/// What the proxy injects, and with which seed (the run's, never a file's).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Faults {
+    #[serde(skip)]
     pub seed: u64,
     /// `service:Operation` or `service` → its rates.
+    #[serde(default)]
     pub rates: BTreeMap<String, Rates>,
     /// The most latency added to a call (drawn uniformly up to it).
     #[serde(with = "millis", rename = "latency_ms", default)]
     pub latency: Duration,
-    /// How long a lost response holds the connection before closing it (zero: at
-    /// once). Longer than a client's attempt timeout, the client times out instead.
+    /// How long a stalled lost response holds the connection before closing it.
+    /// Longer than a client's attempt timeout, the client times out first.
     #[serde(with = "millis", rename = "stall_ms", default)]
     pub stall: Duration,
+    /// The share of lost responses that stall (the others close at once).
+    #[serde(default)]
+    pub stall_share: f64,
 }
 
 mod millis {
@@ -106,14 +113,26 @@ mod millis {
 /// The services whose errors the proxy can speak.
 pub const SERVICES: [&str; 3] = ["dynamodb", "sqs", "scheduler"];
 
+/// The operations that change something, whose answer can be lost after they applied.
+pub const MUTATING: [&str; 5] = [
+    "dynamodb:UpdateItem",
+    "dynamodb:TransactWriteItems",
+    "scheduler:CreateSchedule",
+    "scheduler:DeleteSchedule",
+    "sqs:SendMessage",
+];
+
 /// An invalid [`Faults`]: the field, its value and why.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{field} = {value}: {why}")]
 pub struct FaultsError {
     pub field: String,
     pub value: String,
-    pub why: &'static str,
+    pub why: String,
 }
+
+/// The named profiles of [`Faults::profile`].
+pub const PROFILES: [&str; 2] = ["light", "heavy"];
 
 impl Faults {
     /// No fault at all (the proxy records only).
@@ -123,7 +142,65 @@ impl Faults {
             rates: BTreeMap::new(),
             latency: Duration::ZERO,
             stall: Duration::ZERO,
+            stall_share: 0.0,
         }
+    }
+
+    /// A named profile: `light` (a few percent of calls faulted) or `heavy` (about one
+    /// mutating call in five faulted, a tenth of lost answers stalled past the client's
+    /// attempt timeout); every read faulted less, never lost.
+    pub fn profile(name: &str, seed: u64) -> Option<Self> {
+        let (p, latency, stall_share) = match name {
+            "light" => (0.02, Duration::from_millis(100), 0.0),
+            "heavy" => (0.06, Duration::from_millis(250), 0.1),
+            _ => return None,
+        };
+        let reads = Rates {
+            throttle: p / 2.0,
+            server_error: p / 2.0,
+            lost_response: 0.0,
+            latency: 2.0 * p,
+            limit: None,
+        };
+        let writes = Rates {
+            throttle: p,
+            server_error: p,
+            lost_response: p,
+            latency: 2.0 * p,
+            limit: None,
+        };
+        let mut faults = Self::none(seed);
+        for service in SERVICES {
+            faults = faults.with(service, reads);
+        }
+        for op in MUTATING {
+            faults = faults.with(op, writes);
+        }
+        // Operator resolves are rare: their deletes are faulted more often.
+        let rare = Rates {
+            throttle: 4.0 * p,
+            server_error: 4.0 * p,
+            lost_response: 4.0 * p,
+            ..writes
+        };
+        faults = faults.with("scheduler:DeleteSchedule", rare);
+        faults.latency = latency;
+        // Past every client's attempt timeout (5 s at most).
+        faults.stall = Duration::from_millis(5_500);
+        faults.stall_share = stall_share;
+        Some(faults)
+    }
+
+    /// Faults from a JSON document (the fields of [`Faults`] but the seed), validated.
+    pub fn from_json(text: &str, seed: u64) -> Result<Self, FaultsError> {
+        let mut faults: Faults = serde_json::from_str(text).map_err(|e| FaultsError {
+            field: "document".into(),
+            value: format!("line {} column {}", e.line(), e.column()),
+            why: e.to_string(),
+        })?;
+        faults.seed = seed;
+        faults.validate()?;
+        Ok(faults)
     }
 
     /// The same faults with `rates` for `key` (`service` or `service:Operation`).
@@ -134,13 +211,20 @@ impl Faults {
 
     /// Checks every key and probability; the error names the field and its value.
     pub fn validate(&self) -> Result<(), FaultsError> {
+        if !(self.stall_share.is_finite() && (0.0..=1.0).contains(&self.stall_share)) {
+            return Err(FaultsError {
+                field: "stall_share".into(),
+                value: self.stall_share.to_string(),
+                why: "must be a probability between 0 and 1".into(),
+            });
+        }
         for (key, rates) in &self.rates {
             let service = key.split(':').next().unwrap_or_default();
             if !SERVICES.contains(&service) || key.ends_with(':') {
                 return Err(FaultsError {
                     field: "rates".into(),
                     value: format!("{key:?}"),
-                    why: "keys are `service` or `service:Operation`, service one of dynamodb, sqs, scheduler",
+                    why: "keys are `service` or `service:Operation`, service one of dynamodb, sqs, scheduler".into(),
                 });
             }
             for (name, p) in rates.fields() {
@@ -148,7 +232,7 @@ impl Faults {
                     return Err(FaultsError {
                         field: format!("rates.{key:?}.{name}"),
                         value: p.to_string(),
-                        why: "must be a probability between 0 and 1",
+                        why: "must be a probability between 0 and 1".into(),
                     });
                 }
             }
@@ -172,8 +256,9 @@ pub enum Fault {
     Throttle { alternate: bool },
     /// Answer this 5xx status without forwarding.
     ServerError { status: u16 },
-    /// Forward, then close the connection without an answer.
-    LoseResponse,
+    /// Forward, then close the connection without an answer; `stall`: only after
+    /// holding it for [`Faults::stall`].
+    LoseResponse { stall: bool },
 }
 
 /// The decision for one call.
@@ -251,7 +336,9 @@ impl Injector {
                 status: if variant < 0.5 { 500 } else { 503 },
             })
         } else if lost < rates.lost_response {
-            Some(Fault::LoseResponse)
+            Some(Fault::LoseResponse {
+                stall: !self.faults.stall.is_zero() && variant < self.faults.stall_share,
+            })
         } else {
             None
         };
@@ -265,7 +352,7 @@ impl Injector {
             .map(|f| match f {
                 Fault::Throttle { .. } => FaultKind::Throttle,
                 Fault::ServerError { .. } => FaultKind::ServerError,
-                Fault::LoseResponse => FaultKind::LostResponse,
+                Fault::LoseResponse { .. } => FaultKind::LostResponse,
             })
             .into_iter()
             .chain((latency < rates.latency).then_some(FaultKind::Latency));
@@ -309,7 +396,7 @@ pub fn error_response(service: &str, fault: Fault) -> Vec<u8> {
         (_, Fault::ServerError { status: 500 }) => {
             (500, "InternalServerException", "Internal Server Error")
         }
-        (_, Fault::ServerError { .. } | Fault::LoseResponse) => {
+        (_, Fault::ServerError { .. } | Fault::LoseResponse { .. }) => {
             (503, "ServiceUnavailable", "Service Unavailable")
         }
     };
@@ -390,7 +477,7 @@ mod tests {
         for _ in 0..3 {
             assert_eq!(
                 i.decide("sqs", "SendMessage").fault,
-                Some(Fault::LoseResponse)
+                Some(Fault::LoseResponse { stall: false })
             );
             assert_eq!(i.decide("sqs", "ReceiveMessage"), Decision::default());
         }
@@ -420,6 +507,39 @@ mod tests {
             assert_eq!(i.decide("scheduler", "CreateSchedule").fault, None);
         }
         assert_eq!(i.tally().values().sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn the_profiles_fault_every_mutating_operation_and_files_are_checked() {
+        for name in PROFILES {
+            let f = Faults::profile(name, 9).unwrap();
+            assert!(f.validate().is_ok(), "{name}");
+            for op in MUTATING {
+                let (service, operation) = op.split_once(':').unwrap();
+                let r = f.rates_for(service, operation).unwrap();
+                assert!(r.throttle > 0.0 && r.server_error > 0.0, "{name} {op}");
+                assert!(r.lost_response > 0.0 && r.latency > 0.0, "{name} {op}");
+            }
+            assert_eq!(
+                f.rates_for("dynamodb", "GetItem").unwrap().lost_response,
+                0.0
+            );
+        }
+        assert!(Faults::profile("medium", 1).is_none());
+        let f = Faults::from_json(
+            r#"{"rates":{"sqs":{"throttle":0.5}},"latency_ms":20,"stall_ms":0,"stall_share":0}"#,
+            3,
+        )
+        .unwrap();
+        assert_eq!((f.seed, f.latency), (3, Duration::from_millis(20)));
+        assert_eq!(f.rates_for("sqs", "SendMessage").unwrap().throttle, 0.5);
+        let e = Faults::from_json(r#"{"rates":{"sqs":{"throttel":0.5}}}"#, 3).unwrap_err();
+        assert!(e.why.contains("throttel"), "{e}");
+        let e = Faults::from_json(r#"{"rates":{"sqs":{"latency":2}}}"#, 3).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            (r#"rates."sqs".latency"#, "2")
+        );
     }
 
     #[test]

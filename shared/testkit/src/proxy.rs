@@ -118,6 +118,15 @@ impl Proxy {
         Self::start_with(upstream, ProxyOptions::default()).await
     }
 
+    /// A proxy injecting `faults` in front of `upstream`.
+    pub async fn with_faults(upstream: &str, faults: Faults) -> std::io::Result<Proxy> {
+        let options = ProxyOptions {
+            faults: Some(faults),
+            ..ProxyOptions::default()
+        };
+        Self::start_with(upstream, options).await
+    }
+
     pub async fn start_with(upstream: &str, options: ProxyOptions) -> std::io::Result<Proxy> {
         let upstream: SocketAddr = upstream
             .trim_start_matches("http://")
@@ -563,11 +572,11 @@ impl Shared {
         self.learn_iterators(&call, &response);
         self.record(call);
         read?;
-        if decision.fault == Some(Fault::LoseResponse) {
+        if let Some(Fault::LoseResponse { stall }) = decision.fault {
             // Applied by the service; the caller never hears of it.
-            let stall = self.injector.as_ref().map(|i| i.faults().stall);
-            if let Some(stall) = stall.filter(|d| !d.is_zero()) {
-                tokio::time::sleep(stall).await;
+            if stall {
+                let held = self.injector.as_ref().map(|i| i.faults().stall);
+                tokio::time::sleep(held.unwrap_or_default()).await;
             }
             drop(client);
             return Ok(());

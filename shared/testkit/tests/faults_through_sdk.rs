@@ -15,7 +15,7 @@ use aws_sdk_sqs::operation::send_message::SendMessageError;
 use domain::ports::Cause;
 use std::time::{Duration, Instant};
 use testkit::faults::{FaultKind, Faults, Rates};
-use testkit::proxy::{Proxy, ProxyOptions};
+use testkit::proxy::Proxy;
 
 /// One attempt per call: the fault reaches the test as the SDK reports it.
 fn once() -> aws_sdk_dynamodb::config::retry::RetryConfig {
@@ -43,15 +43,7 @@ struct World {
 async fn world(faults: Faults) -> World {
     let endpoint = testkit::moto::shared_endpoint().expect("moto_server on PATH");
     let moto = testkit::moto::sdk_config(&endpoint).await;
-    let proxy = Proxy::start_with(
-        &endpoint,
-        ProxyOptions {
-            faults: Some(faults),
-            ..ProxyOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let proxy = Proxy::with_faults(&endpoint, faults).await.unwrap();
     let through = testkit::moto::sdk_config(&proxy.endpoint).await;
     World {
         moto,
