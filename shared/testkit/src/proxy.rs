@@ -510,8 +510,15 @@ impl Shared {
             buf.extend_from_slice(&chunk[..n]);
         };
         let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-        let Some(length) = header(&head, "content-length").and_then(|v| v.parse::<usize>().ok())
-        else {
+        // A request without a body (DELETE, GET) has no length: 0. Only a chunked one
+        // is piped through as it is.
+        let chunked = header(&head, "transfer-encoding").is_some();
+        let length = match header(&head, "content-length") {
+            Some(v) => v.parse::<usize>().ok(),
+            None if chunked => None,
+            None => Some(0),
+        };
+        let Some(length) = length else {
             // Not a plain request with a length: pipe it through as it is.
             let mut call = self.parse(&head, &[]);
             call.epoch_ms = epoch_ms();

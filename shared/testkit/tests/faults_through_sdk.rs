@@ -389,3 +389,45 @@ async fn latency_delays_the_call_up_to_its_bound() {
         4
     );
 }
+
+/// DeleteSchedule has no body: faulted all the same, throttled (nothing deleted) or
+/// its answer lost (deleted).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bodiless_delete_is_faulted_too() {
+    let w = world(Faults::none(8)).await;
+    let group = w.group().await;
+    w.create_schedule(&group, "d1").await.unwrap();
+    let delete = |faults: Faults| {
+        let group = group.clone();
+        async move {
+            let w = world(faults).await;
+            let r = aws::clients::scheduler_with(&w.through, once())
+                .delete_schedule()
+                .group_name(&group)
+                .name("d1")
+                .send()
+                .await;
+            (r, w)
+        }
+    };
+    let (r, throttled) =
+        delete(Faults::none(8).with("scheduler:DeleteSchedule", every_call(FaultKind::Throttle)))
+            .await;
+    let e = r.unwrap_err();
+    assert_eq!(e.raw_response().unwrap().status().as_u16(), 429, "{e:?}");
+    assert!(throttled.schedule_exists(&group, "d1").await);
+    let (r, lost) = delete(Faults::none(8).with(
+        "scheduler:DeleteSchedule",
+        every_call(FaultKind::LostResponse),
+    ))
+    .await;
+    let e = r.unwrap_err();
+    assert!(
+        matches!(e, SdkError::DispatchFailure(_) | SdkError::ResponseError(_)),
+        "{e:?}"
+    );
+    assert!(
+        !lost.schedule_exists(&group, "d1").await,
+        "deleted all the same"
+    );
+}

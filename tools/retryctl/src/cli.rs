@@ -286,9 +286,16 @@ pub struct DemoArgs {
     /// Give up waiting for terminal states after this many seconds (then: stuck).
     #[arg(long, default_value_t = 240)]
     pub deadline: u64,
-    /// Seed of the external service's answers.
+    /// Seed of the external service's answers and of the injected faults (`--chaos`):
+    /// the same seed, the same decisions.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Inject faults where the functions meet AWS (throttling, 500/503, answers lost
+    /// after the call applied, latency): `light`, `heavy`, or a JSON file of
+    /// probabilities (docs/verification.md). The report adds what was injected, by
+    /// kind and operation.
+    #[arg(long, value_name = "PROFILE")]
+    pub chaos: Option<String>,
     /// Prefix of every resource name (default: `demo<pid>`).
     #[arg(long = "stack-prefix")]
     pub stack_prefix: Option<String>,

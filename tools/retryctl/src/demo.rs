@@ -4,18 +4,19 @@
 use crate::cli::DemoArgs;
 use crate::error::CliError;
 use crate::local::stack::{ExternalOptions, Stack, StackOptions};
-use crate::report::{self, Observations, Report};
+use crate::report::{self, ChaosReport, Observations, Report};
 use crate::table::scan_stats;
 use aws::dynamo::DynamoStore;
 use aws_sdk_sqs::types::QueueAttributeName;
-use domain::exec::StartPorts;
-use domain::ports::{Clock, SystemClock};
+use domain::exec::{ResolvePorts, StartPorts};
+use domain::ports::{Clock, Records, SystemClock, Transitions};
 use domain::{MaxAttempts, Payload, RetryPolicy, Status, TransactionId};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runtime::Settings;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use testkit::faults::{FaultKind, Faults, PROFILES};
 
 /// The validated demo settings.
 #[derive(Debug, Clone)]
@@ -26,6 +27,49 @@ pub struct DemoPlan {
     pub deadline: Duration,
     pub stack: StackOptions,
     pub progress: bool,
+    pub chaos: Option<Chaos>,
+}
+
+/// The faults a chaos run injects, and what it is called.
+#[derive(Debug, Clone)]
+pub struct Chaos {
+    /// `light`, `heavy` or the file's path.
+    pub profile: String,
+    pub faults: Faults,
+}
+
+impl Chaos {
+    /// A named profile or a JSON file of probabilities, seeded with `seed`; every
+    /// error names `--chaos`, the value and, for a file, the field.
+    pub fn parse(profile: &str, seed: u64) -> Result<Self, CliError> {
+        if let Some(faults) = Faults::profile(profile, seed) {
+            return Ok(Self {
+                profile: profile.to_owned(),
+                faults,
+            });
+        }
+        let path = std::path::Path::new(profile);
+        if path.extension().and_then(|e| e.to_str()) != Some("json") {
+            return Err(CliError::bad(
+                "--chaos",
+                profile,
+                format!("not a profile ({}) nor a .json file", PROFILES.join(", ")),
+            ));
+        }
+        let text =
+            std::fs::read_to_string(path).map_err(|e| CliError::bad("--chaos", profile, e))?;
+        let faults = Faults::from_json(&text, seed).map_err(|e| {
+            CliError::bad(
+                "--chaos",
+                format!("{profile}: {} = {}", e.field, e.value),
+                e.why,
+            )
+        })?;
+        Ok(Self {
+            profile: profile.to_owned(),
+            faults,
+        })
+    }
 }
 
 fn probability(name: &'static str, v: f64) -> Result<f64, CliError> {
@@ -154,6 +198,12 @@ impl DemoPlan {
             duplicate_response_probability: dup,
             seed: a.seed,
         };
+        let chaos = a
+            .chaos
+            .as_deref()
+            .map(|p| Chaos::parse(p, a.seed))
+            .transpose()?;
+        stack.faults = chaos.as_ref().map(|c| c.faults.clone());
         Ok(Self {
             transactions: a.transactions,
             max_attempts,
@@ -161,6 +211,7 @@ impl DemoPlan {
             deadline: Duration::from_secs(a.deadline),
             stack,
             progress: !a.no_progress,
+            chaos,
         })
     }
 }
@@ -199,10 +250,13 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     );
     bar.enable_steady_tick(Duration::from_millis(200));
 
-    // The workload: start every transaction through the library operation.
-    let store = DynamoStore::new(ddb.clone(), &names.transactions_table)
+    // The workload: start every transaction through the library operation, as a
+    // service would (through the fault proxy in a chaos run).
+    let clients = aws::clients::Clients::new(&stack.functions_sdk);
+    let store = DynamoStore::new(clients.dynamodb.clone(), &names.transactions_table)
         .with_payloads_table(&names.payloads_table);
-    let requests = aws::sqs::SqsRequestPublisher::new(sqs.clone(), &stack.provisioned.request.url);
+    let requests =
+        aws::sqs::SqsRequestPublisher::new(clients.sqs.clone(), &stack.provisioned.request.url);
     let ports = StartPorts {
         store: &store,
         requests: &requests,
@@ -251,9 +305,38 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         r?;
     }
 
+    // A chaos run also resolves every fifth transaction while it waits for a retry
+    // (an operator's resolve deletes its schedule: DeleteSchedule through the proxy).
+    let mut to_resolve: Vec<String> = if plan.chaos.is_some() {
+        submitted.iter().step_by(5).cloned().collect()
+    } else {
+        vec![]
+    };
+    let mut resolved = 0u64;
+    let reader = DynamoStore::new(ddb.clone(), &names.transactions_table);
+    let operator = Operator {
+        store: &store,
+        scheduler: aws::scheduler::EventBridgeScheduler::new(
+            clients.scheduler.clone(),
+            aws::config::SchedulerSettings {
+                group: names.schedule_group.clone(),
+                retry_queue_arn: String::new(),
+                role_arn: String::new(),
+                dlq_arn: String::new(),
+                retry_attempts: 0,
+                max_event_age_seconds: 60,
+            },
+        ),
+    };
+
     // Follow the statuses until every transaction is terminal or the deadline passes.
     let deadline = started + plan.deadline;
     loop {
+        if !to_resolve.is_empty() {
+            resolved += operator
+                .resolve_waiting(&reader, &mut to_resolve, &settings)
+                .await;
+        }
         let st = scan_stats(&ddb, &names.transactions_table).await?;
         let terminal = st.by_status.get(&Status::Succeeded).copied().unwrap_or(0)
             + st.by_status.get(&Status::Failed).copied().unwrap_or(0);
@@ -383,8 +466,59 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         functions,
         scheduler,
         reconciler,
+        chaos: plan
+            .chaos
+            .as_ref()
+            .map(|c| chaos_report(c, stack, resolved)),
     };
     Ok(report::build(&obs))
+}
+
+/// The operator of a chaos run: resolves transactions waiting for their retry.
+struct Operator<'a, St> {
+    store: &'a St,
+    scheduler: aws::scheduler::EventBridgeScheduler,
+}
+
+impl<St: Records + Transitions> Operator<'_, St> {
+    /// Resolves each of `ids` found SCHEDULED, and forgets those resolved or
+    /// terminal; the others are tried again next time. Returns how many it resolved.
+    async fn resolve_waiting(
+        &self,
+        reader: &DynamoStore,
+        ids: &mut Vec<String>,
+        settings: &Settings,
+    ) -> u64 {
+        let ports = ResolvePorts {
+            store: self.store,
+            scheduler: &self.scheduler,
+        };
+        let mut resolved = 0;
+        let mut keep = Vec::with_capacity(ids.len());
+        for raw in ids.drain(..) {
+            let Ok(id) = TransactionId::parse(&raw) else {
+                continue;
+            };
+            match reader.get(&id).await {
+                Ok(Some(r)) if r.status.is_terminal() => continue,
+                Ok(Some(r)) if r.status == Status::Scheduled => {
+                    let ctx = settings.context(SystemClock.now());
+                    match runtime::ops::resolve(&ports, id, &ctx).await {
+                        Ok(done) if done.ack == domain::decide::Ack::Resolved => {
+                            resolved += 1;
+                            continue;
+                        }
+                        Ok(_) => continue,
+                        Err(_) => {}
+                    }
+                }
+                _ => {}
+            }
+            keep.push(raw);
+        }
+        *ids = keep;
+        resolved
+    }
 }
 
 fn audit_caught_up(
@@ -398,6 +532,36 @@ fn audit_caught_up(
             .and_then(|c| c.last().map(|e| e.to == r.status && e.at == r.updated_at))
             .unwrap_or(false)
     })
+}
+
+/// What the fault proxy (and the local stack's processes) injected in a chaos run.
+fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
+    let mut injected: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let tally = stack
+        .proxy
+        .as_ref()
+        .map(|p| p.faults_injected())
+        .unwrap_or_default();
+    for ((op, kind), n) in &tally {
+        injected
+            .entry(op.clone())
+            .or_default()
+            .insert(kind.label().to_owned(), *n);
+    }
+    let not_injected = testkit::faults::MUTATING
+        .iter()
+        .flat_map(|op| FaultKind::ALL.map(|k| (*op, k)))
+        .filter(|(op, k)| !tally.contains_key(&((*op).to_owned(), *k)))
+        .map(|(op, k)| format!("{op} {}", k.label()))
+        .collect();
+    ChaosReport {
+        profile: chaos.profile.clone(),
+        seed: chaos.faults.seed,
+        injected,
+        not_injected,
+        process: BTreeMap::new(),
+        resolved,
+    }
 }
 
 /// The demo's default reconcile threshold: 20 s, or the seconds the fleet needs to
@@ -498,6 +662,12 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
         _ = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
     };
     eprintln!("demo: local stack up at {}", stack.endpoint);
+    if let (Some(c), Some(p)) = (&plan.chaos, &stack.proxy) {
+        eprintln!(
+            "demo: chaos profile {}, seed {}: the functions call AWS through the fault proxy at {}",
+            c.profile, c.faults.seed, p.endpoint
+        );
+    }
     let result = tokio::select! {
         r = drive(&stack, &plan) => r,
         _ = tokio::signal::ctrl_c() => Err(CliError::Interrupted),

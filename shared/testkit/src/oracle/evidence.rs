@@ -9,7 +9,7 @@
 
 use super::{over_budget, Violation};
 use domain::audit::AuditEntry;
-use domain::machine::{transition, Event, Status, TransactionRecord};
+use domain::machine::{transition, Actor, Event, Status, TransactionRecord};
 use domain::message::Outcome;
 use std::collections::BTreeMap;
 
@@ -112,7 +112,12 @@ fn requests(rec: &TransactionRecord, seen: &BTreeMap<u32, Seen>) -> Vec<Finding>
             ),
         )
     }));
+    // Resolved by an operator: SUCCEEDED by other means, whatever the service last
+    // answered (the attempt it was asked for was answered CANCELLED).
+    let resolved = rec.last_actor == Actor::Operator
+        && rec.last_reason.as_deref() == Some(domain::decide::RESOLVED_REASON);
     let ended = match rec.status {
+        Status::Succeeded if resolved => None,
         Status::Succeeded => Some(Outcome::Success),
         Status::Failed => Some(Outcome::Cancelled),
         _ => None,

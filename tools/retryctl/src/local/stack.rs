@@ -22,8 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use testkit::drain::{drain_into, StreamPosition};
+use testkit::faults::Faults;
 use testkit::moto::MotoServer;
 use testkit::provision::Provisioned;
+use testkit::proxy::Proxy;
 use tokio::task::JoinHandle;
 
 /// The event source mapping settings of `template.yaml` (its parameter defaults;
@@ -67,6 +69,10 @@ pub struct StackOptions {
     /// Run the simulated external service on the request queue (`false`: something
     /// else answers, e.g. the staging harness in `retryctl verify`'s tests).
     pub external_service: bool,
+    /// Faults injected between the functions (and the workload's starts) and the
+    /// AWS endpoint, by the fault proxy. The emulators of what AWS runs (event source
+    /// mappings, scheduler, stream) talk to the endpoint directly.
+    pub faults: Option<Faults>,
 }
 
 /// The simulated external service's behaviour.
@@ -108,6 +114,7 @@ impl StackOptions {
                 seed: 7,
             },
             external_service: true,
+            faults: None,
         }
     }
 }
@@ -132,6 +139,11 @@ pub struct Stack {
     moto: Option<MotoServer>,
     pub endpoint: String,
     pub sdk: aws_config::SdkConfig,
+    /// What the functions and the workload's starts call AWS with: through the fault
+    /// proxy when faults are injected, else the same as `sdk`.
+    pub functions_sdk: aws_config::SdkConfig,
+    /// The fault proxy, when faults are injected (its tally of what it injected).
+    pub proxy: Option<Proxy>,
     pub provisioned: Provisioned,
     /// The environment each function got (template values + overrides).
     pub env: HashMap<&'static str, HashMap<String, String>>,
@@ -198,6 +210,17 @@ impl Stack {
             .await
             .map_err(|e| CliError::Aws(e.to_string()))?;
 
+        let (proxy, functions_sdk) = match &opts.faults {
+            Some(f) => {
+                let proxy = Proxy::with_faults(&endpoint, f.clone())
+                    .await
+                    .map_err(|e| CliError::Aws(format!("fault proxy: {e}")))?;
+                let through = testkit::moto::sdk_config(&proxy.endpoint).await;
+                (Some(proxy), through)
+            }
+            None => (None, sdk.clone()),
+        };
+
         let mut env: HashMap<&'static str, HashMap<String, String>> = HashMap::new();
         for f in [
             "response-handler",
@@ -242,7 +265,10 @@ impl Stack {
         metrics.insert(runtime::response::FUNCTION, response_metrics.clone());
         // One handler per execution environment, built exactly as the Lambda `main` does.
         let make_response = |_: usize| -> SqsFunction {
-            let handler = Arc::new(runtime::wiring::response_handler(&sdk, &response_cfg));
+            let handler = Arc::new(runtime::wiring::response_handler(
+                &functions_sdk,
+                &response_cfg,
+            ));
             let m = response_metrics.clone();
             Arc::new(move |event| {
                 let (h, m) = (handler.clone(), m.clone());
@@ -290,7 +316,7 @@ impl Stack {
         let publish_times: Arc<Mutex<Vec<i64>>> = Arc::default();
         let make_retry = |i: usize| -> Result<SqsFunction, CliError> {
             let pacer = pacers[i % pacers.len()].clone();
-            let h = runtime::wiring::retry_handler(&sdk, &retry_cfg)
+            let h = runtime::wiring::retry_handler(&functions_sdk, &retry_cfg)
                 .map_err(|e| config_error("retry-handler", e))?;
             // The same handler, its publisher wrapped (inside the pacer) to record when
             // each request leaves.
@@ -360,7 +386,7 @@ impl Stack {
             runtime::reconcile::FUNCTION,
         ));
         metrics.insert(runtime::reconcile::FUNCTION, reconciler_metrics.clone());
-        let reconciler = runtime::wiring::reconciler(&sdk, &reconciler_cfg);
+        let reconciler = runtime::wiring::reconciler(&functions_sdk, &reconciler_cfg);
         let cron = Arc::new(CronStats::default());
         tasks.push(tokio::spawn(reconcile_cron(
             reconciler,
@@ -411,6 +437,8 @@ impl Stack {
             moto,
             endpoint,
             sdk,
+            functions_sdk,
+            proxy,
             provisioned,
             env,
             response_esm,
