@@ -48,6 +48,33 @@ impl Rates {
     }
 }
 
+/// Faults of the local stack's processes, what AWS runs around the functions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProcessRates {
+    /// An invocation killed mid-batch, as a Lambda timeout or out-of-memory kills it:
+    /// no batch response, every record of the batch back after the visibility timeout.
+    pub kill_invocation: f64,
+    /// A schedule delivered late, by up to `late_ms`.
+    pub fire_late: f64,
+    /// A schedule delivered twice.
+    pub fire_twice: f64,
+    /// A schedule never delivered (the reconciler rescues its transaction).
+    pub never_fire: f64,
+    pub late_ms: u64,
+}
+
+impl ProcessRates {
+    fn fields(&self) -> [(&'static str, f64); 4] {
+        [
+            ("kill_invocation", self.kill_invocation),
+            ("fire_late", self.fire_late),
+            ("fire_twice", self.fire_twice),
+            ("never_fire", self.never_fire),
+        ]
+    }
+}
+
 /// A kind of injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -95,6 +122,9 @@ pub struct Faults {
     /// The share of lost responses that stall (the others close at once).
     #[serde(default)]
     pub stall_share: f64,
+    /// Faults of the local stack's processes (the proxy ignores them).
+    #[serde(default)]
+    pub process: ProcessRates,
 }
 
 mod millis {
@@ -143,6 +173,7 @@ impl Faults {
             latency: Duration::ZERO,
             stall: Duration::ZERO,
             stall_share: 0.0,
+            process: ProcessRates::default(),
         }
     }
 
@@ -150,9 +181,9 @@ impl Faults {
     /// mutating call in five faulted, a tenth of lost answers stalled past the client's
     /// attempt timeout); every read faulted less, never lost.
     pub fn profile(name: &str, seed: u64) -> Option<Self> {
-        let (p, latency, stall_share) = match name {
-            "light" => (0.02, Duration::from_millis(100), 0.0),
-            "heavy" => (0.06, Duration::from_millis(250), 0.1),
+        let (p, latency, stall_share, kill) = match name {
+            "light" => (0.02, Duration::from_millis(100), 0.0, 0.02),
+            "heavy" => (0.06, Duration::from_millis(250), 0.1, 0.1),
             _ => return None,
         };
         let reads = Rates {
@@ -188,6 +219,13 @@ impl Faults {
         // Past every client's attempt timeout (5 s at most).
         faults.stall = Duration::from_millis(5_500);
         faults.stall_share = stall_share;
+        faults.process = ProcessRates {
+            kill_invocation: kill,
+            fire_late: p,
+            fire_twice: p,
+            never_fire: p / 2.0,
+            late_ms: 3_000,
+        };
         Some(faults)
     }
 
@@ -217,6 +255,15 @@ impl Faults {
                 value: self.stall_share.to_string(),
                 why: "must be a probability between 0 and 1".into(),
             });
+        }
+        for (name, p) in self.process.fields() {
+            if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
+                return Err(FaultsError {
+                    field: format!("process.{name}"),
+                    value: p.to_string(),
+                    why: "must be a probability between 0 and 1".into(),
+                });
+            }
         }
         for (key, rates) in &self.rates {
             let service = key.split(':').next().unwrap_or_default();

@@ -554,12 +554,35 @@ fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
         .filter(|(op, k)| !tally.contains_key(&((*op).to_owned(), *k)))
         .map(|(op, k)| format!("{op} {}", k.label()))
         .collect();
+    let (sched, response, retry) = (&stack.scheduler, &stack.response_esm, &stack.retry_esm);
+    let process = BTreeMap::from([
+        (
+            "response-handler killed mid-batch".to_owned(),
+            response.get(&response.killed),
+        ),
+        (
+            "retry-handler killed mid-batch".to_owned(),
+            retry.get(&retry.killed),
+        ),
+        (
+            "schedules fired late".to_owned(),
+            sched.get(&sched.fired_late),
+        ),
+        (
+            "schedules fired twice".to_owned(),
+            sched.get(&sched.fired_twice),
+        ),
+        (
+            "schedules never fired".to_owned(),
+            sched.get(&sched.never_fired),
+        ),
+    ]);
     ChaosReport {
         profile: chaos.profile.clone(),
         seed: chaos.faults.seed,
         injected,
         not_injected,
-        process: BTreeMap::new(),
+        process,
         resolved,
     }
 }

@@ -210,6 +210,11 @@ impl Stack {
             .await
             .map_err(|e| CliError::Aws(e.to_string()))?;
 
+        let (process, seed) = opts
+            .faults
+            .as_ref()
+            .map(|f| (f.process, f.seed))
+            .unwrap_or_default();
         let (proxy, functions_sdk) = match &opts.faults {
             Some(f) => {
                 let proxy = Proxy::with_faults(&endpoint, f.clone())
@@ -287,6 +292,8 @@ impl Stack {
                 max_concurrency: opts.response_esm.max_concurrency,
                 poll_wait_seconds: 1,
                 visibility_timeout: opts.visibility_timeout,
+                kill_probability: process.kill_invocation,
+                seed: seed ^ 0x5eed_e5a1,
             },
             make_response,
             stop.clone(),
@@ -360,6 +367,8 @@ impl Stack {
                 max_concurrency: opts.retry_esm.max_concurrency,
                 poll_wait_seconds: 1,
                 visibility_timeout: opts.visibility_timeout,
+                kill_probability: process.kill_invocation,
+                seed: seed ^ 0x5eed_e5a2,
             },
             |i| retry_functions[i % retry_functions.len()].clone(),
             stop.clone(),
@@ -375,6 +384,8 @@ impl Stack {
             SchedulerSettings {
                 group: provisioned.names.schedule_group.clone(),
                 tick: opts.scheduler_tick,
+                process,
+                seed: seed ^ 0x5eed_5c4e,
             },
             stop.clone(),
         );
