@@ -241,6 +241,35 @@ impl Faults {
         Ok(faults)
     }
 
+    /// Faults from a TOML document, the same fields as [`Faults::from_json`]:
+    ///
+    /// ```toml
+    /// latency_ms = 200
+    /// [rates."dynamodb:UpdateItem"]
+    /// lost_response = 0.1
+    /// [process]
+    /// never_fire = 0.05
+    /// ```
+    pub fn from_toml(text: &str, seed: u64) -> Result<Self, FaultsError> {
+        let doc: toml_edit::Document<String> =
+            text.parse()
+                .map_err(|e: toml_edit::TomlError| FaultsError {
+                    field: "document".into(),
+                    value: e
+                        .span()
+                        .map_or_else(String::new, |s| format!("bytes {}..{}", s.start, s.end)),
+                    why: e.message().to_owned(),
+                })?;
+        let json = toml_table(doc.as_table().iter());
+        Self::from_json(&json.to_string(), seed).map_err(|mut e| {
+            if e.field == "document" {
+                // The position is in the JSON twin: meaningless in the TOML.
+                e.value = "the TOML document".into();
+            }
+            e
+        })
+    }
+
     /// The same faults with `rates` for `key` (`service` or `service:Operation`).
     pub fn with(mut self, key: &str, rates: Rates) -> Self {
         self.rates.insert(key.to_owned(), rates);
@@ -417,6 +446,41 @@ impl Injector {
     }
 }
 
+/// A TOML table as JSON (dates as their text).
+fn toml_table<'a>(
+    entries: impl Iterator<Item = (&'a str, &'a toml_edit::Item)>,
+) -> serde_json::Value {
+    serde_json::Value::Object(entries.map(|(k, v)| (k.to_owned(), toml_item(v))).collect())
+}
+
+fn toml_item(item: &toml_edit::Item) -> serde_json::Value {
+    use toml_edit::Item;
+    match item {
+        Item::None => serde_json::Value::Null,
+        Item::Value(v) => toml_value(v),
+        Item::Table(t) => toml_table(t.iter()),
+        Item::ArrayOfTables(a) => a.iter().map(|t| toml_table(t.iter())).collect(),
+    }
+}
+
+fn toml_value(v: &toml_edit::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    use toml_edit::Value as T;
+    match v {
+        T::String(s) => J::from(s.value().clone()),
+        T::Integer(i) => J::from(*i.value()),
+        T::Float(f) => J::from(*f.value()),
+        T::Boolean(b) => J::from(*b.value()),
+        T::Datetime(d) => J::from(d.value().to_string()),
+        T::Array(a) => a.iter().map(toml_value).collect(),
+        T::InlineTable(t) => J::Object(
+            t.iter()
+                .map(|(k, v)| (k.to_owned(), toml_value(v)))
+                .collect(),
+        ),
+    }
+}
+
 fn unit(g: &mut SplitMix64) -> f64 {
     (g.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
@@ -587,6 +651,39 @@ mod tests {
             (e.field.as_str(), e.value.as_str()),
             (r#"rates."sqs".latency"#, "2")
         );
+    }
+
+    #[test]
+    fn a_toml_file_reads_as_its_json_twin() {
+        let toml = r#"
+latency_ms = 20
+stall_share = 0.5
+[rates.sqs]
+throttle = 0.5
+[rates."dynamodb:UpdateItem"]
+lost_response = 0.25
+limit = 3
+[process]
+never_fire = 0.1
+late_ms = 1000
+"#;
+        let json = r#"{"latency_ms":20,"stall_share":0.5,
+            "rates":{"sqs":{"throttle":0.5},"dynamodb:UpdateItem":{"lost_response":0.25,"limit":3}},
+            "process":{"never_fire":0.1,"late_ms":1000}}"#;
+        assert_eq!(
+            Faults::from_toml(toml, 4).unwrap(),
+            Faults::from_json(json, 4).unwrap()
+        );
+        let e = Faults::from_toml("[process]\nnever_fire = 2.0\n", 4).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("process.never_fire", "2")
+        );
+        let e = Faults::from_toml("rates = [", 4).unwrap_err();
+        assert_eq!(e.field, "document");
+        let e = Faults::from_toml("[rates.sqs]\nthrottel = 0.1\n", 4).unwrap_err();
+        assert!(e.why.contains("unknown field `throttel`"), "{e}");
+        assert_eq!(e.value, "the TOML document");
     }
 
     #[test]

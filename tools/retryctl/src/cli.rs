@@ -293,8 +293,8 @@ pub struct DemoArgs {
     /// Inject faults where the functions meet AWS (throttling, 500/503, answers lost
     /// after the call applied, latency), and process faults in the local stack
     /// (invocations killed mid-batch, schedules late, twice or never): `light`,
-    /// `heavy`, or a JSON file of probabilities (docs/verification.md). The report
-    /// adds what was injected, by kind and operation.
+    /// `heavy`, or a JSON or TOML file of probabilities (docs/verification.md). The
+    /// report adds what was injected, by kind and operation.
     #[arg(long, value_name = "PROFILE")]
     pub chaos: Option<String>,
     /// Prefix of every resource name (default: `demo<pid>`).

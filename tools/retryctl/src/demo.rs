@@ -16,7 +16,7 @@ use runtime::Settings;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use testkit::faults::{FaultKind, Faults, PROFILES};
+use testkit::faults::{FaultKind, Faults, FaultsError, PROFILES};
 
 /// The validated demo settings.
 #[derive(Debug, Clone)]
@@ -39,8 +39,8 @@ pub struct Chaos {
 }
 
 impl Chaos {
-    /// A named profile or a JSON file of probabilities, seeded with `seed`; every
-    /// error names `--chaos`, the value and, for a file, the field.
+    /// A named profile or a JSON or TOML file of probabilities, seeded with `seed`;
+    /// every error names `--chaos`, the value and, for a file, the field.
     pub fn parse(profile: &str, seed: u64) -> Result<Self, CliError> {
         if let Some(faults) = Faults::profile(profile, seed) {
             return Ok(Self {
@@ -49,16 +49,24 @@ impl Chaos {
             });
         }
         let path = std::path::Path::new(profile);
-        if path.extension().and_then(|e| e.to_str()) != Some("json") {
-            return Err(CliError::bad(
-                "--chaos",
-                profile,
-                format!("not a profile ({}) nor a .json file", PROFILES.join(", ")),
-            ));
-        }
+        let read: fn(&str, u64) -> Result<Faults, FaultsError> =
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("json") => Faults::from_json,
+                Some("toml") => Faults::from_toml,
+                _ => {
+                    return Err(CliError::bad(
+                        "--chaos",
+                        profile,
+                        format!(
+                            "not a profile ({}) nor a .json or .toml file",
+                            PROFILES.join(", ")
+                        ),
+                    ))
+                }
+            };
         let text =
             std::fs::read_to_string(path).map_err(|e| CliError::bad("--chaos", profile, e))?;
-        let faults = Faults::from_json(&text, seed).map_err(|e| {
+        let faults = read(&text, seed).map_err(|e| {
             CliError::bad(
                 "--chaos",
                 format!("{profile}: {} = {}", e.field, e.value),

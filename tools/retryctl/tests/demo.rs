@@ -108,15 +108,21 @@ async fn demo_flags_are_validated_naming_the_flag_and_value() {
     let bad_needle = format!(
         r#"invalid value for --chaos: `{bad}: rates."dynamodb:UpdateItem".lost_response = 1.5`"#
     );
+    let bad_toml = dir.join("bad.toml");
+    std::fs::write(&bad_toml, "[process]\nkill_invocation = -1\n").unwrap();
+    let bad_toml = bad_toml.display().to_string();
+    let bad_toml_needle =
+        format!("invalid value for --chaos: `{bad_toml}: process.kill_invocation = -1`");
     let unknown = dir.join("unknown.json");
     std::fs::write(&unknown, r#"{"rates":{"sqs":{"throttel":0.1}}}"#).unwrap();
     let unknown = unknown.display().to_string();
     for (args, needle) in [
         (
             vec!["--chaos", "medium"],
-            "invalid value for --chaos: `medium`: not a profile (light, heavy) nor a .json file",
+            "invalid value for --chaos: `medium`: not a profile (light, heavy) nor a .json or .toml file",
         ),
         (vec!["--chaos", bad.as_str()], bad_needle.as_str()),
+        (vec!["--chaos", bad_toml.as_str()], bad_toml_needle.as_str()),
         (
             vec!["--chaos", unknown.as_str()],
             "unknown field `throttel`",
