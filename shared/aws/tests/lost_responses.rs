@@ -79,6 +79,18 @@ fn calls(proxy: &Proxy, operation: &str) -> usize {
         .count()
 }
 
+/// Schedules in the stack's group.
+async fn schedules(s: &Stack) -> usize {
+    s.scheduler()
+        .list_schedules()
+        .group_name(&s.p.names.schedule_group)
+        .send()
+        .await
+        .unwrap()
+        .schedules()
+        .len()
+}
+
 fn ctx() -> Context {
     Context::new(
         Timestamp::from_millis(T0 + 60_000),
@@ -140,14 +152,7 @@ async fn a_lost_create_schedule_answer_is_already_created() {
     assert_eq!(d, Disposition::Ack(Ack::Scheduled));
     assert_eq!(lost(&proxy, "scheduler:CreateSchedule"), 1);
     assert_eq!(calls(&proxy, "CreateSchedule"), 2);
-    let listed = s
-        .scheduler()
-        .list_schedules()
-        .group_name(&s.p.names.schedule_group)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(listed.schedules().len(), 1);
+    assert_eq!(schedules(&s).await, 1);
 }
 
 /// A lost SendMessage answer: the request goes out twice with one idempotency key
@@ -263,4 +268,42 @@ async fn a_stalled_answer_times_out_the_attempt_and_is_done() {
     let attempt = aws::clients::DYNAMODB_TIMEOUTS.attempt;
     assert!(took >= attempt && took < attempt * 3, "{took:?}");
     assert_eq!(calls(&proxy, "UpdateItem"), 2);
+}
+
+/// A lost DeleteSchedule answer (an operator's resolve): the SDK's retry finds no
+/// schedule (ResourceNotFoundException), which the adapter reads as "not found";
+/// the resolve is acknowledged `resolved` and the schedule is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_delete_schedule_answer_is_resolved() {
+    use domain::ports::ScheduleCreator;
+    let rec = record("TX-LD1", Status::Scheduled, 1, 4, T0);
+    let s = stack_holding("lostdel", &rec).await;
+    let direct = EventBridgeScheduler::new(s.scheduler(), s.scheduler_settings());
+    let spec = domain::decide::ScheduleSpec {
+        name: rec.schedule_name.clone().unwrap(),
+        fire_at: Timestamp::from_millis(T0 + 86_400_000 * 365),
+        event: RetryEvent {
+            transaction_id: id("TX-LD1"),
+            origin: Origin::RetryScheduler,
+            attempt: at(2),
+        },
+    };
+    direct.create(&spec).await.unwrap();
+    let (proxy, sdk) = losing_once("scheduler:DeleteSchedule").await;
+    let store = store_on(&s, &sdk);
+    let scheduler =
+        EventBridgeScheduler::new(aws::clients::scheduler(&sdk), s.scheduler_settings());
+    let ports = domain::exec::ResolvePorts {
+        store: &store,
+        scheduler: &scheduler,
+    };
+    let (ctx, mut rng) = (ctx(), FixedRandom(0.5));
+    let mut run = Run::new(Input::Resolve(id("TX-LD1")), Known::Unread, &ctx, &mut rng);
+    let d = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
+        .await
+        .unwrap();
+    assert_eq!(d, Disposition::Ack(Ack::Resolved));
+    assert_eq!(lost(&proxy, "scheduler:DeleteSchedule"), 1);
+    assert_eq!(calls(&proxy, "DeleteSchedule"), 2);
+    assert_eq!(schedules(&s).await, 0);
 }
