@@ -2,6 +2,9 @@
 //! most MAX_REQUESTS_PER_SECOND per execution environment. Everything but the wiring
 //! lives in `runtime::retry`.
 
+// The handler's batch future nests the SDK call futures deeper than the default limit.
+#![recursion_limit = "256"]
+
 use lambda_runtime::Error;
 use runtime::SqsEvent;
 

@@ -1,19 +1,73 @@
 //! SDK clients, built once per process from one `SdkConfig` and reused.
 //!
 //! Every client uses the SDK's *standard* retry strategy with explicit bounds:
-//! throttling (`ThrottlingException`, `RequestThrottled`, HTTP 429), transient 5xx
-//! and connection failures are retried up to [`MAX_ATTEMPTS`] times with exponential
-//! backoff and full jitter between [`INITIAL_BACKOFF`] and [`MAX_BACKOFF`]; after that
-//! the adapters surface the error as `Retryable` and SQS redelivers the message.
+//! throttling (`ThrottlingException`, `ProvisionedThroughputExceededException`,
+//! `RequestThrottled`, HTTP 429), transient 5xx, connection failures, an answer cut
+//! off and a timed-out attempt are retried up to [`MAX_ATTEMPTS`] times with
+//! exponential backoff and full jitter between [`INITIAL_BACKOFF`] and
+//! [`MAX_BACKOFF`]; after that the adapters surface the error as `Retryable` and SQS
+//! redelivers the message.
+//!
+//! Each service has its own [`Timeouts`]: a connect timeout, a timeout per attempt
+//! (an answer that never comes — a response lost on the way — is retried instead of
+//! holding the function until its own timeout) and one for the whole call, retries
+//! included. Every call the functions make is a single small request: DynamoDB
+//! answers single-item writes in milliseconds ([`DYNAMODB_TIMEOUTS`]), SQS
+//! `SendMessage` likewise ([`SQS_TIMEOUTS`]), Scheduler's control plane is slower
+//! ([`SCHEDULER_TIMEOUTS`]). A call's whole budget stays under the shortest function
+//! timeout (30 s) with room for the other calls of a message.
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use std::time::Duration;
 
 /// Attempts per API call, the first one included.
 pub const MAX_ATTEMPTS: u32 = 4;
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The time limits of one service's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// One attempt, from sending the request to the last byte of the answer.
+    pub attempt: Duration,
+    /// The whole call, every attempt and backoff included.
+    pub operation: Duration,
+}
+
+impl Timeouts {
+    pub fn config(&self) -> TimeoutConfig {
+        TimeoutConfig::builder()
+            .connect_timeout(self.connect)
+            .operation_attempt_timeout(self.attempt)
+            .operation_timeout(self.operation)
+            .build()
+    }
+}
+
+/// DynamoDB: `UpdateItem`, `TransactWriteItems`, `GetItem`, `Query` of one page.
+pub const DYNAMODB_TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(1),
+    attempt: Duration::from_secs(3),
+    operation: Duration::from_secs(8),
+};
+
+/// SQS: `SendMessage` (the functions never long-poll; the event source mapping
+/// receives for them).
+pub const SQS_TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(1),
+    attempt: Duration::from_secs(3),
+    operation: Duration::from_secs(8),
+};
+
+/// EventBridge Scheduler: `CreateSchedule`, `DeleteSchedule`.
+pub const SCHEDULER_TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(1),
+    attempt: Duration::from_secs(5),
+    operation: Duration::from_secs(12),
+};
 
 /// The bounded retry policy every client uses.
 pub fn retry_config() -> RetryConfig {
@@ -31,6 +85,7 @@ pub fn dynamodb_with(sdk: &SdkConfig, retry: RetryConfig) -> aws_sdk_dynamodb::C
     aws_sdk_dynamodb::Client::from_conf(
         aws_sdk_dynamodb::config::Builder::from(sdk)
             .retry_config(retry)
+            .timeout_config(DYNAMODB_TIMEOUTS.config())
             .build(),
     )
 }
@@ -43,6 +98,7 @@ pub fn scheduler_with(sdk: &SdkConfig, retry: RetryConfig) -> aws_sdk_scheduler:
     aws_sdk_scheduler::Client::from_conf(
         aws_sdk_scheduler::config::Builder::from(sdk)
             .retry_config(retry)
+            .timeout_config(SCHEDULER_TIMEOUTS.config())
             .build(),
     )
 }
@@ -55,6 +111,7 @@ pub fn sqs_with(sdk: &SdkConfig, retry: RetryConfig) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(
         aws_sdk_sqs::config::Builder::from(sdk)
             .retry_config(retry)
+            .timeout_config(SQS_TIMEOUTS.config())
             .build(),
     )
 }

@@ -7,7 +7,10 @@
 //!   `ConditionExpression` (attribute-name placeholders throughout), the changes a
 //!   `SET … REMOVE …`; `ReturnValues=ALL_NEW` gives the written record and
 //!   `ReturnValuesOnConditionCheckFailure=ALL_OLD` the current one when the condition
-//!   fails, with no second read (no item at all → `ConditionFailed(None)`).
+//!   fails, with no second read (no item at all → `ConditionFailed(None)`); when the
+//!   SDK had to send the call more than once, `ConditionFailedOnRetry` (an earlier
+//!   attempt may have applied, its answer lost: the domain checks whether the record
+//!   is the write's own result).
 //! - `get`: consistent `GetItem`; `payload`: `GetItem` on the payloads table;
 //!   `query_stuck`: `Query` on the sparse index `reconcile-index`, never a Scan;
 //!   `query_failed`: `Query` on the sparse index `failed-index` (FAILED records only).
@@ -18,6 +21,9 @@
 use crate::config::{FAILED_INDEX, RECONCILE_INDEX};
 use crate::errors::classify;
 use crate::item::{attr, flat_from_dynamodb, n, record_from_flat, record_to_item, s, CodecError};
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_dynamodb::error::BoxError;
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -35,6 +41,36 @@ use domain::ports::{
 use domain::{Payload, Timestamp, TransactionId, TransactionRecord};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// Counts the attempts the SDK makes for one call. More than one: an earlier attempt
+/// may have applied with its answer lost, so a failed condition may be the call's
+/// own result — the store says so, the domain decides.
+#[derive(Debug, Clone, Default)]
+struct Attempts(Arc<AtomicU32>);
+
+impl Attempts {
+    fn retried(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > 1
+    }
+}
+
+impl Intercept for Attempts {
+    fn name(&self) -> &'static str {
+        "Attempts"
+    }
+
+    fn read_before_attempt(
+        &self,
+        _: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
 
 /// An `UpdateItem` expression with its placeholders.
 #[derive(Debug, Clone, PartialEq)]
@@ -506,11 +542,14 @@ impl Creates for DynamoStore<PayloadsTable> {
             .set_expression_attribute_names(Some(id_name))
             .build()
             .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+        let attempts = Attempts::default();
         let result = self
             .client
             .transact_write_items()
             .transact_items(TransactWriteItem::builder().put(put_record).build())
             .transact_items(TransactWriteItem::builder().put(put_payload).build())
+            .customize()
+            .interceptor(attempts.clone())
             .send()
             .await;
         match result {
@@ -535,9 +574,16 @@ impl Creates for DynamoStore<PayloadsTable> {
                     .and_then(|i| i.get(attr::PAYLOAD_SHA256))
                     .and_then(|v| v.as_s().ok());
                 let same_payload = stored_sha.is_some_and(|h| *h == sha256_hex(payload.as_json()));
-                Ok(CreateOutcome::AlreadyExists {
-                    record: Box::new(existing),
-                    same_payload,
+                Ok(if attempts.retried() {
+                    CreateOutcome::FoundOnRetry {
+                        record: Box::new(existing),
+                        same_payload,
+                    }
+                } else {
+                    CreateOutcome::AlreadyExists {
+                        record: Box::new(existing),
+                        same_payload,
+                    }
                 })
             }
         }
@@ -547,6 +593,7 @@ impl Creates for DynamoStore<PayloadsTable> {
 impl<P: Send + Sync> Transitions for DynamoStore<P> {
     async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
         let x = update_expression(write);
+        let attempts = Attempts::default();
         let result = self
             .client
             .update_item()
@@ -558,6 +605,8 @@ impl<P: Send + Sync> Transitions for DynamoStore<P> {
             .set_expression_attribute_values(Some(x.values))
             .return_values(ReturnValue::AllNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .customize()
+            .interceptor(attempts.clone())
             .send()
             .await;
         match result {
@@ -580,7 +629,11 @@ impl<P: Send + Sync> Transitions for DynamoStore<P> {
                                 .map_err(|e| codec("UpdateItem", e))
                         })
                         .transpose()?;
-                    Ok(WriteOutcome::ConditionFailed(current))
+                    Ok(if attempts.retried() {
+                        WriteOutcome::ConditionFailedOnRetry(current)
+                    } else {
+                        WriteOutcome::ConditionFailed(current)
+                    })
                 }
                 _ => Err(classify("UpdateItem", &e, update_item_kind)),
             },

@@ -77,10 +77,16 @@ fn not_performed(function: &str, effect: &Effect) -> PortError {
     )
 }
 
+/// A write's outcome. A condition that failed on a retried call, on a record that is
+/// exactly this write's result, failed on the write itself: applied by the earlier
+/// attempt whose answer was lost. It is done, and observed as written.
 async fn write<T: Transitions>(store: &T, w: &Write) -> Result<Observed, PortError> {
     Ok(match store.transition(w).await? {
         WriteOutcome::Written(r) => Observed::Written(r),
-        WriteOutcome::ConditionFailed(r) => Observed::ConditionFailed(r),
+        WriteOutcome::ConditionFailedOnRetry(Some(r)) if w.produced(&r) => Observed::Written(r),
+        WriteOutcome::ConditionFailed(r) | WriteOutcome::ConditionFailedOnRetry(r) => {
+            Observed::ConditionFailed(r)
+        }
     })
 }
 
@@ -95,7 +101,16 @@ async fn create<C: Creates>(
 ) -> Result<Observed, PortError> {
     Ok(match store.create(record, payload).await? {
         CreateOutcome::Created => Observed::Created,
+        // Found by a retried call exactly as this create writes it: its own.
+        CreateOutcome::FoundOnRetry {
+            record: found,
+            same_payload: true,
+        } if *found == *record => Observed::Created,
         CreateOutcome::AlreadyExists {
+            record,
+            same_payload,
+        }
+        | CreateOutcome::FoundOnRetry {
             record,
             same_payload,
         } => Observed::AlreadyExists {

@@ -832,6 +832,72 @@ impl Write {
             && self.guard.holds(rec)
     }
 
+    /// True when `rec` is what this very write leaves behind: its status, every
+    /// attribute it sets or clears, its instant and its actor, and the guard still
+    /// true of every attribute the write keeps (so some record the write applies to
+    /// gives `rec`). A condition that fails on such a record failed on the write
+    /// itself, applied once already: its answer was lost on the way back and the SDK
+    /// sent it again. The write is done. Only a retried call can meet its own result:
+    /// the executor asks only then ([`crate::ports::WriteOutcome::ConditionFailedOnRetry`]),
+    /// as the same fields at the same instant could come from a twin run.
+    pub fn produced(&self, rec: &TransactionRecord) -> bool {
+        let (s, g) = (&self.set, &self.guard);
+        let keeps_current = s.current_attempt.is_none();
+        let guard_kept = g
+            .current_attempt
+            .is_none_or(|a| !keeps_current || rec.current_attempt == a)
+            && g.next_attempt
+                .is_none_or(|a| s.next_attempt != Change::Keep || rec.next_attempt == Some(a))
+            && match g.budget {
+                Some(BudgetGuard::Remaining) if keeps_current && s.max_attempts.is_none() => {
+                    !rec.max_attempts.exhausted_by(rec.current_attempt)
+                }
+                Some(BudgetGuard::Exhausted) if keeps_current && s.max_attempts.is_none() => {
+                    rec.max_attempts.exhausted_by(rec.current_attempt)
+                }
+                _ => true,
+            }
+            && g.republishes
+                .is_none_or(|k| s.republishes != Change::Keep || rec.republishes == k);
+        guard_kept && self.result_is(rec)
+    }
+
+    /// `rec` carries this write's status, instant, actor and every change it makes.
+    fn result_is(&self, rec: &TransactionRecord) -> bool {
+        fn matches<T: PartialEq>(change: &Change<T>, slot: &Option<T>) -> bool {
+            match change {
+                Change::Keep => true,
+                Change::Set(v) => slot.as_ref() == Some(v),
+                Change::Clear => slot.is_none(),
+            }
+        }
+        let s = &self.set;
+        rec.transaction_id == self.transaction_id
+            && rec.status == self.arrow.to()
+            && rec.updated_at == s.updated_at
+            && rec.last_actor == s.actor
+            && s.current_attempt.is_none_or(|a| rec.current_attempt == a)
+            && s.max_attempts.is_none_or(|m| rec.max_attempts == m)
+            && s.last_outcome.is_none_or(|o| rec.last_outcome == Some(o))
+            && matches(&s.next_attempt, &rec.next_attempt)
+            && matches(&s.next_fire_at, &rec.next_fire_at)
+            && matches(&s.schedule_name, &rec.schedule_name)
+            && matches(&s.last_reason, &rec.last_reason)
+            && matches(&s.origin, &rec.last_origin)
+            && matches(&s.reconcile, &rec.reconcile)
+            && matches(&s.answer_due_at, &rec.answer_due_at)
+            && matches(
+                &s.republishes,
+                &(rec.republishes > 0).then_some(rec.republishes),
+            )
+            && matches(&s.failed, &rec.failed)
+            && match &s.operator {
+                Change::Keep => true,
+                Change::Set(n) => rec.operator.as_deref() == Some(n),
+                Change::Clear => rec.operator.is_none(),
+            }
+    }
+
     /// The semantics of a conditional write: the new record if the condition holds.
     pub fn apply(&self, rec: &TransactionRecord) -> Result<TransactionRecord, ConditionFailed> {
         if !self.holds(rec) {

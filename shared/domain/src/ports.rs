@@ -120,6 +120,12 @@ pub enum CreateOutcome {
         record: Box<TransactionRecord>,
         same_payload: bool,
     },
+    /// Found existing by a retry of the call (the SDK sent it again after an attempt
+    /// that may have applied, its answer lost): possibly the create's own record.
+    FoundOnRetry {
+        record: Box<TransactionRecord>,
+        same_payload: bool,
+    },
 }
 
 /// Result of a conditional write.
@@ -129,6 +135,10 @@ pub enum WriteOutcome {
     Written(TransactionRecord),
     /// The condition failed; the current record (`None`: no such transaction).
     ConditionFailed(Option<TransactionRecord>),
+    /// The condition failed on a retry of the call (the SDK sent it again after an
+    /// attempt that may have applied, its answer lost): the current record may be
+    /// the write's own result ([`crate::machine::Write::produced`]).
+    ConditionFailedOnRetry(Option<TransactionRecord>),
 }
 
 /// Result of creating a one-time schedule.

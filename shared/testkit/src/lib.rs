@@ -15,12 +15,14 @@
 //! - [`meter`]: an SDK interceptor counting the API calls of the clients it builds
 //!   and the DynamoDB capacity they consumed (tests of a path's cost, the benchmark).
 //! - [`proxy`]: a recording pass-through in front of moto: every API call with its
-//!   caller (access key id), service, operation and resource ARNs.
+//!   caller (access key id), service, operation and resource ARNs; with [`faults`],
+//!   it injects throttling, 5xx, lost responses and latency, seeded per operation.
 //! - [`trail`]: audit trails as `FROM>TO@attempt` strings, compared whole by tests.
 //! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
 //!   bills and the audit tests bound).
 
 pub mod drain;
+pub mod faults;
 pub mod memory;
 pub mod meter;
 pub mod moto;

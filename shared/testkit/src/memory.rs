@@ -41,6 +41,9 @@ struct StoreState {
     payloads: BTreeMap<TransactionId, Payload>,
     changes: Vec<(Option<TransactionRecord>, TransactionRecord)>,
     calls: StoreCalls,
+    /// The write (or create) call, counted from 1, whose answer is lost.
+    lose_write: Option<u64>,
+    lose_create: Option<u64>,
 }
 
 /// The state store in memory.
@@ -90,6 +93,22 @@ impl MemoryStore {
         lock(&self.state).calls
     }
 
+    /// Loses the answer of the `n`-th write from now (counted from 1) as DynamoDB
+    /// behind a cut connection would: the write applies, the SDK sends it again, and
+    /// the retry fails its condition on the record the first try wrote
+    /// (`WriteOutcome::ConditionFailedOnRetry`).
+    pub fn lose_answer_of_write(&self, n: u64) {
+        let mut s = lock(&self.state);
+        s.lose_write = Some(s.calls.writes + n);
+    }
+
+    /// The same for the `n`-th create from now: it applies, and the retry finds the
+    /// transaction (`CreateOutcome::FoundOnRetry`).
+    pub fn lose_answer_of_create(&self, n: u64) {
+        let mut s = lock(&self.state);
+        s.lose_create = Some(s.calls.creates + n);
+    }
+
     pub fn reset_calls(&self) {
         lock(&self.state).calls = StoreCalls::default();
     }
@@ -115,6 +134,12 @@ impl Creates for MemoryStore {
         s.records
             .insert(record.transaction_id.clone(), record.clone());
         s.changes.push((None, record.clone()));
+        if s.lose_create == Some(s.calls.creates) {
+            return Ok(CreateOutcome::FoundOnRetry {
+                record: Box::new(record.clone()),
+                same_payload: true,
+            });
+        }
         Ok(CreateOutcome::Created)
     }
 }
@@ -131,6 +156,10 @@ impl Transitions for MemoryStore {
             Ok(next) => {
                 s.records.insert(next.transaction_id.clone(), next.clone());
                 s.changes.push((Some(current), next.clone()));
+                if s.lose_write == Some(s.calls.writes) {
+                    s.calls.failed_conditions += 1;
+                    return Ok(WriteOutcome::ConditionFailedOnRetry(Some(next)));
+                }
                 Ok(WriteOutcome::Written(next))
             }
             Err(_) => {

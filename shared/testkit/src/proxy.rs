@@ -14,16 +14,18 @@
 //! moto accepts any credentials).
 //!
 //! Each request goes through one place, [`Proxy`]'s exchange step: read the request,
-//! parse it into a [`Call`], forward it, read the answer, record. That is where a
-//! per-request hook (throttling, a 5xx, applying a request and losing its answer,
-//! latency) belongs when fault injection is added.
+//! parse it into a [`Call`], decide its fault, forward it, read the answer, record.
+//! With [`ProxyOptions::faults`], that step injects what [`crate::faults`] describes:
+//! a throttling error or a 5xx answered without forwarding, a response lost after the
+//! request was applied, added latency; [`Proxy::faults_injected`] tallies them.
 //!
 //! One upstream connection per request (`Connection: close` both ways): simple and
 //! correct for the SDK's HTTP/1.1 requests with a `Content-Length` body; a request
 //! without one (chunked) is piped through and recorded without its body's details.
 
+use crate::faults::{error_response, Fault, FaultKind, Faults, Injector};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -79,6 +81,8 @@ pub struct ProxyOptions {
     pub account: String,
     /// The region when a request's credential scope names none.
     pub region: String,
+    /// Faults to inject (none: a pure recording pass-through).
+    pub faults: Option<Faults>,
 }
 
 impl Default for ProxyOptions {
@@ -86,6 +90,7 @@ impl Default for ProxyOptions {
         Self {
             account: crate::moto::LOCAL_ACCOUNT.to_owned(),
             region: crate::moto::LOCAL_REGION.to_owned(),
+            faults: None,
         }
     }
 }
@@ -102,6 +107,7 @@ struct Log {
 pub struct Proxy {
     pub endpoint: String,
     log: Arc<Mutex<Log>>,
+    injector: Option<Arc<Injector>>,
     started: Instant,
     task: tokio::task::JoinHandle<()>,
 }
@@ -110,6 +116,15 @@ impl Proxy {
     /// Listens on a free loopback port and forwards to `upstream` (`http://host:port`).
     pub async fn start(upstream: &str) -> std::io::Result<Proxy> {
         Self::start_with(upstream, ProxyOptions::default()).await
+    }
+
+    /// A proxy injecting `faults` in front of `upstream`.
+    pub async fn with_faults(upstream: &str, faults: Faults) -> std::io::Result<Proxy> {
+        let options = ProxyOptions {
+            faults: Some(faults),
+            ..ProxyOptions::default()
+        };
+        Self::start_with(upstream, options).await
     }
 
     pub async fn start_with(upstream: &str, options: ProxyOptions) -> std::io::Result<Proxy> {
@@ -125,11 +140,13 @@ impl Proxy {
         let endpoint = format!("http://{}", listener.local_addr()?);
         let log: Arc<Mutex<Log>> = Arc::default();
         let started = Instant::now();
+        let injector = options.faults.clone().map(|f| Arc::new(Injector::new(f)));
         let shared = Arc::new(Shared {
             upstream,
             options,
             log: log.clone(),
             started,
+            injector: injector.clone(),
         });
         let task = tokio::spawn(async move {
             loop {
@@ -145,6 +162,7 @@ impl Proxy {
         Ok(Proxy {
             endpoint,
             log,
+            injector,
             started,
             task,
         })
@@ -153,6 +171,19 @@ impl Proxy {
     /// Every call recorded so far, in arrival order.
     pub fn calls(&self) -> Vec<Call> {
         self.log.lock().map(|l| l.calls.clone()).unwrap_or_default()
+    }
+
+    /// The faults injected so far: (`service:Operation`, kind) → count.
+    pub fn faults_injected(&self) -> BTreeMap<(String, FaultKind), u64> {
+        self.injector
+            .as_ref()
+            .map(|i| i.tally())
+            .unwrap_or_default()
+    }
+
+    /// The faults this proxy injects, if any.
+    pub fn faults(&self) -> Option<&Faults> {
+        self.injector.as_deref().map(Injector::faults)
     }
 
     /// Forgets the calls recorded so far.
@@ -183,6 +214,7 @@ struct Shared {
     options: ProxyOptions,
     log: Arc<Mutex<Log>>,
     started: Instant,
+    injector: Option<Arc<Injector>>,
 }
 
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
@@ -478,14 +510,21 @@ impl Shared {
             buf.extend_from_slice(&chunk[..n]);
         };
         let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-        let mut server = TcpStream::connect(self.upstream).await?;
-        let Some(length) = header(&head, "content-length").and_then(|v| v.parse::<usize>().ok())
-        else {
+        // A request without a body (DELETE, GET) has no length: 0. Only a chunked one
+        // is piped through as it is.
+        let chunked = header(&head, "transfer-encoding").is_some();
+        let length = match header(&head, "content-length") {
+            Some(v) => v.parse::<usize>().ok(),
+            None if chunked => None,
+            None => Some(0),
+        };
+        let Some(length) = length else {
             // Not a plain request with a length: pipe it through as it is.
             let mut call = self.parse(&head, &[]);
             call.epoch_ms = epoch_ms();
             call.since_start = self.started.elapsed();
             self.record(call);
+            let mut server = TcpStream::connect(self.upstream).await?;
             server.write_all(&buf).await?;
             let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
             return Ok(());
@@ -500,6 +539,24 @@ impl Shared {
         let mut call = self.parse(&head, &buf[head_end..head_end + length]);
         call.epoch_ms = epoch_ms();
         call.since_start = self.started.elapsed();
+        let decision = self
+            .injector
+            .as_ref()
+            .map(|i| i.decide(&call.service, &call.operation))
+            .unwrap_or_default();
+        if !decision.delay.is_zero() {
+            tokio::time::sleep(decision.delay).await;
+        }
+        if let Some(fault @ (Fault::Throttle { .. } | Fault::ServerError { .. })) = decision.fault {
+            // Refused before reaching the service: nothing applied.
+            let response = error_response(&call.service, fault);
+            call.status = status_of(&response);
+            self.record(call);
+            client.write_all(&response).await?;
+            client.shutdown().await?;
+            return Ok(());
+        }
+        let mut server = TcpStream::connect(self.upstream).await?;
         // Same request, asking the server to close the connection after its answer.
         let mut rewritten = String::new();
         for (i, line) in head.trim_end_matches("\r\n").split("\r\n").enumerate() {
@@ -522,6 +579,15 @@ impl Shared {
         self.learn_iterators(&call, &response);
         self.record(call);
         read?;
+        if let Some(Fault::LoseResponse { stall }) = decision.fault {
+            // Applied by the service; the caller never hears of it.
+            if stall {
+                let held = self.injector.as_ref().map(|i| i.faults().stall);
+                tokio::time::sleep(held.unwrap_or_default()).await;
+            }
+            drop(client);
+            return Ok(());
+        }
         client.write_all(&response).await?;
         client.shutdown().await?;
         Ok(())
@@ -562,6 +628,7 @@ mod tests {
             options: ProxyOptions::default(),
             log: Arc::default(),
             started: Instant::now(),
+            injector: None,
         }
     }
 

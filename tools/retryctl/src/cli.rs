@@ -326,6 +326,16 @@ pub struct DemoArgs {
     /// handler must absorb the copy: its metrics count it).
     #[arg(long, default_value_t = 0.05)]
     pub duplicate_responses: f64,
+    /// Probability that the external service takes a request and never answers it:
+    /// the answer deadline publishes it again (same idempotency key) and, past
+    /// ANSWER_REPUBLISH_MAX silent rounds, ends the transaction FAILED/UNANSWERED.
+    #[arg(long, default_value_t = 0.0)]
+    pub silent_probability: f64,
+    /// ANSWER_TIMEOUT_SECONDS of the local stack: how long a request may go
+    /// unanswered [default: 10 with --silent-probability above 0, else the
+    /// template's 21600].
+    #[arg(long)]
+    pub answer_timeout: Option<u64>,
     /// External service latency, lower bound (ms).
     #[arg(long, default_value_t = 20)]
     pub latency_min_ms: u64,
@@ -363,9 +373,17 @@ pub struct DemoArgs {
     /// Give up waiting for terminal states after this many seconds (then: stuck).
     #[arg(long, default_value_t = 240)]
     pub deadline: u64,
-    /// Seed of the external service's answers.
+    /// Seed of the external service's answers and of the injected faults (`--chaos`):
+    /// the same seed, the same decisions.
     #[arg(long, default_value_t = 7)]
     pub seed: u64,
+    /// Inject faults where the functions meet AWS (throttling, 500/503, answers lost
+    /// after the call applied, latency), and process faults in the local stack
+    /// (invocations killed mid-batch, schedules late, twice or never): `light`,
+    /// `heavy`, or a JSON or TOML file of probabilities (docs/verification.md). The
+    /// report adds what was injected, by kind and operation.
+    #[arg(long, value_name = "PROFILE")]
+    pub chaos: Option<String>,
     /// Prefix of every resource name (default: `demo<pid>`).
     #[arg(long = "stack-prefix")]
     pub stack_prefix: Option<String>,

@@ -4,18 +4,19 @@
 use crate::cli::DemoArgs;
 use crate::error::CliError;
 use crate::local::stack::{ExternalOptions, Stack, StackOptions};
-use crate::report::{self, Observations, Report};
+use crate::report::{self, ChaosReport, Observations, Report};
 use crate::table::scan_stats;
 use aws::dynamo::DynamoStore;
 use aws_sdk_sqs::types::QueueAttributeName;
-use domain::exec::StartPorts;
-use domain::ports::{Clock, SystemClock};
+use domain::exec::{ResolvePorts, StartPorts};
+use domain::ports::{Clock, Records, SystemClock, Transitions};
 use domain::{MaxAttempts, Payload, RetryPolicy, Status, TransactionId};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runtime::Settings;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use testkit::faults::{FaultKind, Faults, FaultsError, PROFILES};
 
 /// The validated demo settings.
 #[derive(Debug, Clone)]
@@ -26,6 +27,60 @@ pub struct DemoPlan {
     pub deadline: Duration,
     pub stack: StackOptions,
     pub progress: bool,
+    pub chaos: Option<Chaos>,
+    /// The decision settings the workload starts its transactions with: the stack's
+    /// shard count, reconcile threshold and answer timeout.
+    pub settings: Settings,
+}
+
+/// The faults a chaos run injects, and what it is called.
+#[derive(Debug, Clone)]
+pub struct Chaos {
+    /// `light`, `heavy` or the file's path.
+    pub profile: String,
+    pub faults: Faults,
+}
+
+impl Chaos {
+    /// A named profile or a JSON or TOML file of probabilities, seeded with `seed`;
+    /// every error names `--chaos`, the value and, for a file, the field.
+    pub fn parse(profile: &str, seed: u64) -> Result<Self, CliError> {
+        if let Some(faults) = Faults::profile(profile, seed) {
+            return Ok(Self {
+                profile: profile.to_owned(),
+                faults,
+            });
+        }
+        let path = std::path::Path::new(profile);
+        let read: fn(&str, u64) -> Result<Faults, FaultsError> =
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("json") => Faults::from_json,
+                Some("toml") => Faults::from_toml,
+                _ => {
+                    return Err(CliError::bad(
+                        "--chaos",
+                        profile,
+                        format!(
+                            "not a profile ({}) nor a .json or .toml file",
+                            PROFILES.join(", ")
+                        ),
+                    ))
+                }
+            };
+        let text =
+            std::fs::read_to_string(path).map_err(|e| CliError::bad("--chaos", profile, e))?;
+        let faults = read(&text, seed).map_err(|e| {
+            CliError::bad(
+                "--chaos",
+                format!("{profile}: {} = {}", e.field, e.value),
+                e.why,
+            )
+        })?;
+        Ok(Self {
+            profile: profile.to_owned(),
+            faults,
+        })
+    }
 }
 
 fn probability(name: &'static str, v: f64) -> Result<f64, CliError> {
@@ -50,6 +105,19 @@ impl DemoPlan {
             .map_err(|e| CliError::bad("--max-attempts", a.max_attempts.to_string(), e))?;
         let cancel = probability("--cancel-probability", a.cancel_probability)?;
         let dup = probability("--duplicate-responses", a.duplicate_responses)?;
+        let silent = probability("--silent-probability", a.silent_probability)?;
+        let answer_timeout = match a.answer_timeout {
+            Some(0) => {
+                return Err(CliError::bad(
+                    "--answer-timeout",
+                    "0",
+                    "must be at least 1 second",
+                ))
+            }
+            Some(s) => s,
+            None if silent > 0.0 => DEMO_ANSWER_TIMEOUT_SECONDS,
+            None => domain::defaults::ANSWER_TIMEOUT.as_secs(),
+        };
         if a.latency_min_ms > a.latency_max_ms {
             return Err(CliError::bad(
                 "--latency-min-ms",
@@ -144,6 +212,7 @@ impl DemoPlan {
                 "MAX_REQUESTS_PER_SECOND",
                 a.max_requests_per_second.to_string(),
             ),
+            ("ANSWER_TIMEOUT_SECONDS", answer_timeout.to_string()),
         ];
         stack.visibility_timeout = Some(a.visibility_timeout);
         stack.reconcile_every = Duration::from_secs(a.reconcile_every);
@@ -152,8 +221,15 @@ impl DemoPlan {
             latency_min: Duration::from_millis(a.latency_min_ms),
             latency_max: Duration::from_millis(a.latency_max_ms),
             duplicate_response_probability: dup,
+            silent_probability: silent,
             seed: a.seed,
         };
+        let chaos = a
+            .chaos
+            .as_deref()
+            .map(|p| Chaos::parse(p, a.seed))
+            .transpose()?;
+        stack.faults = chaos.as_ref().map(|c| c.faults.clone());
         Ok(Self {
             transactions: a.transactions,
             max_attempts,
@@ -161,6 +237,12 @@ impl DemoPlan {
             deadline: Duration::from_secs(a.deadline),
             stack,
             progress: !a.no_progress,
+            chaos,
+            settings: Settings {
+                reconcile_threshold: Duration::from_secs(reconcile_threshold),
+                answer_timeout: Duration::from_secs(answer_timeout),
+                ..Settings::default()
+            },
         })
     }
 }
@@ -199,15 +281,23 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     );
     bar.enable_steady_tick(Duration::from_millis(200));
 
-    // The workload: start every transaction through the library operation.
-    let store = DynamoStore::new(ddb.clone(), &names.transactions_table)
+    // The workload: start every transaction through the library operation, as a
+    // service would (through the fault proxy in a chaos run).
+    let clients = aws::clients::Clients::new(&stack.functions_sdk);
+    let store = DynamoStore::new(clients.dynamodb.clone(), &names.transactions_table)
         .with_payloads_table(&names.payloads_table);
-    let requests = aws::sqs::SqsRequestPublisher::new(sqs.clone(), &stack.provisioned.request.url);
+    let requests =
+        aws::sqs::SqsRequestPublisher::new(clients.sqs.clone(), &stack.provisioned.request.url);
     let ports = StartPorts {
         store: &store,
         requests: &requests,
     };
-    let settings = Settings::default();
+    // Started as the stack's functions would start them: its shard count, threshold
+    // and answer timeout (the start puts the index entry at the answer deadline).
+    let settings = Settings {
+        shards: stack.reconcile_shards(),
+        ..plan.settings.clone()
+    };
     let mut submitted = Vec::with_capacity(plan.transactions as usize);
     let interval = Duration::from_secs_f64(1.0 / plan.submit_rate);
     let mut next_at = Instant::now();
@@ -251,9 +341,38 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         r?;
     }
 
+    // A chaos run also resolves every fifth transaction while it waits for a retry
+    // (an operator's resolve deletes its schedule: DeleteSchedule through the proxy).
+    let mut to_resolve: Vec<String> = if plan.chaos.is_some() {
+        submitted.iter().step_by(5).cloned().collect()
+    } else {
+        vec![]
+    };
+    let mut resolved = 0u64;
+    let reader = DynamoStore::new(ddb.clone(), &names.transactions_table);
+    let operator = Operator {
+        store: &store,
+        scheduler: aws::scheduler::EventBridgeScheduler::new(
+            clients.scheduler.clone(),
+            aws::config::SchedulerSettings {
+                group: names.schedule_group.clone(),
+                retry_queue_arn: String::new(),
+                role_arn: String::new(),
+                dlq_arn: String::new(),
+                retry_attempts: 0,
+                max_event_age_seconds: 60,
+            },
+        ),
+    };
+
     // Follow the statuses until every transaction is terminal or the deadline passes.
     let deadline = started + plan.deadline;
     loop {
+        if !to_resolve.is_empty() {
+            resolved += operator
+                .resolve_waiting(&reader, &mut to_resolve, &settings)
+                .await;
+        }
         let st = scan_stats(&ddb, &names.transactions_table).await?;
         let terminal = st.by_status.get(&Status::Succeeded).copied().unwrap_or(0)
             + st.by_status.get(&Status::Failed).copied().unwrap_or(0);
@@ -383,8 +502,60 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         functions,
         scheduler,
         reconciler,
+        chaos: plan
+            .chaos
+            .as_ref()
+            .map(|c| chaos_report(c, stack, resolved)),
+        dropped_silently: stack.external.dropped_silently.load(Ordering::Relaxed),
     };
     Ok(report::build(&obs))
+}
+
+/// The operator of a chaos run: resolves transactions waiting for their retry.
+struct Operator<'a, St> {
+    store: &'a St,
+    scheduler: aws::scheduler::EventBridgeScheduler,
+}
+
+impl<St: Records + Transitions> Operator<'_, St> {
+    /// Resolves each of `ids` found SCHEDULED, and forgets those resolved or
+    /// terminal; the others are tried again next time. Returns how many it resolved.
+    async fn resolve_waiting(
+        &self,
+        reader: &DynamoStore,
+        ids: &mut Vec<String>,
+        settings: &Settings,
+    ) -> u64 {
+        let ports = ResolvePorts {
+            store: self.store,
+            scheduler: &self.scheduler,
+        };
+        let mut resolved = 0;
+        let mut keep = Vec::with_capacity(ids.len());
+        for raw in ids.drain(..) {
+            let Ok(id) = TransactionId::parse(&raw) else {
+                continue;
+            };
+            match reader.get(&id).await {
+                Ok(Some(r)) if r.status.is_terminal() => continue,
+                Ok(Some(r)) if r.status == Status::Scheduled => {
+                    let ctx = settings.context(SystemClock.now());
+                    match runtime::ops::resolve(&ports, id, &ctx).await {
+                        Ok(done) if done.ack == domain::decide::Ack::Resolved => {
+                            resolved += 1;
+                            continue;
+                        }
+                        Ok(_) => continue,
+                        Err(_) => {}
+                    }
+                }
+                _ => {}
+            }
+            keep.push(raw);
+        }
+        *ids = keep;
+        resolved
+    }
 }
 
 fn audit_caught_up(
@@ -400,10 +571,67 @@ fn audit_caught_up(
     })
 }
 
+/// What the fault proxy (and the local stack's processes) injected in a chaos run.
+fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
+    let mut injected: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let tally = stack
+        .proxy
+        .as_ref()
+        .map(|p| p.faults_injected())
+        .unwrap_or_default();
+    for ((op, kind), n) in &tally {
+        injected
+            .entry(op.clone())
+            .or_default()
+            .insert(kind.label().to_owned(), *n);
+    }
+    let not_injected = testkit::faults::MUTATING
+        .iter()
+        .flat_map(|op| FaultKind::ALL.map(|k| (*op, k)))
+        .filter(|(op, k)| !tally.contains_key(&((*op).to_owned(), *k)))
+        .map(|(op, k)| format!("{op} {}", k.label()))
+        .collect();
+    let (sched, response, retry) = (&stack.scheduler, &stack.response_esm, &stack.retry_esm);
+    let process = BTreeMap::from([
+        (
+            "response-handler killed mid-batch".to_owned(),
+            response.get(&response.killed),
+        ),
+        (
+            "retry-handler killed mid-batch".to_owned(),
+            retry.get(&retry.killed),
+        ),
+        (
+            "schedules fired late".to_owned(),
+            sched.get(&sched.fired_late),
+        ),
+        (
+            "schedules fired twice".to_owned(),
+            sched.get(&sched.fired_twice),
+        ),
+        (
+            "schedules never fired".to_owned(),
+            sched.get(&sched.never_fired),
+        ),
+    ]);
+    ChaosReport {
+        profile: chaos.profile.clone(),
+        seed: chaos.faults.seed,
+        injected,
+        not_injected,
+        process,
+        resolved,
+    }
+}
+
 /// The demo's default reconcile threshold: 20 s, or the seconds the fleet needs to
 /// send one retry per transaction at its rate bound (MaximumConcurrency ×
 /// ⌊MAX_REQUESTS_PER_SECOND⌋), when that is longer. Below it, a retry event still
 /// waiting its turn in the retry queue would look stuck and be requeued for nothing.
+/// The demo's answer timeout when the service drops requests
+/// (`--silent-probability`): short enough that the deadlines fire within the run.
+pub const DEMO_ANSWER_TIMEOUT_SECONDS: u64 = 10;
+
 pub fn demo_threshold(transactions: u32, max_concurrency: usize, max_rps: f64) -> u64 {
     let fleet = (max_concurrency.max(1) as f64) * max_rps.floor().max(1.0);
     let drain = (f64::from(transactions) / fleet).ceil() as u64;
@@ -498,6 +726,12 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
         _ = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
     };
     eprintln!("demo: local stack up at {}", stack.endpoint);
+    if let (Some(c), Some(p)) = (&plan.chaos, &stack.proxy) {
+        eprintln!(
+            "demo: chaos profile {}, seed {}: the functions call AWS through the fault proxy at {}",
+            c.profile, c.faults.seed, p.endpoint
+        );
+    }
     let result = tokio::select! {
         r = drive(&stack, &plan) => r,
         _ = tokio::signal::ctrl_c() => Err(CliError::Interrupted),

@@ -44,6 +44,26 @@ pub struct Observations {
     pub scheduler: BTreeMap<String, u64>,
     /// Reconciler runs and actions (`"SCHEDULED/requeued": 3`).
     pub reconciler: BTreeMap<String, u64>,
+    /// What a chaos run injected.
+    pub chaos: Option<ChaosReport>,
+    /// Requests the external service took and never answered (`--silent-probability`).
+    pub dropped_silently: u64,
+}
+
+/// What a chaos run injected, and the seed that replays its decisions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ChaosReport {
+    pub profile: String,
+    pub seed: u64,
+    /// `service:Operation` → fault kind → calls faulted.
+    pub injected: BTreeMap<String, BTreeMap<String, u64>>,
+    /// `service:Operation kind` of a mutating operation that no fault of that kind
+    /// reached (a short run may miss some).
+    pub not_injected: Vec<String>,
+    /// Faults of the local stack's processes: kind → count.
+    pub process: BTreeMap<String, u64>,
+    /// Transactions an operator resolved during the run (their schedules deleted).
+    pub resolved: u64,
 }
 
 /// One transaction that failed a check.
@@ -73,6 +93,10 @@ pub struct Report {
     pub requests_raw: u64,
     /// Distinct idempotency keys among them.
     pub requests_deduped: u64,
+    /// Requests taken and never answered (a silent service); the answer deadlines
+    /// that rescued them are in `reconciler` (`IN_PROGRESS/reconciler-republished`,
+    /// `IN_PROGRESS/unanswered`).
+    pub dropped_silently: u64,
     pub peak_requests_per_second: u32,
     pub peak_retried_per_second: u32,
     pub peak_published_per_second: u32,
@@ -95,6 +119,7 @@ pub struct Report {
     pub scheduler: BTreeMap<String, u64>,
     pub reconciler: BTreeMap<String, u64>,
     pub elapsed_seconds: f64,
+    pub chaos: Option<ChaosReport>,
 }
 
 impl Report {
@@ -184,6 +209,7 @@ pub fn build(obs: &Observations) -> Report {
         statuses: BTreeMap::new(),
         retries_histogram: BTreeMap::new(),
         requests_raw: obs.service.values().map(|s| u64::from(s.raw)).sum(),
+        dropped_silently: obs.dropped_silently,
         requests_deduped: obs.service.len() as u64,
         peak_requests_per_second: obs.peak_requests_per_second,
         peak_retried_per_second: obs.peak_retried_per_second,
@@ -207,6 +233,7 @@ pub fn build(obs: &Observations) -> Report {
         scheduler: obs.scheduler.clone(),
         reconciler: obs.reconciler.clone(),
         elapsed_seconds: obs.elapsed.as_secs_f64(),
+        chaos: obs.chaos.clone(),
     };
     let mut by_tx: HashMap<&str, BTreeMap<u32, Seen>> = HashMap::new();
     for ((id, attempt), s) in &obs.service {
@@ -286,6 +313,17 @@ pub fn render(r: &Report) -> String {
         r.requests_deduped,
         r.requests_raw.saturating_sub(r.requests_deduped)
     );
+    if r.dropped_silently > 0 {
+        let count = |k: &str| r.reconciler.get(k).copied().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "answer deadlines   {} requests taken and never answered by the service; {} entries moved to their deadline, {} requests published again (same key), {} transactions FAILED/UNANSWERED",
+            r.dropped_silently,
+            count("IN_PROGRESS/reconciler-awaiting"),
+            count("IN_PROGRESS/reconciler-republished"),
+            count("IN_PROGRESS/unanswered"),
+        );
+    }
     let _ = writeln!(
         s,
         "outbound rate      retried requests in any 1 s: {} leaving the retry handlers (fleet bound {:.0}/s), {} as SQS stamped them; {} counting first attempts",
@@ -330,6 +368,9 @@ pub fn render(r: &Report) -> String {
             .collect();
         let _ = writeln!(s, "{:<18} {}", "reconciler", c.join(", "));
     }
+    if let Some(c) = &r.chaos {
+        render_chaos(&mut s, c);
+    }
     let _ = writeln!(s, "checks");
     for (name, list) in [
         ("lost", &r.lost),
@@ -366,7 +407,44 @@ pub fn render(r: &Report) -> String {
             "FAILED: see the checks above"
         }
     );
+    if let Some(c) = r.chaos.as_ref().filter(|_| !r.ok()) {
+        let _ = writeln!(
+            s,
+            "reproduce          retryctl demo --chaos {} --seed {} with the same flags (the same fault decisions per operation)",
+            c.profile, c.seed
+        );
+    }
     s
+}
+
+fn render_chaos(s: &mut String, c: &ChaosReport) {
+    let _ = writeln!(
+        s,
+        "chaos              profile {}, seed {}; {} transaction(s) resolved by an operator",
+        c.profile, c.seed, c.resolved
+    );
+    let kinds = testkit::faults::FaultKind::ALL.map(|k| k.label());
+    let _ = write!(s, "  {:<30}", "faults injected");
+    for k in kinds {
+        let _ = write!(s, " {k:>13}");
+    }
+    let _ = writeln!(s);
+    for (op, by_kind) in &c.injected {
+        let _ = write!(s, "  {op:<30}");
+        for k in kinds {
+            let _ = write!(s, " {:>13}", by_kind.get(k).copied().unwrap_or(0));
+        }
+        let _ = writeln!(s);
+    }
+    if !c.process.is_empty() {
+        let p: Vec<String> = c.process.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(s, "  process faults   {}", p.join(", "));
+    }
+    if c.not_injected.is_empty() {
+        let _ = writeln!(s, "  every fault kind reached every mutating operation");
+    } else {
+        let _ = writeln!(s, "  not injected     {}", c.not_injected.join(", "));
+    }
 }
 
 #[cfg(test)]

@@ -1,19 +1,21 @@
 //! A small demo, in process, against moto: every transaction terminal, none lost or
-//! duplicated, and the report's figures consistent with each other.
+//! duplicated, and the report's figures consistent with each other; and two short
+//! chaos runs (heavy faults at the AWS API boundary), one with a fixed seed, one with
+//! a seed derived from the date, printed.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use clap::Parser;
-use retryctl::cli::{Cli, Command};
+use retryctl::cli::{Cli, Command, DemoArgs};
 use retryctl::report::render;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
+/// `retryctl demo` on the shared moto server with a stack of its own, no progress
+/// bar, retries after 1 s (at most 4 s), and `extra` flags.
+fn demo_args(tag: &str, extra: &[&str]) -> DemoArgs {
     let moto = testkit::moto::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
-    let prefix = testkit::moto::unique_prefix("demo");
-    let cli = Cli::parse_from([
+    let prefix = testkit::moto::unique_prefix(tag);
+    let mut argv = vec![
         "retryctl",
         "demo",
-        "--transactions",
-        "20",
         "--no-progress",
         "--moto-endpoint",
         &moto,
@@ -23,14 +25,27 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
         "1",
         "--backoff-cap",
         "4",
-        "--duplicate-responses",
-        "0",
-        "--seed",
-        "11",
-    ]);
-    let Command::Demo(args) = cli.command else {
+    ];
+    argv.extend_from_slice(extra);
+    let Command::Demo(args) = Cli::parse_from(argv).command else {
         unreachable!()
     };
+    args
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
+    let args = demo_args(
+        "demo",
+        &[
+            "--transactions",
+            "20",
+            "--duplicate-responses",
+            "0",
+            "--seed",
+            "11",
+        ],
+    );
     let (r, kept) = retryctl::demo::run(&args).await.expect("demo runs");
     assert!(kept.is_none());
     let text = render(&r);
@@ -81,7 +96,37 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn demo_flags_are_validated_naming_the_flag_and_value() {
+    let dir = std::env::temp_dir().join(testkit::moto::unique_prefix("chaosfile"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"rates":{"dynamodb:UpdateItem":{"lost_response":1.5}}}"#,
+    )
+    .unwrap();
+    let bad = bad.display().to_string();
+    let bad_needle = format!(
+        r#"invalid value for --chaos: `{bad}: rates."dynamodb:UpdateItem".lost_response = 1.5`"#
+    );
+    let bad_toml = dir.join("bad.toml");
+    std::fs::write(&bad_toml, "[process]\nkill_invocation = -1\n").unwrap();
+    let bad_toml = bad_toml.display().to_string();
+    let bad_toml_needle =
+        format!("invalid value for --chaos: `{bad_toml}: process.kill_invocation = -1`");
+    let unknown = dir.join("unknown.json");
+    std::fs::write(&unknown, r#"{"rates":{"sqs":{"throttel":0.1}}}"#).unwrap();
+    let unknown = unknown.display().to_string();
     for (args, needle) in [
+        (
+            vec!["--chaos", "medium"],
+            "invalid value for --chaos: `medium`: not a profile (light, heavy) nor a .json or .toml file",
+        ),
+        (vec!["--chaos", bad.as_str()], bad_needle.as_str()),
+        (vec!["--chaos", bad_toml.as_str()], bad_toml_needle.as_str()),
+        (
+            vec!["--chaos", unknown.as_str()],
+            "unknown field `throttel`",
+        ),
         (
             vec!["--transactions", "0"],
             "invalid value for --transactions: `0`",
@@ -159,4 +204,120 @@ async fn ctrl_c_stops_everything_the_demo_started() {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     assert!(gone, "moto at {addr} still answers after the demo stopped");
+}
+
+/// The seed of today's chaos run: the days since the epoch (a new interleaving every
+/// day, the same all day long).
+fn todays_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() / 86_400)
+        .unwrap_or(0)
+}
+
+/// 40 transactions under the heavy fault profile: every check holds, and the faults
+/// reached the functions' calls. The seed is printed and named on failure:
+/// `retryctl demo --chaos heavy --transactions 40 --backoff-base 1 --backoff-cap 4
+/// --seed N` replays the same fault decisions.
+async fn chaos_run(seed: u64) {
+    println!("chaos seed {seed}");
+    let seed_text = seed.to_string();
+    let args = demo_args(
+        "chaos",
+        &[
+            "--transactions",
+            "40",
+            "--chaos",
+            "heavy",
+            "--seed",
+            &seed_text,
+        ],
+    );
+    let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
+    let text = render(&r);
+    assert!(r.ok(), "chaos seed {seed}:\n{text}");
+    assert_eq!(
+        r.count(domain::Status::Succeeded) + r.count(domain::Status::Failed),
+        40,
+        "chaos seed {seed}:\n{text}"
+    );
+    let chaos = r.chaos.as_ref().expect("a chaos report");
+    assert_eq!(chaos.seed, seed);
+    let faulted: u64 = chaos.injected.values().flat_map(|k| k.values()).sum();
+    assert!(faulted > 20, "chaos seed {seed}: {faulted} faults\n{text}");
+    assert!(
+        chaos.injected["dynamodb:UpdateItem"]["lost-response"] > 0,
+        "chaos seed {seed}:\n{text}"
+    );
+    assert!(text.contains("faults injected"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_heavy_with_a_fixed_seed_ends_ok() {
+    chaos_run(7).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_heavy_with_todays_seed_ends_ok() {
+    chaos_run(todays_seed()).await;
+}
+
+/// A silent service (`--silent-probability`) on the local stack, answer timeout 2 s:
+/// every transaction still ends terminal; the dropped requests were published again
+/// with the same key; and a service that never answers at all ends each transaction
+/// FAILED/UNANSWERED after ANSWER_REPUBLISH_MAX republishes, its budget untouched.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silent_service_is_rescued_by_the_answer_deadline() {
+    let args = demo_args(
+        "silent",
+        &[
+            "--transactions",
+            "12",
+            "--silent-probability",
+            "0.3",
+            "--answer-timeout",
+            "2",
+            "--reconcile-every",
+            "1",
+            "--seed",
+            "5",
+        ],
+    );
+    let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
+    let text = render(&r);
+    assert!(r.ok(), "{text}");
+    assert!(r.dropped_silently > 0, "{text}");
+    let republished = r
+        .reconciler
+        .get("IN_PROGRESS/reconciler-republished")
+        .copied()
+        .unwrap_or(0);
+    assert!(republished > 0, "{text}");
+    assert!(text.contains("answer deadlines"), "{text}");
+
+    let args = demo_args(
+        "mute",
+        &[
+            "--transactions",
+            "3",
+            "--silent-probability",
+            "1",
+            "--answer-timeout",
+            "2",
+            "--reconcile-every",
+            "1",
+        ],
+    );
+    let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
+    let text = render(&r);
+    assert!(r.ok(), "{text}");
+    assert_eq!(r.count(domain::Status::Failed), 3, "{text}");
+    let max = u64::from(domain::defaults::ANSWER_REPUBLISH_MAX);
+    assert_eq!(r.dropped_silently, 3 * (max + 1), "{text}");
+    assert_eq!(
+        r.reconciler["IN_PROGRESS/reconciler-republished"],
+        3 * max,
+        "{text}"
+    );
+    assert_eq!(r.reconciler["IN_PROGRESS/unanswered"], 3, "{text}");
 }

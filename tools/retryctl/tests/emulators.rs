@@ -120,6 +120,8 @@ async fn esm_deletes_only_successes_and_failures_reach_the_dlq() {
             max_concurrency: 2,
             poll_wait_seconds: 1,
             visibility_timeout: Some(1),
+            kill_probability: 0.0,
+            seed: 0,
         },
         |_| function.clone(),
         stop,
@@ -170,11 +172,22 @@ fn p_arn() -> &'static str {
     ARN.get().map(String::as_str).unwrap_or("")
 }
 
-/// GIVEN an invocation that fails as a whole (error) THEN nothing of the batch is
-/// deleted: the records come back after the visibility timeout.
-#[tokio::test(flavor = "multi_thread")]
-async fn esm_invocation_error_returns_the_whole_batch() {
-    let (sdk, p) = stack("esmerr").await;
+/// Three messages on the retry queue, and an ESM on it (one poller, batches of up to
+/// 10 within 300–500 ms, visibility 1 s) invoking `function`, killing
+/// `kill_probability` of the invocations.
+async fn three_on_retry_queue(
+    tag: &str,
+    batching_window: Duration,
+    kill_probability: f64,
+    function: SqsFunction,
+) -> (
+    aws_sdk_sqs::Client,
+    Provisioned,
+    StopSource,
+    Vec<tokio::task::JoinHandle<()>>,
+    Arc<esm::EsmStats>,
+) {
+    let (sdk, p) = stack(tag).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     for i in 0..3 {
         sqs.send_message()
@@ -184,6 +197,32 @@ async fn esm_invocation_error_returns_the_whole_batch() {
             .await
             .unwrap();
     }
+    let (source, stop) = StopSource::new();
+    let (handles, stats) = esm::spawn(
+        sqs.clone(),
+        EsmSettings {
+            function: "test".into(),
+            queue_url: p.retry.url.clone(),
+            queue_arn: p.retry.arn.clone(),
+            region: moto::LOCAL_REGION.into(),
+            batch_size: 10,
+            batching_window,
+            max_concurrency: 1,
+            poll_wait_seconds: 1,
+            visibility_timeout: Some(1),
+            kill_probability,
+            seed: 3,
+        },
+        move |_| function.clone(),
+        stop,
+    );
+    (sqs, p, source, handles, stats)
+}
+
+/// GIVEN an invocation that fails as a whole (error) THEN nothing of the batch is
+/// deleted: the records come back after the visibility timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn esm_invocation_error_returns_the_whole_batch() {
     let calls = Arc::new(Mutex::new(0u32));
     let c = calls.clone();
     let function: SqsFunction = Arc::new(move |event: SqsEvent| {
@@ -197,23 +236,8 @@ async fn esm_invocation_error_returns_the_whole_batch() {
             Ok(SqsBatchResponse::default())
         })
     });
-    let (source, stop) = StopSource::new();
-    let (handles, stats) = esm::spawn(
-        sqs.clone(),
-        EsmSettings {
-            function: "test".into(),
-            queue_url: p.retry.url.clone(),
-            queue_arn: p.retry.arn.clone(),
-            region: moto::LOCAL_REGION.into(),
-            batch_size: 10,
-            batching_window: Duration::from_millis(500),
-            max_concurrency: 1,
-            poll_wait_seconds: 1,
-            visibility_timeout: Some(1),
-        },
-        move |_| function.clone(),
-        stop,
-    );
+    let (_sqs, _p, source, handles, stats) =
+        three_on_retry_queue("esmerr", Duration::from_millis(500), 0.0, function).await;
     let drained = wait_until(Duration::from_secs(20), || async {
         stats.get(&stats.deleted) == 3
     })
@@ -231,6 +255,54 @@ async fn esm_invocation_error_returns_the_whole_batch() {
     );
 }
 
+/// Creates the one-time schedule `name` in the stack's group, due at `fire`, sending
+/// `input` to `target_arn` (one retry within 60 s, then the scheduler's DLQ), deleted
+/// after completion.
+async fn one_time(
+    sched: &aws_sdk_scheduler::Client,
+    p: &Provisioned,
+    name: &str,
+    fire: domain::Timestamp,
+    target_arn: String,
+    input: &str,
+) {
+    sched
+        .create_schedule()
+        .name(name)
+        .group_name(&p.names.schedule_group)
+        .schedule_expression(format!("at({})", fire.to_schedule_at()))
+        .schedule_expression_timezone("UTC")
+        .flexible_time_window(
+            FlexibleTimeWindow::builder()
+                .mode(FlexibleTimeWindowMode::Off)
+                .build()
+                .unwrap(),
+        )
+        .action_after_completion(ActionAfterCompletion::Delete)
+        .target(
+            Target::builder()
+                .arn(target_arn)
+                .role_arn(&p.scheduler_role_arn)
+                .input(input)
+                .retry_policy(
+                    RetryPolicy::builder()
+                        .maximum_retry_attempts(1)
+                        .maximum_event_age_in_seconds(60)
+                        .build(),
+                )
+                .dead_letter_config(
+                    DeadLetterConfig::builder()
+                        .arn(&p.scheduler_dlq.arn)
+                        .build(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
 /// GIVEN one-time schedules in the group WHEN their instant comes THEN the emulator
 /// sends each Input unchanged to its target queue, deletes the schedule
 /// (ActionAfterCompletion DELETE), records a small non-negative drift; a schedule
@@ -241,48 +313,16 @@ async fn scheduler_fires_due_schedules_deletes_them_and_dead_letters_failures() 
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let sched = aws_sdk_scheduler::Client::new(&sdk);
     let fire = SystemClock.now().plus_millis(2_000).ceil_to_second();
-    let create = |name: &str, target_arn: &str, input: &str| {
-        sched
-            .create_schedule()
-            .name(name)
-            .group_name(&p.names.schedule_group)
-            .schedule_expression(format!("at({})", fire.to_schedule_at()))
-            .schedule_expression_timezone("UTC")
-            .flexible_time_window(
-                FlexibleTimeWindow::builder()
-                    .mode(FlexibleTimeWindowMode::Off)
-                    .build()
-                    .unwrap(),
-            )
-            .action_after_completion(ActionAfterCompletion::Delete)
-            .target(
-                Target::builder()
-                    .arn(target_arn)
-                    .role_arn(&p.scheduler_role_arn)
-                    .input(input)
-                    .retry_policy(
-                        RetryPolicy::builder()
-                            .maximum_retry_attempts(1)
-                            .maximum_event_age_in_seconds(60)
-                            .build(),
-                    )
-                    .dead_letter_config(
-                        DeadLetterConfig::builder()
-                            .arn(&p.scheduler_dlq.arn)
-                            .build(),
-                    )
-                    .build()
-                    .unwrap(),
-            )
-            .send()
+    let create = |name: &'static str, target_arn: String, input: &'static str| {
+        one_time(&sched, &p, name, fire, target_arn, input)
     };
     let input = r#"{"transaction_id":"TX-1","origin":"RETRY_SCHEDULER","attempt":2}"#;
-    create("retry-TX-1-2", &p.retry.arn, input).await.unwrap();
+    create("retry-TX-1-2", p.retry.arn.clone(), input).await;
     let missing = format!(
         "arn:aws:sqs:us-east-1:{}:no-such-queue",
         moto::LOCAL_ACCOUNT
     );
-    create("retry-TX-2-2", &missing, "{\"x\":2}").await.unwrap();
+    create("retry-TX-2-2", missing, "{\"x\":2}").await;
 
     let (source, stop) = StopSource::new();
     let (handle, stats) = scheduler::spawn(
@@ -291,6 +331,8 @@ async fn scheduler_fires_due_schedules_deletes_them_and_dead_letters_failures() 
         SchedulerSettings {
             group: p.names.schedule_group.clone(),
             tick: Duration::from_millis(200),
+            process: testkit::faults::ProcessRates::default(),
+            seed: 0,
         },
         stop,
     );
@@ -380,6 +422,7 @@ async fn external_service_dedupes_by_idempotency_key() {
             latency_min: Duration::from_millis(5),
             latency_max: Duration::from_millis(20),
             duplicate_response_probability: 0.0,
+            silent_probability: 0.0,
             cancel_reason: "NOT_AVAILABLE".into(),
             consumers: 2,
             seed: 1,
@@ -420,4 +463,128 @@ async fn external_service_dedupes_by_idempotency_key() {
     assert_eq!(tx1.len(), 2);
     assert_eq!(tx1[0], tx1[1], "a duplicate gets the same answer");
     assert_eq!(depth(&sqs, &p.request.url).await, (0, 0));
+}
+
+/// GIVEN a chaos run that kills every invocation mid-batch (a Lambda timeout or
+/// out-of-memory) THEN no batch response: nothing is deleted, every record of the
+/// batch comes back after the visibility timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn esm_kills_an_invocation_mid_batch_and_the_whole_batch_returns() {
+    let finished = Arc::new(Mutex::new(0u32));
+    let f = finished.clone();
+    let function: SqsFunction = Arc::new(move |_event: SqsEvent| {
+        let f = f.clone();
+        Box::pin(async move {
+            // Longer than any kill point: every invocation dies before its answer.
+            tokio::time::sleep(esm::KILL_WITHIN * 3).await;
+            *f.lock().unwrap() += 1;
+            Ok(SqsBatchResponse::default())
+        })
+    });
+    let (sqs, p, source, handles, stats) =
+        three_on_retry_queue("esmkill", Duration::from_millis(300), 1.0, function).await;
+    let twice = wait_until(Duration::from_secs(20), || async {
+        stats.get(&stats.killed) >= 2 && stats.get(&stats.records) >= 6
+    })
+    .await;
+    source.stop();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(twice, "killed {}", stats.get(&stats.killed));
+    assert_eq!(*finished.lock().unwrap(), 0, "no invocation got to answer");
+    assert_eq!(stats.get(&stats.deleted), 0);
+    assert_eq!(stats.get(&stats.killed), stats.get(&stats.invocations));
+    let (visible, in_flight) = depth(&sqs, &p.retry.url).await;
+    assert_eq!(visible + in_flight, 3, "every record still in the queue");
+}
+
+/// GIVEN a chaos run's scheduler THEN a schedule can be delivered twice (two
+/// identical messages), late, or never (gone without a message).
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduler_misfires_twice_late_or_never() {
+    use testkit::faults::ProcessRates;
+    let cases = [
+        (
+            "twice",
+            ProcessRates {
+                fire_twice: 1.0,
+                ..ProcessRates::default()
+            },
+            2,
+        ),
+        (
+            "late",
+            ProcessRates {
+                fire_late: 1.0,
+                late_ms: 1_500,
+                ..ProcessRates::default()
+            },
+            1,
+        ),
+        (
+            "never",
+            ProcessRates {
+                never_fire: 1.0,
+                ..ProcessRates::default()
+            },
+            0,
+        ),
+    ];
+    for (name, process, messages) in cases {
+        let (sdk, p) = stack(&format!("mis{name}")).await;
+        let sqs = aws_sdk_sqs::Client::new(&sdk);
+        let sched = aws_sdk_scheduler::Client::new(&sdk);
+        let fire = SystemClock.now().plus_millis(1_000).ceil_to_second();
+        let input = r#"{"transaction_id":"TX-1","origin":"RETRY_SCHEDULER","attempt":2}"#;
+        one_time(&sched, &p, "retry-TX-1-2", fire, p.retry.arn.clone(), input).await;
+        let (source, stop) = StopSource::new();
+        let (handle, stats) = scheduler::spawn(
+            sched.clone(),
+            SqsDirectory::new(sqs.clone()),
+            SchedulerSettings {
+                group: p.names.schedule_group.clone(),
+                tick: Duration::from_millis(200),
+                process,
+                seed: 1,
+            },
+            stop,
+        );
+        let settled = wait_until(Duration::from_secs(20), || async {
+            stats.get(&stats.fired_twice) + stats.get(&stats.fired) + stats.get(&stats.never_fired)
+                >= 1
+                && stats.get(&stats.deleted) + stats.get(&stats.never_fired) >= 1
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        source.stop();
+        handle.await.unwrap();
+        assert!(settled, "{name}");
+        let got = sqs
+            .receive_message()
+            .queue_url(&p.retry.url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(got.messages().len(), messages, "{name}");
+        assert!(got.messages().iter().all(|m| m.body() == Some(input)));
+        let counted = match name {
+            "twice" => stats.get(&stats.fired_twice),
+            "late" => stats.get(&stats.fired_late),
+            _ => stats.get(&stats.never_fired),
+        };
+        assert_eq!(counted, 1, "{name}");
+        if name == "late" {
+            let drift = stats.drift_ms();
+            assert!(drift.iter().all(|d| *d >= 0), "{drift:?}");
+        }
+        let left = sched
+            .list_schedules()
+            .group_name(&p.names.schedule_group)
+            .send()
+            .await
+            .unwrap();
+        assert!(left.schedules().is_empty(), "{name}: the schedule is gone");
+    }
 }

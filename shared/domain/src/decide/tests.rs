@@ -2053,3 +2053,36 @@ fn operator_writes_record_who_and_why() {
     assert!(OperatorNote::new("x", Some("a\nb")).is_err());
     assert!(OperatorNote::new("x", None).is_ok());
 }
+
+/// GIVEN a record an identical write left at the same instant for another attempt
+/// WHEN a write guarded on that other attempt asks whether it produced it THEN no:
+/// a bogus retry event for attempt 3 meeting the SENDING of attempt 2 is not taken
+/// for done (its guard on the attempt it keeps fails), while attempt 2's is.
+#[test]
+fn an_identical_write_for_another_attempt_is_not_its_own() {
+    let ctx = ctx_at(9_000_000);
+    let rec = record(Status::Scheduled, 1, Some(2), 2);
+    let plan = |m: u32| {
+        let ev = RetryEvent {
+            transaction_id: id(),
+            origin: Origin::RetryScheduler,
+            attempt: a(m),
+        };
+        decide(
+            &Input::Retry(ev),
+            Known::Unread,
+            None,
+            &ctx,
+            &mut FixedRandom(0.5),
+        )
+    };
+    let (Effect::Write(second), Effect::Write(third)) = (&plan(2)[0], &plan(3)[0]) else {
+        panic!("{:?}", plan(2))
+    };
+    let sending = second.apply(&rec).unwrap();
+    assert!(second.produced(&sending));
+    assert!(!third.produced(&sending), "guarded on attempt 3");
+    let mut later = sending.clone();
+    later.updated_at = later.updated_at.plus_millis(1);
+    assert!(!second.produced(&later), "another instant: another write");
+}

@@ -7,6 +7,7 @@
 
 mod decisions;
 mod exec;
+mod lost;
 mod messages;
 mod policy;
 mod protocol;

@@ -9,7 +9,7 @@
 
 use super::{over_budget, Violation};
 use domain::audit::AuditEntry;
-use domain::machine::{transition, Event, Status, TransactionRecord};
+use domain::machine::{transition, Actor, Event, Status, TransactionRecord};
 use domain::message::Outcome;
 use std::collections::BTreeMap;
 
@@ -93,8 +93,12 @@ fn budget(rec: &TransactionRecord, seen: &BTreeMap<u32, Seen>) -> Vec<Finding> {
 fn requests(rec: &TransactionRecord, seen: &BTreeMap<u32, Seen>) -> Vec<Finding> {
     let (current, max) = (rec.current_attempt.get(), rec.max_attempts.get());
     let answer = |k: u32| seen.get(&k).map(|s| s.outcome);
+    // Ended for want of an answer: its last request may never have reached the
+    // service (that is why it ended), at any attempt, with no answer to agree with.
+    let unanswered = rec.status == Status::Failed
+        && rec.last_reason.as_deref() == Some(domain::decide::UNANSWERED_REASON);
     let mut out: Vec<Finding> = (1..=current)
-        .filter(|k| !seen.contains_key(k))
+        .filter(|k| !(seen.contains_key(k) || (unanswered && *k == current)))
         .map(|k| {
             finding(
                 Violation::Lost,
@@ -112,12 +116,18 @@ fn requests(rec: &TransactionRecord, seen: &BTreeMap<u32, Seen>) -> Vec<Finding>
             ),
         )
     }));
+    // Resolved by an operator: SUCCEEDED by other means, whatever the service last
+    // answered (the attempt it was asked for was answered CANCELLED).
+    let resolved = rec.last_actor == Actor::Operator
+        && rec.last_reason.as_deref() == Some(domain::decide::RESOLVED_REASON);
     let ended = match rec.status {
+        Status::Succeeded if resolved => None,
         Status::Succeeded => Some(Outcome::Success),
+        Status::Failed if unanswered => None,
         Status::Failed => Some(Outcome::Cancelled),
         _ => None,
     };
-    if rec.status == Status::Failed && current < max {
+    if rec.status == Status::Failed && current < max && !unanswered {
         out.push(finding(
             Violation::Lost,
             format!("FAILED at attempt {current} with {max} attempts allowed: a retry was lost"),

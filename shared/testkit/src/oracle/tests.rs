@@ -367,3 +367,26 @@ fn entries_out_of_time_order_link_and_are_noted() {
     assert!(rest.is_empty());
     assert_eq!(evidence::time_inversions(&chain).len(), 1);
 }
+
+/// An operator resolved the transaction while it waited for its retry: SUCCEEDED by
+/// other means after the service answered CANCELLED is no disagreement; the same
+/// record not written by the operator's resolve is one.
+#[test]
+fn a_resolved_transaction_is_no_disagreement() {
+    use Status::{InProgress, Scheduled, Scheduling, Succeeded};
+    let trail = vec![
+        row(0, None, InProgress, 1),
+        row(1, Some(InProgress), Scheduling, 1),
+        row(2, Some(Scheduling), Scheduled, 1),
+        row(3, Some(Scheduled), Succeeded, 1),
+    ];
+    let mut r = rec(Succeeded, 1, None, 4);
+    r.last_actor = domain::machine::Actor::Operator;
+    r.last_reason = Some(domain::decide::RESOLVED_REASON.to_owned());
+    assert_eq!(evidence::check(Some(&r), &trail, &seen(&[C])), []);
+    r.last_actor = domain::machine::Actor::ResponseHandler;
+    assert_eq!(
+        violations(&evidence::check(Some(&r), &trail, &seen(&[C]))),
+        [V::Disagreement]
+    );
+}

@@ -17,11 +17,15 @@
 //! - an invocation error (or a panic) fails the whole batch; so does a response naming
 //!   a message id that is not in the batch (Lambda's rule);
 //! - at most `MaximumConcurrency` invocations run at once: one poller per unit of
-//!   concurrency, each invoking one batch at a time.
+//!   concurrency, each invoking one batch at a time;
+//! - in a chaos run, an invocation can be killed mid-batch (`kill_probability`), as a
+//!   Lambda timeout or out-of-memory kills it: no batch response, the whole batch
+//!   back after the visibility timeout.
 
 use super::stop::Stop;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
+use domain::policy::{RandomSource, SplitMix64};
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
@@ -54,7 +58,16 @@ pub struct EsmSettings {
     /// `None`: the queue's own visibility timeout (what Lambda does). `Some(s)`: a
     /// per-receive override, used by the demo to compress time.
     pub visibility_timeout: Option<i32>,
+    /// Probability that an invocation is killed mid-batch (a chaos run), as a Lambda
+    /// timeout or out-of-memory would: after a random part of [`KILL_WITHIN`], no
+    /// batch response, every record back after the visibility timeout.
+    pub kill_probability: f64,
+    /// Seed of the kills (each poller draws from its own generator).
+    pub seed: u64,
 }
+
+/// A killed invocation dies within this long of its start.
+pub const KILL_WITHIN: Duration = Duration::from_millis(100);
 
 /// What an ESM did, readable while it runs.
 #[derive(Debug, Default)]
@@ -68,6 +81,8 @@ pub struct EsmStats {
     pub failed_invocations: AtomicU64,
     /// Highest number of invocations running at the same time.
     pub peak_concurrency: AtomicU64,
+    /// Invocations killed mid-batch (a chaos run).
+    pub killed: AtomicU64,
     in_flight: AtomicU64,
 }
 
@@ -101,7 +116,7 @@ pub fn spawn(
                 stop.clone(),
                 stats.clone(),
             );
-            tokio::spawn(async move { poller(sqs, settings, function, stop, stats).await })
+            tokio::spawn(async move { poller(sqs, settings, function, stop, stats, i).await })
         })
         .collect();
     (handles, stats)
@@ -113,7 +128,9 @@ async fn poller(
     function: SqsFunction,
     mut stop: Stop,
     stats: Arc<EsmStats>,
+    index: usize,
 ) {
+    let mut dice = SplitMix64::new(settings.seed ^ (index as u64).wrapping_mul(0x9E37_79B9));
     while !stop.is_stopped() {
         let batch = match gather(&sqs, &settings, &mut stop).await {
             Ok(b) => b,
@@ -128,7 +145,9 @@ async fn poller(
         if batch.is_empty() {
             continue;
         }
-        invoke_and_settle(&sqs, &settings, &function, &stats, batch).await;
+        let (roll, at) = (dice.next_unit(), dice.next_unit());
+        let kill = (roll < settings.kill_probability).then(|| KILL_WITHIN.mul_f64(at));
+        invoke_and_settle(&sqs, &settings, &function, &stats, batch, kill).await;
     }
 }
 
@@ -199,6 +218,7 @@ async fn invoke_and_settle(
     function: &SqsFunction,
     stats: &EsmStats,
     batch: Vec<Message>,
+    kill: Option<Duration>,
 ) {
     stats.invocations.fetch_add(1, Ordering::Relaxed);
     stats
@@ -213,10 +233,21 @@ async fn invoke_and_settle(
         Ok(event) => {
             // A separate task: a panic in the function fails this invocation only.
             let call = (function)(event);
-            match tokio::spawn(call).await {
-                Ok(Ok(resp)) => Ok(resp),
-                Ok(Err(e)) => Err(e),
-                Err(join) => Err(format!("the function panicked: {join}")),
+            let mut task = tokio::spawn(call);
+            let joined = match kill {
+                None => Some((&mut task).await),
+                Some(after) => tokio::time::timeout(after, &mut task).await.ok(),
+            };
+            match joined {
+                Some(Ok(Ok(resp))) => Ok(resp),
+                Some(Ok(Err(e))) => Err(e),
+                Some(Err(join)) => Err(format!("the function panicked: {join}")),
+                None => {
+                    // Killed where it stood, mid-batch: whatever it had done stays done.
+                    task.abort();
+                    stats.killed.fetch_add(1, Ordering::Relaxed);
+                    Err("killed mid-batch".to_owned())
+                }
             }
         }
         Err(e) => Err(e),

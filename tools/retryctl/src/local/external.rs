@@ -28,6 +28,9 @@ pub struct ExternalSettings {
     pub latency_max: Duration,
     /// Probability that an answer is sent twice (at-least-once delivery on the way back).
     pub duplicate_response_probability: f64,
+    /// Probability that a request is taken and never answered (a silent service): the
+    /// answer deadline must rescue it.
+    pub silent_probability: f64,
     /// The `reason` of a CANCELLED answer.
     pub cancel_reason: String,
     /// Concurrent consumers.
@@ -49,6 +52,8 @@ pub struct ExternalStats {
     pub missing_key_attribute: AtomicU64,
     pub responses_sent: AtomicU64,
     pub send_failures: AtomicU64,
+    /// Requests taken off the queue and never answered (`silent_probability`).
+    pub dropped_silently: AtomicU64,
 }
 
 impl ExternalStats {
@@ -202,6 +207,14 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
     let span = s.latency_max.saturating_sub(s.latency_min);
     let latency = s.latency_min + span.mul_f64(shared.draw());
     tokio::time::sleep(latency).await;
+
+    // A silent service: the request is taken and forgotten, never answered (no
+    // draw unless asked for, so the other answers of a seed stay the same).
+    if s.silent_probability > 0.0 && shared.draw() < s.silent_probability {
+        stats.dropped_silently.fetch_add(1, Ordering::Relaxed);
+        delete().await;
+        return;
+    }
 
     let outcome = {
         let fresh = if shared.draw() < s.cancel_probability {

@@ -22,18 +22,49 @@ use super::stop::Stop;
 use super::SqsDirectory;
 use aws_sdk_scheduler::types::{ActionAfterCompletion, ScheduleState};
 use aws_sdk_sqs::types::MessageAttributeValue;
+use domain::policy::{RandomSource, SplitMix64};
 use domain::ports::{Clock, SystemClock};
 use domain::Timestamp;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use testkit::faults::ProcessRates;
 
 #[derive(Debug, Clone)]
 pub struct SchedulerSettings {
     pub group: String,
     /// How often the group is listed (the resolution of the emulated clock).
     pub tick: Duration,
+    /// A chaos run's delivery faults: late, twice, never (zero: none).
+    pub process: ProcessRates,
+    /// Seed of those faults.
+    pub seed: u64,
+}
+
+/// A delivery fault of a chaos run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Misfire {
+    Late(Duration),
+    Twice,
+    Never,
+}
+
+/// Draws the delivery fault of one schedule (three numbers each, always).
+fn misfire(p: &ProcessRates, dice: &mut SplitMix64) -> Option<Misfire> {
+    let (roll, kind, amount) = (dice.next_unit(), dice.next_unit(), dice.next_unit());
+    let total = p.fire_late + p.fire_twice + p.never_fire;
+    if roll >= total {
+        return None;
+    }
+    let k = kind * total;
+    Some(if k < p.fire_late {
+        Misfire::Late(Duration::from_millis(p.late_ms).mul_f64(amount))
+    } else if k < p.fire_late + p.fire_twice {
+        Misfire::Twice
+    } else {
+        Misfire::Never
+    })
 }
 
 /// What the emulator did, readable while it runs.
@@ -47,6 +78,10 @@ pub struct SchedulerStats {
     /// GetSchedule calls that failed (moto busy, connection reset): each such schedule
     /// is read again on the next tick.
     pub read_failures: AtomicU64,
+    /// Deliveries a chaos run made late, doubled, or dropped.
+    pub fired_late: AtomicU64,
+    pub fired_twice: AtomicU64,
+    pub never_fired: AtomicU64,
     drift_ms: Mutex<Vec<i64>>,
 }
 
@@ -338,6 +373,7 @@ async fn deliver_loop(
 ) {
     use futures::StreamExt;
     let group = settings.group.as_str();
+    let mut dice = SplitMix64::new(settings.seed);
     while !stop.is_stopped() {
         let now = SystemClock.now();
         let (due, next) = {
@@ -362,10 +398,19 @@ async fn deliver_loop(
             (due, next)
         };
         if !due.is_empty() {
+            let due: Vec<(OneTime, u32, Option<Misfire>)> = due
+                .into_iter()
+                .map(|(s, failures)| {
+                    let m = (failures == 0)
+                        .then(|| misfire(&settings.process, &mut dice))
+                        .flatten();
+                    (s, failures, m)
+                })
+                .collect();
             let outcomes: Vec<(String, bool, bool)> = futures::stream::iter(due)
-                .map(|(s, failures)| async move {
+                .map(|(s, failures, misfire)| async move {
                     let (completed, failed) =
-                        fire(scheduler, sqs, group, &s, failures, now, stats).await;
+                        fire(scheduler, sqs, group, &s, failures, now, stats, misfire).await;
                     (s.name.clone(), completed, failed)
                 })
                 .buffer_unordered(PARALLEL)
@@ -400,7 +445,9 @@ async fn deliver_loop(
     }
 }
 
-/// Delivers one due schedule; returns (completed, delivery failed).
+/// Delivers one due schedule (late, twice or not at all when `misfire` says so);
+/// returns (completed, delivery failed).
+#[allow(clippy::too_many_arguments)]
 async fn fire(
     scheduler: &aws_sdk_scheduler::Client,
     sqs: &SqsDirectory,
@@ -409,8 +456,30 @@ async fn fire(
     failures: u32,
     now: Timestamp,
     stats: &SchedulerStats,
+    misfire: Option<Misfire>,
 ) -> (bool, bool) {
-    let (completed, failed) = match deliver(sqs, s).await {
+    let delivered = match misfire {
+        Some(Misfire::Never) => {
+            // Lost by the service: gone without a delivery.
+            stats.never_fired.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        Some(Misfire::Late(by)) => {
+            stats.fired_late.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(by).await;
+            deliver(sqs, s).await
+        }
+        Some(Misfire::Twice) => {
+            let first = deliver(sqs, s).await;
+            if first.is_ok() && deliver(sqs, s).await.is_ok() {
+                stats.fired_twice.fetch_add(1, Ordering::Relaxed);
+            }
+            first
+        }
+        None => deliver(sqs, s).await,
+    };
+    let (completed, failed) = match delivered {
+        Ok(()) if misfire == Some(Misfire::Never) => (true, false),
         Ok(()) => {
             let drift = SystemClock.now().millis() - s.fire_at.millis();
             if let Ok(mut d) = stats.drift_ms.lock() {

@@ -22,8 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use testkit::drain::{drain_into, StreamPosition};
+use testkit::faults::Faults;
 use testkit::moto::MotoServer;
 use testkit::provision::Provisioned;
+use testkit::proxy::Proxy;
 use tokio::task::JoinHandle;
 
 /// The event source mapping settings of `template.yaml` (its parameter defaults;
@@ -67,6 +69,10 @@ pub struct StackOptions {
     /// Run the simulated external service on the request queue (`false`: something
     /// else answers, e.g. the staging harness in `retryctl verify`'s tests).
     pub external_service: bool,
+    /// Faults injected between the functions (and the workload's starts) and the
+    /// AWS endpoint, by the fault proxy. The emulators of what AWS runs (event source
+    /// mappings, scheduler, stream) talk to the endpoint directly.
+    pub faults: Option<Faults>,
 }
 
 /// The simulated external service's behaviour.
@@ -76,6 +82,8 @@ pub struct ExternalOptions {
     pub latency_min: Duration,
     pub latency_max: Duration,
     pub duplicate_response_probability: f64,
+    /// Probability that a request is never answered.
+    pub silent_probability: f64,
     pub seed: u64,
 }
 
@@ -105,9 +113,11 @@ impl StackOptions {
                 latency_min: Duration::from_millis(20),
                 latency_max: Duration::from_millis(200),
                 duplicate_response_probability: 0.0,
+                silent_probability: 0.0,
                 seed: 7,
             },
             external_service: true,
+            faults: None,
         }
     }
 }
@@ -132,6 +142,11 @@ pub struct Stack {
     moto: Option<MotoServer>,
     pub endpoint: String,
     pub sdk: aws_config::SdkConfig,
+    /// What the functions and the workload's starts call AWS with: through the fault
+    /// proxy when faults are injected, else the same as `sdk`.
+    pub functions_sdk: aws_config::SdkConfig,
+    /// The fault proxy, when faults are injected (its tally of what it injected).
+    pub proxy: Option<Proxy>,
     pub provisioned: Provisioned,
     /// The environment each function got (template values + overrides).
     pub env: HashMap<&'static str, HashMap<String, String>>,
@@ -198,6 +213,22 @@ impl Stack {
             .await
             .map_err(|e| CliError::Aws(e.to_string()))?;
 
+        let (process, seed) = opts
+            .faults
+            .as_ref()
+            .map(|f| (f.process, f.seed))
+            .unwrap_or_default();
+        let (proxy, functions_sdk) = match &opts.faults {
+            Some(f) => {
+                let proxy = Proxy::with_faults(&endpoint, f.clone())
+                    .await
+                    .map_err(|e| CliError::Aws(format!("fault proxy: {e}")))?;
+                let through = testkit::moto::sdk_config(&proxy.endpoint).await;
+                (Some(proxy), through)
+            }
+            None => (None, sdk.clone()),
+        };
+
         let mut env: HashMap<&'static str, HashMap<String, String>> = HashMap::new();
         for f in [
             "response-handler",
@@ -242,7 +273,10 @@ impl Stack {
         metrics.insert(runtime::response::FUNCTION, response_metrics.clone());
         // One handler per execution environment, built exactly as the Lambda `main` does.
         let make_response = |_: usize| -> SqsFunction {
-            let handler = Arc::new(runtime::wiring::response_handler(&sdk, &response_cfg));
+            let handler = Arc::new(runtime::wiring::response_handler(
+                &functions_sdk,
+                &response_cfg,
+            ));
             let m = response_metrics.clone();
             Arc::new(move |event| {
                 let (h, m) = (handler.clone(), m.clone());
@@ -261,6 +295,8 @@ impl Stack {
                 max_concurrency: opts.response_esm.max_concurrency,
                 poll_wait_seconds: 1,
                 visibility_timeout: opts.visibility_timeout,
+                kill_probability: process.kill_invocation,
+                seed: seed ^ 0x5eed_e5a1,
             },
             make_response,
             stop.clone(),
@@ -290,7 +326,7 @@ impl Stack {
         let publish_times: Arc<Mutex<Vec<i64>>> = Arc::default();
         let make_retry = |i: usize| -> Result<SqsFunction, CliError> {
             let pacer = pacers[i % pacers.len()].clone();
-            let h = runtime::wiring::retry_handler(&sdk, &retry_cfg)
+            let h = runtime::wiring::retry_handler(&functions_sdk, &retry_cfg)
                 .map_err(|e| config_error("retry-handler", e))?;
             // The same handler, its publisher wrapped (inside the pacer) to record when
             // each request leaves.
@@ -334,6 +370,8 @@ impl Stack {
                 max_concurrency: opts.retry_esm.max_concurrency,
                 poll_wait_seconds: 1,
                 visibility_timeout: opts.visibility_timeout,
+                kill_probability: process.kill_invocation,
+                seed: seed ^ 0x5eed_e5a2,
             },
             |i| retry_functions[i % retry_functions.len()].clone(),
             stop.clone(),
@@ -349,6 +387,8 @@ impl Stack {
             SchedulerSettings {
                 group: provisioned.names.schedule_group.clone(),
                 tick: opts.scheduler_tick,
+                process,
+                seed: seed ^ 0x5eed_5c4e,
             },
             stop.clone(),
         );
@@ -360,7 +400,7 @@ impl Stack {
             runtime::reconcile::FUNCTION,
         ));
         metrics.insert(runtime::reconcile::FUNCTION, reconciler_metrics.clone());
-        let reconciler = runtime::wiring::reconciler(&sdk, &reconciler_cfg);
+        let reconciler = runtime::wiring::reconciler(&functions_sdk, &reconciler_cfg);
         let cron = Arc::new(CronStats::default());
         tasks.push(tokio::spawn(reconcile_cron(
             reconciler,
@@ -398,6 +438,7 @@ impl Stack {
                     latency_min: opts.external.latency_min,
                     latency_max: opts.external.latency_max,
                     duplicate_response_probability: opts.external.duplicate_response_probability,
+                    silent_probability: opts.external.silent_probability,
                     cancel_reason: "NOT_AVAILABLE".into(),
                     consumers: 4,
                     seed: opts.external.seed,
@@ -411,6 +452,8 @@ impl Stack {
             moto,
             endpoint,
             sdk,
+            functions_sdk,
+            proxy,
             provisioned,
             env,
             response_esm,

@@ -65,6 +65,8 @@ pub async fn start_harness(
             max_concurrency: 2,
             poll_wait_seconds: 1,
             visibility_timeout: None,
+            kill_probability: 0.0,
+            seed: 0,
         },
         |_| function.clone(),
         stack.stop_token(),
