@@ -93,7 +93,7 @@ fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
 /// budget, never a second accepted request per attempt.
 #[test]
 fn lost_requests_and_answers_end_terminal_through_the_answer_deadline() {
-    let mut s = Scope::quiet(1, 3);
+    let mut s = Scope::quiet(1, 2);
     s.faults.lost_messages = 1;
     s.faults.reconciler_runs = 1;
     passes(s, 1_000, &[0, 1]);

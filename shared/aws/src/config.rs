@@ -423,6 +423,8 @@ pub struct ReconcilerConfig {
     /// REQUEST_QUEUE_URL: where an unanswered request is published again.
     pub request_queue_url: String,
     pub answer: AnswerDeadline,
+    /// RECONCILE_REQUEUE_MAX: requeues without progress before a record is parked.
+    pub requeue_max: u32,
     pub scheduler: SchedulerSettings,
     pub reconcile_threshold: Duration,
     pub reconcile_max_items: u32,
@@ -438,6 +440,7 @@ impl ReconcilerConfig {
         "REQUEST_QUEUE_URL",
         "ANSWER_TIMEOUT_SECONDS",
         "ANSWER_REPUBLISH_MAX",
+        "RECONCILE_REQUEUE_MAX",
         "SCHEDULE_GROUP",
         "RETRY_QUEUE_ARN",
         "SCHEDULER_ROLE_ARN",
@@ -462,6 +465,12 @@ impl ReconcilerConfig {
             retry_queue_url: env.required("RETRY_QUEUE_URL")?,
             request_queue_url: env.required("REQUEST_QUEUE_URL")?,
             answer: answer_deadline(&env)?,
+            requeue_max: env.ranged(
+                "RECONCILE_REQUEUE_MAX",
+                defaults::RECONCILE_REQUEUE_MAX,
+                1,
+                1000,
+            )?,
             scheduler: SchedulerSettings::read(&env)?,
             reconcile_threshold: Duration::from_secs(env.ranged(
                 "RECONCILE_THRESHOLD_SECONDS",
@@ -703,7 +712,9 @@ mod tests {
                     "BACKOFF_JITTER" => "0.1".to_owned(),
                     "BACKOFF_STRICT_CAP" => "false".to_owned(),
                     "BACKOFF_OVERRIDES" => "{}".to_owned(),
-                    "ANSWER_TIMEOUT_SECONDS" | "ANSWER_REPUBLISH_MAX" => "3".to_owned(),
+                    "ANSWER_TIMEOUT_SECONDS" | "ANSWER_REPUBLISH_MAX" | "RECONCILE_REQUEUE_MAX" => {
+                        "3".to_owned()
+                    }
                     _ => "x".to_owned(),
                 })
             };

@@ -146,14 +146,20 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         )),
     }
 
-    if let Some(k) = g.republishes {
-        let name = b.name(attr::REPUBLISHES);
-        let v = b.value("g_republishes", n(k));
-        cond.push(if k == 0 {
-            format!("(attribute_not_exists({name}) OR {name} = {v})")
-        } else {
-            format!("{name} = {v}")
-        });
+    // A count whose absent attribute means 0.
+    for (a, expected) in [
+        (attr::REPUBLISHES, g.republishes),
+        (attr::REQUEUES, g.requeues),
+    ] {
+        if let Some(k) = expected {
+            let name = b.name(a);
+            let v = b.value(&format!("g_{a}"), n(k));
+            cond.push(if k == 0 {
+                format!("(attribute_not_exists({name}) OR {name} = {v})")
+            } else {
+                format!("{name} = {v}")
+            });
+        }
     }
 
     // Update.
@@ -265,6 +271,14 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         &mut remove,
         attr::REPUBLISHES,
         &c.republishes,
+        |k| n(*k),
+    );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::REQUEUES,
+        &c.requeues,
         |k| n(*k),
     );
     change(

@@ -3,7 +3,8 @@
 //! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
 //! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
 //! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
-//! reconcile_pk, reconcile_at, answer_due_at, republishes (N, absent when 0), failed_pk,
+//! reconcile_pk, reconcile_at, answer_due_at, republishes and requeues (N, absent when
+//! 0), failed_pk,
 //! operator_caller, operator_reason`. Times are `Timestamp::to_rfc3339` strings. Optional
 //! fields are absent, never NULL.
 //!
@@ -39,6 +40,7 @@ pub mod attr {
     pub const RECONCILE_AT: &str = "reconcile_at";
     pub const ANSWER_DUE_AT: &str = "answer_due_at";
     pub const REPUBLISHES: &str = "republishes";
+    pub const REQUEUES: &str = "requeues";
     /// Partition key of the sparse `failed-index` (its sort key is `updated_at`).
     pub const FAILED_PK: &str = "failed_pk";
     /// Who made the last operator write (`OperatorNote::caller`).
@@ -50,7 +52,7 @@ pub mod attr {
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry.
-    pub const ALL: [&str; 20] = [
+    pub const ALL: [&str; 21] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -68,6 +70,7 @@ pub mod attr {
         RECONCILE_AT,
         ANSWER_DUE_AT,
         REPUBLISHES,
+        REQUEUES,
         FAILED_PK,
         OPERATOR_CALLER,
         OPERATOR_REASON,
@@ -288,6 +291,7 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
             .map(|s| ts(ANSWER_DUE_AT, s))
             .transpose()?,
         republishes: get_n(item, REPUBLISHES)?.unwrap_or(0),
+        requeues: get_n(item, REQUEUES)?.unwrap_or(0),
         failed: get_s(item, FAILED_PK)?.map(|pk| FailedKey {
             partition: pk.to_owned(),
         }),
@@ -347,6 +351,9 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     }
     if r.republishes > 0 {
         m.insert(REPUBLISHES.to_owned(), n(r.republishes));
+    }
+    if r.requeues > 0 {
+        m.insert(REQUEUES.to_owned(), n(r.requeues));
     }
     if let Some(k) = &r.failed {
         m.insert(FAILED_PK.to_owned(), s(k.partition.clone()));

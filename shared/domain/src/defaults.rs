@@ -32,6 +32,10 @@ pub const RECONCILE_THRESHOLD: Duration = Duration::from_secs(900);
 /// Records one reconciler run examines at most (`RECONCILE_MAX_ITEMS`,
 /// `ReconcileMaxItems`).
 pub const RECONCILE_MAX_ITEMS: u32 = 500;
+/// Requeues of one retry cycle by the reconciler without progress before the record is
+/// parked: not requeued again, reported (`RECONCILE_REQUEUE_MAX`,
+/// `ReconcileRequeueMax`).
+pub const RECONCILE_REQUEUE_MAX: u32 = 5;
 
 /// How long a request may go unanswered before the reconciler publishes it again
 /// with the same idempotency key (`ANSWER_TIMEOUT_SECONDS`, `AnswerTimeoutSeconds`).
@@ -77,12 +81,13 @@ pub enum ParameterDefault {
 }
 
 /// `template.yaml`'s parameters whose defaults are the constants above.
-pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 18] = {
+pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 19] = {
     use ParameterDefault::{Number, Text};
     [
         ("BackoffBaseSeconds", Number(BACKOFF_BASE.as_secs_f64())),
         ("AnswerTimeoutSeconds", Number(ANSWER_TIMEOUT.as_secs_f64())),
         ("AnswerRepublishMax", Number(ANSWER_REPUBLISH_MAX as f64)),
+        ("ReconcileRequeueMax", Number(RECONCILE_REQUEUE_MAX as f64)),
         ("BackoffFactor", Number(BACKOFF_FACTOR)),
         ("BackoffCapSeconds", Number(BACKOFF_CAP.as_secs_f64())),
         ("BackoffJitter", Number(BACKOFF_JITTER)),

@@ -15,6 +15,8 @@
 //! IN_PROGRESS(n) → IN_PROGRESS(n)      found before its answer deadline     Event::AnswerAwaited
 //! IN_PROGRESS(n) → IN_PROGRESS(n)      deadline passed: request n again     Event::AnswerRepublished
 //! IN_PROGRESS(n) → FAILED              deadline passed, republishes spent   Event::AnswerAbandoned
+//! SCHEDULING | SCHEDULED | SENDING → the same, counted: the reconciler
+//!                                      requeued its retry event             Event::ReconcilerRequeued
 //! ```
 //!
 //! FAILED → SCHEDULING is beyond the published pattern (docs/design.md): an operator
@@ -130,10 +132,11 @@ pub enum Event {
     AnswerAwaited,
     AnswerRepublished,
     AnswerAbandoned,
+    ReconcilerRequeued,
 }
 
 impl Event {
-    pub const ALL: [Event; 12] = [
+    pub const ALL: [Event; 13] = [
         Event::Start,
         Event::ResponseSuccess,
         Event::ResponseCancelledExhausted,
@@ -146,6 +149,7 @@ impl Event {
         Event::AnswerAwaited,
         Event::AnswerRepublished,
         Event::AnswerAbandoned,
+        Event::ReconcilerRequeued,
     ];
 }
 
@@ -174,6 +178,9 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
         (Some(S::Failed), E::OperatorReplay) => Ok(S::Scheduling),
         (Some(S::InProgress), E::AnswerAwaited | E::AnswerRepublished) => Ok(S::InProgress),
         (Some(S::InProgress), E::AnswerAbandoned) => Ok(S::Failed),
+        (Some(S::Scheduling), E::ReconcilerRequeued) => Ok(S::Scheduling),
+        (Some(S::Scheduled), E::ReconcilerRequeued) => Ok(S::Scheduled),
+        (Some(S::Sending), E::ReconcilerRequeued) => Ok(S::Sending),
         (from, event) => Err(IllegalTransition { from, event }),
     }
 }
@@ -293,6 +300,14 @@ impl Arrow {
             Ok(to) => to,
             Err(e) => return Err(ArrowError::Illegal(e)),
         };
+        // A status with no arrow at all is the first thing wrong; then divergence.
+        let mut i = 1;
+        while i < from.len() {
+            if let Err(e) = transition(Some(from[i]), event) {
+                return Err(ArrowError::Illegal(e));
+            }
+            i += 1;
+        }
         let mut i = 1;
         while i < from.len() {
             match transition(Some(from[i]), event) {
@@ -562,6 +577,10 @@ pub struct TransactionRecord {
     /// (absent = 0).
     #[serde(default)]
     pub republishes: u32,
+    /// Times the reconciler requeued this retry cycle's event with no progress since
+    /// (absent = 0); at RECONCILE_REQUEUE_MAX the record is parked.
+    #[serde(default)]
+    pub requeues: u32,
     /// Failed-listing key; present only in FAILED.
     #[serde(default)]
     pub failed: Option<FailedKey>,
@@ -595,6 +614,7 @@ impl TransactionRecord {
             reconcile: None,
             answer_due_at: None,
             republishes: 0,
+            requeues: 0,
             failed: None,
             operator: None,
         }
@@ -630,6 +650,8 @@ pub struct Guard {
     pub budget: Option<BudgetGuard>,
     /// The republish count the write expects (an absent attribute is 0).
     pub republishes: Option<u32>,
+    /// The requeue count the write expects (an absent attribute is 0).
+    pub requeues: Option<u32>,
 }
 
 impl Guard {
@@ -645,6 +667,7 @@ impl Guard {
                 Some(BudgetGuard::Exhausted) => rec.max_attempts.exhausted_by(rec.current_attempt),
             }
             && self.republishes.is_none_or(|k| rec.republishes == k)
+            && self.requeues.is_none_or(|k| rec.requeues == k)
     }
 }
 
@@ -685,6 +708,9 @@ pub struct Changes {
     pub answer_due_at: Change<Timestamp>,
     /// The republish count (`Clear` = 0, when a new request leaves).
     pub republishes: Change<u32>,
+    /// The reconciler's requeue count (`Clear` = 0: every write but a requeue is
+    /// progress).
+    pub requeues: Change<u32>,
     /// Failed-listing key after the write (`Set` entering FAILED, `Clear` leaving it).
     pub failed: Change<FailedKey>,
     /// The operator's note: set (or cleared) by operator writes, kept by the others.
@@ -739,6 +765,7 @@ impl Write {
                     Change::Clear
                 },
                 republishes: Change::Keep,
+                requeues: Change::Clear,
                 failed: if arrow.from().contains(Status::Failed) {
                     Change::Clear
                 } else {
@@ -858,7 +885,9 @@ impl Write {
                 _ => true,
             }
             && g.republishes
-                .is_none_or(|k| s.republishes != Change::Keep || rec.republishes == k);
+                .is_none_or(|k| s.republishes != Change::Keep || rec.republishes == k)
+            && g.requeues
+                .is_none_or(|k| s.requeues != Change::Keep || rec.requeues == k);
         guard_kept && self.result_is(rec)
     }
 
@@ -890,6 +919,7 @@ impl Write {
                 &s.republishes,
                 &(rec.republishes > 0).then_some(rec.republishes),
             )
+            && matches(&s.requeues, &(rec.requeues > 0).then_some(rec.requeues))
             && matches(&s.failed, &rec.failed)
             && match &s.operator {
                 Change::Keep => true,
@@ -927,6 +957,9 @@ impl Write {
         let mut republishes = (next.republishes > 0).then_some(next.republishes);
         s.republishes.apply_to(&mut republishes);
         next.republishes = republishes.unwrap_or(0);
+        let mut requeues = (next.requeues > 0).then_some(next.requeues);
+        s.requeues.apply_to(&mut requeues);
+        next.requeues = requeues.unwrap_or(0);
         s.failed.apply_to(&mut next.failed);
         match &s.operator {
             Change::Keep => {}
@@ -984,6 +1017,17 @@ mod tests {
                 Some(S::InProgress),
             ),
             (Some(S::InProgress), E::AnswerAbandoned, Some(S::Failed)),
+            (
+                Some(S::Scheduling),
+                E::ReconcilerRequeued,
+                Some(S::Scheduling),
+            ),
+            (
+                Some(S::Scheduled),
+                E::ReconcilerRequeued,
+                Some(S::Scheduled),
+            ),
+            (Some(S::Sending), E::ReconcilerRequeued, Some(S::Sending)),
         ];
         let mut states = vec![None];
         states.extend(Status::ALL.map(Some));
@@ -1009,7 +1053,7 @@ mod tests {
             }
         }
         assert_eq!(legal, expected.len());
-        assert_eq!(states.len() * Event::ALL.len(), 84);
+        assert_eq!(states.len() * Event::ALL.len(), 91);
     }
 
     #[test]
@@ -1083,6 +1127,7 @@ mod tests {
             next_attempt: None,
             budget: Some(BudgetGuard::Remaining),
             republishes: None,
+            requeues: None,
         };
         assert!(w.holds(&record(S::InProgress, 2, None, 4)));
         assert!(
@@ -1149,7 +1194,7 @@ mod tests {
         }
         // One per non-empty subset of the sources of each event: Start has none
         // (it leaves [*]); RetryEventAccepted 7, ResolvedElsewhere 3, the rest 1 each.
-        assert_eq!(arrows, 7 + 3 + 9);
+        assert_eq!(arrows, 7 + 3 + 12);
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub mod names {
     pub const RECONCILE_TRUNCATED: &str = "ReconcileTruncated";
     pub const RECONCILE_ERRORS: &str = "ReconcileErrors";
     pub const RECONCILE_UNDECODABLE: &str = "ReconcileUndecodable";
+    /// Records found parked: requeued RECONCILE_REQUEUE_MAX times without progress,
+    /// not requeued again (each run that meets one counts it).
+    pub const RECONCILE_PARKED: &str = "ReconcileParked";
     /// A SUCCESS for an attempt already answered CANCELLED or resolved: a possible
     /// double execution (business alert).
     pub const CONFLICTING_SUCCESS: &str = "ConflictingSuccess";

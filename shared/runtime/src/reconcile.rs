@@ -27,7 +27,7 @@ use crate::drive::{drive, run_all, verdict};
 use crate::metric::{invocation, Metric};
 use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
-use domain::decide::{Ack, Input};
+use domain::decide::{Ack, DropReason, Input};
 use domain::exec::ReconcilePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
@@ -103,6 +103,8 @@ pub enum Action {
     Done(Ack),
     /// Not stuck (any more).
     NotStuck,
+    /// Requeued RECONCILE_REQUEUE_MAX times without progress: left alone, reported.
+    Parked,
     /// Its plan failed; the next run tries again.
     Error,
 }
@@ -112,7 +114,8 @@ impl Action {
     pub fn of(v: &Verdict) -> Self {
         match v {
             Verdict::Done(a) => Action::Done(*a),
-            // A reconcile plan drops only what is not stuck.
+            Verdict::Dropped(DropReason::Parked { .. }) => Action::Parked,
+            // Otherwise a reconcile plan drops only what is not stuck.
             Verdict::Dropped(_) => Action::NotStuck,
             // No reconcile plan ends `Handled` (it is for consumers outside the
             // domain); were one to, it would show as an error, never as work done.
@@ -127,6 +130,7 @@ impl Action {
             Action::Done(Ack::ReconcilerRequeued) => "requeued",
             Action::Done(a) => a.label(),
             Action::NotStuck => "not-stuck",
+            Action::Parked => "parked",
             Action::Error => "error",
         }
     }
@@ -205,11 +209,12 @@ where
         }
         let taken = u32::try_from(page.records.len() + page.undecodable.len()).unwrap_or(u32::MAX);
         remaining = remaining.saturating_sub(taken);
-        let verdicts: Vec<(Status, Verdict)> = futures::stream::iter(page.records)
+        let verdicts: Vec<(Status, String, Verdict)> = futures::stream::iter(page.records)
             .map(|record: TransactionRecord| {
                 let ctx = &ctx;
                 async move {
                     let status = record.status;
+                    let id = record.transaction_id.to_string();
                     let span = tracing::info_span!(
                         "reconcile",
                         transaction_id = %record.transaction_id,
@@ -220,7 +225,7 @@ where
                         let driven =
                             drive(Input::Reconcile(record), ports, ctx, &mut rng, &mut run_all)
                                 .await;
-                        (status, verdict(&driven, metrics))
+                        (status, id, verdict(&driven, metrics))
                     }
                     .instrument(span)
                     .await
@@ -229,10 +234,18 @@ where
             .buffer_unordered(limits.concurrency.max(1))
             .collect()
             .await;
-        for (status, v) in verdicts {
+        for (status, id, v) in verdicts {
             report.examined += 1;
             metrics.incr(names::RECONCILE_EXAMINED);
             let act = Action::of(&v);
+            if act == Action::Parked {
+                metrics.incr(names::RECONCILE_PARKED);
+                tracing::error!(
+                    transaction_id = %id,
+                    status = %status,
+                    "reconciler parked a record: requeued RECONCILE_REQUEUE_MAX times without progress; see `retryctl stuck` and the retry DLQ for why its retry keeps failing"
+                );
+            }
             if act == Action::Error {
                 report.errors += 1;
                 metrics.incr(names::RECONCILE_ERRORS);

@@ -21,6 +21,9 @@ pub struct Settings {
     /// Republishes of an unanswered request before FAILED/UNANSWERED
     /// (ANSWER_REPUBLISH_MAX; only the reconciler uses it).
     pub answer_republish_max: u32,
+    /// Requeues without progress before a record is parked (RECONCILE_REQUEUE_MAX;
+    /// only the reconciler uses it).
+    pub requeue_max: u32,
 }
 
 impl Default for Settings {
@@ -31,6 +34,7 @@ impl Default for Settings {
             reconcile_threshold: defaults::RECONCILE_THRESHOLD,
             answer_timeout: defaults::ANSWER_TIMEOUT,
             answer_republish_max: defaults::ANSWER_REPUBLISH_MAX,
+            requeue_max: defaults::RECONCILE_REQUEUE_MAX,
         }
     }
 }
@@ -45,6 +49,7 @@ impl Settings {
             self.reconcile_threshold,
         )
         .with_answer_deadline(self.answer_timeout, self.answer_republish_max)
+        .with_requeue_max(self.requeue_max)
     }
 }
 

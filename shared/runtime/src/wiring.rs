@@ -119,6 +119,7 @@ pub fn reconciler(sdk: &SdkConfig, c: &ReconcilerConfig) -> AwsReconciler {
             reconcile_threshold: c.reconcile_threshold,
             answer_timeout: c.answer.timeout,
             answer_republish_max: c.answer.republish_max,
+            requeue_max: c.requeue_max,
             ..settings(PolicySet::default(), c.reconcile_shards)
         },
         limits: Limits {

@@ -291,9 +291,11 @@ async fn report_json_has_counts_by_state_and_action() {
 /// visited in the first round and its entry requeued.
 #[tokio::test]
 async fn the_budget_is_shared_so_no_shard_starves() {
-    let (w, by_shard) = late_by_shard(&[10, 10, 10, 1]).await;
-    let quiet = &by_shard[3][0];
     for seed in 0..8 {
+        // A world per seed: a requeue is counted on its record, which then waits a
+        // threshold before the next.
+        let (w, by_shard) = late_by_shard(&[10, 10, 10, 1]).await;
+        let quiet = &by_shard[3][0];
         let (r, requeued) = requeue_run(&w, 8, 100, seed).await;
         assert_eq!(r.examined, 8, "seed {seed}: {r:?}");
         assert!(
@@ -433,4 +435,50 @@ async fn an_unanswered_request_is_republished_then_abandoned() {
     // Later runs find nothing: a terminal record leaves the index.
     w.advance(Duration::from_secs(7 * 24 * 3600));
     assert_eq!(w.reconcile().await.examined, 0);
+}
+
+/// GIVEN a SENDING record whose retry never gets through (every requeued event is
+/// lost) WHEN the reconciler keeps running THEN it requeues RECONCILE_REQUEUE_MAX
+/// times, counted on the record and audited, then parks it: the run reports
+/// `parked`, counts `ReconcileParked`, publishes nothing more.
+#[tokio::test]
+async fn a_record_requeued_without_progress_is_parked() {
+    let w = World::new();
+    w.start("TX-1", 3).await;
+    w.respond("TX-1", 1, Outcome::Cancelled).await;
+    let fire = w.record("TX-1").next_fire_at.unwrap();
+    w.set_time(fire);
+    for ev in w.fire_due() {
+        w.retry_with(&ev, &mut stop_after(1)).await; // SENDING, then the run dies
+    }
+    assert_eq!(w.status("TX-1"), Status::Sending);
+    let metrics = Metrics::new("NS", "reconciler");
+    let max = domain::defaults::RECONCILE_REQUEUE_MAX;
+    for k in 1..=max {
+        w.advance(Duration::from_secs(16 * 60));
+        let r = w.reconcile_with(&Limits::default(), 7, &metrics).await;
+        assert_eq!(
+            r.count(Status::Sending, Action::Done(Ack::ReconcilerRequeued)),
+            1,
+            "round {k}: {r:?}"
+        );
+        assert_eq!(w.record("TX-1").requeues, k);
+        assert_eq!(w.retries.drain().len(), 1, "the requeued event is lost");
+    }
+    w.advance(Duration::from_secs(16 * 60));
+    let r = w.reconcile_with(&Limits::default(), 7, &metrics).await;
+    assert_eq!(r.count(Status::Sending, Action::Parked), 1, "{r:?}");
+    assert!(w.retries.drain().is_empty(), "parked: nothing requeued");
+    assert_eq!(metrics.count(names::RECONCILE_PARKED), 1);
+    assert_eq!(metrics.count(names::RETRY_EVENTS_PUBLISHED), u64::from(max));
+    let requeues = w
+        .audit_path("TX-1")
+        .iter()
+        .filter(|a| a.as_str() == "SENDING>SENDING@1")
+        .count();
+    assert_eq!(
+        requeues,
+        usize::try_from(max).unwrap(),
+        "each requeue audited"
+    );
 }

@@ -403,10 +403,16 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
     let store = t.store()?;
     let now = SystemClock.now();
     let settings = t.stack_settings(true)?;
-    let ctx = settings.context(now);
+    // RECONCILE_REQUEUE_MAX as the reconciler has it (the template's default unless
+    // the environment says otherwise): it only names a record parked.
+    let requeue_max = std::env::var("RECONCILE_REQUEUE_MAX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(domain::defaults::RECONCILE_REQUEUE_MAX);
+    let ctx = settings.context(now).with_requeue_max(requeue_max);
     let threshold_ms = i64::try_from(settings.reconcile_threshold.as_millis()).unwrap_or(i64::MAX);
     let before = now.plus_millis(-threshold_ms);
-    let mut found: Vec<(TransactionRecord, &'static str)> = Vec::new();
+    let mut found: Vec<(TransactionRecord, String)> = Vec::new();
     for shard in 0..settings.shards {
         let mut cursor = None;
         loop {
@@ -420,10 +426,21 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
                 .await?;
             for r in page.records {
                 if is_stuck(&r, &ctx) {
-                    let action = decide_reconcile(&r, &ctx)
-                        .first()
-                        .map(|e| e.label())
-                        .unwrap_or("-");
+                    let plan = decide_reconcile(&r, &ctx);
+                    let action = match plan.last() {
+                        Some(domain::Effect::Drop(domain::decide::DropReason::Parked {
+                            requeues,
+                            ..
+                        })) => format!(
+                            "parked: requeued {requeues} times without progress (RECONCILE_REQUEUE_MAX {requeue_max}); see the retry DLQ"
+                        ),
+                        // What it would do beyond counting: the first effect not a write.
+                        _ => plan
+                            .iter()
+                            .find(|e| !matches!(e, domain::Effect::Write(_)))
+                            .map_or("-", |e| e.label())
+                            .to_owned(),
+                    };
                     found.push((r, action));
                 }
             }

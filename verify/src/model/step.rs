@@ -425,12 +425,17 @@ impl ProtocolModel {
             Action::Reconcile { tx, late } => {
                 s.budgets.reconciler_runs -= 1;
                 let rec = s.records[usize::from(tx)].clone();
-                // "Late" is far past any threshold and any answer deadline: each
-                // republish moves the deadline by the answer timeout (hours), so a run
-                // after k republishes is k more LATE_MS later.
+                // "Late" is far past any threshold and any answer deadline, counted
+                // from whatever the record last holds: a republish moves the deadline
+                // and a counted requeue restarts the threshold, both written at the
+                // reconciler's own (late) time.
                 let now = if late {
+                    let last = [rec.answer_due_at, rec.next_fire_at]
+                        .into_iter()
+                        .flatten()
+                        .fold(rec.updated_at, Timestamp::max);
                     self.reconcile_now(&s, late)
-                        .plus_millis(LATE_MS.saturating_mul(i64::from(rec.republishes)))
+                        .max(last.plus_millis(LATE_MS))
                 } else {
                     self.reconcile_now(&s, late)
                 };

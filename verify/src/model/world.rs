@@ -111,7 +111,7 @@ impl ActiveRun {
                     w.from(),
                     w.guard.current_attempt,
                     w.guard.next_attempt,
-                    (w.guard.budget, w.guard.republishes),
+                    (w.guard.budget, w.guard.republishes, w.guard.requeues),
                     w.to(),
                     w.set.current_attempt,
                     w.set.next_attempt,
@@ -121,7 +121,7 @@ impl ActiveRun {
                     (
                         w.set.updated_at,
                         &w.set.answer_due_at,
-                        &w.set.republishes,
+                        (&w.set.republishes, &w.set.requeues),
                         &w.set.reconcile
                     )
                 ),
@@ -262,7 +262,7 @@ fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
         ),
         (
             r.answer_due_at,
-            r.republishes,
+            (r.republishes, r.requeues),
             r.reconcile.as_ref().map(|k| k.at),
         ),
     )

@@ -55,6 +55,8 @@ pub struct Context {
     pub answer_timeout: Duration,
     /// Republishes of an unanswered request before FAILED/UNANSWERED.
     pub answer_republish_max: u32,
+    /// Requeues of one retry cycle without progress before it is parked.
+    pub requeue_max: u32,
     /// The operator a decision is made for (replay, resolve), recorded by its write.
     pub operator: Option<crate::machine::OperatorNote>,
 }
@@ -73,6 +75,7 @@ impl Context {
             reconcile_threshold,
             answer_timeout: crate::defaults::ANSWER_TIMEOUT,
             answer_republish_max: crate::defaults::ANSWER_REPUBLISH_MAX,
+            requeue_max: crate::defaults::RECONCILE_REQUEUE_MAX,
             operator: None,
         }
     }
@@ -81,6 +84,12 @@ impl Context {
     pub fn with_answer_deadline(mut self, timeout: Duration, republish_max: u32) -> Self {
         self.answer_timeout = timeout;
         self.answer_republish_max = republish_max;
+        self
+    }
+
+    /// The same context with this bound on requeues without progress.
+    pub fn with_requeue_max(mut self, requeue_max: u32) -> Self {
+        self.requeue_max = requeue_max;
         self
     }
 
@@ -311,6 +320,9 @@ pub enum DropReason {
     DuplicateRetry { attempt: Attempt, status: Status },
     /// The reconciler found the record no longer stuck.
     NotStuck { status: Status },
+    /// The reconciler requeued this retry cycle `requeues` times and nothing moved:
+    /// it is parked (not requeued again) until something makes progress; reported.
+    Parked { status: Status, requeues: u32 },
 }
 
 impl DropReason {
@@ -323,6 +335,7 @@ impl DropReason {
             DropReason::StaleRetry { .. } => "stale-retry",
             DropReason::DuplicateRetry { .. } => "duplicate-retry",
             DropReason::NotStuck { .. } => "not-stuck",
+            DropReason::Parked { .. } => "parked",
         }
     }
 }

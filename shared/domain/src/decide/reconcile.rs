@@ -12,6 +12,9 @@ pub const UNANSWERED_REASON: &str = "UNANSWERED";
 const AWAITED: Arrow = arrow!([Status::InProgress], Event::AnswerAwaited);
 const REPUBLISHED: Arrow = arrow!([Status::InProgress], Event::AnswerRepublished);
 const ABANDONED: Arrow = arrow!([Status::InProgress], Event::AnswerAbandoned);
+const REQUEUED_SCHEDULING: Arrow = arrow!([Status::Scheduling], Event::ReconcilerRequeued);
+const REQUEUED_SCHEDULED: Arrow = arrow!([Status::Scheduled], Event::ReconcilerRequeued);
+const REQUEUED_SENDING: Arrow = arrow!([Status::Sending], Event::ReconcilerRequeued);
 
 /// The answer deadline of an IN_PROGRESS record: the stored one, or (a record written
 /// before deadlines existed) its last write plus the answer timeout.
@@ -28,7 +31,9 @@ pub fn is_stuck(r: &TransactionRecord, ctx: &Context) -> bool {
     let threshold = ctx.threshold_ms();
     let since = match r.status {
         Status::Scheduling | Status::Sending => r.updated_at,
-        Status::Scheduled => r.next_fire_at.unwrap_or(r.updated_at),
+        // Past its fire time — or, once requeued, since that requeue (its count's
+        // write): a requeued event gets the threshold to arrive before the next.
+        Status::Scheduled => r.next_fire_at.map_or(r.updated_at, |f| f.max(r.updated_at)),
         Status::InProgress => return answer_due(r, ctx) <= ctx.now,
         _ => return false,
     };
@@ -46,8 +51,29 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
     let Some(next) = r.next_attempt else {
         return vec![Effect::Drop(DropReason::NotStuck { status: r.status })];
     };
+    // Each requeue is counted on the record (conditional on the count read, so two
+    // runs never both count one), and any other write clears the count: a cycle
+    // requeued `requeue_max` times with no progress since is parked — its event keeps
+    // failing where the reconciler cannot help (say its payload is gone), and
+    // requeueing it again would only fill the retry DLQ.
     let requeue = || {
+        if r.requeues >= ctx.requeue_max {
+            return vec![Effect::Drop(DropReason::Parked {
+                status: r.status,
+                requeues: r.requeues,
+            })];
+        }
+        let arrow = match r.status {
+            Status::Scheduling => REQUEUED_SCHEDULING,
+            Status::Scheduled => REQUEUED_SCHEDULED,
+            _ => REQUEUED_SENDING,
+        };
+        let mut w = Write::new(r.transaction_id.clone(), arrow, ctx.now, Actor::Reconciler);
+        w.guard.next_attempt = Some(next);
+        w.guard.requeues = Some(r.requeues);
+        w.set.requeues = Change::Set(r.requeues.saturating_add(1));
         vec![
+            Effect::Write(w),
             Effect::PublishRetry(RetryEvent {
                 transaction_id: r.transaction_id.clone(),
                 origin: Origin::Reconciler,

@@ -1,7 +1,9 @@
 //! The step machine: one message being handled, its plan performed effect by effect,
 //! decided again from the record a failed condition hands back.
 
-use super::{decide, Ack, Context, Disposition, Effect, Input, Known, Observed, Plan, Rejection};
+use super::{
+    decide, Ack, Context, Disposition, DropReason, Effect, Input, Known, Observed, Plan, Rejection,
+};
 use crate::policy::RandomSource;
 use std::collections::VecDeque;
 
@@ -168,9 +170,16 @@ impl<D: Decide> Run<D> {
         self.trail.push((effect, observed));
         if let Some((record, payload_matches)) = again {
             if self.redecisions >= MAX_REDECISIONS {
-                self.plan = VecDeque::from([Effect::Reject(Rejection::TooManyRedecisions {
-                    transaction_id: self.input.transaction_id().clone(),
-                })]);
+                self.plan = VecDeque::from([match (&self.input, &record) {
+                    // The reconciler holds no message: a record that kept changing
+                    // under its run is alive, not stuck; the next run looks again.
+                    (Input::Reconcile(_), Some(r)) => {
+                        Effect::Drop(DropReason::NotStuck { status: r.status })
+                    }
+                    _ => Effect::Reject(Rejection::TooManyRedecisions {
+                        transaction_id: self.input.transaction_id().clone(),
+                    }),
+                }]);
             } else {
                 self.redecisions += 1;
                 let known = match &record {

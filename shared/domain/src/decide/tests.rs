@@ -234,6 +234,9 @@ fn describe(e: &Effect) -> String {
             if let Some(k) = g.republishes {
                 s.push_str(&format!(" rp={k}"));
             }
+            if let Some(k) = g.requeues {
+                s.push_str(&format!(" rq={k}"));
+            }
             let c = &w.set;
             s.push_str(&format!(" -> {}", w.to()));
             if let Some(a) = c.current_attempt {
@@ -255,6 +258,9 @@ fn describe(e: &Effect) -> String {
             });
             change(&mut s, "due", &c.answer_due_at, |t| rel(*t));
             change(&mut s, "rp", &c.republishes, |k| k.to_string());
+            if let Change::Set(k) = &c.requeues {
+                s.push_str(&format!(" rq={k}"));
+            }
             s.push_str(&format!(" by={}", c.actor.as_str()));
             s
         }
@@ -300,6 +306,9 @@ fn describe(e: &Effect) -> String {
                 format!("drop duplicate-retry attempt={attempt} in {status}")
             }
             DropReason::NotStuck { status } => format!("drop not-stuck {status}"),
+            DropReason::Parked { status, requeues } => {
+                format!("drop parked {status} requeues={requeues}")
+            }
         },
         Effect::Reject(r) => format!("reject {}", r.label()),
     }
@@ -461,6 +470,13 @@ fn all_cases() -> Vec<(String, Plan)> {
             let mut due = rec_in(s, 2, 4);
             due.next_fire_at = Some(at(-300));
             variants.push(("fire-passed-within-threshold", due));
+        }
+        if s.is_intermediate() {
+            // Requeued as often as allowed with no progress since: parked.
+            let mut parked = rec_in(s, 2, 4);
+            parked.next_fire_at = Some(at(-3600));
+            parked.requeues = 5;
+            variants.push(("parked", parked));
         }
         if s == Status::InProgress {
             // Found before its deadline with the key its cycle left: the key moves.
@@ -1448,6 +1464,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULING stuck fire-passed / unread",
         &[
+            "write ReconcilerRequeued if SCHEDULING n=3 rq=0 -> SCHEDULING due=- rq=1 by=reconciler",
             "publish-retry TX-100200/3/RECONCILER",
             "ack ReconcilerRequeued",
         ],
@@ -1455,12 +1472,31 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULING stuck fire-passed / current",
         &[
+            "write ReconcilerRequeued if SCHEDULING n=3 rq=0 -> SCHEDULING due=- rq=1 by=reconciler",
             "publish-retry TX-100200/3/RECONCILER",
             "ack ReconcilerRequeued",
         ],
     ),
     (
         "reconcile SCHEDULING stuck fire-passed / missing",
+        &[
+            "drop not-stuck SCHEDULING",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING parked / unread",
+        &[
+            "drop parked SCHEDULING requeues=5",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING parked / current",
+        &[
+            "drop parked SCHEDULING requeues=5",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING parked / missing",
         &[
             "drop not-stuck SCHEDULING",
         ],
@@ -1486,6 +1522,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULED stuck / unread",
         &[
+            "write ReconcilerRequeued if SCHEDULED n=3 rq=0 -> SCHEDULED due=- rq=1 by=reconciler",
             "publish-retry TX-100200/3/RECONCILER",
             "ack ReconcilerRequeued",
         ],
@@ -1493,6 +1530,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULED stuck / current",
         &[
+            "write ReconcilerRequeued if SCHEDULED n=3 rq=0 -> SCHEDULED due=- rq=1 by=reconciler",
             "publish-retry TX-100200/3/RECONCILER",
             "ack ReconcilerRequeued",
         ],
@@ -1522,6 +1560,24 @@ const EXPECTED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "reconcile SCHEDULED parked / unread",
+        &[
+            "drop parked SCHEDULED requeues=5",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED parked / current",
+        &[
+            "drop parked SCHEDULED requeues=5",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED parked / missing",
+        &[
+            "drop not-stuck SCHEDULED",
+        ],
+    ),
+    (
         "reconcile SENDING fresh / unread",
         &[
             "drop not-stuck SENDING",
@@ -1542,6 +1598,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SENDING stuck / unread",
         &[
+            "write ReconcilerRequeued if SENDING n=3 rq=0 -> SENDING due=- rq=1 by=reconciler",
             "publish-retry TX-100200/3/RECONCILER",
             "ack ReconcilerRequeued",
         ],
@@ -1549,12 +1606,31 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SENDING stuck / current",
         &[
+            "write ReconcilerRequeued if SENDING n=3 rq=0 -> SENDING due=- rq=1 by=reconciler",
             "publish-retry TX-100200/3/RECONCILER",
             "ack ReconcilerRequeued",
         ],
     ),
     (
         "reconcile SENDING stuck / missing",
+        &[
+            "drop not-stuck SENDING",
+        ],
+    ),
+    (
+        "reconcile SENDING parked / unread",
+        &[
+            "drop parked SENDING requeues=5",
+        ],
+    ),
+    (
+        "reconcile SENDING parked / current",
+        &[
+            "drop parked SENDING requeues=5",
+        ],
+    ),
+    (
+        "reconcile SENDING parked / missing",
         &[
             "drop not-stuck SENDING",
         ],

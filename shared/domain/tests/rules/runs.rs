@@ -678,19 +678,6 @@ fn reconciler_acting_on_a_stale_record_is_harmless() {
     assert_eq!(settled.status, InProgress);
     let changes = w.store.change_count();
     let published = w.published(&id);
-    // Decided from the stale copy (SCHEDULING, fire time passed): it requeues the
-    // retry event of attempt 2, which B drops; nothing changes.
-    let d = w.run(Input::Reconcile(stale[0].clone()));
-    assert_eq!(d, Disposition::Ack(Ack::ReconcilerRequeued));
-    for ev in w.retries.drain() {
-        assert_eq!(
-            w.run(retry_input(ev)),
-            Disposition::Drop(DropReason::DuplicateRetry {
-                attempt: a(2),
-                status: InProgress
-            })
-        );
-    }
     // Decided from the current record (IN_PROGRESS, its answer not yet due), it
     // publishes nothing: at most its index entry moves to the answer deadline.
     let ctx = w.ctx();
@@ -710,7 +697,18 @@ fn reconciler_acting_on_a_stale_record_is_harmless() {
     );
     assert_eq!(plan.last(), Some(&Effect::Ack(Ack::ReconcilerAwaiting)));
     assert_eq!(w.store.change_count(), changes);
-    assert_eq!(w.record(&id), settled);
+    // Run from the stale copy (SCHEDULING, fire time passed): its counted requeue is
+    // a conditional write, which fails on the current record; the run decides again
+    // on that record, so no retry event is put back at all — only the entry moves.
+    let d = w.run(Input::Reconcile(stale[0].clone()));
+    assert_eq!(d, Disposition::Ack(Ack::ReconcilerAwaiting));
+    assert!(w.retries.drain().is_empty(), "nothing requeued");
+    assert_eq!(w.store.change_count(), changes + 1);
+    let after = w.record(&id);
+    assert_eq!(
+        (after.status, after.current_attempt, after.requeues),
+        (settled.status, settled.current_attempt, 0)
+    );
     assert_eq!(w.published(&id), published);
 }
 
@@ -1055,4 +1053,48 @@ fn an_answer_after_a_republish_is_handled_once() {
         "the duplicate answer changes nothing"
     );
     assert_eq!(w.scheduler.live().len(), 1, "one schedule");
+}
+
+/// GIVEN a retry cycle whose event keeps failing where the reconciler cannot help
+/// (the retry handler never gets it through) WHEN the reconciler keeps finding it
+/// THEN it requeues the event RECONCILE_REQUEUE_MAX times, counting each on the
+/// record, then parks it: no further requeue, a `parked` drop each run; and any
+/// progress clears the count.
+#[test]
+fn a_cycle_requeued_without_progress_is_parked() {
+    let mut w = World::new();
+    let id = tx("TX-P1");
+    let ev = scheduled_and_due(&mut w, &id);
+    drop(ev); // the scheduler's event is lost (its DLQ keeps it)
+    let max = domain::defaults::RECONCILE_REQUEUE_MAX;
+    for k in 1..=max {
+        past_threshold(&mut w);
+        assert_eq!(
+            w.reconcile(),
+            [Disposition::Ack(Ack::ReconcilerRequeued)],
+            "round {k}"
+        );
+        assert_eq!(w.record(&id).requeues, k);
+        // The requeued event is lost too (its handler keeps failing: the DLQ).
+        assert_eq!(w.retries.drain().len(), 1);
+    }
+    past_threshold(&mut w);
+    assert_eq!(
+        w.reconcile(),
+        [Disposition::Drop(DropReason::Parked {
+            status: Scheduled,
+            requeues: max
+        })]
+    );
+    assert!(w.retries.drain().is_empty(), "parked: not requeued again");
+    assert_eq!(w.status(&id), Scheduled);
+    // The cause fixed, the event redriven from the DLQ: progress clears the count.
+    let event = RetryEvent {
+        transaction_id: id.clone(),
+        origin: Origin::Operator,
+        attempt: a(2),
+    };
+    assert_eq!(w.run(retry_input(event)), Disposition::Ack(Ack::Published));
+    let r = w.record(&id);
+    assert_eq!((r.status, r.requeues), (InProgress, 0));
 }
