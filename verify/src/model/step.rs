@@ -434,8 +434,7 @@ impl ProtocolModel {
                         .into_iter()
                         .flatten()
                         .fold(rec.updated_at, Timestamp::max);
-                    self.reconcile_now(&s, late)
-                        .max(last.plus_millis(LATE_MS))
+                    self.reconcile_now(&s, late).max(last.plus_millis(LATE_MS))
                 } else {
                     self.reconcile_now(&s, late)
                 };
