@@ -424,6 +424,17 @@ fn run_ops(max: u32, seed: u64, ops: &[Op], hostile: bool) -> Result<(), TestCas
         (1..=r.current_attempt.get()).collect::<Vec<_>>()
     );
     match r.status {
+        // An answer held in the response queue past the answer deadline and every
+        // republish (the sequence may delay any delivery) ends the transaction
+        // FAILED/UNANSWERED before its budget: that is the deadline's purpose; the
+        // answer, when it comes, changes nothing.
+        Status::Failed if r.last_reason.as_deref() == Some(domain::decide::UNANSWERED_REASON) => {
+            prop_assert!(r.current_attempt.get() <= max);
+            prop_assert!(
+                sim.alerts >= 1,
+                "FAILED/UNANSWERED without the business alert"
+            );
+        }
         Status::Failed => {
             prop_assert_eq!(
                 r.current_attempt.get(),
