@@ -95,6 +95,7 @@ fn scheduled(n: usize) -> MemoryStore {
         store: &store,
         scheduler: &scheduler,
         retries: &retries,
+        notes: &store,
     };
     for i in 0..n {
         let v = ready(runtime::response::handle(
@@ -131,11 +132,18 @@ fn event(bodies: impl Iterator<Item = String>) -> SqsEvent {
 
 fn response_handler(
     store: MemoryStore,
-) -> ResponseHandler<MemoryStore, MemoryScheduler, MemoryQueue<RetryEvent>, MemoryDeadLetter> {
+) -> ResponseHandler<
+    MemoryStore,
+    MemoryScheduler,
+    MemoryQueue<RetryEvent>,
+    MemoryStore,
+    MemoryDeadLetter,
+> {
     ResponseHandler {
         store,
         scheduler: MemoryScheduler::new(),
         retries: MemoryQueue::new(),
+        notes: MemoryStore::new(),
         dead_letter: MemoryDeadLetter::new(),
         clock: SystemClock,
         settings: Settings::default(),
@@ -184,6 +192,7 @@ fn handlers(c: &mut Criterion) {
                     store: &store,
                     scheduler: &scheduler,
                     retries: &retries,
+                    notes: &store,
                 };
                 let v = ready(runtime::response::handle(
                     &ports,

@@ -15,7 +15,7 @@
 //!
 //! The scenario drives every path that can call AWS: starts, CANCELLED (schedule
 //! created), SUCCESS, exhausted, a schedule that already exists (409), a late
-//! response, unknown and malformed responses (response DLQ), a retry event (payload
+//! response, a conflicting SUCCESS (noted in the audit table), unknown and malformed responses (response DLQ), a retry event (payload
 //! read, publish), a duplicate (failed condition) and a malformed one (retry DLQ), the
 //! reconciler requeueing a SCHEDULED retry past its fire time and re-creating the
 //! schedule of a SCHEDULING record read after its index entry, the reconciler
@@ -660,6 +660,38 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     )
     .await;
     response_round().await;
+    // A SUCCESS for TX-C's attempt 1, answered CANCELLED before (FAILED): a
+    // conflicting success, which the response handler notes in the audit table.
+    send(
+        &external_sqs,
+        &p.response.url,
+        &answer("TX-C", 1, "SUCCESS"),
+    )
+    .await;
+    response_round().await;
+    let noted = aws::clients::dynamodb(&setup_sdk)
+        .query()
+        .table_name(&p.names.audit_table)
+        .key_condition_expression("#id = :id")
+        .expression_attribute_names("#id", "transaction_id")
+        .expression_attribute_values(
+            ":id",
+            aws_sdk_dynamodb::types::AttributeValue::S("TX-C".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let notices: Vec<_> = noted
+        .items()
+        .iter()
+        .flat_map(|i| aws::audit::entries_from_item(i).unwrap())
+        .filter(|e| !e.is_transition())
+        .collect();
+    assert_eq!(
+        notices.len(),
+        1,
+        "the conflicting SUCCESS is in TX-C's audit trail"
+    );
 
     // TX-P: A crashed hours ago after persisting SCHEDULING, and its answer sat in the
     // response DLQ; redriven now, past the stored instant, it cannot be scheduled in

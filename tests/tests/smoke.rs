@@ -493,10 +493,12 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
     );
 
     // 12. Audit: the table's stream turned into entries, one per transition (the
-    // reconciler's counted requeue included).
+    // reconciler's counted requeue included), and the notice the response handler
+    // wrote itself for the conflicting SUCCESS of attempt 1 (step 6).
     let audit = audit_rows(&sdk, &stack.p, &names, "TX-100200").await;
     let mut want = testkit::trail::TO_ATTEMPT_2.to_vec();
     want.insert(3, "SCHEDULED>SCHEDULED@1");
+    want.push("IN_PROGRESS>IN_PROGRESS@1");
     assert_eq!(audit, want);
 
     drop(watch);

@@ -26,9 +26,9 @@ use crate::item::{
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
-use domain::audit::AuditEntry;
+use domain::audit::{AuditEntry, Notice};
 use domain::machine::Actor;
-use domain::ports::{ErrorKind, PortError};
+use domain::ports::{AuditNotes, ErrorKind, PortError};
 use domain::{Attempt, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId};
 use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
@@ -38,7 +38,8 @@ pub mod attr {
     /// Partition key.
     pub const TRANSACTION_ID: &str = "transaction_id";
     /// Sort key: `AuditEntry::group_key()` = `<attempt:04>#1-send` or
-    /// `<attempt:04>#2-answer`, one item per handler run.
+    /// `<attempt:04>#2-answer`, one item per handler run (`<attempt:04>#3-notice` for
+    /// the response handler's notices).
     pub const AUDIT_KEY: &str = "audit_key";
     /// Prefix of an entry's attribute: `e#<AuditEntry::sort_key()>`.
     pub const ENTRY_PREFIX: &str = "e#";
@@ -61,6 +62,9 @@ pub mod attr {
     /// Who made an operator's transition, and the reason given.
     pub const OPERATOR_CALLER: &str = "operator_caller";
     pub const OPERATOR_REASON: &str = "operator_reason";
+    /// Set on an entry that is not a transition (`AuditEntry::notice`), e.g.
+    /// `CONFLICTING_SUCCESS`.
+    pub const NOTICE: &str = "notice";
 }
 
 /// Why a change could not be audited.
@@ -149,6 +153,9 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
         if let Some(r) = &o.reason {
             m.insert(OPERATOR_REASON.into(), s(r.clone()));
         }
+    }
+    if let Some(x) = entry.notice {
+        m.insert(NOTICE.into(), s(x.as_str()));
     }
     m
 }
@@ -285,6 +292,9 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
             caller: caller.to_owned(),
             reason: get(OPERATOR_REASON).map(str::to_owned),
         }),
+        notice: get(NOTICE)
+            .map(|v| Notice::parse(v).ok_or_else(|| bad(NOTICE, Some(v), "unknown notice")))
+            .transpose()?,
     })
 }
 
@@ -533,6 +543,14 @@ impl AuditWriter {
             }
         }
         Ok(in_transition_order(rows))
+    }
+}
+
+/// The response handler's notices (a conflicting SUCCESS) go in the audit table beside
+/// the stream's entries: one `UpdateItem` adding the entry's attribute to its group.
+impl AuditNotes for AuditWriter {
+    async fn note(&self, entry: &AuditEntry) -> Result<(), PortError> {
+        self.write(entry).await
     }
 }
 

@@ -284,6 +284,16 @@ fn policies(env: &Env<'_>) -> Result<PolicySet, ConfigError> {
         })
 }
 
+/// AUDIT_RETENTION_DAYS: how long audit entries are kept.
+fn audit_retention_days(env: &Env<'_>) -> Result<u32, ConfigError> {
+    env.ranged(
+        "AUDIT_RETENTION_DAYS",
+        defaults::AUDIT_RETENTION_DAYS,
+        1,
+        36_500,
+    )
+}
+
 /// The response handler (A).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResponseHandlerConfig {
@@ -296,6 +306,11 @@ pub struct ResponseHandlerConfig {
     pub retry_queue_url: String,
     /// ANSWER_TIMEOUT_SECONDS: the deadline of a request this handler records as sent.
     pub answer_timeout: Duration,
+    /// AUDIT_TABLE: where a conflicting SUCCESS is noted (it changes no record, so
+    /// the stream never carries it).
+    pub audit_table: String,
+    /// AUDIT_RETENTION_DAYS: the notes expire with the rest of the trail.
+    pub audit_retention_days: u32,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
 }
@@ -319,6 +334,8 @@ impl ResponseHandlerConfig {
         "RESPONSE_DLQ_URL",
         "RETRY_QUEUE_URL",
         "ANSWER_TIMEOUT_SECONDS",
+        "AUDIT_TABLE",
+        "AUDIT_RETENTION_DAYS",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
@@ -337,6 +354,8 @@ impl ResponseHandlerConfig {
             response_dlq_url: env.required("RESPONSE_DLQ_URL")?,
             retry_queue_url: env.required("RETRY_QUEUE_URL")?,
             answer_timeout: answer_timeout(&env)?,
+            audit_table: env.required("AUDIT_TABLE")?,
+            audit_retention_days: audit_retention_days(&env)?,
             batch_concurrency: batch_concurrency(&env)?,
             metrics_namespace: namespace(&env),
         })
@@ -509,12 +528,7 @@ impl AuditWriterConfig {
         let env = Env { lookup };
         Ok(Self {
             audit_table: env.required("AUDIT_TABLE")?,
-            retention_days: env.ranged(
-                "AUDIT_RETENTION_DAYS",
-                defaults::AUDIT_RETENTION_DAYS,
-                1,
-                36_500,
-            )?,
+            retention_days: audit_retention_days(&env)?,
             metrics_namespace: namespace(&env),
         })
     }
@@ -594,6 +608,7 @@ mod tests {
             ("TRANSACTIONS_TABLE", "tx"),
             ("RESPONSE_DLQ_URL", "http://q/dlq"),
             ("RETRY_QUEUE_URL", "http://q/retry"),
+            ("AUDIT_TABLE", "audit"),
         ];
         v.extend_from_slice(SCHED);
         v.extend_from_slice(extra);
@@ -609,9 +624,19 @@ mod tests {
         assert_eq!(c.batch_concurrency, 10);
         assert_eq!(c.metrics_namespace, "DeferredRetry");
         assert_eq!(
+            (c.audit_table.as_str(), c.audit_retention_days),
+            ("audit", defaults::AUDIT_RETENTION_DAYS)
+        );
+        assert_eq!(
             c.policies,
             PolicySet::uniform(RetryPolicy::article_default())
         );
+        let without: Vec<_> = response_env(&[])
+            .into_iter()
+            .filter(|(k, _)| *k != "AUDIT_TABLE")
+            .collect();
+        let e = ResponseHandlerConfig::from_lookup(&lookup(&without)).unwrap_err();
+        assert!(e.to_string().contains("AUDIT_TABLE"), "{e}");
     }
 
     #[test]

@@ -8,12 +8,13 @@ mod common;
 
 use aws::audit::AuditWriter;
 use common::*;
+use domain::audit::Notice;
 use domain::decide::{Input, Known};
 use domain::exec::execute;
 use domain::policy::FixedRandom;
-use domain::ports::{Creates, Payloads, Records, Transitions, WriteOutcome};
+use domain::ports::{AuditNotes, Creates, Payloads, Records, Transitions, WriteOutcome};
 use domain::{
-    Context, MaxAttempts, Payload, PolicySet, Request, Response, RetryEvent, Run, Status,
+    Context, MaxAttempts, Outcome, Payload, PolicySet, Request, Response, RetryEvent, Run, Status,
     Timestamp, TransactionRecord,
 };
 use std::time::Duration;
@@ -51,12 +52,16 @@ fn inputs(tx: &str) -> Vec<(i64, Input)> {
         (T0 + 2_000, resp(1, "CANCELLED")), // redelivery: failed condition, no change
         (T0 + 3_000, retry(2)),             // SCHEDULED → SENDING → IN_PROGRESS(2)
         (T0 + 4_000, retry(2)),             // duplicate: failed condition, no change
-        (T0 + 5_000, resp(1, "SUCCESS")),   // late response: failed condition
+        (T0 + 5_000, resp(1, "SUCCESS")),   // attempt 1 was answered CANCELLED: a notice
         (T0 + 6_000, resp(2, "CANCELLED")), // attempt 2 of 2: → FAILED (exhausted)
     ]
 }
 
-async fn drive<S: Creates + Payloads + Records + Transitions>(store: &S, tx: &str) {
+async fn drive<S: Creates + Payloads + Records + Transitions, N: AuditNotes>(
+    store: &S,
+    notes: &N,
+    tx: &str,
+) {
     let scheduler = MemoryScheduler::new();
     let requests: MemoryQueue<Request> = MemoryQueue::new();
     let retries: MemoryQueue<RetryEvent> = MemoryQueue::new();
@@ -65,6 +70,7 @@ async fn drive<S: Creates + Payloads + Records + Transitions>(store: &S, tx: &st
         scheduler: &scheduler,
         requests: &requests,
         retries: &retries,
+        notes,
     };
     let mut rng = FixedRandom(0.5);
     for (now, input) in inputs(tx) {
@@ -88,7 +94,8 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
     );
     let payload = Payload::from_json(r#"{"n":1}"#).unwrap();
     store.create(&start, &payload).await.unwrap();
-    drive(&store, tx).await;
+    let writer = AuditWriter::new(aws::clients::dynamodb(&s.sdk), &s.p.names.audit_table, 365);
+    drive(&store, &writer, tx).await;
     let counts = s.meter.snapshot();
     let successful = counts.writes - counts.failed_conditions;
     assert!(counts.failed_conditions >= 3, "{counts:?}");
@@ -97,7 +104,6 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
         Status::Failed
     );
 
-    let writer = AuditWriter::new(aws::clients::dynamodb(&s.sdk), &s.p.names.audit_table, 365);
     let streams = aws::clients::dynamodbstreams(&s.sdk);
     let mut pos = StreamPosition::default();
     let report = drain_into(&writer, &streams, &s.p.transactions_stream_arn, &mut pos)
@@ -108,13 +114,14 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
     assert_eq!(report.rows as u64, 1 + successful);
     assert_eq!(report.exhausted, vec![id(tx)]);
 
+    // The transitions, and the notice the response handler wrote itself.
     let rows = writer.history(&id(tx)).await.unwrap();
-    assert_eq!(rows.len() as u64, 1 + successful);
+    assert_eq!(rows.len() as u64, 1 + successful + 1);
 
     // The same inputs on the in-memory store give the same audit trail.
     let memory = MemoryStore::new();
     memory.create(&start, &payload).await.unwrap();
-    drive(&memory, tx).await;
+    drive(&memory, &memory, tx).await;
     assert_eq!(rows, memory.audit(&id(tx)));
     let path: Vec<(Option<Status>, Status)> = rows.iter().map(|r| (r.from, r.to)).collect();
     assert_eq!(
@@ -125,9 +132,20 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
             (Some(Status::Scheduling), Status::Scheduled),
             (Some(Status::Scheduled), Status::Sending),
             (Some(Status::Sending), Status::InProgress),
+            (Some(Status::InProgress), Status::InProgress),
             (Some(Status::InProgress), Status::Failed),
         ]
     );
+    let notice = &rows[5];
+    assert_eq!(notice.notice, Some(Notice::ConflictingSuccess));
+    assert_eq!(
+        notice.current_attempt.get(),
+        1,
+        "names the attempt answered SUCCESS"
+    );
+    assert_eq!(notice.outcome, Some(Outcome::Success));
+    assert!(!notice.is_transition() && !notice.is_exhaustion());
+    assert!(rows[6].is_exhaustion());
 
     // Nothing new: a second drain reads nothing.
     let again = drain_into(&writer, &streams, &s.p.transactions_stream_arn, &mut pos)
@@ -159,8 +177,8 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
         .await
         .unwrap();
     // One item per handler run: the creation, the response handler's run, the retry
-    // handler's run and the final answer.
-    assert_eq!(raw.items().len(), 4);
+    // handler's run and the final answer; and the notice's own.
+    assert_eq!(raw.items().len(), 5);
     assert_eq!(report.items, 4);
     let mut flattened = Vec::new();
     for item in raw.items() {

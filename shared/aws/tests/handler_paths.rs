@@ -5,6 +5,7 @@
 
 mod common;
 
+use aws::audit::AuditWriter;
 use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::{SqsRequestPublisher, SqsRetryPublisher};
 use common::*;
@@ -58,10 +59,12 @@ async fn happy_path_call_counts() {
     )
     .unwrap();
     let mut run = Run::new(Input::Response(resp), Known::Unread, &ctx, &mut rng);
+    let notes = AuditWriter::new(aws::clients::dynamodb(&s.sdk), &s.p.names.audit_table, 365);
     let ports = ResponsePorts {
         store: &store,
         scheduler: &scheduler,
         retries: &retries,
+        notes: &notes,
     };
     let disposition = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
         .await

@@ -6,6 +6,7 @@
 
 mod common;
 
+use aws::audit::AuditWriter;
 use aws::dynamo::DynamoStore;
 use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::{SqsRequestPublisher, SqsRetryPublisher};
@@ -50,10 +51,12 @@ async fn respond(
     let store = store_on(s, sdk);
     let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(sdk), s.scheduler_settings());
     let retries = SqsRetryPublisher::new(aws::clients::sqs(sdk), &s.p.retry.url);
+    let notes = AuditWriter::new(aws::clients::dynamodb(sdk), &s.p.names.audit_table, 365);
     let ports = ResponsePorts {
         store: &store,
         scheduler: &scheduler,
         retries: &retries,
+        notes: &notes,
     };
     let (ctx, mut rng) = (ctx(), FixedRandom(0.5));
     let input = Input::Response(response(tx, 1, outcome));

@@ -38,6 +38,35 @@ pub struct AuditEntry {
     /// Who made an operator's transition and why (`None` for the other actors).
     #[serde(default)]
     pub operator: Option<OperatorNote>,
+    /// Set on an entry that records an event, not a transition (`from` = `to`, the
+    /// record unchanged): see [`Notice`].
+    #[serde(default)]
+    pub notice: Option<Notice>,
+}
+
+/// An event the audit trail keeps although the record did not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Notice {
+    /// The service answered SUCCESS for an attempt already answered CANCELLED, or for
+    /// a transaction an operator resolved: it executed something the transaction
+    /// considers not done (a possible double execution). The entry names that
+    /// attempt (`current_attempt`) and the status the record had.
+    ConflictingSuccess,
+}
+
+impl Notice {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Notice::ConflictingSuccess => "CONFLICTING_SUCCESS",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "CONFLICTING_SUCCESS" => Some(Notice::ConflictingSuccess),
+            _ => None,
+        }
+    }
 }
 
 impl AuditEntry {
@@ -72,7 +101,43 @@ impl AuditEntry {
             } else {
                 None
             },
+            notice: None,
         })
+    }
+
+    /// The entry for a SUCCESS answering `attempt` of `record` that conflicts with
+    /// what the record holds (the attempt was answered CANCELLED, or the transaction
+    /// was resolved), seen at `at`: the record's status as both ends, the attempt the
+    /// answer names, its outcome and reason.
+    pub fn conflicting_success(
+        record: &TransactionRecord,
+        attempt: Attempt,
+        reason: Option<String>,
+        at: Timestamp,
+    ) -> Self {
+        Self {
+            transaction_id: record.transaction_id.clone(),
+            at,
+            actor: Actor::ResponseHandler,
+            from: Some(record.status),
+            to: record.status,
+            current_attempt: attempt,
+            next_attempt: record.next_attempt,
+            max_attempts: record.max_attempts.get(),
+            schedule_name: record.schedule_name.clone(),
+            next_fire_at: record.next_fire_at,
+            outcome: Some(Outcome::Success),
+            reason,
+            origin: None,
+            operator: None,
+            notice: Some(Notice::ConflictingSuccess),
+        }
+    }
+
+    /// True for an entry of a transition (the record changed), false for a
+    /// [`Notice`]: checks of the trail's chain of statuses skip notices.
+    pub fn is_transition(&self) -> bool {
+        self.notice.is_none()
     }
 
     /// Sort key within the transaction: `<at>#<attempt, 4 digits>#<rank>-<to>`.
@@ -91,12 +156,17 @@ impl AuditEntry {
             Status::Succeeded => 4,
             Status::Failed => 5,
         };
-        format!(
+        let key = format!(
             "{}#{:04}#{rank}-{}",
             self.at.to_rfc3339(),
             self.current_attempt.get(),
             self.to.as_str()
-        )
+        );
+        match self.notice {
+            // Never the key of a transition written at the same instant.
+            Some(n) => format!("{key}#{}", n.as_str()),
+            None => key,
+        }
     }
 
     /// The group this entry is stored in: the entries of one handler run share it,
@@ -110,9 +180,17 @@ impl AuditEntry {
     ///   response handler's SCHEDULING and SCHEDULED, or SUCCEEDED / FAILED, keyed by
     ///   the current attempt.
     ///
+    /// - `<attempt:04>#3-notice`: the notices naming an attempt (never written by a
+    ///   run that also writes transitions).
+    ///
     /// Groups sort as text in the order the runs happen: attempt n is sent, then
     /// answered, then attempt n+1 is sent.
     pub fn group_key(&self) -> String {
+        if self.notice.is_some() {
+            // Apart from the stream's items: a redelivered change rewrites its item's
+            // expiry from its own entries, which would shorten a later notice's.
+            return format!("{:04}#3-notice", self.current_attempt.get());
+        }
         match self.to {
             Status::InProgress => format!("{:04}#1-send", self.current_attempt.get()),
             Status::Sending => format!(
@@ -127,7 +205,7 @@ impl AuditEntry {
 
     /// True when this transition exhausted the budget (the business alert).
     pub fn is_exhaustion(&self) -> bool {
-        self.to == Status::Failed && self.from == Some(Status::InProgress)
+        self.is_transition() && self.to == Status::Failed && self.from == Some(Status::InProgress)
     }
 }
 

@@ -12,6 +12,7 @@
 //! performed and may stop the run there: that is how tests simulate a crash between
 //! two effects.
 
+use crate::audit::AuditEntry;
 use crate::decide::{
     Context, Decide, Disposition, Effect, Input, Observed, RequestHeader, Run, ScheduleSpec, Step,
     UnexpectedObservation,
@@ -21,8 +22,9 @@ use crate::machine::{TransactionRecord, Write};
 use crate::message::{Payload, Request, RetryEvent};
 use crate::policy::RandomSource;
 use crate::ports::{
-    CreateOutcome, Creates, Payloads, PortError, Records, RequestPublisher, RetryPublisher,
-    ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter, Transitions, WriteOutcome,
+    AuditNotes, CreateOutcome, Creates, Payloads, PortError, Records, RequestPublisher,
+    RetryPublisher, ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter,
+    Transitions, WriteOutcome,
 };
 use std::future::Future;
 use thiserror::Error;
@@ -36,7 +38,11 @@ pub fn performs(input: &Input, effect: &Effect) -> bool {
             Input::Response(_) => {
                 matches!(
                     effect,
-                    E::Write(_) | E::CreateSchedule(_) | E::PublishRetry(_) | E::Alert(_)
+                    E::Write(_)
+                        | E::CreateSchedule(_)
+                        | E::PublishRetry(_)
+                        | E::Alert(_)
+                        | E::Note(_)
                 )
             }
             Input::Retry(_) => matches!(effect, E::Write(_) | E::PublishRequest(_)),
@@ -165,6 +171,11 @@ async fn publish_retry<Q: RetryPublisher>(
     Ok(Observed::Published)
 }
 
+async fn note<N: AuditNotes>(notes: &N, entry: &AuditEntry) -> Result<Observed, PortError> {
+    notes.note(entry).await?;
+    Ok(Observed::Noted)
+}
+
 /// Declares a function's bundle: its ports (each a reference, with the bounds it
 /// needs) and the effects it performs; any other effect is [`not_performed`].
 macro_rules! bundle {
@@ -195,15 +206,21 @@ macro_rules! bundle {
 bundle! {
     /// The response handler's ports: conditional writes, schedule creation, and the
     /// retry queue for a retry whose instant has already passed (no schedule can be
-    /// set in the past). Alerts are raised by the caller from the run's trail (log +
-    /// metric).
+    /// set in the past), and the audit table for a notice (a conflicting SUCCESS).
+    /// Alerts are raised by the caller from the run's trail (log + metric).
     ResponsePorts, "response handler",
-    { store: St: Transitions, scheduler: Sc: ScheduleCreator, retries: Rt: RetryPublisher }
+    {
+        store: St: Transitions,
+        scheduler: Sc: ScheduleCreator,
+        retries: Rt: RetryPublisher,
+        notes: Nt: AuditNotes,
+    }
     {
         Effect::Write(w) => write(store, w),
         Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
         Effect::PublishRetry(event) => publish_retry(retries, event),
         Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
+        Effect::Note(entry) => note(notes, entry),
     }
 }
 

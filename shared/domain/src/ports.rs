@@ -11,6 +11,7 @@
 //! reference or an `Arc` to a port is the same port, so one adapter can serve several
 //! functions in one process (the local stack, tests).
 
+use crate::audit::AuditEntry;
 use crate::decide::ScheduleSpec;
 use crate::ids::{ScheduleName, Timestamp, TransactionId};
 use crate::machine::{TransactionRecord, Write};
@@ -263,6 +264,15 @@ port! {
     /// `sqs:SendMessage`).
     pub trait RetryPublisher {
         fn publish(&self, event: &RetryEvent) -> Result<(), PortError>;
+    }
+}
+
+port! {
+    /// Appends an audit entry that is not a transition (a [`crate::audit::Notice`];
+    /// `dynamodb:UpdateItem` on the audit table). Transitions reach the audit trail
+    /// from the state table's stream, not through this port.
+    pub trait AuditNotes {
+        fn note(&self, entry: &AuditEntry) -> Result<(), PortError>;
     }
 }
 

@@ -13,7 +13,9 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::decide::Input;
 use domain::exec::ResponsePorts;
 use domain::policy::RandomSource;
-use domain::ports::{Clock, DeadLetter, RetryPublisher, ScheduleCreator, SystemClock, Transitions};
+use domain::ports::{
+    AuditNotes, Clock, DeadLetter, RetryPublisher, ScheduleCreator, SystemClock, Transitions,
+};
 use domain::{Context, Effect, Outcome, Response};
 
 /// The function's name (binary, `cargo lambda` function, metrics dimension).
@@ -22,8 +24,8 @@ pub const FUNCTION: &str = "response-handler";
 /// Handles one parsed response: the core, over the ports A has (conditional writes,
 /// schedule creation, the retry queue for an instant already past). `hook` may stop
 /// the plan before an effect (tests simulate crashes).
-pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher>(
-    ports: &ResponsePorts<'_, St, Sc, Rt>,
+pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher, Nt: AuditNotes>(
+    ports: &ResponsePorts<'_, St, Sc, Rt, Nt>,
     response: &Response,
     ctx: &Context,
     rng: &mut (dyn RandomSource + Send),
@@ -39,11 +41,13 @@ pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher>(
 }
 
 /// The response handler with its ports, built once per process.
-pub struct ResponseHandler<St, Sc, Rt, D, C = SystemClock> {
+pub struct ResponseHandler<St, Sc, Rt, Nt, D, C = SystemClock> {
     pub store: St,
     pub scheduler: Sc,
     /// The retry queue (RETRY_QUEUE_URL), for a retry whose instant has passed.
     pub retries: Rt,
+    /// The audit table (AUDIT_TABLE), for a conflicting SUCCESS's entry.
+    pub notes: Nt,
     pub dead_letter: D,
     pub clock: C,
     pub settings: Settings,
@@ -53,11 +57,12 @@ pub struct ResponseHandler<St, Sc, Rt, D, C = SystemClock> {
     pub namespace: String,
 }
 
-impl<St, Sc, Rt, D, C> ResponseHandler<St, Sc, Rt, D, C>
+impl<St, Sc, Rt, Nt, D, C> ResponseHandler<St, Sc, Rt, Nt, D, C>
 where
     St: Transitions,
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
+    Nt: AuditNotes,
     D: DeadLetter,
     C: Clock,
 {
@@ -79,6 +84,7 @@ where
                     store: &self.store,
                     scheduler: &self.scheduler,
                     retries: &self.retries,
+                    notes: &self.notes,
                 };
                 handle(&ports, &response, &ctx, &mut rng, &mut run_all, metrics).await
             },

@@ -10,6 +10,7 @@ use crate::reconcile::{Limits, Reconciler};
 use crate::response::ResponseHandler;
 use crate::retry::RetryHandler;
 use crate::settings::{Seeds, Settings};
+use aws::audit::AuditWriter;
 use aws::clients::Clients;
 use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig};
 use aws::dynamo::{DynamoStore, PayloadsTable};
@@ -21,8 +22,13 @@ use domain::ports::SystemClock;
 use std::sync::Arc;
 
 /// The response handler on AWS.
-pub type AwsResponseHandler =
-    ResponseHandler<DynamoStore, EventBridgeScheduler, SqsRetryPublisher, SqsDeadLetter>;
+pub type AwsResponseHandler = ResponseHandler<
+    DynamoStore,
+    EventBridgeScheduler,
+    SqsRetryPublisher,
+    AuditWriter,
+    SqsDeadLetter,
+>;
 /// The retry handler on AWS (its publisher paced by the handler's own pacer).
 pub type AwsRetryHandler =
     RetryHandler<DynamoStore<PayloadsTable>, Paced<SqsRequestPublisher>, SqsDeadLetter>;
@@ -53,6 +59,11 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
         store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table),
         scheduler: EventBridgeScheduler::new(clients.scheduler.clone(), c.scheduler.clone()),
         retries: SqsRetryPublisher::new(clients.sqs.clone(), &c.retry_queue_url),
+        notes: AuditWriter::new(
+            clients.dynamodb.clone(),
+            &c.audit_table,
+            c.audit_retention_days,
+        ),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),
         clock: SystemClock,
         settings: Settings {

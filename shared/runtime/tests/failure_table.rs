@@ -187,6 +187,7 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
             store: &w.store,
             scheduler: &w.scheduler,
             retries: &w.retries,
+            notes: &w.store,
         };
         let ctx = w.settings.context(w.now());
         let mut rng = fixed();
@@ -220,6 +221,7 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
             store: &w.store,
             scheduler: &w.scheduler,
             retries: &w.retries,
+            notes: &w.store,
         };
         a_run.result = execute(&mut a_run.run, &ports, &ctx, &mut rng, &mut all()).await;
         let v = verdict(&a_run, &w.metrics);
@@ -477,7 +479,8 @@ async fn row8_b_dies_after_publishing_before_in_progress() {
 
 /// Row 9: in any later state, a response for attempt 1 is dropped by attempt number
 /// and changes nothing (record and audit untouched); a SUCCESS for it — attempt 1
-/// was answered CANCELLED — is dropped as a conflicting success and alerted.
+/// was answered CANCELLED — is dropped as a conflicting success, alerted and noted in
+/// the audit trail.
 #[tokio::test]
 async fn row9_response_from_an_earlier_attempt_changes_nothing() {
     let w = scheduled_world(3).await;
@@ -509,6 +512,19 @@ async fn row9_response_from_an_earlier_attempt_changes_nothing() {
     assert_eq!(w.metrics.count("DropConflictingSuccess"), 2);
     assert_eq!(w.metrics.count(names::CONFLICTING_SUCCESS), 2);
     assert_eq!(w.status(TX), Status::Succeeded);
+    // Each conflicting SUCCESS is in the audit trail, naming attempt 1 and the status
+    // the record had; the chain of transitions is untouched.
+    let notices: Vec<(u32, Status)> = w
+        .store
+        .audit(&id(TX))
+        .iter()
+        .filter(|e| e.notice == Some(domain::audit::Notice::ConflictingSuccess))
+        .map(|e| (e.current_attempt.get(), e.to))
+        .collect();
+    assert_eq!(
+        notices,
+        vec![(1, Status::InProgress), (1, Status::Succeeded)]
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -37,6 +37,7 @@ type A<'a> = ResponseHandler<
     &'a MemoryStore,
     &'a MemoryScheduler,
     &'a MemoryQueue<RetryEvent>,
+    &'a MemoryStore,
     &'a MemoryDeadLetter,
     &'a ManualClock,
 >;
@@ -47,6 +48,7 @@ fn response_handler<'a>(w: &'a World, dlq: &'a MemoryDeadLetter) -> A<'a> {
         store: &w.store,
         scheduler: &w.scheduler,
         retries: &w.retries,
+        notes: &w.store,
         dead_letter: dlq,
         clock: &w.clock,
         settings: w.settings.clone(),
@@ -165,6 +167,25 @@ async fn the_event_files_through_the_three_functions() {
     assert_eq!(w.record("TX-100200"), before);
     assert_eq!(m.count(names::CONFLICTING_SUCCESS), 1);
     assert_eq!(m.count("DropLateResponse"), 0);
+    let trail = w
+        .store
+        .audit(&domain::TransactionId::parse("TX-100200").unwrap());
+    let notice = trail.last().unwrap();
+    assert_eq!(
+        (
+            notice.notice,
+            notice.current_attempt.get(),
+            notice.from,
+            notice.to
+        ),
+        (
+            Some(domain::audit::Notice::ConflictingSuccess),
+            1,
+            Some(Status::InProgress),
+            Status::InProgress
+        ),
+        "the audit trail names the attempt answered SUCCESS: {trail:?}"
+    );
 
     // SUCCESS.
     let m = Metrics::new("DeferredRetry", "response-handler");
@@ -274,9 +295,11 @@ async fn the_event_files_through_the_three_functions() {
     assert_eq!(requeued.len(), 1);
     assert_eq!(requeued[0].transaction_id.as_str(), "TX-100500");
 
-    // Audit rows of TX-100200: one per transition, the reconciler's move of its
-    // index entry to the answer deadline included.
+    // Audit rows of TX-100200: one per transition, the notice of the conflicting
+    // SUCCESS for attempt 1 and the reconciler's move of its index entry to the
+    // answer deadline included.
     let mut want: Vec<&str> = testkit::trail::TO_ATTEMPT_2.to_vec();
+    want.push("IN_PROGRESS>IN_PROGRESS@1");
     want.push("IN_PROGRESS>IN_PROGRESS@2");
     assert_eq!(w.audit_path("TX-100200"), want);
 }
@@ -329,6 +352,7 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
         },
         scheduler: &w.scheduler,
         retries: &w.retries,
+        notes: &w.store,
         dead_letter: &dlq,
         clock: &w.clock,
         settings: w.settings.clone(),

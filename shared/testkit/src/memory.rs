@@ -11,9 +11,9 @@ use domain::ids::{ScheduleName, Timestamp, TransactionId};
 use domain::machine::{ReconcileKey, TransactionRecord, Write};
 use domain::message::{Payload, Request, RetryEvent};
 use domain::ports::{
-    Clock, CreateOutcome, Creates, DeadLetter, Payloads, PortError, Records, RequestPublisher,
-    RetryPublisher, ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter, StuckIndex,
-    StuckPage, StuckQuery, Transitions, Undeliverable, WriteOutcome,
+    AuditNotes, Clock, CreateOutcome, Creates, DeadLetter, Payloads, PortError, Records,
+    RequestPublisher, RetryPublisher, ScheduleCreated, ScheduleCreator, ScheduleDeleted,
+    ScheduleDeleter, StuckIndex, StuckPage, StuckQuery, Transitions, Undeliverable, WriteOutcome,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -40,6 +40,8 @@ struct StoreState {
     records: BTreeMap<TransactionId, TransactionRecord>,
     payloads: BTreeMap<TransactionId, Payload>,
     changes: Vec<(Option<TransactionRecord>, TransactionRecord)>,
+    /// Audit entries that are not transitions, as appended (`AuditNotes`).
+    notes: Vec<AuditEntry>,
     calls: StoreCalls,
     /// The write (or create) call, counted from 1, whose answer is lost.
     lose_write: Option<u64>,
@@ -74,14 +76,22 @@ impl MemoryStore {
         s.records.insert(record.transaction_id.clone(), record);
     }
 
-    /// The audit trail, derived from every change as the stream consumer does.
+    /// The audit trail, derived from every change as the stream consumer does, with
+    /// the notes appended through [`AuditNotes`] placed at their instant (after the
+    /// transitions of that instant).
     pub fn audit(&self, id: &TransactionId) -> Vec<AuditEntry> {
-        lock(&self.state)
+        let s = lock(&self.state);
+        let mut trail: Vec<AuditEntry> = s
             .changes
             .iter()
             .filter(|(_, new)| &new.transaction_id == id)
             .filter_map(|(old, new)| AuditEntry::from_change(old.as_ref(), new))
-            .collect()
+            .collect();
+        for note in s.notes.iter().filter(|e| &e.transaction_id == id) {
+            let at = trail.partition_point(|e| e.at <= note.at);
+            trail.insert(at, note.clone());
+        }
+        trail
     }
 
     /// Number of changes applied (stream records).
@@ -167,6 +177,13 @@ impl Transitions for MemoryStore {
                 Ok(WriteOutcome::ConditionFailed(Some(current)))
             }
         }
+    }
+}
+
+impl AuditNotes for MemoryStore {
+    async fn note(&self, entry: &AuditEntry) -> Result<(), PortError> {
+        lock(&self.state).notes.push(entry.clone());
+        Ok(())
     }
 }
 

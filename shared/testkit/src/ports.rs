@@ -5,30 +5,37 @@
 use domain::decide::{Effect, Observed};
 use domain::exec::{Perform, ReplayPorts, ResolvePorts, ResponsePorts, RetryPorts, StartPorts};
 use domain::ports::{
-    Creates, Payloads, PortError, Records, RequestPublisher, RetryPublisher, ScheduleCreator,
-    ScheduleDeleter, Transitions,
+    AuditNotes, Creates, Payloads, PortError, Records, RequestPublisher, RetryPublisher,
+    ScheduleCreator, ScheduleDeleter, Transitions,
 };
 
-/// A store, a scheduler and both publishers: performs any effect, through the
+/// A store, a scheduler, both publishers and the audit notes: performs any effect, through the
 /// function bundle that performs it.
 #[derive(Debug, Clone, Copy)]
-pub struct AllPorts<'a, St, Sc, Rq, Rt> {
+pub struct AllPorts<'a, St, Sc, Rq, Rt, Nt> {
     pub store: &'a St,
     pub scheduler: &'a Sc,
     pub requests: &'a Rq,
     pub retries: &'a Rt,
+    pub notes: &'a Nt,
 }
 
-impl<St, Sc, Rq, Rt> Perform for AllPorts<'_, St, Sc, Rq, Rt>
+impl<St, Sc, Rq, Rt, Nt> Perform for AllPorts<'_, St, Sc, Rq, Rt, Nt>
 where
     St: Transitions + Records + Creates + Payloads,
+    Nt: AuditNotes,
     Sc: ScheduleCreator + ScheduleDeleter,
     Rq: RequestPublisher,
     Rt: RetryPublisher,
 {
     async fn perform(&self, effect: &Effect) -> Result<Observed, PortError> {
-        let (store, scheduler, requests, retries) =
-            (self.store, self.scheduler, self.requests, self.retries);
+        let (store, scheduler, requests, retries, notes) = (
+            self.store,
+            self.scheduler,
+            self.requests,
+            self.retries,
+            self.notes,
+        );
         match effect {
             Effect::Read(_) | Effect::DeleteSchedule(_) => {
                 ResolvePorts { store, scheduler }.perform(effect).await
@@ -41,6 +48,7 @@ where
                     store,
                     scheduler,
                     retries,
+                    notes,
                 }
                 .perform(effect)
                 .await

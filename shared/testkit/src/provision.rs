@@ -250,6 +250,7 @@ impl Provisioned {
                 v.extend(sched());
                 v.push(("RESPONSE_DLQ_URL", self.response_dlq.url.clone()));
                 v.push(("RETRY_QUEUE_URL", self.retry.url.clone()));
+                v.push(("AUDIT_TABLE", n.audit_table.clone()));
             }
             "retry-handler" => {
                 v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));

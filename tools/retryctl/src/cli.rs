@@ -73,6 +73,10 @@ pub struct TargetArgs {
     /// How long an intermediate state may last before the reconciler acts, in seconds.
     #[arg(long, env = "RECONCILE_THRESHOLD_SECONDS", global = true)]
     pub reconcile_threshold_seconds: Option<u64>,
+    /// Requeues without progress after which the reconciler parks a cycle (the
+    /// stack's ReconcileRequeueMax).
+    #[arg(long, env = "RECONCILE_REQUEUE_MAX", global = true)]
+    pub reconcile_requeue_max: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -36,6 +36,8 @@ pub struct Target {
     shards: Option<u16>,
     /// The stack's ReconcileThresholdSeconds, when given: never guessed.
     threshold: Option<Duration>,
+    /// The stack's ReconcileRequeueMax, when given: never guessed.
+    requeue_max: Option<u32>,
 }
 
 impl Target {
@@ -61,12 +63,20 @@ impl Target {
                 "must be at least 1",
             ));
         }
+        if args.reconcile_requeue_max == Some(0) {
+            return Err(CliError::bad(
+                "--reconcile-requeue-max",
+                "0",
+                "must be at least 1",
+            ));
+        }
         Ok(Self {
             sdk,
             args: args.clone(),
             names: args.prefix.as_deref().map(StackNames::new),
             shards: args.reconcile_shards,
             threshold: args.reconcile_threshold_seconds.map(Duration::from_secs),
+            requeue_max: args.reconcile_requeue_max,
         })
     }
 
@@ -88,6 +98,18 @@ impl Target {
             CliError::Missing(
                 "set --reconcile-threshold-seconds (or RECONCILE_THRESHOLD_SECONDS) to the \
                  stack's ReconcileThresholdSeconds parameter: retryctl never guesses it"
+                    .to_owned(),
+            )
+        })
+    }
+
+    /// The stack's ReconcileRequeueMax, as given: never guessed (it decides which
+    /// records `stuck` names parked).
+    pub fn requeue_max(&self) -> Result<u32, CliError> {
+        self.requeue_max.ok_or_else(|| {
+            CliError::Missing(
+                "set --reconcile-requeue-max (or RECONCILE_REQUEUE_MAX) to the stack's \
+                 ReconcileRequeueMax parameter: retryctl never guesses it"
                     .to_owned(),
             )
         })
@@ -403,12 +425,7 @@ pub async fn stuck(t: &Target) -> Result<Output, CliError> {
     let store = t.store()?;
     let now = SystemClock.now();
     let settings = t.stack_settings(true)?;
-    // RECONCILE_REQUEUE_MAX as the reconciler has it (the template's default unless
-    // the environment says otherwise): it only names a record parked.
-    let requeue_max = std::env::var("RECONCILE_REQUEUE_MAX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(domain::defaults::RECONCILE_REQUEUE_MAX);
+    let requeue_max = t.requeue_max()?;
     let ctx = settings.context(now).with_requeue_max(requeue_max);
     let threshold_ms = i64::try_from(settings.reconcile_threshold.as_millis()).unwrap_or(i64::MAX);
     let before = now.plus_millis(-threshold_ms);

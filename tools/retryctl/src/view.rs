@@ -52,7 +52,17 @@ pub fn audit_json(e: &AuditEntry) -> Value {
         "origin": c.origin,
         "operator_caller": e.operator.as_ref().map(|o| o.caller.as_str()),
         "operator_reason": e.operator.as_ref().and_then(|o| o.reason.as_deref()),
+        "notice": e.notice.map(|n| n.as_str()),
     })
+}
+
+/// The transition column: `FROM → TO`, or for a notice (no transition) what was
+/// noticed and the status the record had, e.g. `CONFLICTING_SUCCESS in SCHEDULED`.
+fn arrow_text(e: &AuditEntry) -> String {
+    match e.notice {
+        Some(n) => format!("{} in {}", n.as_str(), e.to),
+        None => format!("{} → {}", e.from.map_or("[*]", Status::as_str), e.to),
+    }
 }
 
 /// How late the retry left after its fire time (SCHEDULED → SENDING), in ms.
@@ -96,7 +106,7 @@ pub fn compact_timeline(rows: &[AuditEntry]) -> String {
             secs(e.at.millis() - start),
             format!("({})", secs(e.at.millis() - prev)),
             e.actor.as_str(),
-            format!("{} → {}", e.from.map_or("[*]", Status::as_str), e.to),
+            arrow_text(e),
             e.current_attempt,
         );
         prev = e.at.millis();
@@ -141,6 +151,15 @@ pub struct Changed {
 }
 
 pub fn changed(e: &AuditEntry) -> Changed {
+    if e.notice.is_some() {
+        // A notice changed nothing: only the answer it records.
+        return Changed {
+            schedule: None,
+            fire: None,
+            outcome: answer_text(e),
+            origin: None,
+        };
+    }
     let waiting = matches!(e.to, Status::Scheduling | Status::Scheduled);
     let schedule = if waiting {
         e.schedule_name.as_ref().map(|s| s.as_str().to_owned())
@@ -154,12 +173,7 @@ pub fn changed(e: &AuditEntry) -> Changed {
     };
     let answered = e.from == Some(Status::InProgress) && e.actor == Actor::ResponseHandler;
     let outcome = if answered || e.to == Status::Succeeded {
-        match (e.outcome, &e.reason) {
-            (Some(o), Some(r)) => Some(format!("{} {r}", o.as_str())),
-            (Some(o), None) => Some(o.as_str().to_owned()),
-            (None, Some(r)) => Some(r.clone()),
-            (None, None) => None,
-        }
+        answer_text(e)
     } else {
         None
     };
@@ -176,9 +190,18 @@ pub fn changed(e: &AuditEntry) -> Changed {
     }
 }
 
+/// The outcome and reason an entry carries, e.g. `CANCELLED NOT_AVAILABLE`.
+fn answer_text(e: &AuditEntry) -> Option<String> {
+    match (e.outcome, &e.reason) {
+        (Some(o), Some(r)) => Some(format!("{} {r}", o.as_str())),
+        (Some(o), None) => Some(o.as_str().to_owned()),
+        (None, Some(r)) => Some(r.clone()),
+        (None, None) => None,
+    }
+}
+
 /// One line of the wide timeline for an audit row (without the time column).
 pub fn transition_text(e: &AuditEntry) -> String {
-    let from = e.from.map_or("[*]", Status::as_str);
     let attempt = match e.next_attempt {
         Some(n) => format!("{} → {}", e.current_attempt, n),
         None => e.current_attempt.to_string(),
@@ -192,7 +215,7 @@ pub fn transition_text(e: &AuditEntry) -> String {
     format!(
         "{:<17} {:<26} {:<8} {:<34} {:<24} {:<24} {}",
         e.actor.as_str(),
-        format!("{from} → {}", e.to),
+        arrow_text(e),
         attempt,
         schedule.unwrap_or_else(|| "-".into()),
         fire.map_or_else(|| "-".into(), |t| t.to_rfc3339()),
@@ -299,7 +322,7 @@ pub struct AuditLag {
 
 /// The lag of `rows` (in transition order) behind `r`.
 pub fn audit_lag(r: &TransactionRecord, rows: &[AuditEntry]) -> AuditLag {
-    let last = rows.last();
+    let last = rows.iter().rev().find(|e| e.is_transition());
     AuditLag {
         up_to_date: last.is_some_and(|e| {
             e.to == r.status && e.current_attempt == r.current_attempt && e.at == r.updated_at
@@ -448,5 +471,40 @@ mod tests {
         assert_eq!(lag.json()["behind_ms"], 12_345);
         let none = audit_lag(&failed, &[]);
         assert!(none.text().contains("no entry yet"), "{}", none.text());
+    }
+
+    /// GIVEN a trail ending with the notice of a conflicting SUCCESS WHEN shown THEN
+    /// the line names the notice, the status and the attempt (compact, wide, JSON),
+    /// and the audit is judged by the last transition, not by the notice.
+    #[test]
+    fn a_conflicting_success_is_shown_as_a_notice() {
+        let mut failed = TransactionRecord::started(
+            TransactionId::parse("TX-CS").unwrap(),
+            MaxAttempts::new(1).unwrap(),
+            Timestamp::from_millis(1_000),
+        );
+        let first = AuditEntry::from_change(None, &failed).unwrap();
+        failed.status = Status::Failed;
+        failed.updated_at = Timestamp::from_millis(2_000);
+        let last = AuditEntry::from_change(None, &failed).unwrap();
+        let notice = AuditEntry::conflicting_success(
+            &failed,
+            domain::Attempt::new(1).unwrap(),
+            Some("DONE".into()),
+            Timestamp::from_millis(9_000),
+        );
+        let rows = vec![first, last, notice.clone()];
+        let compact = compact_timeline(&rows);
+        let line = compact.lines().last().unwrap();
+        assert!(line.contains("CONFLICTING_SUCCESS in FAILED"), "{line}");
+        assert!(
+            line.contains("#1") && line.contains("SUCCESS DONE"),
+            "{line}"
+        );
+        assert!(transition_text(&notice).contains("CONFLICTING_SUCCESS in FAILED"));
+        let json = audit_json(&notice);
+        assert_eq!(json["notice"], "CONFLICTING_SUCCESS");
+        assert_eq!(json["outcome"], "SUCCESS");
+        assert!(audit_lag(&failed, &rows).up_to_date);
     }
 }

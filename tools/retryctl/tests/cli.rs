@@ -233,6 +233,19 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
         "{}",
         r.stderr
     );
+    // Nor by a requeue bound it was not given (it names parked records).
+    let r = retryctl_without(
+        s,
+        &["stuck", "--reconcile-threshold-seconds", "60"],
+        &["RECONCILE_REQUEUE_MAX"],
+    )
+    .await;
+    assert_eq!(r.code, 2, "a missing setting: {r:?}");
+    assert!(
+        r.stderr.contains("--reconcile-requeue-max") && r.stderr.contains("never guesses"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

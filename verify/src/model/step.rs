@@ -215,6 +215,8 @@ impl ProtocolModel {
                 }
                 Observed::Alerted
             }
+            // An audit notice changes no state the properties look at.
+            Effect::Note(_) => Observed::Noted,
             Effect::Ack(_) | Effect::Drop(_) | Effect::Reject(_) => {
                 s.violations.insert(Violation::ImpossibleObservation);
                 Observed::Published

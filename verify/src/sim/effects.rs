@@ -156,6 +156,7 @@ impl World<'_> {
                 }
                 Observed::Alerted
             }
+            Effect::Note(_) => Observed::Noted,
             Effect::Ack(_) | Effect::Drop(_) | Effect::Reject(_) => Observed::Published,
         }
     }

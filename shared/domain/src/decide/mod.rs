@@ -184,6 +184,8 @@ pub enum Effect {
     PublishRequest(RequestHeader),
     PublishRetry(RetryEvent),
     Alert(Alert),
+    /// Append an audit entry for an event that changes no record (a notice).
+    Note(crate::audit::AuditEntry),
     /// Terminal: done, the message can be deleted.
     Ack(Ack),
     /// Terminal: nothing to do for this message (late, stale, duplicate); delete it.
@@ -208,6 +210,7 @@ impl Effect {
             Effect::PublishRequest(_) => "publish-request",
             Effect::PublishRetry(_) => "publish-retry",
             Effect::Alert(_) => "alert",
+            Effect::Note(_) => "note",
             Effect::Ack(_) => "ack",
             Effect::Drop(_) => "drop",
             Effect::Reject(_) => "reject",
@@ -446,6 +449,7 @@ pub enum Observed {
     ScheduleNotFound,
     Published,
     Alerted,
+    Noted,
 }
 
 /// The input a run decides on.

@@ -6,6 +6,7 @@ use super::{
     Ack, Alert, AlertKind, Context, DropReason, Effect, Known, Plan, Rejection, ScheduleSpec,
 };
 use crate::arrow;
+use crate::audit::AuditEntry;
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Actor, Arrow, BudgetGuard, Change, Event, Status, TransactionRecord, Write};
 use crate::message::{Origin, Outcome, Response, RetryEvent};
@@ -53,10 +54,7 @@ pub fn decide_response(
         // answered CANCELLED (only then does a later one go out).
         if r.current_attempt != n {
             if resp.outcome == Outcome::Success && n < r.current_attempt {
-                return vec![Effect::Drop(DropReason::ConflictingSuccess {
-                    attempt: n,
-                    status: r.status,
-                })];
+                return conflicting_success(r, resp, ctx);
             }
             return vec![Effect::Drop(DropReason::LateResponse {
                 attempt: n,
@@ -93,13 +91,13 @@ pub fn decide_response(
             vec![Effect::Ack(Ack::AlreadyHandled)]
         }
         // SUCCEEDED by an operator's resolve: the service executed the attempt too.
-        (Some(status @ Status::Succeeded), Outcome::Success)
+        (Some(Status::Succeeded), Outcome::Success)
             if rec.is_some_and(|r| r.last_reason.as_deref() == Some(RESOLVED_REASON)) =>
         {
-            vec![Effect::Drop(DropReason::ConflictingSuccess {
-                attempt: n,
-                status,
-            })]
+            match rec {
+                Some(r) => conflicting_success(r, resp, ctx),
+                None => vec![Effect::Ack(Ack::AlreadyHandled)],
+            }
         }
         (Some(status @ Status::Succeeded), Outcome::Success) => {
             vec![Effect::Drop(DropReason::DuplicateResponse { status })]
@@ -120,17 +118,33 @@ pub fn decide_response(
         }
         // SUCCESS for the attempt already answered CANCELLED (SCHEDULING, SCHEDULED,
         // SENDING with this attempt current, or FAILED).
-        (Some(status), Outcome::Success) => {
-            vec![Effect::Drop(DropReason::ConflictingSuccess {
-                attempt: n,
-                status,
-            })]
-        }
+        (Some(_), Outcome::Success) => match rec {
+            Some(r) => conflicting_success(r, resp, ctx),
+            None => vec![Effect::Ack(Ack::AlreadyHandled)],
+        },
         (Some(status), outcome) => vec![Effect::Drop(DropReason::ConflictingOutcome {
             outcome,
             status,
         })],
     }
+}
+
+/// A SUCCESS for an attempt of `r` already answered CANCELLED, or for a resolved
+/// transaction: the service executed what the transaction considers not done. Kept in
+/// the audit trail (a notice naming the attempt), then dropped as a business alert.
+fn conflicting_success(r: &TransactionRecord, resp: &Response, ctx: &Context) -> Plan {
+    vec![
+        Effect::Note(AuditEntry::conflicting_success(
+            r,
+            resp.attempt,
+            resp.reason.clone(),
+            ctx.now,
+        )),
+        Effect::Drop(DropReason::ConflictingSuccess {
+            attempt: resp.attempt,
+            status: r.status,
+        }),
+    ]
 }
 
 /// The write answering attempt `n` (guarded by it), with the response's reason.

@@ -157,7 +157,8 @@ impl<D: Decide> Run<D> {
             )
             | (Effect::DeleteSchedule(_), Observed::ScheduleDeleted | Observed::ScheduleNotFound)
             | (Effect::PublishRequest(_) | Effect::PublishRetry(_), Observed::Published)
-            | (Effect::Alert(_), Observed::Alerted) => None,
+            | (Effect::Alert(_), Observed::Alerted)
+            | (Effect::Note(_), Observed::Noted) => None,
             (e, o) => {
                 let err = UnexpectedObservation {
                     effect: e.label(),

@@ -93,12 +93,21 @@ fn success_after_a_resolve_is_a_conflict_not_a_duplicate() {
             &mut FixedRandom(0.5),
         )
     };
+    let resp = response(2, Outcome::Success);
     assert_eq!(
         decide(&resolved),
-        vec![Effect::Drop(DropReason::ConflictingSuccess {
-            attempt: a(2),
-            status: Status::Succeeded
-        })]
+        vec![
+            Effect::Note(crate::audit::AuditEntry::conflicting_success(
+                &resolved,
+                a(2),
+                resp.reason.clone(),
+                ctx_at(0).now
+            )),
+            Effect::Drop(DropReason::ConflictingSuccess {
+                attempt: a(2),
+                status: Status::Succeeded
+            })
+        ]
     );
     let mut answered = record(Status::Succeeded, 2, None, 4);
     answered.last_outcome = Some(Outcome::Success);
@@ -283,6 +292,17 @@ fn describe(e: &Effect) -> String {
             a.transaction_id,
             a.attempts,
             a.last_reason.as_deref().unwrap_or("-")
+        ),
+        Effect::Note(n) => format!(
+            "note {} {} attempt={} in {} outcome={} reason={} at={} group={}",
+            n.transaction_id,
+            n.notice.map_or("-", |x| x.as_str()),
+            n.current_attempt,
+            n.to,
+            n.outcome.map_or("-", |o| o.as_str()),
+            n.reason.as_deref().unwrap_or("-"),
+            rel(n.at),
+            n.group_key()
         ),
         Effect::Ack(a) => format!("ack {a:?}"),
         Effect::Drop(d) => match d {
@@ -602,54 +622,63 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=1 / IN_PROGRESS c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in IN_PROGRESS outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in IN_PROGRESS",
         ],
     ),
     (
         "response SUCCESS n=1 / IN_PROGRESS c=2 max=2",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in IN_PROGRESS outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in IN_PROGRESS",
         ],
     ),
     (
         "response SUCCESS n=1 / SCHEDULING c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in SCHEDULING outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in SCHEDULING",
         ],
     ),
     (
         "response SUCCESS n=1 / SCHEDULED c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in SCHEDULED outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in SCHEDULED",
         ],
     ),
     (
         "response SUCCESS n=1 / SENDING c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in SENDING outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in SENDING",
         ],
     ),
     (
         "response SUCCESS n=1 / SUCCEEDED c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in SUCCEEDED",
         ],
     ),
     (
         "response SUCCESS n=1 / SUCCEEDED c=2 max=2",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in SUCCEEDED outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in SUCCEEDED",
         ],
     ),
     (
         "response SUCCESS n=1 / FAILED c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in FAILED outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in FAILED",
         ],
     ),
     (
         "response SUCCESS n=1 / FAILED c=2 max=2",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=1 in FAILED outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0001#3-notice",
             "drop conflicting-success attempt=1 in FAILED",
         ],
     ),
@@ -683,18 +712,21 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=2 / SCHEDULING c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=2 in SCHEDULING outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0002#3-notice",
             "drop conflicting-success attempt=2 in SCHEDULING",
         ],
     ),
     (
         "response SUCCESS n=2 / SCHEDULED c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=2 in SCHEDULED outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0002#3-notice",
             "drop conflicting-success attempt=2 in SCHEDULED",
         ],
     ),
     (
         "response SUCCESS n=2 / SENDING c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=2 in SENDING outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0002#3-notice",
             "drop conflicting-success attempt=2 in SENDING",
         ],
     ),
@@ -713,12 +745,14 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=2 / FAILED c=2 max=4",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=2 in FAILED outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0002#3-notice",
             "drop conflicting-success attempt=2 in FAILED",
         ],
     ),
     (
         "response SUCCESS n=2 / FAILED c=2 max=2",
         &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=2 in FAILED outcome=SUCCESS reason=NOT_AVAILABLE at=T0+0s group=0002#3-notice",
             "drop conflicting-success attempt=2 in FAILED",
         ],
     ),

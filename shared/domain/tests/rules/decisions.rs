@@ -292,7 +292,7 @@ proptest! {
         store.put(r.clone(), Some(stored_payload));
         let (scheduler, requests, retries) =
             (MemoryScheduler::new(), MemoryQueue::<Request>::new(), MemoryQueue::<RetryEvent>::new());
-        let ports = AllPorts { store: &store, scheduler: &scheduler, requests: &requests, retries: &retries };
+        let ports = AllPorts { store: &store, scheduler: &scheduler, requests: &requests, retries: &retries, notes: &store };
         let ctx = ctx();
         let mut rng = SplitMix64::new(seed);
         let (input, _) = input(&m, &r);

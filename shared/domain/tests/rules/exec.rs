@@ -115,6 +115,7 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
                         store: &store,
                         scheduler: &scheduler,
                         retries: &retries,
+                        notes: &store,
                     }
                     .perform(&effect),
                 ),

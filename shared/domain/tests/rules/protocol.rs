@@ -162,6 +162,7 @@ impl Sim {
             scheduler: &w.scheduler,
             requests: &w.requests,
             retries: &w.retries,
+            notes: &w.store,
         };
         let performed = step_once(&mut active[i].run, &ports, &ctx, &mut w.rng);
         prop_assert_eq!(performed.as_ref(), Some(&effect));

@@ -391,6 +391,7 @@ fn ports(w: &World) -> MemPorts<'_> {
         scheduler: &w.scheduler,
         requests: &w.requests,
         retries: &w.retries,
+        notes: &w.store,
     }
 }
 

@@ -14,8 +14,14 @@ use std::time::Duration;
 use testkit::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::ports::AllPorts;
 
-pub type MemPorts<'a> =
-    AllPorts<'a, MemoryStore, MemoryScheduler, MemoryQueue<Request>, MemoryQueue<RetryEvent>>;
+pub type MemPorts<'a> = AllPorts<
+    'a,
+    MemoryStore,
+    MemoryScheduler,
+    MemoryQueue<Request>,
+    MemoryQueue<RetryEvent>,
+    MemoryStore,
+>;
 
 /// 2026-10-03T12:00:00Z
 pub fn t0() -> Timestamp {
@@ -98,6 +104,7 @@ impl World {
             scheduler: &self.scheduler,
             requests: &self.requests,
             retries: &self.retries,
+            notes: &self.store,
         };
         let performed = &mut self.performed;
         let mut count = 0usize;

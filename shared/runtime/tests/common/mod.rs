@@ -130,6 +130,7 @@ impl World {
                 store: &self.store,
                 scheduler: &self.scheduler,
                 retries: &self.retries,
+                notes: &self.store,
             },
             &resp,
             &ctx,

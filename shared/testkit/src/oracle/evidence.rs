@@ -233,9 +233,14 @@ pub fn is_arrow(e: &AuditEntry) -> bool {
 /// creation, each next entry is one leaving the status the previous entry entered
 /// (lowest attempt first, then earliest). Linked by status rather than sorted by
 /// time, an entry written with an earlier clock reading is still placed where it
-/// belongs. Returns the chain and the entries left over.
+/// belongs. Returns the chain and the transitions left over (notices are neither).
 pub fn link(entries: &[AuditEntry]) -> (Vec<AuditEntry>, Vec<AuditEntry>) {
-    let mut rest = entries.to_vec();
+    // Notices (a conflicting SUCCESS) record events, not transitions: no link.
+    let mut rest: Vec<AuditEntry> = entries
+        .iter()
+        .filter(|e| e.is_transition())
+        .cloned()
+        .collect();
     let mut chain: Vec<AuditEntry> = Vec::with_capacity(rest.len());
     let mut reached: Option<Status> = None;
     while let Some(i) = next_leaving(&rest, reached) {

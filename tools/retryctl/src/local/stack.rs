@@ -176,22 +176,32 @@ fn config_error(function: &str, e: impl std::fmt::Display) -> CliError {
 }
 
 impl Stack {
+    /// A setting `function` was given (its configuration's own default when the
+    /// local stack left it unset).
+    fn setting<T: std::str::FromStr>(&self, function: &str, name: &str, default: T) -> T {
+        self.env
+            .get(function)
+            .and_then(|m| m.get(name))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default)
+    }
+
     /// The shard count of the reconciler index the functions were given.
     pub fn reconcile_shards(&self) -> u16 {
-        self.env
-            .get("retry-handler")
-            .and_then(|m| m.get("RECONCILE_SHARDS"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(domain::defaults::RECONCILE_SHARDS)
+        let default = domain::defaults::RECONCILE_SHARDS;
+        self.setting("retry-handler", "RECONCILE_SHARDS", default)
     }
 
     /// The reconcile threshold the reconciler was given, in seconds.
     pub fn reconcile_threshold_seconds(&self) -> u64 {
-        self.env
-            .get("reconciler")
-            .and_then(|m| m.get("RECONCILE_THRESHOLD_SECONDS"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(domain::defaults::RECONCILE_THRESHOLD.as_secs())
+        let default = domain::defaults::RECONCILE_THRESHOLD.as_secs();
+        self.setting("reconciler", "RECONCILE_THRESHOLD_SECONDS", default)
+    }
+
+    /// The requeue bound the reconciler was given.
+    pub fn reconcile_requeue_max(&self) -> u32 {
+        let default = domain::defaults::RECONCILE_REQUEUE_MAX;
+        self.setting("reconciler", "RECONCILE_REQUEUE_MAX", default)
     }
 
     /// Starts moto (unless an endpoint is given), provisions every resource and starts

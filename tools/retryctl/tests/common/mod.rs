@@ -139,6 +139,10 @@ pub async fn retryctl_without(stack: &Running, args: &[&str], unset: &[&str]) ->
             "RECONCILE_SHARDS",
             domain::defaults::RECONCILE_SHARDS.to_string(),
         )
+        .env(
+            "RECONCILE_REQUEUE_MAX",
+            domain::defaults::RECONCILE_REQUEUE_MAX.to_string(),
+        )
         .env_remove("RECONCILE_THRESHOLD_SECONDS")
         .env_remove("TRANSACTIONS_TABLE")
         .env_remove("PAYLOADS_TABLE")
