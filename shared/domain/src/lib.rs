@@ -14,9 +14,11 @@
 //!   that executes a plan and re-decides when a conditional write finds another state.
 //! - [`ports`]: one trait per capability (state store, scheduler, publishers, clock).
 //! - [`audit`]: the append-only audit row derived from a transition.
+//! - [`breaker`]: the circuit breaker of the external service (CLOSED, OPEN, HALF_OPEN).
 //! - [`defaults`]: every default of a deployment, with its variable and parameter.
 
 pub mod audit;
+pub mod breaker;
 pub mod decide;
 pub mod defaults;
 pub mod ids;
