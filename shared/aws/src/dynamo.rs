@@ -443,7 +443,8 @@ impl DynamoStore<PayloadsTable> {
     }
 }
 
-fn get_item_kind(e: &GetItemError) -> Option<ErrorKind> {
+/// How a GetItem error is classified.
+pub(crate) fn get_item_kind(e: &GetItemError) -> Option<ErrorKind> {
     match e {
         GetItemError::ProvisionedThroughputExceededException(_)
         | GetItemError::RequestLimitExceeded(_)
@@ -487,7 +488,8 @@ fn transact_kind(e: &TransactWriteItemsError) -> Option<ErrorKind> {
     }
 }
 
-fn query_kind(e: &QueryError) -> Option<ErrorKind> {
+/// How a Query error is classified.
+pub(crate) fn query_kind(e: &QueryError) -> Option<ErrorKind> {
     match e {
         QueryError::ProvisionedThroughputExceededException(_)
         | QueryError::RequestLimitExceeded(_)

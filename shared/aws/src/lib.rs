@@ -6,6 +6,7 @@
 //!   and the physical resource names of a stack ([`config::StackNames`]).
 
 pub mod audit;
+pub mod breaker;
 pub mod clients;
 pub mod config;
 pub mod dynamo;

@@ -276,6 +276,42 @@ port! {
     }
 }
 
+/// The breaker as read: the item and the sliding window's counts at the instant read.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BreakerView {
+    pub breaker: crate::breaker::Breaker,
+    pub window: crate::breaker::Tally,
+}
+
+port! {
+    /// Reads the breaker item and its window (`dynamodb:GetItem` and `dynamodb:Query`
+    /// on the breaker table).
+    pub trait BreakerReads {
+        fn load(&self, now: Timestamp) -> Result<BreakerView, PortError>;
+    }
+}
+
+port! {
+    /// Writes the breaker item, conditional on the version read (`dynamodb:PutItem`).
+    pub trait BreakerWrites {
+        /// `Ok(false)`: the item moved on since `read` (another writer won); nothing
+        /// was written.
+        fn save(
+            &self,
+            read: &crate::breaker::Breaker,
+            new: &crate::breaker::Breaker
+        ) -> Result<bool, PortError>;
+    }
+}
+
+port! {
+    /// Adds counts to a bucket of the window (`dynamodb:UpdateItem` with ADD: no
+    /// condition, so concurrent writers never conflict).
+    pub trait BreakerCounts {
+        fn count(&self, at: Timestamp, tally: &crate::breaker::Tally) -> Result<(), PortError>;
+    }
+}
+
 /// One attribute of a received message, as it came.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageAttribute {

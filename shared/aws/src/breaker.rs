@@ -1,0 +1,324 @@
+//! The circuit breaker in DynamoDB: one item for the breaker, written only when its
+//! state changes and conditional on the version read, and the sliding window's counts
+//! in items of their own, one per bucket and shard, changed by unconditional `ADD` (a
+//! burst of failures spreads over `shards` items and never conflicts).
+//!
+//! Table layout (partition `pk`, sort `sk`, both strings; TTL on `expires_at`):
+//!
+//! | item | `pk` | `sk` | attributes |
+//! |---|---|---|---|
+//! | the breaker | `<service>` | `BREAKER` | `state` (`CLOSED`/`OPEN`/`HALF_OPEN`), `version`, `until`, `since`, `admitted`, `cooldown_ms` |
+//! | a window bucket | `<service>#window` | `<bucket start, ms, 15 digits>#<shard, 2 digits>` | `answered`, `technical`, `deadlines`, `expires_at` |
+//!
+//! Reading the breaker is one GetItem and one Query over the window's partition
+//! (at most `BUCKETS × shards` small items).
+
+use crate::errors::classify;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use domain::breaker::{bucket_of, window_total, Breaker, BreakerSettings, BreakerState, Tally};
+use domain::ports::{
+    BreakerCounts, BreakerReads, BreakerView, BreakerWrites, ErrorKind, PortError,
+};
+use domain::Timestamp;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Attribute names of the breaker table.
+pub mod attr {
+    pub const PK: &str = "pk";
+    pub const SK: &str = "sk";
+    pub const BREAKER_SK: &str = "BREAKER";
+    pub const STATE: &str = "state";
+    pub const VERSION: &str = "version";
+    pub const UNTIL: &str = "until";
+    pub const SINCE: &str = "since";
+    pub const ADMITTED: &str = "admitted";
+    pub const COOLDOWN_MS: &str = "cooldown_ms";
+    pub const ANSWERED: &str = "answered";
+    pub const TECHNICAL: &str = "technical";
+    pub const DEADLINES: &str = "deadlines";
+    pub const EXPIRES_AT: &str = "expires_at";
+}
+
+/// The breaker of one service in its table.
+#[derive(Debug)]
+pub struct DynamoBreaker {
+    client: Client,
+    table: String,
+    service: String,
+    settings: BreakerSettings,
+    shards: u8,
+    next_shard: AtomicU64,
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn retryable_put(e: &PutItemError) -> Option<ErrorKind> {
+    match e {
+        PutItemError::ProvisionedThroughputExceededException(_)
+        | PutItemError::RequestLimitExceeded(_)
+        | PutItemError::ThrottlingException(_)
+        | PutItemError::InternalServerError(_)
+        | PutItemError::TransactionConflictException(_) => Some(ErrorKind::Retryable),
+        PutItemError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
+        _ => None,
+    }
+}
+
+fn num(item: &HashMap<String, AttributeValue>, name: &'static str) -> Result<i64, PortError> {
+    match item.get(name) {
+        Some(AttributeValue::N(v)) => v.parse().map_err(|_| {
+            PortError::permanent(
+                "GetItem",
+                format!("breaker attribute {name} = {v}: not a whole number"),
+            )
+        }),
+        None => Ok(0),
+        Some(other) => Err(PortError::permanent(
+            "GetItem",
+            format!("breaker attribute {name} = {other:?}: not a number"),
+        )),
+    }
+}
+
+fn count(item: &HashMap<String, AttributeValue>, name: &'static str) -> Result<u32, PortError> {
+    let v = num(item, name)?;
+    u32::try_from(v).map_err(|_| {
+        PortError::permanent(
+            "Query",
+            format!("breaker attribute {name} = {v}: out of range"),
+        )
+    })
+}
+
+/// The breaker stored in an item (`None`: no item yet, a CLOSED breaker).
+pub fn breaker_from_item(item: &HashMap<String, AttributeValue>) -> Result<Breaker, PortError> {
+    let version = u64::try_from(num(item, attr::VERSION)?)
+        .map_err(|_| PortError::permanent("GetItem", "breaker attribute version: negative"))?;
+    let state = match item.get(attr::STATE) {
+        Some(AttributeValue::S(v)) if v == "CLOSED" => BreakerState::Closed,
+        Some(AttributeValue::S(v)) if v == "OPEN" => BreakerState::Open {
+            until: Timestamp::from_millis(num(item, attr::UNTIL)?),
+            cooldown_ms: num(item, attr::COOLDOWN_MS)?,
+        },
+        Some(AttributeValue::S(v)) if v == "HALF_OPEN" => BreakerState::HalfOpen {
+            since: Timestamp::from_millis(num(item, attr::SINCE)?),
+            admitted: count(item, attr::ADMITTED)?,
+            cooldown_ms: num(item, attr::COOLDOWN_MS)?,
+        },
+        other => {
+            return Err(PortError::permanent(
+                "GetItem",
+                format!("breaker attribute state = {other:?}: not CLOSED, OPEN or HALF_OPEN"),
+            ))
+        }
+    };
+    Ok(Breaker { state, version })
+}
+
+/// The item of a breaker (without its key).
+pub fn breaker_item(b: &Breaker) -> HashMap<String, AttributeValue> {
+    let mut m = HashMap::from([
+        (attr::STATE.to_owned(), s(b.state.name())),
+        (attr::VERSION.to_owned(), n(b.version)),
+    ]);
+    match b.state {
+        BreakerState::Closed => {}
+        BreakerState::Open { until, cooldown_ms } => {
+            m.insert(attr::UNTIL.to_owned(), n(until.millis()));
+            m.insert(attr::COOLDOWN_MS.to_owned(), n(cooldown_ms));
+        }
+        BreakerState::HalfOpen {
+            since,
+            admitted,
+            cooldown_ms,
+        } => {
+            m.insert(attr::SINCE.to_owned(), n(since.millis()));
+            m.insert(attr::ADMITTED.to_owned(), n(admitted));
+            m.insert(attr::COOLDOWN_MS.to_owned(), n(cooldown_ms));
+        }
+    }
+    m
+}
+
+impl DynamoBreaker {
+    /// The breaker of `service` in `table`, its counts spread over `shards` items per
+    /// bucket (at least one).
+    pub fn new(
+        client: Client,
+        table: impl Into<String>,
+        service: impl Into<String>,
+        settings: BreakerSettings,
+        shards: u8,
+    ) -> Self {
+        Self {
+            client,
+            table: table.into(),
+            service: service.into(),
+            settings,
+            shards: shards.max(1),
+            next_shard: AtomicU64::new(0),
+        }
+    }
+
+    fn window_pk(&self) -> String {
+        format!("{}#window", self.service)
+    }
+
+    fn bucket_sk(bucket: Timestamp, shard: u8) -> String {
+        format!("{:015}#{shard:02}", bucket.millis().max(0))
+    }
+
+    fn window_ms(&self) -> i64 {
+        i64::try_from(self.settings.window.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+impl BreakerReads for DynamoBreaker {
+    async fn load(&self, now: Timestamp) -> Result<BreakerView, PortError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(&self.service))
+            .key(attr::SK, s(attr::BREAKER_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify("GetItem", &e, crate::dynamo::get_item_kind))?;
+        let breaker = match got.item() {
+            Some(item) => breaker_from_item(item)?,
+            None => Breaker::default(),
+        };
+        let oldest = bucket_of(now.plus_millis(-self.window_ms()), &self.settings);
+        let mut buckets: Vec<(Timestamp, Tally)> = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("#pk = :pk AND #sk >= :from")
+                .expression_attribute_names("#pk", attr::PK)
+                .expression_attribute_names("#sk", attr::SK)
+                .expression_attribute_values(":pk", s(self.window_pk()))
+                .expression_attribute_values(":from", s(Self::bucket_sk(oldest, 0)))
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| classify("Query", &e, crate::dynamo::query_kind))?;
+            for item in page.items() {
+                let bucket = match item.get(attr::SK) {
+                    Some(AttributeValue::S(sk)) => sk
+                        .split('#')
+                        .next()
+                        .and_then(|ms| ms.parse::<i64>().ok())
+                        .map(Timestamp::from_millis),
+                    _ => None,
+                };
+                let Some(bucket) = bucket else {
+                    return Err(PortError::permanent(
+                        "Query",
+                        format!("breaker window item without a bucket sort key: {item:?}"),
+                    ));
+                };
+                buckets.push((
+                    bucket,
+                    Tally {
+                        answered: count(item, attr::ANSWERED)?,
+                        technical: count(item, attr::TECHNICAL)?,
+                        deadlines: count(item, attr::DEADLINES)?,
+                    },
+                ));
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        let window = window_total(buckets.iter().map(|(b, t)| (*b, t)), now, &self.settings);
+        Ok(BreakerView { breaker, window })
+    }
+}
+
+impl BreakerWrites for DynamoBreaker {
+    async fn save(&self, read: &Breaker, new: &Breaker) -> Result<bool, PortError> {
+        let mut item = breaker_item(new);
+        item.insert(attr::PK.to_owned(), s(&self.service));
+        item.insert(attr::SK.to_owned(), s(attr::BREAKER_SK));
+        let condition = if read.version == 0 {
+            "attribute_not_exists(#pk) OR #v = :v"
+        } else {
+            "#v = :v"
+        };
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .expression_attribute_names("#v", attr::VERSION);
+        let put = if read.version == 0 {
+            put.expression_attribute_names("#pk", attr::PK)
+        } else {
+            put
+        };
+        match put
+            .expression_attribute_values(":v", n(read.version))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(
+                    e.as_service_error(),
+                    Some(PutItemError::ConditionalCheckFailedException(_))
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(classify("PutItem", &e, retryable_put)),
+        }
+    }
+}
+
+impl BreakerCounts for DynamoBreaker {
+    async fn count(&self, at: Timestamp, tally: &Tally) -> Result<(), PortError> {
+        if *tally == Tally::default() {
+            return Ok(());
+        }
+        let shard =
+            u8::try_from(self.next_shard.fetch_add(1, Ordering::Relaxed) % u64::from(self.shards))
+                .unwrap_or(0);
+        let bucket = bucket_of(at, &self.settings);
+        // Kept two windows past the bucket, then removed by TTL.
+        let expires = bucket.plus_millis(2 * self.window_ms()).epoch_seconds();
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(self.window_pk()))
+            .key(attr::SK, s(Self::bucket_sk(bucket, shard)))
+            .update_expression("ADD #a :a, #t :t, #d :d SET #x = :x")
+            .expression_attribute_names("#a", attr::ANSWERED)
+            .expression_attribute_names("#t", attr::TECHNICAL)
+            .expression_attribute_names("#d", attr::DEADLINES)
+            .expression_attribute_names("#x", attr::EXPIRES_AT)
+            .expression_attribute_values(":a", n(tally.answered))
+            .expression_attribute_values(":t", n(tally.technical))
+            .expression_attribute_values(":d", n(tally.deadlines))
+            .expression_attribute_values(":x", n(expires))
+            .send()
+            .await
+            .map_err(|e| classify("UpdateItem", &e, crate::dynamo::update_item_kind))?;
+        Ok(())
+    }
+}
