@@ -659,6 +659,109 @@ fn business_alarm_problems(t: &Value) -> Vec<String> {
     p
 }
 
+/// The operations dashboard: every metric of the functions it shows is one the code
+/// names, under the function that emits it; every DLQ's depth and the answers'
+/// CANCELLED share are on it.
+fn dashboard_problems(t: &Value) -> Vec<String> {
+    let mut p = vec![];
+    let dashboards = of_type(t, "AWS::CloudWatch::Dashboard");
+    let [(_, d)] = dashboards.as_slice() else {
+        return vec![format!(
+            "expected one dashboard, found {}",
+            dashboards.len()
+        )];
+    };
+    let body = props(d, "DashboardBody")
+        .and_then(intrinsic)
+        .and_then(|(f, v)| (f == "Sub").then_some(v).and_then(Value::as_str));
+    let Some(body) = body else {
+        return vec!["DashboardBody is not a !Sub of a JSON string".to_owned()];
+    };
+    let json: serde_json::Value = match serde_json::from_str(body) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("DashboardBody is not JSON: {e}")],
+    };
+    let (response, retry, reconciler, audit) = (
+        runtime::response::FUNCTION,
+        runtime::retry::FUNCTION,
+        runtime::reconcile::FUNCTION,
+        audit_writer::FUNCTION,
+    );
+    let mut emitted: BTreeSet<(String, &str)> = [
+        (names::RESPONSE_SUCCESS, response),
+        (names::RESPONSE_CANCELLED, response),
+        (names::SCHEDULES_CREATED, response),
+        (names::SCHEDULE_CONFLICTS, response),
+        (names::SCHEDULES_CREATED, reconciler),
+        (names::SCHEDULE_CONFLICTS, reconciler),
+        (names::REQUESTS_PUBLISHED, retry),
+        (names::RETRIES_PUBLISHED, retry),
+        (names::REQUESTS_REPUBLISHED, reconciler),
+        (names::RETRY_EVENTS_PUBLISHED, reconciler),
+        (audit_writer::TRANSACTIONS_EXHAUSTED, audit),
+        (names::TRANSACTIONS_UNANSWERED, reconciler),
+        (names::CONFLICTING_SUCCESS, response),
+        (names::RECONCILE_PARKED, reconciler),
+        (names::RECONCILE_EXAMINED, reconciler),
+        (names::RECONCILE_UNDECODABLE, reconciler),
+        (names::RECONCILE_ERRORS, reconciler),
+        (names::SCHEDULER_THROTTLED, response),
+        (names::SCHEDULER_QUOTA_EXCEEDED, response),
+    ]
+    .into_iter()
+    .map(|(m, f)| (m.to_owned(), f))
+    .collect();
+    for status in domain::machine::Status::ALL {
+        emitted.insert((audit_writer::entered(status), audit));
+    }
+    let mut queues_shown = BTreeSet::new();
+    let mut metric_names = BTreeSet::new();
+    let widgets = json["widgets"].as_array().cloned().unwrap_or_default();
+    for w in &widgets {
+        for m in w["properties"]["metrics"].as_array().into_iter().flatten() {
+            let parts: Vec<&str> = m
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_str)
+                .collect();
+            match parts.as_slice() {
+                ["${MetricsNamespace}", name, dim, function, ..] => {
+                    metric_names.insert(name.to_string());
+                    if *dim != DIMENSION || !emitted.contains(&(name.to_string(), *function)) {
+                        p.push(format!(
+                            "dashboard metric {name} ({dim}={function}) is not emitted"
+                        ));
+                    }
+                }
+                ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", q, ..] => {
+                    queues_shown.insert(
+                        q.trim_start_matches("${")
+                            .trim_end_matches(".QueueName}")
+                            .to_owned(),
+                    );
+                }
+                ["AWS/SQS", ..] => {}
+                [] => {} // an expression
+                other => p.push(format!(
+                    "dashboard metric {other:?} in an unknown namespace"
+                )),
+            }
+        }
+    }
+    for q in dead_letter_queues(t) {
+        if !queues_shown.contains(&q) {
+            p.push(format!("the dashboard does not show the depth of DLQ {q}"));
+        }
+    }
+    for needed in [names::RESPONSE_CANCELLED, names::RESPONSE_SUCCESS] {
+        if !metric_names.contains(needed) {
+            p.push(format!("the dashboard does not show {needed}"));
+        }
+    }
+    p
+}
+
 /// The scheduler role: trusted by the scheduler only, for this account and group.
 fn scheduler_role_problems(t: &Value) -> Vec<String> {
     let mut p = vec![];
@@ -995,6 +1098,30 @@ fn wildcard_check_detects_service_star_inside_a_condition() {
     assert!(replace(resource_mut(&mut t, "AuditWriterRole")));
     let p = wildcard_action_problems(&t);
     assert!(p.iter().any(|m| m.contains("dynamodb:*")), "{p:?}");
+}
+
+#[test]
+fn the_dashboard_shows_emitted_metrics_and_every_dlq() {
+    assert_none(dashboard_problems(&template()));
+}
+
+#[test]
+fn dashboard_check_detects_a_metric_nobody_emits_and_a_missing_dlq() {
+    let mut t = template();
+    let d = resource_mut(&mut t, "OperationsDashboard");
+    let body = serde_yaml::to_string(&*d).unwrap();
+    let broken = body
+        .replace("\"EnteredSending\"", "\"EnteredLimbo\"")
+        .replace("${AuditDLQ.QueueName}", "${AuditQueue.QueueName}");
+    *d = serde_yaml::from_str(&broken).unwrap();
+    let p = dashboard_problems(&t);
+    assert_eq!(
+        p,
+        vec![
+            "dashboard metric EnteredLimbo (Function=audit-writer) is not emitted".to_owned(),
+            "the dashboard does not show the depth of DLQ AuditDLQ".to_owned(),
+        ]
+    );
 }
 
 #[test]

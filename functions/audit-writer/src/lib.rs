@@ -15,7 +15,8 @@
 //! the same attributes to the same values.
 //!
 //! An exhausted transaction (IN_PROGRESS → FAILED) is counted as the EMF metric
-//! `TransactionsExhausted` and logged at WARN with its id.
+//! `TransactionsExhausted` and logged at WARN with its id; every transition counts
+//! `Entered<Status>` (the operations dashboard's flow between states).
 
 use aws::audit::{AuditWriter, Audited};
 use aws::item::{flat_from_json, FlatItem};
@@ -34,6 +35,13 @@ pub const AUDIT_ROWS_WRITTEN: &str = "AuditRowsWritten";
 pub const AUDIT_ITEMS_WRITTEN: &str = "AuditItemsWritten";
 /// Batches that reported a failed record (the batch item failure).
 pub const AUDIT_FAILURES: &str = "AuditFailures";
+
+/// The metric counting transitions into `status`: `Entered<Status>` (`EnteredScheduling`,
+/// …). Side by side they are the flow between states: SCHEDULING entered more often
+/// than SCHEDULED, minute after minute, says schedules are not being created.
+pub fn entered(status: domain::Status) -> String {
+    format!("Entered{}", runtime::metrics::pascal(status.as_str()))
+}
 
 /// A batch that cannot even be reported record by record.
 #[derive(Debug, Error)]
@@ -90,6 +98,7 @@ pub async fn handle(
         match result {
             Ok(Audited::Written { entry, exhausted }) => {
                 metrics.incr(AUDIT_ROWS_WRITTEN);
+                metrics.incr(&entered(entry.to));
                 if exhausted {
                     metrics.incr(TRANSACTIONS_EXHAUSTED);
                     tracing::warn!(

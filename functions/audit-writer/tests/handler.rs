@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use audit_writer::{
-    handle, metrics, AUDIT_FAILURES, AUDIT_ITEMS_WRITTEN, AUDIT_ROWS_WRITTEN,
+    entered, handle, metrics, AUDIT_FAILURES, AUDIT_ITEMS_WRITTEN, AUDIT_ROWS_WRITTEN,
     TRANSACTIONS_EXHAUSTED,
 };
 use aws::audit::{entries_from_item, AuditWriter};
@@ -59,6 +59,10 @@ async fn writes_one_entry_per_change_and_counts_the_exhaustion() {
     // The creation (attempt 1 sent) and the answer to attempt 1: two runs, two items.
     assert_eq!(m.count(AUDIT_ITEMS_WRITTEN), 2);
     assert_eq!(m.count(TRANSACTIONS_EXHAUSTED), 1);
+    // The flow between states: the creation entered IN_PROGRESS, the answer FAILED.
+    assert_eq!(m.count(&entered(domain::Status::InProgress)), 1);
+    assert_eq!(m.count("EnteredFailed"), 1);
+    assert_eq!(m.count("EnteredScheduling"), 0);
     let rows = w
         .history(&TransactionId::parse("TX-100200").unwrap())
         .await
