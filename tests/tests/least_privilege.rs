@@ -164,6 +164,7 @@ fn physical(template: &Value, p: &Provisioned) -> Physical {
         ("TransactionsTable", &n.transactions_table),
         ("PayloadsTable", &n.payloads_table),
         ("AuditTable", &n.audit_table),
+        ("BreakerTable", &n.breaker_table),
     ] {
         ph.set_ref(lid, table)
             .set_att(lid, "Arn", arn("dynamodb", &format!("table/{table}")));

@@ -1,5 +1,6 @@
 //! The circuit breaker in DynamoDB: one item for the breaker, written only when its
-//! state changes and conditional on the version read, and the sliding window's counts
+//! state changes, conditional on the version read and together with an entry of its
+//! change log (one TransactWriteItems), and the sliding window's counts
 //! in items of their own, one per bucket and shard, changed by unconditional `ADD` (a
 //! burst of failures spreads over `shards` items and never conflicts).
 //!
@@ -8,22 +9,29 @@
 //! | item | `pk` | `sk` | attributes |
 //! |---|---|---|---|
 //! | the breaker | `<service>` | `BREAKER` | `state` (`CLOSED`/`OPEN`/`HALF_OPEN`), `version`, `until`, `since`, `admitted`, `cooldown_ms` |
+//! | a change-log entry | `<service>#log` | `<at, ms, 15 digits>#<version, 10 digits>` | `at`, `by`, `change`, `from_state`, `to_state`, `version`, `reason`, the window's counts when it opened, `expires_at` (400 days) |
 //! | a window bucket | `<service>#window` | `<bucket start, ms, 15 digits>#<shard, 2 digits>` | `answered`, `technical`, `deadlines`, `expires_at` |
 //!
 //! Reading the breaker is one GetItem and one Query over the window's partition
 //! (at most `BUCKETS × shards` small items).
 
 use crate::errors::classify;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
 use aws_sdk_dynamodb::Client;
-use domain::breaker::{bucket_of, window_total, Breaker, BreakerSettings, BreakerState, Tally};
+use domain::breaker::{
+    bucket_of, window_total, Breaker, BreakerSettings, BreakerState, Change, Tally,
+};
 use domain::ports::{
-    BreakerCounts, BreakerReads, BreakerView, BreakerWrites, ErrorKind, PortError,
+    BreakerCounts, BreakerNote, BreakerReads, BreakerView, BreakerWrites, PortError,
 };
 use domain::Timestamp;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The name the external service's breaker is kept under (one service per stack).
+pub const SERVICE: &str = "external-service";
 
 /// Attribute names of the breaker table.
 pub mod attr {
@@ -40,7 +48,17 @@ pub mod attr {
     pub const TECHNICAL: &str = "technical";
     pub const DEADLINES: &str = "deadlines";
     pub const EXPIRES_AT: &str = "expires_at";
+    // The change log's entries.
+    pub const AT: &str = "at";
+    pub const BY: &str = "by";
+    pub const CHANGE: &str = "change";
+    pub const FROM: &str = "from_state";
+    pub const TO: &str = "to_state";
+    pub const REASON: &str = "reason";
 }
+
+/// How long the breaker's change log keeps an entry (TTL): 400 days.
+pub const LOG_RETENTION_SECONDS: i64 = 400 * 86_400;
 
 /// The breaker of one service in its table.
 #[derive(Debug)]
@@ -59,18 +77,6 @@ fn s(v: impl Into<String>) -> AttributeValue {
 
 fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
-}
-
-fn retryable_put(e: &PutItemError) -> Option<ErrorKind> {
-    match e {
-        PutItemError::ProvisionedThroughputExceededException(_)
-        | PutItemError::RequestLimitExceeded(_)
-        | PutItemError::ThrottlingException(_)
-        | PutItemError::InternalServerError(_)
-        | PutItemError::TransactionConflictException(_) => Some(ErrorKind::Retryable),
-        PutItemError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
-        _ => None,
-    }
 }
 
 fn num(item: &HashMap<String, AttributeValue>, name: &'static str) -> Result<i64, PortError> {
@@ -251,43 +257,165 @@ impl BreakerReads for DynamoBreaker {
 }
 
 impl BreakerWrites for DynamoBreaker {
-    async fn save(&self, read: &Breaker, new: &Breaker) -> Result<bool, PortError> {
+    async fn save(
+        &self,
+        read: &Breaker,
+        new: &Breaker,
+        note: &BreakerNote,
+    ) -> Result<bool, PortError> {
         let mut item = breaker_item(new);
         item.insert(attr::PK.to_owned(), s(&self.service));
         item.insert(attr::SK.to_owned(), s(attr::BREAKER_SK));
+        let mut names = HashMap::from([("#v".to_owned(), attr::VERSION.to_owned())]);
         let condition = if read.version == 0 {
+            names.insert("#pk".to_owned(), attr::PK.to_owned());
             "attribute_not_exists(#pk) OR #v = :v"
         } else {
             "#v = :v"
         };
-        let put = self
-            .client
-            .put_item()
+        let put_breaker = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression(condition)
-            .expression_attribute_names("#v", attr::VERSION);
-        let put = if read.version == 0 {
-            put.expression_attribute_names("#pk", attr::PK)
-        } else {
-            put
-        };
-        match put
+            .set_expression_attribute_names(Some(names))
             .expression_attribute_values(":v", n(read.version))
+            .build()
+            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+        let put_log = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(self.log_item(read, new, note)))
+            .build()
+            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+        let sent = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(put_breaker).build())
+            .transact_items(TransactWriteItem::builder().put(put_log).build())
+            .send()
+            .await;
+        match sent {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let lost_the_race = match e.as_service_error() {
+                    Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                        c.cancellation_reasons().first().and_then(|r| r.code())
+                            == Some("ConditionalCheckFailed")
+                    }
+                    _ => false,
+                };
+                if lost_the_race {
+                    Ok(false)
+                } else {
+                    Err(classify(
+                        "TransactWriteItems",
+                        &e,
+                        crate::dynamo::transact_kind,
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// One entry of the breaker's change log, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerLogEntry {
+    pub at: Timestamp,
+    pub by: String,
+    pub change: String,
+    pub from: String,
+    pub to: String,
+    pub version: u64,
+    pub reason: Option<String>,
+    /// The window's counts when it opened (`answered/technical/deadlines`).
+    pub window: Option<Tally>,
+}
+
+impl DynamoBreaker {
+    fn log_pk(&self) -> String {
+        format!("{}#log", self.service)
+    }
+
+    fn log_item(
+        &self,
+        read: &Breaker,
+        new: &Breaker,
+        note: &BreakerNote,
+    ) -> HashMap<String, AttributeValue> {
+        let mut m = HashMap::from([
+            (attr::PK.to_owned(), s(self.log_pk())),
+            (
+                attr::SK.to_owned(),
+                s(format!(
+                    "{:015}#{:010}",
+                    note.at.millis().max(0),
+                    new.version
+                )),
+            ),
+            (attr::AT.to_owned(), n(note.at.millis())),
+            (attr::BY.to_owned(), s(&note.by)),
+            (attr::CHANGE.to_owned(), s(note.change.label())),
+            (attr::FROM.to_owned(), s(read.state.name())),
+            (attr::TO.to_owned(), s(new.state.name())),
+            (attr::VERSION.to_owned(), n(new.version)),
+            (
+                attr::EXPIRES_AT.to_owned(),
+                n(note.at.epoch_seconds() + LOG_RETENTION_SECONDS),
+            ),
+        ]);
+        if let Some(r) = &note.reason {
+            m.insert(attr::REASON.to_owned(), s(r));
+        }
+        if let Change::Opened(t) = note.change {
+            m.insert(attr::ANSWERED.to_owned(), n(t.answered));
+            m.insert(attr::TECHNICAL.to_owned(), n(t.technical));
+            m.insert(attr::DEADLINES.to_owned(), n(t.deadlines));
+        }
+        m
+    }
+
+    /// The breaker's latest `limit` changes, newest first.
+    pub async fn history(&self, limit: i32) -> Result<Vec<BreakerLogEntry>, PortError> {
+        let page = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_values(":pk", s(self.log_pk()))
+            .scan_index_forward(false)
+            .limit(limit.max(1))
             .send()
             .await
-        {
-            Ok(_) => Ok(true),
-            Err(e)
-                if matches!(
-                    e.as_service_error(),
-                    Some(PutItemError::ConditionalCheckFailedException(_))
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(classify("PutItem", &e, retryable_put)),
-        }
+            .map_err(|e| classify("Query", &e, crate::dynamo::query_kind))?;
+        let text = |item: &HashMap<String, AttributeValue>, k: &str| match item.get(k) {
+            Some(AttributeValue::S(v)) => v.clone(),
+            _ => String::new(),
+        };
+        page.items()
+            .iter()
+            .map(|item| {
+                let opened = item.contains_key(attr::TECHNICAL);
+                Ok(BreakerLogEntry {
+                    at: Timestamp::from_millis(num(item, attr::AT)?),
+                    by: text(item, attr::BY),
+                    change: text(item, attr::CHANGE),
+                    from: text(item, attr::FROM),
+                    to: text(item, attr::TO),
+                    version: u64::try_from(num(item, attr::VERSION)?).unwrap_or(0),
+                    reason: item.get(attr::REASON).and_then(|v| v.as_s().ok()).cloned(),
+                    window: if opened {
+                        Some(Tally {
+                            answered: count(item, attr::ANSWERED)?,
+                            technical: count(item, attr::TECHNICAL)?,
+                            deadlines: count(item, attr::DEADLINES)?,
+                        })
+                    } else {
+                        None
+                    },
+                })
+            })
+            .collect()
     }
 }
 

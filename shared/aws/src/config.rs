@@ -548,6 +548,8 @@ pub struct StackNames {
     pub transactions_table: String,
     pub payloads_table: String,
     pub audit_table: String,
+    /// The circuit breaker's table.
+    pub breaker_table: String,
     pub request_queue: String,
     pub request_dlq: String,
     pub response_queue: String,
@@ -569,6 +571,7 @@ impl StackNames {
             transactions_table: n("transactions"),
             payloads_table: n("payloads"),
             audit_table: n("audit"),
+            breaker_table: n("breaker"),
             request_queue: n("request"),
             request_dlq: n("request-dlq"),
             response_queue: n("response"),

@@ -472,7 +472,8 @@ pub(crate) fn update_item_kind(e: &UpdateItemError) -> Option<ErrorKind> {
     }
 }
 
-fn transact_kind(e: &TransactWriteItemsError) -> Option<ErrorKind> {
+/// How a TransactWriteItems error is classified.
+pub(crate) fn transact_kind(e: &TransactWriteItemsError) -> Option<ErrorKind> {
     match e {
         TransactWriteItemsError::ProvisionedThroughputExceededException(_)
         | TransactWriteItemsError::RequestLimitExceeded(_)

@@ -6,15 +6,11 @@
 mod common;
 
 use aws::breaker::DynamoBreaker;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-};
-use domain::breaker::{Breaker, BreakerSettings, BreakerState, Signal, Tally};
-use domain::ports::{BreakerCounts, BreakerReads, BreakerWrites};
+use domain::breaker::{Breaker, BreakerSettings, BreakerState, Change, Signal, Tally};
+use domain::ports::{BreakerCounts, BreakerNote, BreakerReads, BreakerWrites};
 use domain::Timestamp;
 use std::sync::Arc;
 use std::time::Duration;
-use testkit::moto;
 
 const T0: i64 = 1_791_028_800_000; // a bucket boundary (10 s buckets)
 
@@ -26,38 +22,24 @@ fn settings() -> BreakerSettings {
 }
 
 async fn breaker(tag: &str, shards: u8) -> DynamoBreaker {
-    let endpoint = moto::shared_endpoint().expect("moto server (. scripts/tools.sh)");
-    let sdk = moto::sdk_config(&endpoint).await;
-    let client = aws_sdk_dynamodb::Client::new(&sdk);
-    let table = format!("{}-breaker", moto::unique_prefix(tag));
-    let key = |name: &str, t| {
-        (
-            AttributeDefinition::builder()
-                .attribute_name(name)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-            KeySchemaElement::builder()
-                .attribute_name(name)
-                .key_type(t)
-                .build()
-                .unwrap(),
-        )
-    };
-    let (pk, pks) = key("pk", KeyType::Hash);
-    let (sk, sks) = key("sk", KeyType::Range);
-    client
-        .create_table()
-        .table_name(&table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(pk)
-        .attribute_definitions(sk)
-        .key_schema(pks)
-        .key_schema(sks)
-        .send()
-        .await
-        .unwrap();
-    DynamoBreaker::new(client, table, "external", settings(), shards)
+    // The breaker table as the stack provisions it (the template's definition).
+    let s = common::stack(tag).await;
+    DynamoBreaker::new(
+        aws_sdk_dynamodb::Client::new(&s.sdk),
+        &s.p.names.breaker_table,
+        "external",
+        settings(),
+        shards,
+    )
+}
+
+fn note(at: i64, change: Change, reason: Option<&str>) -> BreakerNote {
+    BreakerNote {
+        at: t(at),
+        by: "arn:aws:iam::1:user/ops".into(),
+        change,
+        reason: reason.map(str::to_owned),
+    }
 }
 
 fn t(ms: i64) -> Timestamp {
@@ -75,23 +57,51 @@ async fn the_breaker_item_changes_only_from_the_version_read() {
     assert_eq!(view.window, Tally::default());
 
     let read = view.breaker;
-    let (opened, _) = read.force(true, t(0), &settings());
-    assert!(b.save(&read, &opened).await.unwrap(), "first writer wins");
-    let (closed, _) = read.force(false, t(1), &settings());
+    let (opened, forced) = read.force(true, t(0), &settings());
+    let why = Some("the service's maintenance window");
     assert!(
-        !b.save(&read, &closed).await.unwrap(),
+        b.save(&read, &opened, &note(0, forced, why)).await.unwrap(),
+        "first writer wins"
+    );
+    let (closed, forced) = read.force(false, t(1), &settings());
+    assert!(
+        !b.save(&read, &closed, &note(1, forced, None))
+            .await
+            .unwrap(),
         "a stale read writes nothing"
     );
     assert_eq!(b.load(t(2)).await.unwrap().breaker, opened);
 
     // HALF_OPEN with its probes counted round-trips too.
-    let (_, half, _) = opened.admit(t(30_000), &settings());
+    let (_, half, change) = opened.admit(t(30_000), &settings());
     assert!(matches!(
         half.state,
         BreakerState::HalfOpen { admitted: 1, .. }
     ));
-    assert!(b.save(&opened, &half).await.unwrap());
+    let change = change.unwrap();
+    assert!(b
+        .save(&opened, &half, &note(30_000, change, None))
+        .await
+        .unwrap());
     assert_eq!(b.load(t(30_001)).await.unwrap().breaker, half);
+
+    // The change log: the two changes written, newest first, the lost one absent.
+    let log = b.history(10).await.unwrap();
+    let rows: Vec<(&str, &str, &str, u64)> = log
+        .iter()
+        .map(|e| (e.change.as_str(), e.from.as_str(), e.to.as_str(), e.version))
+        .collect();
+    assert_eq!(
+        rows,
+        // (turned HALF_OPEN and counted its first probe: two versions in one write)
+        vec![
+            ("half-opened", "OPEN", "HALF_OPEN", 3),
+            ("forced", "CLOSED", "OPEN", 1)
+        ]
+    );
+    assert_eq!(log[1].reason.as_deref(), why);
+    assert_eq!(log[1].by, "arn:aws:iam::1:user/ops");
+    assert_eq!(log[1].at, t(0));
 }
 
 /// GIVEN counts added concurrently over several shards and buckets WHEN read THEN

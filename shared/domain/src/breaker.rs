@@ -254,6 +254,19 @@ pub enum Change {
     Forced,
 }
 
+impl Change {
+    /// Its name in logs and the breaker's change log.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Change::Opened(_) => "opened",
+            Change::HalfOpened => "half-opened",
+            Change::Reopened { .. } => "reopened",
+            Change::Closed => "closed",
+            Change::Forced => "forced",
+        }
+    }
+}
+
 /// What the breaker says about one request due now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {

@@ -291,15 +291,29 @@ port! {
     }
 }
 
+/// Who changed the breaker, when and why: one entry of the breaker's change log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerNote {
+    pub at: Timestamp,
+    /// The function, or the operator's ARN.
+    pub by: String,
+    pub change: crate::breaker::Change,
+    /// An operator's `--reason`.
+    pub reason: Option<String>,
+}
+
 port! {
-    /// Writes the breaker item, conditional on the version read (`dynamodb:PutItem`).
+    /// Writes the breaker item, conditional on the version read, with its change-log
+    /// entry in the same transaction (`dynamodb:PutItem` twice, in
+    /// `dynamodb:TransactWriteItems`).
     pub trait BreakerWrites {
         /// `Ok(false)`: the item moved on since `read` (another writer won); nothing
         /// was written.
         fn save(
             &self,
             read: &crate::breaker::Breaker,
-            new: &crate::breaker::Breaker
+            new: &crate::breaker::Breaker,
+            note: &BreakerNote
         ) -> Result<bool, PortError>;
     }
 }

@@ -134,6 +134,17 @@ pub fn table_definitions(names: &StackNames) -> Vec<TableDef> {
             ttl_attribute: Some(AUDIT_TTL_ATTRIBUTE),
             billing_mode: "PAY_PER_REQUEST",
         },
+        TableDef {
+            logical_id: "BreakerTable",
+            name: names.breaker_table.clone(),
+            hash_key: "pk",
+            range_key: Some("sk"),
+            attributes: vec![("pk", "S"), ("sk", "S")],
+            indexes: vec![],
+            stream_view: None,
+            ttl_attribute: Some(aws::breaker::attr::EXPIRES_AT),
+            billing_mode: "PAY_PER_REQUEST",
+        },
     ]
 }
 

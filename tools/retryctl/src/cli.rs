@@ -49,6 +49,9 @@ pub struct TargetArgs {
     /// Audit table.
     #[arg(long, env = "AUDIT_TABLE", global = true)]
     pub audit_table: Option<String>,
+    /// The circuit breaker's table (template output BreakerTableName).
+    #[arg(long, env = "BREAKER_TABLE", global = true)]
+    pub breaker_table: Option<String>,
     /// Request queue URL.
     #[arg(long, env = "REQUEST_QUEUE_URL", global = true)]
     pub request_queue_url: Option<String>,
@@ -201,6 +204,16 @@ pub enum Command {
         #[arg(long)]
         budget: Option<u32>,
     },
+    /// The circuit breaker of the external service: its state and its latest changes,
+    /// or an operator's override (recorded in its change log with the caller's
+    /// identity and --reason).
+    #[command(
+        after_help = "Examples:\n  retryctl breaker status\n  retryctl breaker open --for 1800 --reason 'INC-123: the service is down'\n  retryctl breaker close --reason 'INC-123 fixed'"
+    )]
+    Breaker {
+        #[command(subcommand)]
+        action: BreakerAction,
+    },
     /// Run the whole pipeline on this machine and print a report.
     #[command(
         after_help = "Examples:\n  retryctl demo\n  retryctl demo --transactions 1000 --duplicate-responses 0.05\n  retryctl demo --transactions 30 --keep"
@@ -239,6 +252,31 @@ impl BulkArgs {
             _ => None,
         }
     }
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum BreakerAction {
+    /// The breaker's state and its last changes, newest first.
+    Status {
+        /// Show at most this many changes (1–100).
+        #[arg(long, default_value_t = 10)]
+        changes: i32,
+    },
+    /// Open it: no request goes out until the given time has passed; then it probes.
+    Open {
+        /// For how long, in seconds (1–86400).
+        #[arg(long = "for", value_name = "SECONDS")]
+        for_seconds: Option<u64>,
+        /// Why (1–256 characters), recorded with the caller's identity.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Close it: requests go out again at once.
+    Close {
+        /// Why (1–256 characters), recorded with the caller's identity.
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Subcommand)]

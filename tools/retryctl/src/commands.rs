@@ -174,6 +174,14 @@ impl Target {
             "AUDIT_TABLE",
         )
     }
+    pub fn breaker_table(&self) -> Result<String, CliError> {
+        self.pick(
+            &self.args.breaker_table,
+            |n| n.breaker_table.clone(),
+            "--breaker-table",
+            "BREAKER_TABLE",
+        )
+    }
     pub fn schedule_group(&self) -> Result<String, CliError> {
         self.pick(
             &self.args.schedule_group,

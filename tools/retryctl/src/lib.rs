@@ -11,6 +11,7 @@
 //! - [`verify`]: `retryctl verify`, the post-deploy check of a stack with the staging
 //!   harness.
 
+pub mod breaker;
 pub mod bulk;
 pub mod cli;
 pub mod commands;

@@ -227,6 +227,7 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
             }
         }
         Command::Stats => commands::stats(&target).await,
+        Command::Breaker { action } => retryctl::breaker::run(&target, action).await,
         Command::Stuck => commands::stuck(&target).await,
         Command::Resolve { bulk } => {
             operator(cli, &target, bulk, retryctl::bulk::Action::Resolve).await

@@ -671,11 +671,12 @@ async fn bare(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Stri
 }
 
 /// Each operator command's `--help` ends with examples, and lists its own options
-/// first: the stack's fourteen settings stand apart under their own heading.
+/// first: the stack's settings stand apart under their own heading.
 #[tokio::test(flavor = "multi_thread")]
 async fn help_shows_examples_and_keeps_the_stack_settings_apart() {
     for sub in [
-        "submit", "show", "list", "stats", "stuck", "resolve", "redrive", "dlq", "replay", "demo",
+        "submit", "show", "list", "stats", "stuck", "resolve", "redrive", "dlq", "replay",
+        "breaker", "demo",
     ] {
         let (code, out, err) = bare(&[sub, "--help"], &[]).await;
         assert_eq!(code, Some(0), "{sub}: {err}");
@@ -1083,4 +1084,90 @@ async fn redrive_says_which_messages_came_back_within_its_wait() {
     .await;
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--wait"), "{err}");
+}
+
+/// GIVEN the breaker table WHEN an operator reads, opens and closes the breaker THEN
+/// status says CLOSED with no change, open needs --for and writes OPEN with the
+/// caller's identity and the reason in the change log, close writes CLOSED; each
+/// write moves the version on.
+#[tokio::test(flavor = "multi_thread")]
+async fn breaker_status_open_and_close_are_recorded() {
+    let s = fast();
+    let r = retryctl(s, &["breaker", "status", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(
+        (v["state"].as_str(), v["version"].as_u64()),
+        (Some("CLOSED"), Some(0))
+    );
+    assert_eq!(v["changes"].as_array().map(Vec::len), Some(0));
+
+    let r = retryctl(s, &["breaker", "open", "--reason", "INC-1"]).await;
+    assert_eq!(r.code, 2, "a missing --for: {r:?}");
+    assert!(r.stderr.contains("--for"), "{}", r.stderr);
+    let r = retryctl(s, &["breaker", "open", "--for", "0"]).await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("--for") && r.stderr.contains('0'),
+        "{}",
+        r.stderr
+    );
+
+    let r = retryctl(
+        s,
+        &[
+            "breaker", "open", "--for", "600", "--reason", "INC-1", "--json",
+        ],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert_eq!(
+        (v["from"].as_str(), v["state"].as_str()),
+        (Some("CLOSED"), Some("OPEN"))
+    );
+    assert_eq!(v["detail"]["cooldown_ms"].as_i64(), Some(600_000));
+
+    let r = retryctl(s, &["breaker", "status"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("OPEN until") && r.stdout.contains("version 1"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("forced") && r.stdout.contains(": INC-1"),
+        "{}",
+        r.stdout
+    );
+
+    let r = retryctl(
+        s,
+        &["breaker", "close", "--reason", "INC-1 fixed", "--json"],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(r.json()["state"].as_str(), Some("CLOSED"));
+    let v = retryctl(s, &["breaker", "status", "--json"]).await.json();
+    let changes = v["changes"].as_array().unwrap();
+    let seen: Vec<(&str, &str, u64)> = changes
+        .iter()
+        .map(|c| {
+            (
+                c["to"].as_str().unwrap(),
+                c["reason"].as_str().unwrap(),
+                c["version"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![("CLOSED", "INC-1 fixed", 2), ("OPEN", "INC-1", 1)]
+    );
+    assert!(
+        changes
+            .iter()
+            .all(|c| c["by"].as_str().unwrap().starts_with("arn:aws:")),
+        "{changes:?}"
+    );
 }

@@ -187,6 +187,7 @@ async fn tables(env: &Env<'_>, out: &mut Checks) {
             let key = match d.logical_id {
                 "TransactionsTable" => "TransactionsTableName",
                 "PayloadsTable" => "PayloadsTableName",
+                "BreakerTable" => "BreakerTableName",
                 _ => "AuditTableName",
             };
             (d, key)
