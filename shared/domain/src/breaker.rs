@@ -182,6 +182,20 @@ impl Tally {
     }
 }
 
+/// The signal a batch's counts stand for: a failure if it holds any (technical
+/// first), else an answer; `None` for an empty batch.
+pub fn strongest(batch: &Tally) -> Option<Signal> {
+    if batch.technical > 0 {
+        Some(Signal::Technical)
+    } else if batch.deadlines > 0 {
+        Some(Signal::DeadlineFired)
+    } else if batch.answered > 0 {
+        Some(Signal::Answered)
+    } else {
+        None
+    }
+}
+
 /// The start of the bucket holding `at` (buckets are aligned on the epoch, so every
 /// writer counts into the same one).
 pub fn bucket_of(at: Timestamp, s: &BreakerSettings) -> Timestamp {
@@ -252,6 +266,9 @@ pub enum Change {
     Closed,
     /// An operator forced the state.
     Forced,
+    /// A HALF_OPEN breaker let a probe out (counted on it, so the round's bound holds
+    /// across every execution environment).
+    ProbeAdmitted,
 }
 
 impl Change {
@@ -263,6 +280,7 @@ impl Change {
             Change::Reopened { .. } => "reopened",
             Change::Closed => "closed",
             Change::Forced => "forced",
+            Change::ProbeAdmitted => "probe",
         }
     }
 }
@@ -316,9 +334,10 @@ impl Breaker {
         }
     }
 
-    /// What the breaker says about a request due at `now`, and the breaker after it
-    /// (an OPEN breaker past its cool-down turns HALF_OPEN; a probe is counted). The
-    /// caller writes the new breaker when it differs (conditional on the version).
+    /// What the breaker says about a request due at `now`, the breaker after it (an
+    /// OPEN breaker past its cool-down turns HALF_OPEN; a probe is counted) and the
+    /// change, `Some` exactly when the breaker differs: the caller writes it then
+    /// (conditional on the version).
     pub fn admit(
         self,
         now: Timestamp,
@@ -333,13 +352,14 @@ impl Breaker {
                 admitted,
                 cooldown_ms,
             } => {
+                let counted = change.or(Some(Change::ProbeAdmitted));
                 if admitted < s.probes {
                     let next = b.to(BreakerState::HalfOpen {
                         since,
                         admitted: admitted + 1,
                         cooldown_ms,
                     });
-                    (Admission::Probe, next, change)
+                    (Admission::Probe, next, counted)
                 } else if now >= since.plus_millis(cooldown_ms) {
                     // A round with no answer to any probe: a new round.
                     let next = b.to(BreakerState::HalfOpen {
@@ -347,7 +367,7 @@ impl Breaker {
                         admitted: 1,
                         cooldown_ms,
                     });
-                    (Admission::Probe, next, change)
+                    (Admission::Probe, next, counted)
                 } else {
                     let until = since.plus_millis(cooldown_ms);
                     (Admission::Pause { until }, b, change)
@@ -410,6 +430,36 @@ impl Breaker {
                 )
             }
             _ => (b, ticked),
+        }
+    }
+
+    /// The breaker after a batch's counts (`batch`) at `now`, the window including
+    /// them: a technical failure or a deadline in the batch counts first (one failed
+    /// probe reopens a HALF_OPEN breaker, whatever else the batch held), then an
+    /// answer. An empty batch changes nothing.
+    pub fn observe_batch(
+        self,
+        batch: &Tally,
+        window: &Tally,
+        now: Timestamp,
+        s: &BreakerSettings,
+    ) -> (Breaker, Option<Change>) {
+        match strongest(batch) {
+            Some(signal) => self.observe(signal, window, now, s),
+            None => (self, None),
+        }
+    }
+
+    /// True when a batch's counts may change this breaker, so the window must be read
+    /// first: a failure while CLOSED, anything while HALF_OPEN or once an OPEN
+    /// breaker's cool-down is over. Answers alone never open a CLOSED breaker: on the
+    /// happy path nothing is read beyond the breaker itself.
+    pub fn may_change(&self, batch: &Tally, now: Timestamp) -> bool {
+        let failures = batch.technical > 0 || batch.deadlines > 0;
+        match self.state {
+            BreakerState::Closed => failures,
+            BreakerState::HalfOpen { .. } => strongest(batch).is_some(),
+            BreakerState::Open { until, .. } => now >= until && strongest(batch).is_some(),
         }
     }
 

@@ -9,6 +9,7 @@
 //!   invocation entry points (the Lambda `main`s and the local stack call the same ones).
 //! - [`ops`]: library operations for services: start, resolve, replay.
 //! - [`rate`]: the retry handler's outbound pacing limiter.
+//! - [`breaker`]: the circuit breaker as the functions read, count and move it.
 //! - [`metrics`]: CloudWatch Embedded Metric Format, one JSON line per invocation;
 //!   [`metric`]: the metrics named after what a run ended in.
 //! - [`telemetry`]: tracing initialisation for Lambda (JSON logs, level from env).
@@ -20,6 +21,7 @@
 //! as a plan, and this crate only performs plans and reports what happened.
 
 pub mod batch;
+pub mod breaker;
 pub mod drive;
 pub mod lambda;
 pub mod metric;

@@ -436,3 +436,114 @@ pub fn block_on_ready<F: std::future::Future>(fut: F) -> Option<F::Output> {
         Poll::Pending => None,
     }
 }
+
+/// The circuit breaker in memory: the item with its version check, the change log,
+/// and the window's buckets (as `aws::breaker::DynamoBreaker` keeps them).
+#[derive(Debug)]
+pub struct MemoryBreaker {
+    settings: domain::breaker::BreakerSettings,
+    state: Mutex<MemoryBreakerState>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryBreakerState {
+    breaker: domain::breaker::Breaker,
+    log: Vec<domain::ports::BreakerNote>,
+    buckets: BTreeMap<Timestamp, domain::breaker::Tally>,
+    /// Calls, to assert the cost of a path.
+    reads: u64,
+    saves: u64,
+    counts: u64,
+}
+
+/// Calls made to a [`MemoryBreaker`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BreakerCalls {
+    /// `load` calls (each one GetItem and one Query in DynamoDB).
+    pub loads: u64,
+    /// Conditional saves tried.
+    pub saves: u64,
+    /// Counting writes (one ADD each).
+    pub counts: u64,
+}
+
+impl MemoryBreaker {
+    pub fn new(settings: domain::breaker::BreakerSettings) -> Self {
+        Self {
+            settings,
+            state: Mutex::new(MemoryBreakerState::default()),
+        }
+    }
+
+    pub fn breaker(&self) -> domain::breaker::Breaker {
+        lock(&self.state).breaker
+    }
+
+    /// Every change written, oldest first.
+    pub fn log(&self) -> Vec<domain::ports::BreakerNote> {
+        lock(&self.state).log.clone()
+    }
+
+    pub fn calls(&self) -> BreakerCalls {
+        let s = lock(&self.state);
+        BreakerCalls {
+            loads: s.reads,
+            saves: s.saves,
+            counts: s.counts,
+        }
+    }
+
+    /// Sets the breaker as is (test set-up).
+    pub fn put(&self, breaker: domain::breaker::Breaker) {
+        lock(&self.state).breaker = breaker;
+    }
+}
+
+impl domain::ports::BreakerReads for MemoryBreaker {
+    async fn load(&self, now: Timestamp) -> Result<domain::ports::BreakerView, PortError> {
+        let mut s = lock(&self.state);
+        s.reads += 1;
+        let window = domain::breaker::window_total(
+            s.buckets.iter().map(|(k, v)| (*k, v)),
+            now,
+            &self.settings,
+        );
+        Ok(domain::ports::BreakerView {
+            breaker: s.breaker,
+            window,
+        })
+    }
+}
+
+impl domain::ports::BreakerWrites for MemoryBreaker {
+    async fn save(
+        &self,
+        read: &domain::breaker::Breaker,
+        new: &domain::breaker::Breaker,
+        note: &domain::ports::BreakerNote,
+    ) -> Result<bool, PortError> {
+        let mut s = lock(&self.state);
+        s.saves += 1;
+        if s.breaker.version != read.version {
+            return Ok(false);
+        }
+        s.breaker = *new;
+        s.log.push(note.clone());
+        Ok(true)
+    }
+}
+
+impl domain::ports::BreakerCounts for MemoryBreaker {
+    async fn count(&self, at: Timestamp, tally: &domain::breaker::Tally) -> Result<(), PortError> {
+        let mut s = lock(&self.state);
+        s.counts += 1;
+        let b = s
+            .buckets
+            .entry(domain::breaker::bucket_of(at, &self.settings))
+            .or_default();
+        b.answered += tally.answered;
+        b.technical += tally.technical;
+        b.deadlines += tally.deadlines;
+        Ok(())
+    }
+}

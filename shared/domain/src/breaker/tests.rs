@@ -283,6 +283,43 @@ fn force_and_resume() {
     assert_eq!(b.state.gauge(), 2);
 }
 
+/// GIVEN a batch's counts WHEN they stand for one signal THEN a failure wins over an
+/// answer; GIVEN each state WHEN asked whether a batch may change it THEN answers
+/// alone never make a CLOSED breaker read its window.
+#[test]
+fn a_batch_stands_for_its_strongest_signal() {
+    let s = s();
+    assert_eq!(strongest(&tally(0, 0, 0)), None);
+    assert_eq!(strongest(&tally(9, 0, 0)), Some(Signal::Answered));
+    assert_eq!(strongest(&tally(9, 0, 1)), Some(Signal::DeadlineFired));
+    assert_eq!(strongest(&tally(9, 1, 1)), Some(Signal::Technical));
+    let closed = Breaker::default();
+    assert!(!closed.may_change(&tally(50, 0, 0), t(0)));
+    assert!(closed.may_change(&tally(50, 1, 0), t(0)));
+    assert!(closed.may_change(&tally(0, 0, 1), t(0)));
+    let o = open(100, 30_000);
+    assert!(!o.may_change(&tally(1, 1, 1), t(99)), "OPEN before its end");
+    assert!(o.may_change(&tally(1, 0, 0), t(100)));
+    let h = half(0, 1, 30_000);
+    assert!(h.may_change(&tally(1, 0, 0), t(1)));
+    assert!(!h.may_change(&tally(0, 0, 0), t(1)));
+    // A probe answered and another failed in one batch: it reopens.
+    let (b, c) = h.observe_batch(&tally(1, 1, 0), &tally(1, 1, 0), t(5), &s);
+    assert_eq!(
+        c,
+        Some(Change::Reopened {
+            cooldown_ms: 60_000
+        })
+    );
+    assert!(matches!(b.state, BreakerState::Open { .. }));
+    let (b, c) = h.observe_batch(&tally(3, 0, 0), &tally(3, 0, 0), t(5), &s);
+    assert_eq!((b.state, c), (BreakerState::Closed, Some(Change::Closed)));
+    assert_eq!(
+        h.observe_batch(&tally(0, 0, 0), &tally(0, 0, 0), t(5), &s),
+        (h, None)
+    );
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     Wait(i64),
@@ -328,7 +365,7 @@ proptest! {
                     b = b.observe(sig, &w, t(now), &s).0;
                 }
                 Step::Admit => {
-                    let (a, next, _) = b.admit(t(now), &s);
+                    let (a, next, change) = b.admit(t(now), &s);
                     let was_open = matches!(b.tick(t(now)).0.state, BreakerState::Open { .. });
                     if was_open { prop_assert!(matches!(a, Admission::Pause { .. }), "an OPEN breaker let {:?} out", a); }
                     if a == Admission::Probe {
@@ -340,6 +377,7 @@ proptest! {
                         round = Some((since, n));
                     }
                     if let Admission::Pause { until } = a { prop_assert!(until > t(now)); }
+                    prop_assert_eq!(change.is_some(), next != b, "a change exactly when it differs");
                     b = next;
                 }
             }

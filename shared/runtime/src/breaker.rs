@@ -1,0 +1,176 @@
+//! The circuit breaker as the functions use it: read at most once per `refresh` per
+//! execution environment (never once per record), counted once per batch, written
+//! only when the domain's rules ([`domain::breaker`]) change its state.
+//!
+//! - [`BreakerGate::admit`]: what to do with a request due now (send, probe, pause
+//!   until an instant). A CLOSED breaker costs nothing beyond its cached read.
+//! - [`BreakerGate::observe`]: a batch's signals (answers, technical failures,
+//!   deadlines) added to the window with one write, and the breaker moved on when they
+//!   change it; on the happy path (answers only, CLOSED) nothing else is read or
+//!   written.
+
+use domain::breaker::{Admission, Breaker, BreakerSettings, Change, Tally};
+use domain::ports::{
+    BreakerCounts, BreakerNote, BreakerReads, BreakerView, BreakerWrites, PortError,
+};
+use domain::Timestamp;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Tries of a change whose conditional write lost to another writer.
+const TRIES: u32 = 3;
+
+/// The breaker of one execution environment.
+#[derive(Debug)]
+pub struct BreakerGate<S> {
+    store: S,
+    settings: BreakerSettings,
+    refresh_ms: i64,
+    /// Who writes (the function's name), for the change log.
+    by: String,
+    cache: Mutex<Option<(Timestamp, BreakerView)>>,
+}
+
+impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
+    /// A gate over `store`, reading it again after `refresh`.
+    pub fn new(
+        store: S,
+        settings: BreakerSettings,
+        refresh: Duration,
+        by: impl Into<String>,
+    ) -> Self {
+        Self {
+            store,
+            settings,
+            refresh_ms: i64::try_from(refresh.as_millis()).unwrap_or(i64::MAX),
+            by: by.into(),
+            cache: Mutex::new(None),
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    fn cached(&self) -> std::sync::MutexGuard<'_, Option<(Timestamp, BreakerView)>> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The breaker as last read, read again when older than `refresh` (or `fresh`).
+    async fn view(&self, now: Timestamp, fresh: bool) -> Result<BreakerView, PortError> {
+        if !fresh {
+            if let Some((at, v)) = *self.cached() {
+                if now.millis() - at.millis() < self.refresh_ms && now >= at {
+                    return Ok(v);
+                }
+            }
+        }
+        let v = self.store.load(now).await?;
+        *self.cached() = Some((now, v));
+        Ok(v)
+    }
+
+    /// Writes `next` over `read` with its change-log entry; on success the cache holds
+    /// it. `false`: another writer moved the breaker first.
+    async fn save(
+        &self,
+        read: &BreakerView,
+        next: Breaker,
+        change: Change,
+        now: Timestamp,
+    ) -> Result<bool, PortError> {
+        let note = BreakerNote {
+            at: now,
+            by: self.by.clone(),
+            change,
+            reason: None,
+        };
+        let written = self.store.save(&read.breaker, &next, &note).await?;
+        if written {
+            *self.cached() = Some((
+                now,
+                BreakerView {
+                    breaker: next,
+                    window: read.window,
+                },
+            ));
+        }
+        Ok(written)
+    }
+
+    /// What to do with one request due at `now`, and the change it made (an OPEN
+    /// breaker past its cool-down turning HALF_OPEN). A probe is counted on the breaker
+    /// before it is let out, so concurrent environments never exceed the round's
+    /// probes; a count lost to another writer is decided again on a fresh read.
+    pub async fn admit(&self, now: Timestamp) -> Result<(Admission, Option<Change>), PortError> {
+        let mut fresh = false;
+        for _ in 0..TRIES {
+            let read = self.view(now, fresh).await?;
+            let (admission, next, change) = read.breaker.admit(now, &self.settings);
+            let Some(what) = change else {
+                return Ok((admission, None));
+            };
+            if self.save(&read, next, what, now).await? {
+                return Ok((admission, change));
+            }
+            fresh = true;
+        }
+        // Still contended: wait for the next round rather than exceed the probes.
+        let read = self.view(now, true).await?;
+        Ok((
+            Admission::Pause {
+                until: read.breaker.next_probe(now).max(now.plus_millis(1_000)),
+            },
+            None,
+        ))
+    }
+
+    /// Adds a batch's signals to the window (one write; none for an empty batch) and
+    /// moves the breaker on when they change it. Returns the change written.
+    pub async fn observe(
+        &self,
+        batch: &Tally,
+        now: Timestamp,
+    ) -> Result<Option<Change>, PortError> {
+        if *batch == Tally::default() {
+            return Ok(None);
+        }
+        self.store.count(now, batch).await?;
+        let cached = self.view(now, false).await?;
+        if !cached.breaker.may_change(batch, now) {
+            return Ok(None);
+        }
+        for _ in 0..TRIES {
+            let read = self.view(now, true).await?;
+            let (next, change) =
+                read.breaker
+                    .observe_batch(batch, &read.window, now, &self.settings);
+            let Some(change) = change else {
+                return Ok(None);
+            };
+            if self.save(&read, next, change, now).await? {
+                return Ok(Some(change));
+            }
+        }
+        // Another writer kept moving it: its changes stand.
+        Ok(None)
+    }
+
+    /// When a request paused at `now` should be due again (the domain's rule).
+    pub async fn resume_at(
+        &self,
+        now: Timestamp,
+        rng: &mut dyn domain::RandomSource,
+    ) -> Result<Timestamp, PortError> {
+        let read = self.view(now, false).await?;
+        Ok(read.breaker.resume_at(now, &self.settings, rng))
+    }
+
+    /// The breaker as last read (the `BreakerState` gauge).
+    pub async fn current(&self, now: Timestamp) -> Result<Breaker, PortError> {
+        Ok(self.view(now, false).await?.breaker)
+    }
+}
+
+#[cfg(test)]
+mod tests;
