@@ -153,6 +153,7 @@ mod tests {
                     attempt,
                     outcome,
                     reason: None,
+                    retry_after_seconds: None,
                 }));
             }
             inputs.push(Input::Retry(RetryEvent {

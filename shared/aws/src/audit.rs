@@ -38,7 +38,8 @@ pub mod attr {
     /// Partition key.
     pub const TRANSACTION_ID: &str = "transaction_id";
     /// Sort key: `AuditEntry::group_key()` = `<attempt:04>#1-send` or
-    /// `<attempt:04>#2-answer`, one item per handler run.
+    /// `<attempt:04>#2-answer` (`<attempt:04>.<round:04>#…` after a technical
+    /// re-send), one item per handler run.
     pub const AUDIT_KEY: &str = "audit_key";
     /// Prefix of an entry's attribute: `e#<AuditEntry::sort_key()>`.
     pub const ENTRY_PREFIX: &str = "e#";
@@ -61,6 +62,8 @@ pub mod attr {
     /// Who made an operator's transition, and the reason given.
     pub const OPERATOR_CALLER: &str = "operator_caller";
     pub const OPERATOR_REASON: &str = "operator_reason";
+    /// The record's technical re-send count (absent = 0).
+    pub const RESENDS: &str = "resends";
 }
 
 /// Why a change could not be audited.
@@ -143,6 +146,9 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     }
     if let Some(o) = entry.origin {
         m.insert(ORIGIN.into(), s(o.as_str()));
+    }
+    if entry.resends > 0 {
+        m.insert(RESENDS.into(), n(entry.resends));
     }
     if let Some(o) = &entry.operator {
         m.insert(OPERATOR_CALLER.into(), s(o.caller.clone()));
@@ -285,6 +291,10 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
             caller: caller.to_owned(),
             reason: get(OPERATOR_REASON).map(str::to_owned),
         }),
+        resends: get(RESENDS)
+            .map(|v| num(RESENDS, v))
+            .transpose()?
+            .unwrap_or(0),
     })
 }
 

@@ -296,6 +296,9 @@ pub struct ResponseHandlerConfig {
     pub retry_queue_url: String,
     /// ANSWER_TIMEOUT_SECONDS: the deadline of a request this handler records as sent.
     pub answer_timeout: Duration,
+    /// TECHNICAL_RESEND_MAX: technical re-sends of a transaction before an ERROR ends
+    /// it FAILED.
+    pub technical_resend_max: u32,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
 }
@@ -319,6 +322,7 @@ impl ResponseHandlerConfig {
         "RESPONSE_DLQ_URL",
         "RETRY_QUEUE_URL",
         "ANSWER_TIMEOUT_SECONDS",
+        "TECHNICAL_RESEND_MAX",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
@@ -337,6 +341,12 @@ impl ResponseHandlerConfig {
             response_dlq_url: env.required("RESPONSE_DLQ_URL")?,
             retry_queue_url: env.required("RETRY_QUEUE_URL")?,
             answer_timeout: answer_timeout(&env)?,
+            technical_resend_max: env.ranged(
+                "TECHNICAL_RESEND_MAX",
+                defaults::TECHNICAL_RESEND_MAX,
+                0,
+                defaults::TECHNICAL_RESEND_LIMIT,
+            )?,
             batch_concurrency: batch_concurrency(&env)?,
             metrics_namespace: namespace(&env),
         })
@@ -712,9 +722,10 @@ mod tests {
                     "BACKOFF_JITTER" => "0.1".to_owned(),
                     "BACKOFF_STRICT_CAP" => "false".to_owned(),
                     "BACKOFF_OVERRIDES" => "{}".to_owned(),
-                    "ANSWER_TIMEOUT_SECONDS" | "ANSWER_REPUBLISH_MAX" | "RECONCILE_REQUEUE_MAX" => {
-                        "3".to_owned()
-                    }
+                    "ANSWER_TIMEOUT_SECONDS"
+                    | "ANSWER_REPUBLISH_MAX"
+                    | "RECONCILE_REQUEUE_MAX"
+                    | "TECHNICAL_RESEND_MAX" => "3".to_owned(),
                     _ => "x".to_owned(),
                 })
             };

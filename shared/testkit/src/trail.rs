@@ -30,6 +30,7 @@ pub fn entry(
         reason: None,
         origin: None,
         operator: None,
+        resends: 0,
     }
 }
 

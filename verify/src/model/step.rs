@@ -284,6 +284,7 @@ impl ProtocolModel {
             attempt: Self::attempt(r.attempt),
             outcome: r.outcome,
             reason: Some(fixture::CANCEL_REASON.to_owned()),
+            retry_after_seconds: None,
         })
     }
 

@@ -77,8 +77,9 @@ impl World<'_> {
             outcome,
             reason: match outcome {
                 Outcome::Cancelled => Some(fixture::CANCEL_REASON.to_owned()),
-                Outcome::Success => None,
+                Outcome::Success | Outcome::Error => None,
             },
+            retry_after_seconds: None,
         };
         self.seq += 1;
         let id = self.seq;

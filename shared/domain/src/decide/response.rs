@@ -15,6 +15,12 @@ const SUCCEED: Arrow = arrow!([Status::InProgress], Event::ResponseSuccess);
 const FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledExhausted);
 const SCHEDULE: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledRetry);
 const CONFIRM: Arrow = arrow!([Status::Scheduling], Event::ScheduleConfirmed);
+const RESEND: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalRetry);
+const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalExhausted);
+
+/// `last_reason` of a transaction that ended because every technical re-send was
+/// answered ERROR again.
+pub const TECHNICAL_EXHAUSTED_REASON: &str = "TECHNICAL_EXHAUSTED";
 
 /// The plan for a response, decided on what is known of the record.
 pub fn decide_response(
@@ -40,7 +46,13 @@ pub fn decide_response(
         // and then handle the response. Dropping it as late would leave the
         // transaction IN_PROGRESS(n) waiting for a response already consumed (B's
         // final write comes after its publish, and a crash there leaves SENDING).
-        if r.status == Status::Sending && r.next_attempt == Some(n) && r.current_attempt != n {
+        // While B re-sends request n after an ERROR, the same holds for a SUCCESS or a
+        // CANCELLED (the service's result for key n); an ERROR there is the one that
+        // opened the re-send, delivered again.
+        if r.status == Status::Sending
+            && r.next_attempt == Some(n)
+            && (r.current_attempt != n || resp.outcome != Outcome::Error)
+        {
             let published = in_progress_write(id, n, ctx, Actor::ResponseHandler);
             if let Ok(after) = published.apply(r) {
                 let mut plan = vec![Effect::Write(published)];
@@ -65,7 +77,39 @@ pub fn decide_response(
         }
     }
     let status = rec.map(|r| r.status);
+    // A retry cycle that sends attempt n again: opened by an ERROR for n.
+    let resending = rec.is_some_and(|r| r.next_attempt == Some(n));
     match (status, resp.outcome) {
+        // A redelivered ERROR found its re-send SCHEDULING: reuse the stored instant
+        // and schedule name (the schedule may not exist yet).
+        (Some(Status::Scheduling), Outcome::Error) if resending => match rec {
+            Some(r) => resume_scheduling(r, ctx, Actor::ResponseHandler, Ack::Resend),
+            None => vec![Effect::Ack(Ack::AlreadyHandled)],
+        },
+        (Some(Status::Scheduled | Status::Sending), Outcome::Error) if resending => {
+            vec![Effect::Ack(Ack::AlreadyHandled)]
+        }
+        // The service's result for key n while request n waits to go out again: the
+        // re-send, with the same key, brings it back; nothing to change now.
+        (Some(status @ (Status::Scheduling | Status::Scheduled)), outcome) if resending => {
+            vec![Effect::Drop(DropReason::AnswerBeforeResend {
+                attempt: n,
+                outcome,
+                status,
+            })]
+        }
+        // ERROR for the current attempt: send it again later, or, the re-sends spent,
+        // FAILED + business alert. Never consumes an attempt.
+        (None | Some(Status::InProgress), Outcome::Error) => {
+            technical_failure(id, n, rec.map_or(0, |r| r.resends), resp, ctx, rng)
+        }
+        // The redelivery of the ERROR that spent the re-sends: alert again.
+        (Some(Status::Failed), Outcome::Error)
+            if rec
+                .is_some_and(|r| r.last_reason.as_deref() == Some(TECHNICAL_EXHAUSTED_REASON)) =>
+        {
+            vec![technical_alert(id, n), Effect::Ack(Ack::Failed)]
+        }
         // Rule 2: SUCCESS and IN_PROGRESS → SUCCEEDED.
         (None | Some(Status::InProgress), Outcome::Success) => {
             let mut w = answered(id, SUCCEED, n, resp, ctx);
@@ -106,7 +150,9 @@ pub fn decide_response(
         }
         // The redelivery of the response that exhausted the budget: the alert may not
         // have gone out before a crash, so raise it again (alerts are at-least-once).
-        (Some(Status::Failed), Outcome::Cancelled) => {
+        (Some(Status::Failed), Outcome::Cancelled)
+            if rec.is_none_or(|r| r.last_reason.as_deref() != Some(TECHNICAL_EXHAUSTED_REASON)) =>
+        {
             let attempts = rec.map(|r| r.current_attempt).unwrap_or(n);
             vec![
                 Effect::Alert(Alert {
@@ -160,6 +206,80 @@ fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan 
     ]
 }
 
+/// ERROR for attempt `n` of a record with `resends` technical re-sends (0 when
+/// unread: the writes are conditional on the count, and a failed condition hands back
+/// the record to decide again). With re-sends left: SCHEDULING with `next_attempt = n`
+/// (the attempt is not consumed), the re-send's own schedule name and its instant —
+/// the later of the technical backoff's and the service's `retry_after_seconds` —
+/// persisted before the schedule is created. Spent: FAILED, `TECHNICAL_EXHAUSTED`.
+fn technical_failure(
+    id: &TransactionId,
+    n: Attempt,
+    resends: u32,
+    resp: &Response,
+    ctx: &Context,
+    rng: &mut dyn RandomSource,
+) -> Plan {
+    if resends >= ctx.technical_resend_max {
+        let mut w = answered(id, TECHNICAL_FAIL, n, resp, ctx).listed_failed(ctx.shards);
+        w.guard.resends = Some(resends);
+        w.set.last_outcome = Some(Outcome::Error);
+        w.set.last_reason = Change::Set(TECHNICAL_EXHAUSTED_REASON.to_owned());
+        return vec![
+            Effect::Write(w),
+            technical_alert(id, n),
+            Effect::Ack(Ack::Failed),
+        ];
+    }
+    let seq = resends.saturating_add(1);
+    let backoff =
+        ctx.technical_policy
+            .fire_at(ctx.now, Attempt::new(seq).unwrap_or(Attempt::FIRST), rng);
+    let asked = ctx
+        .now
+        .plus_millis(i64::from(resp.retry_after_seconds.unwrap_or(0)) * 1000)
+        .ceil_to_second();
+    let fire_at = backoff.max(asked);
+    let name = ScheduleName::for_resend(id, n, seq);
+    let mut w = answered(id, RESEND, n, resp, ctx);
+    w.guard.resends = Some(resends);
+    w.set.resends = Change::Set(seq);
+    w.set.last_outcome = Some(Outcome::Error);
+    open_cycle_plan(w, n, fire_at, name, ctx, Ack::Resend)
+}
+
+/// The plan of a write entering SCHEDULING from IN_PROGRESS: the write opens the
+/// cycle of attempt `next` (instant and name persisted first), then the schedule is
+/// created from that instant, then confirmed, then `ack`.
+fn open_cycle_plan(
+    w: Write,
+    next: Attempt,
+    fire_at: Timestamp,
+    name: ScheduleName,
+    ctx: &Context,
+    ack: Ack,
+) -> Plan {
+    let id = w.transaction_id.clone();
+    let mut w = w.open_cycle(next, fire_at, name.clone(), ctx.shards);
+    w.set.origin = Change::Clear;
+    vec![
+        Effect::Write(w),
+        create_schedule(&id, next, fire_at, name),
+        confirm_scheduled(&id, next, ctx, Actor::ResponseHandler),
+        Effect::Ack(ack),
+    ]
+}
+
+/// The business alert of a transaction whose technical re-sends are spent.
+fn technical_alert(id: &TransactionId, n: Attempt) -> Effect {
+    Effect::Alert(Alert {
+        kind: AlertKind::TechnicalExhausted,
+        transaction_id: id.clone(),
+        attempts: n,
+        last_reason: Some(TECHNICAL_EXHAUSTED_REASON.to_owned()),
+    })
+}
+
 fn schedule_retry(
     id: &TransactionId,
     n: Attempt,
@@ -173,19 +293,12 @@ fn schedule_retry(
         .for_reason(resp.reason.as_deref())
         .fire_at(ctx.now, n, rng);
     let name = ScheduleName::for_retry(id, next);
-    let mut to_scheduling =
-        answered(id, SCHEDULE, n, resp, ctx).open_cycle(next, fire_at, name.clone(), ctx.shards);
+    let mut to_scheduling = answered(id, SCHEDULE, n, resp, ctx);
     // Guarded by `max_attempts > n`: when the budget is spent the condition fails,
     // hands back the record, and the re-decision takes rule 3.
     to_scheduling.guard.budget = Some(BudgetGuard::Remaining);
     to_scheduling.set.last_outcome = Some(Outcome::Cancelled);
-    to_scheduling.set.origin = Change::Clear;
-    vec![
-        Effect::Write(to_scheduling),
-        create_schedule(id, next, fire_at, name),
-        confirm_scheduled(id, next, ctx, Actor::ResponseHandler),
-        Effect::Ack(Ack::Scheduled),
-    ]
+    open_cycle_plan(to_scheduling, next, fire_at, name, ctx, Ack::Scheduled)
 }
 
 /// The one-time schedule that puts attempt `next`'s retry event on the queue at

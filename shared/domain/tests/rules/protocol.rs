@@ -351,6 +351,7 @@ impl Sim {
                     attempt: a(*attempt),
                     outcome,
                     reason: None,
+                    retry_after_seconds: None,
                 }));
             }
             Op::BogusRetry { attempt, origin } => {
