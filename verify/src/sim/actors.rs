@@ -35,7 +35,10 @@ impl World<'_> {
             Fate::Accepted => {}
         }
         self.report.requests_accepted += 1;
-        let outcome = if self.service.chance(self.cfg.cancel_rate) {
+        let outcome = if self.service.chance(self.cfg.technical_rate) {
+            self.report.technical_failures += 1;
+            Outcome::Error
+        } else if self.service.chance(self.cfg.cancel_rate) {
             Outcome::Cancelled
         } else {
             Outcome::Success

@@ -46,13 +46,10 @@ pub fn decide_response(
         // and then handle the response. Dropping it as late would leave the
         // transaction IN_PROGRESS(n) waiting for a response already consumed (B's
         // final write comes after its publish, and a crash there leaves SENDING).
-        // While B re-sends request n after an ERROR, the same holds for a SUCCESS or a
-        // CANCELLED (the service's result for key n); an ERROR there is the one that
-        // opened the re-send, delivered again.
-        if r.status == Status::Sending
-            && r.next_attempt == Some(n)
-            && (r.current_attempt != n || resp.outcome != Outcome::Error)
-        {
+        // The same holds while B re-sends request n after an ERROR: whatever the
+        // answer, it may be the re-send's own (an ERROR delivered again instead costs
+        // one re-send more, never a lost answer).
+        if r.status == Status::Sending && r.next_attempt == Some(n) {
             let published = in_progress_write(id, n, ctx, Actor::ResponseHandler);
             if let Ok(after) = published.apply(r) {
                 let mut plan = vec![Effect::Write(published)];
@@ -86,7 +83,8 @@ pub fn decide_response(
             Some(r) => resume_scheduling(r, ctx, Actor::ResponseHandler, Ack::Resend),
             None => vec![Effect::Ack(Ack::AlreadyHandled)],
         },
-        (Some(Status::Scheduled | Status::Sending), Outcome::Error) if resending => {
+        // SCHEDULED: the re-send has not left, so this is not its answer.
+        (Some(Status::Scheduled), Outcome::Error) if resending => {
             vec![Effect::Ack(Ack::AlreadyHandled)]
         }
         // The service's result for key n while request n waits to go out again: the
@@ -262,10 +260,18 @@ fn open_cycle_plan(
     let id = w.transaction_id.clone();
     let mut w = w.open_cycle(next, fire_at, name.clone(), ctx.shards);
     w.set.origin = Change::Clear;
+    let cycle = Cycle {
+        current: w.guard.current_attempt,
+        next,
+        resends: match w.set.resends {
+            Change::Set(k) => Some(k),
+            _ => None,
+        },
+    };
     vec![
         Effect::Write(w),
         create_schedule(&id, next, fire_at, name),
-        confirm_scheduled(&id, next, ctx, Actor::ResponseHandler),
+        confirm_scheduled(&id, cycle, ctx, Actor::ResponseHandler),
         Effect::Ack(ack),
     ]
 }
@@ -320,10 +326,24 @@ fn create_schedule(
     })
 }
 
-/// SCHEDULING → SCHEDULED for the pending attempt `next` (the cycle's index key stays).
-fn confirm_scheduled(id: &TransactionId, next: Attempt, ctx: &Context, actor: Actor) -> Effect {
+/// What tells one retry cycle from another: the attempt answered, the attempt to
+/// send and, for a technical re-send, its number. A re-send of attempt n has the same
+/// `next_attempt` as the CANCELLED cycle that sent n and as the re-send before it.
+#[derive(Debug, Clone, Copy)]
+struct Cycle {
+    current: Option<Attempt>,
+    next: Attempt,
+    resends: Option<u32>,
+}
+
+/// SCHEDULING → SCHEDULED for `cycle` (the cycle's index key stays): conditional on
+/// all of it, so that a confirmation left over from an earlier cycle never confirms
+/// a later one whose schedule may not exist yet.
+fn confirm_scheduled(id: &TransactionId, cycle: Cycle, ctx: &Context, actor: Actor) -> Effect {
     let mut w = Write::new(id.clone(), CONFIRM, ctx.now, actor);
-    w.guard.next_attempt = Some(next);
+    w.guard.current_attempt = cycle.current;
+    w.guard.next_attempt = Some(cycle.next);
+    w.guard.resends = cycle.resends;
     Effect::Write(w)
 }
 
@@ -343,6 +363,11 @@ pub(super) fn resume_scheduling(
         return vec![Effect::Ack(Ack::AlreadyHandled)];
     };
     let id = &r.transaction_id;
+    let cycle = Cycle {
+        current: Some(r.current_attempt),
+        next,
+        resends: Some(r.resends),
+    };
     if fire_at <= ctx.now {
         return vec![
             Effect::PublishRetry(RetryEvent {
@@ -350,7 +375,7 @@ pub(super) fn resume_scheduling(
                 origin: Origin::RetryScheduler,
                 attempt: next,
             }),
-            confirm_scheduled(id, next, ctx, actor),
+            confirm_scheduled(id, cycle, ctx, actor),
             Effect::Ack(ack),
         ];
     }
@@ -360,7 +385,7 @@ pub(super) fn resume_scheduling(
         .unwrap_or_else(|| ScheduleName::for_retry(id, next));
     vec![
         create_schedule(id, next, fire_at, name),
-        confirm_scheduled(id, next, ctx, actor),
+        confirm_scheduled(id, cycle, ctx, actor),
         Effect::Ack(ack),
     ]
 }

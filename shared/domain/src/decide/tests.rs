@@ -917,7 +917,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseCancelledRetry if IN_PROGRESS c=1 Remaining -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+7200s due=- by=response-handler",
             "create-schedule retry-TX-100200-2 at T0+7200s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=1 n=2 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -986,7 +986,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -1001,7 +1001,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -1017,7 +1017,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response CANCELLED n=2 / SCHEDULING c=2 max=4",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -1064,7 +1064,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s due=- by=response-handler",
             "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=3 n=4 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -1104,7 +1104,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=response-handler",
             "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s due=- by=response-handler",
             "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=3 n=4 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -1137,7 +1137,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseTechnicalRetry if IN_PROGRESS c=1 rs=0 -> SCHEDULING n=1 fire=T0+60s name=retry-TX-100200-1.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-1.1 at T0+60s event=TX-100200/1/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=1 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=1 n=1 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1206,7 +1206,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1221,7 +1221,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1230,7 +1230,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1281,7 +1281,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseTechnicalRetry if IN_PROGRESS c=3 rs=0 -> SCHEDULING n=3 fire=T0+60s name=retry-TX-100200-3.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-3.1 at T0+60s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=3 n=3 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1321,7 +1321,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=response-handler",
             "write ResponseTechnicalRetry if IN_PROGRESS c=3 rs=0 -> SCHEDULING n=3 fire=T0+60s name=retry-TX-100200-3.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-3.1 at T0+60s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=3 n=3 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1372,7 +1372,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=response-handler",
             "write ResponseTechnicalRetry if IN_PROGRESS c=4 rs=0 -> SCHEDULING n=4 fire=T0+60s name=retry-TX-100200-4.1 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-4.1 at T0+60s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=4 n=4 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1414,7 +1414,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=response-handler",
             "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=- origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -1422,7 +1422,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response ERROR n=2 / SCHEDULING c=2 max=4 resend=1",
         &[
             "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1435,7 +1435,11 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=2 / SENDING c=2 max=4 resend=1",
         &[
-            "ack AlreadyHandled",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+120s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
         ],
     ),
     (
@@ -1470,7 +1474,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
             "create-schedule retry-TX-100200-2.2 at T0+120s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1479,7 +1483,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2.2 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+7200s due=- rs=2 by=response-handler",
             "create-schedule retry-TX-100200-2.2 at T0+7200s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
     ),
@@ -1496,7 +1500,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck resend=1 / current",
         &[
             "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
@@ -1954,7 +1958,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck / unread",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
@@ -1962,7 +1966,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck / current",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
