@@ -180,9 +180,10 @@ impl AuditEntry {
         }
     }
 
-    /// True when this transition exhausted the budget (the business alert).
+    /// True when this transition ended the transaction FAILED (the business alert):
+    /// from IN_PROGRESS, or from the wait of a technical re-send.
     pub fn is_exhaustion(&self) -> bool {
-        self.to == Status::Failed && self.from == Some(Status::InProgress)
+        self.to == Status::Failed && self.from.is_some_and(|f| f != Status::Failed)
     }
 }
 

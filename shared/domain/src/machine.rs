@@ -8,6 +8,8 @@
 //! IN_PROGRESS(n) → SCHEDULING          ERROR for n, re-sends left: request
 //!                                      n again later (next_attempt = n)     Event::ResponseTechnicalRetry
 //! IN_PROGRESS(n) → FAILED              ERROR for n, re-sends spent          Event::ResponseTechnicalExhausted
+//! SCHEDULING | SCHEDULED → the arrow   SUCCESS or CANCELLED for n while its
+//!   of that answer from IN_PROGRESS    re-send waits (next_attempt = n)     ResponseSuccess, ResponseCancelled*
 //! SCHEDULING → SCHEDULED               schedule created (or existed)        Event::ScheduleConfirmed
 //! SCHEDULING → SENDING                 retry event before A confirmed       Event::RetryEventAccepted
 //! SCHEDULED  → SENDING                 retry event for next_attempt         Event::RetryEventAccepted
@@ -183,9 +185,15 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
     use Status as S;
     match (from, event) {
         (None, E::Start) => Ok(S::InProgress),
-        (Some(S::InProgress), E::ResponseSuccess) => Ok(S::Succeeded),
-        (Some(S::InProgress), E::ResponseCancelledExhausted) => Ok(S::Failed),
-        (Some(S::InProgress), E::ResponseCancelledRetry) => Ok(S::Scheduling),
+        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseSuccess) => {
+            Ok(S::Succeeded)
+        }
+        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseCancelledExhausted) => {
+            Ok(S::Failed)
+        }
+        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseCancelledRetry) => {
+            Ok(S::Scheduling)
+        }
         (Some(S::InProgress), E::ResponseTechnicalRetry) => Ok(S::Scheduling),
         (Some(S::InProgress), E::ResponseTechnicalExhausted) => Ok(S::Failed),
         (Some(S::Scheduling), E::ScheduleConfirmed) => Ok(S::Scheduled),
@@ -1021,6 +1029,28 @@ mod tests {
         let expected: &[(Option<Status>, Event, Option<Status>)] = &[
             (None, E::Start, Some(S::InProgress)),
             (Some(S::InProgress), E::ResponseSuccess, Some(S::Succeeded)),
+            (Some(S::Scheduling), E::ResponseSuccess, Some(S::Succeeded)),
+            (Some(S::Scheduled), E::ResponseSuccess, Some(S::Succeeded)),
+            (
+                Some(S::Scheduling),
+                E::ResponseCancelledExhausted,
+                Some(S::Failed),
+            ),
+            (
+                Some(S::Scheduled),
+                E::ResponseCancelledExhausted,
+                Some(S::Failed),
+            ),
+            (
+                Some(S::Scheduling),
+                E::ResponseCancelledRetry,
+                Some(S::Scheduling),
+            ),
+            (
+                Some(S::Scheduled),
+                E::ResponseCancelledRetry,
+                Some(S::Scheduling),
+            ),
             (
                 Some(S::InProgress),
                 E::ResponseCancelledExhausted,
@@ -1241,8 +1271,9 @@ mod tests {
             }
         }
         // One per non-empty subset of the sources of each event: Start has none
-        // (it leaves [*]); RetryEventAccepted 7, ResolvedElsewhere 3, the rest 1 each.
-        assert_eq!(arrows, 7 + 3 + 14);
+        // (it leaves [*]); RetryEventAccepted, ResponseSuccess and the two
+        // ResponseCancelled* 7 each, ResolvedElsewhere 3, the rest 1 each.
+        assert_eq!(arrows, 4 * 7 + 3 + 11);
     }
 
     #[test]

@@ -331,13 +331,6 @@ pub enum DropReason {
     ConflictingSuccess { attempt: Attempt, status: Status },
     /// A redelivered response for work already finished.
     DuplicateResponse { status: Status },
-    /// A SUCCESS or CANCELLED for attempt n while request n waits to be sent again
-    /// after an ERROR: the re-send (same key) brings the service's answer back.
-    AnswerBeforeResend {
-        attempt: Attempt,
-        outcome: Outcome,
-        status: Status,
-    },
     /// A retry event for an attempt that is not the pending one.
     StaleRetry {
         attempt: Attempt,
@@ -359,7 +352,6 @@ impl DropReason {
             DropReason::ConflictingOutcome { .. } => "conflicting-outcome",
             DropReason::ConflictingSuccess { .. } => "conflicting-success",
             DropReason::DuplicateResponse { .. } => "duplicate-response",
-            DropReason::AnswerBeforeResend { .. } => "answer-before-resend",
             DropReason::StaleRetry { .. } => "stale-retry",
             DropReason::DuplicateRetry { .. } => "duplicate-retry",
             DropReason::NotStuck { .. } => "not-stuck",

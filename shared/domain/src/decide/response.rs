@@ -16,6 +16,18 @@ const FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledExhaust
 const SCHEDULE: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledRetry);
 const CONFIRM: Arrow = arrow!([Status::Scheduling], Event::ScheduleConfirmed);
 const RESEND: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalRetry);
+const SUCCEED_WAITING: Arrow = arrow!(
+    [Status::Scheduling, Status::Scheduled],
+    Event::ResponseSuccess
+);
+const FAIL_WAITING: Arrow = arrow!(
+    [Status::Scheduling, Status::Scheduled],
+    Event::ResponseCancelledExhausted
+);
+const SCHEDULE_WAITING: Arrow = arrow!(
+    [Status::Scheduling, Status::Scheduled],
+    Event::ResponseCancelledRetry
+);
 const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalExhausted);
 
 /// `last_reason` of a transaction that ended because every technical re-send was
@@ -87,14 +99,17 @@ pub fn decide_response(
         (Some(Status::Scheduled), Outcome::Error) if resending => {
             vec![Effect::Ack(Ack::AlreadyHandled)]
         }
-        // The service's result for key n while request n waits to go out again: the
-        // re-send, with the same key, brings it back; nothing to change now.
-        (Some(status @ (Status::Scheduling | Status::Scheduled)), outcome) if resending => {
-            vec![Effect::Drop(DropReason::AnswerBeforeResend {
-                attempt: n,
-                outcome,
-                status,
-            })]
+        // The service's result for key n while request n waits to go out again (an
+        // earlier copy of it was processed after all): decided as in IN_PROGRESS(n),
+        // the first write taken from the re-send's wait instead. The re-send's
+        // schedule, if it fires, finds its attempt no longer pending.
+        (Some(Status::Scheduling | Status::Scheduled), Outcome::Success | Outcome::Cancelled)
+            if resending =>
+        {
+            match rec {
+                Some(r) => answered_while_resend_waits(r, resp, ctx, rng),
+                None => vec![Effect::Ack(Ack::AlreadyHandled)],
+            }
         }
         // ERROR for the current attempt: send it again later, or, the re-sends spent,
         // FAILED + business alert. Never consumes an attempt.
@@ -175,6 +190,50 @@ pub fn decide_response(
             status,
         })],
     }
+}
+
+/// SUCCESS or CANCELLED for attempt n found while n's re-send waits (SCHEDULING or
+/// SCHEDULED, `next_attempt = n`): the plan for IN_PROGRESS(n), its first write
+/// leaving the wait instead — conditional on that very wait (attempt, re-send count)
+/// and clearing its pending attempt and instant unless it opens a cycle of its own.
+fn answered_while_resend_waits(
+    r: &TransactionRecord,
+    resp: &Response,
+    ctx: &Context,
+    rng: &mut dyn RandomSource,
+) -> Plan {
+    let as_sent = TransactionRecord {
+        status: Status::InProgress,
+        next_attempt: None,
+        next_fire_at: None,
+        ..r.clone()
+    };
+    let mut plan = decide_response(Known::Record(&as_sent), resp, ctx, rng);
+    if let Some(Effect::Write(w)) = plan.first_mut() {
+        let waiting = match w.event() {
+            Event::ResponseSuccess => SUCCEED_WAITING,
+            Event::ResponseCancelledExhausted => FAIL_WAITING,
+            _ => SCHEDULE_WAITING,
+        };
+        let mut from_wait = Write::new(
+            w.transaction_id.clone(),
+            waiting,
+            w.set.updated_at,
+            w.set.actor,
+        );
+        from_wait.guard = w.guard.clone();
+        from_wait.guard.next_attempt = Some(resp.attempt);
+        from_wait.guard.resends = Some(r.resends);
+        from_wait.set = w.set.clone();
+        if from_wait.set.next_attempt == Change::Keep {
+            from_wait.set.next_attempt = Change::Clear;
+        }
+        if from_wait.set.next_fire_at == Change::Keep {
+            from_wait.set.next_fire_at = Change::Clear;
+        }
+        *w = from_wait;
+    }
+    plan
 }
 
 /// The write answering attempt `n` (guarded by it), with the response's reason.

@@ -304,11 +304,6 @@ fn describe(e: &Effect) -> String {
             DropReason::DuplicateResponse { status } => {
                 format!("drop duplicate-response in {status}")
             }
-            DropReason::AnswerBeforeResend {
-                attempt,
-                outcome,
-                status,
-            } => format!("drop answer-before-resend {outcome} attempt={attempt} in {status}"),
             DropReason::StaleRetry { attempt, pending } => format!(
                 "drop stale-retry attempt={attempt} pending={}",
                 pending.map_or("-".to_string(), |p| p.to_string())
@@ -1379,13 +1374,15 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response SUCCESS n=2 / SCHEDULING c=2 max=4 resend=1",
         &[
-            "drop answer-before-resend SUCCESS attempt=2 in SCHEDULING",
+            "write ResponseSuccess if SCHEDULING|SCHEDULED c=2 n=2 rs=1 -> SUCCEEDED n=- fire=- outcome=SUCCESS reason=- rk=- due=- by=response-handler",
+            "ack Succeeded",
         ],
     ),
     (
         "response SUCCESS n=2 / SCHEDULED c=2 max=4 resend=1",
         &[
-            "drop answer-before-resend SUCCESS attempt=2 in SCHEDULED",
+            "write ResponseSuccess if SCHEDULING|SCHEDULED c=2 n=2 rs=1 -> SUCCEEDED n=- fire=- outcome=SUCCESS reason=- rk=- due=- by=response-handler",
+            "ack Succeeded",
         ],
     ),
     (
@@ -1399,13 +1396,19 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=2 / SCHEDULING c=2 max=4 resend=1",
         &[
-            "drop answer-before-resend CANCELLED attempt=2 in SCHEDULING",
+            "write ResponseCancelledRetry if SCHEDULING|SCHEDULED c=2 n=2 Remaining rs=1 -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=- origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
+            "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
+            "ack Scheduled",
         ],
     ),
     (
         "response CANCELLED n=2 / SCHEDULED c=2 max=4 resend=1",
         &[
-            "drop answer-before-resend CANCELLED attempt=2 in SCHEDULED",
+            "write ResponseCancelledRetry if SCHEDULING|SCHEDULED c=2 n=2 Remaining rs=1 -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=- origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
+            "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
+            "ack Scheduled",
         ],
     ),
     (

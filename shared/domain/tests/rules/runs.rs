@@ -715,6 +715,46 @@ fn a_redelivered_error_schedules_nothing_twice() {
     assert_eq!(w.record(&id).resends, 2);
 }
 
+/// GIVEN attempt 1 answered ERROR, its re-send waiting (SCHEDULED) WHEN the service's
+/// answer for a copy of request 1 it did process arrives, SUCCESS or CANCELLED, THEN
+/// it is taken as from IN_PROGRESS(1): SUCCEEDED at attempt 1, or the cycle of attempt
+/// 2 replacing the re-send; the re-send's schedule, firing, is dropped and request 1
+/// does not leave again.
+#[test]
+fn an_answer_while_the_re_send_waits_is_taken() {
+    for outcome in [Outcome::Success, Outcome::Cancelled] {
+        let mut w = World::new();
+        let id = tx("TX-T4");
+        w.start(&id, 3);
+        let resp = w.serve_each(|_| Outcome::Error).remove(0);
+        assert_eq!(w.run(Input::Response(resp)), Disposition::Ack(Ack::Resend));
+        assert_eq!(summary(&w, &id), (Scheduled, 1, Some(1)));
+        let d = w.run(response_input(&id, 1, outcome));
+        let after = match outcome {
+            Outcome::Success => {
+                assert_eq!(d, Disposition::Ack(Ack::Succeeded));
+                (Succeeded, 1, None)
+            }
+            _ => {
+                assert_eq!(d, Disposition::Ack(Ack::Scheduled));
+                (Scheduled, 1, Some(2))
+            }
+        };
+        assert_eq!(summary(&w, &id), after);
+        // The re-send's schedule (the earlier one) fires: nothing leaves for attempt 1.
+        w.advance_ms(5 * 60 * 1000);
+        for ev in w.fire_due() {
+            assert_eq!(ev.attempt, a(1));
+            assert!(matches!(
+                w.run(retry_input(ev)),
+                Disposition::Drop(DropReason::DuplicateRetry { .. })
+            ));
+        }
+        assert_eq!(w.published(&id), [1], "{outcome}");
+        assert_eq!(w.record(&id).resends, 1);
+    }
+}
+
 /// A response for an earlier attempt changes nothing, in every state it can meet.
 #[test]
 fn late_response_changes_nothing() {
