@@ -622,6 +622,8 @@ fn business_alarm_problems(t: &Value) -> Vec<String> {
         (names::RECONCILE_UNDECODABLE, runtime::reconcile::FUNCTION),
         // response handler, per SUCCESS for an attempt answered CANCELLED or resolved.
         (names::CONFLICTING_SUCCESS, runtime::response::FUNCTION),
+        // response handler, per ERROR past the technical re-sends.
+        (names::TECHNICAL_EXHAUSTED, runtime::response::FUNCTION),
         // response handler, per CreateSchedule refused for the account's limits.
         (names::SCHEDULER_QUOTA_EXCEEDED, runtime::response::FUNCTION),
         (names::SCHEDULER_THROTTLED, runtime::response::FUNCTION),

@@ -8,6 +8,7 @@
 use domain::decide::{Context, Decide, DropReason, Effect, Input, Known, Plan, Question, Rules};
 use domain::ids::MaxAttempts;
 use domain::machine::{Event, Status, TransactionRecord};
+use domain::message::{Outcome, Response};
 use domain::policy::RandomSource;
 
 /// The switches, one per known-bad design.
@@ -24,6 +25,9 @@ pub struct Flaws {
     /// No answer deadline: the reconciler leaves IN_PROGRESS alone, so a request never
     /// answered (or a start that crashed before publishing) waits forever.
     pub no_answer_deadline: bool,
+    /// A technical failure taken for a business rejection: an ERROR answer is handled
+    /// as CANCELLED, so an outage consumes attempts.
+    pub technical_as_cancelled: bool,
 }
 
 impl Flaws {
@@ -33,15 +37,17 @@ impl Flaws {
         retry_discards_sending: false,
         attempts_from_zero: false,
         no_answer_deadline: false,
+        technical_as_cancelled: false,
     };
 
     /// The known-bad designs by the names the command lines take.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 6] = [
         "retry-rejects-scheduling",
         "fire-time-at-create",
         "retry-discards-sending",
         "attempts-from-zero",
         "no-answer-deadline",
+        "technical-as-cancelled",
     ];
 
     /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
@@ -53,6 +59,7 @@ impl Flaws {
             "retry-discards-sending" => &mut self.retry_discards_sending,
             "attempts-from-zero" => &mut self.attempts_from_zero,
             "no-answer-deadline" => &mut self.no_answer_deadline,
+            "technical-as-cancelled" => &mut self.technical_as_cancelled,
             _ => return false,
         };
         *flag = true;
@@ -68,7 +75,19 @@ impl Flaws {
 
 impl Decide for Flaws {
     fn decide(&self, q: Question<'_>, ctx: &Context, rng: &mut dyn RandomSource) -> Plan {
-        let input = q.input;
+        // An ERROR read as CANCELLED.
+        let as_cancelled;
+        let input = match q.input {
+            Input::Response(r) if self.technical_as_cancelled && r.outcome == Outcome::Error => {
+                as_cancelled = Input::Response(Response {
+                    outcome: Outcome::Cancelled,
+                    ..r.clone()
+                });
+                &as_cancelled
+            }
+            input => input,
+        };
+        let q = Question { input, ..q };
         // Counting from zero spends the budget at n > max instead of n >= max: the
         // rules decide as if the record allowed one attempt more.
         let widened;
@@ -133,7 +152,7 @@ impl Decide for Flaws {
 mod tests {
     use super::*;
     use domain::policy::FixedRandom;
-    use domain::{Outcome, Response, RetryEvent, Timestamp, TransactionId};
+    use domain::{RetryEvent, Timestamp, TransactionId};
 
     /// With every switch off the flawed rules are the rules, plan for plan.
     #[test]
@@ -147,12 +166,13 @@ mod tests {
         let mut inputs = Vec::new();
         for n in 1..=3 {
             let attempt = domain::Attempt::new(n).unwrap();
-            for outcome in [Outcome::Success, Outcome::Cancelled] {
+            for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
                 inputs.push(Input::Response(Response {
                     transaction_id: id.clone(),
                     attempt,
                     outcome,
                     reason: None,
+                    retry_after_seconds: None,
                 }));
             }
             inputs.push(Input::Retry(RetryEvent {

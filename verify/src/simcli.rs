@@ -34,6 +34,10 @@ pub struct SimArgs {
     /// Probability that the external service answers CANCELLED.
     #[arg(long, default_value_t = 0.5)]
     pub cancel_rate: f64,
+    /// Probability that the external service answers ERROR (a technical failure: the
+    /// attempt is sent again, same key, not consumed); drawn before CANCELLED/SUCCESS.
+    #[arg(long, default_value_t = 0.0)]
+    pub technical_rate: f64,
     /// Probability that a schedule fires 1 to 60 minutes late.
     #[arg(long, default_value_t = 0.05)]
     pub late_fire_rate: f64,
@@ -97,7 +101,7 @@ pub struct SimArgs {
     pub jitter: f64,
     /// Switch on a known-bad design (repeatable): retry-rejects-scheduling,
     /// fire-time-at-create, retry-discards-sending, attempts-from-zero,
-    /// no-answer-deadline.
+    /// no-answer-deadline, technical-as-cancelled.
     #[arg(long)]
     pub flaw: Vec<String>,
     /// Worker threads (seeds run in parallel; the report does not depend on this).
@@ -116,6 +120,7 @@ impl SimArgs {
             ("--crash-rate", self.crash_rate),
             ("--throttle-rate", self.throttle_rate),
             ("--cancel-rate", self.cancel_rate),
+            ("--technical-rate", self.technical_rate),
             ("--late-fire-rate", self.late_fire_rate),
             ("--double-fire-rate", self.double_fire_rate),
             ("--scheduler-failure-rate", self.scheduler_failure_rate),
@@ -152,6 +157,7 @@ impl SimArgs {
             crash_rate: self.crash_rate,
             throttle_rate: self.throttle_rate,
             cancel_rate: self.cancel_rate,
+            technical_rate: self.technical_rate,
             late_fire_rate: self.late_fire_rate,
             double_fire_rate: self.double_fire_rate,
             scheduler_failure_rate: self.scheduler_failure_rate,
@@ -202,6 +208,7 @@ impl SimArgs {
             crash_rate => "--crash-rate",
             throttle_rate => "--throttle-rate",
             cancel_rate => "--cancel-rate",
+            technical_rate => "--technical-rate",
             late_fire_rate => "--late-fire-rate",
             double_fire_rate => "--double-fire-rate",
             scheduler_failure_rate => "--scheduler-failure-rate",

@@ -7,7 +7,7 @@ use verify::model::{check, Kind, ProtocolModel, Scope, Violation};
 use verify::sim::{simulate, Report, SimConfig};
 use verify::Flaws;
 
-const P: [&str; 13] = ProtocolModel::SAFETY;
+const P: [&str; 14] = ProtocolModel::SAFETY;
 
 /// Checks `scope` with and without the flaw: the correct design passes, the flawed
 /// one breaks `primary` (an execution stops at its first violation, so other
@@ -186,4 +186,29 @@ fn no_answer_deadline_is_caught_by_the_model_checker() {
     let mut scope = Scope::quiet(1, 2);
     scope.faults.lost_messages = 1;
     model_finds(flaws, scope, 9);
+}
+
+/// A technical failure taken for a business rejection (ERROR handled as CANCELLED):
+/// an outage consumes attempts. The model checker finds the next attempt sent after
+/// an ERROR alone; the simulator counts each such request as a retry without a
+/// cancellation (`duplicated`).
+#[test]
+fn technical_failure_handled_as_cancelled_is_caught() {
+    let flaws = Flaws {
+        technical_as_cancelled: true,
+        ..Flaws::NONE
+    };
+    let mut scope = Scope::quiet(1, 3);
+    scope.faults.technical_answers = 1;
+    model_finds(flaws, scope, 13);
+    model_finds(flaws, scope, 1);
+    sim_finds(
+        flaws,
+        SimConfig {
+            technical_rate: 0.2,
+            ..sim_cfg()
+        },
+        |r| r.duplicated > 0 && r.technical_failures > 0,
+        "retries without a cancellation",
+    );
 }

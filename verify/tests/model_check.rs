@@ -98,3 +98,18 @@ fn lost_requests_and_answers_end_terminal_through_the_answer_deadline() {
     s.faults.reconciler_runs = 1;
     passes(s, 1_000, &[0, 1]);
 }
+
+/// The service answers ERROR (a technical failure) at any moment, up to twice per
+/// execution: the attempt is sent again with the same key, never consumed (property
+/// "a technical failure never consumes an attempt"), every transaction still ends
+/// terminal, and both ends are reached: a success after a re-send, and FAILED once
+/// the re-sends (one in the model) are spent.
+#[test]
+fn technical_failures_never_consume_an_attempt_and_still_end() {
+    let mut s = Scope::quiet(1, 2);
+    s.faults.technical_answers = 2;
+    passes(s, 10_000, &[0, 1, 8, 9]);
+    let mut s = Scope::quiet(1, 3);
+    s.faults.technical_answers = 1;
+    passes(s, 10_000, &[0, 1, 8]);
+}

@@ -376,6 +376,7 @@ impl Plan {
                 attempt: request.attempt,
                 outcome,
                 reason: self.reason.clone(),
+                retry_after_seconds: None,
             }),
         }
     }

@@ -38,8 +38,9 @@ pub mod attr {
     /// Partition key.
     pub const TRANSACTION_ID: &str = "transaction_id";
     /// Sort key: `AuditEntry::group_key()` = `<attempt:04>#1-send` or
-    /// `<attempt:04>#2-answer`, one item per handler run (`<attempt:04>#3-notice` for
-    /// the response handler's notices).
+    /// `<attempt:04>#2-answer` (`<attempt:04>.<round:04>#…` after a technical
+    /// re-send), one item per handler run (`<attempt:04>#3-notice` for the response
+    /// handler's notices).
     pub const AUDIT_KEY: &str = "audit_key";
     /// Prefix of an entry's attribute: `e#<AuditEntry::sort_key()>`.
     pub const ENTRY_PREFIX: &str = "e#";
@@ -65,6 +66,8 @@ pub mod attr {
     /// Set on an entry that is not a transition (`AuditEntry::notice`), e.g.
     /// `CONFLICTING_SUCCESS`.
     pub const NOTICE: &str = "notice";
+    /// The record's technical re-send count (absent = 0).
+    pub const RESENDS: &str = "resends";
 }
 
 /// Why a change could not be audited.
@@ -147,6 +150,9 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     }
     if let Some(o) = entry.origin {
         m.insert(ORIGIN.into(), s(o.as_str()));
+    }
+    if entry.resends > 0 {
+        m.insert(RESENDS.into(), n(entry.resends));
     }
     if let Some(o) = &entry.operator {
         m.insert(OPERATOR_CALLER.into(), s(o.caller.clone()));
@@ -295,6 +301,10 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
         notice: get(NOTICE)
             .map(|v| Notice::parse(v).ok_or_else(|| bad(NOTICE, Some(v), "unknown notice")))
             .transpose()?,
+        resends: get(RESENDS)
+            .map(|v| num(RESENDS, v))
+            .transpose()?
+            .unwrap_or(0),
     })
 }
 

@@ -311,6 +311,9 @@ pub struct ResponseHandlerConfig {
     pub audit_table: String,
     /// AUDIT_RETENTION_DAYS: the notes expire with the rest of the trail.
     pub audit_retention_days: u32,
+    /// TECHNICAL_RESEND_MAX: technical re-sends of a transaction before an ERROR ends
+    /// it FAILED.
+    pub technical_resend_max: u32,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
 }
@@ -336,6 +339,7 @@ impl ResponseHandlerConfig {
         "ANSWER_TIMEOUT_SECONDS",
         "AUDIT_TABLE",
         "AUDIT_RETENTION_DAYS",
+        "TECHNICAL_RESEND_MAX",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
@@ -356,6 +360,12 @@ impl ResponseHandlerConfig {
             answer_timeout: answer_timeout(&env)?,
             audit_table: env.required("AUDIT_TABLE")?,
             audit_retention_days: audit_retention_days(&env)?,
+            technical_resend_max: env.ranged(
+                "TECHNICAL_RESEND_MAX",
+                defaults::TECHNICAL_RESEND_MAX,
+                0,
+                defaults::TECHNICAL_RESEND_LIMIT,
+            )?,
             batch_concurrency: batch_concurrency(&env)?,
             metrics_namespace: namespace(&env),
         })
@@ -740,9 +750,10 @@ mod tests {
                     "BACKOFF_JITTER" => "0.1".to_owned(),
                     "BACKOFF_STRICT_CAP" => "false".to_owned(),
                     "BACKOFF_OVERRIDES" => "{}".to_owned(),
-                    "ANSWER_TIMEOUT_SECONDS" | "ANSWER_REPUBLISH_MAX" | "RECONCILE_REQUEUE_MAX" => {
-                        "3".to_owned()
-                    }
+                    "ANSWER_TIMEOUT_SECONDS"
+                    | "ANSWER_REPUBLISH_MAX"
+                    | "RECONCILE_REQUEUE_MAX"
+                    | "TECHNICAL_RESEND_MAX" => "3".to_owned(),
                     _ => "x".to_owned(),
                 })
             };

@@ -150,6 +150,7 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
     for (a, expected) in [
         (attr::REPUBLISHES, g.republishes),
         (attr::REQUEUES, g.requeues),
+        (attr::RESENDS, g.resends),
     ] {
         if let Some(k) = expected {
             let name = b.name(a);
@@ -279,6 +280,14 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         &mut remove,
         attr::REQUEUES,
         &c.requeues,
+        |k| n(*k),
+    );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::RESENDS,
+        &c.resends,
         |k| n(*k),
     );
     change(

@@ -114,6 +114,7 @@ fn response(tx: &str, attempt: u32, outcome: Outcome) -> Response {
         attempt: at(attempt),
         outcome,
         reason: Some("NOT_AVAILABLE".into()),
+        retry_after_seconds: None,
     }
 }
 

@@ -10,6 +10,11 @@
 //! run writes share a [`AuditEntry::group_key`] (the response handler's IN_PROGRESS(n)
 //! → SCHEDULING → SCHEDULED, the retry handler's SCHEDULED → SENDING →
 //! IN_PROGRESS(n+1)), so a store can keep them in one item written once.
+//!
+//! A technical re-send sends attempt n again, so the attempt alone no longer tells
+//! the runs of a transaction apart: the keys also carry the *round*, the number of
+//! technical re-sends the transaction had made when the request the entry belongs to
+//! left ([`AuditEntry::round`]); round 0 keeps the keys' original form.
 
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Actor, OperatorNote, Status, TransactionRecord};
@@ -42,6 +47,9 @@ pub struct AuditEntry {
     /// record unchanged): see [`Notice`].
     #[serde(default)]
     pub notice: Option<Notice>,
+    /// The record's technical re-send count after the transition.
+    #[serde(default)]
+    pub resends: u32,
 }
 
 /// An event the audit trail keeps although the record did not change.
@@ -102,6 +110,7 @@ impl AuditEntry {
                 None
             },
             notice: None,
+            resends: new.resends,
         })
     }
 
@@ -131,6 +140,7 @@ impl AuditEntry {
             origin: None,
             operator: None,
             notice: Some(Notice::ConflictingSuccess),
+            resends: record.resends,
         }
     }
 
@@ -140,13 +150,44 @@ impl AuditEntry {
         self.notice.is_none()
     }
 
-    /// Sort key within the transaction: `<at>#<attempt, 4 digits>#<rank>-<to>`.
+    /// True for the retry cycle of a technical re-send: SCHEDULING, SCHEDULED or
+    /// SENDING with the current attempt pending again.
+    fn is_resend_cycle(&self) -> bool {
+        self.to.is_intermediate() && self.next_attempt == Some(self.current_attempt)
+    }
+
+    /// The round of the request this entry follows: the re-send count when it left.
+    /// A re-send's cycle counts its re-send already but still follows the request
+    /// answered ERROR, one round earlier; every other entry follows the request of
+    /// the record's count (the count only grows, and an operator replay that clears
+    /// it also opens a new attempt).
+    pub fn round(&self) -> u32 {
+        if self.is_resend_cycle() {
+            self.resends.saturating_sub(1)
+        } else {
+            self.resends
+        }
+    }
+
+    /// `<attempt:04>` in round 0, `<attempt:04>.<round:04>` after: sorts after every
+    /// round-0 key of the attempt (`.` > `#`) and before the next attempt's.
+    fn attempt_round(attempt: Attempt, round: u32) -> String {
+        if round == 0 {
+            format!("{:04}", attempt.get())
+        } else {
+            format!("{:04}.{round:04}", attempt.get())
+        }
+    }
+
+    /// Sort key within the transaction: `<at>#<attempt, 4 digits>#<rank>-<to>`, the
+    /// attempt followed by `.<round, 4 digits>` from the first technical re-send on.
     ///
     /// Sorts as text in the order the transitions happened, also when one run writes
     /// two transitions at the same instant (IN_PROGRESS → SCHEDULING → SCHEDULED in one
-    /// response, SENDING(n) → IN_PROGRESS(n+1) in one retry): the attempt and then the
-    /// status's place in the lifecycle break the tie. A redelivered change yields the
-    /// same key, so it rewrites its entry instead of adding one.
+    /// response, SENDING(n) → IN_PROGRESS(n+1) in one retry, SENDING(n) →
+    /// IN_PROGRESS(n) in a re-send): the attempt, the round and then the status's
+    /// place in the lifecycle break the tie. A redelivered change yields the same key,
+    /// so it rewrites its entry instead of adding one.
     pub fn sort_key(&self) -> String {
         let rank = match self.to {
             Status::InProgress => 0,
@@ -157,9 +198,9 @@ impl AuditEntry {
             Status::Failed => 5,
         };
         let key = format!(
-            "{}#{:04}#{rank}-{}",
+            "{}#{}#{rank}-{}",
             self.at.to_rfc3339(),
-            self.current_attempt.get(),
+            Self::attempt_round(self.current_attempt, self.round()),
             self.to.as_str()
         );
         match self.notice {
@@ -178,13 +219,18 @@ impl AuditEntry {
     ///   IN_PROGRESS(n+1), all keyed by the attempt being sent;
     /// - `<attempt:04>#2-answer`: the run that handles the answer to an attempt — the
     ///   response handler's SCHEDULING and SCHEDULED, or SUCCEEDED / FAILED, keyed by
-    ///   the current attempt.
-    ///
+    ///   the current attempt;
     /// - `<attempt:04>#3-notice`: the notices naming an attempt (never written by a
     ///   run that also writes transitions).
     ///
+    /// From the first technical re-send on, the attempt is followed by
+    /// `.<round:04>`: the re-send's SENDING and IN_PROGRESS(n) are the send of round
+    /// k, the SCHEDULING and SCHEDULED that follow an ERROR the answer of the round
+    /// before, so no run of a re-sent attempt shares another's group.
+    ///
     /// Groups sort as text in the order the runs happen: attempt n is sent, then
-    /// answered, then attempt n+1 is sent.
+    /// answered, then sent again after an ERROR and answered again, then attempt n+1
+    /// is sent.
     pub fn group_key(&self) -> String {
         if self.notice.is_some() {
             // Apart from the stream's items: a redelivered change rewrites its item's
@@ -192,20 +238,32 @@ impl AuditEntry {
             return format!("{:04}#3-notice", self.current_attempt.get());
         }
         match self.to {
-            Status::InProgress => format!("{:04}#1-send", self.current_attempt.get()),
+            Status::InProgress => format!(
+                "{}#1-send",
+                Self::attempt_round(self.current_attempt, self.resends)
+            ),
             Status::Sending => format!(
-                "{:04}#1-send",
-                self.next_attempt.unwrap_or(self.current_attempt).get()
+                "{}#1-send",
+                Self::attempt_round(
+                    self.next_attempt.unwrap_or(self.current_attempt),
+                    self.resends
+                )
             ),
             Status::Scheduling | Status::Scheduled | Status::Succeeded | Status::Failed => {
-                format!("{:04}#2-answer", self.current_attempt.get())
+                format!(
+                    "{}#2-answer",
+                    Self::attempt_round(self.current_attempt, self.round())
+                )
             }
         }
     }
 
-    /// True when this transition exhausted the budget (the business alert).
+    /// True when this transition ended the transaction FAILED (the business alert):
+    /// from IN_PROGRESS, or from the wait of a technical re-send.
     pub fn is_exhaustion(&self) -> bool {
-        self.is_transition() && self.to == Status::Failed && self.from == Some(Status::InProgress)
+        self.is_transition()
+            && self.to == Status::Failed
+            && self.from.is_some_and(|f| f != Status::Failed)
     }
 }
 
@@ -349,21 +407,25 @@ mod tests {
         runs
     }
 
+    /// The group key of each run, checked to be the key of every entry of the run.
+    fn group_keys(runs: &[Vec<AuditEntry>]) -> Vec<String> {
+        runs.iter()
+            .map(|run| {
+                let key = run[0].group_key();
+                for e in run {
+                    assert_eq!(e.group_key(), key, "{:?} → {:?}", e.from, e.to);
+                }
+                key
+            })
+            .collect()
+    }
+
     #[test]
     fn each_handler_run_lands_in_one_group_and_runs_in_different_ones() {
         for end in [Status::Succeeded, Status::Failed] {
             let runs = lifecycle(3, end);
             assert_eq!(runs.len(), 1 + 3 * 2 + 1);
-            let keys: Vec<String> = runs
-                .iter()
-                .map(|run| {
-                    let key = run[0].group_key();
-                    for e in run {
-                        assert_eq!(e.group_key(), key, "{:?} → {:?}", e.from, e.to);
-                    }
-                    key
-                })
-                .collect();
+            let keys = group_keys(&runs);
             assert_eq!(
                 keys,
                 [
@@ -382,6 +444,77 @@ mod tests {
             sorted.sort();
             sorted.dedup();
             assert_eq!(sorted, keys);
+        }
+    }
+
+    /// Attempt 2 answered ERROR twice (two re-sends of attempt 2), then CANCELLED;
+    /// attempt 3 answered ERROR once, then SUCCESS: every run has its own group, no
+    /// two entries share a sort key, and both sort as the transitions happened, also
+    /// when every transition of the lifecycle is written at the same instant.
+    #[test]
+    fn re_sends_of_one_attempt_keep_every_entry_and_sort_in_order() {
+        for same_instant in [false, true] {
+            let mut at = 0;
+            let mut step = |old: &TransactionRecord, f: &dyn Fn(&mut TransactionRecord)| {
+                let mut new = old.clone();
+                f(&mut new);
+                if !same_instant {
+                    at += 1;
+                }
+                new.updated_at = Timestamp::from_millis(at);
+                let e = AuditEntry::from_change(Some(old), &new).unwrap();
+                (new, e)
+            };
+            let mut runs: Vec<Vec<AuditEntry>> = Vec::new();
+            let mut r = rec(Status::InProgress, 0);
+            r.current_attempt = attempt(2);
+            runs.push(vec![AuditEntry::from_change(None, &r).unwrap()]);
+            // (next attempt of the cycle, re-send count after the answer)
+            let cycles = [(2, 1), (2, 2), (3, 2), (3, 3)];
+            for (next, resends) in cycles {
+                let (a, e1) = step(&r, &|x| {
+                    x.status = Status::Scheduling;
+                    x.next_attempt = Some(attempt(next));
+                    x.resends = resends;
+                });
+                let (b, e2) = step(&a, &|x| x.status = Status::Scheduled);
+                let (c, e3) = step(&b, &|x| x.status = Status::Sending);
+                let (d, e4) = step(&c, &|x| {
+                    x.status = Status::InProgress;
+                    x.current_attempt = attempt(next);
+                    x.next_attempt = None;
+                });
+                runs.push(vec![e1, e2]);
+                runs.push(vec![e3, e4]);
+                r = d;
+            }
+            let (_, last) = step(&r, &|x| x.status = Status::Succeeded);
+            runs.push(vec![last]);
+            let keys = group_keys(&runs);
+            assert_eq!(
+                keys,
+                [
+                    "0002#1-send",
+                    "0002#2-answer",
+                    "0002.0001#1-send",
+                    "0002.0001#2-answer",
+                    "0002.0002#1-send",
+                    "0002.0002#2-answer",
+                    "0003.0002#1-send",
+                    "0003.0002#2-answer",
+                    "0003.0003#1-send",
+                    "0003.0003#2-answer",
+                ]
+            );
+            let mut sorted = keys.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted, keys, "one group per run, in run order");
+            let entries: Vec<String> = runs.iter().flatten().map(AuditEntry::sort_key).collect();
+            let mut sorted = entries.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted, entries, "one sort key per entry, in order");
         }
     }
 

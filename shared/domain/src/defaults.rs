@@ -46,6 +46,25 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// reason `UNANSWERED` (`ANSWER_REPUBLISH_MAX`, `AnswerRepublishMax`).
 pub const ANSWER_REPUBLISH_MAX: u32 = 3;
 
+/// Technical re-sends of one transaction's requests (ERROR answers sent again, no
+/// attempt consumed) before the next ERROR ends it FAILED with the reason
+/// `TECHNICAL_EXHAUSTED` (`TECHNICAL_RESEND_MAX`, `TechnicalResendMax`). With the
+/// technical backoff below, twenty re-sends span about fifteen hours of outage.
+pub const TECHNICAL_RESEND_MAX: u32 = 20;
+/// Highest TECHNICAL_RESEND_MAX accepted (the audit trail numbers re-sends with four
+/// digits).
+pub const TECHNICAL_RESEND_LIMIT: u32 = 1000;
+/// Technical backoff: wait before the first re-send, before jitter; it is also the
+/// floor under a `retry_after_seconds` shorter than the backoff, so a storm of ERROR
+/// answers cannot spin.
+pub const TECHNICAL_BACKOFF_BASE: Duration = Duration::from_secs(60);
+/// Technical backoff: growth per re-send.
+pub const TECHNICAL_BACKOFF_FACTOR: f64 = 2.0;
+/// Technical backoff: cap of the nominal wait.
+pub const TECHNICAL_BACKOFF_CAP: Duration = Duration::from_secs(3600);
+/// Technical backoff: relative jitter (spreads the re-sends of an outage's ERRORs).
+pub const TECHNICAL_BACKOFF_JITTER: f64 = 0.1;
+
 /// Records of one SQS batch handled at the same time (`BATCH_CONCURRENCY`,
 /// `BatchConcurrency`).
 pub const BATCH_CONCURRENCY: usize = 10;
@@ -81,13 +100,14 @@ pub enum ParameterDefault {
 }
 
 /// `template.yaml`'s parameters whose defaults are the constants above.
-pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 19] = {
+pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 20] = {
     use ParameterDefault::{Number, Text};
     [
         ("BackoffBaseSeconds", Number(BACKOFF_BASE.as_secs_f64())),
         ("AnswerTimeoutSeconds", Number(ANSWER_TIMEOUT.as_secs_f64())),
         ("AnswerRepublishMax", Number(ANSWER_REPUBLISH_MAX as f64)),
         ("ReconcileRequeueMax", Number(RECONCILE_REQUEUE_MAX as f64)),
+        ("TechnicalResendMax", Number(TECHNICAL_RESEND_MAX as f64)),
         ("BackoffFactor", Number(BACKOFF_FACTOR)),
         ("BackoffCapSeconds", Number(BACKOFF_CAP.as_secs_f64())),
         ("BackoffJitter", Number(BACKOFF_JITTER)),

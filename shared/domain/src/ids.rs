@@ -207,7 +207,20 @@ pub struct ScheduleName(String);
 
 impl ScheduleName {
     pub fn for_retry(id: &TransactionId, attempt: Attempt) -> Self {
-        let direct = format!("retry-{}-{}", id.as_str(), attempt.get());
+        Self::named(id, &attempt.get().to_string())
+    }
+
+    /// The schedule of the `seq`-th technical re-send of the transaction (attempt
+    /// `attempt` sent again, same key): `retry-<id>-<attempt>.<seq>`. The `.` keeps it
+    /// apart from every `retry-<id>-<attempt>` (whose last `-` is followed by digits
+    /// only) and from the re-sends of other ids, so it never meets a schedule already
+    /// consumed; `<id>` follows the same rules (hashed when the name would not fit).
+    pub fn for_resend(id: &TransactionId, attempt: Attempt, seq: u32) -> Self {
+        Self::named(id, &format!("{}.{seq}", attempt.get()))
+    }
+
+    fn named(id: &TransactionId, suffix: &str) -> Self {
+        let direct = format!("retry-{}-{suffix}", id.as_str());
         if direct.len() <= SCHEDULE_NAME_MAX
             && direct.chars().all(is_schedule_name_char)
             && !id.as_str().starts_with("h.")
@@ -216,7 +229,7 @@ impl ScheduleName {
         }
         let digest = Sha256::digest(id.as_str().as_bytes());
         let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-        Self(format!("retry-h.{hex}-{}", attempt.get()))
+        Self(format!("retry-h.{hex}-{suffix}"))
     }
 
     /// Wraps a name read back from a store. Only checked against the Scheduler's rules.
@@ -453,6 +466,60 @@ mod tests {
             hashed,
             ScheduleName::for_retry(&id(&too_long), Attempt::new(4).unwrap())
         );
+    }
+
+    /// A re-send's name: `retry-<id>-<n>.<seq>`, never a retry's name nor another
+    /// re-send's (an id ending in `-<n>` included), within the Scheduler's rules at
+    /// the longest id and the largest attempt and sequence, hashed like a retry's.
+    #[test]
+    fn resend_names_are_distinct_and_fit() {
+        let a2 = Attempt::new(2).unwrap();
+        assert_eq!(
+            ScheduleName::for_resend(&id("TX-100200"), a2, 1).as_str(),
+            "retry-TX-100200-2.1"
+        );
+        assert_eq!(
+            ScheduleName::for_resend(&id("TX#1"), a2, 3).as_str(),
+            "retry-h.fdf18baedeb320b1-2.3"
+        );
+        // `TX-1` attempt 2 re-send 3 against `TX-1-2` attempt 3.
+        assert_ne!(
+            ScheduleName::for_resend(&id("TX-1"), a2, 3),
+            ScheduleName::for_retry(&id("TX-1-2"), Attempt::new(3).unwrap())
+        );
+        assert_ne!(
+            ScheduleName::for_resend(&id("TX-1"), a2, 3),
+            ScheduleName::for_resend(&id("TX-1-2"), Attempt::new(3).unwrap(), 3)
+        );
+        let mut names = std::collections::BTreeSet::new();
+        for raw in ["TX-1", "TX-1-2", "TX-1-2.3"] {
+            for n in 1..=4 {
+                let attempt = Attempt::new(n).unwrap();
+                assert!(names.insert(ScheduleName::for_retry(&id(raw), attempt)));
+                for seq in 1..=4 {
+                    assert!(names.insert(ScheduleName::for_resend(&id(raw), attempt, seq)));
+                }
+            }
+        }
+        let longest = "ñ".repeat(MAX_TRANSACTION_ID_CHARS);
+        let fits = "x".repeat(SCHEDULE_NAME_MAX - "retry--2.1".len());
+        for raw in [longest.as_str(), fits.as_str(), "h.abc"] {
+            let name = ScheduleName::for_resend(
+                &id(raw),
+                Attempt::new(MAX_ATTEMPTS_LIMIT).unwrap(),
+                u32::MAX,
+            );
+            assert!(name.as_str().len() <= SCHEDULE_NAME_MAX, "{name}");
+            assert!(name.as_str().chars().all(is_schedule_name_char), "{name}");
+            assert_eq!(ScheduleName::from_stored(name.as_str()).unwrap(), name);
+        }
+        assert_eq!(
+            ScheduleName::for_resend(&id(&fits), a2, 1).as_str(),
+            format!("retry-{fits}-2.1")
+        );
+        assert!(ScheduleName::for_resend(&id(&fits), a2, 10)
+            .as_str()
+            .starts_with("retry-h."));
     }
 
     #[test]

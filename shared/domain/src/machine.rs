@@ -5,11 +5,17 @@
 //! IN_PROGRESS(n) → SUCCEEDED           response SUCCESS for n               Event::ResponseSuccess
 //! IN_PROGRESS(n) → FAILED              CANCELLED for n, n = max_attempts    Event::ResponseCancelledExhausted
 //! IN_PROGRESS(n) → SCHEDULING          CANCELLED for n < max_attempts       Event::ResponseCancelledRetry
+//! IN_PROGRESS(n) → SCHEDULING          ERROR for n, re-sends left: request
+//!                                      n again later (next_attempt = n)     Event::ResponseTechnicalRetry
+//! IN_PROGRESS(n) → FAILED              ERROR for n, re-sends spent          Event::ResponseTechnicalExhausted
+//! SCHEDULING | SCHEDULED → the arrow   SUCCESS or CANCELLED for n while its
+//!   of that answer from IN_PROGRESS    re-send waits (next_attempt = n)     ResponseSuccess, ResponseCancelled*
 //! SCHEDULING → SCHEDULED               schedule created (or existed)        Event::ScheduleConfirmed
 //! SCHEDULING → SENDING                 retry event before A confirmed       Event::RetryEventAccepted
-//! SCHEDULED  → SENDING                 retry event for n+1                  Event::RetryEventAccepted
+//! SCHEDULED  → SENDING                 retry event for next_attempt         Event::RetryEventAccepted
 //! SENDING    → SENDING                 redelivery resumes the publish       Event::RetryEventAccepted
-//! SENDING    → IN_PROGRESS(n+1)        request n+1 published                Event::RequestPublished
+//! SENDING    → IN_PROGRESS(m)          request m = next_attempt published   Event::RequestPublished
+//!                                      (n+1, or n for a technical re-send)
 //! SCHEDULING | SCHEDULED → SUCCEEDED   resolved by other means              Event::ResolvedElsewhere
 //! FAILED → SCHEDULING                  operator replay (`retryctl replay`)  Event::OperatorReplay
 //! IN_PROGRESS(n) → IN_PROGRESS(n)      found before its answer deadline     Event::AnswerAwaited
@@ -18,6 +24,13 @@
 //! SCHEDULING | SCHEDULED | SENDING → the same, counted: the reconciler
 //!                                      requeued its retry event             Event::ReconcilerRequeued
 //! ```
+//!
+//! A technical failure (ERROR) never consumes an attempt: its retry cycle carries
+//! `next_attempt = n`, the attempt that failed, so request n goes out again with the
+//! same idempotency key `<id>#n`; each such re-send is counted on the record
+//! (`resends`), names its own schedule (`retry-<id>-<n>.<resends>`) and, at
+//! TECHNICAL_RESEND_MAX, the next ERROR ends the transaction FAILED with the reason
+//! `TECHNICAL_EXHAUSTED`.
 //!
 //! FAILED → SCHEDULING is beyond the published pattern (docs/design.md): an operator
 //! reopening an exhausted transaction with a fresh budget. The last three are the
@@ -124,6 +137,8 @@ pub enum Event {
     ResponseSuccess,
     ResponseCancelledExhausted,
     ResponseCancelledRetry,
+    ResponseTechnicalRetry,
+    ResponseTechnicalExhausted,
     ScheduleConfirmed,
     RetryEventAccepted,
     RequestPublished,
@@ -136,11 +151,13 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 13] = [
+    pub const ALL: [Event; 15] = [
         Event::Start,
         Event::ResponseSuccess,
         Event::ResponseCancelledExhausted,
         Event::ResponseCancelledRetry,
+        Event::ResponseTechnicalRetry,
+        Event::ResponseTechnicalExhausted,
         Event::ScheduleConfirmed,
         Event::RetryEventAccepted,
         Event::RequestPublished,
@@ -168,9 +185,17 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
     use Status as S;
     match (from, event) {
         (None, E::Start) => Ok(S::InProgress),
-        (Some(S::InProgress), E::ResponseSuccess) => Ok(S::Succeeded),
-        (Some(S::InProgress), E::ResponseCancelledExhausted) => Ok(S::Failed),
-        (Some(S::InProgress), E::ResponseCancelledRetry) => Ok(S::Scheduling),
+        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseSuccess) => {
+            Ok(S::Succeeded)
+        }
+        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseCancelledExhausted) => {
+            Ok(S::Failed)
+        }
+        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseCancelledRetry) => {
+            Ok(S::Scheduling)
+        }
+        (Some(S::InProgress), E::ResponseTechnicalRetry) => Ok(S::Scheduling),
+        (Some(S::InProgress), E::ResponseTechnicalExhausted) => Ok(S::Failed),
         (Some(S::Scheduling), E::ScheduleConfirmed) => Ok(S::Scheduled),
         (Some(S::Scheduling | S::Scheduled | S::Sending), E::RetryEventAccepted) => Ok(S::Sending),
         (Some(S::Sending), E::RequestPublished) => Ok(S::InProgress),
@@ -553,7 +578,8 @@ pub struct TransactionRecord {
     pub status: Status,
     /// Last attempt whose request left (article: intento_actual).
     pub current_attempt: Attempt,
-    /// n+1 while SCHEDULING/SCHEDULED/SENDING, absent otherwise (intento_siguiente).
+    /// The attempt to send while SCHEDULING/SCHEDULED/SENDING, absent otherwise
+    /// (intento_siguiente): n+1 after CANCELLED, n itself after ERROR.
     pub next_attempt: Option<Attempt>,
     pub max_attempts: MaxAttempts,
     /// UTC instant of the retry, jitter applied, persisted before any schedule exists.
@@ -581,6 +607,12 @@ pub struct TransactionRecord {
     /// (absent = 0); at RECONCILE_REQUEUE_MAX the record is parked.
     #[serde(default)]
     pub requeues: u32,
+    /// Technical re-sends of the transaction's requests: retry cycles opened by an
+    /// ERROR answer (absent = 0). Numbers each re-send's schedule; at
+    /// TECHNICAL_RESEND_MAX the next ERROR ends the transaction FAILED. Only an
+    /// operator replay clears it.
+    #[serde(default)]
+    pub resends: u32,
     /// Failed-listing key; present only in FAILED.
     #[serde(default)]
     pub failed: Option<FailedKey>,
@@ -615,6 +647,7 @@ impl TransactionRecord {
             answer_due_at: None,
             republishes: 0,
             requeues: 0,
+            resends: 0,
             failed: None,
             operator: None,
         }
@@ -652,6 +685,8 @@ pub struct Guard {
     pub republishes: Option<u32>,
     /// The requeue count the write expects (an absent attribute is 0).
     pub requeues: Option<u32>,
+    /// The technical re-send count the write expects (an absent attribute is 0).
+    pub resends: Option<u32>,
 }
 
 impl Guard {
@@ -668,6 +703,7 @@ impl Guard {
             }
             && self.republishes.is_none_or(|k| rec.republishes == k)
             && self.requeues.is_none_or(|k| rec.requeues == k)
+            && self.resends.is_none_or(|k| rec.resends == k)
     }
 }
 
@@ -711,6 +747,8 @@ pub struct Changes {
     /// The reconciler's requeue count (`Clear` = 0: every write but a requeue is
     /// progress).
     pub requeues: Change<u32>,
+    /// The technical re-send count (`Clear` = 0, by an operator replay).
+    pub resends: Change<u32>,
     /// Failed-listing key after the write (`Set` entering FAILED, `Clear` leaving it).
     pub failed: Change<FailedKey>,
     /// The operator's note: set (or cleared) by operator writes, kept by the others.
@@ -766,6 +804,7 @@ impl Write {
                 },
                 republishes: Change::Keep,
                 requeues: Change::Clear,
+                resends: Change::Keep,
                 failed: if arrow.from().contains(Status::Failed) {
                     Change::Clear
                 } else {
@@ -887,7 +926,9 @@ impl Write {
             && g.republishes
                 .is_none_or(|k| s.republishes != Change::Keep || rec.republishes == k)
             && g.requeues
-                .is_none_or(|k| s.requeues != Change::Keep || rec.requeues == k);
+                .is_none_or(|k| s.requeues != Change::Keep || rec.requeues == k)
+            && g.resends
+                .is_none_or(|k| s.resends != Change::Keep || rec.resends == k);
         guard_kept && self.result_is(rec)
     }
 
@@ -920,6 +961,7 @@ impl Write {
                 &(rec.republishes > 0).then_some(rec.republishes),
             )
             && matches(&s.requeues, &(rec.requeues > 0).then_some(rec.requeues))
+            && matches(&s.resends, &(rec.resends > 0).then_some(rec.resends))
             && matches(&s.failed, &rec.failed)
             && match &s.operator {
                 Change::Keep => true,
@@ -960,6 +1002,9 @@ impl Write {
         let mut requeues = (next.requeues > 0).then_some(next.requeues);
         s.requeues.apply_to(&mut requeues);
         next.requeues = requeues.unwrap_or(0);
+        let mut resends = (next.resends > 0).then_some(next.resends);
+        s.resends.apply_to(&mut resends);
+        next.resends = resends.unwrap_or(0);
         s.failed.apply_to(&mut next.failed);
         match &s.operator {
             Change::Keep => {}
@@ -984,6 +1029,28 @@ mod tests {
         let expected: &[(Option<Status>, Event, Option<Status>)] = &[
             (None, E::Start, Some(S::InProgress)),
             (Some(S::InProgress), E::ResponseSuccess, Some(S::Succeeded)),
+            (Some(S::Scheduling), E::ResponseSuccess, Some(S::Succeeded)),
+            (Some(S::Scheduled), E::ResponseSuccess, Some(S::Succeeded)),
+            (
+                Some(S::Scheduling),
+                E::ResponseCancelledExhausted,
+                Some(S::Failed),
+            ),
+            (
+                Some(S::Scheduled),
+                E::ResponseCancelledExhausted,
+                Some(S::Failed),
+            ),
+            (
+                Some(S::Scheduling),
+                E::ResponseCancelledRetry,
+                Some(S::Scheduling),
+            ),
+            (
+                Some(S::Scheduled),
+                E::ResponseCancelledRetry,
+                Some(S::Scheduling),
+            ),
             (
                 Some(S::InProgress),
                 E::ResponseCancelledExhausted,
@@ -993,6 +1060,16 @@ mod tests {
                 Some(S::InProgress),
                 E::ResponseCancelledRetry,
                 Some(S::Scheduling),
+            ),
+            (
+                Some(S::InProgress),
+                E::ResponseTechnicalRetry,
+                Some(S::Scheduling),
+            ),
+            (
+                Some(S::InProgress),
+                E::ResponseTechnicalExhausted,
+                Some(S::Failed),
             ),
             (
                 Some(S::Scheduling),
@@ -1053,7 +1130,7 @@ mod tests {
             }
         }
         assert_eq!(legal, expected.len());
-        assert_eq!(states.len() * Event::ALL.len(), 91);
+        assert_eq!(states.len() * Event::ALL.len(), 105);
     }
 
     #[test]
@@ -1128,6 +1205,7 @@ mod tests {
             budget: Some(BudgetGuard::Remaining),
             republishes: None,
             requeues: None,
+            resends: None,
         };
         assert!(w.holds(&record(S::InProgress, 2, None, 4)));
         assert!(
@@ -1193,8 +1271,9 @@ mod tests {
             }
         }
         // One per non-empty subset of the sources of each event: Start has none
-        // (it leaves [*]); RetryEventAccepted 7, ResolvedElsewhere 3, the rest 1 each.
-        assert_eq!(arrows, 7 + 3 + 12);
+        // (it leaves [*]); RetryEventAccepted, ResponseSuccess and the two
+        // ResponseCancelled* 7 each, ResolvedElsewhere 3, the rest 1 each.
+        assert_eq!(arrows, 4 * 7 + 3 + 11);
     }
 
     #[test]

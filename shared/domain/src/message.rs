@@ -9,8 +9,16 @@
 //! Each message has one parse function returning a [`MessageError`] that names the
 //! field and the value at fault. Unknown fields are ignored (forward compatibility).
 //! The article's Spanish names are accepted as aliases: fields `transaccion_id`,
-//! `intento`, `resultado`, `motivo`, `origen`; outcomes `EXITOSO`, `CANCELADO`;
-//! origins `PLANIFICADOR_REINTENTO`, `RECONCILIADOR`, `OPERADOR`.
+//! `intento`, `resultado`, `motivo`, `origen`; outcomes `EXITOSO`, `CANCELADO`,
+//! `ERROR_TECNICO`; origins `PLANIFICADOR_REINTENTO`, `RECONCILIADOR`, `OPERADOR`.
+//!
+//! A response may also say the attempt failed for a technical reason (the service
+//! could not process it: down, overloaded, a dependency failing), with the wait the
+//! service asks for:
+//!
+//! ```text
+//! response ← {"transaction_id":"TX-100200","attempt":2,"outcome":"ERROR","reason":"HTTP_503","retry_after_seconds":120}
+//! ```
 
 use crate::ids::{Attempt, IdError, IdempotencyKey, TransactionId};
 use serde::{Deserialize, Serialize};
@@ -25,6 +33,8 @@ pub const MAX_BODY_BYTES: usize = 256 * 1024;
 pub const MAX_PAYLOAD_BYTES: usize = 240 * 1024;
 /// Longest `reason` accepted, in characters.
 pub const MAX_REASON_CHARS: usize = 256;
+/// Largest `retry_after_seconds` accepted: one day.
+pub const MAX_RETRY_AFTER_SECONDS: u32 = 86_400;
 
 /// What the external service answered for an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -34,6 +44,10 @@ pub enum Outcome {
     Success,
     #[serde(alias = "CANCELADO")]
     Cancelled,
+    /// The attempt failed for a technical reason: the request was not processed and
+    /// is sent again, with the same key, without consuming an attempt.
+    #[serde(alias = "ERROR_TECNICO")]
+    Error,
 }
 
 impl Outcome {
@@ -41,6 +55,7 @@ impl Outcome {
         match raw {
             "SUCCESS" | "EXITOSO" => Some(Self::Success),
             "CANCELLED" | "CANCELADO" => Some(Self::Cancelled),
+            "ERROR" | "ERROR_TECNICO" => Some(Self::Error),
             _ => None,
         }
     }
@@ -49,6 +64,7 @@ impl Outcome {
         match self {
             Self::Success => "SUCCESS",
             Self::Cancelled => "CANCELLED",
+            Self::Error => "ERROR",
         }
     }
 }
@@ -193,6 +209,11 @@ pub struct Response {
     pub outcome: Outcome,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// With ERROR: the least wait, in seconds, before the request is sent again (the
+    /// service's Retry-After; 0 to [`MAX_RETRY_AFTER_SECONDS`]). Ignored with the
+    /// other outcomes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u32>,
 }
 
 impl Response {
@@ -204,7 +225,8 @@ impl Response {
         let outcome = Outcome::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
             field: "outcome",
             value: truncate(&raw),
-            reason: "expected SUCCESS or CANCELLED (or EXITOSO / CANCELADO)".into(),
+            reason: "expected SUCCESS, CANCELLED or ERROR (or EXITOSO / CANCELADO / ERROR_TECNICO)"
+                .into(),
         })?;
         let reason = match lookup(&obj, "reason", &["motivo"]) {
             None | Some(Value::Null) => None,
@@ -221,11 +243,13 @@ impl Response {
             }
             Some(other) => return Err(wrong_type("reason", "a string", other)),
         };
+        let retry_after_seconds = retry_after(&obj)?;
         Ok(Self {
             transaction_id,
             attempt,
             outcome,
             reason,
+            retry_after_seconds,
         })
     }
 
@@ -385,6 +409,28 @@ fn attempt(
     }
 }
 
+/// `retry_after_seconds`: absent, or a whole number of seconds from 0 to
+/// [`MAX_RETRY_AFTER_SECONDS`].
+fn retry_after(obj: &Map<String, Value>) -> Result<Option<u32>, MessageError> {
+    const FIELD: &str = "retry_after_seconds";
+    match obj.get(FIELD) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|v| *v <= MAX_RETRY_AFTER_SECONDS)
+            .map(Some)
+            .ok_or_else(|| MessageError::InvalidValue {
+                field: FIELD,
+                value: n.to_string(),
+                reason: format!(
+                    "must be a whole number of seconds from 0 to {MAX_RETRY_AFTER_SECONDS}"
+                ),
+            }),
+        Some(other) => Err(wrong_type(FIELD, "a whole number of seconds", other)),
+    }
+}
+
 fn wrong_type(field: &'static str, expected: &'static str, found: &Value) -> MessageError {
     MessageError::WrongType {
         field,
@@ -467,6 +513,36 @@ mod tests {
         assert_eq!(e.attempt.get(), 2);
     }
 
+    /// A technical failure: ERROR or its Spanish alias, a reason, the service's wait
+    /// from 0 to a day; round-trips through its JSON form.
+    #[test]
+    fn parses_technical_errors() {
+        let r = Response::parse(
+            r#"{"transaction_id":"TX-1","attempt":3,"outcome":"ERROR","reason":"HTTP_503","retry_after_seconds":120}"#,
+        )
+        .unwrap();
+        assert_eq!(r.outcome, Outcome::Error);
+        assert_eq!(r.reason.as_deref(), Some("HTTP_503"));
+        assert_eq!(r.retry_after_seconds, Some(120));
+        assert_eq!(Response::parse(&r.to_json()).unwrap(), r);
+        let es = Response::parse(
+            r#"{"transaccion_id":"TX-1","intento":1,"resultado":"ERROR_TECNICO","motivo":"TIMEOUT"}"#,
+        )
+        .unwrap();
+        assert_eq!(es.outcome, Outcome::Error);
+        assert_eq!(es.retry_after_seconds, None);
+        for ok in [0, MAX_RETRY_AFTER_SECONDS] {
+            let body = format!(
+                r#"{{"transaction_id":"TX-1","attempt":1,"outcome":"ERROR","retry_after_seconds":{ok}}}"#
+            );
+            assert_eq!(
+                Response::parse(&body).unwrap().retry_after_seconds,
+                Some(ok)
+            );
+        }
+        assert_eq!(Outcome::parse("error"), None, "outcomes are upper case");
+    }
+
     #[test]
     fn request_round_trips_with_exact_payload_bytes() {
         let payload = Payload::from_json(r#"{"amount": 12.50, "items":[1,2]}"#).unwrap();
@@ -519,11 +595,27 @@ mod tests {
             ),
             (
                 r#"{"transaction_id":"TX-1","attempt":1,"outcome":"MAYBE"}"#,
-                "field `outcome` has invalid value `MAYBE`: expected SUCCESS or CANCELLED",
+                "field `outcome` has invalid value `MAYBE`: expected SUCCESS, CANCELLED or ERROR",
             ),
             (
                 r#"{"transaction_id":"TX-1","attempt":1,"outcome":"SUCCESS","reason":5}"#,
                 "field `reason` must be a string, got a number `5`",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"outcome":"ERROR","retry_after_seconds":-1}"#,
+                "field `retry_after_seconds` has invalid value `-1`: must be a whole number of seconds from 0 to 86400",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"outcome":"ERROR","retry_after_seconds":86401}"#,
+                "field `retry_after_seconds` has invalid value `86401`",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"outcome":"ERROR","retry_after_seconds":1.5}"#,
+                "field `retry_after_seconds` has invalid value `1.5`",
+            ),
+            (
+                r#"{"transaction_id":"TX-1","attempt":1,"outcome":"ERROR","retry_after_seconds":"60"}"#,
+                "field `retry_after_seconds` must be a whole number of seconds, got a string `\"60\"`",
             ),
         ];
         for (body, expected) in cases {

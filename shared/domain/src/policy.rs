@@ -108,6 +108,19 @@ impl RetryPolicy {
         }
     }
 
+    /// The backoff of technical re-sends ([`crate::defaults`]): base 60 s, factor 2,
+    /// cap 1 h, jitter ±10 %: `wait(k)` before re-send k.
+    pub fn technical_default() -> Self {
+        use crate::defaults as d;
+        Self {
+            base: d::TECHNICAL_BACKOFF_BASE,
+            factor: d::TECHNICAL_BACKOFF_FACTOR,
+            cap: d::TECHNICAL_BACKOFF_CAP,
+            jitter: d::TECHNICAL_BACKOFF_JITTER,
+            strict_cap: false,
+        }
+    }
+
     /// Validates: base > 0, factor >= 1, base <= cap <= [`MAX_CAP`], 0 <= jitter < 1.
     pub fn new(
         base: Duration,

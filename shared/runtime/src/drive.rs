@@ -95,6 +95,16 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
                         "business alert: request never answered, republishes spent; transaction FAILED (UNANSWERED)"
                     );
                 }
+                AlertKind::TechnicalExhausted => {
+                    metrics.incr(names::TECHNICAL_EXHAUSTED);
+                    tracing::error!(
+                        alert = a.kind.label(),
+                        transaction_id = %a.transaction_id,
+                        attempt = a.attempts.get(),
+                        idempotency_key = %domain::IdempotencyKey::new(&a.transaction_id, a.attempts),
+                        "business alert: every technical re-send answered ERROR; transaction FAILED (TECHNICAL_EXHAUSTED)"
+                    );
+                }
             },
             (Effect::Write(w), Observed::Written(r)) => {
                 tracing::debug!(
@@ -184,6 +194,7 @@ mod tests {
                 attempt: domain::Attempt::FIRST,
                 outcome: Outcome::Success,
                 reason: None,
+                retry_after_seconds: None,
             }),
             Known::Unread,
             &ctx,

@@ -37,6 +37,8 @@ pub mod names {
     /// Responses received, by outcome.
     pub const RESPONSE_SUCCESS: &str = "ResponseSuccess";
     pub const RESPONSE_CANCELLED: &str = "ResponseCancelled";
+    /// Responses ERROR (a technical failure: the attempt is sent again, not consumed).
+    pub const TECHNICAL_FAILURES: &str = "TechnicalFailures";
     /// One-time schedules created, and "already exists" answers (a redelivery's).
     pub const SCHEDULES_CREATED: &str = "SchedulesCreated";
     pub const SCHEDULE_CONFLICTS: &str = "ScheduleConflicts";
@@ -77,6 +79,9 @@ pub mod names {
     /// A request unanswered past its deadline and every republish: the transaction
     /// ended FAILED/UNANSWERED (business alert).
     pub const TRANSACTIONS_UNANSWERED: &str = "TransactionsUnanswered";
+    /// Every technical re-send answered ERROR again: the transaction ended
+    /// FAILED/TECHNICAL_EXHAUSTED (business alert).
+    pub const TECHNICAL_EXHAUSTED: &str = "TechnicalExhausted";
     /// An unanswered request published again by the reconciler (same key).
     pub const REQUESTS_REPUBLISHED: &str = "RequestsRepublished";
     /// A scheduler call throttled past the client's own retries (the message is

@@ -35,6 +35,7 @@ pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher, Nt
     metrics.incr(match response.outcome {
         Outcome::Success => names::RESPONSE_SUCCESS,
         Outcome::Cancelled => names::RESPONSE_CANCELLED,
+        Outcome::Error => names::TECHNICAL_FAILURES,
     });
     let driven = drive(Input::Response(response.clone()), ports, ctx, rng, hook).await;
     verdict(&driven, metrics)

@@ -24,6 +24,9 @@ pub struct Settings {
     /// Requeues without progress before a record is parked (RECONCILE_REQUEUE_MAX;
     /// only the reconciler uses it).
     pub requeue_max: u32,
+    /// Technical re-sends of a transaction before an ERROR ends it FAILED
+    /// (TECHNICAL_RESEND_MAX; only the response handler uses it).
+    pub technical_resend_max: u32,
 }
 
 impl Default for Settings {
@@ -35,6 +38,7 @@ impl Default for Settings {
             answer_timeout: defaults::ANSWER_TIMEOUT,
             answer_republish_max: defaults::ANSWER_REPUBLISH_MAX,
             requeue_max: defaults::RECONCILE_REQUEUE_MAX,
+            technical_resend_max: defaults::TECHNICAL_RESEND_MAX,
         }
     }
 }
@@ -50,6 +54,7 @@ impl Settings {
         )
         .with_answer_deadline(self.answer_timeout, self.answer_republish_max)
         .with_requeue_max(self.requeue_max)
+        .with_technical_resend_max(self.technical_resend_max)
     }
 }
 

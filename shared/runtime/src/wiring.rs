@@ -68,6 +68,7 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
         clock: SystemClock,
         settings: Settings {
             answer_timeout: c.answer_timeout,
+            technical_resend_max: c.technical_resend_max,
             ..settings(c.policies.clone(), c.reconcile_shards)
         },
         batch: BatchOptions {

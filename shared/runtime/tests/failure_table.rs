@@ -182,6 +182,7 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
             attempt: a(1),
             outcome: Outcome::Cancelled,
             reason: Some("NOT_AVAILABLE".into()),
+            retry_after_seconds: None,
         };
         let ports = ResponsePorts {
             store: &w.store,
@@ -493,13 +494,13 @@ async fn row9_response_from_an_earlier_attempt_changes_nothing() {
         }
         let before = w.record(TX);
         let changes = w.store.change_count();
-        for outcome in [Outcome::Success, Outcome::Cancelled] {
+        for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
             let v = w.respond(TX, 1, outcome).await;
             let dropped_as_expected = match outcome {
                 Outcome::Success => {
                     matches!(v, Verdict::Dropped(DropReason::ConflictingSuccess { .. }))
                 }
-                Outcome::Cancelled => {
+                Outcome::Cancelled | Outcome::Error => {
                     matches!(v, Verdict::Dropped(DropReason::LateResponse { .. }))
                 }
             };
@@ -508,7 +509,7 @@ async fn row9_response_from_an_earlier_attempt_changes_nothing() {
         assert_eq!(w.record(TX), before, "{stage}: record unchanged");
         assert_eq!(w.store.change_count(), changes, "{stage}: nothing written");
     }
-    assert_eq!(w.metrics.count("DropLateResponse"), 2);
+    assert_eq!(w.metrics.count("DropLateResponse"), 4);
     assert_eq!(w.metrics.count("DropConflictingSuccess"), 2);
     assert_eq!(w.metrics.count(names::CONFLICTING_SUCCESS), 2);
     assert_eq!(w.status(TX), Status::Succeeded);

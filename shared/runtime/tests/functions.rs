@@ -265,8 +265,9 @@ async fn the_event_files_through_the_three_functions() {
     };
     let cron: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!(
-            "{}/../../tests/events/cron.json",
-            env!("CARGO_MANIFEST_DIR")
+            "{}/../../tests/events/{}",
+            env!("CARGO_MANIFEST_DIR"),
+            "cron.json"
         ))
         .unwrap(),
     )
@@ -302,6 +303,78 @@ async fn the_event_files_through_the_three_functions() {
     want.push("IN_PROGRESS>IN_PROGRESS@1");
     want.push("IN_PROGRESS>IN_PROGRESS@2");
     assert_eq!(w.audit_path("TX-100200"), want);
+}
+
+/// Technical failures through the response handler: ERROR (with the service's wait)
+/// and its Spanish alias ERROR_TECNICO re-send attempt 1 under a schedule of its own,
+/// counted as `TechnicalFailures`, the attempt not consumed; a `retry_after_seconds`
+/// out of range goes to the DLQ unchanged.
+#[tokio::test]
+async fn the_technical_error_event_files_through_the_response_handler() {
+    let w = World::new();
+    for tx in ["TX-100600", "TX-100700"] {
+        w.start(tx, 3).await;
+    }
+    let dlq = MemoryDeadLetter::new();
+    let handler_a = response_handler(&w, &dlq);
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let r = handler_a
+        .handle_event(event("response-error.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(m.count(names::TECHNICAL_FAILURES), 2);
+    assert_eq!(m.count("AckResend"), 2);
+    assert_eq!(m.count(names::SCHEDULES_CREATED), 2);
+    for tx in ["TX-100600", "TX-100700"] {
+        let rec = w.record(tx);
+        assert_eq!(
+            (
+                rec.status,
+                rec.current_attempt,
+                rec.next_attempt,
+                rec.resends
+            ),
+            (Status::Scheduled, a(1), Some(a(1)), 1),
+            "{tx}"
+        );
+        let name = format!("retry-{tx}-1.1");
+        assert_eq!(rec.schedule_name.unwrap().as_str(), name);
+    }
+    // The service asked for 120 s, longer than the first re-send's 54–66 s.
+    let asked = w.record("TX-100600").next_fire_at.unwrap();
+    assert_eq!(asked, w.now().plus_millis(120_000).ceil_to_second());
+    let backoff = w.record("TX-100700").next_fire_at.unwrap();
+    assert!(backoff >= w.now().plus_millis(54_000) && backoff <= w.now().plus_millis(67_000));
+    assert!(dlq.messages().is_empty());
+
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let invalid = event("response-error-invalid.json");
+    let r = handler_a.handle_event(invalid.clone(), &m).await.unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(m.count("PermanentErrorMalformedBody"), 1);
+    assert_eq!(m.count(names::TECHNICAL_FAILURES), 0);
+    assert_eq!(dlq.messages(), vec![undeliverable(&invalid.records[0])]);
+    assert_eq!(w.record("TX-100600").resends, 1, "nothing changed");
+}
+
+/// Every file of `tests/events` is one the tests above send through the functions.
+#[test]
+fn every_event_file_is_exercised() {
+    let dir = format!("{}/../../tests/events", env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    let source = include_str!("functions.rs");
+    for f in &files {
+        assert!(
+            source.contains(&format!("\"{f}\"")),
+            "tests/events/{f} is sent by no test of this file"
+        );
+    }
+    assert!(files.len() >= 14, "{files:?}");
 }
 
 /// A store that fails (retryably) or panics for one transaction.

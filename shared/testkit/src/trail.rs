@@ -31,6 +31,7 @@ pub fn entry(
         origin: None,
         operator: None,
         notice: None,
+        resends: 0,
     }
 }
 

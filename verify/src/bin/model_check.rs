@@ -36,8 +36,12 @@ struct Args {
     /// its publish loses request 1 the same way).
     #[arg(long, default_value_t = 1)]
     lost_messages: u8,
+    /// Answers ERROR (technical failures: the attempt is sent again) per execution.
+    #[arg(long, default_value_t = 0)]
+    technical_answers: u8,
     /// Switch on a known-bad design: retry-rejects-scheduling, fire-time-at-create,
-    /// retry-discards-sending, attempts-from-zero, no-answer-deadline.
+    /// retry-discards-sending, attempts-from-zero, no-answer-deadline,
+    /// technical-as-cancelled.
     #[arg(long)]
     flaw: Vec<String>,
     #[arg(long, default_value_t = 2)]
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
             reconciler_runs: args.reconciler_runs,
             ticks: args.ticks,
             lost_messages: args.lost_messages,
+            technical_answers: args.technical_answers,
         },
         flaws,
         interleave: !args.ordered,

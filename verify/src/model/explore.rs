@@ -10,7 +10,7 @@ use testkit::oracle::{self, Violation};
 
 impl ProtocolModel {
     /// The properties checked on every reachable state.
-    pub const SAFETY: [&'static str; 13] = [
+    pub const SAFETY: [&'static str; 14] = [
         Violation::DuplicateAccepted.guarantee(),
         Violation::RetryWithoutCancellation.guarantee(),
         Violation::ExceededMaxAttempts.guarantee(),
@@ -24,6 +24,7 @@ impl ProtocolModel {
         Violation::AlertMissing.guarantee(),
         Violation::ImpossibleObservation.guarantee(),
         Violation::PendingRetryDropped.guarantee(),
+        "a technical failure never consumes an attempt: every attempt after the first follows one the service answered CANCELLED",
     ];
 }
 
@@ -81,6 +82,13 @@ impl Model for ProtocolModel {
         for (&(tx, attempt), answer) in s.service.accepted() {
             match answer {
                 None => {
+                    if b.technical_answers > 0 {
+                        actions.push(Action::ServiceAnswer {
+                            tx,
+                            attempt,
+                            outcome: Outcome::Error,
+                        });
+                    }
                     for outcome in [Outcome::Success, Outcome::Cancelled] {
                         actions.push(Action::ServiceAnswer {
                             tx,
@@ -235,6 +243,12 @@ impl Model for ProtocolModel {
             Property::always(p[12], |_, s: &State| {
                 !has(s, Violation::PendingRetryDropped)
             }),
+            Property::always(p[13], |m: &ProtocolModel, s: &State| {
+                m.txs().all(|tx| {
+                    let consumed = s.records[usize::from(tx)].current_attempt.get() - 1;
+                    consumed as usize <= s.service.cancelled_attempts(&tx)
+                })
+            }),
             // Witnesses: the exploration reaches the situations the guarantees are about.
             Property::sometimes(WITNESS[0], |_, s: &State| {
                 s.records.iter().any(|r| {
@@ -284,12 +298,24 @@ impl Model for ProtocolModel {
                 s.runs.iter().any(|r| r.kind == Kind::Reconciler)
                     && s.records.iter().any(|r| r.status == Status::Scheduling)
             }),
+            Property::sometimes(WITNESS[8], |_, s: &State| {
+                s.records
+                    .iter()
+                    .any(|r| r.status == Status::Succeeded && r.resends > 0)
+            }),
+            Property::sometimes(WITNESS[9], |_, s: &State| {
+                s.records.iter().any(|r| {
+                    r.status == Status::Failed
+                        && r.last_reason.as_deref()
+                            == Some(domain::decide::TECHNICAL_EXHAUSTED_REASON)
+                })
+            }),
         ]
     }
 }
 
 /// Situations the exploration must reach (otherwise the check would prove little).
-pub const WITNESS: [&str; 8] = [
+pub const WITNESS: [&str; 10] = [
     "a transaction fails after exhausting its attempts",
     "a transaction succeeds on a retry",
     "the retry event overtakes the response handler (arrives while SCHEDULING)",
@@ -298,4 +324,6 @@ pub const WITNESS: [&str; 8] = [
     "the service receives a duplicate publish of an accepted key",
     "a transaction completes after its scheduler event went to the DLQ",
     "the reconciler acts on a SCHEDULING transaction",
+    "a transaction succeeds after a technical re-send",
+    "a transaction ends FAILED with its technical re-sends spent",
 ];

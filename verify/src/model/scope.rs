@@ -59,7 +59,7 @@ impl fmt::Display for Scope {
         let b = &self.faults;
         write!(
             f,
-            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages",
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
@@ -70,7 +70,8 @@ impl fmt::Display for Scope {
             b.undeliverable_fires,
             b.reconciler_runs,
             b.ticks,
-            b.lost_messages
+            b.lost_messages,
+            b.technical_answers
         )
     }
 }
@@ -97,6 +98,9 @@ pub struct Budgets {
     /// start that crashed before its publish), or an answer the service gave that
     /// never reaches the response queue.
     pub lost_messages: u8,
+    /// Answers ERROR: the service could not process an attempt (a technical failure;
+    /// the attempt is sent again, same key, and answered anew).
+    pub technical_answers: u8,
 }
 
 impl Budgets {
@@ -111,6 +115,7 @@ impl Budgets {
             reconciler_runs: n,
             ticks: n,
             lost_messages: n,
+            technical_answers: n,
         }
     }
 }

@@ -13,6 +13,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use testkit::oracle::{self, Instants, Service, Violation, Writer};
 
+/// TECHNICAL_RESEND_MAX in the model: one re-send, so that two ERROR answers reach
+/// FAILED/TECHNICAL_EXHAUSTED within small budgets.
+pub const TECHNICAL_RESEND_MAX: u32 = 1;
+
 /// The protocol model.
 #[derive(Debug, Clone)]
 pub struct ProtocolModel {
@@ -50,6 +54,7 @@ impl ProtocolModel {
 
     fn ctx(&self, now: Timestamp) -> Context {
         fixture::context(now, &self.policies, Duration::ZERO)
+            .with_technical_resend_max(TECHNICAL_RESEND_MAX)
     }
 
     pub(super) fn attempt(n: u32) -> Attempt {
@@ -286,6 +291,7 @@ impl ProtocolModel {
             attempt: Self::attempt(r.attempt),
             outcome: r.outcome,
             reason: Some(fixture::CANCEL_REASON.to_owned()),
+            retry_after_seconds: None,
         })
     }
 
@@ -339,6 +345,8 @@ impl ProtocolModel {
                 if s.service.answer(tx, attempt, outcome) {
                     if again {
                         s.budgets.extra_answers -= 1;
+                    } else if outcome == Outcome::Error {
+                        s.budgets.technical_answers -= 1;
                     }
                     s.responses.push(Resp {
                         tx,

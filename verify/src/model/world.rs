@@ -111,7 +111,12 @@ impl ActiveRun {
                     w.from(),
                     w.guard.current_attempt,
                     w.guard.next_attempt,
-                    (w.guard.budget, w.guard.republishes, w.guard.requeues),
+                    (
+                        w.guard.budget,
+                        w.guard.republishes,
+                        w.guard.requeues,
+                        w.guard.resends
+                    ),
                     w.to(),
                     w.set.current_attempt,
                     w.set.next_attempt,
@@ -121,7 +126,8 @@ impl ActiveRun {
                     (
                         w.set.updated_at,
                         &w.set.answer_due_at,
-                        (&w.set.republishes, &w.set.requeues),
+                        (&w.set.republishes, &w.set.requeues, &w.set.resends),
+                        &w.set.last_reason,
                         &w.set.reconcile
                     )
                 ),
@@ -247,8 +253,8 @@ pub enum Firing {
 }
 
 /// The fields of a record that a decision, a guard or a property reads. The others
-/// (actor, origin, outcome, reason, created_at, the index partition) only feed the
-/// audit trail and metrics.
+/// (actor, origin, outcome, created_at, the index partition) only feed the audit trail
+/// and metrics.
 fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
     (
         (
@@ -262,7 +268,10 @@ fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
         ),
         (
             r.answer_due_at,
-            (r.republishes, r.requeues),
+            (r.republishes, r.requeues, r.resends),
+            // Read by a decision: an ERROR redelivered to a FAILED record alerts again
+            // only when its re-sends ended it.
+            r.last_reason.as_deref(),
             r.reconcile.as_ref().map(|k| k.at),
         ),
     )

@@ -35,7 +35,10 @@ impl World<'_> {
             Fate::Accepted => {}
         }
         self.report.requests_accepted += 1;
-        let outcome = if self.service.chance(self.cfg.cancel_rate) {
+        let outcome = if self.service.chance(self.cfg.technical_rate) {
+            self.report.technical_failures += 1;
+            Outcome::Error
+        } else if self.service.chance(self.cfg.cancel_rate) {
             Outcome::Cancelled
         } else {
             Outcome::Success
@@ -77,8 +80,9 @@ impl World<'_> {
             outcome,
             reason: match outcome {
                 Outcome::Cancelled => Some(fixture::CANCEL_REASON.to_owned()),
-                Outcome::Success => None,
+                Outcome::Success | Outcome::Error => None,
             },
+            retry_after_seconds: None,
         };
         self.seq += 1;
         let id = self.seq;

@@ -20,6 +20,9 @@ pub struct SimConfig {
     pub throttle_rate: f64,
     /// Probability that the external service answers CANCELLED.
     pub cancel_rate: f64,
+    /// Probability that the external service answers ERROR (drawn first; 0 draws
+    /// nothing, so a run without technical failures is the run it always was).
+    pub technical_rate: f64,
     /// Probability that a schedule fires late (1 to 60 minutes after its instant).
     pub late_fire_rate: f64,
     /// Probability that a schedule fires twice.
@@ -72,6 +75,7 @@ impl Default for SimConfig {
             crash_rate: 0.02,
             throttle_rate: 0.02,
             cancel_rate: 0.5,
+            technical_rate: 0.0,
             late_fire_rate: 0.05,
             double_fire_rate: 0.02,
             scheduler_failure_rate: 0.005,

@@ -111,6 +111,12 @@ impl World<'_> {
                 if p.kind == Kind::RetryHandler {
                     self.report.retry_requests_published += 1;
                     self.retry_publish_times.push(self.now);
+                    if self.records[tx]
+                        .as_ref()
+                        .is_some_and(|r| r.current_attempt == h.attempt)
+                    {
+                        self.report.technical_resends += 1;
+                    }
                 }
                 if p.kind == Kind::Reconciler {
                     self.report.republished += 1;
@@ -150,8 +156,12 @@ impl World<'_> {
                 if let Some(tx) = self.tx_of(&a.transaction_id) {
                     self.alerts[tx] += 1;
                     self.report.alerts += 1;
-                    if a.kind == domain::decide::AlertKind::Unanswered {
-                        self.report.unanswered += 1;
+                    match a.kind {
+                        domain::decide::AlertKind::Unanswered => self.report.unanswered += 1,
+                        domain::decide::AlertKind::TechnicalExhausted => {
+                            self.report.technical_exhausted += 1
+                        }
+                        domain::decide::AlertKind::AttemptsExhausted => {}
                     }
                 }
                 Observed::Alerted

@@ -58,6 +58,12 @@ pub struct Report {
     pub republished: u64,
     /// Transactions ended FAILED because their request was never answered.
     pub unanswered: u64,
+    /// Answers ERROR the service gave (technical failures).
+    pub technical_failures: u64,
+    /// Requests the retry handler sent again after an ERROR (same attempt, same key).
+    pub technical_resends: u64,
+    /// Alerts of transactions ended FAILED/TECHNICAL_EXHAUSTED.
+    pub technical_exhausted: u64,
     pub schedules_created: u64,
     pub schedule_conflicts: u64,
     pub reconciler_invocations: u64,
@@ -137,6 +143,9 @@ impl Report {
             answers_lost,
             republished,
             unanswered,
+            technical_failures,
+            technical_resends,
+            technical_exhausted,
             schedules_created,
             schedule_conflicts,
             reconciler_invocations,
@@ -282,6 +291,13 @@ impl fmt::Display for Report {
             "unanswered requests        starts crashed before publishing {}, requests lost {}, answers lost {}; republished {}, ended FAILED/UNANSWERED {}",
             self.start_crashes, self.requests_lost, self.answers_lost, self.republished, self.unanswered
         )?;
+        if self.technical_failures > 0 {
+            writeln!(
+                f,
+                "technical failures         answered ERROR {}; re-sent (same attempt, same key) {}; ended FAILED/TECHNICAL_EXHAUSTED {} (alerts)",
+                self.technical_failures, self.technical_resends, self.technical_exhausted
+            )?;
+        }
         writeln!(
             f,
             "work                       transitions {}, schedules {} (conflicts {}), reconciler invocations {} acting on {} records, events {}",

@@ -31,6 +31,7 @@ pub use reconcile::{decide_reconcile, is_stuck, UNANSWERED_REASON};
 pub use replay::decide_replay;
 pub use resolve::{decide_resolve, RESOLVED_REASON};
 pub use response::decide_response;
+pub use response::TECHNICAL_EXHAUSTED_REASON;
 pub use retry::decide_retry;
 pub use run::{Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
 pub use start::decide_start;
@@ -38,7 +39,7 @@ pub use start::decide_start;
 use crate::ids::{Attempt, MaxAttempts, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Status, TransactionRecord, Write};
 use crate::message::{Outcome, Payload, Response, RetryEvent};
-use crate::policy::{PolicySet, RandomSource};
+use crate::policy::{PolicySet, RandomSource, RetryPolicy};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -57,6 +58,10 @@ pub struct Context {
     pub answer_republish_max: u32,
     /// Requeues of one retry cycle without progress before it is parked.
     pub requeue_max: u32,
+    /// Technical re-sends of one transaction before an ERROR ends it FAILED.
+    pub technical_resend_max: u32,
+    /// The backoff of technical re-sends.
+    pub technical_policy: RetryPolicy,
     /// The operator a decision is made for (replay, resolve), recorded by its write.
     pub operator: Option<crate::machine::OperatorNote>,
 }
@@ -76,6 +81,8 @@ impl Context {
             answer_timeout: crate::defaults::ANSWER_TIMEOUT,
             answer_republish_max: crate::defaults::ANSWER_REPUBLISH_MAX,
             requeue_max: crate::defaults::RECONCILE_REQUEUE_MAX,
+            technical_resend_max: crate::defaults::TECHNICAL_RESEND_MAX,
+            technical_policy: RetryPolicy::technical_default(),
             operator: None,
         }
     }
@@ -90,6 +97,12 @@ impl Context {
     /// The same context with this bound on requeues without progress.
     pub fn with_requeue_max(mut self, requeue_max: u32) -> Self {
         self.requeue_max = requeue_max;
+        self
+    }
+
+    /// The same context with this bound on technical re-sends.
+    pub fn with_technical_resend_max(mut self, max: u32) -> Self {
+        self.technical_resend_max = max;
         self
     }
 
@@ -156,6 +169,8 @@ pub enum AlertKind {
     AttemptsExhausted,
     /// A request stayed unanswered past its deadline and every republish.
     Unanswered,
+    /// Every technical re-send was answered ERROR again.
+    TechnicalExhausted,
 }
 
 impl AlertKind {
@@ -163,6 +178,7 @@ impl AlertKind {
         match self {
             AlertKind::AttemptsExhausted => "attempts-exhausted",
             AlertKind::Unanswered => "unanswered",
+            AlertKind::TechnicalExhausted => "technical-exhausted",
         }
     }
 }
@@ -227,6 +243,8 @@ pub enum Ack {
     Succeeded,
     Failed,
     Scheduled,
+    /// ERROR for the current attempt: its re-send persisted and scheduled.
+    Resend,
     /// SCHEDULED / SENDING / later found: another execution did the work.
     AlreadyHandled,
     Published,
@@ -246,12 +264,13 @@ pub enum Ack {
 }
 
 impl Ack {
-    pub const ALL: [Ack; 16] = [
+    pub const ALL: [Ack; 17] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
         Ack::Failed,
         Ack::Scheduled,
+        Ack::Resend,
         Ack::AlreadyHandled,
         Ack::Published,
         Ack::Resumed,
@@ -273,6 +292,7 @@ impl Ack {
             Ack::Succeeded => "succeeded",
             Ack::Failed => "failed",
             Ack::Scheduled => "scheduled",
+            Ack::Resend => "resend",
             Ack::AlreadyHandled => "already-handled",
             Ack::Published => "published",
             Ack::Resumed => "resumed",

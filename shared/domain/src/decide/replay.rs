@@ -8,7 +8,8 @@ use crate::message::{Origin, RetryEvent};
 
 const REPLAY: Arrow = arrow!([Status::Failed], Event::OperatorReplay);
 
-/// Reopens a FAILED transaction with `budget` more attempts. The record goes to
+/// Reopens a FAILED transaction with `budget` more attempts (and its technical
+/// re-sends counted from 0 again). The record goes to
 /// SCHEDULING with the next attempt due now, and a retry event with origin OPERATOR
 /// goes on the retry queue (if that publish is lost, the reconciler finds the
 /// SCHEDULING record and requeues it).
@@ -47,6 +48,8 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
     w.guard.current_attempt = Some(r.current_attempt);
     w.set.max_attempts = Some(max);
     w.set.origin = Change::Set(Origin::Operator);
+    // A fresh budget of technical re-sends too.
+    w.set.resends = Change::Clear;
     let w = w.noted(ctx.operator.as_ref());
     vec![
         Effect::Write(w),

@@ -16,6 +16,24 @@ const SUCCEED: Arrow = arrow!([Status::InProgress], Event::ResponseSuccess);
 const FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledExhausted);
 const SCHEDULE: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledRetry);
 const CONFIRM: Arrow = arrow!([Status::Scheduling], Event::ScheduleConfirmed);
+const RESEND: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalRetry);
+const SUCCEED_WAITING: Arrow = arrow!(
+    [Status::Scheduling, Status::Scheduled],
+    Event::ResponseSuccess
+);
+const FAIL_WAITING: Arrow = arrow!(
+    [Status::Scheduling, Status::Scheduled],
+    Event::ResponseCancelledExhausted
+);
+const SCHEDULE_WAITING: Arrow = arrow!(
+    [Status::Scheduling, Status::Scheduled],
+    Event::ResponseCancelledRetry
+);
+const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalExhausted);
+
+/// `last_reason` of a transaction that ended because every technical re-send was
+/// answered ERROR again.
+pub const TECHNICAL_EXHAUSTED_REASON: &str = "TECHNICAL_EXHAUSTED";
 
 /// The plan for a response, decided on what is known of the record.
 pub fn decide_response(
@@ -41,7 +59,10 @@ pub fn decide_response(
         // and then handle the response. Dropping it as late would leave the
         // transaction IN_PROGRESS(n) waiting for a response already consumed (B's
         // final write comes after its publish, and a crash there leaves SENDING).
-        if r.status == Status::Sending && r.next_attempt == Some(n) && r.current_attempt != n {
+        // The same holds while B re-sends request n after an ERROR: whatever the
+        // answer, it may be the re-send's own (an ERROR delivered again instead costs
+        // one re-send more, never a lost answer).
+        if r.status == Status::Sending && r.next_attempt == Some(n) {
             let published = in_progress_write(id, n, ctx, Actor::ResponseHandler);
             if let Ok(after) = published.apply(r) {
                 let mut plan = vec![Effect::Write(published)];
@@ -63,7 +84,43 @@ pub fn decide_response(
         }
     }
     let status = rec.map(|r| r.status);
+    // A retry cycle that sends attempt n again: opened by an ERROR for n.
+    let resending = rec.is_some_and(|r| r.next_attempt == Some(n));
     match (status, resp.outcome) {
+        // A redelivered ERROR found its re-send SCHEDULING: reuse the stored instant
+        // and schedule name (the schedule may not exist yet).
+        (Some(Status::Scheduling), Outcome::Error) if resending => match rec {
+            Some(r) => resume_scheduling(r, ctx, Actor::ResponseHandler, Ack::Resend),
+            None => vec![Effect::Ack(Ack::AlreadyHandled)],
+        },
+        // SCHEDULED: the re-send has not left, so this is not its answer.
+        (Some(Status::Scheduled), Outcome::Error) if resending => {
+            vec![Effect::Ack(Ack::AlreadyHandled)]
+        }
+        // The service's result for key n while request n waits to go out again (an
+        // earlier copy of it was processed after all): decided as in IN_PROGRESS(n),
+        // the first write taken from the re-send's wait instead. The re-send's
+        // schedule, if it fires, finds its attempt no longer pending.
+        (Some(Status::Scheduling | Status::Scheduled), Outcome::Success | Outcome::Cancelled)
+            if resending =>
+        {
+            match rec {
+                Some(r) => answered_while_resend_waits(r, resp, ctx, rng),
+                None => vec![Effect::Ack(Ack::AlreadyHandled)],
+            }
+        }
+        // ERROR for the current attempt: send it again later, or, the re-sends spent,
+        // FAILED + business alert. Never consumes an attempt.
+        (None | Some(Status::InProgress), Outcome::Error) => {
+            technical_failure(id, n, rec.map_or(0, |r| r.resends), resp, ctx, rng)
+        }
+        // The redelivery of the ERROR that spent the re-sends: alert again.
+        (Some(Status::Failed), Outcome::Error)
+            if rec
+                .is_some_and(|r| r.last_reason.as_deref() == Some(TECHNICAL_EXHAUSTED_REASON)) =>
+        {
+            vec![technical_alert(id, n), Effect::Ack(Ack::Failed)]
+        }
         // Rule 2: SUCCESS and IN_PROGRESS → SUCCEEDED.
         (None | Some(Status::InProgress), Outcome::Success) => {
             let mut w = answered(id, SUCCEED, n, resp, ctx);
@@ -104,7 +161,9 @@ pub fn decide_response(
         }
         // The redelivery of the response that exhausted the budget: the alert may not
         // have gone out before a crash, so raise it again (alerts are at-least-once).
-        (Some(Status::Failed), Outcome::Cancelled) => {
+        (Some(Status::Failed), Outcome::Cancelled)
+            if rec.is_none_or(|r| r.last_reason.as_deref() != Some(TECHNICAL_EXHAUSTED_REASON)) =>
+        {
             let attempts = rec.map(|r| r.current_attempt).unwrap_or(n);
             vec![
                 Effect::Alert(Alert {
@@ -147,6 +206,50 @@ fn conflicting_success(r: &TransactionRecord, resp: &Response, ctx: &Context) ->
     ]
 }
 
+/// SUCCESS or CANCELLED for attempt n found while n's re-send waits (SCHEDULING or
+/// SCHEDULED, `next_attempt = n`): the plan for IN_PROGRESS(n), its first write
+/// leaving the wait instead — conditional on that very wait (attempt, re-send count)
+/// and clearing its pending attempt and instant unless it opens a cycle of its own.
+fn answered_while_resend_waits(
+    r: &TransactionRecord,
+    resp: &Response,
+    ctx: &Context,
+    rng: &mut dyn RandomSource,
+) -> Plan {
+    let as_sent = TransactionRecord {
+        status: Status::InProgress,
+        next_attempt: None,
+        next_fire_at: None,
+        ..r.clone()
+    };
+    let mut plan = decide_response(Known::Record(&as_sent), resp, ctx, rng);
+    if let Some(Effect::Write(w)) = plan.first_mut() {
+        let waiting = match w.event() {
+            Event::ResponseSuccess => SUCCEED_WAITING,
+            Event::ResponseCancelledExhausted => FAIL_WAITING,
+            _ => SCHEDULE_WAITING,
+        };
+        let mut from_wait = Write::new(
+            w.transaction_id.clone(),
+            waiting,
+            w.set.updated_at,
+            w.set.actor,
+        );
+        from_wait.guard = w.guard.clone();
+        from_wait.guard.next_attempt = Some(resp.attempt);
+        from_wait.guard.resends = Some(r.resends);
+        from_wait.set = w.set.clone();
+        if from_wait.set.next_attempt == Change::Keep {
+            from_wait.set.next_attempt = Change::Clear;
+        }
+        if from_wait.set.next_fire_at == Change::Keep {
+            from_wait.set.next_fire_at = Change::Clear;
+        }
+        *w = from_wait;
+    }
+    plan
+}
+
 /// The write answering attempt `n` (guarded by it), with the response's reason.
 fn answered(id: &TransactionId, arrow: Arrow, n: Attempt, resp: &Response, ctx: &Context) -> Write {
     let mut w = Write::new(id.clone(), arrow, ctx.now, Actor::ResponseHandler);
@@ -174,6 +277,88 @@ fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan 
     ]
 }
 
+/// ERROR for attempt `n` of a record with `resends` technical re-sends (0 when
+/// unread: the writes are conditional on the count, and a failed condition hands back
+/// the record to decide again). With re-sends left: SCHEDULING with `next_attempt = n`
+/// (the attempt is not consumed), the re-send's own schedule name and its instant —
+/// the later of the technical backoff's and the service's `retry_after_seconds` —
+/// persisted before the schedule is created. Spent: FAILED, `TECHNICAL_EXHAUSTED`.
+fn technical_failure(
+    id: &TransactionId,
+    n: Attempt,
+    resends: u32,
+    resp: &Response,
+    ctx: &Context,
+    rng: &mut dyn RandomSource,
+) -> Plan {
+    if resends >= ctx.technical_resend_max {
+        let mut w = answered(id, TECHNICAL_FAIL, n, resp, ctx).listed_failed(ctx.shards);
+        w.guard.resends = Some(resends);
+        w.set.last_outcome = Some(Outcome::Error);
+        w.set.last_reason = Change::Set(TECHNICAL_EXHAUSTED_REASON.to_owned());
+        return vec![
+            Effect::Write(w),
+            technical_alert(id, n),
+            Effect::Ack(Ack::Failed),
+        ];
+    }
+    let seq = resends.saturating_add(1);
+    let backoff =
+        ctx.technical_policy
+            .fire_at(ctx.now, Attempt::new(seq).unwrap_or(Attempt::FIRST), rng);
+    let asked = ctx
+        .now
+        .plus_millis(i64::from(resp.retry_after_seconds.unwrap_or(0)) * 1000)
+        .ceil_to_second();
+    let fire_at = backoff.max(asked);
+    let name = ScheduleName::for_resend(id, n, seq);
+    let mut w = answered(id, RESEND, n, resp, ctx);
+    w.guard.resends = Some(resends);
+    w.set.resends = Change::Set(seq);
+    w.set.last_outcome = Some(Outcome::Error);
+    open_cycle_plan(w, n, fire_at, name, ctx, Ack::Resend)
+}
+
+/// The plan of a write entering SCHEDULING from IN_PROGRESS: the write opens the
+/// cycle of attempt `next` (instant and name persisted first), then the schedule is
+/// created from that instant, then confirmed, then `ack`.
+fn open_cycle_plan(
+    w: Write,
+    next: Attempt,
+    fire_at: Timestamp,
+    name: ScheduleName,
+    ctx: &Context,
+    ack: Ack,
+) -> Plan {
+    let id = w.transaction_id.clone();
+    let mut w = w.open_cycle(next, fire_at, name.clone(), ctx.shards);
+    w.set.origin = Change::Clear;
+    let cycle = Cycle {
+        current: w.guard.current_attempt,
+        next,
+        resends: match w.set.resends {
+            Change::Set(k) => Some(k),
+            _ => None,
+        },
+    };
+    vec![
+        Effect::Write(w),
+        create_schedule(&id, next, fire_at, name),
+        confirm_scheduled(&id, cycle, ctx, Actor::ResponseHandler),
+        Effect::Ack(ack),
+    ]
+}
+
+/// The business alert of a transaction whose technical re-sends are spent.
+fn technical_alert(id: &TransactionId, n: Attempt) -> Effect {
+    Effect::Alert(Alert {
+        kind: AlertKind::TechnicalExhausted,
+        transaction_id: id.clone(),
+        attempts: n,
+        last_reason: Some(TECHNICAL_EXHAUSTED_REASON.to_owned()),
+    })
+}
+
 fn schedule_retry(
     id: &TransactionId,
     n: Attempt,
@@ -187,19 +372,12 @@ fn schedule_retry(
         .for_reason(resp.reason.as_deref())
         .fire_at(ctx.now, n, rng);
     let name = ScheduleName::for_retry(id, next);
-    let mut to_scheduling =
-        answered(id, SCHEDULE, n, resp, ctx).open_cycle(next, fire_at, name.clone(), ctx.shards);
+    let mut to_scheduling = answered(id, SCHEDULE, n, resp, ctx);
     // Guarded by `max_attempts > n`: when the budget is spent the condition fails,
     // hands back the record, and the re-decision takes rule 3.
     to_scheduling.guard.budget = Some(BudgetGuard::Remaining);
     to_scheduling.set.last_outcome = Some(Outcome::Cancelled);
-    to_scheduling.set.origin = Change::Clear;
-    vec![
-        Effect::Write(to_scheduling),
-        create_schedule(id, next, fire_at, name),
-        confirm_scheduled(id, next, ctx, Actor::ResponseHandler),
-        Effect::Ack(Ack::Scheduled),
-    ]
+    open_cycle_plan(to_scheduling, next, fire_at, name, ctx, Ack::Scheduled)
 }
 
 /// The one-time schedule that puts attempt `next`'s retry event on the queue at
@@ -221,10 +399,24 @@ fn create_schedule(
     })
 }
 
-/// SCHEDULING → SCHEDULED for the pending attempt `next` (the cycle's index key stays).
-fn confirm_scheduled(id: &TransactionId, next: Attempt, ctx: &Context, actor: Actor) -> Effect {
+/// What tells one retry cycle from another: the attempt answered, the attempt to
+/// send and, for a technical re-send, its number. A re-send of attempt n has the same
+/// `next_attempt` as the CANCELLED cycle that sent n and as the re-send before it.
+#[derive(Debug, Clone, Copy)]
+struct Cycle {
+    current: Option<Attempt>,
+    next: Attempt,
+    resends: Option<u32>,
+}
+
+/// SCHEDULING → SCHEDULED for `cycle` (the cycle's index key stays): conditional on
+/// all of it, so that a confirmation left over from an earlier cycle never confirms
+/// a later one whose schedule may not exist yet.
+fn confirm_scheduled(id: &TransactionId, cycle: Cycle, ctx: &Context, actor: Actor) -> Effect {
     let mut w = Write::new(id.clone(), CONFIRM, ctx.now, actor);
-    w.guard.next_attempt = Some(next);
+    w.guard.current_attempt = cycle.current;
+    w.guard.next_attempt = Some(cycle.next);
+    w.guard.resends = cycle.resends;
     Effect::Write(w)
 }
 
@@ -244,6 +436,11 @@ pub(super) fn resume_scheduling(
         return vec![Effect::Ack(Ack::AlreadyHandled)];
     };
     let id = &r.transaction_id;
+    let cycle = Cycle {
+        current: Some(r.current_attempt),
+        next,
+        resends: Some(r.resends),
+    };
     if fire_at <= ctx.now {
         return vec![
             Effect::PublishRetry(RetryEvent {
@@ -251,7 +448,7 @@ pub(super) fn resume_scheduling(
                 origin: Origin::RetryScheduler,
                 attempt: next,
             }),
-            confirm_scheduled(id, next, ctx, actor),
+            confirm_scheduled(id, cycle, ctx, actor),
             Effect::Ack(ack),
         ];
     }
@@ -261,7 +458,7 @@ pub(super) fn resume_scheduling(
         .unwrap_or_else(|| ScheduleName::for_retry(id, next));
     vec![
         create_schedule(id, next, fire_at, name),
-        confirm_scheduled(id, next, ctx, actor),
+        confirm_scheduled(id, cycle, ctx, actor),
         Effect::Ack(ack),
     ]
 }

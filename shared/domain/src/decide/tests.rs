@@ -1,6 +1,7 @@
 //! Decision tests in GIVEN / WHEN / THEN shape.
 
 use super::*;
+use crate::decide::TECHNICAL_EXHAUSTED_REASON;
 use crate::ids::MaxAttempts;
 use crate::machine::{BudgetGuard, Change, FailedKey, ReconcileKey};
 use crate::message::Origin;
@@ -29,6 +30,7 @@ fn response(n: u32, outcome: Outcome) -> Response {
         attempt: a(n),
         outcome,
         reason: Some("NOT_AVAILABLE".into()),
+        retry_after_seconds: None,
     }
 }
 
@@ -246,6 +248,9 @@ fn describe(e: &Effect) -> String {
             if let Some(k) = g.requeues {
                 s.push_str(&format!(" rq={k}"));
             }
+            if let Some(k) = g.resends {
+                s.push_str(&format!(" rs={k}"));
+            }
             let c = &w.set;
             s.push_str(&format!(" -> {}", w.to()));
             if let Some(a) = c.current_attempt {
@@ -270,6 +275,7 @@ fn describe(e: &Effect) -> String {
             if let Change::Set(k) = &c.requeues {
                 s.push_str(&format!(" rq={k}"));
             }
+            change(&mut s, "rs", &c.resends, |k| k.to_string());
             s.push_str(&format!(" by={}", c.actor.as_str()));
             s
         }
@@ -357,6 +363,34 @@ fn rec_in(status: Status, current: u32, max: u32) -> TransactionRecord {
     r
 }
 
+/// The answer `outcome` for attempt `n`.
+fn answer(
+    n: u32,
+    outcome: Outcome,
+    reason: Option<&str>,
+    retry_after_seconds: Option<u32>,
+) -> Input {
+    Input::Response(Response {
+        transaction_id: id(),
+        attempt: a(n),
+        outcome,
+        reason: reason.map(str::to_owned),
+        retry_after_seconds,
+    })
+}
+
+/// A record in an intermediate `status` of the re-send of attempt `current` after
+/// an ERROR, the `resends`-th: `next_attempt = current`, its fire time (T0+1h) and the
+/// re-send's schedule name.
+fn rec_resending(status: Status, current: u32, resends: u32) -> TransactionRecord {
+    let mut r = rec_in(status, current, 4);
+    r.next_attempt = Some(a(current));
+    r.resends = resends;
+    r.last_outcome = Some(Outcome::Error);
+    r.schedule_name = Some(ScheduleName::for_resend(&id(), a(current), resends));
+    r
+}
+
 fn known_name(k: &Known<'_>) -> String {
     match k {
         Known::Unread => "unread".into(),
@@ -394,14 +428,9 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // Response handler (A): SUCCESS / CANCELLED for the matching attempt (2), a late
     // one (1) and a future one (3 = the pending attempt of intermediate states).
-    for outcome in [Outcome::Success, Outcome::Cancelled] {
+    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
         for n in [1, 2, 3] {
-            let resp = Input::Response(Response {
-                transaction_id: id(),
-                attempt: a(n),
-                outcome,
-                reason: Some("NOT_AVAILABLE".into()),
-            });
+            let resp = answer(n, outcome, Some("NOT_AVAILABLE"), None);
             let mut knowns = vec![Known::Unread, Known::Missing];
             knowns.extend(records.iter().map(Known::Record));
             for k in knowns {
@@ -417,13 +446,8 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // The last attempt answered while B has not yet written IN_PROGRESS.
     let last = rec_in(Status::Sending, 3, 4);
-    for outcome in [Outcome::Success, Outcome::Cancelled] {
-        let resp = Input::Response(Response {
-            transaction_id: id(),
-            attempt: a(4),
-            outcome,
-            reason: None,
-        });
+    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
+        let resp = answer(4, outcome, None, None);
         push(
             format!(
                 "response {outcome} n=4 / {}",
@@ -434,6 +458,98 @@ fn all_cases() -> Vec<(String, Plan)> {
             None,
         );
     }
+
+    // Technical failures. The re-send of attempt 2 (one re-send made) in each state of
+    // its cycle, answered for attempt 2; the re-sends spent; FAILED by them; the
+    // service's Retry-After shorter and longer than the technical backoff.
+    let resend_records: Vec<TransactionRecord> = Status::INTERMEDIATE
+        .iter()
+        .map(|s| rec_resending(*s, 2, 1))
+        .collect();
+    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
+        let resp = answer(2, outcome, None, None);
+        for r in &resend_records {
+            push(
+                format!(
+                    "response {outcome} n=2 / {} resend=1",
+                    known_name(&Known::Record(r))
+                ),
+                &resp,
+                Known::Record(r),
+                None,
+            );
+        }
+    }
+    let mut spent = rec_in(Status::InProgress, 2, 4);
+    spent.resends = ctx.technical_resend_max;
+    push(
+        format!(
+            "response ERROR n=2 / IN_PROGRESS c=2 max=4 resends={}",
+            spent.resends
+        ),
+        &answer(2, Outcome::Error, Some("HTTP_503"), None),
+        Known::Record(&spent),
+        None,
+    );
+    let mut exhausted = rec_in(Status::Failed, 2, 4);
+    exhausted.resends = ctx.technical_resend_max;
+    exhausted.last_outcome = Some(Outcome::Error);
+    exhausted.last_reason = Some(TECHNICAL_EXHAUSTED_REASON.to_owned());
+    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
+        let resp = answer(2, outcome, None, None);
+        push(
+            format!("response {outcome} n=2 / FAILED c=2 max=4 TECHNICAL_EXHAUSTED"),
+            &resp,
+            Known::Record(&exhausted),
+            None,
+        );
+    }
+    let mut twice = rec_in(Status::InProgress, 2, 4);
+    twice.resends = 1;
+    for after in [10, 7_200] {
+        push(
+            format!("response ERROR n=2 retry-after={after} / IN_PROGRESS c=2 max=4 resends=1"),
+            &answer(2, Outcome::Error, Some("HTTP_503"), Some(after)),
+            Known::Record(&twice),
+            None,
+        );
+    }
+    // The retry event of a re-send, its duplicate after it left, and the reconciler
+    // finding a re-send stuck.
+    let resend_event = Input::Retry(RetryEvent {
+        transaction_id: id(),
+        origin: Origin::RetryScheduler,
+        attempt: a(2),
+    });
+    for r in &resend_records {
+        push(
+            format!(
+                "retry m=2 RETRY_SCHEDULER / {} resend=1",
+                known_name(&Known::Record(r))
+            ),
+            &resend_event,
+            Known::Record(r),
+            None,
+        );
+        let mut stuck = r.clone();
+        if stuck.status == Status::Scheduled {
+            stuck.next_fire_at = Some(at(-3600));
+        }
+        push(
+            format!("reconcile {} stuck resend=1 / current", r.status),
+            &Input::Reconcile(stuck.clone()),
+            Known::Record(&stuck),
+            None,
+        );
+    }
+    let mut resent = rec_in(Status::InProgress, 2, 4);
+    resent.resends = 1;
+    push(
+        "retry m=2 RETRY_SCHEDULER / IN_PROGRESS c=2 max=4 resends=1".into(),
+        &resend_event,
+        Known::Record(&resent),
+        None,
+    );
 
     // Retry handler (B): m = current (2), m = next_attempt of intermediate states (3),
     // m beyond anything pending (4); every origin on the path that records it.
@@ -830,7 +946,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseCancelledRetry if IN_PROGRESS c=1 Remaining -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+7200s due=- by=response-handler",
             "create-schedule retry-TX-100200-2 at T0+7200s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=1 n=2 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -899,7 +1015,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -914,7 +1030,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
             "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -930,7 +1046,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response CANCELLED n=2 / SCHEDULING c=2 max=4",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -977,7 +1093,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s due=- by=response-handler",
             "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=3 n=4 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -1017,7 +1133,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=response-handler",
             "write ResponseCancelledRetry if IN_PROGRESS c=3 Remaining -> SCHEDULING n=4 fire=T0+28800s name=retry-TX-100200-4 outcome=CANCELLED reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+28800s due=- by=response-handler",
             "create-schedule retry-TX-100200-4 at T0+28800s event=TX-100200/4/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=4 -> SCHEDULED due=- by=response-handler",
+            "write ScheduleConfirmed if SCHEDULING c=3 n=4 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
     ),
@@ -1046,6 +1162,223 @@ const EXPECTED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "response ERROR n=1 / unread",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=1 rs=0 -> SCHEDULING n=1 fire=T0+60s name=retry-TX-100200-1.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "create-schedule retry-TX-100200-1.1 at T0+60s event=TX-100200/1/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=1 n=1 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=1 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response ERROR n=1 / IN_PROGRESS c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=1 / IN_PROGRESS c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=1 / SCHEDULING c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=1 / SCHEDULED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=1 / SENDING c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=1 / SUCCEEDED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=1 / SUCCEEDED c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=1 / FAILED c=2 max=4",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=1 / FAILED c=2 max=2",
+        &[
+            "drop late-response attempt=1 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=2 / unread",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=2 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response ERROR n=2 / IN_PROGRESS c=2 max=4",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=2 / IN_PROGRESS c=2 max=2",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=2 / SCHEDULING c=2 max=4",
+        &[
+            "drop conflicting-outcome ERROR in SCHEDULING",
+        ],
+    ),
+    (
+        "response ERROR n=2 / SCHEDULED c=2 max=4",
+        &[
+            "drop conflicting-outcome ERROR in SCHEDULED",
+        ],
+    ),
+    (
+        "response ERROR n=2 / SENDING c=2 max=4",
+        &[
+            "drop conflicting-outcome ERROR in SENDING",
+        ],
+    ),
+    (
+        "response ERROR n=2 / SUCCEEDED c=2 max=4",
+        &[
+            "drop conflicting-outcome ERROR in SUCCEEDED",
+        ],
+    ),
+    (
+        "response ERROR n=2 / SUCCEEDED c=2 max=2",
+        &[
+            "drop conflicting-outcome ERROR in SUCCEEDED",
+        ],
+    ),
+    (
+        "response ERROR n=2 / FAILED c=2 max=4",
+        &[
+            "drop conflicting-outcome ERROR in FAILED",
+        ],
+    ),
+    (
+        "response ERROR n=2 / FAILED c=2 max=2",
+        &[
+            "drop conflicting-outcome ERROR in FAILED",
+        ],
+    ),
+    (
+        "response ERROR n=3 / unread",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=3 rs=0 -> SCHEDULING n=3 fire=T0+60s name=retry-TX-100200-3.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+60s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=3 n=3 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=3 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "response ERROR n=3 / IN_PROGRESS c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=3 / IN_PROGRESS c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=3 / SCHEDULING c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=3 / SCHEDULED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=3 / SENDING c=2 max=4",
+        &[
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=3 rs=0 -> SCHEDULING n=3 fire=T0+60s name=retry-TX-100200-3.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+60s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=3 n=3 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=3 / SUCCEEDED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=3 / SUCCEEDED c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=3 / FAILED c=2 max=4",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
+        "response ERROR n=3 / FAILED c=2 max=2",
+        &[
+            "drop late-response attempt=3 current=2",
+        ],
+    ),
+    (
         "response SUCCESS n=4 / SENDING c=3 max=4",
         &[
             "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=response-handler",
@@ -1060,6 +1393,192 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "write ResponseCancelledExhausted if IN_PROGRESS c=4 Exhausted -> FAILED outcome=CANCELLED reason=- rk=- due=- by=response-handler",
             "alert TX-100200 attempts=4 reason=-",
             "ack Failed",
+        ],
+    ),
+    (
+        "response ERROR n=4 / SENDING c=3 max=4",
+        &[
+            "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=4 rs=0 -> SCHEDULING n=4 fire=T0+60s name=retry-TX-100200-4.1 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "create-schedule retry-TX-100200-4.1 at T0+60s event=TX-100200/4/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=4 n=4 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / SCHEDULING c=2 max=4 resend=1",
+        &[
+            "write ResponseSuccess if SCHEDULING|SCHEDULED c=2 n=2 rs=1 -> SUCCEEDED n=- fire=- outcome=SUCCESS reason=- rk=- due=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / SCHEDULED c=2 max=4 resend=1",
+        &[
+            "write ResponseSuccess if SCHEDULING|SCHEDULED c=2 n=2 rs=1 -> SUCCEEDED n=- fire=- outcome=SUCCESS reason=- rk=- due=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / SENDING c=2 max=4 resend=1",
+        &[
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseSuccess if IN_PROGRESS c=2 -> SUCCEEDED outcome=SUCCESS reason=- rk=- due=- by=response-handler",
+            "ack Succeeded",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / SCHEDULING c=2 max=4 resend=1",
+        &[
+            "write ResponseCancelledRetry if SCHEDULING|SCHEDULED c=2 n=2 Remaining rs=1 -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=- origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
+            "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / SCHEDULED c=2 max=4 resend=1",
+        &[
+            "write ResponseCancelledRetry if SCHEDULING|SCHEDULED c=2 n=2 Remaining rs=1 -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=- origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
+            "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / SENDING c=2 max=4 resend=1",
+        &[
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseCancelledRetry if IN_PROGRESS c=2 Remaining -> SCHEDULING n=3 fire=T0+14400s name=retry-TX-100200-3 outcome=CANCELLED reason=- origin=- rk=CYCLE#5@T0+14400s due=- by=response-handler",
+            "create-schedule retry-TX-100200-3 at T0+14400s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 -> SCHEDULED due=- by=response-handler",
+            "ack Scheduled",
+        ],
+    ),
+    (
+        "response ERROR n=2 / SCHEDULING c=2 max=4 resend=1",
+        &[
+            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=2 / SCHEDULED c=2 max=4 resend=1",
+        &[
+            "ack AlreadyHandled",
+        ],
+    ),
+    (
+        "response ERROR n=2 / SENDING c=2 max=4 resend=1",
+        &[
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+120s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=2 / IN_PROGRESS c=2 max=4 resends=20",
+        &[
+            "write ResponseTechnicalExhausted if IN_PROGRESS c=2 rs=20 -> FAILED outcome=ERROR reason=TECHNICAL_EXHAUSTED rk=- due=- by=response-handler",
+            "alert TX-100200 attempts=2 reason=TECHNICAL_EXHAUSTED",
+            "ack Failed",
+        ],
+    ),
+    (
+        "response SUCCESS n=2 / FAILED c=2 max=4 TECHNICAL_EXHAUSTED",
+        &[
+            "note TX-100200 CONFLICTING_SUCCESS attempt=2 in FAILED outcome=SUCCESS reason=- at=T0+0s group=0002#3-notice",
+            "drop conflicting-success attempt=2 in FAILED",
+        ],
+    ),
+    (
+        "response CANCELLED n=2 / FAILED c=2 max=4 TECHNICAL_EXHAUSTED",
+        &[
+            "drop conflicting-outcome CANCELLED in FAILED",
+        ],
+    ),
+    (
+        "response ERROR n=2 / FAILED c=2 max=4 TECHNICAL_EXHAUSTED",
+        &[
+            "alert TX-100200 attempts=2 reason=TECHNICAL_EXHAUSTED",
+            "ack Failed",
+        ],
+    ),
+    (
+        "response ERROR n=2 retry-after=10 / IN_PROGRESS c=2 max=4 resends=1",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+120s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=2 retry-after=7200 / IN_PROGRESS c=2 max=4 resends=1",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2.2 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+7200s due=- rs=2 by=response-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+7200s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / SCHEDULING c=2 max=4 resend=1",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "reconcile SCHEDULING stuck resend=1 / current",
+        &[
+            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=reconciler",
+            "ack ReconcilerScheduled",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / SCHEDULED c=2 max=4 resend=1",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "reconcile SCHEDULED stuck resend=1 / current",
+        &[
+            "write ReconcilerRequeued if SCHEDULED n=2 rq=0 -> SCHEDULED due=- rq=1 by=reconciler",
+            "publish-retry TX-100200/2/RECONCILER",
+            "ack ReconcilerRequeued",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / SENDING c=2 max=4 resend=1",
+        &[
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
+            "ack Resumed",
+        ],
+    ),
+    (
+        "reconcile SENDING stuck resend=1 / current",
+        &[
+            "write ReconcilerRequeued if SENDING n=2 rq=0 -> SENDING due=- rq=1 by=reconciler",
+            "publish-retry TX-100200/2/RECONCILER",
+            "ack ReconcilerRequeued",
+        ],
+    ),
+    (
+        "retry m=2 RETRY_SCHEDULER / IN_PROGRESS c=2 max=4 resends=1",
+        &[
+            "drop duplicate-retry attempt=2 in IN_PROGRESS",
         ],
     ),
     (
@@ -1477,7 +1996,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck / unread",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
@@ -1485,7 +2004,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "reconcile SCHEDULING stuck / current",
         &[
             "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 -> SCHEDULED due=- by=reconciler",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
     ),
@@ -1947,7 +2466,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "replay / FAILED c=2 max=2",
         &[
-            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=CYCLE#5@T0+0s due=- by=operator",
+            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=CYCLE#5@T0+0s due=- rs=- by=operator",
             "publish-retry TX-100200/3/OPERATOR",
             "ack Replayed",
         ],

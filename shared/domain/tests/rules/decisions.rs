@@ -155,6 +155,7 @@ fn input(msg: &Msg, r: &TransactionRecord) -> (Input, Option<bool>) {
                 attempt: a(*n),
                 outcome: *outcome,
                 reason: Some("NOT_AVAILABLE".into()),
+                retry_after_seconds: None,
             }),
             None,
         ),
@@ -371,6 +372,7 @@ fn scheduling_persists_a_fire_time_within_bounds() {
                 attempt: a(n),
                 outcome: Outcome::Cancelled,
                 reason: None,
+                retry_after_seconds: None,
             };
             let plan =
                 domain::decide::decide_response(Known::Unread, &resp, &ctx(), &mut FixedRandom(u));

@@ -72,6 +72,7 @@ fn inputs() -> Vec<Input> {
             attempt: Attempt::FIRST,
             outcome: Outcome::Success,
             reason: None,
+            retry_after_seconds: None,
         }),
         Input::Retry(RetryEvent {
             transaction_id: id(),

@@ -158,11 +158,30 @@ fn cases(kind: Kind) -> Vec<Case> {
             ));
         }
         Kind::Response => {
-            for outcome in ["MAYBE", "success", "CANCELED", ""] {
+            for outcome in [
+                "MAYBE",
+                "success",
+                "CANCELED",
+                "error",
+                "ERROR_TECNICAL",
+                "",
+            ] {
                 out.push((
                     with(kind, "outcome", json!(outcome)),
                     Some("outcome"),
-                    format!("field `outcome` has invalid value `{outcome}`: expected SUCCESS or CANCELLED (or EXITOSO / CANCELADO)"),
+                    format!("field `outcome` has invalid value `{outcome}`: expected SUCCESS, CANCELLED or ERROR (or EXITOSO / CANCELADO / ERROR_TECNICO)"),
+                ));
+            }
+            for (value, reason) in [
+                (json!(-1), "field `retry_after_seconds` has invalid value `-1`: must be a whole number of seconds from 0 to 86400"),
+                (json!(86_401), "field `retry_after_seconds` has invalid value `86401`: must be a whole number of seconds from 0 to 86400"),
+                (json!(0.5), "field `retry_after_seconds` has invalid value `0.5`"),
+                (json!("30"), "field `retry_after_seconds` must be a whole number of seconds, got a string `\"30\"`"),
+            ] {
+                out.push((
+                    with(kind, "retry_after_seconds", value),
+                    Some("retry_after_seconds"),
+                    reason.into(),
                 ));
             }
             out.push((

@@ -352,6 +352,7 @@ impl Sim {
                     attempt: a(*attempt),
                     outcome,
                     reason: None,
+                    retry_after_seconds: None,
                 }));
             }
             Op::BogusRetry { attempt, origin } => {

@@ -538,6 +538,7 @@ fn response_for_the_attempt_being_sent_is_not_lost() {
                 assert_eq!(d, Disposition::Ack(Ack::Scheduled));
                 assert_eq!(summary(&w, &id), (Scheduled, 2, Some(3)));
             }
+            Outcome::Error => unreachable!("not served here"),
         }
         // B's redelivery finds the work done and drops it; nothing is republished.
         assert!(matches!(
@@ -551,6 +552,207 @@ fn response_for_the_attempt_being_sent_is_not_lost() {
             .find(|e| e.from == Some(Sending) && e.to == InProgress)
             .unwrap();
         assert_eq!(completed.actor, domain::machine::Actor::ResponseHandler);
+    }
+}
+
+/// Answers every request published since last time with `outcome`, then lets the
+/// schedules due in the next two hours fire and the retry handler run.
+fn answer_each_and_fire(w: &mut World, outcome: Outcome) -> Vec<Disposition> {
+    let mut out = Vec::new();
+    for resp in w.serve_each(|_| outcome) {
+        out.push(w.run(Input::Response(resp)));
+    }
+    w.advance_ms(2 * HOUR_MS);
+    for ev in w.fire_due() {
+        w.run(retry_input(ev));
+    }
+    out
+}
+
+/// GIVEN max_attempts = 2 WHEN attempt 1 is answered ERROR three times, then
+/// CANCELLED, and attempt 2 ERROR twice, then SUCCESS THEN the transaction ends
+/// SUCCEEDED at attempt 2: each ERROR sent the same attempt again with the same key
+/// under a schedule of its own (`retry-<id>-<n>.<seq>`), counted on the record, no
+/// attempt consumed, no alert; every transition is in the audit trail, each run in a
+/// group of its own.
+#[test]
+fn technical_errors_never_consume_an_attempt() {
+    let mut w = World::new();
+    let id = tx("TX-T1");
+    assert_eq!(w.start(&id, 2), Disposition::Ack(Ack::Started));
+    for _ in 0..3 {
+        assert_eq!(
+            answer_each_and_fire(&mut w, Outcome::Error),
+            [Disposition::Ack(Ack::Resend)]
+        );
+        assert_eq!(summary(&w, &id), (InProgress, 1, None));
+    }
+    assert_eq!(
+        answer_each_and_fire(&mut w, Outcome::Cancelled),
+        [Disposition::Ack(Ack::Scheduled)]
+    );
+    assert_eq!(summary(&w, &id), (InProgress, 2, None));
+    for _ in 0..2 {
+        answer_each_and_fire(&mut w, Outcome::Error);
+    }
+    assert_eq!(
+        answer_each_and_fire(&mut w, Outcome::Success),
+        [Disposition::Ack(Ack::Succeeded)]
+    );
+    let r = w.record(&id);
+    assert_eq!(
+        (r.status, r.current_attempt.get(), r.resends),
+        (Succeeded, 2, 5)
+    );
+    assert_eq!(w.published(&id), [1, 1, 1, 1, 2, 2, 2]);
+    let keys: Vec<String> = w
+        .requests
+        .messages()
+        .iter()
+        .map(|q| q.idempotency_key.to_string())
+        .collect();
+    assert_eq!(keys[..4], ["TX-T1#1"; 4]);
+    assert_eq!(w.scheduler.created(), 6);
+    assert_eq!(w.scheduler.conflicts(), 0);
+    let names: Vec<String> = w
+        .performed
+        .iter()
+        .filter_map(|e| match e {
+            Effect::CreateSchedule(s) => Some(s.name.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "retry-TX-T1-1.1",
+            "retry-TX-T1-1.2",
+            "retry-TX-T1-1.3",
+            "retry-TX-T1-2",
+            "retry-TX-T1-2.4",
+            "retry-TX-T1-2.5"
+        ]
+    );
+    assert_eq!(w.alerts(), 0);
+    // 1 creation, 6 cycles of 4 transitions, the SUCCESS.
+    let audit = w.store.audit(&id);
+    assert_eq!(audit.len(), 1 + 6 * 4 + 1);
+    let mut groups: Vec<String> = audit.iter().map(|e| e.group_key()).collect();
+    groups.dedup();
+    assert_eq!(groups.len(), 1 + 6 * 2 + 1, "{groups:?}");
+    let mut sorted = groups.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(
+        sorted, groups,
+        "one group per run, in the order of the runs"
+    );
+}
+
+/// GIVEN a service that answers ERROR to every request WHEN TECHNICAL_RESEND_MAX
+/// re-sends are spent THEN the next ERROR ends the transaction FAILED with the reason
+/// TECHNICAL_EXHAUSTED and one business alert, at attempt 1; that ERROR delivered
+/// again raises the alert again and writes nothing.
+#[test]
+fn technical_errors_past_the_bound_end_failed_with_an_alert() {
+    let mut w = World::new();
+    let id = tx("TX-T2");
+    let max = w.ctx().technical_resend_max;
+    w.start(&id, 4);
+    for _ in 0..=max {
+        answer_each_and_fire(&mut w, Outcome::Error);
+    }
+    let r = w.record(&id);
+    assert_eq!(
+        (r.status, r.current_attempt.get(), r.resends),
+        (Failed, 1, max)
+    );
+    assert_eq!(r.last_reason.as_deref(), Some("TECHNICAL_EXHAUSTED"));
+    assert_eq!(w.published(&id).len(), 1 + max as usize);
+    assert!(w.published(&id).iter().all(|n| *n == 1));
+    assert_eq!(w.alerts(), 1);
+    assert!(w.store.audit(&id).last().unwrap().is_exhaustion());
+    let before = w.store.change_count();
+    assert_eq!(
+        w.run(response_input(&id, 1, Outcome::Error)),
+        Disposition::Ack(Ack::Failed)
+    );
+    assert_eq!(w.alerts(), 2);
+    assert_eq!(w.store.change_count(), before);
+}
+
+/// GIVEN an ERROR handled (SCHEDULED, re-send pending) WHEN it is delivered again,
+/// before and after the re-send left THEN the first is already handled and the
+/// second, taken as the re-send's own answer, opens the next re-send: one schedule
+/// per re-send, never two for one.
+#[test]
+fn a_redelivered_error_schedules_nothing_twice() {
+    let mut w = World::new();
+    let id = tx("TX-T3");
+    w.start(&id, 4);
+    let resp = w.serve_each(|_| Outcome::Error).remove(0);
+    assert_eq!(
+        w.run(Input::Response(resp.clone())),
+        Disposition::Ack(Ack::Resend)
+    );
+    assert_eq!(
+        w.run(Input::Response(resp.clone())),
+        Disposition::Ack(Ack::AlreadyHandled)
+    );
+    assert_eq!(w.scheduler.created(), 1);
+    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(1)));
+    w.advance_ms(2 * HOUR_MS);
+    for ev in w.fire_due() {
+        w.run(retry_input(ev.clone()));
+        // The event delivered twice: the re-send left once.
+        assert!(matches!(
+            w.run(retry_input(ev)),
+            Disposition::Drop(DropReason::DuplicateRetry { .. })
+        ));
+    }
+    assert_eq!(w.published(&id), [1, 1]);
+    assert_eq!(w.run(Input::Response(resp)), Disposition::Ack(Ack::Resend));
+    assert_eq!(w.scheduler.created(), 2);
+    assert_eq!(w.record(&id).resends, 2);
+}
+
+/// GIVEN attempt 1 answered ERROR, its re-send waiting (SCHEDULED) WHEN the service's
+/// answer for a copy of request 1 it did process arrives, SUCCESS or CANCELLED, THEN
+/// it is taken as from IN_PROGRESS(1): SUCCEEDED at attempt 1, or the cycle of attempt
+/// 2 replacing the re-send; the re-send's schedule, firing, is dropped and request 1
+/// does not leave again.
+#[test]
+fn an_answer_while_the_re_send_waits_is_taken() {
+    for outcome in [Outcome::Success, Outcome::Cancelled] {
+        let mut w = World::new();
+        let id = tx("TX-T4");
+        w.start(&id, 3);
+        let resp = w.serve_each(|_| Outcome::Error).remove(0);
+        assert_eq!(w.run(Input::Response(resp)), Disposition::Ack(Ack::Resend));
+        assert_eq!(summary(&w, &id), (Scheduled, 1, Some(1)));
+        let d = w.run(response_input(&id, 1, outcome));
+        let after = match outcome {
+            Outcome::Success => {
+                assert_eq!(d, Disposition::Ack(Ack::Succeeded));
+                (Succeeded, 1, None)
+            }
+            _ => {
+                assert_eq!(d, Disposition::Ack(Ack::Scheduled));
+                (Scheduled, 1, Some(2))
+            }
+        };
+        assert_eq!(summary(&w, &id), after);
+        // The re-send's schedule (the earlier one) fires: nothing leaves for attempt 1.
+        w.advance_ms(5 * 60 * 1000);
+        for ev in w.fire_due() {
+            assert_eq!(ev.attempt, a(1));
+            assert!(matches!(
+                w.run(retry_input(ev)),
+                Disposition::Drop(DropReason::DuplicateRetry { .. })
+            ));
+        }
+        assert_eq!(w.published(&id), [1], "{outcome}");
+        assert_eq!(w.record(&id).resends, 1);
     }
 }
 
@@ -569,7 +771,7 @@ fn late_response_changes_nothing() {
             state.next_fire_at = Some(w.now.plus_millis(HOUR_MS));
         }
         w.store.put(state.clone(), Some(payload()));
-        for outcome in [Outcome::Success, Outcome::Cancelled] {
+        for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
             let before = w.store.change_count();
             let published = w.requests.len();
             let d = w.run(response_input(&id, 1, outcome));
@@ -579,7 +781,7 @@ fn late_response_changes_nothing() {
                     attempt: a(1),
                     status,
                 },
-                Outcome::Cancelled => DropReason::LateResponse {
+                Outcome::Cancelled | Outcome::Error => DropReason::LateResponse {
                     attempt: a(1),
                     current: a(2),
                 },
@@ -1005,6 +1207,7 @@ fn a_silent_service_gets_republishes_then_the_transaction_ends_unanswered() {
             attempt: a(1),
             outcome,
             reason: None,
+            retry_after_seconds: None,
         })
     };
     assert!(matches!(

@@ -130,16 +130,32 @@ impl World {
 
     /// The external service reads the requests published since last time and answers
     /// each idempotency key once (a republished request is deduplicated).
-    pub fn serve(&mut self, mut outcome: impl FnMut(&Request) -> Outcome) -> Vec<Response> {
+    pub fn serve(&mut self, outcome: impl FnMut(&Request) -> Outcome) -> Vec<Response> {
+        self.answer_new(true, outcome)
+    }
+
+    /// The external service reads the requests published since last time and answers
+    /// every one of them, a request sent again with the same key included (a service
+    /// that failed it for a technical reason processes it anew).
+    pub fn serve_each(&mut self, outcome: impl FnMut(&Request) -> Outcome) -> Vec<Response> {
+        self.answer_new(false, outcome)
+    }
+
+    fn answer_new(
+        &mut self,
+        once_per_key: bool,
+        mut outcome: impl FnMut(&Request) -> Outcome,
+    ) -> Vec<Response> {
         let all = self.requests.messages();
         let mut out = Vec::new();
         for req in &all[self.served..] {
-            if self.answered.insert(req.idempotency_key.clone()) {
+            if self.answered.insert(req.idempotency_key.clone()) || !once_per_key {
                 out.push(Response {
                     transaction_id: req.transaction_id.clone(),
                     attempt: req.attempt,
                     outcome: outcome(req),
                     reason: Some("NOT_AVAILABLE".into()),
+                    retry_after_seconds: None,
                 });
             }
         }
@@ -226,6 +242,7 @@ pub fn response_input(id: &TransactionId, n: u32, outcome: Outcome) -> Input {
         attempt: a(n),
         outcome,
         reason: Some("NOT_AVAILABLE".into()),
+        retry_after_seconds: None,
     })
 }
 

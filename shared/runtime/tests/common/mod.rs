@@ -122,6 +122,7 @@ impl World {
             attempt: a(n),
             outcome,
             reason: Some("NOT_AVAILABLE".into()),
+            retry_after_seconds: None,
         };
         let ctx = self.settings.context(self.now());
         let mut rng = self.rng();

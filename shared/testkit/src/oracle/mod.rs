@@ -42,7 +42,8 @@ pub enum Violation {
     IllegalTransition,
     /// A schedule was created with an instant other than the persisted one.
     ScheduleNotFromPersistedInstant,
-    /// Two schedules for one (transaction, attempt) carried different instants.
+    /// Two schedules for one retry (one schedule name: an attempt, or a technical
+    /// re-send of it) carried different instants.
     TwoInstantsForOneAttempt,
     /// The retry handler discarded an event for the attempt still pending.
     PendingRetryDropped,
@@ -99,7 +100,9 @@ impl Violation {
             Violation::ScheduleNotFromPersistedInstant => {
                 "every schedule is created from the persisted instant"
             }
-            Violation::TwoInstantsForOneAttempt => "one fire instant per (transaction, attempt)",
+            Violation::TwoInstantsForOneAttempt => {
+                "one fire instant per retry schedule (an attempt, or a technical re-send of it)"
+            }
             Violation::PendingRetryDropped => {
                 "the retry handler never discards the event of the pending attempt"
             }
@@ -219,12 +222,16 @@ where
 }
 
 /// The external service's side of the guarantees: it deduplicates requests by
-/// idempotency key and remembers what it answered per (transaction, attempt). `K`
-/// names a transaction the way the checker does.
+/// idempotency key and remembers what it answered per (transaction, attempt). An
+/// attempt it answered ERROR was not processed: a request with that key again is
+/// processed anew (a technical re-send). `K` names a transaction the way the checker
+/// does.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Service<K: Ord> {
     accepted: BTreeMap<(K, u32), Option<Outcome>>,
     keys: BTreeSet<String>,
+    /// The attempts it ever answered CANCELLED: only these allow the next attempt.
+    cancelled: BTreeSet<(K, u32)>,
 }
 
 impl<K: Ord> Default for Service<K> {
@@ -232,6 +239,7 @@ impl<K: Ord> Default for Service<K> {
         Self {
             accepted: BTreeMap::new(),
             keys: BTreeSet::new(),
+            cancelled: BTreeSet::new(),
         }
     }
 }
@@ -244,7 +252,7 @@ pub enum Fate {
     /// A new key for an attempt already accepted (a [`Violation::DuplicateAccepted`]):
     /// nothing more happens.
     AlreadyAccepted,
-    /// A new attempt: the service will answer it.
+    /// A new attempt, or one answered ERROR sent again: the service will answer it.
     Accepted,
 }
 
@@ -277,6 +285,15 @@ impl<K: Ord + Clone> Service<K> {
             violations.push(Violation::DuplicateAccepted);
         }
         if !self.keys.insert(key.to_owned()) {
+            let entry = self.accepted.get_mut(&(tx, attempt));
+            if let Some(answer @ Some(Outcome::Error)) = entry {
+                // Not processed the first time: processed now, answered again.
+                *answer = None;
+                return Receipt {
+                    fate: Fate::Accepted,
+                    violations,
+                };
+            }
             return Receipt {
                 fate: Fate::Deduplicated,
                 violations,
@@ -289,7 +306,7 @@ impl<K: Ord + Clone> Service<K> {
                 violations,
             };
         }
-        if attempt > 1 && self.answer_of(&tx, attempt - 1) != Some(Outcome::Cancelled) {
+        if attempt > 1 && !self.cancelled.contains(&(tx.clone(), attempt - 1)) {
             violations.push(Violation::RetryWithoutCancellation);
         }
         if over_budget(attempt, max_attempts) {
@@ -304,13 +321,22 @@ impl<K: Ord + Clone> Service<K> {
 
     /// The service answers an attempt it accepted; false when it never accepted it.
     pub fn answer(&mut self, tx: K, attempt: u32, outcome: Outcome) -> bool {
-        match self.accepted.get_mut(&(tx, attempt)) {
+        match self.accepted.get_mut(&(tx.clone(), attempt)) {
             Some(a) => {
                 *a = Some(outcome);
+                if outcome == Outcome::Cancelled {
+                    self.cancelled.insert((tx, attempt));
+                }
                 true
             }
             None => false,
         }
+    }
+
+    /// How many attempts of `tx` the service answered CANCELLED: a record's
+    /// `current_attempt` is at most one more (a technical failure consumes none).
+    pub fn cancelled_attempts(&self, tx: &K) -> usize {
+        self.cancelled.iter().filter(|(t, _)| t == tx).count()
     }
 
     /// What the service answered for an attempt (`None`: not accepted or not yet).
@@ -344,10 +370,11 @@ impl<K: Ord + Clone> Service<K> {
     }
 }
 
-/// The instants schedules were created with, per (transaction, attempt).
+/// The instants schedules were created with, per (transaction, schedule name): one
+/// name per attempt's retry and per technical re-send.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Instants<K: Ord> {
-    first: BTreeMap<(K, u32), Timestamp>,
+    first: BTreeMap<(K, String), Timestamp>,
 }
 
 impl<K: Ord> Default for Instants<K> {
@@ -364,8 +391,10 @@ impl<K: Ord + Clone> Instants<K> {
     }
 
     /// A schedule `spec` created for `tx` while its record is `record`: made from the
-    /// persisted instant (or for an attempt the record has moved past), and the same
-    /// instant as every earlier schedule of that attempt.
+    /// persisted instant when the record's pending cycle is this schedule's (its
+    /// attempt and name), else for a cycle the record has moved past (never for an
+    /// attempt not yet decided); and the same instant as every earlier schedule of
+    /// that name.
     pub fn created(
         &mut self,
         tx: K,
@@ -375,14 +404,19 @@ impl<K: Ord + Clone> Instants<K> {
         let mut v = Vec::new();
         let m = spec.event.attempt;
         if let Some(rec) = record {
-            let from_persisted =
-                rec.next_attempt == Some(m) && rec.next_fire_at == Some(spec.fire_at);
-            let moved_past = rec.current_attempt >= m || rec.status.is_terminal();
-            if !from_persisted && !moved_past {
+            let this_cycle = rec.next_attempt == Some(m)
+                && rec.schedule_name.as_ref().is_none_or(|n| *n == spec.name);
+            let wrong = if this_cycle {
+                rec.next_fire_at != Some(spec.fire_at)
+            } else {
+                rec.current_attempt < m && !rec.status.is_terminal()
+            };
+            if wrong {
                 v.push(Violation::ScheduleNotFromPersistedInstant);
             }
         }
-        let first = *self.first.entry((tx, m.get())).or_insert(spec.fire_at);
+        let name = spec.name.as_str().to_owned();
+        let first = *self.first.entry((tx, name)).or_insert(spec.fire_at);
         if first != spec.fire_at {
             v.push(Violation::TwoInstantsForOneAttempt);
         }

@@ -137,6 +137,67 @@ fn a_schedule_is_made_from_the_persisted_instant_and_only_one_instant() {
         i.created(0, Some(&later), &spec(2, 7_000)),
         [V::TwoInstantsForOneAttempt]
     );
+    // A schedule for an attempt not decided yet.
+    assert_eq!(
+        i.created(0, Some(&later), &spec(3, 9_000)),
+        [V::ScheduleNotFromPersistedInstant]
+    );
+}
+
+/// A technical re-send of attempt 2 is a retry of its own: its schedule (its own
+/// name) must carry the instant persisted for it, and may carry another instant than
+/// the schedule that sent attempt 2.
+#[test]
+fn a_re_send_has_its_own_schedule_and_instant() {
+    let mut i = Instants::<u8>::new();
+    let mut cycle = rec(Status::Scheduling, 1, Some(2), 3);
+    cycle.next_fire_at = Some(Timestamp::from_millis(5_000));
+    cycle.schedule_name = Some(ScheduleName::for_retry(&id(), a(2)));
+    assert!(i.created(0, Some(&cycle), &spec(2, 5_000)).is_empty());
+    let mut resend = rec(Status::Scheduling, 2, Some(2), 3);
+    resend.next_fire_at = Some(Timestamp::from_millis(8_000));
+    resend.schedule_name = Some(ScheduleName::for_resend(&id(), a(2), 1));
+    let of_resend = |fire_ms| ScheduleSpec {
+        name: ScheduleName::for_resend(&id(), a(2), 1),
+        ..spec(2, fire_ms)
+    };
+    assert!(i.created(0, Some(&resend), &of_resend(8_000)).is_empty());
+    assert_eq!(
+        i.created(0, Some(&resend), &of_resend(9_000)),
+        [
+            V::ScheduleNotFromPersistedInstant,
+            V::TwoInstantsForOneAttempt
+        ]
+    );
+    // The schedule that sent attempt 2, created again late: the record moved on.
+    assert!(i.created(0, Some(&resend), &spec(2, 5_000)).is_empty());
+}
+
+/// An attempt answered ERROR was not processed: the same key again is processed
+/// anew; only a CANCELLED allows the next attempt, whatever was answered since.
+#[test]
+fn the_service_processes_a_re_send_after_error_and_counts_only_cancellations() {
+    let mut s = Service::<u8>::new();
+    let key = |n: u32| format!("TX-1#{n}");
+    assert_eq!(s.receive(0, &id(), 1, &key(1), 3).fate, Fate::Accepted);
+    s.answer(0, 1, Outcome::Error);
+    let again = s.receive(0, &id(), 1, &key(1), 3);
+    assert_eq!((again.fate, again.violations), (Fate::Accepted, vec![]));
+    assert!(s.awaits_answer(&0, 1));
+    // A copy of it while it is processed: deduplicated.
+    assert_eq!(s.receive(0, &id(), 1, &key(1), 3).fate, Fate::Deduplicated);
+    // Attempt 2 after an ERROR only: a retry without cancellation.
+    s.answer(0, 1, Outcome::Error);
+    assert_eq!(
+        s.receive(0, &id(), 2, &key(2), 3).violations,
+        [V::RetryWithoutCancellation]
+    );
+    let mut s = Service::<u8>::new();
+    s.receive(0, &id(), 1, &key(1), 3);
+    s.answer(0, 1, Outcome::Cancelled);
+    s.answer(0, 1, Outcome::Error);
+    assert_eq!(s.cancelled_attempts(&0), 1);
+    assert!(s.receive(0, &id(), 2, &key(2), 3).violations.is_empty());
 }
 
 #[test]

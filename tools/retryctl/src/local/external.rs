@@ -249,6 +249,7 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
         attempt: request.attempt,
         outcome,
         reason: (outcome == Outcome::Cancelled).then(|| s.cancel_reason.clone()),
+        retry_after_seconds: None,
     };
     let copies = if shared.draw() < s.duplicate_response_probability {
         2

@@ -100,6 +100,14 @@ pub fn expected(case: &Case) -> Result<Expected, String> {
                 (Some(Sending), InProgress),
             ]),
             Reply::Silent => break,
+            // A script answers by attempt: an ERROR would answer every re-send of the
+            // attempt again, until the re-sends are spent (hours of backoff).
+            Reply::Answer(Outcome::Error) => {
+                return Err(format!(
+                    "case {}: attempt {n} is answered ERROR, which a script repeats for every technical re-send of the attempt; verify scripts take SUCCESS, CANCELLED and NONE",
+                    case.name
+                ))
+            }
         }
     }
     Err(format!(
