@@ -30,6 +30,7 @@ use domain::audit::AuditEntry;
 use domain::machine::Actor;
 use domain::ports::{ErrorKind, PortError};
 use domain::{Attempt, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId};
+use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
 
@@ -308,6 +309,9 @@ pub enum Audited {
     Skipped,
 }
 
+/// Group writes of one batch in flight at once ([`AuditWriter::apply_batch`]).
+pub const GROUP_WRITES_IN_FLIGHT: usize = 16;
+
 /// What auditing a batch of changes did ([`AuditWriter::apply_batch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BatchAudit {
@@ -434,8 +438,9 @@ impl AuditWriter {
     /// Audits a batch of changes (old image, new image), in order: each change
     /// becomes its entry, the entries are grouped by (transaction, `group_key`) in
     /// the order groups are first seen, and each group is written once
-    /// ([`AuditWriter::write_group`]). Decoding stops at the first change that does
-    /// not decode; the groups of the changes before it are still written.
+    /// ([`AuditWriter::write_group`]), up to [`GROUP_WRITES_IN_FLIGHT`] at once.
+    /// Decoding stops at the first change that does not decode; the groups of the
+    /// changes before it are still written.
     pub async fn apply_batch<'a, I>(&self, changes: I) -> BatchAudit
     where
         I: IntoIterator<Item = (Option<&'a FlatItem>, Option<&'a FlatItem>)>,
@@ -468,12 +473,23 @@ impl AuditWriter {
         }
         let mut failed: HashMap<usize, PortError> = HashMap::new();
         let mut items_written = 0;
-        for members in &order {
+        // Each group is its own item and its entries their own attributes: the
+        // writes do not depend on one another, so up to GROUP_WRITES_IN_FLIGHT go at
+        // once (one after the other, a batch of a busy stream takes as many round
+        // trips as it holds groups).
+        let writes = order.iter().map(|members| {
             let group: Vec<AuditEntry> = members
                 .iter()
                 .filter_map(|&i| entries.get(i).cloned().flatten())
                 .collect();
-            match self.write_group(&group).await {
+            async move { (members, self.write_group(&group).await) }
+        });
+        let written: Vec<_> = futures::stream::iter(writes)
+            .buffered(GROUP_WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        for (members, result) in written {
+            match result {
                 Ok(()) => items_written += 1,
                 Err(e) => {
                     for &i in members {
