@@ -412,6 +412,11 @@ impl AuditWriter {
         Ok(())
     }
 
+    async fn write_owned<T>(&self, tag: T, group: Vec<AuditEntry>) -> (T, Result<(), PortError>) {
+        let result = self.write_group(&group).await;
+        (tag, result)
+    }
+
     /// Writes one entry (a group of one).
     pub async fn write(&self, entry: &AuditEntry) -> Result<(), PortError> {
         self.write_group(std::slice::from_ref(entry)).await
@@ -477,13 +482,14 @@ impl AuditWriter {
         // writes do not depend on one another, so up to GROUP_WRITES_IN_FLIGHT go at
         // once (one after the other, a batch of a busy stream takes as many round
         // trips as it holds groups).
-        let writes = order.iter().map(|members| {
+        let mut writes = Vec::with_capacity(order.len());
+        for members in &order {
             let group: Vec<AuditEntry> = members
                 .iter()
                 .filter_map(|&i| entries.get(i).cloned().flatten())
                 .collect();
-            async move { (members, self.write_group(&group).await) }
-        });
+            writes.push(self.write_owned(members, group));
+        }
         let written: Vec<_> = futures::stream::iter(writes)
             .buffered(GROUP_WRITES_IN_FLIGHT)
             .collect()
