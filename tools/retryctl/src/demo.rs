@@ -382,8 +382,10 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         }
         let scan_started = Instant::now();
         let st = scan_stats(&ddb, &names.transactions_table).await?;
-        // The scan shares the endpoint with the pipeline: at most a quarter of the time.
-        let poll = Duration::from_millis(500).max(scan_started.elapsed() * 3);
+        // The scan shares the endpoint with the pipeline: about a quarter of the
+        // time at most, and never more than 5 s between two looks.
+        let poll =
+            (scan_started.elapsed() * 3).clamp(Duration::from_millis(500), Duration::from_secs(5));
         let terminal = st.by_status.get(&Status::Succeeded).copied().unwrap_or(0)
             + st.by_status.get(&Status::Failed).copied().unwrap_or(0);
         bar.set_position(terminal);
