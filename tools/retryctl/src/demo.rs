@@ -439,6 +439,14 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     ] {
         dlq.insert(name.to_owned(), queue_depth(&sqs, &q.url).await?);
     }
+    let mut queued = BTreeMap::new();
+    for (name, url) in [
+        ("request", &stack.provisioned.request.url),
+        ("response", &stack.provisioned.response.url),
+        ("retry", &stack.provisioned.retry.url),
+    ] {
+        queued.insert(name.to_owned(), queue_depth(&sqs, url).await?);
+    }
     let sched = aws_sdk_scheduler::Client::new(&stack.sdk);
     let schedules_left = sched
         .list_schedules()
@@ -518,6 +526,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         audit_wait: Some(audit_wait),
         audit_waited,
         deliveries: stack.scheduler.deliveries(),
+        queued,
         seed: plan.stack.external.seed,
     };
     Ok(report::build(&obs))

@@ -57,6 +57,8 @@ pub struct Observations {
     pub deliveries: HashMap<String, Delivery>,
     /// The seed of the service's answers and of the faults.
     pub seed: u64,
+    /// Messages still in each queue at the end (visible and in flight).
+    pub queued: BTreeMap<String, u64>,
 }
 
 /// How the demo's final wait for the audit trail ended.
@@ -368,9 +370,10 @@ fn stuck(
             Some(d) => (
                 Side::Functions,
                 format!(
-                    "schedule {name} delivered on time (fired at {}, delivered at +{} ms); the retry event was not applied (retry DLQ holds {})",
+                    "schedule {name} delivered on time (fired at {}, delivered at +{} ms); the retry event was not applied yet: the retry queue holds {} messages, its DLQ {}",
                     d.fire_at,
                     d.drift_ms(),
+                    obs.queued.get("retry").copied().unwrap_or(0),
                     dlq("retry")
                 ),
             ),
@@ -1032,6 +1035,7 @@ mod tests {
         ]);
         o.deliveries.insert(name("L"), delivery(10_000, 75_000));
         o.deliveries.insert(name("T"), delivery(10_000, 10_300));
+        o.queued.insert("retry".into(), 7);
         let r = build(&o);
         let mut got = sides(&r.stuck);
         got.sort_by(|a, b| a.0.cmp(&b.0));
@@ -1057,6 +1061,13 @@ mod tests {
         );
         assert!(
             by("T").evidence.contains("delivered on time"),
+            "{:?}",
+            by("T")
+        );
+        assert!(
+            by("T")
+                .evidence
+                .contains("the retry queue holds 7 messages"),
             "{:?}",
             by("T")
         );
