@@ -30,6 +30,7 @@ use domain::audit::{AuditEntry, Notice};
 use domain::machine::Actor;
 use domain::ports::{AuditNotes, ErrorKind, PortError};
 use domain::{Attempt, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId};
+use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
 
@@ -328,6 +329,9 @@ pub enum Audited {
     Skipped,
 }
 
+/// Group writes of one batch in flight at once ([`AuditWriter::apply_batch`]).
+pub const GROUP_WRITES_IN_FLIGHT: usize = 16;
+
 /// What auditing a batch of changes did ([`AuditWriter::apply_batch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BatchAudit {
@@ -428,6 +432,11 @@ impl AuditWriter {
         Ok(())
     }
 
+    async fn write_owned<T>(&self, tag: T, group: Vec<AuditEntry>) -> (T, Result<(), PortError>) {
+        let result = self.write_group(&group).await;
+        (tag, result)
+    }
+
     /// Writes one entry (a group of one).
     pub async fn write(&self, entry: &AuditEntry) -> Result<(), PortError> {
         self.write_group(std::slice::from_ref(entry)).await
@@ -454,8 +463,9 @@ impl AuditWriter {
     /// Audits a batch of changes (old image, new image), in order: each change
     /// becomes its entry, the entries are grouped by (transaction, `group_key`) in
     /// the order groups are first seen, and each group is written once
-    /// ([`AuditWriter::write_group`]). Decoding stops at the first change that does
-    /// not decode; the groups of the changes before it are still written.
+    /// ([`AuditWriter::write_group`]), up to [`GROUP_WRITES_IN_FLIGHT`] at once.
+    /// Decoding stops at the first change that does not decode; the groups of the
+    /// changes before it are still written.
     pub async fn apply_batch<'a, I>(&self, changes: I) -> BatchAudit
     where
         I: IntoIterator<Item = (Option<&'a FlatItem>, Option<&'a FlatItem>)>,
@@ -488,12 +498,24 @@ impl AuditWriter {
         }
         let mut failed: HashMap<usize, PortError> = HashMap::new();
         let mut items_written = 0;
+        // Each group is its own item and its entries their own attributes: the
+        // writes do not depend on one another, so up to GROUP_WRITES_IN_FLIGHT go at
+        // once (one after the other, a batch of a busy stream takes as many round
+        // trips as it holds groups).
+        let mut writes = Vec::with_capacity(order.len());
         for members in &order {
             let group: Vec<AuditEntry> = members
                 .iter()
                 .filter_map(|&i| entries.get(i).cloned().flatten())
                 .collect();
-            match self.write_group(&group).await {
+            writes.push(self.write_owned(members, group));
+        }
+        let written: Vec<_> = futures::stream::iter(writes)
+            .buffered(GROUP_WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        for (members, result) in written {
+            match result {
                 Ok(()) => items_written += 1,
                 Err(e) => {
                     for &i in members {

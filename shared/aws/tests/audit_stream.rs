@@ -82,11 +82,13 @@ async fn drive<S: Creates + Payloads + Records + Transitions, N: AuditNotes>(
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn one_entry_per_successful_transition_none_for_failed_conditions() {
-    let s = stack("au").await;
-    let store = s.store();
-    let tx = "TX-AU1";
+/// Creates `tx` (2 attempts) in `store` and drives it through [`inputs`] to FAILED;
+/// returns its start record and payload.
+async fn started_and_driven<S: Creates + Payloads + Records + Transitions, N: AuditNotes>(
+    store: &S,
+    notes: &N,
+    tx: &str,
+) -> (TransactionRecord, Payload) {
     let start = TransactionRecord::started(
         id(tx),
         MaxAttempts::new(2).unwrap(),
@@ -94,8 +96,17 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
     );
     let payload = Payload::from_json(r#"{"n":1}"#).unwrap();
     store.create(&start, &payload).await.unwrap();
+    drive(store, notes, tx).await;
+    (start, payload)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_entry_per_successful_transition_none_for_failed_conditions() {
+    let s = stack("au").await;
+    let store = s.store();
+    let tx = "TX-AU1";
     let writer = AuditWriter::new(aws::clients::dynamodb(&s.sdk), &s.p.names.audit_table, 365);
-    drive(&store, &writer, tx).await;
+    let (start, payload) = started_and_driven(&store, &writer, tx).await;
     let counts = s.meter.snapshot();
     let successful = counts.writes - counts.failed_conditions;
     assert!(counts.failed_conditions >= 3, "{counts:?}");
@@ -229,4 +240,28 @@ async fn a_failed_condition_leaves_no_stream_record() {
             .unwrap()
             .is_empty()
     );
+}
+
+/// A batch whose writes fail is read again by the next drain (the position stays),
+/// as the event source retries a failed batch: no entry is skipped for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_that_failed_to_write_is_read_again() {
+    let s = stack("af").await;
+    let tx = "TX-AF1";
+    // Notices kept apart: this test counts the stream's entries only.
+    started_and_driven(&s.store(), &MemoryStore::new(), tx).await;
+    let streams = aws::clients::dynamodbstreams(&s.sdk);
+    let arn = &s.p.transactions_stream_arn;
+    let mut pos = StreamPosition::default();
+
+    let broken = AuditWriter::new(aws::clients::dynamodb(&s.sdk), "no-such-audit-table", 365);
+    assert!(drain_into(&broken, &streams, arn, &mut pos).await.is_err());
+    assert_eq!(pos, StreamPosition::default(), "the position did not move");
+
+    let writer = AuditWriter::new(aws::clients::dynamodb(&s.sdk), &s.p.names.audit_table, 365);
+    let report = drain_into(&writer, &streams, arn, &mut pos).await.unwrap();
+    assert_eq!(report.rows, 6, "{report:?}");
+    let rows = writer.history(&id(tx)).await.unwrap();
+    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.last().map(|r| r.to), Some(Status::Failed));
 }

@@ -105,8 +105,24 @@ pub struct DrainReport {
 
 /// Drains the stream and audits every change as one batch (the local stand-in for
 /// the Lambda). The first failure is returned after the groups that could be
-/// written were written.
+/// written were written, and `position` is left where it was: as the event source
+/// retries a failed batch, the next call reads the same changes again (rewriting an
+/// entry sets the same value), so a write that failed is not skipped for good.
 pub async fn drain_into(
+    writer: &AuditWriter,
+    client: &aws_sdk_dynamodbstreams::Client,
+    stream_arn: &str,
+    position: &mut StreamPosition,
+) -> Result<DrainReport, AuditError> {
+    let before = position.clone();
+    let result = drain_once(writer, client, stream_arn, position).await;
+    if result.is_err() {
+        *position = before;
+    }
+    result
+}
+
+async fn drain_once(
     writer: &AuditWriter,
     client: &aws_sdk_dynamodbstreams::Client,
     stream_arn: &str,

@@ -413,8 +413,11 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 100.0)]
     pub submit_rate: f64,
     /// Give up waiting for terminal states after this many seconds (then: stuck).
-    #[arg(long, default_value_t = 240)]
-    pub deadline: u64,
+    /// Default: 240, or — when longer — the submission time plus twice the time the
+    /// fleet needs to send one retry per transaction, plus 60 (2,160 for 10,000
+    /// transactions).
+    #[arg(long)]
+    pub deadline: Option<u64>,
     /// Seed of the external service's answers and of the injected faults (`--chaos`):
     /// the same seed, the same decisions.
     #[arg(long, default_value_t = 7)]

@@ -3,8 +3,8 @@
 
 use crate::cli::DemoArgs;
 use crate::error::CliError;
-use crate::local::stack::{ExternalOptions, Stack, StackOptions};
-use crate::report::{self, ChaosReport, Observations, Report};
+use crate::local::stack::{AuditSnapshot, ExternalOptions, Stack, StackOptions};
+use crate::report::{self, AuditWait, ChaosReport, Observations, Report};
 use crate::table::scan_stats;
 use aws::dynamo::DynamoStore;
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -170,7 +170,7 @@ impl DemoPlan {
         for (name, v) in [
             ("--reconcile-every", a.reconcile_every),
             ("--reconcile-threshold", a.reconcile_threshold.unwrap_or(1)),
-            ("--deadline", a.deadline),
+            ("--deadline", a.deadline.unwrap_or(1)),
         ] {
             if v == 0 {
                 return Err(CliError::bad(name, "0", "must be at least 1 second"));
@@ -234,7 +234,14 @@ impl DemoPlan {
             transactions: a.transactions,
             max_attempts,
             submit_rate: a.submit_rate,
-            deadline: Duration::from_secs(a.deadline),
+            deadline: Duration::from_secs(a.deadline.unwrap_or_else(|| {
+                demo_deadline(
+                    a.transactions,
+                    a.submit_rate,
+                    template_retry_concurrency(),
+                    a.max_requests_per_second,
+                )
+            })),
             stack,
             progress: !a.no_progress,
             chaos,
@@ -373,7 +380,12 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
                 .resolve_waiting(&reader, &mut to_resolve, &settings)
                 .await;
         }
+        let scan_started = Instant::now();
         let st = scan_stats(&ddb, &names.transactions_table).await?;
+        // The scan shares the endpoint with the pipeline: about a quarter of the
+        // time at most, and never more than 5 s between two looks.
+        let poll =
+            (scan_started.elapsed() * 3).clamp(Duration::from_millis(500), Duration::from_secs(5));
         let terminal = st.by_status.get(&Status::Succeeded).copied().unwrap_or(0)
             + st.by_status.get(&Status::Failed).copied().unwrap_or(0);
         bar.set_position(terminal);
@@ -381,7 +393,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         if terminal >= u64::from(plan.transactions) || Instant::now() > deadline {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(poll).await;
     }
     bar.finish();
 
@@ -402,25 +414,21 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    // The audit trail is eventually consistent (stream → writer): wait while the
+    // writer makes progress, until a pass over the stream that began after the state
+    // was read finds nothing new (every change of that state is audited), or until it
+    // has written nothing for AUDIT_STALL.
+    let mut watch = AuditWatch::new(stack.audit.snapshot(), Instant::now(), AUDIT_STALL);
     let records = scan_records(&ddb, &names.transactions_table).await?;
-    // The audit trail is eventually consistent (stream → writer): wait while it is
-    // still catching up, and give up only when it has stopped moving for 20 s.
-    let mut audit = scan_audit(&ddb, &names.audit_table).await?;
-    let mut rows = audit.values().map(Vec::len).sum::<usize>();
-    let mut last_progress = Instant::now();
-    let audit_cap = Instant::now() + Duration::from_secs(180);
-    while !audit_caught_up(&records, &audit)
-        && last_progress.elapsed() < Duration::from_secs(20)
-        && Instant::now() < audit_cap
-    {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        audit = scan_audit(&ddb, &names.audit_table).await?;
-        let now_rows = audit.values().map(Vec::len).sum::<usize>();
-        if now_rows > rows {
-            rows = now_rows;
-            last_progress = Instant::now();
+    let audit_wait_started = Instant::now();
+    let audit_wait = loop {
+        if let Some(end) = watch.observe(stack.audit.snapshot(), Instant::now()) {
+            break end;
         }
-    }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let audit_waited = audit_wait_started.elapsed();
+    let audit = scan_audit(&ddb, &names.audit_table).await?;
     let mut dlq = BTreeMap::new();
     for (name, q) in [
         ("request", &stack.provisioned.request_dlq),
@@ -430,6 +438,14 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         ("audit", &stack.provisioned.audit_dlq),
     ] {
         dlq.insert(name.to_owned(), queue_depth(&sqs, &q.url).await?);
+    }
+    let mut queued = BTreeMap::new();
+    for (name, url) in [
+        ("request", &stack.provisioned.request.url),
+        ("response", &stack.provisioned.response.url),
+        ("retry", &stack.provisioned.retry.url),
+    ] {
+        queued.insert(name.to_owned(), queue_depth(&sqs, url).await?);
     }
     let sched = aws_sdk_scheduler::Client::new(&stack.sdk);
     let schedules_left = sched
@@ -507,6 +523,11 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
             .as_ref()
             .map(|c| chaos_report(c, stack, resolved)),
         dropped_silently: stack.external.dropped_silently.load(Ordering::Relaxed),
+        audit_wait: Some(audit_wait),
+        audit_waited,
+        deliveries: stack.scheduler.deliveries(),
+        queued,
+        seed: plan.stack.external.seed,
     };
     Ok(report::build(&obs))
 }
@@ -558,17 +579,53 @@ impl<St: Records + Transitions> Operator<'_, St> {
     }
 }
 
-fn audit_caught_up(
-    records: &HashMap<String, domain::TransactionRecord>,
-    audit: &HashMap<String, Vec<domain::audit::AuditEntry>>,
-) -> bool {
-    records.values().all(|r| {
-        audit
-            .get(r.transaction_id.as_str())
-            .map(|rows| report::chain(rows))
-            .and_then(|c| c.last().map(|e| e.to == r.status && e.at == r.updated_at))
-            .unwrap_or(false)
-    })
+/// How long the audit writer may write nothing, its stream not drained, before the
+/// demo stops waiting for it.
+pub const AUDIT_STALL: Duration = Duration::from_secs(30);
+
+/// The demo's final wait for the audit trail: over as soon as a pass over the
+/// stream that began after the state was read found nothing new, or once the writer
+/// has written nothing for the stall period while the stream is not drained. No
+/// fixed limit: a writer that keeps writing is waited for.
+#[derive(Debug, Clone)]
+pub struct AuditWatch {
+    /// The pass under way when the state was read: a later pass began after it.
+    pass_at_read: u64,
+    rows: u64,
+    last_progress: Instant,
+    stall: Duration,
+}
+
+impl AuditWatch {
+    /// Takes `at_read`, the audit stream's counters just before the state is read.
+    pub fn new(at_read: AuditSnapshot, now: Instant, stall: Duration) -> Self {
+        Self {
+            pass_at_read: at_read.passes,
+            rows: at_read.rows_written,
+            last_progress: now,
+            stall,
+        }
+    }
+
+    /// `None` while waiting is worth it; else how the wait ended.
+    pub fn observe(&mut self, s: AuditSnapshot, now: Instant) -> Option<AuditWait> {
+        if s.last_empty_pass > self.pass_at_read {
+            return Some(AuditWait::Drained {
+                rows_written: s.rows_written,
+                failed_passes: s.errors,
+            });
+        }
+        if s.rows_written > self.rows {
+            self.rows = s.rows_written;
+            self.last_progress = now;
+        }
+        let idle = now.saturating_duration_since(self.last_progress);
+        (idle >= self.stall).then_some(AuditWait::Stalled {
+            idle_seconds: idle.as_secs(),
+            rows_written: s.rows_written,
+            failed_passes: s.errors,
+        })
+    }
 }
 
 /// What the fault proxy (and the local stack's processes) injected in a chaos run.
@@ -633,9 +690,36 @@ fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
 pub const DEMO_ANSWER_TIMEOUT_SECONDS: u64 = 10;
 
 pub fn demo_threshold(transactions: u32, max_concurrency: usize, max_rps: f64) -> u64 {
+    fleet_drain_seconds(transactions, max_concurrency, max_rps).max(20)
+}
+
+/// Seconds the fleet needs to send one retry per transaction at its rate bound.
+fn fleet_drain_seconds(transactions: u32, max_concurrency: usize, max_rps: f64) -> u64 {
     let fleet = (max_concurrency.max(1) as f64) * max_rps.floor().max(1.0);
-    let drain = (f64::from(transactions) / fleet).ceil() as u64;
-    drain.max(20)
+    (f64::from(transactions) / fleet).ceil() as u64
+}
+
+fn template_retry_concurrency() -> usize {
+    crate::local::stack::template::RETRY_MAX_CONCURRENCY
+}
+
+/// The demo's default deadline: 240 s, or — when longer — the time the workload
+/// takes to submit, plus twice the time the fleet needs to send one retry per
+/// transaction at its rate bound, plus a minute. A ceiling for a run that stopped
+/// moving, not a guess of its length: 10,000 transactions at the template's 10/s
+/// get 2,160 s.
+pub fn demo_deadline(
+    transactions: u32,
+    submit_rate: f64,
+    max_concurrency: usize,
+    max_rps: f64,
+) -> u64 {
+    let submit = (f64::from(transactions) / submit_rate.max(f64::MIN_POSITIVE)).ceil() as u64;
+    let drain = fleet_drain_seconds(transactions, max_concurrency, max_rps);
+    submit
+        .saturating_add(drain.saturating_mul(2))
+        .saturating_add(60)
+        .max(240)
 }
 
 pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, CliError> {
@@ -751,7 +835,67 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
 
 #[cfg(test)]
 mod tests {
-    use super::demo_threshold;
+    use super::*;
+
+    fn snap(passes: u64, last_empty_pass: u64, rows_written: u64) -> AuditSnapshot {
+        AuditSnapshot {
+            passes,
+            last_empty_pass,
+            rows_written,
+            errors: 0,
+        }
+    }
+
+    /// Drained only by an empty pass begun after the state was read.
+    #[test]
+    fn the_audit_wait_ends_at_an_empty_pass_begun_after_the_read() {
+        let t0 = Instant::now();
+        let stall = Duration::from_secs(30);
+        let mut w = AuditWatch::new(snap(5, 4, 100), t0, stall);
+        assert_eq!(w.observe(snap(5, 5, 100), t0), None, "pass 5 began before");
+        assert_eq!(
+            w.observe(snap(6, 6, 100), t0 + Duration::from_secs(1)),
+            Some(AuditWait::Drained {
+                rows_written: 100,
+                failed_passes: 0
+            })
+        );
+    }
+
+    /// While rows keep arriving the wait goes on, past any fixed limit; it ends
+    /// once nothing was written for the stall period.
+    #[test]
+    fn the_audit_wait_lasts_while_the_writer_makes_progress() {
+        let t0 = Instant::now();
+        let stall = Duration::from_secs(30);
+        let mut w = AuditWatch::new(snap(1, 0, 0), t0, stall);
+        for minute in 1..=10u64 {
+            let now = t0 + Duration::from_secs(20 * minute);
+            assert_eq!(w.observe(snap(1 + minute, 0, minute * 100), now), None);
+        }
+        let last = t0 + Duration::from_secs(200);
+        assert_eq!(
+            w.observe(snap(20, 0, 1000), last + Duration::from_secs(29)),
+            None
+        );
+        assert_eq!(
+            w.observe(snap(21, 0, 1000), last + Duration::from_secs(30)),
+            Some(AuditWait::Stalled {
+                idle_seconds: 30,
+                rows_written: 1000,
+                failed_passes: 0
+            })
+        );
+    }
+
+    /// 240 s unless submitting and twice the fleet's drain time take longer.
+    #[test]
+    fn the_default_deadline_grows_with_the_workload() {
+        assert_eq!(demo_deadline(200, 100.0, 2, 5.0), 240);
+        assert_eq!(demo_deadline(1000, 100.0, 2, 5.0), 270);
+        assert_eq!(demo_deadline(10_000, 100.0, 2, 5.0), 2160);
+        assert_eq!(demo_deadline(10_000, 100.0, 4, 5.0), 1160);
+    }
 
     /// 20 s unless one retry per transaction takes the fleet longer to send.
     #[test]

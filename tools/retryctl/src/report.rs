@@ -4,6 +4,7 @@
 //! witnesses: the state table, the audit trail, and what the external service saw.
 
 use crate::local::external::Seen;
+use crate::local::scheduler::Delivery;
 use domain::audit::AuditEntry;
 use domain::{Status, TransactionRecord};
 use serde::Serialize;
@@ -48,6 +49,69 @@ pub struct Observations {
     pub chaos: Option<ChaosReport>,
     /// Requests the external service took and never answered (`--silent-probability`).
     pub dropped_silently: u64,
+    /// How the final wait for the audit trail ended (`None`: not watched).
+    pub audit_wait: Option<AuditWait>,
+    /// How long that wait took.
+    pub audit_waited: Duration,
+    /// The scheduler emulator's last delivery of each schedule, by schedule name.
+    pub deliveries: HashMap<String, Delivery>,
+    /// The seed of the service's answers and of the faults.
+    pub seed: u64,
+    /// Messages still in each queue at the end (visible and in flight).
+    pub queued: BTreeMap<String, u64>,
+}
+
+/// How the demo's final wait for the audit trail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "ended", rename_all = "snake_case")]
+pub enum AuditWait {
+    /// A pass over the stream that began after the state was read found nothing
+    /// new: every change of that state was read and written.
+    Drained {
+        rows_written: u64,
+        failed_passes: u64,
+    },
+    /// The stream was not drained and the writer had written nothing for
+    /// `idle_seconds`.
+    Stalled {
+        idle_seconds: u64,
+        rows_written: u64,
+        failed_passes: u64,
+    },
+}
+
+/// EventBridge Scheduler's own promise: a schedule's target is invoked within a
+/// minute of its instant. Beyond it, a delivery is late on the emulator's account.
+pub const SCHEDULER_PROMISE_MS: i64 = 60_000;
+
+/// Which side a finding points at, from the evidence the run left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Side {
+    /// The state table: the item is missing although the start was acknowledged.
+    StateStore,
+    /// The audit trail is behind the state: the stream was not drained when the
+    /// writer stalled.
+    AuditBehind,
+    /// The audit writer read the stream to its end, yet the trail misses a change.
+    AuditLost,
+    /// The scheduler emulator delivered the retry late (past EventBridge's minute),
+    /// or never.
+    Emulator,
+    /// The functions (handlers, reconciler): no evidence points elsewhere.
+    Functions,
+}
+
+impl Side {
+    pub const fn label(self) -> &'static str {
+        match self {
+            Side::StateStore => "state store",
+            Side::AuditBehind => "audit behind",
+            Side::AuditLost => "audit lost",
+            Side::Emulator => "scheduler emulator",
+            Side::Functions => "functions",
+        }
+    }
 }
 
 /// What a chaos run injected, and the seed that replays its decisions.
@@ -66,11 +130,26 @@ pub struct ChaosReport {
     pub resolved: u64,
 }
 
-/// One transaction that failed a check.
+/// One transaction that failed a check: why, which side the evidence points at,
+/// and that evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     pub transaction_id: String,
     pub why: String,
+    pub side: Side,
+    pub evidence: String,
+}
+
+impl Finding {
+    /// A finding no evidence points away from our functions.
+    fn ours(transaction_id: &str, why: String) -> Self {
+        Self {
+            transaction_id: transaction_id.to_owned(),
+            why,
+            side: Side::Functions,
+            evidence: String::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -102,6 +181,14 @@ pub struct Report {
     pub peak_published_per_second: u32,
     pub rate_bound: f64,
     pub drift_ms: Option<Percentiles>,
+    /// The emulator's own part of each delivery's drift (from the later of the
+    /// instant and the schedule's creation).
+    pub own_drift_ms: Option<Percentiles>,
+    /// Its parts ([`Delivery::parts_ms`]): discovery, start, send.
+    pub drift_parts_ms: Option<[Percentiles; 3]>,
+    pub audit_wait: Option<AuditWait>,
+    pub audit_waited_seconds: f64,
+    pub seed: u64,
     pub dlq: BTreeMap<String, u64>,
     pub schedules_left: u64,
     pub lost: Vec<Finding>,
@@ -167,6 +254,7 @@ fn check(
     rec: Option<&TransactionRecord>,
     audit: &[AuditEntry],
     seen: &BTreeMap<u32, Seen>,
+    obs: &Observations,
     r: &mut Report,
 ) {
     if let Some(rec) = rec {
@@ -179,10 +267,7 @@ fn check(
                 .or_insert(0) += 1;
             let (rows, _) = evidence::link(audit);
             for why in evidence::time_inversions(&rows) {
-                r.audit_time_order.push(Finding {
-                    transaction_id: id.to_owned(),
-                    why,
-                });
+                r.audit_time_order.push(Finding::ours(id, why));
             }
         }
     }
@@ -195,10 +280,134 @@ fn check(
             Violation::AuditGap => &mut r.audit_gaps,
             _ => &mut r.unexpected,
         };
+        let (side, evidence) = classify(id, f.violation, rec, seen, obs);
         heading.push(Finding {
             transaction_id: id.to_owned(),
             why: f.why,
+            side,
+            evidence,
         });
+    }
+}
+
+/// Which side a finding points at, and the evidence: what the service saw, how the
+/// audit stream stood, when the scheduler emulator delivered.
+fn classify(
+    id: &str,
+    violation: Violation,
+    rec: Option<&TransactionRecord>,
+    seen: &BTreeMap<u32, Seen>,
+    obs: &Observations,
+) -> (Side, String) {
+    let dlq = |q: &str| obs.dlq.get(q).copied().unwrap_or(0);
+    let Some(rec) = rec else {
+        let keys: Vec<String> = seen.keys().map(|k| format!("{id}#{k}")).collect();
+        let sent = if keys.is_empty() {
+            "its start was acknowledged; the service saw no request".to_owned()
+        } else {
+            format!(
+                "state item missing although its request left (the service saw request {})",
+                keys.join(", ")
+            )
+        };
+        return (Side::StateStore, sent);
+    };
+    match violation {
+        Violation::AuditGap => match obs.audit_wait {
+            Some(AuditWait::Stalled {
+                idle_seconds,
+                rows_written,
+                failed_passes,
+            }) => (
+                Side::AuditBehind,
+                format!(
+                    "audit behind the state {}: stream not drained, the writer wrote nothing for {idle_seconds} s ({rows_written} rows written, {failed_passes} failed passes); audit DLQ holds {}",
+                    rec.status,
+                    dlq("audit")
+                ),
+            ),
+            Some(AuditWait::Drained { .. }) => (
+                Side::AuditLost,
+                format!(
+                    "the stream was read to its end after the state ({}) was read, yet the trail misses it; audit DLQ holds {}",
+                    rec.status,
+                    dlq("audit")
+                ),
+            ),
+            None => (
+                Side::AuditBehind,
+                format!(
+                    "the audit stream was not watched; audit DLQ holds {}",
+                    dlq("audit")
+                ),
+            ),
+        },
+        Violation::Stuck => stuck(id, rec, seen, obs),
+        _ => (Side::Functions, String::new()),
+    }
+}
+
+/// Evidence of a transaction that did not end: its pending retry's schedule, or
+/// its request and the service's answer.
+fn stuck(
+    id: &str,
+    rec: &TransactionRecord,
+    seen: &BTreeMap<u32, Seen>,
+    obs: &Observations,
+) -> (Side, String) {
+    let dlq = |q: &str| obs.dlq.get(q).copied().unwrap_or(0);
+    if let (Some(m), Some(fire_at)) = (rec.next_attempt, rec.next_fire_at) {
+        let name = domain::ScheduleName::for_retry(&rec.transaction_id, m);
+        return match obs.deliveries.get(name.as_str()) {
+            Some(d) if d.own_drift_ms() > SCHEDULER_PROMISE_MS => (
+                Side::Emulator,
+                format!(
+                    "emulator delivery late (schedule {name} fired at {}, delivered at +{} ms, past EventBridge's 60 s)",
+                    d.fire_at,
+                    d.drift_ms()
+                ),
+            ),
+            Some(d) => (
+                Side::Functions,
+                format!(
+                    "schedule {name} delivered on time (fired at {}, delivered at +{} ms); the retry event was not applied yet: the retry queue holds {} messages, its DLQ {}",
+                    d.fire_at,
+                    d.drift_ms(),
+                    obs.queued.get("retry").copied().unwrap_or(0),
+                    dlq("retry")
+                ),
+            ),
+            None if rec.status == Status::Scheduled => (
+                Side::Emulator,
+                format!(
+                    "emulator never delivered schedule {name} due at {fire_at} ({} schedules left)",
+                    obs.schedules_left
+                ),
+            ),
+            None => (
+                Side::Functions,
+                format!("no schedule {name} delivered; the record is {}", rec.status),
+            ),
+        };
+    }
+    let n = rec.current_attempt.get();
+    match seen.get(&n) {
+        Some(s) => (
+            Side::Functions,
+            format!(
+                "the service answered {:?} to request {id}#{n}; the answer was not applied (response DLQ holds {})",
+                s.outcome,
+                dlq("response")
+            ),
+        ),
+        None => (
+            Side::Functions,
+            format!(
+                "request {id}#{n} never reached the service (request DLQ holds {}, {} requests taken and never answered)",
+                dlq("request"),
+                obs.dropped_silently
+            ),
+        ),
     }
 }
 
@@ -220,6 +429,31 @@ pub fn build(obs: &Observations) -> Report {
             d.sort_unstable();
             d
         }),
+        own_drift_ms: percentiles(&{
+            let mut d: Vec<i64> = obs
+                .deliveries
+                .values()
+                .map(Delivery::own_drift_ms)
+                .collect();
+            d.sort_unstable();
+            d
+        }),
+        drift_parts_ms: {
+            let parts: Vec<(i64, i64, i64)> =
+                obs.deliveries.values().map(Delivery::parts_ms).collect();
+            let of = |f: fn(&(i64, i64, i64)) -> i64| {
+                let mut v: Vec<i64> = parts.iter().map(f).collect();
+                v.sort_unstable();
+                percentiles(&v)
+            };
+            match (of(|p| p.0), of(|p| p.1), of(|p| p.2)) {
+                (Some(a), Some(b), Some(c)) => Some([a, b, c]),
+                _ => None,
+            }
+        },
+        audit_wait: obs.audit_wait,
+        audit_waited_seconds: obs.audit_waited.as_secs_f64(),
+        seed: obs.seed,
         dlq: obs.dlq.clone(),
         schedules_left: obs.schedules_left,
         lost: vec![],
@@ -250,16 +484,17 @@ pub fn build(obs: &Observations) -> Report {
             obs.records.get(id.as_str()),
             obs.audit.get(id.as_str()).unwrap_or(&empty_audit),
             by_tx.get(id.as_str()).unwrap_or(&empty_seen),
+            obs,
             &mut r,
         );
     }
     // Requests for transactions nobody started.
     for id in by_tx.keys() {
         if !obs.submitted.iter().any(|s| s == id) {
-            r.unexpected.push(Finding {
-                transaction_id: (*id).to_owned(),
-                why: "the external service received a request for a transaction the workload never started".into(),
-            });
+            r.unexpected.push(Finding::ours(
+                id,
+                "the external service received a request for a transaction the workload never started".into(),
+            ));
         }
     }
     r
@@ -272,8 +507,8 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(s, "==========================");
     let _ = writeln!(
         s,
-        "transactions       attempted {}, finished in {:.1} s",
-        r.attempted, r.elapsed_seconds
+        "transactions       attempted {}, finished in {:.1} s, seed {}",
+        r.attempted, r.elapsed_seconds, r.seed
     );
     let statuses: Vec<String> = Status::ALL
         .iter()
@@ -333,13 +568,51 @@ pub fn render(r: &Report) -> String {
         Some(p) => {
             let _ = writeln!(
                 s,
-                "fire-time drift    p50 {} ms, p99 {} ms, max {} ms over {} schedule deliveries",
+                "fire-time drift    p50 {} ms, p99 {} ms, max {} ms over {} schedule deliveries (instant → message in the retry queue)",
                 p.p50, p.p99, p.max, p.count
             );
+            if let Some(o) = &r.own_drift_ms {
+                let _ = writeln!(
+                    s,
+                    "  emulator's own   p50 {} ms, p99 {} ms, max {} ms (from the later of the instant and the schedule's creation; EventBridge Scheduler promises delivery within 60 s)",
+                    o.p50, o.p99, o.max
+                );
+            }
+            if let Some([d, st, se]) = &r.drift_parts_ms {
+                let _ = writeln!(
+                    s,
+                    "  of which         read after due p99 {} ms, started after ready p99 {} ms, SendMessage p50 {} ms, p99 {} ms",
+                    d.p99, st.p99, se.p50, se.p99
+                );
+            }
         }
         None => {
             let _ = writeln!(s, "fire-time drift    no schedule fired");
         }
+    }
+    match r.audit_wait {
+        Some(AuditWait::Drained {
+            rows_written,
+            failed_passes,
+        }) => {
+            let _ = writeln!(
+                s,
+                "audit stream       drained after {:.1} s of waiting ({rows_written} rows written, {failed_passes} failed passes read again)",
+                r.audit_waited_seconds
+            );
+        }
+        Some(AuditWait::Stalled {
+            idle_seconds,
+            rows_written,
+            failed_passes,
+        }) => {
+            let _ = writeln!(
+                s,
+                "audit stream       NOT drained: the writer wrote nothing for {idle_seconds} s, waited {:.1} s ({rows_written} rows written, {failed_passes} failed passes)",
+                r.audit_waited_seconds
+            );
+        }
+        None => {}
     }
     let dlq: Vec<String> = r.dlq.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let _ = writeln!(s, "dead-letter queues {}", dlq.join(", "));
@@ -382,7 +655,11 @@ pub fn render(r: &Report) -> String {
     ] {
         let _ = writeln!(s, "  {name:<14} {}", list.len());
         for f in list.iter().take(10) {
-            let _ = writeln!(s, "    {}: {}", f.transaction_id, f.why);
+            let _ = write!(s, "    {}: {} [{}", f.transaction_id, f.why, f.side.label());
+            if !f.evidence.is_empty() {
+                let _ = write!(s, ": {}", f.evidence);
+            }
+            let _ = writeln!(s, "]");
         }
         if list.len() > 10 {
             let _ = writeln!(s, "    … and {} more", list.len() - 10);
@@ -645,6 +922,169 @@ mod tests {
         assert!(r.ok(), "{}", render(&r));
         assert_eq!(r.audit_time_order.len(), 1, "{:?}", r.audit_time_order);
         assert!(render(&r).contains("note: 1 audit row(s) carry an earlier time"));
+    }
+
+    fn sides(v: &[Finding]) -> Vec<(String, Side)> {
+        v.iter()
+            .map(|f| (f.transaction_id.clone(), f.side))
+            .collect()
+    }
+
+    /// A missing item is the state store's; the evidence names the requests the
+    /// service saw.
+    #[test]
+    fn a_missing_item_is_the_state_stores_with_the_requests_seen() {
+        let mut o = obs_for(&[]);
+        o.submitted.push("TX-M".into());
+        o.service.insert(("TX-M".into(), 1), seen(&[C])[0].1);
+        o.submitted.push("TX-N".into());
+        let r = build(&o);
+        assert_eq!(
+            sides(&r.lost),
+            vec![
+                ("TX-M".into(), Side::StateStore),
+                ("TX-N".into(), Side::StateStore)
+            ]
+        );
+        assert!(
+            r.lost[0].evidence.contains(
+                "state item missing although its request left (the service saw request TX-M#1)"
+            ),
+            "{:?}",
+            r.lost
+        );
+        assert!(
+            r.lost[1].evidence.contains("saw no request"),
+            "{:?}",
+            r.lost
+        );
+        assert!(render(&r).contains("[state store: state item missing"));
+    }
+
+    /// An audit trail short of the state is behind when the stream was not drained
+    /// (the writer stalled), lost when it was.
+    #[test]
+    fn an_audit_gap_is_behind_or_lost_by_how_the_stream_stood() {
+        let short = || {
+            let mut t = trail("G", 0, Status::Succeeded);
+            t.pop();
+            t
+        };
+        let mut o = obs_for(&[("G", rec("G", Status::Succeeded, 1, 4), short(), seen(&[OK]))]);
+        o.dlq.insert("audit".into(), 2);
+        o.audit_wait = Some(AuditWait::Stalled {
+            idle_seconds: 30,
+            rows_written: 10,
+            failed_passes: 1,
+        });
+        let r = build(&o);
+        assert_eq!(sides(&r.audit_gaps), vec![("G".into(), Side::AuditBehind)]);
+        let e = &r.audit_gaps[0].evidence;
+        assert!(
+            e.contains("stream not drained, the writer wrote nothing for 30 s"),
+            "{e}"
+        );
+        assert!(e.contains("audit DLQ holds 2"), "{e}");
+        assert!(render(&r).contains("audit stream       NOT drained"));
+
+        o.audit_wait = Some(AuditWait::Drained {
+            rows_written: 10,
+            failed_passes: 0,
+        });
+        let r = build(&o);
+        assert_eq!(sides(&r.audit_gaps), vec![("G".into(), Side::AuditLost)]);
+        assert!(r.audit_gaps[0].evidence.contains("read to its end"));
+        assert!(render(&r).contains("audit stream       drained"));
+    }
+
+    fn scheduled(id: &str, fire_at: i64) -> TransactionRecord {
+        let mut r = rec(id, Status::Scheduled, 1, 4);
+        r.next_attempt = Some(Attempt::new(2).unwrap());
+        r.next_fire_at = Some(Timestamp::from_millis(fire_at));
+        r
+    }
+
+    fn delivery(fire_at: i64, delivered: i64) -> Delivery {
+        Delivery {
+            fire_at: Timestamp::from_millis(fire_at),
+            defined_at: Some(Timestamp::from_millis(fire_at - 2_000)),
+            read_at: Timestamp::from_millis(fire_at - 1_900),
+            started_at: Timestamp::from_millis(fire_at),
+            delivered_at: Timestamp::from_millis(delivered),
+        }
+    }
+
+    /// A transaction stuck waiting for its retry points at the emulator when its
+    /// schedule was never delivered or delivered past EventBridge's minute, at the
+    /// functions when it was delivered on time.
+    #[test]
+    fn a_stuck_retry_points_at_the_emulator_only_when_its_delivery_failed() {
+        let name = |id: &str| {
+            domain::ScheduleName::for_retry(
+                &TransactionId::parse(id).unwrap(),
+                Attempt::new(2).unwrap(),
+            )
+            .as_str()
+            .to_owned()
+        };
+        let t = trail("N", 0, Status::InProgress);
+        let mut o = obs_for(&[
+            ("N", scheduled("N", 10_000), t.clone(), seen(&[C])),
+            ("L", scheduled("L", 10_000), t.clone(), seen(&[C])),
+            ("T", scheduled("T", 10_000), t, seen(&[C])),
+        ]);
+        o.deliveries.insert(name("L"), delivery(10_000, 75_000));
+        o.deliveries.insert(name("T"), delivery(10_000, 10_300));
+        o.queued.insert("retry".into(), 7);
+        let r = build(&o);
+        let mut got = sides(&r.stuck);
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            got,
+            vec![
+                ("L".into(), Side::Emulator),
+                ("N".into(), Side::Emulator),
+                ("T".into(), Side::Functions)
+            ]
+        );
+        let by = |id: &str| r.stuck.iter().find(|f| f.transaction_id == id).unwrap();
+        assert!(
+            by("L").evidence.contains("emulator delivery late"),
+            "{:?}",
+            by("L")
+        );
+        assert!(by("L").evidence.contains("+65000 ms"), "{:?}", by("L"));
+        assert!(
+            by("N").evidence.contains("never delivered"),
+            "{:?}",
+            by("N")
+        );
+        assert!(
+            by("T").evidence.contains("delivered on time"),
+            "{:?}",
+            by("T")
+        );
+        assert!(
+            by("T")
+                .evidence
+                .contains("the retry queue holds 7 messages"),
+            "{:?}",
+            by("T")
+        );
+    }
+
+    /// Drift is reported whole and as the emulator's own part.
+    #[test]
+    fn the_emulators_own_drift_is_reported_apart() {
+        let mut o = obs_for(&[]);
+        o.drift_ms = vec![3_000];
+        let mut d = delivery(10_000, 13_000);
+        d.defined_at = Some(Timestamp::from_millis(12_500));
+        o.deliveries.insert("s".into(), d);
+        let r = build(&o);
+        assert_eq!(r.drift_ms.map(|p| p.p99), Some(3_000));
+        assert_eq!(r.own_drift_ms.map(|p| p.p99), Some(500));
+        assert!(render(&r).contains("emulator's own   p50 500 ms"));
     }
 
     #[test]

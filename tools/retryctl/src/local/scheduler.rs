@@ -83,6 +83,55 @@ pub struct SchedulerStats {
     pub fired_twice: AtomicU64,
     pub never_fired: AtomicU64,
     drift_ms: Mutex<Vec<i64>>,
+    deliveries: Mutex<HashMap<String, Delivery>>,
+}
+
+/// The instants of one schedule's delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery {
+    /// The schedule's instant.
+    pub fire_at: Timestamp,
+    /// When the schedule got the definition that fired (its `LastModificationDate`):
+    /// a schedule created after its instant could not fire before it was created.
+    pub defined_at: Option<Timestamp>,
+    /// When the emulator had read it.
+    pub read_at: Timestamp,
+    /// When the emulator began delivering it.
+    pub started_at: Timestamp,
+    /// When its message was in the target queue (the `SendMessage` answered).
+    pub delivered_at: Timestamp,
+}
+
+impl Delivery {
+    /// Delivery − the schedule's instant.
+    pub fn drift_ms(&self) -> i64 {
+        self.delivered_at.millis() - self.fire_at.millis()
+    }
+
+    /// The emulator's own part of the drift: delivery − the later of the instant
+    /// and the schedule's definition (the time before the schedule existed is the
+    /// creator's, not the scheduler's).
+    pub fn own_drift_ms(&self) -> i64 {
+        self.delivered_at.millis() - self.due_from().millis()
+    }
+
+    /// The later of the instant and the definition.
+    fn due_from(&self) -> Timestamp {
+        self.defined_at
+            .map_or(self.fire_at, |d| d.max(self.fire_at))
+    }
+
+    /// Where the emulator's own drift went, in milliseconds: reading the schedule
+    /// after it was due (discovery), starting the delivery after it was due and
+    /// read (timer, a free slot), and the delivery itself (`SendMessage`).
+    pub fn parts_ms(&self) -> (i64, i64, i64) {
+        let due = self.due_from();
+        let discovery = (self.read_at.millis() - due.millis()).max(0);
+        let ready = due.max(self.read_at);
+        let start = (self.started_at.millis() - ready.millis()).max(0);
+        let send = self.delivered_at.millis() - self.started_at.millis();
+        (discovery, start, send)
+    }
 }
 
 impl SchedulerStats {
@@ -95,6 +144,14 @@ impl SchedulerStats {
         let mut v = self.drift_ms.lock().map(|g| g.clone()).unwrap_or_default();
         v.sort_unstable();
         v
+    }
+
+    /// The last delivery of each schedule, by schedule name.
+    pub fn deliveries(&self) -> HashMap<String, Delivery> {
+        self.deliveries
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -111,6 +168,10 @@ pub struct OneTime {
     pub max_retries: u32,
     pub max_event_age: Duration,
     pub dead_letter_arn: Option<String>,
+    /// `LastModificationDate`.
+    pub defined_at: Option<Timestamp>,
+    /// When the emulator read it.
+    pub read_at: Timestamp,
 }
 
 /// Parses `at(yyyy-mm-ddThh:mm:ss)` in UTC.
@@ -169,6 +230,12 @@ impl Entry {
         modified: Option<i64>,
         result: Result<Option<OneTime>, ReadError>,
     ) -> Result<(), ReadError> {
+        if !self.needs_read(modified) {
+            // Settled by another read of the same version (the full and the newest
+            // listings run apart): taking it again would let a fired schedule fire
+            // twice.
+            return Ok(());
+        }
         match result {
             Ok(Some(s)) => {
                 self.schedule = Some(s);
@@ -215,9 +282,10 @@ impl Shared {
     }
 }
 
-/// Two tasks, as the service keeps its timers apart from its API: one lists the
-/// group and reads new schedules every tick; the other sleeps until the next known
-/// instant and delivers what is due at once, so a slow listing (hundreds of
+/// Three tasks, as the service keeps its timers apart from its API: one lists the
+/// group's newest schedules and reads the new ones every tick, one lists the whole
+/// group every tenth tick (to forget deleted schedules), and the third sleeps until
+/// the next known instant and delivers what is due, so a slow listing (hundreds of
 /// schedules on a busy endpoint) never delays a delivery.
 async fn run(
     scheduler: aws_sdk_scheduler::Client,
@@ -227,7 +295,7 @@ async fn run(
     stats: Arc<SchedulerStats>,
 ) {
     let shared = Arc::new(Shared::default());
-    let deliverer = {
+    let listing = |full: bool, every: Duration| {
         let (scheduler, settings, stop, stats, shared) = (
             scheduler.clone(),
             settings.clone(),
@@ -236,34 +304,52 @@ async fn run(
             shared.clone(),
         );
         tokio::spawn(async move {
-            deliver_loop(&scheduler, &sqs, &settings, stop, &stats, &shared).await
+            discover_loop(&scheduler, &settings, full, every, stop, &stats, &shared).await
         })
     };
-    discover_loop(&scheduler, &settings, stop, &stats, &shared).await;
+    let newest = listing(false, settings.tick);
+    let full = listing(
+        true,
+        settings.tick * u32::try_from(FULL_LISTING_EVERY).unwrap_or(10),
+    );
+    let deliverer = tokio::spawn(deliver_loop(
+        scheduler,
+        sqs,
+        settings,
+        stop,
+        stats,
+        shared.clone(),
+    ));
+    let _ = newest.await;
+    let _ = full.await;
     shared.wake.notify_one();
     let _ = deliverer.await;
 }
 
+/// Lists the group (all of it when `full`, else its newest pages) every `every`
+/// until stopped. The two listings run as two tasks: a full listing of a busy group
+/// takes many pages, and new schedules must not wait for it.
 async fn discover_loop(
     scheduler: &aws_sdk_scheduler::Client,
     settings: &SchedulerSettings,
+    full: bool,
+    every: Duration,
     mut stop: Stop,
     stats: &SchedulerStats,
     shared: &Shared,
 ) {
-    for tick in 0u64.. {
-        let full = tick % FULL_LISTING_EVERY == 0;
+    loop {
         if let Err(e) = discover(scheduler, settings, full, stats, shared).await {
             tracing::warn!(group = %settings.group, error = %e, "scheduler emulator listing failed");
         }
-        if stop.sleep(settings.tick).await {
+        if stop.sleep(every).await {
             break;
         }
     }
 }
 
 /// Every this many ticks the whole group is listed (to forget deleted schedules);
-/// in between, only the newest pages, up to the first schedule already known.
+/// every tick, only the newest pages, up to the first schedule already known.
 const FULL_LISTING_EVERY: u64 = 10;
 
 /// Calls made at the same time (reads of new schedules, deliveries).
@@ -281,6 +367,7 @@ async fn discover(
     shared: &Shared,
 ) -> Result<(), String> {
     use futures::StreamExt;
+    let listing_started = SystemClock.now();
     let mut listed: HashMap<String, Option<i64>> = HashMap::new();
     let mut token: Option<String> = None;
     loop {
@@ -317,8 +404,15 @@ async fn discover(
     let to_read: Vec<(String, Option<i64>)> = {
         let mut known = shared.known();
         if full {
-            // A schedule being delivered stays until its delivery is settled.
-            known.retain(|name, e| e.in_flight || listed.contains_key(name));
+            // A schedule being delivered stays until its delivery is settled, and
+            // one the newest listing read meanwhile stays too.
+            known.retain(|name, e| {
+                e.in_flight
+                    || listed.contains_key(name)
+                    || e.schedule
+                        .as_ref()
+                        .is_some_and(|s| s.read_at >= listing_started)
+            });
         }
         listed
             .iter()
@@ -362,75 +456,58 @@ async fn discover(
 }
 
 /// Sleeps until the earliest known instant (or a wake-up, or a tick at the most),
-/// then delivers every due schedule at once, in parallel.
+/// then starts the delivery of every due schedule, earliest first, each on its own
+/// task, at most [`PARALLEL`] at once. The loop never waits for a delivery to end
+/// (nor for the `DeleteSchedule` after it): a slow call holds one slot, not every
+/// schedule due after it.
 async fn deliver_loop(
-    scheduler: &aws_sdk_scheduler::Client,
-    sqs: &SqsDirectory,
-    settings: &SchedulerSettings,
+    scheduler: aws_sdk_scheduler::Client,
+    sqs: SqsDirectory,
+    settings: SchedulerSettings,
     mut stop: Stop,
-    stats: &SchedulerStats,
-    shared: &Shared,
+    stats: Arc<SchedulerStats>,
+    shared: Arc<Shared>,
 ) {
-    use futures::StreamExt;
-    let group = settings.group.as_str();
+    let slots = Arc::new(tokio::sync::Semaphore::new(PARALLEL));
     let mut dice = SplitMix64::new(settings.seed);
+    let tick_ms = i64::try_from(settings.tick.as_millis()).unwrap_or(i64::MAX);
+    let mut running = tokio::task::JoinSet::new();
     while !stop.is_stopped() {
+        while running.try_join_next().is_some() {}
         let now = SystemClock.now();
-        let (due, next) = {
-            let mut known = shared.known();
-            let mut due: Vec<(OneTime, u32)> = Vec::new();
-            let mut next: Option<Timestamp> = None;
-            for e in known.values_mut() {
-                let Some(s) = e.schedule.as_ref() else {
-                    continue;
-                };
-                if e.fired || e.in_flight || !s.enabled {
-                    continue;
-                }
-                let at = s.fire_at.max(e.retry_at.unwrap_or(s.fire_at));
-                if at <= now {
-                    e.in_flight = true;
-                    due.push((s.clone(), e.failures));
-                } else {
-                    next = Some(next.map_or(at, |n| n.min(at)));
-                }
-            }
-            (due, next)
-        };
+        let (due, next) = due_now(&mut shared.known(), now);
         if !due.is_empty() {
-            let due: Vec<(OneTime, u32, Option<Misfire>)> = due
-                .into_iter()
-                .map(|(s, failures)| {
-                    let m = (failures == 0)
-                        .then(|| misfire(&settings.process, &mut dice))
-                        .flatten();
-                    (s, failures, m)
-                })
-                .collect();
-            let outcomes: Vec<(String, bool, bool)> = futures::stream::iter(due)
-                .map(|(s, failures, misfire)| async move {
+            for (s, failures) in due {
+                let misfire = (failures == 0)
+                    .then(|| misfire(&settings.process, &mut dice))
+                    .flatten();
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let (scheduler, sqs, stats, shared, group) = (
+                    scheduler.clone(),
+                    sqs.clone(),
+                    stats.clone(),
+                    shared.clone(),
+                    settings.group.clone(),
+                );
+                running.spawn(async move {
                     let (completed, failed) =
-                        fire(scheduler, sqs, group, &s, failures, now, stats, misfire).await;
-                    (s.name.clone(), completed, failed)
-                })
-                .buffer_unordered(PARALLEL)
-                .collect()
-                .await;
-            let retry_at = SystemClock
-                .now()
-                .plus_millis(i64::try_from(settings.tick.as_millis()).unwrap_or(i64::MAX));
-            let mut known = shared.known();
-            for (name, completed, failed) in outcomes {
-                if let Some(e) = known.get_mut(&name) {
-                    e.in_flight = false;
-                    if failed {
-                        e.failures += 1;
-                        e.retry_at = Some(retry_at);
+                        fire(&scheduler, &sqs, &group, &s, failures, now, &stats, misfire).await;
+                    drop(slot);
+                    let retry_at = SystemClock.now().plus_millis(tick_ms);
+                    if let Some(e) = shared.known().get_mut(&s.name) {
+                        e.in_flight = false;
+                        if failed {
+                            e.failures += 1;
+                            e.retry_at = Some(retry_at);
+                        }
+                        if completed {
+                            e.fired = true;
+                        }
                     }
-                    if completed {
-                        e.fired = true;
-                    }
-                }
+                    shared.wake.notify_one();
+                });
             }
             continue;
         }
@@ -443,6 +520,35 @@ async fn deliver_loop(
             _ = stop.sleep(wait) => {}
         }
     }
+    while running.join_next().await.is_some() {}
+}
+
+/// Marks every schedule due at `now` in flight and returns them, earliest instant
+/// first (then by name), with their failed deliveries so far; and the next instant
+/// after `now`.
+fn due_now(
+    known: &mut HashMap<String, Entry>,
+    now: Timestamp,
+) -> (Vec<(OneTime, u32)>, Option<Timestamp>) {
+    let mut due: Vec<(Timestamp, OneTime, u32)> = Vec::new();
+    let mut next: Option<Timestamp> = None;
+    for e in known.values_mut() {
+        let Some(s) = e.schedule.as_ref() else {
+            continue;
+        };
+        if e.fired || e.in_flight || !s.enabled {
+            continue;
+        }
+        let at = s.fire_at.max(e.retry_at.unwrap_or(s.fire_at));
+        if at <= now {
+            e.in_flight = true;
+            due.push((at, s.clone(), e.failures));
+        } else {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+    }
+    due.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+    (due.into_iter().map(|(_, s, f)| (s, f)).collect(), next)
 }
 
 /// Delivers one due schedule (late, twice or not at all when `misfire` says so);
@@ -458,6 +564,7 @@ async fn fire(
     stats: &SchedulerStats,
     misfire: Option<Misfire>,
 ) -> (bool, bool) {
+    let started_at = SystemClock.now();
     let delivered = match misfire {
         Some(Misfire::Never) => {
             // Lost by the service: gone without a delivery.
@@ -481,9 +588,18 @@ async fn fire(
     let (completed, failed) = match delivered {
         Ok(()) if misfire == Some(Misfire::Never) => (true, false),
         Ok(()) => {
-            let drift = SystemClock.now().millis() - s.fire_at.millis();
+            let delivery = Delivery {
+                fire_at: s.fire_at,
+                defined_at: s.defined_at,
+                read_at: s.read_at,
+                started_at,
+                delivered_at: SystemClock.now(),
+            };
             if let Ok(mut d) = stats.drift_ms.lock() {
-                d.push(drift);
+                d.push(delivery.drift_ms());
+            }
+            if let Ok(mut d) = stats.deliveries.lock() {
+                d.insert(s.name.clone(), delivery);
             }
             stats.fired.fetch_add(1, Ordering::Relaxed);
             (true, false)
@@ -585,6 +701,12 @@ async fn read(
             .dead_letter_config()
             .and_then(|d| d.arn())
             .map(str::to_owned),
+        defined_at: out
+            .last_modification_date()
+            .or(out.creation_date())
+            .and_then(|d| d.to_millis().ok())
+            .map(Timestamp::from_millis),
+        read_at: SystemClock.now(),
     }))
 }
 
@@ -675,6 +797,8 @@ mod tests {
             max_retries: 3,
             max_event_age: Duration::from_secs(3600),
             dead_letter_arn: None,
+            defined_at: None,
+            read_at: Timestamp::from_millis(0),
         }
     }
 
@@ -717,6 +841,69 @@ mod tests {
             "a modified schedule may fire again"
         );
         assert_eq!(e.schedule.as_ref().map(|s| s.input.as_str()), Some("b"));
+    }
+
+    /// Due schedules come earliest first, each once (in flight until settled); the
+    /// next instant is the earliest one still ahead.
+    #[test]
+    fn due_schedules_come_earliest_first_and_once() {
+        let at = |name: &str, ms: i64| {
+            let mut s = one_time(name, name);
+            s.fire_at = Timestamp::from_millis(ms);
+            Entry {
+                schedule: Some(s),
+                ..Entry::default()
+            }
+        };
+        let mut known: HashMap<String, Entry> = [
+            ("c", 3_000),
+            ("a", 2_000),
+            ("b", 1_000),
+            ("later", 9_000),
+            ("d", 1_000),
+        ]
+        .into_iter()
+        .map(|(n, ms)| (n.to_owned(), at(n, ms)))
+        .collect();
+        let (due, next) = due_now(&mut known, Timestamp::from_millis(5_000));
+        let names: Vec<&str> = due.iter().map(|(s, _)| s.name.as_str()).collect();
+        assert_eq!(names, vec!["b", "d", "a", "c"]);
+        assert_eq!(next, Some(Timestamp::from_millis(9_000)));
+        let (again, _) = due_now(&mut known, Timestamp::from_millis(5_000));
+        assert!(again.is_empty(), "in flight: not due again");
+    }
+
+    /// Drift counts from the instant; the emulator's own part from the later of the
+    /// instant and the schedule's definition.
+    #[test]
+    fn the_emulators_own_drift_starts_once_the_schedule_exists() {
+        let d = |defined: Option<i64>| Delivery {
+            fire_at: Timestamp::from_millis(10_000),
+            defined_at: defined.map(Timestamp::from_millis),
+            read_at: Timestamp::from_millis(10_500),
+            started_at: Timestamp::from_millis(11_000),
+            delivered_at: Timestamp::from_millis(12_000),
+        };
+        assert_eq!(d(Some(8_000)).drift_ms(), 2_000);
+        assert_eq!(d(Some(8_000)).own_drift_ms(), 2_000);
+        assert_eq!(d(Some(11_500)).drift_ms(), 2_000);
+        assert_eq!(d(Some(11_500)).own_drift_ms(), 500, "created 1.5 s late");
+        assert_eq!(d(None).own_drift_ms(), 2_000);
+        assert_eq!(d(Some(8_000)).parts_ms(), (500, 500, 1_000));
+        assert_eq!(d(Some(11_500)).parts_ms(), (0, 0, 1_000));
+    }
+
+    /// A second read of a version already taken (the other listing's) changes
+    /// nothing: a fired schedule does not fire again.
+    #[test]
+    fn a_version_read_twice_is_taken_once() {
+        let mut e = Entry::default();
+        e.record_read(Some(5), Ok(Some(one_time("s", "a"))))
+            .unwrap();
+        e.fired = true;
+        assert_eq!(e.record_read(Some(5), Ok(Some(one_time("s", "b")))), Ok(()));
+        assert!(e.fired, "still fired");
+        assert_eq!(e.schedule.as_ref().map(|s| s.input.as_str()), Some("a"));
     }
 
     #[test]

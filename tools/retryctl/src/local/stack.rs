@@ -135,6 +135,32 @@ pub struct CronStats {
 pub struct AuditStats {
     pub rows_written: AtomicU64,
     pub errors: AtomicU64,
+    /// Passes over the stream started so far (the first is pass 1).
+    pub passes: AtomicU64,
+    /// The number of the last pass that read no new change and wrote without error
+    /// (0: none yet): once it is past the pass under way at some instant, every
+    /// change made before that instant has been audited.
+    pub last_empty_pass: AtomicU64,
+}
+
+/// What the audit stream had done at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AuditSnapshot {
+    pub passes: u64,
+    pub last_empty_pass: u64,
+    pub rows_written: u64,
+    pub errors: u64,
+}
+
+impl AuditStats {
+    pub fn snapshot(&self) -> AuditSnapshot {
+        AuditSnapshot {
+            passes: self.passes.load(Ordering::SeqCst),
+            last_empty_pass: self.last_empty_pass.load(Ordering::SeqCst),
+            rows_written: self.rows_written.load(Ordering::SeqCst),
+            errors: self.errors.load(Ordering::SeqCst),
+        }
+    }
 }
 
 /// A running local stack. [`Stack::shutdown`] stops everything it started.
@@ -541,11 +567,15 @@ async fn audit_stream(
 ) {
     let mut position = StreamPosition::default();
     loop {
+        let pass = stats.passes.fetch_add(1, Ordering::SeqCst) + 1;
         match drain_into(&writer, &streams, &stream_arn, &mut position).await {
             Ok(r) => {
                 stats
                     .rows_written
-                    .fetch_add(r.rows as u64, Ordering::Relaxed);
+                    .fetch_add(r.rows as u64, Ordering::SeqCst);
+                if r.changes == 0 {
+                    stats.last_empty_pass.store(pass, Ordering::SeqCst);
+                }
             }
             Err(e) => {
                 stats.errors.fetch_add(1, Ordering::Relaxed);
