@@ -12,8 +12,8 @@
 //! | a change-log entry | `<service>#log` | `<at, ms, 15 digits>#<version, 10 digits>` | `at`, `by`, `change`, `from_state`, `to_state`, `version`, `reason`, the window's counts when it opened, `expires_at` (400 days) |
 //! | a window bucket | `<service>#window` | `<bucket start, ms, 15 digits>#<shard, 2 digits>` | `answered`, `technical`, `deadlines`, `expires_at` |
 //!
-//! Reading the breaker is one GetItem and one Query over the window's partition
-//! (at most `BUCKETS × shards` small items).
+//! Reading the breaker is one GetItem, and one Query over the window's partition
+//! (at most `BUCKETS × shards` small items) only when the window is asked for.
 
 use crate::errors::classify;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -189,7 +189,7 @@ impl DynamoBreaker {
 }
 
 impl BreakerReads for DynamoBreaker {
-    async fn load(&self, now: Timestamp) -> Result<BreakerView, PortError> {
+    async fn load(&self, now: Timestamp, window: bool) -> Result<BreakerView, PortError> {
         let got = self
             .client
             .get_item()
@@ -204,6 +204,12 @@ impl BreakerReads for DynamoBreaker {
             Some(item) => breaker_from_item(item)?,
             None => Breaker::default(),
         };
+        if !window {
+            return Ok(BreakerView {
+                breaker,
+                window: Tally::default(),
+            });
+        }
         let oldest = bucket_of(now.plus_millis(-self.window_ms()), &self.settings);
         let mut buckets: Vec<(Timestamp, Tally)> = Vec::new();
         let mut start: Option<HashMap<String, AttributeValue>> = None;

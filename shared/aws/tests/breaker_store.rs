@@ -52,7 +52,7 @@ fn t(ms: i64) -> Timestamp {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_breaker_item_changes_only_from_the_version_read() {
     let b = breaker("brv", 1).await;
-    let view = b.load(t(0)).await.unwrap();
+    let view = b.load(t(0), true).await.unwrap();
     assert_eq!(view.breaker, Breaker::default());
     assert_eq!(view.window, Tally::default());
 
@@ -70,7 +70,7 @@ async fn the_breaker_item_changes_only_from_the_version_read() {
             .unwrap(),
         "a stale read writes nothing"
     );
-    assert_eq!(b.load(t(2)).await.unwrap().breaker, opened);
+    assert_eq!(b.load(t(2), false).await.unwrap().breaker, opened);
 
     // HALF_OPEN with its probes counted round-trips too.
     let (_, half, change) = opened.admit(t(30_000), &settings());
@@ -83,7 +83,7 @@ async fn the_breaker_item_changes_only_from_the_version_read() {
         .save(&opened, &half, &note(30_000, change, None))
         .await
         .unwrap());
-    assert_eq!(b.load(t(30_001)).await.unwrap().breaker, half);
+    assert_eq!(b.load(t(30_001), false).await.unwrap().breaker, half);
 
     // The change log: the two changes written, newest first, the lost one absent.
     let log = b.history(10).await.unwrap();
@@ -132,7 +132,7 @@ async fn counts_add_up_without_conflict_within_the_window() {
     for task in tasks {
         task.await.unwrap();
     }
-    let w = b.load(t(70_000)).await.unwrap().window;
+    let w = b.load(t(70_000), true).await.unwrap().window;
     assert_eq!(
         w,
         Tally {
@@ -144,5 +144,10 @@ async fn counts_add_up_without_conflict_within_the_window() {
     assert!(w.trips(&settings()), "30 of 40 technical");
     // Nothing counted: no call.
     b.count(t(70_000), &Tally::default()).await.unwrap();
-    assert_eq!(b.load(t(70_000)).await.unwrap().window, w);
+    assert_eq!(b.load(t(70_000), true).await.unwrap().window, w);
+    // The breaker alone: no window read.
+    assert_eq!(
+        b.load(t(70_000), false).await.unwrap().window,
+        Tally::default()
+    );
 }

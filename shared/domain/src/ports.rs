@@ -284,10 +284,11 @@ pub struct BreakerView {
 }
 
 port! {
-    /// Reads the breaker item and its window (`dynamodb:GetItem` and `dynamodb:Query`
-    /// on the breaker table).
+    /// Reads the breaker item (`dynamodb:GetItem` on the breaker table) and, when
+    /// `window` is asked for, the window's counts at `now` (`dynamodb:Query`);
+    /// otherwise the view's window is empty.
     pub trait BreakerReads {
-        fn load(&self, now: Timestamp) -> Result<BreakerView, PortError>;
+        fn load(&self, now: Timestamp, window: bool) -> Result<BreakerView, PortError>;
     }
 }
 

@@ -56,7 +56,9 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The breaker as last read, read again when older than `refresh` (or `fresh`).
+    /// The breaker as last read, read again when older than `refresh`. `fresh`: read
+    /// now, with the window's counts (only a decision that may change the state needs
+    /// them; a cached view's window is not to be used).
     async fn view(&self, now: Timestamp, fresh: bool) -> Result<BreakerView, PortError> {
         if !fresh {
             if let Some((at, v)) = *self.cached() {
@@ -65,7 +67,7 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
                 }
             }
         }
-        let v = self.store.load(now).await?;
+        let v = self.store.load(now, fresh).await?;
         *self.cached() = Some((now, v));
         Ok(v)
     }

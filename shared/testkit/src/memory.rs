@@ -452,6 +452,7 @@ struct MemoryBreakerState {
     buckets: BTreeMap<Timestamp, domain::breaker::Tally>,
     /// Calls, to assert the cost of a path.
     reads: u64,
+    window_reads: u64,
     saves: u64,
     counts: u64,
 }
@@ -459,8 +460,10 @@ struct MemoryBreakerState {
 /// Calls made to a [`MemoryBreaker`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BreakerCalls {
-    /// `load` calls (each one GetItem and one Query in DynamoDB).
+    /// `load` calls (one GetItem each in DynamoDB).
     pub loads: u64,
+    /// Those that also read the window (one Query each in DynamoDB).
+    pub window_reads: u64,
     /// Conditional saves tried.
     pub saves: u64,
     /// Counting writes (one ADD each).
@@ -488,6 +491,7 @@ impl MemoryBreaker {
         let s = lock(&self.state);
         BreakerCalls {
             loads: s.reads,
+            window_reads: s.window_reads,
             saves: s.saves,
             counts: s.counts,
         }
@@ -500,14 +504,23 @@ impl MemoryBreaker {
 }
 
 impl domain::ports::BreakerReads for MemoryBreaker {
-    async fn load(&self, now: Timestamp) -> Result<domain::ports::BreakerView, PortError> {
+    async fn load(
+        &self,
+        now: Timestamp,
+        window: bool,
+    ) -> Result<domain::ports::BreakerView, PortError> {
         let mut s = lock(&self.state);
         s.reads += 1;
-        let window = domain::breaker::window_total(
-            s.buckets.iter().map(|(k, v)| (*k, v)),
-            now,
-            &self.settings,
-        );
+        let window = if window {
+            s.window_reads += 1;
+            domain::breaker::window_total(
+                s.buckets.iter().map(|(k, v)| (*k, v)),
+                now,
+                &self.settings,
+            )
+        } else {
+            domain::breaker::Tally::default()
+        };
         Ok(domain::ports::BreakerView {
             breaker: s.breaker,
             window,

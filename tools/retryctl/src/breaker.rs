@@ -100,7 +100,7 @@ async fn status(t: &Target, changes: i32) -> Result<Output, CliError> {
     }
     let b = adapter(t, BreakerSettings::default())?;
     let now = SystemClock.now();
-    let breaker = b.load(now).await.map_err(aws)?.breaker;
+    let breaker = b.load(now, false).await.map_err(aws)?.breaker;
     let log = b.history(changes).await.map_err(aws)?;
     let mut text = format!(
         "breaker    {}, version {}\n",
@@ -139,7 +139,7 @@ async fn force(
     let b = adapter(t, settings)?;
     for _ in 0..TRIES {
         let now = SystemClock.now();
-        let read = b.load(now).await.map_err(aws)?.breaker;
+        let read = b.load(now, false).await.map_err(aws)?.breaker;
         let (new, change) = read.force(open.is_some(), now, &settings);
         let OperatorNote { caller, reason } = note.clone();
         let written = b

@@ -62,6 +62,10 @@ async fn the_happy_path_reads_once_per_refresh_and_counts_once_per_batch() {
         "one read within the refresh period: {calls:?}"
     );
     assert_eq!((calls.counts, calls.saves), (10, 0), "{calls:?}");
+    assert_eq!(
+        calls.window_reads, 0,
+        "answers alone never read the window: {calls:?}"
+    );
     g.admit(t(5_000)).await.unwrap();
     assert_eq!(
         g.store().calls().loads,
