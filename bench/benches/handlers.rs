@@ -12,22 +12,26 @@
 //! transaction, and for B the response handler's SCHEDULED result), so every
 //! measured run takes the happy path. The retry handler's pacer is left out (its cost
 //! is one mutex and a clock read; its waits are the configured rate, not CPU).
-//! Payloads are 4 KB. Short measurement times keep `scripts/bench.sh` fast.
+//! Payloads are 4 KB. Short measurement times keep `scripts/bench.sh` fast. The
+//! batch benchmarks run with the circuit breaker on (in memory, CLOSED): its cached
+//! read per record and its one count per response batch are in the figures.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is the failure report
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use domain::exec::{ResponsePorts, StartPorts};
+use domain::breaker::BreakerSettings;
+use domain::exec::{ResponsePorts, RetryPorts, StartPorts};
 use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
 use retry_bench::cycle::payload_of;
+use runtime::breaker::BreakerGate;
 use runtime::drive::run_all;
 use runtime::response::ResponseHandler;
 use runtime::retry::RetryHandler;
 use runtime::settings::Seeds;
 use runtime::{BatchOptions, Metrics, Settings, SqsEvent, Verdict};
 use std::time::Duration;
-use testkit::memory::MemoryDeadLetter;
 use testkit::memory::{block_on_ready, MemoryQueue, MemoryScheduler, MemoryStore};
+use testkit::memory::{MemoryBreaker, MemoryDeadLetter};
 
 const PAYLOAD_BYTES: usize = 4096;
 const BATCH: usize = 10;
@@ -137,6 +141,7 @@ fn response_handler(
     MemoryScheduler,
     MemoryQueue<RetryEvent>,
     MemoryStore,
+    MemoryBreaker,
     MemoryDeadLetter,
 > {
     ResponseHandler {
@@ -144,6 +149,7 @@ fn response_handler(
         scheduler: MemoryScheduler::new(),
         retries: MemoryQueue::new(),
         notes: MemoryStore::new(),
+        breaker: Some(gate("response-handler")),
         dead_letter: MemoryDeadLetter::new(),
         clock: SystemClock,
         settings: Settings::default(),
@@ -153,12 +159,26 @@ fn response_handler(
     }
 }
 
+/// The breaker as the functions use it, CLOSED, cached for 5 s.
+fn gate(by: &str) -> BreakerGate<MemoryBreaker> {
+    let settings = BreakerSettings::default();
+    BreakerGate::new(
+        MemoryBreaker::new(settings),
+        settings,
+        Duration::from_secs(5),
+        by,
+    )
+}
+
 fn retry_handler(
     store: MemoryStore,
-) -> RetryHandler<MemoryStore, MemoryQueue<Request>, MemoryDeadLetter> {
+) -> RetryHandler<MemoryStore, MemoryQueue<Request>, MemoryScheduler, MemoryBreaker, MemoryDeadLetter>
+{
     RetryHandler {
         store,
         requests: MemoryQueue::new(),
+        scheduler: MemoryScheduler::new(),
+        breaker: Some(gate("retry-handler")),
         dead_letter: MemoryDeadLetter::new(),
         clock: SystemClock,
         settings: Settings::default(),
@@ -219,9 +239,14 @@ fn handlers(c: &mut Criterion) {
             },
             |(store, requests, ctx)| {
                 let mut rng = domain::policy::SplitMix64::new(7);
+                let scheduler = MemoryScheduler::new();
+                let ports = RetryPorts {
+                    store: &store,
+                    requests: &requests,
+                    scheduler: &scheduler,
+                };
                 let v = ready(runtime::retry::handle(
-                    &store,
-                    &requests,
+                    &ports,
                     &retry,
                     &ctx,
                     &mut rng,

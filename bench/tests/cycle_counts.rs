@@ -33,7 +33,9 @@ async fn happy_path_counts_are_the_expected_calls() {
     .unwrap();
     for c in [&small, &big] {
         let a = &c.response;
-        // Response handler: 2 conditional writes + 1 CreateSchedule, no read.
+        // Response handler: 2 conditional writes + 1 CreateSchedule, no state read;
+        // with the circuit breaker on, one count per batch (UpdateItem) and one read
+        // of its item per refresh period (each cycle here is a fresh environment).
         assert_eq!(
             (
                 a.writes,
@@ -43,11 +45,12 @@ async fn happy_path_counts_are_the_expected_calls() {
                 a.payload_reads,
                 a.sends
             ),
-            (2, 0, 1, 0, 0, 0),
+            (3, 0, 1, 1, 0, 0),
             "{a:?}"
         );
-        assert_eq!(round_trips(a), 3);
-        // Retry handler: 2 conditional writes + 1 payload read + 1 SendMessage, no state read.
+        assert_eq!(round_trips(a), 5);
+        // Retry handler: 2 conditional writes + 1 payload read + 1 SendMessage, no
+        // state read; the breaker's item read once (per refresh period).
         let b = &c.retry;
         assert_eq!(
             (
@@ -58,10 +61,10 @@ async fn happy_path_counts_are_the_expected_calls() {
                 b.reads,
                 b.schedule_creates
             ),
-            (2, 0, 1, 1, 0, 0),
+            (2, 0, 1, 1, 1, 0),
             "{b:?}"
         );
-        assert_eq!(round_trips(b), 4);
+        assert_eq!(round_trips(b), 5);
         // One audit item per handler run (its two transitions as two entries), one
         // write unit each: the item stays under 1 KB.
         assert_eq!(c.audit.audit_writes, 2);
@@ -112,16 +115,17 @@ async fn every_message_twice_costs_one_failed_condition_per_duplicate_and_no_sec
     )
     .await
     .unwrap();
-    // The duplicate response: one conditional write that fails, nothing else.
+    // The duplicate response: one conditional write that fails, and its batch's
+    // count on the circuit breaker (one per batch).
     assert_eq!(
         (
             c.response.writes,
             c.response.failed_conditions,
             c.response.schedule_creates
         ),
-        (3, 1, 1)
+        (5, 1, 1)
     );
-    assert_eq!(round_trips(&c.response_first), 3);
+    assert_eq!(round_trips(&c.response_first), 5);
     // The duplicate retry event: one failed conditional write, no second payload read
     // or publish.
     assert_eq!(

@@ -19,7 +19,9 @@
 //! read, publish), a duplicate (failed condition) and a malformed one (retry DLQ), the
 //! reconciler requeueing a SCHEDULED retry past its fire time and re-creating the
 //! schedule of a SCHEDULING record read after its index entry, the reconciler
-//! publishing again a request unanswered past its deadline, the audit of the
+//! publishing again a request unanswered past its deadline, the circuit breaker's
+//! whole round (opened by that deadline, a retry paused under its own schedule, a
+//! probe after the cool-down, closed by the probe's answer), the audit of the
 //! stream, and its DLQ. `retryctl` runs under the operators' own credentials, not a
 //! role of this template: its calls are not evaluated here.
 //!
@@ -44,7 +46,7 @@ use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
 use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
 use domain::exec::StartPorts;
 use domain::machine::ReconcileKey;
-use domain::ports::{Clock, Records, ScheduleCreator, SystemClock};
+use domain::ports::{BreakerReads, Clock, Records, ScheduleCreator, SystemClock};
 use domain::{
     Attempt, MaxAttempts, Payload, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
@@ -484,6 +486,11 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             ("BACKOFF_JITTER", "0"),
             ("RECONCILE_THRESHOLD_SECONDS", "1"),
             ("MAX_REQUESTS_PER_SECOND", "50"),
+            // One deadline opens the circuit breaker for 3 s; its item is read
+            // again after 1 s.
+            ("BREAKER_DEADLINE_BURST", "1"),
+            ("BREAKER_COOLDOWN_SECONDS", "3"),
+            ("BREAKER_REFRESH_SECONDS", "1"),
         ] {
             m.insert(k.into(), v.into());
         }
@@ -825,11 +832,59 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     assert_eq!(store_status(&store, "TX-F").await, Status::Scheduled);
     let g = store.get(&id("TX-G")).await.unwrap().unwrap();
     assert_eq!((g.status, g.republishes), (Status::InProgress, 1), "{g:?}");
+    // TX-G's deadline fired: one is a burst here, so the reconciler opened the
+    // circuit breaker (window read, change written with its log entry).
+    let breaker = aws::breaker::DynamoBreaker::new(
+        aws::clients::dynamodb(&setup_sdk),
+        &names.breaker_table,
+        aws::breaker::SERVICE,
+        domain::breaker::BreakerSettings::default(),
+        1,
+    );
+    let opened = BreakerReads::load(&breaker, SystemClock.now(), false)
+        .await
+        .unwrap()
+        .breaker;
+    assert_eq!(opened.state.name(), "OPEN", "{opened:?}");
+    // While it is open, TX-E's requeued retry event is paused: its cycle opened
+    // again under a schedule of its own.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
+        retry.handle_event(e, retry_metrics).await.unwrap()
+    })
+    .await;
+    let e = store.get(&id("TX-E")).await.unwrap().unwrap();
+    assert_eq!((e.status, e.pauses), (Status::Scheduled, 1), "{e:?}");
+    // After the cool-down the next retry event is the half-open round's probe
+    // (counted on the breaker) and goes out.
+    if let domain::breaker::BreakerState::Open { until, .. } = opened.state {
+        wait_until(until.plus_millis(1_100)).await;
+    }
+    send(
+        &operator_sqs,
+        &p.retry.url,
+        r#"{"transaction_id":"TX-E","origin":"OPERATOR","attempt":2}"#,
+    )
+    .await;
     event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
         retry.handle_event(e, retry_metrics).await.unwrap()
     })
     .await;
     assert_eq!(store_status(&store, "TX-E").await, Status::InProgress);
+    // The probe is answered: the response handler closes the breaker.
+    send(
+        &external_sqs,
+        &p.response.url,
+        &answer("TX-E", 2, "SUCCESS"),
+    )
+    .await;
+    response_round().await;
+    assert_eq!(store_status(&store, "TX-E").await, Status::Succeeded);
+    let closed = BreakerReads::load(&breaker, SystemClock.now(), false)
+        .await
+        .unwrap()
+        .breaker;
+    assert_eq!(closed.state.name(), "CLOSED", "{closed:?}");
 
     // The audit writer's stream event source, the function, its on-failure record.
     let streams = aws::clients::dynamodbstreams(&audit_sdk);

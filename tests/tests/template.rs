@@ -627,6 +627,9 @@ fn business_alarm_problems(t: &Value) -> Vec<String> {
         // response handler, per CreateSchedule refused for the account's limits.
         (names::SCHEDULER_QUOTA_EXCEEDED, runtime::response::FUNCTION),
         (names::SCHEDULER_THROTTLED, runtime::response::FUNCTION),
+        // the circuit breaker opened, on ERROR answers or on answer deadlines.
+        (names::BREAKER_OPENED, runtime::response::FUNCTION),
+        (names::BREAKER_OPENED, runtime::reconcile::FUNCTION),
     ];
     for (metric, function) in emitted {
         let want_dims = vec![(DIMENSION.to_owned(), function.to_owned())];
@@ -709,6 +712,13 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
         (names::RECONCILE_ERRORS, reconciler),
         (names::SCHEDULER_THROTTLED, response),
         (names::SCHEDULER_QUOTA_EXCEEDED, response),
+        (names::TECHNICAL_FAILURES, response),
+        (names::BREAKER_STATE, response),
+        (names::BREAKER_STATE, retry),
+        (names::BREAKER_STATE, reconciler),
+        (names::BREAKER_OPENED, response),
+        (names::BREAKER_OPENED, reconciler),
+        (names::RETRIES_PAUSED_BY_BREAKER, retry),
     ]
     .into_iter()
     .map(|(m, f)| (m.to_owned(), f))

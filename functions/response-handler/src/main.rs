@@ -1,6 +1,9 @@
 //! The response handler (A): the external service's responses, from the response
 //! queue. Everything but the wiring lives in `runtime::response`.
 
+// The handler's batch future nests the SDK call futures deeper than the default limit.
+#![recursion_limit = "256"]
+
 use lambda_runtime::Error;
 use runtime::SqsEvent;
 

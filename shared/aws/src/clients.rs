@@ -124,6 +124,9 @@ pub fn dynamodbstreams(sdk: &SdkConfig) -> aws_sdk_dynamodbstreams::Client {
     )
 }
 
+/// The DynamoDB client type, for callers that hold one without depending on the SDK.
+pub type DynamoClient = aws_sdk_dynamodb::Client;
+
 /// The three clients a function's adapters use.
 #[derive(Debug, Clone)]
 pub struct Clients {

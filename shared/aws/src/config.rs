@@ -180,6 +180,73 @@ fn namespace(env: &Env<'_>) -> String {
     env.string_or("METRICS_NAMESPACE", defaults::METRICS_NAMESPACE)
 }
 
+/// The circuit breaker of the external service (`BREAKER_TABLE` and the
+/// `BREAKER_*` settings). Absent `BREAKER_TABLE`: no breaker, requests always go out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BreakerConfig {
+    pub table: String,
+    pub settings: domain::breaker::BreakerSettings,
+    /// How long an execution environment uses its last read of the breaker
+    /// (`BREAKER_REFRESH_SECONDS`, 1–300, default 5).
+    pub refresh: Duration,
+}
+
+impl BreakerConfig {
+    pub const ENV_VARS: &'static [&'static str] = &[
+        "BREAKER_TABLE",
+        "BREAKER_WINDOW_SECONDS",
+        "BREAKER_MIN_CALLS",
+        "BREAKER_FAILURE_RATIO",
+        "BREAKER_DEADLINE_BURST",
+        "BREAKER_COOLDOWN_SECONDS",
+        "BREAKER_COOLDOWN_MAX_SECONDS",
+        "BREAKER_PROBES",
+        "BREAKER_REFRESH_SECONDS",
+    ];
+
+    fn read(env: &Env<'_>) -> Result<Option<Self>, ConfigError> {
+        let d = domain::breaker::BreakerSettings::default();
+        // Read every setting even without a table, so a bad value is never silent.
+        let secs = |name, default: Duration| -> Result<Duration, ConfigError> {
+            Ok(Duration::from_secs(env.ranged(
+                name,
+                default.as_secs(),
+                1,
+                86_400,
+            )?))
+        };
+        let settings = domain::breaker::BreakerSettings {
+            window: secs("BREAKER_WINDOW_SECONDS", d.window)?,
+            min_calls: env.ranged("BREAKER_MIN_CALLS", d.min_calls, 1, 1_000_000)?,
+            failure_ratio: env.parsed("BREAKER_FAILURE_RATIO", d.failure_ratio)?,
+            deadline_burst: env.ranged("BREAKER_DEADLINE_BURST", d.deadline_burst, 1, 1_000_000)?,
+            cooldown: secs("BREAKER_COOLDOWN_SECONDS", d.cooldown)?,
+            cooldown_max: secs("BREAKER_COOLDOWN_MAX_SECONDS", d.cooldown_max)?,
+            probes: env.ranged("BREAKER_PROBES", d.probes, 1, 10_000)?,
+        }
+        .validated()
+        .map_err(|e| ConfigError::Invalid {
+            name: match e.name {
+                "window" => "BREAKER_WINDOW_SECONDS",
+                "min_calls" => "BREAKER_MIN_CALLS",
+                "failure_ratio" => "BREAKER_FAILURE_RATIO",
+                "deadline_burst" => "BREAKER_DEADLINE_BURST",
+                "cooldown" => "BREAKER_COOLDOWN_SECONDS",
+                "cooldown_max" => "BREAKER_COOLDOWN_MAX_SECONDS",
+                _ => "BREAKER_PROBES",
+            },
+            value: e.value.clone(),
+            reason: e.reason.to_owned(),
+        })?;
+        let refresh = Duration::from_secs(env.ranged("BREAKER_REFRESH_SECONDS", 5, 1, 300)?);
+        Ok(env.raw("BREAKER_TABLE").map(|t| Self {
+            table: t.trim().to_owned(),
+            settings,
+            refresh,
+        }))
+    }
+}
+
 /// How schedules are created: the article's target settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulerSettings {
@@ -314,6 +381,8 @@ pub struct ResponseHandlerConfig {
     /// TECHNICAL_RESEND_MAX: technical re-sends of a transaction before an ERROR ends
     /// it FAILED.
     pub technical_resend_max: u32,
+    /// The circuit breaker its answers feed.
+    pub breaker: Option<BreakerConfig>,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
 }
@@ -340,6 +409,15 @@ impl ResponseHandlerConfig {
         "AUDIT_TABLE",
         "AUDIT_RETENTION_DAYS",
         "TECHNICAL_RESEND_MAX",
+        "BREAKER_TABLE",
+        "BREAKER_WINDOW_SECONDS",
+        "BREAKER_MIN_CALLS",
+        "BREAKER_FAILURE_RATIO",
+        "BREAKER_DEADLINE_BURST",
+        "BREAKER_COOLDOWN_SECONDS",
+        "BREAKER_COOLDOWN_MAX_SECONDS",
+        "BREAKER_PROBES",
+        "BREAKER_REFRESH_SECONDS",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
@@ -366,6 +444,7 @@ impl ResponseHandlerConfig {
                 0,
                 defaults::TECHNICAL_RESEND_LIMIT,
             )?,
+            breaker: BreakerConfig::read(&env)?,
             batch_concurrency: batch_concurrency(&env)?,
             metrics_namespace: namespace(&env),
         })
@@ -384,6 +463,10 @@ pub struct RetryHandlerConfig {
     pub max_requests_per_second: f64,
     /// ANSWER_TIMEOUT_SECONDS: the deadline of each request this handler publishes.
     pub answer_timeout: Duration,
+    /// Schedules of the retries the breaker pauses.
+    pub scheduler: SchedulerSettings,
+    /// The circuit breaker that holds requests back.
+    pub breaker: Option<BreakerConfig>,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
 }
@@ -397,6 +480,21 @@ impl RetryHandlerConfig {
         "RECONCILE_SHARDS",
         "MAX_REQUESTS_PER_SECOND",
         "ANSWER_TIMEOUT_SECONDS",
+        "SCHEDULE_GROUP",
+        "RETRY_QUEUE_ARN",
+        "SCHEDULER_ROLE_ARN",
+        "SCHEDULER_DLQ_ARN",
+        "SCHEDULER_RETRY_ATTEMPTS",
+        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
+        "BREAKER_TABLE",
+        "BREAKER_WINDOW_SECONDS",
+        "BREAKER_MIN_CALLS",
+        "BREAKER_FAILURE_RATIO",
+        "BREAKER_DEADLINE_BURST",
+        "BREAKER_COOLDOWN_SECONDS",
+        "BREAKER_COOLDOWN_MAX_SECONDS",
+        "BREAKER_PROBES",
+        "BREAKER_REFRESH_SECONDS",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
@@ -430,6 +528,8 @@ impl RetryHandlerConfig {
             reconcile_shards: shards(&env)?,
             max_requests_per_second: rate,
             answer_timeout: answer_timeout(&env)?,
+            scheduler: SchedulerSettings::read(&env)?,
+            breaker: BreakerConfig::read(&env)?,
             batch_concurrency: batch_concurrency(&env)?,
             metrics_namespace: namespace(&env),
         })
@@ -457,6 +557,9 @@ pub struct ReconcilerConfig {
     pub scheduler: SchedulerSettings,
     pub reconcile_threshold: Duration,
     pub reconcile_max_items: u32,
+    /// The circuit breaker: answer deadlines feed it, and while it holds requests
+    /// back an unanswered request waits instead of going out again.
+    pub breaker: Option<BreakerConfig>,
     pub metrics_namespace: String,
 }
 
@@ -478,6 +581,15 @@ impl ReconcilerConfig {
         "SCHEDULER_MAX_EVENT_AGE_SECONDS",
         "RECONCILE_THRESHOLD_SECONDS",
         "RECONCILE_MAX_ITEMS",
+        "BREAKER_TABLE",
+        "BREAKER_WINDOW_SECONDS",
+        "BREAKER_MIN_CALLS",
+        "BREAKER_FAILURE_RATIO",
+        "BREAKER_DEADLINE_BURST",
+        "BREAKER_COOLDOWN_SECONDS",
+        "BREAKER_COOLDOWN_MAX_SECONDS",
+        "BREAKER_PROBES",
+        "BREAKER_REFRESH_SECONDS",
         "METRICS_NAMESPACE",
     ];
 
@@ -513,6 +625,7 @@ impl ReconcilerConfig {
                 1,
                 1_000_000,
             )?,
+            breaker: BreakerConfig::read(&env)?,
             metrics_namespace: namespace(&env),
         })
     }
@@ -754,6 +867,14 @@ mod tests {
                     | "ANSWER_REPUBLISH_MAX"
                     | "RECONCILE_REQUEUE_MAX"
                     | "TECHNICAL_RESEND_MAX" => "3".to_owned(),
+                    "BREAKER_WINDOW_SECONDS"
+                    | "BREAKER_COOLDOWN_SECONDS"
+                    | "BREAKER_COOLDOWN_MAX_SECONDS" => "60".to_owned(),
+                    "BREAKER_MIN_CALLS"
+                    | "BREAKER_DEADLINE_BURST"
+                    | "BREAKER_PROBES"
+                    | "BREAKER_REFRESH_SECONDS" => "5".to_owned(),
+                    "BREAKER_FAILURE_RATIO" => "0.5".to_owned(),
                     _ => "x".to_owned(),
                 })
             };
@@ -794,14 +915,66 @@ mod tests {
         );
     }
 
-    #[test]
-    fn retry_handler_rate_must_be_positive() {
-        let base = [
+    fn retry_handler_base() -> Vec<(&'static str, &'static str)> {
+        vec![
             ("TRANSACTIONS_TABLE", "t"),
             ("PAYLOADS_TABLE", "p"),
             ("REQUEST_QUEUE_URL", "u"),
             ("RETRY_DLQ_URL", "d"),
-        ];
+            ("SCHEDULE_GROUP", "g"),
+            ("RETRY_QUEUE_ARN", "arn:q"),
+            ("SCHEDULER_ROLE_ARN", "arn:r"),
+            ("SCHEDULER_DLQ_ARN", "arn:d"),
+            ("MAX_REQUESTS_PER_SECOND", "4"),
+        ]
+    }
+
+    #[test]
+    fn the_breaker_is_on_with_its_table_and_its_settings_are_checked() {
+        let base = retry_handler_base();
+        let off = RetryHandlerConfig::from_lookup(&lookup(&base)).unwrap();
+        assert_eq!(off.breaker, None, "no BREAKER_TABLE: no breaker");
+        let mut v = base.clone();
+        v.push(("BREAKER_TABLE", "dr-breaker"));
+        v.push(("BREAKER_PROBES", "3"));
+        let on = RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap();
+        let b = on.breaker.unwrap();
+        assert_eq!(b.table, "dr-breaker");
+        assert_eq!(b.settings.probes, 3);
+        assert_eq!(
+            b.settings.cooldown,
+            domain::breaker::BreakerSettings::default().cooldown
+        );
+        assert_eq!(b.refresh, Duration::from_secs(5));
+        // A bad value is refused naming the variable, with or without a table.
+        for (name, value, shown) in [
+            (
+                "BREAKER_FAILURE_RATIO",
+                "1.5",
+                "BREAKER_FAILURE_RATIO=\"1.5\"",
+            ),
+            ("BREAKER_PROBES", "0", "BREAKER_PROBES=\"0\""),
+            (
+                "BREAKER_COOLDOWN_SECONDS",
+                "900",
+                "BREAKER_COOLDOWN_MAX_SECONDS",
+            ),
+            (
+                "BREAKER_REFRESH_SECONDS",
+                "301",
+                "BREAKER_REFRESH_SECONDS=\"301\"",
+            ),
+        ] {
+            let mut bad = base.clone();
+            bad.push((name, value));
+            let e = RetryHandlerConfig::from_lookup(&lookup(&bad)).unwrap_err();
+            assert!(e.to_string().contains(shown), "{name}: {e}");
+        }
+    }
+
+    #[test]
+    fn retry_handler_rate_must_be_positive() {
+        let base = retry_handler_base();
         let mut v = base.to_vec();
         v.push(("MAX_REQUESTS_PER_SECOND", "0"));
         let e = RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap_err();

@@ -294,6 +294,14 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         &mut b,
         &mut set,
         &mut remove,
+        attr::PAUSES,
+        &c.pauses,
+        |k| n(*k),
+    );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
         attr::FAILED_PK,
         &c.failed,
         |k| s(k.partition.clone()),

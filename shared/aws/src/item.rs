@@ -3,8 +3,8 @@
 //! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
 //! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
 //! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
-//! reconcile_pk, reconcile_at, answer_due_at, republishes, requeues and resends (N, absent when
-//! 0), failed_pk,
+//! reconcile_pk, reconcile_at, answer_due_at, republishes, requeues, resends and pauses (N, absent
+//! when 0), failed_pk,
 //! operator_caller, operator_reason`. Times are `Timestamp::to_rfc3339` strings. Optional
 //! fields are absent, never NULL.
 //!
@@ -42,6 +42,7 @@ pub mod attr {
     pub const REPUBLISHES: &str = "republishes";
     pub const REQUEUES: &str = "requeues";
     pub const RESENDS: &str = "resends";
+    pub const PAUSES: &str = "pauses";
     /// Partition key of the sparse `failed-index` (its sort key is `updated_at`).
     pub const FAILED_PK: &str = "failed_pk";
     /// Who made the last operator write (`OperatorNote::caller`).
@@ -53,7 +54,7 @@ pub mod attr {
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry.
-    pub const ALL: [&str; 22] = [
+    pub const ALL: [&str; 23] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -73,6 +74,7 @@ pub mod attr {
         REPUBLISHES,
         REQUEUES,
         RESENDS,
+        PAUSES,
         FAILED_PK,
         OPERATOR_CALLER,
         OPERATOR_REASON,
@@ -295,6 +297,7 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
         republishes: get_n(item, REPUBLISHES)?.unwrap_or(0),
         requeues: get_n(item, REQUEUES)?.unwrap_or(0),
         resends: get_n(item, RESENDS)?.unwrap_or(0),
+        pauses: get_n(item, PAUSES)?.unwrap_or(0),
         failed: get_s(item, FAILED_PK)?.map(|pk| FailedKey {
             partition: pk.to_owned(),
         }),
@@ -357,6 +360,9 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     }
     if r.resends > 0 {
         m.insert(RESENDS.to_owned(), n(r.resends));
+    }
+    if r.pauses > 0 {
+        m.insert(PAUSES.to_owned(), n(r.pauses));
     }
     if r.requeues > 0 {
         m.insert(REQUEUES.to_owned(), n(r.requeues));

@@ -118,6 +118,7 @@ async fn happy_path_call_counts() {
     let ports = RetryPorts {
         store: &store,
         requests: &requests,
+        scheduler: &scheduler,
     };
     execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
         .await

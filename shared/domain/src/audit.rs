@@ -150,6 +150,28 @@ impl AuditEntry {
         self.notice.is_none()
     }
 
+    /// For the entry of a pause by the circuit breaker (the retry handler opening the
+    /// cycle again instead of sending: → SCHEDULING from SCHEDULING, SCHEDULED or
+    /// SENDING), the breaker state that caused it (`OPEN`, `HALF_OPEN`), as its write
+    /// recorded in the reason.
+    pub fn paused_by(&self) -> Option<&str> {
+        let from_cycle = matches!(
+            self.from,
+            Some(Status::Scheduling | Status::Scheduled | Status::Sending)
+        );
+        if self.is_transition()
+            && self.actor == Actor::RetryHandler
+            && self.to == Status::Scheduling
+            && from_cycle
+        {
+            self.reason
+                .as_deref()
+                .and_then(|r| r.strip_prefix(crate::decide::BREAKER_REASON_PREFIX))
+        } else {
+            None
+        }
+    }
+
     /// True for the retry cycle of a technical re-send: SCHEDULING, SCHEDULED or
     /// SENDING with the current attempt pending again.
     fn is_resend_cycle(&self) -> bool {

@@ -45,7 +45,12 @@ pub fn performs(input: &Input, effect: &Effect) -> bool {
                         | E::Note(_)
                 )
             }
-            Input::Retry(_) => matches!(effect, E::Write(_) | E::PublishRequest(_)),
+            Input::Retry(_) => {
+                matches!(
+                    effect,
+                    E::Write(_) | E::PublishRequest(_) | E::CreateSchedule(_)
+                )
+            }
             Input::Reconcile(_) => {
                 matches!(
                     effect,
@@ -225,16 +230,18 @@ bundle! {
 }
 
 bundle! {
-    /// The retry handler's ports: conditional writes, payload reads, request publishes.
+    /// The retry handler's ports: conditional writes, payload reads, request
+    /// publishes, and schedule creation for a retry the circuit breaker paused.
     ///
     /// A store that cannot read payloads makes no retry handler:
     ///
     /// ```
     /// use domain::exec::{Perform, RetryPorts};
-    /// use testkit::memory::{MemoryQueue, MemoryStore};
+    /// use testkit::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
     /// fn performer<P: Perform>(_: &P) {}
     /// let (store, requests) = (MemoryStore::new(), MemoryQueue::<domain::Request>::new());
-    /// performer(&RetryPorts { store: &store, requests: &requests });
+    /// let scheduler = MemoryScheduler::new();
+    /// performer(&RetryPorts { store: &store, requests: &requests, scheduler: &scheduler });
     /// ```
     ///
     /// ```compile_fail
@@ -242,13 +249,19 @@ bundle! {
     /// use testkit::memory::{MemoryQueue, MemoryScheduler};
     /// fn performer<P: Perform>(_: &P) {}
     /// let (store, requests) = (MemoryScheduler::new(), MemoryQueue::<domain::Request>::new());
-    /// performer(&RetryPorts { store: &store, requests: &requests });
+    /// let scheduler = MemoryScheduler::new();
+    /// performer(&RetryPorts { store: &store, requests: &requests, scheduler: &scheduler });
     /// ```
     RetryPorts, "retry handler",
-    { store: St: Transitions + Payloads, requests: Rq: RequestPublisher }
+    {
+        store: St: Transitions + Payloads,
+        requests: Rq: RequestPublisher,
+        scheduler: Sc: ScheduleCreator,
+    }
     {
         Effect::Write(w) => write(store, w),
         Effect::PublishRequest(h) => publish_request(store, requests, h),
+        Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
     }
 }
 

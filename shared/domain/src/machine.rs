@@ -16,6 +16,9 @@
 //! SENDING    → SENDING                 redelivery resumes the publish       Event::RetryEventAccepted
 //! SENDING    → IN_PROGRESS(m)          request m = next_attempt published   Event::RequestPublished
 //!                                      (n+1, or n for a technical re-send)
+//! SCHEDULING | SCHEDULED | SENDING →  retry event while the circuit breaker
+//!   SCHEDULING                         holds requests back: the same attempt
+//!                                      later (next_attempt kept)            Event::RetryPausedByBreaker
 //! SCHEDULING | SCHEDULED → SUCCEEDED   resolved by other means              Event::ResolvedElsewhere
 //! FAILED → SCHEDULING                  operator replay (`retryctl replay`)  Event::OperatorReplay
 //! IN_PROGRESS(n) → IN_PROGRESS(n)      found before its answer deadline     Event::AnswerAwaited
@@ -31,6 +34,15 @@
 //! (`resends`), names its own schedule (`retry-<id>-<n>.<resends>`) and, at
 //! TECHNICAL_RESEND_MAX, the next ERROR ends the transaction FAILED with the reason
 //! `TECHNICAL_EXHAUSTED`.
+//!
+//! A pause by the circuit breaker (`domain::breaker`: the external service is down)
+//! consumes nothing either: the retry cycle is opened again for the same
+//! `next_attempt` at the breaker's next probe instant (plus jitter), under a schedule
+//! of its own numbered like a re-send's (the round count `resends` grows, so schedule
+//! names and audit keys stay unique), and counted apart (`pauses`): a pause is never
+//! a technical failure, so TECHNICAL_RESEND_MAX counts `resends − pauses`. The
+//! record's `last_reason` names the breaker state that caused it (`BREAKER_OPEN`,
+//! `BREAKER_HALF_OPEN`), which the audit entry of the pause carries.
 //!
 //! FAILED → SCHEDULING is beyond the published pattern (docs/design.md): an operator
 //! reopening an exhausted transaction with a fresh budget. The last three are the
@@ -148,10 +160,11 @@ pub enum Event {
     AnswerRepublished,
     AnswerAbandoned,
     ReconcilerRequeued,
+    RetryPausedByBreaker,
 }
 
 impl Event {
-    pub const ALL: [Event; 15] = [
+    pub const ALL: [Event; 16] = [
         Event::Start,
         Event::ResponseSuccess,
         Event::ResponseCancelledExhausted,
@@ -167,6 +180,7 @@ impl Event {
         Event::AnswerRepublished,
         Event::AnswerAbandoned,
         Event::ReconcilerRequeued,
+        Event::RetryPausedByBreaker,
     ];
 }
 
@@ -199,6 +213,9 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
         (Some(S::Scheduling), E::ScheduleConfirmed) => Ok(S::Scheduled),
         (Some(S::Scheduling | S::Scheduled | S::Sending), E::RetryEventAccepted) => Ok(S::Sending),
         (Some(S::Sending), E::RequestPublished) => Ok(S::InProgress),
+        (Some(S::Scheduling | S::Scheduled | S::Sending), E::RetryPausedByBreaker) => {
+            Ok(S::Scheduling)
+        }
         (Some(S::Scheduling | S::Scheduled), E::ResolvedElsewhere) => Ok(S::Succeeded),
         (Some(S::Failed), E::OperatorReplay) => Ok(S::Scheduling),
         (Some(S::InProgress), E::AnswerAwaited | E::AnswerRepublished) => Ok(S::InProgress),
@@ -613,6 +630,11 @@ pub struct TransactionRecord {
     /// operator replay clears it.
     #[serde(default)]
     pub resends: u32,
+    /// Retry cycles opened again because the circuit breaker held the request back
+    /// (absent = 0); counted in `resends` too (they number schedules and audit
+    /// rounds) but never as technical failures.
+    #[serde(default)]
+    pub pauses: u32,
     /// Failed-listing key; present only in FAILED.
     #[serde(default)]
     pub failed: Option<FailedKey>,
@@ -648,6 +670,7 @@ impl TransactionRecord {
             republishes: 0,
             requeues: 0,
             resends: 0,
+            pauses: 0,
             failed: None,
             operator: None,
         }
@@ -749,6 +772,8 @@ pub struct Changes {
     pub requeues: Change<u32>,
     /// The technical re-send count (`Clear` = 0, by an operator replay).
     pub resends: Change<u32>,
+    /// The breaker pause count (`Clear` = 0, by an operator replay).
+    pub pauses: Change<u32>,
     /// Failed-listing key after the write (`Set` entering FAILED, `Clear` leaving it).
     pub failed: Change<FailedKey>,
     /// The operator's note: set (or cleared) by operator writes, kept by the others.
@@ -805,6 +830,7 @@ impl Write {
                 republishes: Change::Keep,
                 requeues: Change::Clear,
                 resends: Change::Keep,
+                pauses: Change::Keep,
                 failed: if arrow.from().contains(Status::Failed) {
                     Change::Clear
                 } else {
@@ -962,6 +988,7 @@ impl Write {
             )
             && matches(&s.requeues, &(rec.requeues > 0).then_some(rec.requeues))
             && matches(&s.resends, &(rec.resends > 0).then_some(rec.resends))
+            && matches(&s.pauses, &(rec.pauses > 0).then_some(rec.pauses))
             && matches(&s.failed, &rec.failed)
             && match &s.operator {
                 Change::Keep => true,
@@ -1005,6 +1032,9 @@ impl Write {
         let mut resends = (next.resends > 0).then_some(next.resends);
         s.resends.apply_to(&mut resends);
         next.resends = resends.unwrap_or(0);
+        let mut pauses = (next.pauses > 0).then_some(next.pauses);
+        s.pauses.apply_to(&mut pauses);
+        next.pauses = pauses.unwrap_or(0);
         s.failed.apply_to(&mut next.failed);
         match &s.operator {
             Change::Keep => {}
@@ -1105,6 +1135,21 @@ mod tests {
                 Some(S::Scheduled),
             ),
             (Some(S::Sending), E::ReconcilerRequeued, Some(S::Sending)),
+            (
+                Some(S::Scheduling),
+                E::RetryPausedByBreaker,
+                Some(S::Scheduling),
+            ),
+            (
+                Some(S::Scheduled),
+                E::RetryPausedByBreaker,
+                Some(S::Scheduling),
+            ),
+            (
+                Some(S::Sending),
+                E::RetryPausedByBreaker,
+                Some(S::Scheduling),
+            ),
         ];
         let mut states = vec![None];
         states.extend(Status::ALL.map(Some));
@@ -1130,7 +1175,7 @@ mod tests {
             }
         }
         assert_eq!(legal, expected.len());
-        assert_eq!(states.len() * Event::ALL.len(), 105);
+        assert_eq!(states.len() * Event::ALL.len(), 112);
     }
 
     #[test]
@@ -1271,9 +1316,9 @@ mod tests {
             }
         }
         // One per non-empty subset of the sources of each event: Start has none
-        // (it leaves [*]); RetryEventAccepted, ResponseSuccess and the two
-        // ResponseCancelled* 7 each, ResolvedElsewhere 3, the rest 1 each.
-        assert_eq!(arrows, 4 * 7 + 3 + 11);
+        // (it leaves [*]); RetryEventAccepted, RetryPausedByBreaker, ResponseSuccess
+        // and the two ResponseCancelled* 7 each, ResolvedElsewhere 3, the rest 1 each.
+        assert_eq!(arrows, 5 * 7 + 3 + 11);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //!   change it; on the happy path (answers only, CLOSED) nothing else is read or
 //!   written.
 
+use crate::metrics::{names, Metrics};
 use domain::breaker::{Admission, Breaker, BreakerSettings, Change, Tally};
+use domain::decide::Hold;
 use domain::ports::{
     BreakerCounts, BreakerNote, BreakerReads, BreakerView, BreakerWrites, PortError,
 };
@@ -60,14 +62,25 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
     /// now, with the window's counts (only a decision that may change the state needs
     /// them; a cached view's window is not to be used).
     async fn view(&self, now: Timestamp, fresh: bool) -> Result<BreakerView, PortError> {
-        if !fresh {
+        self.read(now, fresh, fresh).await
+    }
+
+    /// [`Self::view`], `again` reading the item even when the cache is recent, and
+    /// `window` the window's counts with it.
+    async fn read(
+        &self,
+        now: Timestamp,
+        again: bool,
+        window: bool,
+    ) -> Result<BreakerView, PortError> {
+        if !again {
             if let Some((at, v)) = *self.cached() {
                 if now.millis() - at.millis() < self.refresh_ms && now >= at {
                     return Ok(v);
                 }
             }
         }
-        let v = self.store.load(now, fresh).await?;
+        let v = self.store.load(now, window).await?;
         *self.cached() = Some((now, v));
         Ok(v)
     }
@@ -103,11 +116,12 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
     /// What to do with one request due at `now`, and the change it made (an OPEN
     /// breaker past its cool-down turning HALF_OPEN). A probe is counted on the breaker
     /// before it is let out, so concurrent environments never exceed the round's
-    /// probes; a count lost to another writer is decided again on a fresh read.
+    /// probes; a count lost to another writer is decided again on a fresh read of the
+    /// item (admission never needs the window's counts: no Query).
     pub async fn admit(&self, now: Timestamp) -> Result<(Admission, Option<Change>), PortError> {
-        let mut fresh = false;
+        let mut again = false;
         for _ in 0..TRIES {
-            let read = self.view(now, fresh).await?;
+            let read = self.read(now, again, false).await?;
             let (admission, next, change) = read.breaker.admit(now, &self.settings);
             let Some(what) = change else {
                 return Ok((admission, None));
@@ -115,10 +129,10 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
             if self.save(&read, next, what, now).await? {
                 return Ok((admission, change));
             }
-            fresh = true;
+            again = true;
         }
         // Still contended: wait for the next round rather than exceed the probes.
-        let read = self.view(now, true).await?;
+        let read = self.read(now, true, false).await?;
         Ok((
             Admission::Pause {
                 until: read.breaker.next_probe(now).max(now.plus_millis(1_000)),
@@ -171,6 +185,96 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
     /// The breaker as last read (the `BreakerState` gauge).
     pub async fn current(&self, now: Timestamp) -> Result<Breaker, PortError> {
         Ok(self.view(now, false).await?.breaker)
+    }
+
+    /// Whether a request due at `now` is held back, as the domain's decisions take it
+    /// ([`domain::Context::with_hold`]): `None` lets it out (CLOSED, or a probe
+    /// counted), `Some` pauses it until the resume instant (the next probe instant
+    /// plus jitter over one cool-down). The breaker's table failing lets requests out
+    /// (counted `BreakerErrors`): the breaker spares a service that is down, it is not
+    /// what the guarantees rest on.
+    pub async fn hold(
+        &self,
+        now: Timestamp,
+        rng: &mut (dyn domain::RandomSource + Send),
+        metrics: &Metrics,
+    ) -> Option<Hold> {
+        let result = async {
+            let (admission, change) = self.admit(now).await?;
+            count_change(change, metrics);
+            match admission {
+                Admission::Send | Admission::Probe => Ok(None),
+                Admission::Pause { .. } => {
+                    let read = self.view(now, false).await?;
+                    Ok(Some(Hold {
+                        until: read.breaker.resume_at(now, &self.settings, rng),
+                        state: read.breaker.state,
+                    }))
+                }
+            }
+        }
+        .await;
+        result.unwrap_or_else(|e: PortError| {
+            metrics.incr(names::BREAKER_ERRORS);
+            tracing::warn!(error = %e, "circuit breaker unreadable: the request goes out");
+            None
+        })
+    }
+
+    /// Whether requests are held back now, without asking to send one (no probe is
+    /// counted): the reconciler's view. Anything but CLOSED holds, until the resume
+    /// instant; the probes are the retry handler's. An unreadable breaker holds
+    /// nothing (counted `BreakerErrors`).
+    pub async fn held(
+        &self,
+        now: Timestamp,
+        rng: &mut (dyn domain::RandomSource + Send),
+        metrics: &Metrics,
+    ) -> Option<Hold> {
+        match self.view(now, false).await {
+            Ok(read) if read.breaker.state == domain::breaker::BreakerState::Closed => None,
+            Ok(read) => Some(Hold {
+                until: read.breaker.resume_at(now, &self.settings, rng),
+                state: read.breaker.state,
+            }),
+            Err(e) => {
+                metrics.incr(names::BREAKER_ERRORS);
+                tracing::warn!(error = %e, "circuit breaker unreadable: nothing held back");
+                None
+            }
+        }
+    }
+
+    /// Counts a batch's signals ([`Self::observe`]), counting a change it made; an
+    /// error is counted and logged, never fails the batch (the records are done).
+    pub async fn observe_counted(&self, batch: &Tally, now: Timestamp, metrics: &Metrics) {
+        match self.observe(batch, now).await {
+            Ok(change) => count_change(change, metrics),
+            Err(e) => {
+                metrics.incr(names::BREAKER_ERRORS);
+                tracing::warn!(error = %e, "circuit breaker: the batch's signals were not counted");
+            }
+        }
+    }
+
+    /// The `BreakerState` metric of this invocation: 0 closed, 1 half-open, 2 open
+    /// (its Maximum over a period is the worst state seen).
+    pub async fn gauge(&self, now: Timestamp, metrics: &Metrics) {
+        if let Ok(b) = self.current(now).await {
+            metrics.add(names::BREAKER_STATE, u64::from(b.state.gauge()));
+        }
+    }
+}
+
+/// `BreakerOpened` for a change that opened the breaker (from CLOSED or a failed
+/// probe round), logged with what it was.
+fn count_change(change: Option<Change>, metrics: &Metrics) {
+    let Some(change) = change else { return };
+    if matches!(change, Change::Opened(_) | Change::Reopened { .. }) {
+        metrics.incr(names::BREAKER_OPENED);
+        tracing::warn!(change = change.label(), ?change, "circuit breaker opened");
+    } else if change != Change::ProbeAdmitted {
+        tracing::info!(change = change.label(), "circuit breaker changed");
     }
 }
 

@@ -127,7 +127,12 @@ pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
         Ok(d) => {
             metrics.record(Metric::of(d));
             match d {
-                Disposition::Ack(a) => Verdict::Done(*a),
+                Disposition::Ack(a) => {
+                    if *a == domain::decide::Ack::Paused {
+                        metrics.incr(names::RETRIES_PAUSED_BY_BREAKER);
+                    }
+                    Verdict::Done(*a)
+                }
                 Disposition::Drop(reason @ DropReason::ConflictingSuccess { attempt, status }) => {
                     metrics.incr(names::CONFLICTING_SUCCESS);
                     tracing::error!(

@@ -89,6 +89,16 @@ pub mod names {
     pub const SCHEDULER_THROTTLED: &str = "SchedulerThrottled";
     /// A scheduler call refused for a used-up quota (active schedules); redelivered.
     pub const SCHEDULER_QUOTA_EXCEEDED: &str = "SchedulerQuotaExceeded";
+    /// The circuit breaker as this invocation last read it: 0 closed, 1 half-open,
+    /// 2 open (read its Maximum).
+    pub const BREAKER_STATE: &str = "BreakerState";
+    /// The circuit breaker opened (from CLOSED, or again after a failed probe round).
+    pub const BREAKER_OPENED: &str = "BreakerOpened";
+    /// Retry events whose request the breaker held back: the retry cycle opened
+    /// again later for the same attempt.
+    pub const RETRIES_PAUSED_BY_BREAKER: &str = "RetriesPausedByBreaker";
+    /// The breaker's table could not be read or written (requests go out).
+    pub const BREAKER_ERRORS: &str = "BreakerErrors";
 }
 
 /// `late-response` → `LateResponse`; `SCHEDULING` → `Scheduling`.

@@ -21,18 +21,26 @@
 //! found once its fire time is past by the threshold, and its retry event is put on
 //! the retry queue directly — the retry happens, at most the threshold plus one cron
 //! interval late.
+//!
+//! With a circuit breaker, the answer deadlines that fired (a request published
+//! again, or abandoned UNANSWERED) are its signals, counted once per run; and while
+//! the breaker is not CLOSED an unanswered request is not published again into a
+//! service that is down: its deadline moves to the breaker's resume instant, its
+//! republish count untouched.
 
 use crate::batch::Verdict;
+use crate::breaker::BreakerGate;
 use crate::drive::{drive, run_all, verdict};
 use crate::metric::{invocation, Metric};
 use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
-use domain::decide::{Ack, DropReason, Input};
+use domain::breaker::Tally;
+use domain::decide::{Ack, DropReason, Hold, Input};
 use domain::exec::ReconcilePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    Clock, Payloads, RequestPublisher, RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery,
-    SystemClock, Transitions,
+    BreakerCounts, BreakerReads, BreakerWrites, Clock, Payloads, RequestPublisher, RetryPublisher,
+    ScheduleCreator, StuckIndex, StuckQuery, SystemClock, Transitions,
 };
 use domain::{Status, Timestamp, TransactionRecord};
 use futures::StreamExt;
@@ -149,11 +157,13 @@ impl Serialize for Action {
 }
 
 /// One reconciler run at `now`: the index queried through `ports.store`, each record
-/// found decided and its plan performed over `ports`.
+/// found decided and its plan performed over `ports`. `hold`: the circuit breaker
+/// holds requests back (unanswered requests wait instead of going out again).
 pub async fn run_once<St, Sc, Rt, Rq>(
     ports: &ReconcilePorts<'_, St, Sc, Rt, Rq>,
     settings: &Settings,
     now: Timestamp,
+    hold: Option<Hold>,
     limits: &Limits,
     seeds: &Seeds,
     metrics: &Metrics,
@@ -164,7 +174,7 @@ where
     Rt: RetryPublisher,
     Rq: RequestPublisher,
 {
-    let ctx = settings.context(now);
+    let ctx = settings.context(now).with_hold(hold);
     let threshold_ms = i64::try_from(settings.reconcile_threshold.as_millis()).unwrap_or(i64::MAX);
     let before = now.plus_millis(threshold_ms.saturating_neg());
     let store = ports.store;
@@ -292,13 +302,28 @@ pub struct ReconcileFailed {
     pub examined: u64,
 }
 
+impl Report {
+    /// The answer deadlines this run saw fire (a request published again or
+    /// abandoned), as the breaker counts them.
+    pub fn deadlines_fired(&self) -> Tally {
+        let fired = self.count(Status::InProgress, Action::Done(Ack::ReconcilerRepublished))
+            + self.count(Status::InProgress, Action::Done(Ack::Unanswered));
+        Tally {
+            deadlines: u32::try_from(fired).unwrap_or(u32::MAX),
+            ..Tally::default()
+        }
+    }
+}
+
 /// The reconciler with its ports, built once per process.
-pub struct Reconciler<St, Sc, Rt, Rq, C = SystemClock> {
+pub struct Reconciler<St, Sc, Rt, Rq, Br, C = SystemClock> {
     pub store: St,
     pub scheduler: Sc,
     pub retries: Rt,
     /// The request queue: an unanswered request is published again.
     pub requests: Rq,
+    /// The circuit breaker the deadlines feed (`None`: no breaker).
+    pub breaker: Option<BreakerGate<Br>>,
     pub clock: C,
     pub settings: Settings,
     pub limits: Limits,
@@ -307,12 +332,13 @@ pub struct Reconciler<St, Sc, Rt, Rq, C = SystemClock> {
     pub namespace: String,
 }
 
-impl<St, Sc, Rt, Rq, C> Reconciler<St, Sc, Rt, Rq, C>
+impl<St, Sc, Rt, Rq, Br, C> Reconciler<St, Sc, Rt, Rq, Br, C>
 where
     St: StuckIndex + Transitions + Payloads,
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
     Rq: RequestPublisher,
+    Br: BreakerReads + BreakerWrites + BreakerCounts,
     C: Clock,
 {
     /// One run, counting into `metrics`.
@@ -323,15 +349,28 @@ where
             retries: &self.retries,
             requests: &self.requests,
         };
-        run_once(
+        let now = self.clock.now();
+        let hold = match &self.breaker {
+            Some(gate) => gate.held(now, &mut self.seeds.next(), metrics).await,
+            None => None,
+        };
+        let report = run_once(
             &ports,
             &self.settings,
-            self.clock.now(),
+            now,
+            hold,
             &self.limits,
             &self.seeds,
             metrics,
         )
-        .await
+        .await;
+        if let Some(gate) = &self.breaker {
+            let now = self.clock.now();
+            gate.observe_counted(&report.deadlines_fired(), now, metrics)
+                .await;
+            gate.gauge(now, metrics).await;
+        }
+        report
     }
 
     /// One invocation from the schedule's event (any JSON; its `id` and `time` are

@@ -3,20 +3,28 @@
 //! SCHEDULING persisted before the schedule is created from the persisted instant;
 //! "already exists" and a failed condition on the way to SCHEDULED are success;
 //! FAILED raises the business alert).
+//!
+//! With a circuit breaker, the batch's answers are its signals: SUCCESS and CANCELLED
+//! say the service is up, ERROR that it failed technically. They are counted once per
+//! batch (one write), and the breaker moves when they change it.
 
 use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
+use crate::breaker::BreakerGate;
 use crate::drive::{drive, run_all, verdict};
 use crate::metric::invocation;
 use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use domain::breaker::{Signal, Tally};
 use domain::decide::Input;
 use domain::exec::ResponsePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    AuditNotes, Clock, DeadLetter, RetryPublisher, ScheduleCreator, SystemClock, Transitions,
+    AuditNotes, BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, RetryPublisher,
+    ScheduleCreator, SystemClock, Transitions,
 };
 use domain::{Context, Effect, Outcome, Response};
+use std::sync::Mutex;
 
 /// The function's name (binary, `cargo lambda` function, metrics dimension).
 pub const FUNCTION: &str = "response-handler";
@@ -42,13 +50,15 @@ pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher, Nt
 }
 
 /// The response handler with its ports, built once per process.
-pub struct ResponseHandler<St, Sc, Rt, Nt, D, C = SystemClock> {
+pub struct ResponseHandler<St, Sc, Rt, Nt, Br, D, C = SystemClock> {
     pub store: St,
     pub scheduler: Sc,
     /// The retry queue (RETRY_QUEUE_URL), for a retry whose instant has passed.
     pub retries: Rt,
     /// The audit table (AUDIT_TABLE), for a conflicting SUCCESS's entry.
     pub notes: Nt,
+    /// The circuit breaker the answers feed (`None`: no breaker).
+    pub breaker: Option<BreakerGate<Br>>,
     pub dead_letter: D,
     pub clock: C,
     pub settings: Settings,
@@ -58,12 +68,13 @@ pub struct ResponseHandler<St, Sc, Rt, Nt, D, C = SystemClock> {
     pub namespace: String,
 }
 
-impl<St, Sc, Rt, Nt, D, C> ResponseHandler<St, Sc, Rt, Nt, D, C>
+impl<St, Sc, Rt, Nt, Br, D, C> ResponseHandler<St, Sc, Rt, Nt, Br, D, C>
 where
     St: Transitions,
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
     Nt: AuditNotes,
+    Br: BreakerReads + BreakerWrites + BreakerCounts,
     D: DeadLetter,
     C: Clock,
 {
@@ -73,12 +84,21 @@ where
         event: SqsEvent,
         metrics: &Metrics,
     ) -> Result<SqsBatchResponse, BatchError> {
-        process_batch(
+        let signals = Mutex::new(Tally::default());
+        let signals = &signals;
+        let result = process_batch(
             event,
             &self.batch,
             &self.dead_letter,
             metrics,
             |response: Response| async move {
+                signals
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .add(match response.outcome {
+                        Outcome::Success | Outcome::Cancelled => Signal::Answered,
+                        Outcome::Error => Signal::Technical,
+                    });
                 let ctx = self.settings.context(self.clock.now());
                 let mut rng = self.seeds.next();
                 let ports = ResponsePorts {
@@ -90,7 +110,14 @@ where
                 handle(&ports, &response, &ctx, &mut rng, &mut run_all, metrics).await
             },
         )
-        .await
+        .await;
+        if let Some(gate) = &self.breaker {
+            let tally = *signals.lock().unwrap_or_else(|e| e.into_inner());
+            let now = self.clock.now();
+            gate.observe_counted(&tally, now, metrics).await;
+            gate.gauge(now, metrics).await;
+        }
+        result
     }
 
     /// One invocation: the batch, then the metrics line on stdout.

@@ -2,8 +2,15 @@
 //! domain's retry plans (stale and duplicate events dropped; SCHEDULING accepted;
 //! SENDING resumed; the request published with key `<id>#<m>`; SENDING → IN_PROGRESS).
 //! Its request publisher goes through the outbound pacer ([`crate::rate`]).
+//!
+//! With a circuit breaker ([`BreakerGate`]), each record first asks it whether a
+//! request may go out now: while it holds them back (OPEN, or HALF_OPEN with the
+//! round's probes out) the domain pauses the retry instead — its cycle opened again
+//! at the breaker's resume instant under a schedule of its own, nothing consumed.
+//! The breaker is read at most once per refresh period per execution environment.
 
 use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
+use crate::breaker::BreakerGate;
 use crate::drive::{drive, run_all, verdict};
 use crate::metric::invocation;
 use crate::metrics::{names, Metrics};
@@ -13,7 +20,10 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::decide::Input;
 use domain::exec::RetryPorts;
 use domain::policy::RandomSource;
-use domain::ports::{Clock, DeadLetter, Payloads, RequestPublisher, SystemClock, Transitions};
+use domain::ports::{
+    BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, Payloads, RequestPublisher,
+    ScheduleCreator, SystemClock, Transitions,
+};
 use domain::{Context, Effect, RetryEvent};
 use std::sync::Arc;
 
@@ -21,27 +31,31 @@ use std::sync::Arc;
 pub const FUNCTION: &str = "retry-handler";
 
 /// Handles one parsed retry event: the core, over the ports B has (conditional
-/// writes, payload reads, request publishes). `hook` may stop the plan before an
-/// effect (tests).
-pub async fn handle<St: Transitions + Payloads, Rq: RequestPublisher>(
-    store: &St,
-    requests: &Rq,
+/// writes, payload reads, request publishes, schedules for a paused retry). `ctx`
+/// carries the breaker's hold, if any. `hook` may stop the plan before an effect
+/// (tests).
+pub async fn handle<St: Transitions + Payloads, Rq: RequestPublisher, Sc: ScheduleCreator>(
+    ports: &RetryPorts<'_, St, Rq, Sc>,
     event: &RetryEvent,
     ctx: &Context,
     rng: &mut (dyn RandomSource + Send),
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
     metrics: &Metrics,
 ) -> Verdict {
-    let ports = RetryPorts { store, requests };
-    let driven = drive(Input::Retry(event.clone()), &ports, ctx, rng, hook).await;
+    let driven = drive(Input::Retry(event.clone()), ports, ctx, rng, hook).await;
     verdict(&driven, metrics)
 }
 
 /// The retry handler with its ports, built once per process. `requests` is normally
 /// a [`crate::rate::Paced`] publisher; `pacer` is the same pacer, for its counters.
-pub struct RetryHandler<St, Rq, D, C = SystemClock> {
+/// `breaker`: the circuit breaker of the external service (`None`: requests always
+/// go out).
+pub struct RetryHandler<St, Rq, Sc, Br, D, C = SystemClock> {
     pub store: St,
     pub requests: Rq,
+    /// EventBridge Scheduler, for the schedule of a retry the breaker paused.
+    pub scheduler: Sc,
+    pub breaker: Option<BreakerGate<Br>>,
     pub dead_letter: D,
     pub clock: C,
     pub settings: Settings,
@@ -52,10 +66,12 @@ pub struct RetryHandler<St, Rq, D, C = SystemClock> {
     pub namespace: String,
 }
 
-impl<St, Rq, D, C> RetryHandler<St, Rq, D, C>
+impl<St, Rq, Sc, Br, D, C> RetryHandler<St, Rq, Sc, Br, D, C>
 where
     St: Transitions + Payloads,
     Rq: RequestPublisher,
+    Sc: ScheduleCreator,
+    Br: BreakerReads + BreakerWrites + BreakerCounts,
     D: DeadLetter,
     C: Clock,
 {
@@ -72,21 +88,25 @@ where
             &self.dead_letter,
             metrics,
             |retry: RetryEvent| async move {
-                let ctx = self.settings.context(self.clock.now());
+                let now = self.clock.now();
                 let mut rng = self.seeds.next();
-                handle(
-                    &self.store,
-                    &self.requests,
-                    &retry,
-                    &ctx,
-                    &mut rng,
-                    &mut run_all,
-                    metrics,
-                )
-                .await
+                let hold = match &self.breaker {
+                    Some(gate) => gate.hold(now, &mut rng, metrics).await,
+                    None => None,
+                };
+                let ctx = self.settings.context(now).with_hold(hold);
+                let ports = RetryPorts {
+                    store: &self.store,
+                    requests: &self.requests,
+                    scheduler: &self.scheduler,
+                };
+                handle(&ports, &retry, &ctx, &mut rng, &mut run_all, metrics).await
             },
         )
         .await;
+        if let Some(gate) = &self.breaker {
+            gate.gauge(self.clock.now(), metrics).await;
+        }
         if let (Some(p), Some((waited, refused))) = (&self.pacer, before) {
             // One invocation at a time per execution environment: the difference is ours.
             metrics.add(names::PACED_PUBLISHES, p.waited().saturating_sub(waited));

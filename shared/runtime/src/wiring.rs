@@ -5,14 +5,16 @@
 //! the clients (the benchmark passes metered ones).
 
 use crate::batch::BatchOptions;
+use crate::breaker::BreakerGate;
 use crate::rate::{Paced, Pacer, RateError};
 use crate::reconcile::{Limits, Reconciler};
 use crate::response::ResponseHandler;
 use crate::retry::RetryHandler;
 use crate::settings::{Seeds, Settings};
 use aws::audit::AuditWriter;
+use aws::breaker::DynamoBreaker;
 use aws::clients::Clients;
-use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig};
+use aws::config::{BreakerConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig};
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::{SqsDeadLetter, SqsRequestPublisher, SqsRetryPublisher};
@@ -27,18 +29,52 @@ pub type AwsResponseHandler = ResponseHandler<
     EventBridgeScheduler,
     SqsRetryPublisher,
     AuditWriter,
+    DynamoBreaker,
     SqsDeadLetter,
 >;
 /// The retry handler on AWS (its publisher paced by the handler's own pacer).
-pub type AwsRetryHandler =
-    RetryHandler<DynamoStore<PayloadsTable>, Paced<SqsRequestPublisher>, SqsDeadLetter>;
+pub type AwsRetryHandler = RetryHandler<
+    DynamoStore<PayloadsTable>,
+    Paced<SqsRequestPublisher>,
+    EventBridgeScheduler,
+    DynamoBreaker,
+    SqsDeadLetter,
+>;
 /// The reconciler on AWS.
 pub type AwsReconciler = Reconciler<
     DynamoStore<PayloadsTable>,
     EventBridgeScheduler,
     SqsRetryPublisher,
     SqsRequestPublisher,
+    DynamoBreaker,
 >;
+
+/// Write shards of the breaker's window counts per bucket: a burst of technical
+/// failures spreads over this many items.
+const BREAKER_SHARDS: u8 = 4;
+
+/// The circuit breaker of the external service for the function `by`, when
+/// configured.
+pub fn breaker_gate(
+    client: &aws::clients::DynamoClient,
+    c: Option<&BreakerConfig>,
+    by: &str,
+) -> Option<BreakerGate<DynamoBreaker>> {
+    c.map(|c| {
+        BreakerGate::new(
+            DynamoBreaker::new(
+                client.clone(),
+                &c.table,
+                aws::breaker::SERVICE,
+                c.settings,
+                BREAKER_SHARDS,
+            ),
+            c.settings,
+            c.refresh,
+            by,
+        )
+    })
+}
 
 fn settings(policies: PolicySet, shards: u16) -> Settings {
     Settings {
@@ -63,6 +99,11 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
             clients.dynamodb.clone(),
             &c.audit_table,
             c.audit_retention_days,
+        ),
+        breaker: breaker_gate(
+            &clients.dynamodb,
+            c.breaker.as_ref(),
+            crate::response::FUNCTION,
         ),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),
         clock: SystemClock,
@@ -103,6 +144,12 @@ pub fn retry_handler_on(
             SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
             Arc::clone(&pacer),
         ),
+        scheduler: EventBridgeScheduler::new(clients.scheduler.clone(), c.scheduler.clone()),
+        breaker: breaker_gate(
+            &clients.dynamodb,
+            c.breaker.as_ref(),
+            crate::retry::FUNCTION,
+        ),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.retry_dlq_url),
         clock: SystemClock,
         settings: Settings {
@@ -120,8 +167,10 @@ pub fn retry_handler_on(
 
 /// The reconciler from its configuration.
 pub fn reconciler(sdk: &SdkConfig, c: &ReconcilerConfig) -> AwsReconciler {
+    let dynamodb = aws::clients::dynamodb(sdk);
     Reconciler {
-        store: DynamoStore::new(aws::clients::dynamodb(sdk), &c.transactions_table)
+        breaker: breaker_gate(&dynamodb, c.breaker.as_ref(), crate::reconcile::FUNCTION),
+        store: DynamoStore::new(dynamodb, &c.transactions_table)
             .with_payloads_table(&c.payloads_table),
         scheduler: EventBridgeScheduler::new(aws::clients::scheduler(sdk), c.scheduler.clone()),
         retries: SqsRetryPublisher::new(aws::clients::sqs(sdk), &c.retry_queue_url),

@@ -366,6 +366,7 @@ async fn row6_event_delivered_twice_concurrently() {
     let ports = RetryPorts {
         store: &w.store,
         requests: &w.requests,
+        scheduler: &w.scheduler,
     };
     let ctx = w.settings.context(w.now());
     let mut rng = fixed();

@@ -18,8 +18,8 @@ use runtime::settings::Seeds;
 use runtime::{BatchOptions, SqsBatchResponse, SqsEvent};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use testkit::memory::MemoryDeadLetter;
 use testkit::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
+use testkit::memory::{MemoryBreaker, MemoryDeadLetter};
 
 fn event(name: &str) -> SqsEvent {
     let path = format!("{}/../../tests/events/{name}", env!("CARGO_MANIFEST_DIR"));
@@ -38,10 +38,18 @@ type A<'a> = ResponseHandler<
     &'a MemoryScheduler,
     &'a MemoryQueue<RetryEvent>,
     &'a MemoryStore,
+    Arc<MemoryBreaker>,
     &'a MemoryDeadLetter,
     &'a ManualClock,
 >;
-type B<'a, Rq> = RetryHandler<&'a MemoryStore, Rq, &'a MemoryDeadLetter, &'a ManualClock>;
+type B<'a, Rq> = RetryHandler<
+    &'a MemoryStore,
+    Rq,
+    &'a MemoryScheduler,
+    Arc<MemoryBreaker>,
+    &'a MemoryDeadLetter,
+    &'a ManualClock,
+>;
 
 fn response_handler<'a>(w: &'a World, dlq: &'a MemoryDeadLetter) -> A<'a> {
     ResponseHandler {
@@ -49,6 +57,7 @@ fn response_handler<'a>(w: &'a World, dlq: &'a MemoryDeadLetter) -> A<'a> {
         scheduler: &w.scheduler,
         retries: &w.retries,
         notes: &w.store,
+        breaker: None,
         dead_letter: dlq,
         clock: &w.clock,
         settings: w.settings.clone(),
@@ -66,6 +75,8 @@ fn retry_handler<'a, Rq: RequestPublisher>(
     RetryHandler {
         store: &w.store,
         requests,
+        scheduler: &w.scheduler,
+        breaker: None,
         dead_letter: dlq,
         clock: &w.clock,
         settings: w.settings.clone(),
@@ -257,6 +268,7 @@ async fn the_event_files_through_the_three_functions() {
         scheduler: &w.scheduler,
         retries: &w.retries,
         requests: &w.requests,
+        breaker: None::<runtime::breaker::BreakerGate<Arc<MemoryBreaker>>>,
         clock: &w.clock,
         settings: w.settings.clone(),
         limits: Limits::default(),
@@ -358,6 +370,133 @@ async fn the_technical_error_event_files_through_the_response_handler() {
     assert_eq!(w.record("TX-100600").resends, 1, "nothing changed");
 }
 
+/// An outage through the functions with a circuit breaker: the response handler's
+/// batch of two ERROR answers opens it (min 2 answers, half of them technical); the
+/// retry events of the two re-sends, due while it is open, are paused — each cycle
+/// opened again for the same attempt under a schedule of its own, at the end of the
+/// cool-down or later, nothing published, nothing consumed; once the cool-down is
+/// over, a retry event is a probe and goes out; its SUCCESS closes the breaker.
+#[tokio::test]
+async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
+    let w = World::new();
+    for tx in ["TX-100600", "TX-100700"] {
+        w.start(tx, 3).await;
+    }
+    let settings = domain::breaker::BreakerSettings {
+        min_calls: 2,
+        cooldown: Duration::from_secs(30),
+        probes: 1,
+        ..domain::breaker::BreakerSettings::default()
+    };
+    let shared = Arc::new(MemoryBreaker::new(settings));
+    let gate = |by: &str| {
+        Some(runtime::breaker::BreakerGate::new(
+            Arc::clone(&shared),
+            settings,
+            Duration::from_secs(5),
+            by,
+        ))
+    };
+    let dlq = MemoryDeadLetter::new();
+    let mut handler_a = response_handler(&w, &dlq);
+    handler_a.breaker = gate("response-handler");
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let r = handler_a
+        .handle_event(event("response-error.json"), &m)
+        .await
+        .unwrap();
+    assert!(failures(&r).is_empty());
+    assert_eq!(m.count(names::BREAKER_OPENED), 1, "{:?}", m.snapshot());
+    assert_eq!(m.count(names::BREAKER_STATE), 2, "open");
+    let opened = shared.breaker();
+    let domain::breaker::BreakerState::Open { until, .. } = opened.state else {
+        panic!("not open: {opened:?}");
+    };
+
+    let mut handler_b = retry_handler(&w, &w.requests, &dlq);
+    handler_b.breaker = gate("retry-handler");
+    let published = w.keys().len();
+    let retry_of = |tx: &str| -> SqsEvent {
+        let body = RetryEvent {
+            transaction_id: id(tx),
+            origin: domain::Origin::RetryScheduler,
+            attempt: a(1),
+        }
+        .to_json();
+        serde_json::from_value(serde_json::json!({
+            "Records": [{"messageId": format!("m-{tx}"), "body": body}]
+        }))
+        .unwrap()
+    };
+    for tx in ["TX-100600", "TX-100700"] {
+        let m = Metrics::new("DeferredRetry", "retry-handler");
+        let r = handler_b.handle_event(retry_of(tx), &m).await.unwrap();
+        assert!(failures(&r).is_empty());
+        assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1, "{tx}");
+        let rec = w.record(tx);
+        assert_eq!(
+            (
+                rec.status,
+                rec.current_attempt,
+                rec.next_attempt,
+                rec.resends,
+                rec.pauses
+            ),
+            (Status::Scheduled, a(1), Some(a(1)), 2, 1),
+            "{tx}: paused, the attempt kept"
+        );
+        assert_eq!(rec.last_reason.as_deref(), Some("BREAKER_OPEN"));
+        assert_eq!(
+            rec.schedule_name.unwrap().as_str(),
+            format!("retry-{tx}-1.2")
+        );
+        assert!(
+            rec.next_fire_at.unwrap() >= until,
+            "{tx}: not before the probe"
+        );
+    }
+    assert_eq!(w.keys().len(), published, "nothing published while open");
+
+    // The cool-down is over: the next retry event is the round's one probe.
+    w.set_time(until.plus_millis(10_000));
+    let m = Metrics::new("DeferredRetry", "retry-handler");
+    handler_b
+        .handle_event(retry_of("TX-100600"), &m)
+        .await
+        .unwrap();
+    assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 0);
+    assert_eq!(w.status("TX-100600"), Status::InProgress);
+    assert_eq!(w.keys().len(), published + 1, "the probe went out");
+    let m = Metrics::new("DeferredRetry", "retry-handler");
+    handler_b
+        .handle_event(retry_of("TX-100700"), &m)
+        .await
+        .unwrap();
+    assert_eq!(
+        m.count(names::RETRIES_PAUSED_BY_BREAKER),
+        1,
+        "one probe per round"
+    );
+
+    // The probe is answered: closed.
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    let answer = domain::Response {
+        transaction_id: id("TX-100600"),
+        attempt: a(1),
+        outcome: domain::Outcome::Success,
+        reason: None,
+        retry_after_seconds: None,
+    };
+    let ev: SqsEvent = serde_json::from_value(serde_json::json!({
+        "Records": [{"messageId": "m-answer", "body": answer.to_json()}]
+    }))
+    .unwrap();
+    handler_a.handle_event(ev, &m).await.unwrap();
+    assert_eq!(w.status("TX-100600"), Status::Succeeded);
+    assert_eq!(shared.breaker().state.name(), "CLOSED");
+    assert_eq!(m.count(names::BREAKER_STATE), 0);
+}
+
 /// Every file of `tests/events` is one the tests above send through the functions.
 #[test]
 fn every_event_file_is_exercised() {
@@ -426,6 +565,7 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
         scheduler: &w.scheduler,
         retries: &w.retries,
         notes: &w.store,
+        breaker: None::<runtime::breaker::BreakerGate<Arc<MemoryBreaker>>>,
         dead_letter: &dlq,
         clock: &w.clock,
         settings: w.settings.clone(),

@@ -41,7 +41,15 @@ where
                 ResolvePorts { store, scheduler }.perform(effect).await
             }
             Effect::Create { .. } => StartPorts { store, requests }.perform(effect).await,
-            Effect::PublishRequest(_) => RetryPorts { store, requests }.perform(effect).await,
+            Effect::PublishRequest(_) => {
+                RetryPorts {
+                    store,
+                    requests,
+                    scheduler,
+                }
+                .perform(effect)
+                .await
+            }
             Effect::PublishRetry(_) => ReplayPorts { store, retries }.perform(effect).await,
             _ => {
                 ResponsePorts {

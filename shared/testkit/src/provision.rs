@@ -262,6 +262,7 @@ impl Provisioned {
                 v.push(("RESPONSE_DLQ_URL", self.response_dlq.url.clone()));
                 v.push(("RETRY_QUEUE_URL", self.retry.url.clone()));
                 v.push(("AUDIT_TABLE", n.audit_table.clone()));
+                v.push(("BREAKER_TABLE", n.breaker_table.clone()));
             }
             "retry-handler" => {
                 v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));
@@ -272,6 +273,8 @@ impl Provisioned {
                     "MAX_REQUESTS_PER_SECOND",
                     domain::defaults::MAX_REQUESTS_PER_SECOND.to_string(),
                 ));
+                v.extend(sched());
+                v.push(("BREAKER_TABLE", n.breaker_table.clone()));
             }
             "reconciler" => {
                 v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));
@@ -279,6 +282,7 @@ impl Provisioned {
                 v.push(("RETRY_QUEUE_URL", self.retry.url.clone()));
                 v.push(("REQUEST_QUEUE_URL", self.request.url.clone()));
                 v.extend(sched());
+                v.push(("BREAKER_TABLE", n.breaker_table.clone()));
             }
             "audit-writer" => v.push(("AUDIT_TABLE", n.audit_table.clone())),
             _ => {}

@@ -53,15 +53,17 @@ pub fn audit_json(e: &AuditEntry) -> Value {
         "operator_caller": e.operator.as_ref().map(|o| o.caller.as_str()),
         "operator_reason": e.operator.as_ref().and_then(|o| o.reason.as_deref()),
         "notice": e.notice.map(|n| n.as_str()),
+        "paused_by_breaker": e.paused_by(),
     })
 }
 
 /// The transition column: `FROM → TO`, or for a notice (no transition) what was
 /// noticed and the status the record had, e.g. `CONFLICTING_SUCCESS in SCHEDULED`.
 fn arrow_text(e: &AuditEntry) -> String {
-    match e.notice {
-        Some(n) => format!("{} in {}", n.as_str(), e.to),
-        None => format!("{} → {}", e.from.map_or("[*]", Status::as_str), e.to),
+    match (e.notice, e.paused_by()) {
+        (Some(n), _) => format!("{} in {}", n.as_str(), e.to),
+        (None, Some(_)) => format!("{} → {} PAUSED", e.from.map_or("[*]", Status::as_str), e.to),
+        (None, None) => format!("{} → {}", e.from.map_or("[*]", Status::as_str), e.to),
     }
 }
 
@@ -127,6 +129,9 @@ pub fn compact_timeline(rows: &[AuditEntry]) -> String {
         }
         if let Some(o) = &c.origin {
             line.push_str(&format!("  origin {o}"));
+        }
+        if let Some(state) = e.paused_by() {
+            line.push_str(&format!("  PAUSED by the circuit breaker ({state})"));
         }
         if let Some(o) = &e.operator {
             line.push_str(&format!("  by {}", o.caller));
@@ -506,5 +511,46 @@ mod tests {
         assert_eq!(json["notice"], "CONFLICTING_SUCCESS");
         assert_eq!(json["outcome"], "SUCCESS");
         assert!(audit_lag(&failed, &rows).up_to_date);
+    }
+
+    /// GIVEN a retry paused by the circuit breaker (its write's reason names the
+    /// breaker state) WHEN shown THEN the row is marked PAUSED with that state
+    /// (compact, wide, JSON); a CANCELLED cycle's SCHEDULING is not a pause.
+    #[test]
+    fn a_pause_by_the_breaker_is_marked_in_the_timeline() {
+        let mut r = TransactionRecord::started(
+            TransactionId::parse("TX-PB").unwrap(),
+            MaxAttempts::new(3).unwrap(),
+            Timestamp::from_millis(1_000),
+        );
+        r.status = Status::Scheduled;
+        r.next_attempt = Some(domain::Attempt::new(2).unwrap());
+        r.last_reason = Some("NOT_AVAILABLE".into());
+        let scheduled = r.clone();
+        r.status = Status::Scheduling;
+        r.updated_at = Timestamp::from_millis(5_000);
+        r.last_actor = Actor::RetryHandler;
+        r.last_reason = Some("BREAKER_OPEN".into());
+        r.resends = 1;
+        r.pauses = 1;
+        let pause = AuditEntry::from_change(Some(&scheduled), &r).unwrap();
+        assert_eq!(pause.paused_by(), Some("OPEN"));
+        let compact = compact_timeline(std::slice::from_ref(&pause));
+        assert!(
+            compact.contains("SCHEDULED → SCHEDULING PAUSED")
+                && compact.contains("PAUSED by the circuit breaker (OPEN)"),
+            "{compact}"
+        );
+        assert!(transition_text(&pause).contains("PAUSED"));
+        assert_eq!(audit_json(&pause)["paused_by_breaker"], "OPEN");
+        // The response handler's CANCELLED cycle: not a pause.
+        let mut answered = scheduled.clone();
+        answered.status = Status::Scheduling;
+        answered.last_actor = Actor::ResponseHandler;
+        let mut in_progress = scheduled;
+        in_progress.status = Status::InProgress;
+        let cycle = AuditEntry::from_change(Some(&in_progress), &answered).unwrap();
+        assert_eq!(cycle.paused_by(), None);
+        assert!(!compact_timeline(&[cycle]).contains("PAUSED"));
     }
 }

@@ -32,7 +32,7 @@ pub use replay::decide_replay;
 pub use resolve::{decide_resolve, RESOLVED_REASON};
 pub use response::decide_response;
 pub use response::TECHNICAL_EXHAUSTED_REASON;
-pub use retry::decide_retry;
+pub use retry::{decide_retry, BREAKER_REASON_PREFIX};
 pub use run::{Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
 pub use start::decide_start;
 
@@ -64,6 +64,25 @@ pub struct Context {
     pub technical_policy: RetryPolicy,
     /// The operator a decision is made for (replay, resolve), recorded by its write.
     pub operator: Option<crate::machine::OperatorNote>,
+    /// The circuit breaker holds requests back (its admission paused them): no
+    /// request goes out now; retry cycles and answer deadlines wait until then.
+    pub hold: Option<Hold>,
+}
+
+/// A pause of the circuit breaker, as a decision sees it: requests wait until
+/// `until` (the breaker's next probe instant plus jitter, [`crate::breaker::Breaker::resume_at`])
+/// because the breaker is in `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    pub until: Timestamp,
+    pub state: crate::breaker::BreakerState,
+}
+
+impl Hold {
+    /// The record's `last_reason` while paused: `BREAKER_OPEN`, `BREAKER_HALF_OPEN`.
+    pub fn reason(&self) -> String {
+        format!("{}{}", retry::BREAKER_REASON_PREFIX, self.state.name())
+    }
 }
 
 impl Context {
@@ -84,6 +103,7 @@ impl Context {
             technical_resend_max: crate::defaults::TECHNICAL_RESEND_MAX,
             technical_policy: RetryPolicy::technical_default(),
             operator: None,
+            hold: None,
         }
     }
 
@@ -103,6 +123,13 @@ impl Context {
     /// The same context with this bound on technical re-sends.
     pub fn with_technical_resend_max(mut self, max: u32) -> Self {
         self.technical_resend_max = max;
+        self
+    }
+
+    /// The same context with the breaker holding requests back (`None`: it lets them
+    /// out).
+    pub fn with_hold(mut self, hold: Option<Hold>) -> Self {
+        self.hold = hold;
         self
     }
 
@@ -261,10 +288,16 @@ pub enum Ack {
     Resolved,
     AlreadyResolved,
     Replayed,
+    /// The circuit breaker held the request back: its retry cycle opened again later
+    /// for the same attempt.
+    Paused,
+    /// The circuit breaker held an unanswered request back: its deadline moved to
+    /// the breaker's resume instant, nothing republished.
+    ReconcilerHeld,
 }
 
 impl Ack {
-    pub const ALL: [Ack; 17] = [
+    pub const ALL: [Ack; 19] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
@@ -282,6 +315,8 @@ impl Ack {
         Ack::Resolved,
         Ack::AlreadyResolved,
         Ack::Replayed,
+        Ack::Paused,
+        Ack::ReconcilerHeld,
     ];
 
     /// The kebab-case name (as serialized): `already-handled`.
@@ -304,6 +339,8 @@ impl Ack {
             Ack::Resolved => "resolved",
             Ack::AlreadyResolved => "already-resolved",
             Ack::Replayed => "replayed",
+            Ack::Paused => "paused",
+            Ack::ReconcilerHeld => "reconciler-held",
         }
     }
 }

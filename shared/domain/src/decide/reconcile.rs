@@ -131,6 +131,16 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         w.set.answer_due_at = Change::Set(due);
         return vec![Effect::Write(w), Effect::Ack(Ack::ReconcilerAwaiting)];
     }
+    // The breaker holds requests back: republishing into a service that is down
+    // helps nothing. The deadline moves to the breaker's resume instant, the
+    // republish count untouched (an outage spends no republish).
+    if let Some(hold) = ctx.hold {
+        let held = hold.until.max(ctx.now.plus_millis(1_000));
+        let mut w = guarded(AWAITED);
+        w.set.answer_due_at = Change::Set(held);
+        w.set.reconcile = Change::Set(watch_from(held));
+        return vec![Effect::Write(w), Effect::Ack(Ack::ReconcilerHeld)];
+    }
     if r.republishes < ctx.answer_republish_max {
         let mut w = guarded(REPUBLISHED);
         let next_due = ctx.answer_due();

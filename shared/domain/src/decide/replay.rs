@@ -50,6 +50,7 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
     w.set.origin = Change::Set(Origin::Operator);
     // A fresh budget of technical re-sends too.
     w.set.resends = Change::Clear;
+    w.set.pauses = Change::Clear;
     let w = w.noted(ctx.operator.as_ref());
     vec![
         Effect::Write(w),

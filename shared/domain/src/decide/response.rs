@@ -111,9 +111,14 @@ pub fn decide_response(
         }
         // ERROR for the current attempt: send it again later, or, the re-sends spent,
         // FAILED + business alert. Never consumes an attempt.
-        (None | Some(Status::InProgress), Outcome::Error) => {
-            technical_failure(id, n, rec.map_or(0, |r| r.resends), resp, ctx, rng)
-        }
+        (None | Some(Status::InProgress), Outcome::Error) => technical_failure(
+            id,
+            n,
+            rec.map_or((0, 0), |r| (r.resends, r.pauses)),
+            resp,
+            ctx,
+            rng,
+        ),
         // The redelivery of the ERROR that spent the re-sends: alert again.
         (Some(Status::Failed), Outcome::Error)
             if rec
@@ -277,21 +282,22 @@ fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan 
     ]
 }
 
-/// ERROR for attempt `n` of a record with `resends` technical re-sends (0 when
-/// unread: the writes are conditional on the count, and a failed condition hands back
-/// the record to decide again). With re-sends left: SCHEDULING with `next_attempt = n`
+/// ERROR for attempt `n` of a record with `rounds = (resends, pauses)`: retry cycles
+/// opened again, and those of them the breaker caused (0 when unread: the writes are
+/// conditional on the count, and a failed condition hands back the record to decide
+/// again). Only the technical ones count against the bound. With re-sends left: SCHEDULING with `next_attempt = n`
 /// (the attempt is not consumed), the re-send's own schedule name and its instant —
 /// the later of the technical backoff's and the service's `retry_after_seconds` —
 /// persisted before the schedule is created. Spent: FAILED, `TECHNICAL_EXHAUSTED`.
 fn technical_failure(
     id: &TransactionId,
     n: Attempt,
-    resends: u32,
+    (resends, pauses): (u32, u32),
     resp: &Response,
     ctx: &Context,
     rng: &mut dyn RandomSource,
 ) -> Plan {
-    if resends >= ctx.technical_resend_max {
+    if resends.saturating_sub(pauses) >= ctx.technical_resend_max {
         let mut w = answered(id, TECHNICAL_FAIL, n, resp, ctx).listed_failed(ctx.shards);
         w.guard.resends = Some(resends);
         w.set.last_outcome = Some(Outcome::Error);
@@ -303,9 +309,13 @@ fn technical_failure(
         ];
     }
     let seq = resends.saturating_add(1);
-    let backoff =
-        ctx.technical_policy
-            .fire_at(ctx.now, Attempt::new(seq).unwrap_or(Attempt::FIRST), rng);
+    // The backoff grows with the technical failures alone, not the breaker's pauses.
+    let failures = resends.saturating_sub(pauses).saturating_add(1);
+    let backoff = ctx.technical_policy.fire_at(
+        ctx.now,
+        Attempt::new(failures).unwrap_or(Attempt::FIRST),
+        rng,
+    );
     let asked = ctx
         .now
         .plus_millis(i64::from(resp.retry_after_seconds.unwrap_or(0)) * 1000)
@@ -382,7 +392,7 @@ fn schedule_retry(
 
 /// The one-time schedule that puts attempt `next`'s retry event on the queue at
 /// `fire_at`.
-fn create_schedule(
+pub(super) fn create_schedule(
     id: &TransactionId,
     next: Attempt,
     fire_at: Timestamp,
@@ -403,16 +413,21 @@ fn create_schedule(
 /// send and, for a technical re-send, its number. A re-send of attempt n has the same
 /// `next_attempt` as the CANCELLED cycle that sent n and as the re-send before it.
 #[derive(Debug, Clone, Copy)]
-struct Cycle {
-    current: Option<Attempt>,
-    next: Attempt,
-    resends: Option<u32>,
+pub(super) struct Cycle {
+    pub(super) current: Option<Attempt>,
+    pub(super) next: Attempt,
+    pub(super) resends: Option<u32>,
 }
 
 /// SCHEDULING → SCHEDULED for `cycle` (the cycle's index key stays): conditional on
 /// all of it, so that a confirmation left over from an earlier cycle never confirms
 /// a later one whose schedule may not exist yet.
-fn confirm_scheduled(id: &TransactionId, cycle: Cycle, ctx: &Context, actor: Actor) -> Effect {
+pub(super) fn confirm_scheduled(
+    id: &TransactionId,
+    cycle: Cycle,
+    ctx: &Context,
+    actor: Actor,
+) -> Effect {
     let mut w = Write::new(id.clone(), CONFIRM, ctx.now, actor);
     w.guard.current_attempt = cycle.current;
     w.guard.next_attempt = Some(cycle.next);

@@ -1,10 +1,15 @@
 //! The retry handler (B), for a retry event `(id, m)`.
 
-use super::{Ack, Context, DropReason, Effect, Known, Plan, Rejection, RequestHeader};
+use super::response::{confirm_scheduled, create_schedule, Cycle};
+use super::{Ack, Context, DropReason, Effect, Hold, Known, Plan, Rejection, RequestHeader};
 use crate::arrow;
-use crate::ids::{Attempt, TransactionId};
+use crate::ids::{Attempt, ScheduleName, TransactionId};
 use crate::machine::{Actor, Arrow, Change, Event, Status, Write};
 use crate::message::{Origin, RetryEvent};
+
+/// The start of a paused record's `last_reason`; the breaker state follows
+/// (`BREAKER_OPEN`, `BREAKER_HALF_OPEN`).
+pub const BREAKER_REASON_PREFIX: &str = "BREAKER_";
 
 /// B accepts the event of the pending attempt in SCHEDULING too: the event may
 /// overtake the response handler's confirmation.
@@ -13,8 +18,16 @@ const ACCEPT: Arrow = arrow!(
     Event::RetryEventAccepted
 );
 const PUBLISHED: Arrow = arrow!([Status::Sending], Event::RequestPublished);
+/// While the breaker holds requests back, the pending attempt's cycle is opened again
+/// later, from wherever the event finds it before its request leaves.
+const PAUSE: Arrow = arrow!(
+    [Status::Scheduling, Status::Scheduled, Status::Sending],
+    Event::RetryPausedByBreaker
+);
 
-/// The plan for a retry event, decided on what is known of the record.
+/// The plan for a retry event, decided on what is known of the record. While the
+/// circuit breaker holds requests back (`ctx.hold`), the pending attempt is paused
+/// instead of sent.
 pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
     let id = &ev.transaction_id;
     let m = ev.attempt;
@@ -22,7 +35,11 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
         Known::Missing => vec![Effect::Reject(Rejection::UnknownTransaction {
             transaction_id: id.clone(),
         })],
-        Known::Unread => send(id, m, ev.origin, ctx),
+        // Paused blind on no earlier rounds: a failed condition hands back the record.
+        Known::Unread => match ctx.hold {
+            Some(hold) => pause(id, m, (0, 0), hold, ctx),
+            None => send(id, m, ev.origin, ctx),
+        },
         Known::Record(r) => {
             // Rule 1: an event for another attempt than the pending one is stale.
             if r.next_attempt != Some(m) {
@@ -37,6 +54,11 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                         pending: r.next_attempt,
                     })]
                 };
+            }
+            if let Some(hold) = ctx.hold {
+                if PAUSE.from().contains(r.status) {
+                    return pause(id, m, (r.resends, r.pauses), hold, ctx);
+                }
             }
             match r.status {
                 s if ACCEPT.from().contains(s) => send(id, m, ev.origin, ctx),
@@ -56,6 +78,46 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
             }
         }
     }
+}
+
+/// Attempt `m` paused by the breaker on a record of `(resends, pauses)` rounds: its
+/// cycle opened again with the next round's schedule name at the hold's instant
+/// (persisted first, as every cycle), the schedule created, then confirmed. The
+/// attempt and the technical re-send budget are untouched; `last_reason` names the
+/// breaker state, for the audit trail.
+fn pause(
+    id: &TransactionId,
+    m: Attempt,
+    (resends, pauses): (u32, u32),
+    hold: Hold,
+    ctx: &Context,
+) -> Plan {
+    let seq = resends.saturating_add(1);
+    // A schedule is never set in the past, and has second resolution.
+    let fire_at = hold.until.max(ctx.now.plus_millis(1_000)).ceil_to_second();
+    let name = ScheduleName::for_resend(id, m, seq);
+    let mut w = Write::new(id.clone(), PAUSE, ctx.now, Actor::RetryHandler).open_cycle(
+        m,
+        fire_at,
+        name.clone(),
+        ctx.shards,
+    );
+    w.guard.next_attempt = Some(m);
+    w.guard.resends = Some(resends);
+    w.set.resends = Change::Set(seq);
+    w.set.pauses = Change::Set(pauses.saturating_add(1));
+    w.set.last_reason = Change::Set(hold.reason());
+    let cycle = Cycle {
+        current: None,
+        next: m,
+        resends: Some(seq),
+    };
+    vec![
+        Effect::Write(w),
+        create_schedule(id, m, fire_at, name),
+        confirm_scheduled(id, cycle, ctx, Actor::RetryHandler),
+        Effect::Ack(Ack::Paused),
+    ]
 }
 
 fn send(id: &TransactionId, m: Attempt, origin: Origin, ctx: &Context) -> Plan {

@@ -1,6 +1,7 @@
 //! Decision tests in GIVEN / WHEN / THEN shape.
 
 use super::*;
+use crate::breaker::BreakerState;
 use crate::decide::TECHNICAL_EXHAUSTED_REASON;
 use crate::ids::MaxAttempts;
 use crate::machine::{BudgetGuard, Change, FailedKey, ReconcileKey};
@@ -276,6 +277,7 @@ fn describe(e: &Effect) -> String {
                 s.push_str(&format!(" rq={k}"));
             }
             change(&mut s, "rs", &c.resends, |k| k.to_string());
+            change(&mut s, "ps", &c.pauses, |k| k.to_string());
             s.push_str(&format!(" by={}", c.actor.as_str()));
             s
         }
@@ -714,6 +716,80 @@ fn all_cases() -> Vec<(String, Plan)> {
         &replay,
         Known::Record(&at_limit),
         None,
+    );
+
+    // The circuit breaker holds requests back until T0+95.5s (OPEN): retry events in
+    // every status (the pending attempt 3, a stale 2), a re-send's and an already
+    // paused cycle's events, an unanswered request past its deadline, and an ERROR
+    // on a record whose rounds are mostly pauses (not technical failures).
+    let held = ctx.clone().with_hold(Some(Hold {
+        until: t0().plus_millis(95_500),
+        state: BreakerState::Open {
+            until: at(60),
+            cooldown_ms: 60_000,
+        },
+    }));
+    let mut push_held = |name: String, input: &Input, known: Known<'_>| {
+        let plan = decide(input, known, None, &held, &mut FixedRandom(0.5));
+        for e in &plan {
+            assert!(crate::exec::performs(input, e), "{name}: {e:?}");
+        }
+        out.push((format!("held: {name}"), plan));
+    };
+    for m in [2, 3] {
+        let ev = Input::Retry(RetryEvent {
+            transaction_id: id(),
+            origin: Origin::RetryScheduler,
+            attempt: a(m),
+        });
+        let mut knowns = vec![Known::Unread, Known::Missing];
+        knowns.extend(records.iter().map(Known::Record));
+        for k in knowns {
+            push_held(format!("retry m={m} / {}", known_name(&k)), &ev, k);
+        }
+    }
+    let resend_event = Input::Retry(RetryEvent {
+        transaction_id: id(),
+        origin: Origin::RetryScheduler,
+        attempt: a(2),
+    });
+    for r in &resend_records {
+        push_held(
+            format!("retry m=2 / {} resend=1", known_name(&Known::Record(r))),
+            &resend_event,
+            Known::Record(r),
+        );
+    }
+    let mut paused = rec_in(Status::Scheduled, 2, 4);
+    paused.resends = 2;
+    paused.pauses = 2;
+    paused.last_reason = Some("BREAKER_OPEN".into());
+    push_held(
+        "retry m=3 / SCHEDULED c=2 max=4 resends=2 pauses=2".into(),
+        &Input::Retry(RetryEvent {
+            transaction_id: id(),
+            origin: Origin::RetryScheduler,
+            attempt: a(3),
+        }),
+        Known::Record(&paused),
+    );
+    let mut unanswered = rec_in(Status::InProgress, 2, 4);
+    unanswered.republishes = 1;
+    push_held(
+        "reconcile IN_PROGRESS past deadline rp=1 / current".into(),
+        &Input::Reconcile(unanswered.clone()),
+        Known::Record(&unanswered),
+    );
+    let mut rounds = rec_in(Status::InProgress, 2, 4);
+    rounds.resends = held.technical_resend_max + 3;
+    rounds.pauses = 4;
+    push_held(
+        format!(
+            "response ERROR n=2 / IN_PROGRESS c=2 max=4 resends={} pauses=4",
+            rounds.resends
+        ),
+        &answer(2, Outcome::Error, Some("HTTP_503"), None),
+        Known::Record(&rounds),
     );
     out
 }
@@ -2466,7 +2542,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "replay / FAILED c=2 max=2",
         &[
-            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=CYCLE#5@T0+0s due=- rs=- by=operator",
+            "write OperatorReplay if FAILED c=2 -> SCHEDULING n=3 fire=T0+0s name=retry-TX-100200-3 max=5 origin=OPERATOR rk=CYCLE#5@T0+0s due=- rs=- ps=- by=operator",
             "publish-retry TX-100200/3/OPERATOR",
             "ack Replayed",
         ],
@@ -2475,6 +2551,205 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "replay / FAILED c=1000 max=1000",
         &[
             "reject not-replayable",
+        ],
+    ),
+    (
+        "held: retry m=2 / unread",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=0 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-2.1 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=2 rs=1 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=2 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "held: retry m=2 / IN_PROGRESS c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in IN_PROGRESS",
+        ],
+    ),
+    (
+        "held: retry m=2 / IN_PROGRESS c=2 max=2",
+        &[
+            "drop duplicate-retry attempt=2 in IN_PROGRESS",
+        ],
+    ),
+    (
+        "held: retry m=2 / SCHEDULING c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in SCHEDULING",
+        ],
+    ),
+    (
+        "held: retry m=2 / SCHEDULED c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in SCHEDULED",
+        ],
+    ),
+    (
+        "held: retry m=2 / SENDING c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in SENDING",
+        ],
+    ),
+    (
+        "held: retry m=2 / SUCCEEDED c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in SUCCEEDED",
+        ],
+    ),
+    (
+        "held: retry m=2 / SUCCEEDED c=2 max=2",
+        &[
+            "drop duplicate-retry attempt=2 in SUCCEEDED",
+        ],
+    ),
+    (
+        "held: retry m=2 / FAILED c=2 max=4",
+        &[
+            "drop duplicate-retry attempt=2 in FAILED",
+        ],
+    ),
+    (
+        "held: retry m=2 / FAILED c=2 max=2",
+        &[
+            "drop duplicate-retry attempt=2 in FAILED",
+        ],
+    ),
+    (
+        "held: retry m=3 / unread",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=3 / missing",
+        &[
+            "reject unknown-transaction",
+        ],
+    ),
+    (
+        "held: retry m=3 / IN_PROGRESS c=2 max=4",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "held: retry m=3 / IN_PROGRESS c=2 max=2",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "held: retry m=3 / SCHEDULING c=2 max=4",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=3 / SCHEDULED c=2 max=4",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=3 / SENDING c=2 max=4",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=3 / SUCCEEDED c=2 max=4",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "held: retry m=3 / SUCCEEDED c=2 max=2",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "held: retry m=3 / FAILED c=2 max=4",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "held: retry m=3 / FAILED c=2 max=2",
+        &[
+            "drop stale-retry attempt=3 pending=-",
+        ],
+    ),
+    (
+        "held: retry m=2 / SCHEDULING c=2 max=4 resend=1",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=1 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.2 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=2 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=2 rs=2 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=2 / SCHEDULED c=2 max=4 resend=1",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=1 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.2 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=2 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=2 rs=2 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=2 / SENDING c=2 max=4 resend=1",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=1 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.2 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=2 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=2 rs=2 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=3 / SCHEDULED c=2 max=4 resends=2 pauses=2",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=2 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.3 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=3 ps=3 by=retry-handler",
+            "create-schedule retry-TX-100200-3.3 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 rs=3 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: reconcile IN_PROGRESS past deadline rp=1 / current",
+        &[
+            "write AnswerAwaited if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS rk=CYCLE#5@T0-504500ms due=T0+95500ms by=reconciler",
+            "ack ReconcilerHeld",
+        ],
+    ),
+    (
+        "held: response ERROR n=2 / IN_PROGRESS c=2 max=4 resends=23 pauses=4",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=23 -> SCHEDULING n=2 fire=T0+3600s name=retry-TX-100200-2.24 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+3600s due=- rs=24 by=response-handler",
+            "create-schedule retry-TX-100200-2.24 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=24 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
         ],
     ),
 ];

@@ -124,6 +124,7 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
                     RetryPorts {
                         store: &store,
                         requests: &requests,
+                        scheduler: &scheduler,
                     }
                     .perform(&effect),
                 ),
@@ -174,6 +175,6 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
             }
         }
     }
-    // Response 4, retry 2, reconcile 5, start 2, resolve 3, replay 3.
-    assert_eq!(performed, 19);
+    // Response 4, retry 3, reconcile 5, start 2, resolve 3, replay 3.
+    assert_eq!(performed, 20);
 }

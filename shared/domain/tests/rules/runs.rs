@@ -1058,9 +1058,11 @@ fn redecisions_are_bounded() {
     };
     store.inner.put(r, Some(payload()));
     let requests = MemoryQueue::<Request>::new();
+    let scheduler = testkit::memory::MemoryScheduler::new();
     let ports = RetryPorts {
         store: &store,
         requests: &requests,
+        scheduler: &scheduler,
     };
     let ctx: Context = w.ctx();
     let mut rng = SplitMix64::new(1);

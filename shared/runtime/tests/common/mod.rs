@@ -155,8 +155,11 @@ impl World {
         let ctx = self.settings.context(self.now());
         let mut rng = self.rng();
         runtime::retry::handle(
-            &self.store,
-            &self.requests,
+            &domain::exec::RetryPorts {
+                store: &self.store,
+                requests: &self.requests,
+                scheduler: &self.scheduler,
+            },
             ev,
             &ctx,
             &mut rng,
@@ -187,6 +190,7 @@ impl World {
             },
             &self.settings,
             self.now(),
+            None,
             limits,
             &Seeds::fixed(seed),
             metrics,

@@ -377,6 +377,8 @@ impl Stack {
                     clock: h.requests.clock,
                     max_wait,
                 },
+                scheduler: h.scheduler,
+                breaker: h.breaker,
                 dead_letter: h.dead_letter,
                 clock: h.clock,
                 settings: h.settings,
@@ -526,8 +528,8 @@ impl Stack {
     }
 }
 
-async fn reconcile_cron<St, Sc, Rt, Rq>(
-    reconciler: Reconciler<St, Sc, Rt, Rq, SystemClock>,
+async fn reconcile_cron<St, Sc, Rt, Rq, Br>(
+    reconciler: Reconciler<St, Sc, Rt, Rq, Br, SystemClock>,
     metrics: Arc<Metrics>,
     every: Duration,
     stats: Arc<CronStats>,
@@ -537,6 +539,7 @@ async fn reconcile_cron<St, Sc, Rt, Rq>(
     Sc: domain::ports::ScheduleCreator,
     Rt: domain::ports::RetryPublisher,
     Rq: domain::ports::RequestPublisher,
+    Br: domain::ports::BreakerReads + domain::ports::BreakerWrites + domain::ports::BreakerCounts,
 {
     loop {
         if stop.sleep(every).await {
