@@ -399,3 +399,35 @@ where
         Ok(report)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The breaker's deadline signal: requests published again or abandoned count; a
+    /// request held back by the breaker and published once it let requests out does
+    /// not (its deadline passed during the outage), nor does anything else.
+    #[test]
+    fn only_fresh_deadlines_are_the_breakers_signal() {
+        let mut r = Report::default();
+        let mut add = |ack: Ack, n: u64| {
+            *r.actions
+                .entry(Status::InProgress)
+                .or_default()
+                .entry(Action::Done(ack))
+                .or_default() += n;
+        };
+        add(Ack::ReconcilerRepublished, 3);
+        add(Ack::Unanswered, 1);
+        add(Ack::ReconcilerRepublishedAfterHold, 7);
+        add(Ack::ReconcilerHeld, 5);
+        add(Ack::ReconcilerAwaiting, 2);
+        assert_eq!(
+            r.deadlines_fired(),
+            Tally {
+                deadlines: 4,
+                ..Tally::default()
+            }
+        );
+    }
+}

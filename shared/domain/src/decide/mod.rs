@@ -294,10 +294,13 @@ pub enum Ack {
     /// The circuit breaker held an unanswered request back: its deadline moved to
     /// the breaker's resume instant, nothing republished.
     ReconcilerHeld,
+    /// A request the breaker held back, published again (same key) once it let
+    /// requests out: not a fresh deadline for the breaker.
+    ReconcilerRepublishedAfterHold,
 }
 
 impl Ack {
-    pub const ALL: [Ack; 19] = [
+    pub const ALL: [Ack; 20] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
@@ -317,6 +320,7 @@ impl Ack {
         Ack::Replayed,
         Ack::Paused,
         Ack::ReconcilerHeld,
+        Ack::ReconcilerRepublishedAfterHold,
     ];
 
     /// The kebab-case name (as serialized): `already-handled`.
@@ -341,6 +345,7 @@ impl Ack {
             Ack::Replayed => "replayed",
             Ack::Paused => "paused",
             Ack::ReconcilerHeld => "reconciler-held",
+            Ack::ReconcilerRepublishedAfterHold => "reconciler-republished-after-hold",
         }
     }
 }

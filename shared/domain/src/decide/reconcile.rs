@@ -133,12 +133,14 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     }
     // The breaker holds requests back: republishing into a service that is down
     // helps nothing. The deadline moves to the breaker's resume instant, the
-    // republish count untouched (an outage spends no republish).
+    // republish count untouched (an outage spends no republish); the reason names
+    // the hold, so that the republish after it is not taken for a fresh silence.
     if let Some(hold) = ctx.hold {
         let held = hold.until.max(ctx.now.plus_millis(1_000));
         let mut w = guarded(AWAITED);
         w.set.answer_due_at = Change::Set(held);
         w.set.reconcile = Change::Set(watch_from(held));
+        w.set.last_reason = Change::Set(hold.reason());
         return vec![Effect::Write(w), Effect::Ack(Ack::ReconcilerHeld)];
     }
     if r.republishes < ctx.answer_republish_max {
@@ -147,13 +149,27 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         w.set.republishes = Change::Set(r.republishes.saturating_add(1));
         w.set.answer_due_at = Change::Set(next_due);
         w.set.reconcile = Change::Set(watch_from(next_due));
+        // A request held back by the breaker goes out now that it lets requests out:
+        // its deadline passed during the outage, not since (the breaker's signal is
+        // a deadline that fired on a service thought up).
+        let after_hold = r
+            .last_reason
+            .as_deref()
+            .is_some_and(|x| x.starts_with(super::BREAKER_REASON_PREFIX));
+        if after_hold {
+            w.set.last_reason = Change::Clear;
+        }
         return vec![
             Effect::PublishRequest(RequestHeader {
                 transaction_id: id.clone(),
                 attempt: n,
             }),
             Effect::Write(w),
-            Effect::Ack(Ack::ReconcilerRepublished),
+            Effect::Ack(if after_hold {
+                Ack::ReconcilerRepublishedAfterHold
+            } else {
+                Ack::ReconcilerRepublished
+            }),
         ];
     }
     // The alert goes first: once FAILED the record leaves the index and no message

@@ -718,6 +718,17 @@ fn all_cases() -> Vec<(String, Plan)> {
         None,
     );
 
+    // Let out again, the request the breaker held back is republished; its deadline
+    // is marked as the hold's, not a fresh silence.
+    let mut after_hold = rec_in(Status::InProgress, 2, 4);
+    after_hold.republishes = 1;
+    after_hold.last_reason = Some("BREAKER_OPEN".into());
+    push(
+        "reconcile IN_PROGRESS past deadline rp=1 after a hold / current".into(),
+        &Input::Reconcile(after_hold.clone()),
+        Known::Record(&after_hold),
+        None,
+    );
     // The circuit breaker holds requests back until T0+95.5s (OPEN): retry events in
     // every status (the pending attempt 3, a stale 2), a re-send's and an already
     // paused cycle's events, an unanswered request past its deadline, and an ERROR
@@ -2554,6 +2565,14 @@ const EXPECTED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "reconcile IN_PROGRESS past deadline rp=1 after a hold / current",
+        &[
+            "publish-request TX-100200#2",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS reason=- rk=CYCLE#5@T0+1200s due=T0+1800s rp=2 by=reconciler",
+            "ack ReconcilerRepublishedAfterHold",
+        ],
+    ),
+    (
         "held: retry m=2 / unread",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=0 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
@@ -2739,7 +2758,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "held: reconcile IN_PROGRESS past deadline rp=1 / current",
         &[
-            "write AnswerAwaited if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS rk=CYCLE#5@T0-504500ms due=T0+95500ms by=reconciler",
+            "write AnswerAwaited if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS reason=BREAKER_OPEN rk=CYCLE#5@T0-504500ms due=T0+95500ms by=reconciler",
             "ack ReconcilerHeld",
         ],
     ),
