@@ -106,7 +106,10 @@ impl Mix {
                 invalid(
                     field,
                     text,
-                    format!("`{}` is not SUCCESS, CANCELLED or {NONE}", name.trim()),
+                    format!(
+                        "`{}` is not SUCCESS, CANCELLED, ERROR or {NONE}",
+                        name.trim()
+                    ),
                 )
             })?;
             let p: f64 = p
@@ -251,7 +254,7 @@ impl Script {
                     invalid(
                         field("answers"),
                         a,
-                        format!("each answer is SUCCESS, CANCELLED or {NONE}"),
+                        format!("each answer is SUCCESS, CANCELLED, ERROR or {NONE}"),
                     )
                 })
             })
@@ -575,7 +578,7 @@ mod tests {
             "HARNESS_MIX = `SUCCESS:0.7,CANCELLED:0.2`: the probabilities add up to 0.8999999999999999, not 1"
         );
         assert!(err(Mix::parse("HARNESS_MIX", "MAYBE:1"))
-            .contains("`MAYBE` is not SUCCESS, CANCELLED or NONE"));
+            .contains("`MAYBE` is not SUCCESS, CANCELLED, ERROR or NONE"));
         assert!(err(Mix::parse("HARNESS_MIX", "SUCCESS"))
             .contains("`SUCCESS` is not REPLY:probability"));
         assert!(err(Mix::parse("HARNESS_MIX", "SUCCESS:1,SUCCESS:0")).contains("listed twice"));
@@ -603,7 +606,7 @@ mod tests {
         };
         assert_eq!(
             bad(r#"{"harness":{"answers":["MAYBE"]}}"#),
-            "payload.harness.answers = `\"MAYBE\"`: each answer is SUCCESS, CANCELLED or NONE"
+            "payload.harness.answers = `\"MAYBE\"`: each answer is SUCCESS, CANCELLED, ERROR or NONE"
         );
         assert!(bad(r#"{"harness":{"answers":[]}}"#).contains("at least one reply"));
         assert!(bad(r#"{"harness":{}}"#).starts_with("payload.harness.answers"));
@@ -613,6 +616,31 @@ mod tests {
         );
         assert!(bad(r#"{"harness":{"answers":["SUCCESS"],"reason":3}}"#)
             .starts_with("payload.harness.reason"));
+    }
+
+    /// GIVEN a mix with technical failures WHEN requests draw from it THEN some are
+    /// answered ERROR (the staging service's outage), with no reason, and the others
+    /// by the rest of the mix.
+    #[test]
+    fn a_mix_can_fail_technically() {
+        let b = behaviour("SUCCESS:0.5,ERROR:0.5");
+        let error = Reply::Answer(Outcome::Error);
+        let at = |u: f64| {
+            plan(
+                &b,
+                &request(1, "{}"),
+                Draws {
+                    reply: u,
+                    delay: 0.0,
+                },
+            )
+            .unwrap()
+        };
+        assert_eq!(at(0.2).reply, SUCCESS);
+        let failed = at(0.7);
+        assert_eq!((failed.reply, failed.reason), (error, None));
+        assert_eq!(Reply::parse("ERROR_TECNICO"), Some(error));
+        assert_eq!(error.as_str(), "ERROR");
     }
 
     #[test]
