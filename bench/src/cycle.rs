@@ -96,6 +96,13 @@ pub struct CycleMeasurement {
     /// Size of the retry event in the schedule's target input.
     pub retry_event_bytes: usize,
     pub stream_records: u64,
+    /// The circuit breaker's count item (one UpdateItem per response batch), billed
+    /// as one write of that item, and its size.
+    pub breaker_count_billed: Billed,
+    pub breaker_count_bytes: usize,
+    /// One strongly consistent GetItem of the breaker's own item (absent while it was
+    /// never changed: the minimum read unit).
+    pub breaker_read_billed: Billed,
 }
 
 /// AWS round trips in a set of counts.
@@ -149,6 +156,9 @@ impl CycleMeasurement {
             retry_round_trips: round_trips(&self.retry),
             audit_round_trips: round_trips(&self.audit),
             stream_records: self.stream_records,
+            breaker_writes: self.response.breaker_writes,
+            breaker_write_units: self.breaker_count_billed.write(),
+            breaker_read_units: self.breaker_read_billed.read,
         }
     }
 }
@@ -166,25 +176,38 @@ pub fn payload_of(bytes: usize, tag: &str) -> Result<Payload, CycleError> {
 
 /// An SQS event of one message, as Lambda's event source mapping delivers it.
 pub fn sqs_event(body: &str, queue_arn: &str, receive_count: u32) -> Result<SqsEvent, CycleError> {
-    serde_json::from_value(serde_json::json!({
-        "Records": [{
-            "messageId": format!("bench-{receive_count}-{}", body.len()),
-            "receiptHandle": "bench-receipt",
-            "body": body,
-            "attributes": {
-                "ApproximateReceiveCount": receive_count.to_string(),
-                "SentTimestamp": "1791028800000",
-                "SenderId": "BENCH",
-                "ApproximateFirstReceiveTimestamp": "1791028800010"
-            },
-            "messageAttributes": {},
-            "md5OfBody": "00000000000000000000000000000000",
-            "eventSource": "aws:sqs",
-            "eventSourceARN": queue_arn,
-            "awsRegion": testkit::moto::LOCAL_REGION
-        }]
-    }))
-    .map_err(|e| CycleError::Setup(format!("SQS event: {e}")))
+    let id = format!("bench-{receive_count}-{}", body.len());
+    sqs_batch(&[sqs_record(&id, body, queue_arn, receive_count)])
+}
+
+/// One SQS record of an event source mapping's event.
+fn sqs_record(
+    message_id: &str,
+    body: &str,
+    queue_arn: &str,
+    receive_count: u32,
+) -> serde_json::Value {
+    serde_json::json!({
+        "messageId": message_id,
+        "receiptHandle": "bench-receipt",
+        "body": body,
+        "attributes": {
+            "ApproximateReceiveCount": receive_count.to_string(),
+            "SentTimestamp": "1791028800000",
+            "SenderId": "BENCH",
+            "ApproximateFirstReceiveTimestamp": "1791028800010"
+        },
+        "messageAttributes": {},
+        "md5OfBody": "00000000000000000000000000000000",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": testkit::moto::LOCAL_REGION
+    })
+}
+
+fn sqs_batch(records: &[serde_json::Value]) -> Result<SqsEvent, CycleError> {
+    serde_json::from_value(serde_json::json!({ "Records": records }))
+        .map_err(|e| CycleError::Setup(format!("SQS event: {e}")))
 }
 
 fn no_failures(
@@ -369,7 +392,7 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     }
 
     // 1. The response handler, as its Lambda main builds it, with metered adapters.
-    let response_meter = CallMeter::new();
+    let response_meter = CallMeter::new().with_breaker_table(&names.breaker_table);
     let a = runtime::wiring::response_handler_on(&response_meter.clients(sdk), &response_cfg);
     let metrics = Metrics::new("Bench", runtime::response::FUNCTION);
     let body = format!(
@@ -397,7 +420,9 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     }
 
     // 2. The retry handler, same way.
-    let retry_meter = CallMeter::new().with_payloads_table(&retry_cfg.payloads_table);
+    let retry_meter = CallMeter::new()
+        .with_payloads_table(&retry_cfg.payloads_table)
+        .with_breaker_table(&names.breaker_table);
     let b = runtime::wiring::retry_handler_on(&retry_meter.clients(sdk), &retry_cfg)
         .map_err(|e| CycleError::Setup(e.to_string()))?;
     let metrics = Metrics::new("Bench", runtime::retry::FUNCTION);
@@ -563,6 +588,19 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         .map(|t| t.input().unwrap_or("").len())
         .unwrap_or(0);
 
+    // The breaker's items: its count bucket (written by the response handler) and its
+    // own item (read by both handlers; absent while the breaker never changed).
+    let (breaker_count_bytes, breaker_item) = breaker_items(&ddb, &names.breaker_table).await?;
+    let breaker_count_billed = breaker_count_write(breaker_count_bytes);
+    let breaker_read_billed = dynamodb_billed_units(
+        DynamoOp::Read {
+            item: breaker_item.as_ref(),
+            consistent: true,
+        },
+        &[],
+        &["pk", "sk"],
+    );
+
     Ok(CycleMeasurement {
         spec,
         response_first,
@@ -582,7 +620,60 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         requests_on_queue,
         retry_event_bytes,
         stream_records: (cycle_changes.len() as u64) * u64::from(deliveries),
+        breaker_count_billed,
+        breaker_count_bytes,
+        breaker_read_billed,
     })
+}
+
+/// One count write (an `ADD` to a bucket item of `bytes`), billed.
+fn breaker_count_write(bytes: usize) -> Billed {
+    dynamodb_billed_units(
+        DynamoOp::SizedWrite {
+            before_bytes: 0,
+            after_bytes: bytes,
+        },
+        &[],
+        &["pk", "sk"],
+    )
+}
+
+/// The breaker table's largest count item (its size) and the breaker's own item.
+async fn breaker_items(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<(usize, Option<FlatItem>), CycleError> {
+    let out = ddb
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(|e| step("Scan", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
+    let pk = |i: &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>| {
+        i.get(aws::breaker::attr::PK)
+            .and_then(|v| v.as_s().ok())
+            .cloned()
+            .unwrap_or_default()
+    };
+    let count = out
+        .items()
+        .iter()
+        .filter(|i| pk(i).ends_with("#window"))
+        .map(testkit::size::item_size)
+        .max()
+        .ok_or_else(|| {
+            step(
+                "breaker",
+                "no count item: the response handler counted nothing",
+            )
+        })?;
+    let own = out
+        .items()
+        .iter()
+        .find(|i| pk(i) == aws::breaker::SERVICE)
+        .map(flat_from_dynamodb);
+    Ok((count, own))
 }
 
 async fn drain(
@@ -681,4 +772,99 @@ async fn request_messages(
         }
     }
     Ok((count, bytes))
+}
+
+/// The circuit breaker's writes under a burst of ERROR answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TechnicalBurst {
+    /// ERROR answers handled, in batches of `batch_size`.
+    pub errors: u64,
+    pub batch_size: u32,
+    /// Count writes (UpdateItem, one per batch) and state changes (one
+    /// TransactWriteItems each: the breaker's item and its change-log entry).
+    pub count_writes: u64,
+    pub state_changes: u64,
+    /// Write units: a count write as measured, a state change as two items written
+    /// in a transaction (2 × 2 units under 1 KB).
+    pub write_units: f64,
+}
+
+impl TechnicalBurst {
+    /// Breaker write requests per ERROR answer.
+    pub fn writes_per_error(&self) -> f64 {
+        (self.count_writes + self.state_changes) as f64 / self.errors.max(1) as f64
+    }
+
+    pub fn write_units_per_error(&self) -> f64 {
+        self.write_units / self.errors.max(1) as f64
+    }
+}
+
+/// `errors` ERROR answers (HTTP_503), for as many transactions, given to the response
+/// handler (built as its Lambda main builds it, the breaker's settings the template's)
+/// in batches of `batch_size`, its breaker calls metered.
+pub async fn measure_technical_burst(
+    sdk: &SdkConfig,
+    errors: u32,
+    batch_size: u32,
+) -> Result<TechnicalBurst, CycleError> {
+    let names = StackNames::new(&testkit::moto::unique_prefix("benchtech"));
+    let p: Provisioned = provision(sdk, &names)
+        .await
+        .map_err(|e| CycleError::Setup(e.to_string()))?;
+    let response_cfg = ResponseHandlerConfig::from_lookup(&lookup(p.env_for("response-handler")))
+        .map_err(|e| CycleError::Setup(e.to_string()))?;
+    let store = aws::dynamo::DynamoStore::new(
+        aws_sdk_dynamodb::Client::new(sdk),
+        &names.transactions_table,
+    )
+    .with_payloads_table(&names.payloads_table);
+    let first_requests: MemoryQueue<Request> = MemoryQueue::new();
+    let ports = StartPorts {
+        store: &store,
+        requests: &first_requests,
+    };
+    let max = MaxAttempts::new(3).map_err(|e| CycleError::Setup(e.to_string()))?;
+    let ids: Vec<String> = (0..errors).map(|n| format!("TX-TECH-{n:06}")).collect();
+    for id in &ids {
+        let tx = TransactionId::parse(id).map_err(|e| CycleError::Setup(e.to_string()))?;
+        let ctx = runtime::Settings::default().context(SystemClock.now());
+        runtime::ops::start_transaction(&ports, tx, payload_of(256, id)?, max, &ctx)
+            .await
+            .map_err(|e| step("start", e))?;
+    }
+    let meter = CallMeter::new().with_breaker_table(&names.breaker_table);
+    let handler = runtime::wiring::response_handler_on(&meter.clients(sdk), &response_cfg);
+    let metrics = Metrics::new("Bench", runtime::response::FUNCTION);
+    for (b, chunk) in ids.chunks(batch_size.max(1) as usize).enumerate() {
+        let records: Vec<serde_json::Value> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, id)| {
+                let body = format!(
+                    r#"{{"transaction_id":"{id}","attempt":1,"outcome":"ERROR","reason":"HTTP_503"}}"#
+                );
+                sqs_record(&format!("tech-{b}-{i}"), &body, &p.response.arn, 1)
+            })
+            .collect();
+        let event = sqs_batch(&records)?;
+        no_failures(
+            "response handler (ERROR)",
+            handler.handle_event(event, &metrics).await,
+        )?;
+    }
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let (count_bytes, _) = breaker_items(&ddb, &names.breaker_table).await?;
+    let count_wru = breaker_count_write(count_bytes).write();
+    let c = meter.snapshot();
+    // Every TransactWriteItems this handler made is a breaker state change: on the
+    // ERROR path the state item is written with UpdateItem.
+    let state_changes = c.creates;
+    Ok(TechnicalBurst {
+        errors: u64::from(errors),
+        batch_size,
+        count_writes: c.breaker_writes,
+        state_changes,
+        write_units: c.breaker_writes as f64 * count_wru + state_changes as f64 * 4.0,
+    })
 }

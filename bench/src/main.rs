@@ -128,6 +128,14 @@ async fn main() {
         }
     }
 
+    // The breaker's writes under a burst of ERROR answers.
+    eprintln!("bench: 100 ERROR answers in batches of 10 (circuit breaker writes)");
+    let technical = Some(
+        cycle::measure_technical_burst(&sdk, 100, 10)
+            .await
+            .unwrap_or_else(|e| fail("technical burst", e)),
+    );
+
     // What a backlog costs moto, stock and the burst's server (explains why the burst
     // runs on the latter).
     let mut moto_receive = Vec::new();
@@ -237,6 +245,7 @@ async fn main() {
         wall_time: t0.elapsed(),
         command: args.command.clone(),
         moto_receive,
+        technical,
     };
     let text = report::render(&report);
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {

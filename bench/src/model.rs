@@ -189,6 +189,21 @@ pub struct CycleBillables {
     pub audit_round_trips: u64,
     /// Stream records the audit writer received (4 per cycle × deliveries).
     pub stream_records: u64,
+    /// The circuit breaker: the response handler's count writes (one per batch; one
+    /// per delivery here, each delivery its own batch), the write units of one, and
+    /// the read units of one read of its item (per refresh period and environment).
+    pub breaker_writes: u64,
+    pub breaker_write_units: f64,
+    pub breaker_read_units: f64,
+}
+
+/// The circuit breaker's reads per retry: each execution environment of both handlers
+/// reads the breaker's item once per refresh period; at the fleet's sustained rate
+/// (its rate bound) the retry handler runs MaximumConcurrency environments and the
+/// response handler, in the worst case, its own MaximumConcurrency.
+pub fn breaker_reads_per_retry(d: &Deployment) -> f64 {
+    let environments = f64::from(d.retry_max_concurrency + d.response_max_concurrency);
+    environments / (d.breaker_refresh_seconds.max(1.0) * d.fleet_rate_bound().max(1.0))
 }
 
 /// The pattern's billable quantities per retry.
@@ -213,9 +228,13 @@ pub fn pattern_quantities(c: &CycleBillables, d: &Deployment, a: &Assumptions) -
         * (c.response_round_trips as f64 / resp_fill
             + c.retry_round_trips as f64 / retry_fill
             + c.audit_round_trips as f64);
+    // The breaker: one count write per response batch, its item read per refresh
+    // period per environment.
+    let breaker_writes = c.breaker_writes as f64 / resp_fill * c.breaker_write_units;
+    let breaker_reads = breaker_reads_per_retry(d) * c.breaker_read_units;
     Quantities {
-        dynamodb_write_units: c.write_units,
-        dynamodb_read_units: c.read_units,
+        dynamodb_write_units: c.write_units + breaker_writes,
+        dynamodb_read_units: c.read_units + breaker_reads,
         sqs_requests: sqs,
         scheduler_invocations: c.scheduler_invocations as f64,
         lambda_requests,
@@ -272,6 +291,21 @@ pub fn sleeping_quantities(
 mod tests {
     use super::*;
 
+    fn deployment() -> Deployment {
+        Deployment {
+            architecture: "arm64".into(),
+            memory_mb: 256,
+            response_batch_size: 10,
+            retry_batch_size: 10,
+            audit_batch_size: 100,
+            retry_max_concurrency: 2,
+            response_max_concurrency: 5,
+            max_requests_per_second: 5.0,
+            backoff_base_seconds: 7200.0,
+            breaker_refresh_seconds: 5.0,
+        }
+    }
+
     #[test]
     fn chunks_of_64_kb() {
         assert_eq!(sqs_requests_for_message(1), 1.0);
@@ -281,20 +315,20 @@ mod tests {
 
     #[test]
     fn esm_requests_follow_the_fill() {
-        let d = Deployment {
-            architecture: "arm64".into(),
-            memory_mb: 256,
-            response_batch_size: 10,
-            retry_batch_size: 10,
-            audit_batch_size: 100,
-            retry_max_concurrency: 2,
-            max_requests_per_second: 5.0,
-            backoff_base_seconds: 7200.0,
-        };
+        let d = deployment();
         let mut a = Assumptions::new(&d);
         assert_eq!(a.esm_requests_per_message(10), 0.2);
         assert_eq!(a.esm_requests_per_message(100), 0.2, "at most 10 per call");
         a.batch_fill = Some(1);
         assert_eq!(a.esm_requests_per_message(10), 2.0);
+    }
+
+    /// 2 + 5 environments, each reading once per 5 s, for 10 retries per second.
+    #[test]
+    fn breaker_reads_are_amortised_over_the_fleet_rate() {
+        let mut d = deployment();
+        assert!((breaker_reads_per_retry(&d) - 0.14).abs() < 1e-12);
+        d.breaker_refresh_seconds = 1.0;
+        assert!((breaker_reads_per_retry(&d) - 0.7).abs() < 1e-12);
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::burst::BurstResult;
 use crate::criterion_results::PerRecord;
-use crate::cycle::{round_trips, CycleMeasurement};
+use crate::cycle::{round_trips, CycleMeasurement, TechnicalBurst};
 use crate::init::{BinarySize, InitTimes};
 use crate::model::{self, Assumptions, Bill};
 use crate::prices::PriceTable;
@@ -39,6 +39,8 @@ pub struct Report {
     /// ReceiveMessage time with n messages queued, per moto server program (stock
     /// `moto_server` first).
     pub moto_receive: Vec<(String, Vec<(u32, std::time::Duration)>)>,
+    /// The circuit breaker's writes under a burst of ERROR answers.
+    pub technical: Option<TechnicalBurst>,
 }
 
 /// The four ways of waiting the model prices.
@@ -253,7 +255,7 @@ pub fn targets(r: &Report) -> Vec<(String, String, bool)> {
             .per_million();
         rows.push((
             format!(
-                "≤ {} per million retries at 4 KB",
+                "≤ {} per million retries at 4 KB, circuit breaker on",
                 usd(TARGET_USD_PER_MILLION_4KB)
             ),
             format!(
@@ -263,6 +265,24 @@ pub fn targets(r: &Report) -> Vec<(String, String, bool)> {
                 sfn / v
             ),
             v <= TARGET_USD_PER_MILLION_4KB,
+        ));
+    }
+    if let Some(t) = &r.technical {
+        let batches = t.errors.div_ceil(u64::from(t.batch_size.max(1)));
+        rows.push((
+            format!(
+                "circuit breaker: one count write per batch of ERROR answers (burst of {} in batches of {})",
+                thousands(t.errors),
+                t.batch_size
+            ),
+            format!(
+                "{} write requests per technical failure ({} count UpdateItem + {} state change), {} WRU",
+                num(t.writes_per_error()),
+                t.count_writes,
+                t.state_changes,
+                num(t.write_units_per_error())
+            ),
+            t.count_writes == batches,
         ));
     }
     let per_transition: Vec<(usize, f64)> = r
@@ -440,17 +460,45 @@ fn cycle_table(r: &Report) -> String {
     row("DynamoDB WRU, audit items (rules)", &|c| {
         num(c.audit_billed.write())
     });
+    row(
+        "circuit breaker: count UpdateItem (response, one per batch) / GetItem of its item (both handlers, per refresh period)",
+        &|c| {
+            format!(
+                "{} / {}",
+                c.response.breaker_writes,
+                c.response.breaker_reads + c.retry.breaker_reads
+            )
+        },
+    );
+    row(
+        "DynamoDB WRU, circuit breaker per retry (count writes ÷ batch size)",
+        &|c| {
+            num(
+                model::pattern_quantities(&c.billables(), d, a).dynamodb_write_units
+                    - c.rules_write_units(),
+            )
+        },
+    );
+    row(
+        "DynamoDB RRU, circuit breaker per retry (reads per refresh period ÷ fleet rate)",
+        &|c| {
+            num(
+                model::pattern_quantities(&c.billables(), d, a).dynamodb_read_units
+                    - c.rules_read_units(),
+            )
+        },
+    );
     row("**DynamoDB WRU total (rules)** / moto reported", &|c| {
         format!(
             "**{}** / {}",
-            num(c.rules_write_units()),
+            num(model::pattern_quantities(&c.billables(), d, a).dynamodb_write_units),
             num(c.moto_write_units())
         )
     });
     row("**DynamoDB RRU (rules)** / moto reported", &|c| {
         format!(
             "**{}** / {}",
-            num(c.rules_read_units()),
+            num(model::pattern_quantities(&c.billables(), d, a).dynamodb_read_units),
             num(c.moto_read_units())
         )
     });
@@ -597,7 +645,12 @@ pub fn render(r: &Report) -> String {
          IN_PROGRESS; the DynamoDB stream hands every transition to the audit writer, which stores each handler run's \
          transitions as the entries of one audit item. Starting a \
          transaction (paid once, by every alternative in some form) and the external service's own side \
-         (receiving the request, answering on the response queue) are not part of it.\n"
+         (receiving the request, answering on the response queue) are not part of it. The circuit \
+         breaker of the external service is on, as the template deploys it: the response handler adds \
+         each batch's answers to its window (one UpdateItem per batch), and every execution environment \
+         of both handlers reads its item once per refresh period (BreakerRefreshSeconds); at the fleet's \
+         rate bound, with ResponseHandlerMaxConcurrency + RetryHandlerMaxConcurrency environments, that \
+         is (environments ÷ (refresh × rate bound)) reads per retry.\n"
     );
 
     if !r.targets_missed().is_empty() {

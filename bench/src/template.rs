@@ -31,9 +31,12 @@ pub struct Deployment {
     pub retry_batch_size: u32,
     pub audit_batch_size: u32,
     pub retry_max_concurrency: u32,
+    pub response_max_concurrency: u32,
     /// Per execution environment.
     pub max_requests_per_second: f64,
     pub backoff_base_seconds: f64,
+    /// How often an execution environment re-reads the circuit breaker (s).
+    pub breaker_refresh_seconds: f64,
 }
 
 impl Deployment {
@@ -96,8 +99,10 @@ impl Deployment {
             retry_batch_size: int("RetryBatchSize")?,
             audit_batch_size: int("AuditBatchSize")?,
             retry_max_concurrency: int("RetryHandlerMaxConcurrency")?,
+            response_max_concurrency: int("ResponseHandlerMaxConcurrency")?,
             max_requests_per_second: num("MaxRequestsPerSecond")?,
             backoff_base_seconds: num("BackoffBaseSeconds")?,
+            breaker_refresh_seconds: num("BreakerRefreshSeconds")?,
         })
     }
 }
@@ -116,8 +121,10 @@ Parameters:
   RetryBatchSize: {Type: Number, Default: 10}
   AuditBatchSize: {Type: Number, Default: 100}
   RetryHandlerMaxConcurrency: {Type: Number, Default: 2}
+  ResponseHandlerMaxConcurrency: {Type: Number, Default: 5}
   MaxRequestsPerSecond: {Type: Number, Default: 5}
   BackoffBaseSeconds: {Type: Number, Default: 7200}
+  BreakerRefreshSeconds: {Type: Number, Default: 5}
 Resources:
   X: {Type: AWS::SQS::Queue, Properties: {QueueName: !Ref Architecture}}
 "#;
@@ -125,6 +132,8 @@ Resources:
         assert_eq!(d.architecture, "arm64");
         assert_eq!(d.memory_mb, 256);
         assert_eq!(d.fleet_rate_bound(), 10.0);
+        assert_eq!(d.response_max_concurrency, 5);
+        assert_eq!(d.breaker_refresh_seconds, 5.0);
         assert!(Deployment::parse("Parameters: {}").is_err());
     }
 }

@@ -19,8 +19,10 @@ fn deployment() -> Deployment {
         retry_batch_size: 10,
         audit_batch_size: 100,
         retry_max_concurrency: 2,
+        response_max_concurrency: 5,
         max_requests_per_second: 5.0,
         backoff_base_seconds: 7200.0,
+        breaker_refresh_seconds: 5.0,
     }
 }
 
@@ -96,6 +98,9 @@ fn the_pattern_quantities_follow_the_batch_sizes() {
         retry_round_trips: 4,
         audit_round_trips: 4,
         stream_records: 4,
+        breaker_writes: 0,
+        breaker_write_units: 0.0,
+        breaker_read_units: 0.0,
     };
     let q = pattern_quantities(&c, &d, &a);
     // SQS: request 1 + scheduler delivery 1 + (receive + delete) / 10 on two queues.

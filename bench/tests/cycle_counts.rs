@@ -34,7 +34,7 @@ async fn happy_path_counts_are_the_expected_calls() {
     for c in [&small, &big] {
         let a = &c.response;
         // Response handler: 2 conditional writes + 1 CreateSchedule, no state read;
-        // with the circuit breaker on, one count per batch (UpdateItem) and one read
+        // apart, the circuit breaker's count (one UpdateItem per batch) and one read
         // of its item per refresh period (each cycle here is a fresh environment).
         assert_eq!(
             (
@@ -45,10 +45,11 @@ async fn happy_path_counts_are_the_expected_calls() {
                 a.payload_reads,
                 a.sends
             ),
-            (3, 0, 1, 1, 0, 0),
+            (2, 0, 1, 0, 0, 0),
             "{a:?}"
         );
-        assert_eq!(round_trips(a), 5);
+        assert_eq!((a.breaker_writes, a.breaker_reads), (1, 1), "{a:?}");
+        assert_eq!(round_trips(a), 3);
         // Retry handler: 2 conditional writes + 1 payload read + 1 SendMessage, no
         // state read; the breaker's item read once (per refresh period).
         let b = &c.retry;
@@ -61,10 +62,15 @@ async fn happy_path_counts_are_the_expected_calls() {
                 b.reads,
                 b.schedule_creates
             ),
-            (2, 0, 1, 1, 1, 0),
+            (2, 0, 1, 1, 0, 0),
             "{b:?}"
         );
-        assert_eq!(round_trips(b), 5);
+        assert_eq!((b.breaker_writes, b.breaker_reads), (0, 1), "{b:?}");
+        assert_eq!(round_trips(b), 4);
+        // The breaker's count item is small: one write unit; its own item one read.
+        assert_eq!(c.breaker_count_billed.write(), 1.0);
+        assert!(c.breaker_count_bytes < 1024, "{}", c.breaker_count_bytes);
+        assert_eq!(c.breaker_read_billed.read, 1.0);
         // One audit item per handler run (its two transitions as two entries), one
         // write unit each: the item stays under 1 KB.
         assert_eq!(c.audit.audit_writes, 2);
@@ -121,11 +127,12 @@ async fn every_message_twice_costs_one_failed_condition_per_duplicate_and_no_sec
         (
             c.response.writes,
             c.response.failed_conditions,
-            c.response.schedule_creates
+            c.response.schedule_creates,
+            c.response.breaker_writes
         ),
-        (5, 1, 1)
+        (3, 1, 1, 2)
     );
-    assert_eq!(round_trips(&c.response_first), 5);
+    assert_eq!(round_trips(&c.response_first), 3);
     // The duplicate retry event: one failed conditional write, no second payload read
     // or publish.
     assert_eq!(
@@ -143,4 +150,22 @@ async fn every_message_twice_costs_one_failed_condition_per_duplicate_and_no_sec
     assert_eq!(c.audit.audit_writes, 4);
     assert_eq!(c.audit_billed.write(), 4.0);
     assert_eq!(c.failed_conditions.write(), 2.0);
+}
+
+/// A burst of ERROR answers: one breaker count write per batch, and one state change
+/// (CLOSED → OPEN once the window holds 20 calls, half of them failures; no more
+/// while its cool-down runs).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_errors_writes_the_breaker_once_per_batch_and_opens_it_once() {
+    let sdk = sdk().await;
+    let t = retry_bench::cycle::measure_technical_burst(&sdk, 100, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (t.errors, t.count_writes, t.state_changes),
+        (100, 10, 1),
+        "{t:?}"
+    );
+    assert!((t.writes_per_error() - 0.11).abs() < 1e-9, "{t:?}");
+    assert!((t.write_units_per_error() - 0.14).abs() < 1e-9, "{t:?}");
 }

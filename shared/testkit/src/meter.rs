@@ -56,6 +56,11 @@ pub struct CallCounts {
     pub schedule_deletes: u64,
     /// SQS SendMessage calls (requests, retry events, DLQ copies).
     pub sends: u64,
+    /// GetItem / UpdateItem on a circuit breaker's table
+    /// ([`CallMeter::with_breaker_table`]): per refresh period and per batch, not per
+    /// record, so kept out of [`CallCounts::dynamodb_requests`].
+    pub breaker_reads: u64,
+    pub breaker_writes: u64,
     /// Capacity by table name, and by `table/index` for secondary indexes.
     pub capacity: BTreeMap<String, Units>,
 }
@@ -89,6 +94,8 @@ enum Call {
     Create,
     Read,
     PayloadRead,
+    BreakerRead,
+    BreakerWrite,
     Query,
     AuditWrite,
     ScheduleCreate,
@@ -100,6 +107,7 @@ enum Call {
 struct State {
     counts: CallCounts,
     payload_tables: BTreeSet<String>,
+    breaker_tables: BTreeSet<String>,
 }
 
 /// Shared counters: every client built by one meter (or its clones) books here.
@@ -117,6 +125,17 @@ impl CallMeter {
     pub fn with_payloads_table(self, table: impl Into<String>) -> Self {
         self.lock().payload_tables.insert(table.into());
         self
+    }
+
+    /// `GetItem`s and `UpdateItem`s on `table` count as the circuit breaker's
+    /// (`breaker_reads`, `breaker_writes`), not as state-item calls.
+    pub fn with_breaker_table(self, table: impl Into<String>) -> Self {
+        self.lock().breaker_tables.insert(table.into());
+        self
+    }
+
+    fn is_breaker(&self, table: Option<&String>) -> bool {
+        table.is_some_and(|t| self.lock().breaker_tables.contains(t))
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -171,6 +190,8 @@ impl CallMeter {
             Call::Create => &mut c.creates,
             Call::Read => &mut c.reads,
             Call::PayloadRead => &mut c.payload_reads,
+            Call::BreakerRead => &mut c.breaker_reads,
+            Call::BreakerWrite => &mut c.breaker_writes,
             Call::Query => &mut c.queries,
             Call::AuditWrite => &mut c.audit_writes,
             Call::ScheduleCreate => &mut c.schedule_creates,
@@ -261,14 +282,22 @@ impl Intercept for Tap {
         let call = if let Some(i) = input.downcast_mut::<UpdateItemInput>() {
             i.return_consumed_capacity = indexes;
             let audit = i.key.as_ref().is_some_and(|k| k.contains_key(AUDIT_KEY));
-            Some(if audit { Call::AuditWrite } else { Call::Write })
+            Some(if self.0.is_breaker(i.table_name.as_ref()) {
+                Call::BreakerWrite
+            } else if audit {
+                Call::AuditWrite
+            } else {
+                Call::Write
+            })
         } else if let Some(i) = input.downcast_mut::<GetItemInput>() {
             i.return_consumed_capacity = indexes;
             let payload = i
                 .table_name
                 .as_ref()
                 .is_some_and(|t| self.0.lock().payload_tables.contains(t));
-            Some(if payload {
+            Some(if self.0.is_breaker(i.table_name.as_ref()) {
+                Call::BreakerRead
+            } else if payload {
                 Call::PayloadRead
             } else {
                 Call::Read
@@ -333,7 +362,7 @@ impl Intercept for Tap {
                     .as_operation_error()
                     .and_then(|e| e.downcast_ref::<UpdateItemError>())
                     .is_some_and(UpdateItemError::is_conditional_check_failed_exception);
-                if failed {
+                if failed && call != Call::BreakerWrite {
                     meter.failed_condition();
                 }
             }

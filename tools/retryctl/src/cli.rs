@@ -445,4 +445,16 @@ pub struct DemoArgs {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     pub report_json: Option<PathBuf>,
+    /// An outage of the external service, START+DURATION in seconds from the start of
+    /// the run (e.g. `20+60`): every request it reads in that window is answered
+    /// ERROR (HTTP_503), or not at all with `--outage-mode silent`. The functions'
+    /// circuit breaker gets settings sized to the demo's timescale (printed), and the
+    /// report adds its changes and checks that the outage failed no transaction and
+    /// consumed no attempt.
+    #[arg(long, value_name = "START+DURATION")]
+    pub outage: Option<String>,
+    /// What the service does during `--outage`: `error` answers ERROR, `silent` takes
+    /// the request and never answers (the answer deadline, 10 s, finds it).
+    #[arg(long, value_enum, default_value_t = crate::local::external::OutageMode::Error)]
+    pub outage_mode: crate::local::external::OutageMode,
 }

@@ -3,6 +3,7 @@
 
 use crate::cli::DemoArgs;
 use crate::error::CliError;
+use crate::local::external::{Outage, OutageMode};
 use crate::local::stack::{AuditSnapshot, ExternalOptions, Stack, StackOptions};
 use crate::report::{self, AuditWait, ChaosReport, Observations, Report};
 use crate::table::scan_stats;
@@ -31,6 +32,53 @@ pub struct DemoPlan {
     /// The decision settings the workload starts its transactions with: the stack's
     /// shard count, reconcile threshold and answer timeout.
     pub settings: Settings,
+    /// The external service's outage, and the breaker settings the run uses.
+    pub outage: Option<Outage>,
+}
+
+/// The circuit breaker's settings in a run with `--outage`: sized to the demo's
+/// timescale (a window of 10 s, a cool-down of 3 s doubling up to 15 s, the state
+/// re-read every second), as function environment.
+pub const OUTAGE_BREAKER_ENV: [(&str, &str); 8] = [
+    ("BREAKER_WINDOW_SECONDS", "10"),
+    ("BREAKER_MIN_CALLS", "10"),
+    ("BREAKER_FAILURE_RATIO", "0.5"),
+    ("BREAKER_DEADLINE_BURST", "10"),
+    ("BREAKER_COOLDOWN_SECONDS", "3"),
+    ("BREAKER_COOLDOWN_MAX_SECONDS", "15"),
+    ("BREAKER_PROBES", "5"),
+    ("BREAKER_REFRESH_SECONDS", "1"),
+];
+
+/// Parses `--outage START+DURATION` (seconds from the start of the run); the window
+/// must end within `deadline`, the run's.
+pub fn parse_outage(raw: &str, mode: OutageMode, deadline: Duration) -> Result<Outage, CliError> {
+    let bad = |why: String| CliError::bad("--outage", raw, why);
+    let (start, duration) = raw
+        .split_once('+')
+        .ok_or_else(|| bad("expected START+DURATION in seconds, e.g. 20+60".into()))?;
+    let secs = |what: &str, v: &str| -> Result<f64, CliError> {
+        match v.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            _ => Err(bad(format!("{what} `{v}` is not a number of seconds >= 0"))),
+        }
+    };
+    let (start, duration) = (secs("START", start)?, secs("DURATION", duration)?);
+    if duration <= 0.0 {
+        return Err(bad("DURATION must be > 0".into()));
+    }
+    if start + duration > deadline.as_secs_f64() {
+        return Err(bad(format!(
+            "the outage ends at {} s, after the run's deadline ({} s, --deadline)",
+            start + duration,
+            deadline.as_secs()
+        )));
+    }
+    Ok(Outage {
+        start: Duration::from_secs_f64(start),
+        duration: Duration::from_secs_f64(duration),
+        mode,
+    })
 }
 
 /// The faults a chaos run injects, and what it is called.
@@ -116,6 +164,9 @@ impl DemoPlan {
             }
             Some(s) => s,
             None if silent > 0.0 => DEMO_ANSWER_TIMEOUT_SECONDS,
+            None if a.outage.is_some() && a.outage_mode == OutageMode::Silent => {
+                DEMO_ANSWER_TIMEOUT_SECONDS
+            }
             None => domain::defaults::ANSWER_TIMEOUT.as_secs(),
         };
         if a.latency_min_ms > a.latency_max_ms {
@@ -214,6 +265,37 @@ impl DemoPlan {
             ),
             ("ANSWER_TIMEOUT_SECONDS", answer_timeout.to_string()),
         ];
+        let deadline = Duration::from_secs(a.deadline.unwrap_or_else(|| {
+            demo_deadline(
+                a.transactions,
+                a.submit_rate,
+                template_retry_concurrency(),
+                a.max_requests_per_second,
+            )
+        }));
+        let outage = match &a.outage {
+            None => None,
+            Some(raw) => {
+                // The default deadline also covers the outage and the technical
+                // back-offs after it (the ERROR answers' re-sends wait 60 s, then 120 s).
+                let deadline = match a.deadline {
+                    Some(_) => deadline,
+                    None => deadline + Duration::from_secs(OUTAGE_EXTRA_SECONDS),
+                };
+                Some(parse_outage(raw, a.outage_mode, deadline)?)
+            }
+        };
+        if outage.is_some() {
+            stack.env.extend(
+                OUTAGE_BREAKER_ENV
+                    .iter()
+                    .map(|(k, v)| (*k, (*v).to_owned())),
+            );
+        }
+        let deadline = match (&outage, a.deadline) {
+            (Some(o), None) => deadline.max(o.end()) + Duration::from_secs(OUTAGE_EXTRA_SECONDS),
+            _ => deadline,
+        };
         stack.visibility_timeout = Some(a.visibility_timeout);
         stack.reconcile_every = Duration::from_secs(a.reconcile_every);
         stack.external = ExternalOptions {
@@ -223,6 +305,7 @@ impl DemoPlan {
             duplicate_response_probability: dup,
             silent_probability: silent,
             seed: a.seed,
+            outage,
         };
         let chaos = a
             .chaos
@@ -234,14 +317,7 @@ impl DemoPlan {
             transactions: a.transactions,
             max_attempts,
             submit_rate: a.submit_rate,
-            deadline: Duration::from_secs(a.deadline.unwrap_or_else(|| {
-                demo_deadline(
-                    a.transactions,
-                    a.submit_rate,
-                    template_retry_concurrency(),
-                    a.max_requests_per_second,
-                )
-            })),
+            deadline,
             stack,
             progress: !a.no_progress,
             chaos,
@@ -250,6 +326,7 @@ impl DemoPlan {
                 answer_timeout: Duration::from_secs(answer_timeout),
                 ..Settings::default()
             },
+            outage,
         })
     }
 }
@@ -270,6 +347,10 @@ fn status_line(by_status: &BTreeMap<Status, u64>) -> String {
 /// Starts the workload, follows it to the end and gathers what every witness saw.
 pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     let started = Instant::now();
+    // The outage window counts from here.
+    stack
+        .external
+        .start_run(tokio::time::Instant::from_std(started));
     let ddb = aws_sdk_dynamodb::Client::new(&stack.sdk);
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
     let names = stack.names().clone();
@@ -528,8 +609,62 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         deliveries: stack.scheduler.deliveries(),
         queued,
         seed: plan.stack.external.seed,
+        breaker: match &plan.outage {
+            Some(o) => Some(breaker_observed(stack, plan, o, started).await?),
+            None => None,
+        },
     };
     Ok(report::build(&obs))
+}
+
+/// The breaker at the end of an outage run: its change log, its state, and the
+/// requests published after it closed.
+async fn breaker_observed(
+    stack: &Stack,
+    plan: &DemoPlan,
+    outage: &Outage,
+    started: Instant,
+) -> Result<report::BreakerObserved, CliError> {
+    let b = aws::breaker::DynamoBreaker::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.names().breaker_table,
+        aws::breaker::SERVICE,
+        domain::breaker::BreakerSettings::default(),
+        1,
+    );
+    let aws = |e: domain::ports::PortError| CliError::Aws(format!("breaker: {e}"));
+    use domain::ports::BreakerReads;
+    let state = b
+        .load(SystemClock.now(), false)
+        .await
+        .map_err(aws)?
+        .breaker
+        .state
+        .name()
+        .to_owned();
+    let mut changes = b.history(1000).await.map_err(aws)?;
+    changes.reverse();
+    let started_ms = SystemClock.now().millis() - started.elapsed().as_millis() as i64;
+    let publish_ms = stack
+        .publish_times
+        .lock()
+        .map(|t| t.clone())
+        .unwrap_or_default();
+    let e = &stack.external;
+    Ok(report::BreakerObserved {
+        outage: *outage,
+        run_started_ms: started_ms,
+        changes,
+        state,
+        publish_ms,
+        cancel_probability: plan.stack.external.cancel_probability,
+        outage_errors: e.get(&e.outage_errors),
+        outage_silenced: e.get(&e.outage_silenced),
+        settings: OUTAGE_BREAKER_ENV
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect(),
+    })
 }
 
 /// The operator of a chaos run: resolves transactions waiting for their retry.
@@ -689,6 +824,10 @@ fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
 /// (`--silent-probability`): short enough that the deadlines fire within the run.
 pub const DEMO_ANSWER_TIMEOUT_SECONDS: u64 = 10;
 
+/// What the default deadline of a run with `--outage` adds past the outage's end:
+/// the technical back-offs of the ERROR answers (60 s, then 120 s) and a margin.
+pub const OUTAGE_EXTRA_SECONDS: u64 = 300;
+
 pub fn demo_threshold(transactions: u32, max_concurrency: usize, max_rps: f64) -> u64 {
     fleet_drain_seconds(transactions, max_concurrency, max_rps).max(20)
 }
@@ -810,6 +949,22 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
         _ = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
     };
     eprintln!("demo: local stack up at {}", stack.endpoint);
+    if let Some(o) = &plan.outage {
+        eprintln!(
+            "demo: outage of the external service from {:.0} s to {:.0} s of the run ({}); the breaker runs with {}",
+            o.start.as_secs_f64(),
+            o.end().as_secs_f64(),
+            match o.mode {
+                OutageMode::Error => "every request answered ERROR HTTP_503",
+                OutageMode::Silent => "every request taken and never answered",
+            },
+            OUTAGE_BREAKER_ENV
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
     if let (Some(c), Some(p)) = (&plan.chaos, &stack.proxy) {
         eprintln!(
             "demo: chaos profile {}, seed {}: the functions call AWS through the fault proxy at {}",

@@ -3,8 +3,9 @@
 //! its budget or got stuck — each with the reason, checked against three independent
 //! witnesses: the state table, the audit trail, and what the external service saw.
 
-use crate::local::external::Seen;
+use crate::local::external::{scripted_attempts, Outage, Seen};
 use crate::local::scheduler::Delivery;
+use aws::breaker::BreakerLogEntry;
 use domain::audit::AuditEntry;
 use domain::{Status, TransactionRecord};
 use serde::Serialize;
@@ -59,6 +60,84 @@ pub struct Observations {
     pub seed: u64,
     /// Messages still in each queue at the end (visible and in flight).
     pub queued: BTreeMap<String, u64>,
+    /// A run with an outage of the external service: what the breaker did.
+    pub breaker: Option<BreakerObserved>,
+}
+
+/// The circuit breaker at the end of a run with an outage.
+#[derive(Debug, Clone)]
+pub struct BreakerObserved {
+    pub outage: Outage,
+    /// The start of the run (ms since the epoch): the origin of the report's times.
+    pub run_started_ms: i64,
+    /// Its change log, oldest first.
+    pub changes: Vec<BreakerLogEntry>,
+    /// Its state at the end.
+    pub state: String,
+    /// When each retried request left a retry handler (ms since the epoch).
+    pub publish_ms: Vec<i64>,
+    /// The service's probability of CANCELLED (with the seed: its script).
+    pub cancel_probability: f64,
+    /// Requests answered ERROR, and taken unanswered, during the outage.
+    pub outage_errors: u64,
+    pub outage_silenced: u64,
+    /// The breaker's settings in the run (`NAME=value`).
+    pub settings: Vec<String>,
+}
+
+/// One change of the breaker, in seconds from the start of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BreakerChangeLine {
+    pub at_seconds: f64,
+    pub change: String,
+    pub from: String,
+    pub to: String,
+}
+
+/// The breaker section of a run with an outage, and its checks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BreakerReport {
+    /// `error` or `silent`.
+    pub mode: String,
+    pub outage_start_seconds: f64,
+    pub outage_end_seconds: f64,
+    pub settings: Vec<String>,
+    pub outage_errors: u64,
+    pub outage_silenced: u64,
+    /// The changes of state (probes admitted left out), oldest first.
+    pub changes: Vec<BreakerChangeLine>,
+    /// Times it opened (CLOSED → OPEN).
+    pub opened: u64,
+    /// Its last close, in seconds from the start of the run.
+    pub closed_at_seconds: Option<f64>,
+    /// Its state at the end: CLOSED for the check.
+    pub final_state: String,
+    /// The retry handler's RetriesPausedByBreaker.
+    pub retries_paused: u64,
+    /// Transactions paused at least once, and of them those that went IN_PROGRESS
+    /// again after their first pause.
+    pub transactions_paused: u64,
+    pub transactions_resumed: u64,
+    /// FAILED because of the outage: TECHNICAL_EXHAUSTED, UNANSWERED, or attempts
+    /// consumed by it.
+    pub failed_by_outage: Vec<Finding>,
+    /// Terminal transactions whose attempts differ from the service's script.
+    pub attempts_changed: Vec<Finding>,
+    /// Transactions not terminal at the end.
+    pub not_terminal: u64,
+    /// Retried requests leaving the retry handlers in any 1 s after the last close.
+    pub peak_after_close: u32,
+    pub rate_bound: f64,
+}
+
+impl BreakerReport {
+    pub fn ok(&self) -> bool {
+        self.failed_by_outage.is_empty()
+            && self.attempts_changed.is_empty()
+            && self.final_state == "CLOSED"
+            && self.not_terminal == 0
+            && f64::from(self.peak_after_close) <= self.rate_bound
+    }
 }
 
 /// How the demo's final wait for the audit trail ended.
@@ -207,6 +286,8 @@ pub struct Report {
     pub reconciler: BTreeMap<String, u64>,
     pub elapsed_seconds: f64,
     pub chaos: Option<ChaosReport>,
+    /// A run with an outage: the breaker's section.
+    pub breaker: Option<BreakerReport>,
 }
 
 impl Report {
@@ -218,6 +299,7 @@ impl Report {
             && self.stuck.is_empty()
             && self.unexpected.is_empty()
             && self.audit_gaps.is_empty()
+            && self.breaker.as_ref().is_none_or(BreakerReport::ok)
     }
 
     pub fn count(&self, status: Status) -> u64 {
@@ -468,6 +550,7 @@ pub fn build(obs: &Observations) -> Report {
         reconciler: obs.reconciler.clone(),
         elapsed_seconds: obs.elapsed.as_secs_f64(),
         chaos: obs.chaos.clone(),
+        breaker: None,
     };
     let mut by_tx: HashMap<&str, BTreeMap<u32, Seen>> = HashMap::new();
     for ((id, attempt), s) in &obs.service {
@@ -497,7 +580,196 @@ pub fn build(obs: &Observations) -> Report {
             ));
         }
     }
+    r.breaker = obs.breaker.as_ref().map(|b| breaker_report(b, obs));
     r
+}
+
+/// The breaker's section: its changes, the pauses, and the outage's checks.
+fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
+    let since = |ms: i64| (ms - b.run_started_ms) as f64 / 1000.0;
+    let changes: Vec<&BreakerLogEntry> = b
+        .changes
+        .iter()
+        .filter(|c| c.change != domain::breaker::Change::ProbeAdmitted.label())
+        .collect();
+    let closed_ms = changes
+        .iter()
+        .rev()
+        .find(|c| c.to == "CLOSED")
+        .map(|c| c.at.millis());
+    let after: Vec<i64> = match closed_ms {
+        Some(t) => b.publish_ms.iter().copied().filter(|p| *p >= t).collect(),
+        None => vec![],
+    };
+    let mut failed_by_outage = Vec::new();
+    let mut attempts_changed = Vec::new();
+    let (mut paused, mut resumed, mut not_terminal) = (0, 0, 0);
+    let mut ids: Vec<&String> = obs.submitted.iter().collect();
+    ids.sort();
+    ids.dedup();
+    for id in ids {
+        let Some(rec) = obs.records.get(id.as_str()) else {
+            continue;
+        };
+        if rec.pauses > 0 {
+            paused += 1;
+            let rows = obs.audit.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+            let first_pause = rows
+                .iter()
+                .filter(|e| {
+                    e.reason
+                        .as_deref()
+                        .is_some_and(|r| r.starts_with("BREAKER_"))
+                })
+                .map(|e| e.at)
+                .min();
+            if let Some(p) = first_pause {
+                if rows.iter().any(|e| e.to == Status::InProgress && e.at > p) {
+                    resumed += 1;
+                }
+            }
+        }
+        if !rec.status.is_terminal() {
+            not_terminal += 1;
+            continue;
+        }
+        // Resolved by an operator: ended by other means than the script.
+        if rec.last_actor == domain::machine::Actor::Operator {
+            continue;
+        }
+        let (used, max) = (rec.current_attempt.get(), rec.max_attempts.get());
+        let scripted = scripted_attempts(obs.seed, b.cancel_probability, id, max);
+        let reason = rec.last_reason.as_deref().unwrap_or("");
+        let outage_reason = [
+            domain::decide::TECHNICAL_EXHAUSTED_REASON,
+            domain::decide::UNANSWERED_REASON,
+        ]
+        .contains(&reason);
+        if used != scripted {
+            attempts_changed.push(Finding::ours(
+                id,
+                format!("{used} attempts used, the service's script gives {scripted}"),
+            ));
+        }
+        if rec.status == Status::Failed && (outage_reason || used != scripted) {
+            failed_by_outage.push(Finding::ours(
+                id,
+                format!("FAILED at attempt {used}/{max}, reason {reason}"),
+            ));
+        }
+    }
+    BreakerReport {
+        mode: b.outage.mode.label().to_owned(),
+        outage_start_seconds: b.outage.start.as_secs_f64(),
+        outage_end_seconds: b.outage.end().as_secs_f64(),
+        settings: b.settings.clone(),
+        outage_errors: b.outage_errors,
+        outage_silenced: b.outage_silenced,
+        opened: changes
+            .iter()
+            .filter(|c| c.from == "CLOSED" && c.to == "OPEN")
+            .count() as u64,
+        changes: changes
+            .iter()
+            .map(|c| BreakerChangeLine {
+                at_seconds: since(c.at.millis()),
+                change: c.change.clone(),
+                from: c.from.clone(),
+                to: c.to.clone(),
+            })
+            .collect(),
+        closed_at_seconds: closed_ms.map(since),
+        final_state: b.state.clone(),
+        retries_paused: obs
+            .functions
+            .get(runtime::retry::FUNCTION)
+            .and_then(|m| m.get(runtime::metrics::names::RETRIES_PAUSED_BY_BREAKER))
+            .copied()
+            .unwrap_or(0),
+        transactions_paused: paused,
+        transactions_resumed: resumed,
+        failed_by_outage,
+        attempts_changed,
+        not_terminal,
+        peak_after_close: crate::local::external::max_in_any_second(&after),
+        rate_bound: obs.rate_bound,
+    }
+}
+
+fn render_breaker(s: &mut String, b: &BreakerReport) {
+    let _ = writeln!(
+        s,
+        "outage             {:.0} s to {:.0} s of the run, mode {}: {} requests answered ERROR, {} taken unanswered",
+        b.outage_start_seconds, b.outage_end_seconds, b.mode, b.outage_errors, b.outage_silenced
+    );
+    let _ = writeln!(s, "breaker            {}", b.settings.join(" "));
+    for c in b.changes.iter().take(20) {
+        let _ = writeln!(
+            s,
+            "  {:>7.1} s        {:<11} {} → {}",
+            c.at_seconds, c.change, c.from, c.to
+        );
+    }
+    if b.changes.len() > 20 {
+        let _ = writeln!(s, "  … and {} more changes", b.changes.len() - 20);
+    }
+    let _ = writeln!(
+        s,
+        "  opened {} time(s), last closed at {}, state at the end {}",
+        b.opened,
+        b.closed_at_seconds
+            .map_or("never".to_owned(), |t| format!("{t:.1} s")),
+        b.final_state
+    );
+    let _ = writeln!(
+        s,
+        "  retries paused   {} (RetriesPausedByBreaker), {} transactions paused, {} of them resumed (IN_PROGRESS again)",
+        b.retries_paused, b.transactions_paused, b.transactions_resumed
+    );
+    let _ = writeln!(
+        s,
+        "  peak after close {} retried requests in any 1 s after the last close (fleet bound {:.0}/s)",
+        b.peak_after_close, b.rate_bound
+    );
+    let _ = writeln!(s, "breaker checks");
+    let mark = |ok: bool| if ok { "ok" } else { "FAILED" };
+    let _ = writeln!(
+        s,
+        "  FAILED by the outage          {} {}",
+        b.failed_by_outage.len(),
+        mark(b.failed_by_outage.is_empty())
+    );
+    for f in b.failed_by_outage.iter().take(10) {
+        let _ = writeln!(s, "    {}: {}", f.transaction_id, f.why);
+    }
+    let _ = writeln!(
+        s,
+        "  attempts changed by it        {} {}",
+        b.attempts_changed.len(),
+        mark(b.attempts_changed.is_empty())
+    );
+    for f in b.attempts_changed.iter().take(10) {
+        let _ = writeln!(s, "    {}: {}", f.transaction_id, f.why);
+    }
+    let _ = writeln!(
+        s,
+        "  breaker CLOSED at the end     {} {}",
+        b.final_state,
+        mark(b.final_state == "CLOSED")
+    );
+    let _ = writeln!(
+        s,
+        "  not terminal                  {} {}",
+        b.not_terminal,
+        mark(b.not_terminal == 0)
+    );
+    let _ = writeln!(
+        s,
+        "  peak rate after the close     {} ≤ {:.0} {}",
+        b.peak_after_close,
+        b.rate_bound,
+        mark(f64::from(b.peak_after_close) <= b.rate_bound)
+    );
 }
 
 /// The report as text.
@@ -644,6 +916,9 @@ pub fn render(r: &Report) -> String {
     if let Some(c) = &r.chaos {
         render_chaos(&mut s, c);
     }
+    if let Some(b) = &r.breaker {
+        render_breaker(&mut s, b);
+    }
     let _ = writeln!(s, "checks");
     for (name, list) in [
         ("lost", &r.lost),
@@ -678,7 +953,9 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "result             {}",
-        if r.ok() {
+        if r.ok() && r.breaker.is_some() {
+            "OK: every transaction terminal, none lost, none duplicated, none FAILED and no attempt consumed by the outage"
+        } else if r.ok() {
             "OK: every transaction terminal, none lost, none duplicated"
         } else {
             "FAILED: see the checks above"

@@ -143,6 +143,22 @@ async fn demo_flags_are_validated_naming_the_flag_and_value() {
             vec!["--latency-min-ms", "500"],
             "invalid value for --latency-min-ms: `500`",
         ),
+        (
+            vec!["--outage", "20-60"],
+            "invalid value for --outage: `20-60`: expected START+DURATION",
+        ),
+        (
+            vec!["--outage", "20+0"],
+            "invalid value for --outage: `20+0`: DURATION must be > 0",
+        ),
+        (
+            vec!["--outage", "x+10"],
+            "invalid value for --outage: `x+10`: START `x`",
+        ),
+        (
+            vec!["--deadline", "60", "--outage", "30+40"],
+            "invalid value for --outage: `30+40`: the outage ends at 70 s, after the run's deadline (60 s",
+        ),
     ] {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"))
             .arg("demo")
@@ -320,4 +336,49 @@ async fn a_silent_service_is_rescued_by_the_answer_deadline() {
         "{text}"
     );
     assert_eq!(r.reconciler["IN_PROGRESS/unanswered"], 3, "{text}");
+}
+
+/// An outage of a third of the run (every request answered ERROR): the breaker opens,
+/// pauses the retries, closes after the outage; no transaction FAILED by it, every
+/// transaction used the attempts the service's script gives, and the rate after the
+/// close stays within the bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_opens_the_breaker_and_fails_nothing() {
+    let args = demo_args(
+        "outage",
+        &[
+            "--transactions",
+            "60",
+            "--duplicate-responses",
+            "0",
+            "--seed",
+            "5",
+            "--submit-rate",
+            "3",
+            "--outage",
+            "4+16",
+        ],
+    );
+    let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
+    let text = render(&r);
+    let b = r.breaker.as_ref().expect("breaker section");
+    assert!(b.outage_errors > 0, "{text}");
+    assert!(b.opened >= 1, "{text}");
+    assert_eq!(b.final_state, "CLOSED", "{text}");
+    assert!(b.retries_paused > 0, "{text}");
+    assert!(b.transactions_resumed > 0, "{text}");
+    assert!(b.failed_by_outage.is_empty(), "{text}");
+    assert!(b.attempts_changed.is_empty(), "{text}");
+    assert!(f64::from(b.peak_after_close) <= b.rate_bound, "{text}");
+    assert!(r.ok(), "{text}");
+    assert!(
+        text.contains("FAILED by the outage          0 ok"),
+        "{text}"
+    );
+    assert!(
+        text.contains("breaker CLOSED at the end     CLOSED ok"),
+        "{text}"
+    );
+    assert!(text.contains("result             OK"), "{text}");
+    eprintln!("{text}");
 }

@@ -386,49 +386,54 @@ async fn scheduler_fires_due_schedules_deletes_them_and_dead_letters_failures() 
     assert!((0..1_500).contains(&drift[0]), "drift {drift:?} ms");
 }
 
+/// A request as the retry handler publishes it, its key also as a message attribute.
+async fn send_request(sqs: &aws_sdk_sqs::Client, url: &str, id: &str, attempt: u32) {
+    sqs.send_message()
+        .queue_url(url)
+        .message_body(format!(
+            r#"{{"transaction_id":"{id}","attempt":{attempt},"idempotency_key":"{id}#{attempt}","payload":{{"n":1}}}}"#
+        ))
+        .message_attributes(
+            "idempotency_key",
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(format!("{id}#{attempt}"))
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+/// The simulated service on `p`'s queues: seed 1, CANCELLED half the time.
+fn service_settings(p: &Provisioned, outage: Option<external::Outage>) -> ExternalSettings {
+    ExternalSettings {
+        request_queue_url: p.request.url.clone(),
+        response_queue_url: p.response.url.clone(),
+        cancel_probability: 0.5,
+        latency_min: Duration::from_millis(5),
+        latency_max: Duration::from_millis(20),
+        duplicate_response_probability: 0.0,
+        silent_probability: 0.0,
+        cancel_reason: "NOT_AVAILABLE".into(),
+        consumers: 2,
+        seed: 1,
+        outage,
+    }
+}
+
 /// GIVEN the same request twice (same idempotency key) THEN the service counts it raw
 /// twice and once after dedupe, and answers both times with the same outcome.
 #[tokio::test(flavor = "multi_thread")]
 async fn external_service_dedupes_by_idempotency_key() {
     let (sdk, p) = stack("ext").await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let send = |id: &str, attempt: u32| {
-        let body = format!(
-            r#"{{"transaction_id":"{id}","attempt":{attempt},"idempotency_key":"{id}#{attempt}","payload":{{"n":1}}}}"#
-        );
-        sqs.send_message()
-            .queue_url(&p.request.url)
-            .message_body(body)
-            .message_attributes(
-                "idempotency_key",
-                MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(format!("{id}#{attempt}"))
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-    };
-    send("TX-1", 1).await.unwrap();
-    send("TX-1", 1).await.unwrap();
-    send("TX-2", 1).await.unwrap();
+    for (id, attempt) in [("TX-1", 1), ("TX-1", 1), ("TX-2", 1)] {
+        send_request(&sqs, &p.request.url, id, attempt).await;
+    }
     let (source, stop) = StopSource::new();
-    let (handles, stats) = external::spawn(
-        sqs.clone(),
-        ExternalSettings {
-            request_queue_url: p.request.url.clone(),
-            response_queue_url: p.response.url.clone(),
-            cancel_probability: 0.5,
-            latency_min: Duration::from_millis(5),
-            latency_max: Duration::from_millis(20),
-            duplicate_response_probability: 0.0,
-            silent_probability: 0.0,
-            cancel_reason: "NOT_AVAILABLE".into(),
-            consumers: 2,
-            seed: 1,
-        },
-        stop,
-    );
+    let (handles, stats) = external::spawn(sqs.clone(), service_settings(&p, None), stop);
     let done = wait_until(Duration::from_secs(15), || async {
         stats.get(&stats.responses_sent) == 3
     })
@@ -463,6 +468,60 @@ async fn external_service_dedupes_by_idempotency_key() {
     assert_eq!(tx1.len(), 2);
     assert_eq!(tx1[0], tx1[1], "a duplicate gets the same answer");
     assert_eq!(depth(&sqs, &p.request.url).await, (0, 0));
+}
+
+/// GIVEN an outage window covering the run THEN every request read is counted and
+/// answered ERROR (HTTP_503), and its scripted answer is kept for after the outage.
+#[tokio::test(flavor = "multi_thread")]
+async fn external_service_answers_error_during_an_outage() {
+    let (sdk, p) = stack("outage").await;
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    for id in ["TX-1", "TX-2"] {
+        send_request(&sqs, &p.request.url, id, 1).await;
+    }
+    let (source, stop) = StopSource::new();
+    let outage = external::Outage {
+        start: Duration::ZERO,
+        duration: Duration::from_secs(600),
+        mode: external::OutageMode::Error,
+    };
+    let (handles, stats) = external::spawn(sqs.clone(), service_settings(&p, Some(outage)), stop);
+    stats.start_run(tokio::time::Instant::now());
+    let done = wait_until(Duration::from_secs(15), || async {
+        stats.get(&stats.responses_sent) == 2
+    })
+    .await;
+    source.stop();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(done);
+    assert_eq!(stats.get(&stats.outage_errors), 2);
+    assert_eq!(stats.unique_requests(), 2);
+    for ((id, attempt), seen) in stats.seen() {
+        assert_eq!(
+            seen.outcome,
+            external::scripted_outcome(1, 0.5, &id, attempt)
+        );
+    }
+    let out = sqs
+        .receive_message()
+        .queue_url(&p.response.url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    let bodies: Vec<String> = out
+        .messages()
+        .iter()
+        .filter_map(|m| m.body().map(str::to_owned))
+        .collect();
+    assert!(!bodies.is_empty());
+    for b in &bodies {
+        let r = domain::Response::parse(b).unwrap();
+        assert_eq!(r.outcome, domain::Outcome::Error, "{b}");
+        assert_eq!(r.reason.as_deref(), Some("HTTP_503"), "{b}");
+    }
 }
 
 /// GIVEN a chaos run that kills every invocation mid-batch (a Lambda timeout or

@@ -198,25 +198,36 @@ fn trail(rec: &TransactionRecord, audit: &[AuditEntry]) -> Vec<Finding> {
             ),
         )
     }));
+    // One publish per attempt and technical round: an ERROR answer or a breaker
+    // pause sends the attempt again in a new round (its `resends` count), which is
+    // no duplicate.
     for k in 2..=rec.current_attempt.get() {
-        let published = audit
-            .iter()
-            .filter(|e| {
-                e.from == Some(Status::Sending)
-                    && e.to == Status::InProgress
-                    && e.current_attempt.get() == k
-            })
-            .count();
-        match published {
-            1 => {}
-            0 => out.push(finding(
+        let mut rounds: BTreeMap<u32, usize> = BTreeMap::new();
+        for e in audit.iter().filter(|e| {
+            e.from == Some(Status::Sending)
+                && e.to == Status::InProgress
+                && e.current_attempt.get() == k
+        }) {
+            *rounds.entry(e.resends).or_insert(0) += 1;
+        }
+        if rounds.is_empty() {
+            out.push(finding(
                 Violation::AuditGap,
                 format!("no SENDING → IN_PROGRESS row for attempt {k}"),
-            )),
-            n => out.push(finding(
+            ));
+        }
+        for (round, n) in rounds.into_iter().filter(|(_, n)| *n > 1) {
+            let of_round = if round == 0 {
+                String::new()
+            } else {
+                format!(" in technical round {round}")
+            };
+            out.push(finding(
                 Violation::DuplicateAccepted,
-                format!("attempt {k} was published {n} times according to the audit trail"),
-            )),
+                format!(
+                    "attempt {k} was published {n} times{of_round} according to the audit trail"
+                ),
+            ));
         }
     }
     out

@@ -369,6 +369,26 @@ fn each_broken_guarantee_is_found_with_its_reason() {
     );
     assert!(f[0].why.contains("attempt 3"));
     assert!(f[2].why.contains("published 2 times"));
+    // The same attempt published again in a new technical round (an ERROR answer, a
+    // breaker pause) is no duplicate; twice in one round is.
+    let mut again = row(2, Some(Status::Sending), Status::InProgress, 2);
+    again.resends = 1;
+    let mut t = trail(1, Status::Succeeded);
+    t.push(again.clone());
+    let s = seen(&[C, OK]);
+    let r = rec(Status::Succeeded, 2, None, 4);
+    assert_eq!(
+        violations(&evidence::check(Some(&r), &t, &s)),
+        [V::AuditGap],
+        "only the chain's order is off, no duplicate"
+    );
+    t.push(again);
+    let f = evidence::check(Some(&r), &t, &s);
+    assert!(
+        f.iter().any(|f| f.violation == V::DuplicateAccepted
+            && f.why.contains("published 2 times in technical round 1")),
+        "{f:?}"
+    );
     // Stuck in SCHEDULED.
     let f = evidence::check(
         Some(&rec(Status::Scheduled, 1, Some(2), 4)),

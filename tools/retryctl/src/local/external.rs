@@ -2,7 +2,10 @@
 //!
 //! It consumes the request queue, deduplicates by the `idempotency_key` message
 //! attribute (the precondition the pattern states loudly), and answers SUCCESS or
-//! CANCELLED on the response queue after a configurable latency. A repeated key gets
+//! CANCELLED on the response queue after a configurable latency. The answer to an
+//! attempt is scripted by the seed, the transaction and the attempt alone
+//! ([`scripted_outcome`]), whatever the order requests arrive in. During an outage
+//! window it answers ERROR (`HTTP_503`) to every request it reads, or nothing. A repeated key gets
 //! the answer already given for it (an idempotent service replays its result), so
 //! duplicates reach the response handler as duplicates. It counts every request it
 //! receives, raw and after deduplication, per (transaction, attempt), and the unique
@@ -36,6 +39,85 @@ pub struct ExternalSettings {
     /// Concurrent consumers.
     pub consumers: usize,
     pub seed: u64,
+    /// A window during which every request read is answered ERROR, or not at all.
+    pub outage: Option<Outage>,
+}
+
+/// How the service behaves during an outage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutageMode {
+    /// Every request read is answered ERROR with the reason [`OUTAGE_REASON`].
+    Error,
+    /// Every request read is taken and never answered.
+    Silent,
+}
+
+impl OutageMode {
+    pub const fn label(self) -> &'static str {
+        match self {
+            OutageMode::Error => "error",
+            OutageMode::Silent => "silent",
+        }
+    }
+}
+
+/// An outage window, in seconds from the start of the run ([`ExternalStats::start_run`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outage {
+    pub start: Duration,
+    pub duration: Duration,
+    pub mode: OutageMode,
+}
+
+impl Outage {
+    pub fn end(&self) -> Duration {
+        self.start + self.duration
+    }
+
+    fn covers(&self, since_start: Duration) -> bool {
+        since_start >= self.start && since_start < self.end()
+    }
+}
+
+/// The reason of the ERROR answers given during an outage.
+pub const OUTAGE_REASON: &str = "HTTP_503";
+
+/// The answer the service gives to `attempt` of `transaction_id`: CANCELLED with
+/// probability `cancel_probability`, else SUCCESS, drawn from the seed, the
+/// transaction and the attempt alone (the same answer in any run with that seed).
+pub fn scripted_outcome(
+    seed: u64,
+    cancel_probability: f64,
+    transaction_id: &str,
+    attempt: u32,
+) -> Outcome {
+    // FNV-1a over the key, mixed into the seed.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in transaction_id.bytes().chain(attempt.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    let mut rng = SplitMix64::new(seed ^ h);
+    if rng.next_unit() < cancel_probability {
+        Outcome::Cancelled
+    } else {
+        Outcome::Success
+    }
+}
+
+/// The attempts a transaction of at most `max_attempts` uses when every answer is
+/// the scripted one: the first SUCCESS, else all of them.
+pub fn scripted_attempts(
+    seed: u64,
+    cancel_probability: f64,
+    transaction_id: &str,
+    max_attempts: u32,
+) -> u32 {
+    (1..=max_attempts)
+        .find(|k| {
+            scripted_outcome(seed, cancel_probability, transaction_id, *k) == Outcome::Success
+        })
+        .unwrap_or(max_attempts)
 }
 
 /// One attempt as the service saw it: the checkers' own witness type.
@@ -54,6 +136,12 @@ pub struct ExternalStats {
     pub send_failures: AtomicU64,
     /// Requests taken off the queue and never answered (`silent_probability`).
     pub dropped_silently: AtomicU64,
+    /// Requests answered ERROR during the outage window.
+    pub outage_errors: AtomicU64,
+    /// Requests taken and never answered during the outage window.
+    pub outage_silenced: AtomicU64,
+    /// The start of the run, the origin of the outage window (unset: no outage yet).
+    run_started: std::sync::OnceLock<tokio::time::Instant>,
 }
 
 impl ExternalStats {
@@ -90,6 +178,17 @@ impl ExternalStats {
 
     pub fn get(&self, c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
+    }
+
+    /// Marks the start of the run: the outage window counts from here.
+    pub fn start_run(&self, at: tokio::time::Instant) {
+        let _ = self.run_started.set(at);
+    }
+
+    fn in_outage(&self, outage: Option<&Outage>) -> Option<OutageMode> {
+        let o = outage?;
+        let started = self.run_started.get()?;
+        o.covers(started.elapsed()).then_some(o.mode)
     }
 }
 
@@ -202,6 +301,8 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
         request.transaction_id.as_str().to_owned(),
         request.attempt.get(),
     );
+    // Read during the outage window: ERROR, or nothing at all.
+    let outage = stats.in_outage(s.outage.as_ref());
 
     // Latency first: the service "works" on it.
     let span = s.latency_max.saturating_sub(s.latency_min);
@@ -217,11 +318,7 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
     }
 
     let outcome = {
-        let fresh = if shared.draw() < s.cancel_probability {
-            Outcome::Cancelled
-        } else {
-            Outcome::Success
-        };
+        let fresh = scripted_outcome(s.seed, s.cancel_probability, &key.0, key.1);
         let Ok(mut by_key) = stats.by_key.lock() else {
             return;
         };
@@ -244,11 +341,28 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
         }
         entry.outcome
     };
+    // The request reached the service (counted above, its scripted answer kept for
+    // after the outage), but the service is down.
+    let (outcome, reason) = match outage {
+        Some(OutageMode::Silent) => {
+            stats.outage_silenced.fetch_add(1, Ordering::Relaxed);
+            delete().await;
+            return;
+        }
+        Some(OutageMode::Error) => {
+            stats.outage_errors.fetch_add(1, Ordering::Relaxed);
+            (Outcome::Error, Some(OUTAGE_REASON.to_owned()))
+        }
+        None => (
+            outcome,
+            (outcome == Outcome::Cancelled).then(|| s.cancel_reason.clone()),
+        ),
+    };
     let response = Response {
         transaction_id: request.transaction_id.clone(),
         attempt: request.attempt,
         outcome,
-        reason: (outcome == Outcome::Cancelled).then(|| s.cancel_reason.clone()),
+        reason,
         retry_after_seconds: None,
     };
     let copies = if shared.draw() < s.duplicate_response_probability {
@@ -312,5 +426,36 @@ mod tests {
         assert_eq!(max_in_any_second(&[1000, 0, 999, 1998]), 3);
         assert_eq!(max_in_any_second(&[0, 1000, 2000]), 1);
         assert_eq!(max_in_any_second(&[5, 5, 5]), 3);
+    }
+
+    /// The answer depends on the seed and the key alone; the attempts follow it.
+    #[test]
+    fn the_script_is_per_transaction_and_attempt() {
+        let draws: Vec<Outcome> = (1..=200)
+            .map(|n| scripted_outcome(7, 0.5, &format!("TX-{n:06}"), 1))
+            .collect();
+        let again: Vec<Outcome> = (1..=200)
+            .rev()
+            .map(|n| scripted_outcome(7, 0.5, &format!("TX-{n:06}"), 1))
+            .rev()
+            .collect();
+        assert_eq!(draws, again);
+        let cancelled = draws.iter().filter(|o| **o == Outcome::Cancelled).count();
+        assert!((70..=130).contains(&cancelled), "{cancelled}");
+        assert_ne!(
+            (1..=20)
+                .map(|k| scripted_outcome(7, 0.5, "TX-000001", k))
+                .collect::<Vec<_>>(),
+            (1..=20)
+                .map(|k| scripted_outcome(8, 0.5, "TX-000001", k))
+                .collect::<Vec<_>>(),
+            "another seed, another script"
+        );
+        assert_eq!(scripted_attempts(7, 0.0, "TX-000001", 5), 1);
+        assert_eq!(scripted_attempts(7, 1.0, "TX-000001", 5), 5);
+        let n = scripted_attempts(7, 0.5, "TX-000002", 5);
+        assert!((1..5)
+            .take_while(|k| *k < n)
+            .all(|k| scripted_outcome(7, 0.5, "TX-000002", k) == Outcome::Cancelled));
     }
 }

@@ -85,6 +85,8 @@ pub struct ExternalOptions {
     /// Probability that a request is never answered.
     pub silent_probability: f64,
     pub seed: u64,
+    /// A window of the run during which the service answers ERROR, or nothing.
+    pub outage: Option<external::Outage>,
 }
 
 impl StackOptions {
@@ -115,6 +117,7 @@ impl StackOptions {
                 duplicate_response_probability: 0.0,
                 silent_probability: 0.0,
                 seed: 7,
+                outage: None,
             },
             external_service: true,
             faults: None,
@@ -480,6 +483,7 @@ impl Stack {
                     cancel_reason: "NOT_AVAILABLE".into(),
                     consumers: 4,
                     seed: opts.external.seed,
+                    outage: opts.external.outage,
                 },
                 stop,
             )
