@@ -199,17 +199,31 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
         rng: &mut (dyn domain::RandomSource + Send),
         metrics: &Metrics,
     ) -> Option<Hold> {
+        self.admission(now, rng, metrics).await.0
+    }
+
+    /// [`Self::hold`], and whether the request let out is a half-open round's probe.
+    pub async fn admission(
+        &self,
+        now: Timestamp,
+        rng: &mut (dyn domain::RandomSource + Send),
+        metrics: &Metrics,
+    ) -> (Option<Hold>, bool) {
         let result = async {
             let (admission, change) = self.admit(now).await?;
             count_change(change, metrics);
             match admission {
-                Admission::Send | Admission::Probe => Ok(None),
+                Admission::Send => Ok((None, false)),
+                Admission::Probe => Ok((None, true)),
                 Admission::Pause { .. } => {
                     let read = self.view(now, false).await?;
-                    Ok(Some(Hold {
-                        until: read.breaker.resume_at(now, &self.settings, rng),
-                        state: read.breaker.state,
-                    }))
+                    Ok((
+                        Some(Hold {
+                            until: read.breaker.resume_at(now, &self.settings, rng),
+                            state: read.breaker.state,
+                        }),
+                        false,
+                    ))
                 }
             }
         }
@@ -217,32 +231,8 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
         result.unwrap_or_else(|e: PortError| {
             metrics.incr(names::BREAKER_ERRORS);
             tracing::warn!(error = %e, "circuit breaker unreadable: the request goes out");
-            None
+            (None, false)
         })
-    }
-
-    /// Whether requests are held back now, without asking to send one (no probe is
-    /// counted): the reconciler's view. Anything but CLOSED holds, until the resume
-    /// instant; the probes are the retry handler's. An unreadable breaker holds
-    /// nothing (counted `BreakerErrors`).
-    pub async fn held(
-        &self,
-        now: Timestamp,
-        rng: &mut (dyn domain::RandomSource + Send),
-        metrics: &Metrics,
-    ) -> Option<Hold> {
-        match self.view(now, false).await {
-            Ok(read) if read.breaker.state == domain::breaker::BreakerState::Closed => None,
-            Ok(read) => Some(Hold {
-                until: read.breaker.resume_at(now, &self.settings, rng),
-                state: read.breaker.state,
-            }),
-            Err(e) => {
-                metrics.incr(names::BREAKER_ERRORS);
-                tracing::warn!(error = %e, "circuit breaker unreadable: nothing held back");
-                None
-            }
-        }
     }
 
     /// Counts a batch's signals ([`Self::observe`]), counting a change it made; an

@@ -23,10 +23,12 @@
 //! interval late.
 //!
 //! With a circuit breaker, the answer deadlines that fired (a request published
-//! again, or abandoned UNANSWERED) are its signals, counted once per run; and while
-//! the breaker is not CLOSED an unanswered request is not published again into a
-//! service that is down: its deadline moves to the breaker's resume instant, its
-//! republish count untouched.
+//! again, or abandoned UNANSWERED) are its signals, counted once per run; and an
+//! unanswered request past its deadline asks the breaker before it goes out again, as
+//! the retry handler's requests do: CLOSED, it goes out; HALF_OPEN with probes left,
+//! it is a probe (so a silent outage with nothing left to retry still probes, and the
+//! breaker closes when the service is back); otherwise its deadline moves to the
+//! breaker's resume instant, its republish count untouched.
 
 use crate::batch::Verdict;
 use crate::breaker::BreakerGate;
@@ -35,7 +37,7 @@ use crate::metric::{invocation, Metric};
 use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
 use domain::breaker::Tally;
-use domain::decide::{Ack, DropReason, Hold, Input};
+use domain::decide::{Ack, DropReason, Input};
 use domain::exec::ReconcilePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
@@ -90,6 +92,9 @@ pub struct Report {
     pub undecodable: u64,
     /// True when the run stopped at the item bound with work left.
     pub truncated: bool,
+    /// Requests published again as a half-open round's probes: their deadline passed
+    /// while the breaker was not closed, so it is not the breaker's signal.
+    pub probes: u64,
 }
 
 impl Report {
@@ -157,13 +162,14 @@ impl Serialize for Action {
 }
 
 /// One reconciler run at `now`: the index queried through `ports.store`, each record
-/// found decided and its plan performed over `ports`. `hold`: the circuit breaker
-/// holds requests back (unanswered requests wait instead of going out again).
-pub async fn run_once<St, Sc, Rt, Rq>(
+/// found decided and its plan performed over `ports`. `breaker`: the circuit breaker
+/// an unanswered request past its deadline asks before it goes out again.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_once<St, Sc, Rt, Rq, Br>(
     ports: &ReconcilePorts<'_, St, Sc, Rt, Rq>,
     settings: &Settings,
     now: Timestamp,
-    hold: Option<Hold>,
+    breaker: Option<&BreakerGate<Br>>,
     limits: &Limits,
     seeds: &Seeds,
     metrics: &Metrics,
@@ -173,8 +179,9 @@ where
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
     Rq: RequestPublisher,
+    Br: BreakerReads + BreakerWrites + BreakerCounts,
 {
-    let ctx = settings.context(now).with_hold(hold);
+    let ctx = settings.context(now);
     let threshold_ms = i64::try_from(settings.reconcile_threshold.as_millis()).unwrap_or(i64::MAX);
     let before = now.plus_millis(threshold_ms.saturating_neg());
     let store = ports.store;
@@ -219,7 +226,7 @@ where
         }
         let taken = u32::try_from(page.records.len() + page.undecodable.len()).unwrap_or(u32::MAX);
         remaining = remaining.saturating_sub(taken);
-        let verdicts: Vec<(Status, String, Verdict)> = futures::stream::iter(page.records)
+        let verdicts: Vec<(Status, String, Verdict, bool)> = futures::stream::iter(page.records)
             .map(|record: TransactionRecord| {
                 let ctx = &ctx;
                 async move {
@@ -232,10 +239,27 @@ where
                     );
                     async move {
                         let mut rng = seeds.next();
-                        let driven =
-                            drive(Input::Reconcile(record), ports, ctx, &mut rng, &mut run_all)
-                                .await;
-                        (status, id, verdict(&driven, metrics))
+                        // Only a request about to go out again asks the breaker (a
+                        // probe is counted when it is one).
+                        let (hold, probe) = match breaker {
+                            Some(gate)
+                                if status == Status::InProgress
+                                    && domain::decide::is_stuck(&record, ctx) =>
+                            {
+                                gate.admission(now, &mut rng, metrics).await
+                            }
+                            _ => (None, false),
+                        };
+                        let ctx = ctx.clone().with_hold(hold);
+                        let driven = drive(
+                            Input::Reconcile(record),
+                            ports,
+                            &ctx,
+                            &mut rng,
+                            &mut run_all,
+                        )
+                        .await;
+                        (status, id, verdict(&driven, metrics), probe)
                     }
                     .instrument(span)
                     .await
@@ -244,8 +268,11 @@ where
             .buffer_unordered(limits.concurrency.max(1))
             .collect()
             .await;
-        for (status, id, v) in verdicts {
+        for (status, id, v, probe) in verdicts {
             report.examined += 1;
+            if probe && v == Verdict::Done(Ack::ReconcilerRepublished) {
+                report.probes += 1;
+            }
             metrics.incr(names::RECONCILE_EXAMINED);
             let act = Action::of(&v);
             if act == Action::Parked {
@@ -304,10 +331,11 @@ pub struct ReconcileFailed {
 
 impl Report {
     /// The answer deadlines this run saw fire (a request published again or
-    /// abandoned), as the breaker counts them.
+    /// abandoned), as the breaker counts them: not those published again as probes.
     pub fn deadlines_fired(&self) -> Tally {
-        let fired = self.count(Status::InProgress, Action::Done(Ack::ReconcilerRepublished))
-            + self.count(Status::InProgress, Action::Done(Ack::Unanswered));
+        let fired = (self.count(Status::InProgress, Action::Done(Ack::ReconcilerRepublished))
+            + self.count(Status::InProgress, Action::Done(Ack::Unanswered)))
+        .saturating_sub(self.probes);
         Tally {
             deadlines: u32::try_from(fired).unwrap_or(u32::MAX),
             ..Tally::default()
@@ -349,16 +377,11 @@ where
             retries: &self.retries,
             requests: &self.requests,
         };
-        let now = self.clock.now();
-        let hold = match &self.breaker {
-            Some(gate) => gate.held(now, &mut self.seeds.next(), metrics).await,
-            None => None,
-        };
         let report = run_once(
             &ports,
             &self.settings,
-            now,
-            hold,
+            self.clock.now(),
+            self.breaker.as_ref(),
             &self.limits,
             &self.seeds,
             metrics,
@@ -406,7 +429,8 @@ mod tests {
 
     /// The breaker's deadline signal: requests published again or abandoned count; a
     /// request held back by the breaker and published once it let requests out does
-    /// not (its deadline passed during the outage), nor does anything else.
+    /// not (its deadline passed during the outage), nor one published as a probe,
+    /// nor anything else.
     #[test]
     fn only_fresh_deadlines_are_the_breakers_signal() {
         let mut r = Report::default();
@@ -428,6 +452,12 @@ mod tests {
                 deadlines: 4,
                 ..Tally::default()
             }
+        );
+        r.probes = 1;
+        assert_eq!(
+            r.deadlines_fired().deadlines,
+            3,
+            "a probe is not a deadline"
         );
     }
 }

@@ -497,6 +497,80 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     assert_eq!(m.count(names::BREAKER_STATE), 0);
 }
 
+/// A silent outage with nothing left to retry: the breaker is OPEN past its
+/// cool-down and the only requests in flight are unanswered. The reconciler's
+/// republishes ask the breaker like the retry handler's requests: the first is the
+/// half-open round's probe and goes out, the rest wait for the next round (their
+/// deadlines move, no republish spent) — so the breaker is probed, and closes when
+/// the service answers, even though no retry comes due.
+#[tokio::test]
+async fn unanswered_requests_probe_an_open_breaker() {
+    let w = World::new();
+    for tx in ["TX-100600", "TX-100700"] {
+        w.start(tx, 3).await;
+    }
+    let settings = domain::breaker::BreakerSettings {
+        probes: 1,
+        ..domain::breaker::BreakerSettings::default()
+    };
+    let shared = Arc::new(MemoryBreaker::new(settings));
+    let (open, change) = domain::breaker::Breaker::default().force(true, w.now(), &settings);
+    let note = domain::ports::BreakerNote {
+        at: w.now(),
+        by: "operator".into(),
+        change,
+        reason: None,
+    };
+    assert!(domain::ports::BreakerWrites::save(
+        &*shared,
+        &domain::breaker::Breaker::default(),
+        &open,
+        &note
+    )
+    .await
+    .unwrap());
+    // Both deadlines and the cool-down are past.
+    w.advance(Duration::from_secs(2 * 86_400));
+    let published = w.keys().len();
+    let reconciler = Reconciler {
+        store: &w.store,
+        scheduler: &w.scheduler,
+        retries: &w.retries,
+        requests: &w.requests,
+        breaker: Some(runtime::breaker::BreakerGate::new(
+            Arc::clone(&shared),
+            settings,
+            Duration::from_secs(5),
+            "reconciler",
+        )),
+        clock: &w.clock,
+        settings: w.settings.clone(),
+        limits: Limits::default(),
+        seeds: Seeds::fixed(3),
+        namespace: "DeferredRetry".into(),
+    };
+    let m = Metrics::new("DeferredRetry", "reconciler");
+    let report = reconciler.run(&m).await;
+    let held = report.count(
+        Status::InProgress,
+        runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerHeld),
+    );
+    let republished = report.count(
+        Status::InProgress,
+        runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerRepublished),
+    );
+    assert_eq!((republished, held), (1, 1), "{report:?}");
+    assert_eq!(w.keys().len(), published + 1, "one probe went out");
+    assert_eq!(shared.breaker().state.name(), "HALF_OPEN");
+    let waiting: Vec<_> = ["TX-100600", "TX-100700"]
+        .iter()
+        .map(|tx| w.record(tx))
+        .filter(|r| r.last_reason.as_deref() == Some("BREAKER_HALF_OPEN"))
+        .collect();
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].republishes, 0, "the held one spent no republish");
+}
+
 /// Every file of `tests/events` is one the tests above send through the functions.
 #[test]
 fn every_event_file_is_exercised() {

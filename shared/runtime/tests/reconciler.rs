@@ -369,7 +369,7 @@ async fn an_undecodable_entry_is_skipped_counted_and_never_blocks_its_shard() {
         },
         &w.settings,
         w.now(),
-        None,
+        None::<&runtime::breaker::BreakerGate<testkit::memory::MemoryBreaker>>,
         &Limits::default(),
         &Seeds::fixed(1),
         &metrics,

@@ -190,7 +190,7 @@ impl World {
             },
             &self.settings,
             self.now(),
-            None,
+            None::<&runtime::breaker::BreakerGate<testkit::memory::MemoryBreaker>>,
             limits,
             &Seeds::fixed(seed),
             metrics,
