@@ -28,6 +28,9 @@ pub struct Flaws {
     /// A technical failure taken for a business rejection: an ERROR answer is handled
     /// as CANCELLED, so an outage consumes attempts.
     pub technical_as_cancelled: bool,
+    /// The retry handler ignores the circuit breaker: a retry due while the service is
+    /// down is sent into it instead of paused.
+    pub ignores_breaker: bool,
 }
 
 impl Flaws {
@@ -38,16 +41,18 @@ impl Flaws {
         attempts_from_zero: false,
         no_answer_deadline: false,
         technical_as_cancelled: false,
+        ignores_breaker: false,
     };
 
     /// The known-bad designs by the names the command lines take.
-    pub const NAMES: [&'static str; 6] = [
+    pub const NAMES: [&'static str; 7] = [
         "retry-rejects-scheduling",
         "fire-time-at-create",
         "retry-discards-sending",
         "attempts-from-zero",
         "no-answer-deadline",
         "technical-as-cancelled",
+        "ignores-breaker",
     ];
 
     /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
@@ -60,6 +65,7 @@ impl Flaws {
             "attempts-from-zero" => &mut self.attempts_from_zero,
             "no-answer-deadline" => &mut self.no_answer_deadline,
             "technical-as-cancelled" => &mut self.technical_as_cancelled,
+            "ignores-breaker" => &mut self.ignores_breaker,
             _ => return false,
         };
         *flag = true;
@@ -88,6 +94,15 @@ impl Decide for Flaws {
             input => input,
         };
         let q = Question { input, ..q };
+        // The breaker's hold not consulted.
+        let unheld;
+        let ctx = match input {
+            Input::Retry(_) if self.ignores_breaker && ctx.hold.is_some() => {
+                unheld = ctx.clone().with_hold(None);
+                &unheld
+            }
+            _ => ctx,
+        };
         // Counting from zero spends the budget at n > max instead of n >= max: the
         // rules decide as if the record allowed one attempt more.
         let widened;

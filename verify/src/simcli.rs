@@ -99,9 +99,28 @@ pub struct SimArgs {
     pub backoff_cap_seconds: u64,
     #[arg(long, default_value_t = defaults::BACKOFF_JITTER)]
     pub jitter: f64,
+    /// TECHNICAL_RESEND_MAX: technical re-sends of a transaction before an ERROR ends
+    /// it FAILED/TECHNICAL_EXHAUSTED.
+    #[arg(long, default_value_t = defaults::TECHNICAL_RESEND_MAX)]
+    pub technical_resend_max: u32,
+    /// An outage window, START+DURATION in seconds from the start of the run
+    /// (repeatable, or a comma-separated list): the service answers as --outage-mode
+    /// says. Switches the circuit breaker on (unless --no-breaker).
+    #[arg(long, value_delimiter = ',')]
+    pub outage: Vec<String>,
+    /// What the service does during an outage: `error` (answers ERROR) or `silent`
+    /// (answers nothing).
+    #[arg(long, default_value = "error")]
+    pub outage_mode: String,
+    /// Switch the circuit breaker on without an outage.
+    #[arg(long)]
+    pub breaker: bool,
+    /// Switch the circuit breaker off, even with an outage (requests go out into it).
+    #[arg(long, conflicts_with = "breaker")]
+    pub no_breaker: bool,
     /// Switch on a known-bad design (repeatable): retry-rejects-scheduling,
     /// fire-time-at-create, retry-discards-sending, attempts-from-zero,
-    /// no-answer-deadline, technical-as-cancelled.
+    /// no-answer-deadline, technical-as-cancelled, ignores-breaker.
     #[arg(long)]
     pub flaw: Vec<String>,
     /// Worker threads (seeds run in parallel; the report does not depend on this).
@@ -149,6 +168,22 @@ impl SimArgs {
                 ));
             }
         }
+        let outages = self
+            .outage
+            .iter()
+            .map(|o| crate::sim::Outage::parse(o))
+            .collect::<Result<Vec<_>, _>>()?;
+        let outage_mode = match self.outage_mode.as_str() {
+            "error" => crate::sim::OutageMode::Error,
+            "silent" => crate::sim::OutageMode::Silent,
+            other => {
+                return Err(format!(
+                    "--outage-mode `{other}`: expected `error` or `silent`"
+                ))
+            }
+        };
+        let breaker = ((self.breaker || !outages.is_empty()) && !self.no_breaker)
+            .then(domain::breaker::BreakerSettings::default);
         Ok(SimConfig {
             transactions: self.transactions,
             max_attempts: self.max_attempts,
@@ -183,6 +218,11 @@ impl SimArgs {
             backoff_factor: self.backoff_factor,
             backoff_cap_ms: self.backoff_cap_seconds.max(1) * 1000,
             jitter: self.jitter,
+            technical_resend_max: self.technical_resend_max,
+            outages,
+            outage_mode,
+            breaker,
+            count_probes: true,
             flaws,
         })
     }
@@ -230,7 +270,18 @@ impl SimArgs {
             backoff_factor => "--backoff-factor",
             backoff_cap_seconds => "--backoff-cap-seconds",
             jitter => "--jitter",
+            technical_resend_max => "--technical-resend-max",
+            outage_mode => "--outage-mode",
         );
+        for o in &self.outage {
+            a.push(format!("--outage {o}"));
+        }
+        if self.breaker {
+            a.push("--breaker".into());
+        }
+        if self.no_breaker {
+            a.push("--no-breaker".into());
+        }
         if self.no_pacing {
             a.push("--no-pacing".into());
         }

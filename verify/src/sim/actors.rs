@@ -1,6 +1,7 @@
 //! The actors around the handlers: the external service, the scheduler and the
 //! reconciler's cron.
 
+use super::breaker::OutageMode;
 use super::world::{ts, Ev, Kind, Proc, QueueId, World};
 use crate::fixture;
 use domain::decide::{Input, Known, Run};
@@ -15,6 +16,12 @@ impl World<'_> {
     // -- the external service ----------------------------------------------
 
     pub(super) fn service_receive(&mut self, tx: usize, attempt: u32, key: String) {
+        let down = self.cfg.in_outage(self.now - fixture::EPOCH_MS);
+        if down && self.cfg.outage_mode == OutageMode::Silent {
+            // The service is down and says nothing.
+            self.report.outage_unanswered += 1;
+            return;
+        }
         if self.faults.chance(self.cfg.silent_rate) {
             // The request never reaches the service: no answer will ever come.
             self.report.requests_lost += 1;
@@ -35,7 +42,10 @@ impl World<'_> {
             Fate::Accepted => {}
         }
         self.report.requests_accepted += 1;
-        let outcome = if self.service.chance(self.cfg.technical_rate) {
+        let outcome = if down {
+            self.report.outage_errors += 1;
+            Outcome::Error
+        } else if self.service.chance(self.cfg.technical_rate) {
             self.report.technical_failures += 1;
             Outcome::Error
         } else if self.service.chance(self.cfg.cancel_rate) {
@@ -158,7 +168,11 @@ impl World<'_> {
         };
         self.report.reconciler_actions += 1;
         let now = ts(self.now);
-        let ctx = self.ctx(now);
+        let hold = match self.breaker.as_ref() {
+            Some(b) => b.held(self.now, &mut self.jitter),
+            None => None,
+        };
+        let ctx = self.ctx(now).with_hold(hold);
         let tx = self.tx_of(&first.transaction_id).unwrap_or(0);
         let attempt = first.next_attempt.map(Attempt::get).unwrap_or(0);
         let run = Run::with_rules(
@@ -176,6 +190,7 @@ impl World<'_> {
             attempt,
             run,
             now,
+            hold,
             backlog,
         });
     }

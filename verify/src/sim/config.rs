@@ -1,6 +1,8 @@
 //! What a simulation is parameterised by.
 
+use super::breaker::{Outage, OutageMode};
 use crate::Flaws;
+use domain::breaker::BreakerSettings;
 use domain::defaults;
 use domain::policy::{PolicySet, RetryPolicy};
 use std::time::Duration;
@@ -62,6 +64,16 @@ pub struct SimConfig {
     pub backoff_factor: f64,
     pub backoff_cap_ms: u64,
     pub jitter: f64,
+    /// TECHNICAL_RESEND_MAX: technical re-sends before an ERROR ends it FAILED.
+    pub technical_resend_max: u32,
+    /// Windows during which the service is down (answers as `outage_mode` says).
+    pub outages: Vec<Outage>,
+    pub outage_mode: OutageMode,
+    /// The circuit breaker of the service (`None`: requests always go out).
+    pub breaker: Option<BreakerSettings>,
+    /// The retry handler writes each probe it lets out on the breaker, so a round's
+    /// bound holds across instances (switch off to see the bound broken).
+    pub count_probes: bool,
     pub flaws: Flaws,
 }
 
@@ -101,6 +113,11 @@ impl Default for SimConfig {
             backoff_factor: defaults::BACKOFF_FACTOR,
             backoff_cap_ms: defaults::BACKOFF_CAP.as_millis() as u64,
             jitter: defaults::BACKOFF_JITTER,
+            technical_resend_max: defaults::TECHNICAL_RESEND_MAX,
+            outages: Vec::new(),
+            outage_mode: OutageMode::Error,
+            breaker: None,
+            count_probes: true,
             flaws: Flaws::NONE,
         }
     }
@@ -118,6 +135,23 @@ impl SimConfig {
             lost_answer_rate: 0.0,
             ..self
         }
+    }
+
+    /// True when the outage windows are the only way the service fails technically
+    /// (no ERROR drawn at random, every request reaches the service, every answer comes
+    /// back, every start publishes): then no transaction may end FAILED for anything
+    /// but its attempts, all answered CANCELLED.
+    pub fn outages_only(&self) -> bool {
+        !self.outages.is_empty()
+            && self.technical_rate == 0.0
+            && self.silent_rate == 0.0
+            && self.lost_answer_rate == 0.0
+            && self.start_crash_rate == 0.0
+    }
+
+    /// True when the service is down at `since_start` ms from the start of the run.
+    pub fn in_outage(&self, since_start: i64) -> bool {
+        self.outages.iter().any(|o| o.covers(since_start))
     }
 
     /// The fleet bound on outbound requests per second.

@@ -111,6 +111,9 @@ impl World<'_> {
                 if p.kind == Kind::RetryHandler {
                     self.report.retry_requests_published += 1;
                     self.retry_publish_times.push(self.now);
+                    if let Some(b) = self.breaker.as_mut() {
+                        b.published();
+                    }
                     if self.records[tx]
                         .as_ref()
                         .is_some_and(|r| r.current_attempt == h.attempt)

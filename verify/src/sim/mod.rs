@@ -16,19 +16,23 @@
 //!   configurable probability, answers after a latency, sometimes again much later;
 //! - the retry handler's outbound pacing (one publish per `1/rate` per warm instance,
 //!   `concurrency` instances);
-//! - the reconciler on a virtual cron.
+//! - the reconciler on a virtual cron;
+//! - outage windows (the service answers ERROR, or nothing) and the circuit breaker
+//!   the handlers consult and feed, moved by the domain's rules.
 //!
 //! Everything random comes from one seed (SplitMix64 streams), nothing reads the wall
 //! clock, and every collection iterates in a defined order: the same seed replays the
 //! same run exactly (the report carries a digest of every event to prove it).
 
 mod actors;
+mod breaker;
 mod config;
 mod effects;
 mod queue;
 mod report;
 mod world;
 
+pub use breaker::{Outage, OutageMode};
 pub use config::SimConfig;
 pub use report::Report;
 

@@ -64,6 +64,35 @@ pub struct Report {
     pub technical_resends: u64,
     /// Alerts of transactions ended FAILED/TECHNICAL_EXHAUSTED.
     pub technical_exhausted: u64,
+    /// Answers ERROR the service gave during an outage window.
+    pub outage_errors: u64,
+    /// Requests that reached the service during a silent outage (never answered).
+    pub outage_unanswered: u64,
+    /// Times the breaker opened (from CLOSED, or after a failed probe round).
+    pub breaker_opened: u64,
+    pub breaker_closed: u64,
+    /// First opening and last closing, in ms from the start of the run (one seed's;
+    /// over seeds the earliest and the latest).
+    pub first_opened_ms: Option<i64>,
+    pub last_closed_ms: Option<i64>,
+    /// Retry events the retry handler paused (the breaker held them back).
+    pub retries_paused: u64,
+    /// Transactions paused at least once, and the most pauses of one of them.
+    pub paused_transactions: u64,
+    pub max_pauses: u64,
+    /// Paused transactions not terminal at the end with nothing in a DLQ for them.
+    pub paused_stuck: u64,
+    /// Transactions ended FAILED/TECHNICAL_EXHAUSTED or FAILED/UNANSWERED in a run
+    /// whose only technical failures are the outage windows (counted then only).
+    pub failed_by_outage: u64,
+    /// HALF_OPEN rounds with a request out, and the most retry requests of one round.
+    pub probe_rounds: u64,
+    pub max_probes_per_round: u64,
+    /// The breaker's probes per round (0: no breaker).
+    pub probe_limit: u64,
+    /// Highest number of retry publishes in one second in the minute after the breaker
+    /// closed.
+    pub peak_after_reopening: u64,
     pub schedules_created: u64,
     pub schedule_conflicts: u64,
     pub reconciler_invocations: u64,
@@ -146,6 +175,15 @@ impl Report {
             technical_failures,
             technical_resends,
             technical_exhausted,
+            outage_errors,
+            outage_unanswered,
+            breaker_opened,
+            breaker_closed,
+            retries_paused,
+            paused_transactions,
+            paused_stuck,
+            failed_by_outage,
+            probe_rounds,
             schedules_created,
             schedule_conflicts,
             reconciler_invocations,
@@ -156,6 +194,15 @@ impl Report {
         );
         self.max_requests_per_second = self.max_requests_per_second.max(o.max_requests_per_second);
         self.rate_limit = self.rate_limit.max(o.rate_limit);
+        self.max_pauses = self.max_pauses.max(o.max_pauses);
+        self.max_probes_per_round = self.max_probes_per_round.max(o.max_probes_per_round);
+        self.probe_limit = self.probe_limit.max(o.probe_limit);
+        self.peak_after_reopening = self.peak_after_reopening.max(o.peak_after_reopening);
+        self.first_opened_ms = match (self.first_opened_ms, o.first_opened_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_closed_ms = self.last_closed_ms.max(o.last_closed_ms);
         for (k, v) in &o.failure_points {
             *self.failure_points.entry(k.clone()).or_default() += v;
         }
@@ -174,7 +221,18 @@ impl Report {
             ("pending-retries-dropped", self.pending_retries_dropped),
             ("rejected", self.rejected),
             ("alerts-missing", self.alerts_missing),
+            ("paused-stuck", self.paused_stuck),
+            ("failed-by-outage", self.failed_by_outage),
         ];
+        if self.probe_limit > 0 && self.max_probes_per_round > self.probe_limit {
+            v.push(("probes-exceeded", self.max_probes_per_round));
+        }
+        if self.rate_limit > 0 && self.peak_after_reopening > self.rate_limit {
+            v.push((
+                "rate-limit-exceeded-at-reopening",
+                self.peak_after_reopening,
+            ));
+        }
         if self.rate_limit > 0 && self.max_requests_per_second > self.rate_limit {
             v.push(("rate-limit-exceeded", self.max_requests_per_second));
         }
@@ -296,6 +354,48 @@ impl fmt::Display for Report {
                 f,
                 "technical failures         answered ERROR {}; re-sent (same attempt, same key) {}; ended FAILED/TECHNICAL_EXHAUSTED {} (alerts)",
                 self.technical_failures, self.technical_resends, self.technical_exhausted
+            )?;
+        }
+        if self.outage_errors > 0 || self.outage_unanswered > 0 || self.probe_limit > 0 {
+            let secs = |ms: Option<i64>| {
+                ms.map_or("never".to_owned(), |m| {
+                    format!("{:.1} s", m as f64 / 1000.0)
+                })
+            };
+            writeln!(
+                f,
+                "outage                     answered ERROR {}, unanswered {}; ended FAILED/TECHNICAL_EXHAUSTED or UNANSWERED by it {}{}",
+                self.outage_errors, self.outage_unanswered, self.failed_by_outage, flag(self.failed_by_outage)
+            )?;
+            writeln!(
+                f,
+                "breaker                    opened {} (first at {}), closed {} (last at {})",
+                self.breaker_opened,
+                secs(self.first_opened_ms),
+                self.breaker_closed,
+                secs(self.last_closed_ms)
+            )?;
+            writeln!(
+                f,
+                "retries paused             {} ({} transactions, at most {} pauses each); paused and stuck {}{}",
+                self.retries_paused, self.paused_transactions, self.max_pauses, self.paused_stuck, flag(self.paused_stuck)
+            )?;
+            let over = self.probe_limit > 0 && self.max_probes_per_round > self.probe_limit;
+            writeln!(
+                f,
+                "probes per HALF_OPEN round at most {} (limit {}) over {} rounds{}",
+                self.max_probes_per_round,
+                self.probe_limit,
+                self.probe_rounds,
+                flag(u64::from(over))
+            )?;
+            let over = self.rate_limit > 0 && self.peak_after_reopening > self.rate_limit;
+            writeln!(
+                f,
+                "peak retry requests in 1 s after reopening {} (limit {}){}",
+                self.peak_after_reopening,
+                self.rate_limit,
+                flag(u64::from(over))
             )?;
         }
         writeln!(

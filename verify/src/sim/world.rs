@@ -1,11 +1,15 @@
 //! The world: the store, the queues, the runs in progress, and the event loop.
 
+use super::breaker::SimBreaker;
 pub(super) use super::queue::QueueId;
 use super::queue::{Rng, SimQueue};
 use super::{Report, SimConfig};
 use crate::fixture;
 use crate::Flaws;
-use domain::decide::{Context, Disposition, DropReason, Effect, Input, Known, Run, Step};
+use domain::breaker::Tally;
+use domain::decide::{
+    Ack, Context, Disposition, DropReason, Effect, Hold, Input, Known, Run, Step,
+};
 use domain::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use domain::machine::{Status, TransactionRecord};
 use domain::message::{Outcome, Payload, Response, RetryEvent};
@@ -42,6 +46,8 @@ pub(super) struct Proc {
     pub(super) attempt: u32,
     pub(super) run: Run<Flaws>,
     pub(super) now: Timestamp,
+    /// The circuit breaker's verdict this run decides with.
+    pub(super) hold: Option<Hold>,
     /// Records the reconciler still has to act on in this invocation.
     pub(super) backlog: VecDeque<TransactionRecord>,
 }
@@ -109,6 +115,7 @@ pub(super) struct World<'a> {
     pub(super) jitter: Rng,
     pub(super) queue_rng: Rng,
     pub(super) report: Report,
+    pub(super) breaker: Option<SimBreaker>,
 }
 
 pub(super) const END_MS: i64 = 90 * 24 * 3_600_000;
@@ -162,8 +169,10 @@ impl<'a> World<'a> {
                 seeds: 1,
                 rate_limit: cfg.fleet_limit(),
                 digest: 0xcbf2_9ce4_8422_2325,
+                probe_limit: cfg.breaker.map_or(0, |b| u64::from(b.probes)),
                 ..Report::default()
             },
+            breaker: cfg.breaker.map(SimBreaker::new),
         }
     }
 
@@ -185,6 +194,7 @@ impl<'a> World<'a> {
             Duration::from_millis(u64::try_from(self.cfg.answer_timeout_ms).unwrap_or(0)),
             self.cfg.answer_republish_max,
         )
+        .with_technical_resend_max(self.cfg.technical_resend_max)
     }
 
     pub(super) fn tx_of(&self, id: &TransactionId) -> Option<usize> {
@@ -277,7 +287,7 @@ impl World<'_> {
             self.pacer[p.worker] = self.now + (1000 + rate - 1) / rate;
         }
         let observed = self.perform(&p, &effect);
-        let ctx = self.ctx(p.now);
+        let ctx = self.ctx(p.now).with_hold(p.hold);
         if p.run.observe(observed, &ctx, &mut self.jitter).is_err() {
             self.report.count(Violation::ImpossibleObservation);
             self.finish(pid, p, None);
@@ -313,6 +323,18 @@ impl World<'_> {
     /// visibility timeout.
     pub(super) fn finish(&mut self, pid: u64, mut p: Proc, done: Option<Disposition>) {
         let _ = pid;
+        if let (Some(Disposition::Ack(ack)), Kind::RetryHandler) = (&done, p.kind) {
+            if *ack == Ack::Paused {
+                self.report.retries_paused += 1;
+            }
+        }
+        if let (
+            Some(Disposition::Ack(Ack::ReconcilerRepublished | Ack::Unanswered)),
+            Kind::Reconciler,
+        ) = (&done, p.kind)
+        {
+            self.deadline_fired();
+        }
         if let Some(d) = &done {
             if let (Kind::ResponseHandler, Disposition::Drop(DropReason::LateResponse { .. })) =
                 (p.kind, d)
@@ -382,7 +404,7 @@ impl World<'_> {
                     Some(rec) => {
                         self.report.reconciler_actions += 1;
                         let now = ts(self.now);
-                        let ctx = self.ctx(now);
+                        let ctx = self.ctx(now).with_hold(p.hold);
                         p.tx = self.tx_of(&rec.transaction_id).unwrap_or(0);
                         p.attempt = rec.next_attempt.map(Attempt::get).unwrap_or(0);
                         p.run = Run::with_rules(
@@ -481,7 +503,8 @@ impl World<'_> {
                 QueueId::Retry => self.retries.idle_workers.remove(&worker),
             };
             let now = ts(self.now);
-            let ctx = self.ctx(now);
+            let hold = self.breaker_verdict(&input);
+            let ctx = self.ctx(now).with_hold(hold);
             let run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
             self.spawn(Proc {
                 kind,
@@ -491,10 +514,53 @@ impl World<'_> {
                 attempt,
                 run,
                 now,
+                hold,
                 backlog: VecDeque::new(),
             });
         }
         self.schedule_wake(q);
+    }
+
+    // -- the circuit breaker -----------------------------------------------
+
+    /// What the breaker says about a message a handler received: the retry handler's
+    /// request waits (`Some`) or goes out; the response handler's answer is counted.
+    fn breaker_verdict(&mut self, input: &Input) -> Option<Hold> {
+        let now = self.now;
+        let b = self.breaker.as_mut()?;
+        match input {
+            Input::Retry(_) => b.hold(now, self.cfg.count_probes, &mut self.jitter),
+            Input::Response(r) => {
+                let mut batch = Tally::default();
+                batch.add(match r.outcome {
+                    domain::message::Outcome::Success | domain::message::Outcome::Cancelled => {
+                        domain::breaker::Signal::Answered
+                    }
+                    domain::message::Outcome::Error => domain::breaker::Signal::Technical,
+                });
+                b.observe(&batch, now);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// An answer deadline the reconciler saw fire (it published the request again or
+    /// abandoned it), counted at once: the functions count a run's deadlines together
+    /// at its end, the window sums the same, and a run the simulator stops half-way
+    /// (a crash, throttling: far more often than a real invocation dies) keeps what it
+    /// saw.
+    fn deadline_fired(&mut self) {
+        let now = self.now;
+        if let Some(b) = self.breaker.as_mut() {
+            b.observe(
+                &Tally {
+                    deadlines: 1,
+                    ..Tally::default()
+                },
+                now,
+            );
+        }
     }
 
     // -- the loop ----------------------------------------------------------
@@ -520,6 +586,7 @@ impl World<'_> {
             attempt: u32::MAX,
             run: run.clone(),
             now,
+            hold: None,
             backlog: VecDeque::new(),
         };
         while let Step::Perform(e) = run.step() {
@@ -633,5 +700,6 @@ impl World<'_> {
         // Highest number of retry publishes in any one-second window.
         self.report.max_requests_per_second =
             oracle::peak_in_window(&self.retry_publish_times, 1000) as u64;
+        self.classify_breaker();
     }
 }

@@ -1,0 +1,222 @@
+//! The circuit breaker of the simulated service, and its outage windows.
+//!
+//! One breaker item and its window's buckets, as the breaker's table holds them,
+//! moved only by the domain's rules ([`domain::breaker`]) the way the functions'
+//! gate moves them: the retry handler asks [`Breaker::admit`] for each retry event
+//! and pauses it until [`Breaker::resume_at`] when told to; the reconciler holds
+//! unanswered requests back while the breaker is not CLOSED; the response handler
+//! counts each answer and the reconciler each answer deadline that fired, and the
+//! breaker moves with [`Breaker::observe_batch`] when [`Breaker::may_change`] says
+//! the batch may move it. The store is one item read fresh by every decision (no
+//! cache): the strictest reading of the functions' gate.
+
+use super::world::ts;
+use domain::breaker::{self, Admission, Breaker, BreakerSettings, BreakerState, Change, Tally};
+use domain::decide::Hold;
+use domain::ids::Timestamp;
+use domain::RandomSource;
+use std::collections::BTreeMap;
+use testkit::oracle;
+
+/// What the simulated service does during an outage window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutageMode {
+    /// It answers ERROR to every request.
+    Error,
+    /// It answers nothing (the request is never answered).
+    Silent,
+}
+
+/// One outage window, in milliseconds from the start of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outage {
+    pub start_ms: i64,
+    pub duration_ms: i64,
+}
+
+impl Outage {
+    /// Parses `START+DURATION` (seconds from the start of the run).
+    pub fn parse(s: &str) -> Result<Outage, String> {
+        let bad = || format!("--outage `{s}`: expected START+DURATION in seconds, e.g. 1200+1200");
+        let (a, b) = s.split_once('+').ok_or_else(bad)?;
+        let start: i64 = a.trim().parse().map_err(|_| bad())?;
+        let duration: i64 = b.trim().parse().map_err(|_| bad())?;
+        if start < 0 || duration <= 0 {
+            return Err(format!(
+                "--outage `{s}`: START must be ≥ 0 and DURATION > 0 (seconds)"
+            ));
+        }
+        Ok(Outage {
+            start_ms: start * 1000,
+            duration_ms: duration * 1000,
+        })
+    }
+
+    /// True when `since_start` (ms from the start of the run) falls in the window.
+    pub fn covers(&self, since_start: i64) -> bool {
+        since_start >= self.start_ms && since_start < self.start_ms + self.duration_ms
+    }
+
+    /// The end of the window, in ms from the start of the run.
+    pub fn end_ms(&self) -> i64 {
+        self.start_ms + self.duration_ms
+    }
+}
+
+/// The breaker item, its window and what it did.
+#[derive(Debug)]
+pub(super) struct SimBreaker {
+    pub(super) settings: BreakerSettings,
+    pub(super) item: Breaker,
+    buckets: BTreeMap<Timestamp, Tally>,
+    /// Instants (ms) the breaker opened (from CLOSED or after a failed probe round).
+    pub(super) opened: Vec<i64>,
+    /// Instants (ms) it closed.
+    pub(super) closed: Vec<i64>,
+    /// Retry-handler requests published per HALF_OPEN round (keyed by its start).
+    pub(super) probes: BTreeMap<Timestamp, u64>,
+}
+
+impl SimBreaker {
+    pub(super) fn new(settings: BreakerSettings) -> Self {
+        Self {
+            settings,
+            item: Breaker::default(),
+            buckets: BTreeMap::new(),
+            opened: Vec::new(),
+            closed: Vec::new(),
+            probes: BTreeMap::new(),
+        }
+    }
+
+    fn moved(&mut self, next: Breaker, change: Option<Change>, now: i64) {
+        self.item = next;
+        match change {
+            Some(Change::Opened(_) | Change::Reopened { .. }) => self.opened.push(now),
+            Some(Change::Closed) => self.closed.push(now),
+            _ => {}
+        }
+    }
+
+    /// The retry handler's question for a request due at `now`: `None` lets it out
+    /// (CLOSED, or a probe counted), `Some` pauses it until the resume instant.
+    /// `count_probes` false: a probe let out is not written (a broken gate).
+    pub(super) fn hold(
+        &mut self,
+        now: i64,
+        count_probes: bool,
+        rng: &mut dyn RandomSource,
+    ) -> Option<Hold> {
+        let (admission, next, change) = self.item.admit(ts(now), &self.settings);
+        if count_probes || change != Some(Change::ProbeAdmitted) {
+            self.moved(next, change, now);
+        }
+        match admission {
+            Admission::Send | Admission::Probe => None,
+            Admission::Pause { .. } => Some(Hold {
+                until: self.item.resume_at(ts(now), &self.settings, rng),
+                state: self.item.state,
+            }),
+        }
+    }
+
+    /// The reconciler's view at `now`: anything but CLOSED holds requests back.
+    pub(super) fn held(&self, now: i64, rng: &mut dyn RandomSource) -> Option<Hold> {
+        match self.item.state {
+            BreakerState::Closed => None,
+            state => Some(Hold {
+                until: self.item.resume_at(ts(now), &self.settings, rng),
+                state,
+            }),
+        }
+    }
+
+    /// A batch's signals counted into the window at `now`, the breaker moved when
+    /// they change it.
+    pub(super) fn observe(&mut self, batch: &Tally, now: i64) {
+        if *batch == Tally::default() {
+            return;
+        }
+        let at = ts(now);
+        let bucket = self
+            .buckets
+            .entry(breaker::bucket_of(at, &self.settings))
+            .or_default();
+        bucket.answered += batch.answered;
+        bucket.technical += batch.technical;
+        bucket.deadlines += batch.deadlines;
+        // Buckets older than the window count no more.
+        let window_ms = i64::try_from(self.settings.window.as_millis()).unwrap_or(i64::MAX);
+        let oldest = ts(now.saturating_sub(window_ms.saturating_mul(2)));
+        self.buckets = self.buckets.split_off(&oldest);
+        if !self.item.may_change(batch, at) {
+            return;
+        }
+        let window = breaker::window_total(
+            self.buckets.iter().map(|(k, v)| (*k, v)),
+            at,
+            &self.settings,
+        );
+        let (next, change) = self.item.observe_batch(batch, &window, at, &self.settings);
+        self.moved(next, change, now);
+    }
+
+    /// A request the retry handler published: counted in its round when the breaker
+    /// is HALF_OPEN.
+    pub(super) fn published(&mut self) {
+        if let BreakerState::HalfOpen { since, .. } = self.item.state {
+            *self.probes.entry(since).or_default() += 1;
+        }
+    }
+}
+
+/// How long after the breaker closes the outbound rate is watched (the reopening).
+pub(super) const REOPENING_MS: i64 = 60_000;
+
+impl super::world::World<'_> {
+    /// The breaker's figures and properties, once the run is over.
+    pub(super) fn classify_breaker(&mut self) {
+        let outages_only = self.cfg.outages_only();
+        for tx in 0..self.records.len() {
+            let Some(rec) = self.records[tx].as_ref() else {
+                continue;
+            };
+            let dead_lettered = self.dlq_by_tx[tx] > 0;
+            self.report.max_pauses = self.report.max_pauses.max(u64::from(rec.pauses));
+            if rec.pauses > 0 {
+                self.report.paused_transactions += 1;
+                if !rec.status.is_terminal() && !dead_lettered {
+                    self.report.paused_stuck += 1;
+                }
+            }
+            let technical_end = rec.status == domain::Status::Failed
+                && matches!(
+                    rec.last_reason.as_deref(),
+                    Some(
+                        domain::decide::TECHNICAL_EXHAUSTED_REASON
+                            | domain::decide::UNANSWERED_REASON
+                    )
+                );
+            if outages_only && technical_end && !dead_lettered {
+                self.report.failed_by_outage += 1;
+            }
+        }
+        let Some(b) = self.breaker.as_ref() else {
+            return;
+        };
+        let since_start = |ms: i64| ms - crate::fixture::EPOCH_MS;
+        self.report.breaker_opened = b.opened.len() as u64;
+        self.report.breaker_closed = b.closed.len() as u64;
+        self.report.first_opened_ms = b.opened.first().map(|t| since_start(*t));
+        self.report.last_closed_ms = b.closed.last().map(|t| since_start(*t));
+        self.report.probe_rounds = b.probes.len() as u64;
+        self.report.max_probes_per_round = b.probes.values().copied().max().unwrap_or(0);
+        let times = &self.retry_publish_times;
+        for c in &b.closed {
+            let lo = times.partition_point(|t| t < c);
+            let hi = times.partition_point(|t| *t < c + REOPENING_MS);
+            let peak = oracle::peak_in_window(&times[lo..hi], 1000) as u64;
+            self.report.peak_after_reopening = self.report.peak_after_reopening.max(peak);
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Outage windows and the circuit breaker in the simulator: while the service is
+//! down (answering ERROR, or nothing) retries are paused, nothing is consumed, every
+//! paused transaction ends once the service is back, the probes stay within their
+//! bound and the reopening within the rate limit. Each property is also shown failing
+//! on a design that breaks it.
+
+use verify::sim::{simulate, Outage, OutageMode, Report, SimConfig};
+use verify::Flaws;
+
+/// 4,000 transactions arriving over an hour, the service down from minute 20 to
+/// minute 40, every other fault on — except concurrent deliveries of one retry event
+/// (duplicate deliveries, double fires): while the breaker holds them they re-pause
+/// each other's cycle until a run gives up (docs/verification.md, "Outage windows").
+/// The outage is the only technical failure.
+fn outage(mode: OutageMode) -> SimConfig {
+    SimConfig {
+        transactions: 4_000,
+        duplicate_rate: 0.0,
+        double_fire_rate: 0.0,
+        outages: vec![Outage {
+            start_ms: 1_200_000,
+            duration_ms: 1_200_000,
+        }],
+        outage_mode: mode,
+        breaker: Some(domain::breaker::BreakerSettings::default()),
+        ..SimConfig::default().answered()
+    }
+}
+
+/// A silent outage noticed within minutes: requests unanswered for two minutes are
+/// looked at every minute (the defaults wait six hours, long after this outage).
+fn silent() -> SimConfig {
+    SimConfig {
+        answer_timeout_ms: 120_000,
+        reconcile_threshold_ms: 60_000,
+        reconciler_interval_ms: 60_000,
+        ..outage(OutageMode::Silent)
+    }
+}
+
+fn valid(r: &Report) {
+    assert!(r.is_valid(), "violations {:?}\n{r}", r.violations());
+    assert_eq!(r.attempted, r.succeeded + r.failed + r.stuck);
+    assert_eq!(r.stuck, 0, "{r}");
+}
+
+#[test]
+fn an_error_outage_pauses_retries_and_every_transaction_ends() {
+    let c = outage(OutageMode::Error);
+    assert!(c.outages_only());
+    let r = simulate(&c, 1);
+    println!("{r}");
+    valid(&r);
+    assert!(r.outage_errors > 0, "the outage answered ERROR");
+    assert!(r.breaker_opened > 0 && r.breaker_closed > 0, "{r}");
+    let first = r.first_opened_ms.unwrap_or(0);
+    assert!(
+        (1_200_000..2_400_000).contains(&first),
+        "opened at {first} ms"
+    );
+    assert!(
+        r.last_closed_ms.unwrap_or(0) >= 2_400_000,
+        "closed after the outage"
+    );
+    assert!(r.retries_paused > 0 && r.paused_transactions > 0 && r.max_pauses > 0);
+    assert!(r.probe_rounds > 0 && r.max_probes_per_round <= r.probe_limit);
+    assert_eq!(r.failed_by_outage, 0);
+    assert_eq!(r.paused_stuck, 0);
+    assert!(r.peak_after_reopening <= r.rate_limit);
+}
+
+#[test]
+fn a_silent_outage_is_waited_out_too() {
+    let r = simulate(&outage(OutageMode::Silent), 2);
+    valid(&r);
+    assert!(r.outage_unanswered > 0, "the outage said nothing");
+    assert_eq!(r.failed_by_outage, 0);
+    // Noticed by its answer deadlines: the breaker opens, the reconciler holds the
+    // unanswered requests back instead of spending their republishes.
+    let r = simulate(&silent(), 2);
+    println!("{r}");
+    valid(&r);
+    assert!(r.breaker_opened > 0 && r.retries_paused > 0, "{r}");
+    let first = r.first_opened_ms.unwrap_or(0);
+    assert!(
+        (1_200_000..2_400_000).contains(&first),
+        "opened at {first} ms"
+    );
+    assert_eq!(r.failed_by_outage, 0);
+    assert!(r.max_probes_per_round <= r.probe_limit);
+}
+
+/// (a) An ERROR taken for a CANCELLED: the outage consumes attempts, each next
+/// attempt accepted by the service without a cancellation (`duplicated`).
+#[test]
+fn technical_as_cancelled_is_caught_with_an_outage() {
+    let bad = simulate(
+        &SimConfig {
+            flaws: Flaws {
+                technical_as_cancelled: true,
+                ..Flaws::NONE
+            },
+            ..outage(OutageMode::Error)
+        },
+        1,
+    );
+    assert!(bad.duplicated > 0, "{bad}");
+    assert!(!bad.is_valid());
+}
+
+/// (b): a retry handler that ignores the breaker sends every due retry into the
+/// outage: the technical failures spend the re-send budget (FAILED/TECHNICAL_EXHAUSTED
+/// because of the outage). The design that pauses passes the same run.
+#[test]
+fn ignoring_the_breaker_fails_transactions_because_of_the_outage() {
+    let c = SimConfig {
+        technical_resend_max: 3,
+        ..outage(OutageMode::Error)
+    };
+    valid(&simulate(&c, 3));
+    let bad = simulate(
+        &SimConfig {
+            flaws: Flaws {
+                ignores_breaker: true,
+                ..Flaws::NONE
+            },
+            ..c
+        },
+        3,
+    );
+    println!("{bad}");
+    assert!(bad.failed_by_outage > 0, "{bad}");
+    assert!(bad
+        .violations()
+        .iter()
+        .any(|(n, _)| *n == "failed-by-outage"));
+}
+
+/// (d): a retry handler that lets probes out without writing them on the breaker
+/// sends every paused retry that resumes in a HALF_OPEN round (a silent service
+/// keeps the breaker HALF_OPEN: its probes' deadlines are held, not counted).
+#[test]
+fn uncounted_probes_exceed_the_round_bound() {
+    // Retries due during the outage: a one-minute backoff.
+    let c = SimConfig {
+        backoff_base_ms: 60_000,
+        backoff_cap_ms: 600_000,
+        ..silent()
+    };
+    let good = simulate(&c, 5);
+    assert!(good.max_probes_per_round <= good.probe_limit, "{good}");
+    let bad = simulate(
+        &SimConfig {
+            count_probes: false,
+            ..c
+        },
+        5,
+    );
+    assert!(bad.max_probes_per_round > bad.probe_limit, "{bad}");
+    assert!(bad
+        .violations()
+        .iter()
+        .any(|(n, _)| *n == "probes-exceeded"));
+}
+
+/// (e): without pacing the resumed retries leave faster than the limit once the
+/// breaker closes.
+#[test]
+fn without_pacing_the_reopening_exceeds_the_rate_limit() {
+    let c = SimConfig {
+        rate_limit: 1,
+        retry_concurrency: 1,
+        ..outage(OutageMode::Error)
+    };
+    let paced = simulate(&c, 4);
+    assert!(paced.peak_after_reopening <= 1, "{paced}");
+    let bad = simulate(&SimConfig { pacing: false, ..c }, 4);
+    assert!(bad.peak_after_reopening > 1, "{bad}");
+    assert!(bad
+        .violations()
+        .iter()
+        .any(|(n, _)| *n == "rate-limit-exceeded-at-reopening"));
+}
+
+#[test]
+fn outage_windows_parse_with_named_errors() {
+    assert_eq!(
+        Outage::parse("1200+600"),
+        Ok(Outage {
+            start_ms: 1_200_000,
+            duration_ms: 600_000
+        })
+    );
+    for bad in ["1200", "a+1", "10+0", "-1+5"] {
+        let e = Outage::parse(bad).unwrap_err();
+        assert!(e.contains("--outage") && e.contains(bad), "{e}");
+    }
+}
