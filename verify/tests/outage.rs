@@ -8,10 +8,10 @@ use verify::sim::{simulate, Outage, OutageMode, Report, SimConfig};
 use verify::Flaws;
 
 /// 4,000 transactions arriving over an hour, the service down from minute 20 to
-/// minute 40, every other fault on — except concurrent deliveries of one retry event
-/// (duplicate deliveries, double fires): while the breaker holds them they re-pause
-/// each other's cycle until a run gives up (docs/verification.md, "Outage windows").
-/// The outage is the only technical failure.
+/// minute 40, every other fault on but concurrent deliveries of one retry event
+/// (duplicate deliveries, double fires), so that the probe accounting below sees
+/// each round's probes alone; the runs with every fault on are in
+/// docs/verification.md ("Outage windows"). The outage is the only technical failure.
 fn outage(mode: OutageMode) -> SimConfig {
     SimConfig {
         transactions: 4_000,

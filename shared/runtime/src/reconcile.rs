@@ -92,9 +92,6 @@ pub struct Report {
     pub undecodable: u64,
     /// True when the run stopped at the item bound with work left.
     pub truncated: bool,
-    /// Requests published again as a half-open round's probes: their deadline passed
-    /// while the breaker was not closed, so it is not the breaker's signal.
-    pub probes: u64,
 }
 
 impl Report {
@@ -226,7 +223,7 @@ where
         }
         let taken = u32::try_from(page.records.len() + page.undecodable.len()).unwrap_or(u32::MAX);
         remaining = remaining.saturating_sub(taken);
-        let verdicts: Vec<(Status, String, Verdict, bool)> = futures::stream::iter(page.records)
+        let verdicts: Vec<(Status, String, Verdict)> = futures::stream::iter(page.records)
             .map(|record: TransactionRecord| {
                 let ctx = &ctx;
                 async move {
@@ -250,7 +247,7 @@ where
                             }
                             _ => (None, false),
                         };
-                        let ctx = ctx.clone().with_hold(hold);
+                        let ctx = ctx.clone().with_hold(hold).with_probe(probe);
                         let driven = drive(
                             Input::Reconcile(record),
                             ports,
@@ -259,7 +256,7 @@ where
                             &mut run_all,
                         )
                         .await;
-                        (status, id, verdict(&driven, metrics), probe)
+                        (status, id, verdict(&driven, metrics))
                     }
                     .instrument(span)
                     .await
@@ -268,11 +265,8 @@ where
             .buffer_unordered(limits.concurrency.max(1))
             .collect()
             .await;
-        for (status, id, v, probe) in verdicts {
+        for (status, id, v) in verdicts {
             report.examined += 1;
-            if probe && v == Verdict::Done(Ack::ReconcilerRepublished) {
-                report.probes += 1;
-            }
             metrics.incr(names::RECONCILE_EXAMINED);
             let act = Action::of(&v);
             if act == Action::Parked {
@@ -333,9 +327,8 @@ impl Report {
     /// The answer deadlines this run saw fire (a request published again or
     /// abandoned), as the breaker counts them: not those published again as probes.
     pub fn deadlines_fired(&self) -> Tally {
-        let fired = (self.count(Status::InProgress, Action::Done(Ack::ReconcilerRepublished))
-            + self.count(Status::InProgress, Action::Done(Ack::Unanswered)))
-        .saturating_sub(self.probes);
+        let fired = self.count(Status::InProgress, Action::Done(Ack::ReconcilerRepublished))
+            + self.count(Status::InProgress, Action::Done(Ack::Unanswered));
         Tally {
             deadlines: u32::try_from(fired).unwrap_or(u32::MAX),
             ..Tally::default()
@@ -453,10 +446,16 @@ mod tests {
                 ..Tally::default()
             }
         );
-        r.probes = 1;
+        let mut probed = r.clone();
+        *probed
+            .actions
+            .entry(Status::InProgress)
+            .or_default()
+            .entry(Action::Done(Ack::ReconcilerProbed))
+            .or_default() += 6;
         assert_eq!(
-            r.deadlines_fired().deadlines,
-            3,
+            probed.deadlines_fired().deadlines,
+            4,
             "a probe is not a deadline"
         );
     }

@@ -374,7 +374,8 @@ async fn the_technical_error_event_files_through_the_response_handler() {
 /// batch of two ERROR answers opens it (min 2 answers, half of them technical); the
 /// retry events of the two re-sends, due while it is open, are paused — each cycle
 /// opened again for the same attempt under a schedule of its own, at the end of the
-/// cool-down or later, nothing published, nothing consumed; once the cool-down is
+/// cool-down or later, nothing published, nothing consumed; a copy of an event
+/// arriving before its paused cycle is due changes nothing; once the cool-down is
 /// over, a retry event is a probe and goes out; its SUCCESS closes the breaker.
 #[tokio::test]
 async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
@@ -384,7 +385,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     }
     let settings = domain::breaker::BreakerSettings {
         min_calls: 2,
-        cooldown: Duration::from_secs(30),
+        cooldown: Duration::from_secs(300),
         probes: 1,
         ..domain::breaker::BreakerSettings::default()
     };
@@ -428,6 +429,8 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
         }))
         .unwrap()
     };
+    // The re-sends come due (the service asked 120 s for one), the breaker still open.
+    w.advance(Duration::from_secs(130));
     for tx in ["TX-100600", "TX-100700"] {
         let m = Metrics::new("DeferredRetry", "retry-handler");
         let r = handler_b.handle_event(retry_of(tx), &m).await.unwrap();
@@ -456,9 +459,24 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
         );
     }
     assert_eq!(w.keys().len(), published, "nothing published while open");
+    // A copy of the event before its paused cycle is due: nothing changes.
+    let before = w.record("TX-100600");
+    let m = Metrics::new("DeferredRetry", "retry-handler");
+    handler_b
+        .handle_event(retry_of("TX-100600"), &m)
+        .await
+        .unwrap();
+    assert_eq!(m.count("AckAlreadyHandled"), 1, "{:?}", m.snapshot());
+    assert_eq!(w.record("TX-100600"), before);
 
-    // The cool-down is over: the next retry event is the round's one probe.
-    w.set_time(until.plus_millis(10_000));
+    // The cool-down is over and the paused cycles are due: the next retry event is
+    // the round's one probe.
+    let due = ["TX-100600", "TX-100700"]
+        .iter()
+        .filter_map(|tx| w.record(tx).next_fire_at)
+        .max()
+        .unwrap();
+    w.set_time(due.max(until).plus_millis(1_000));
     let m = Metrics::new("DeferredRetry", "retry-handler");
     handler_b
         .handle_event(retry_of("TX-100600"), &m)
@@ -500,8 +518,9 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
 /// A silent outage with nothing left to retry: the breaker is OPEN past its
 /// cool-down and the only requests in flight are unanswered. The reconciler's
 /// republishes ask the breaker like the retry handler's requests: the first is the
-/// half-open round's probe and goes out, the rest wait for the next round (their
-/// deadlines move, no republish spent) — so the breaker is probed, and closes when
+/// half-open round's probe and goes out (spending no republish: it tests the service
+/// for everyone), the rest wait for the next round (their deadlines move, no
+/// republish spent) — so the breaker is probed, and closes when
 /// the service answers, even though no retry comes due.
 #[tokio::test]
 async fn unanswered_requests_probe_an_open_breaker() {
@@ -555,11 +574,11 @@ async fn unanswered_requests_probe_an_open_breaker() {
         Status::InProgress,
         runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerHeld),
     );
-    let republished = report.count(
+    let probed = report.count(
         Status::InProgress,
-        runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerRepublished),
+        runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerProbed),
     );
-    assert_eq!((republished, held), (1, 1), "{report:?}");
+    assert_eq!((probed, held), (1, 1), "{report:?}");
     assert_eq!(w.keys().len(), published + 1, "one probe went out");
     assert_eq!(shared.breaker().state.name(), "HALF_OPEN");
     let waiting: Vec<_> = ["TX-100600", "TX-100700"]
@@ -569,6 +588,13 @@ async fn unanswered_requests_probe_an_open_breaker() {
         .collect();
     assert_eq!(waiting.len(), 1);
     assert_eq!(waiting[0].republishes, 0, "the held one spent no republish");
+    let probe: Vec<_> = ["TX-100600", "TX-100700"]
+        .iter()
+        .map(|tx| w.record(tx))
+        .filter(|r| r.last_reason.as_deref() == Some("BREAKER_PROBE"))
+        .collect();
+    assert_eq!(probe.len(), 1);
+    assert_eq!(probe[0].republishes, 0, "nor did the probe");
 }
 
 /// Every file of `tests/events` is one the tests above send through the functions.

@@ -168,11 +168,8 @@ impl World<'_> {
         };
         self.report.reconciler_actions += 1;
         let now = ts(self.now);
-        let hold = match self.breaker.as_ref() {
-            Some(b) => b.held(self.now, &mut self.jitter),
-            None => None,
-        };
-        let ctx = self.ctx(now).with_hold(hold);
+        let (hold, probe) = self.reconcile_verdict(&first);
+        let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
         let tx = self.tx_of(&first.transaction_id).unwrap_or(0);
         let attempt = first.next_attempt.map(Attempt::get).unwrap_or(0);
         let run = Run::with_rules(
@@ -191,6 +188,7 @@ impl World<'_> {
             run,
             now,
             hold,
+            probe,
             backlog,
         });
     }

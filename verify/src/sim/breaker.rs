@@ -3,8 +3,9 @@
 //! One breaker item and its window's buckets, as the breaker's table holds them,
 //! moved only by the domain's rules ([`domain::breaker`]) the way the functions'
 //! gate moves them: the retry handler asks [`Breaker::admit`] for each retry event
-//! and pauses it until [`Breaker::resume_at`] when told to; the reconciler holds
-//! unanswered requests back while the breaker is not CLOSED; the response handler
+//! and pauses it until [`Breaker::resume_at`] when told to; the reconciler asks the
+//! same before publishing an unanswered request again (let out, it may be a probe;
+//! held, its deadline moves); the response handler
 //! counts each answer and the reconciler each answer deadline that fired, and the
 //! breaker moves with [`Breaker::observe_batch`] when [`Breaker::may_change`] says
 //! the batch may move it. The store is one item read fresh by every decision (no
@@ -107,27 +108,30 @@ impl SimBreaker {
         count_probes: bool,
         rng: &mut dyn RandomSource,
     ) -> Option<Hold> {
+        self.admission(now, count_probes, rng).0
+    }
+
+    /// [`Self::hold`], and whether the request let out is a half-open round's probe.
+    pub(super) fn admission(
+        &mut self,
+        now: i64,
+        count_probes: bool,
+        rng: &mut dyn RandomSource,
+    ) -> (Option<Hold>, bool) {
         let (admission, next, change) = self.item.admit(ts(now), &self.settings);
         if count_probes || change != Some(Change::ProbeAdmitted) {
             self.moved(next, change, now);
         }
         match admission {
-            Admission::Send | Admission::Probe => None,
-            Admission::Pause { .. } => Some(Hold {
-                until: self.item.resume_at(ts(now), &self.settings, rng),
-                state: self.item.state,
-            }),
-        }
-    }
-
-    /// The reconciler's view at `now`: anything but CLOSED holds requests back.
-    pub(super) fn held(&self, now: i64, rng: &mut dyn RandomSource) -> Option<Hold> {
-        match self.item.state {
-            BreakerState::Closed => None,
-            state => Some(Hold {
-                until: self.item.resume_at(ts(now), &self.settings, rng),
-                state,
-            }),
+            Admission::Send => (None, false),
+            Admission::Probe => (None, true),
+            Admission::Pause { .. } => (
+                Some(Hold {
+                    until: self.item.resume_at(ts(now), &self.settings, rng),
+                    state: self.item.state,
+                }),
+                false,
+            ),
         }
     }
 

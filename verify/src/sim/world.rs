@@ -48,6 +48,9 @@ pub(super) struct Proc {
     pub(super) now: Timestamp,
     /// The circuit breaker's verdict this run decides with.
     pub(super) hold: Option<Hold>,
+    /// The reconciler's request went out as a half-open round's probe (its deadline
+    /// is not the breaker's signal).
+    pub(super) probe: bool,
     /// Records the reconciler still has to act on in this invocation.
     pub(super) backlog: VecDeque<TransactionRecord>,
 }
@@ -287,7 +290,7 @@ impl World<'_> {
             self.pacer[p.worker] = self.now + (1000 + rate - 1) / rate;
         }
         let observed = self.perform(&p, &effect);
-        let ctx = self.ctx(p.now).with_hold(p.hold);
+        let ctx = self.ctx(p.now).with_hold(p.hold).with_probe(p.probe);
         if p.run.observe(observed, &ctx, &mut self.jitter).is_err() {
             self.report.count(Violation::ImpossibleObservation);
             self.finish(pid, p, None);
@@ -331,7 +334,8 @@ impl World<'_> {
         if let (
             Some(Disposition::Ack(Ack::ReconcilerRepublished | Ack::Unanswered)),
             Kind::Reconciler,
-        ) = (&done, p.kind)
+            false,
+        ) = (&done, p.kind, p.probe)
         {
             self.deadline_fired();
         }
@@ -404,7 +408,9 @@ impl World<'_> {
                     Some(rec) => {
                         self.report.reconciler_actions += 1;
                         let now = ts(self.now);
-                        let ctx = self.ctx(now).with_hold(p.hold);
+                        let (hold, probe) = self.reconcile_verdict(&rec);
+                        (p.hold, p.probe) = (hold, probe);
+                        let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
                         p.tx = self.tx_of(&rec.transaction_id).unwrap_or(0);
                         p.attempt = rec.next_attempt.map(Attempt::get).unwrap_or(0);
                         p.run = Run::with_rules(
@@ -515,6 +521,7 @@ impl World<'_> {
                 run,
                 now,
                 hold,
+                probe: false,
                 backlog: VecDeque::new(),
             });
         }
@@ -542,6 +549,24 @@ impl World<'_> {
                 None
             }
             _ => None,
+        }
+    }
+
+    /// What the breaker says about a record the reconciler is about to act on: only an
+    /// unanswered request past its deadline asks (it would go out again), as the
+    /// functions' reconciler does; `true`: let out as a probe.
+    pub(super) fn reconcile_verdict(&mut self, rec: &TransactionRecord) -> (Option<Hold>, bool) {
+        let now = self.now;
+        let ctx = self.ctx(ts(now));
+        let count_probes = self.cfg.count_probes;
+        match self.breaker.as_mut() {
+            Some(b)
+                if rec.status == domain::Status::InProgress
+                    && domain::decide::is_stuck(rec, &ctx) =>
+            {
+                b.admission(now, count_probes, &mut self.jitter)
+            }
+            _ => (None, false),
         }
     }
 
@@ -587,6 +612,7 @@ impl World<'_> {
             run: run.clone(),
             now,
             hold: None,
+            probe: false,
             backlog: VecDeque::new(),
         };
         while let Step::Perform(e) = run.step() {

@@ -67,6 +67,9 @@ pub struct Context {
     /// The circuit breaker holds requests back (its admission paused them): no
     /// request goes out now; retry cycles and answer deadlines wait until then.
     pub hold: Option<Hold>,
+    /// The breaker lets this request out as a half-open round's probe: it tests the
+    /// service for everyone, so it spends nothing of the transaction's own.
+    pub probe: bool,
 }
 
 /// A pause of the circuit breaker, as a decision sees it: requests wait until
@@ -104,6 +107,7 @@ impl Context {
             technical_policy: RetryPolicy::technical_default(),
             operator: None,
             hold: None,
+            probe: false,
         }
     }
 
@@ -130,6 +134,12 @@ impl Context {
     /// out).
     pub fn with_hold(mut self, hold: Option<Hold>) -> Self {
         self.hold = hold;
+        self
+    }
+
+    /// The same context, the request let out as the breaker's probe (`true`) or not.
+    pub fn with_probe(mut self, probe: bool) -> Self {
+        self.probe = probe;
         self
     }
 
@@ -297,10 +307,13 @@ pub enum Ack {
     /// A request the breaker held back, published again (same key) once it let
     /// requests out: not a fresh deadline for the breaker.
     ReconcilerRepublishedAfterHold,
+    /// An unanswered request published again (same key) as the breaker's half-open
+    /// probe: its republish count untouched, its deadline not the breaker's signal.
+    ReconcilerProbed,
 }
 
 impl Ack {
-    pub const ALL: [Ack; 20] = [
+    pub const ALL: [Ack; 21] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
@@ -321,6 +334,7 @@ impl Ack {
         Ack::Paused,
         Ack::ReconcilerHeld,
         Ack::ReconcilerRepublishedAfterHold,
+        Ack::ReconcilerProbed,
     ];
 
     /// The kebab-case name (as serialized): `already-handled`.
@@ -346,6 +360,7 @@ impl Ack {
             Ack::Paused => "paused",
             Ack::ReconcilerHeld => "reconciler-held",
             Ack::ReconcilerRepublishedAfterHold => "reconciler-republished-after-hold",
+            Ack::ReconcilerProbed => "reconciler-probed",
         }
     }
 }

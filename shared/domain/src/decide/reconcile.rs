@@ -143,6 +143,25 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         w.set.last_reason = Change::Set(hold.reason());
         return vec![Effect::Write(w), Effect::Ack(Ack::ReconcilerHeld)];
     }
+    // Let out as the breaker's probe: the request tests the service for everyone, so
+    // it goes out again without spending a republish (a silent outage would otherwise
+    // spend the budgets of the transactions its probes happen to pick), and its
+    // reason says so, so that its own deadline is no fresh silence either.
+    if ctx.probe {
+        let mut w = guarded(REPUBLISHED);
+        let next_due = ctx.answer_due();
+        w.set.answer_due_at = Change::Set(next_due);
+        w.set.reconcile = Change::Set(watch_from(next_due));
+        w.set.last_reason = Change::Set(format!("{}PROBE", super::BREAKER_REASON_PREFIX));
+        return vec![
+            Effect::PublishRequest(RequestHeader {
+                transaction_id: id.clone(),
+                attempt: n,
+            }),
+            Effect::Write(w),
+            Effect::Ack(Ack::ReconcilerProbed),
+        ];
+    }
     if r.republishes < ctx.answer_republish_max {
         let mut w = guarded(REPUBLISHED);
         let next_due = ctx.answer_due();

@@ -1,6 +1,6 @@
 //! The retry handler (B), for a retry event `(id, m)`.
 
-use super::response::{confirm_scheduled, create_schedule, Cycle};
+use super::response::{confirm_scheduled, create_schedule, resume_scheduling, Cycle};
 use super::{Ack, Context, DropReason, Effect, Hold, Known, Plan, Rejection, RequestHeader};
 use crate::arrow;
 use crate::ids::{Attempt, ScheduleName, TransactionId};
@@ -56,8 +56,21 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                 };
             }
             if let Some(hold) = ctx.hold {
-                if PAUSE.from().contains(r.status) {
-                    return pause(id, m, (r.resends, r.pauses), hold, ctx);
+                // A cycle already waiting for a later instant (paused by another
+                // delivery of this event, or a backoff not yet due) is left to it: the
+                // breaker is asked again when it comes due. Pausing it once more would
+                // open a new cycle under every concurrent delivery's conditions, and
+                // they would keep re-pausing each other.
+                let waits = r.next_fire_at.is_some_and(|f| f > ctx.now);
+                match r.status {
+                    Status::Scheduling if waits => {
+                        return resume_scheduling(r, ctx, Actor::RetryHandler, Ack::Paused);
+                    }
+                    Status::Scheduled if waits => return vec![Effect::Ack(Ack::AlreadyHandled)],
+                    s if PAUSE.from().contains(s) => {
+                        return pause(id, m, (r.resends, r.pauses), hold, ctx);
+                    }
+                    _ => {}
                 }
             }
             match r.status {

@@ -771,10 +771,25 @@ fn all_cases() -> Vec<(String, Plan)> {
             Known::Record(r),
         );
     }
+    // The same cycles come due (their instant passed): paused.
+    for st in Status::INTERMEDIATE {
+        let mut due = rec_in(st, 2, 4);
+        due.next_fire_at = Some(at(-60));
+        push_held(
+            format!("retry m=3 / {} due", known_name(&Known::Record(&due))),
+            &Input::Retry(RetryEvent {
+                transaction_id: id(),
+                origin: Origin::RetryScheduler,
+                attempt: a(3),
+            }),
+            Known::Record(&due),
+        );
+    }
     let mut paused = rec_in(Status::Scheduled, 2, 4);
     paused.resends = 2;
     paused.pauses = 2;
     paused.last_reason = Some("BREAKER_OPEN".into());
+    paused.next_fire_at = Some(at(-1));
     push_held(
         "retry m=3 / SCHEDULED c=2 max=4 resends=2 pauses=2".into(),
         &Input::Retry(RetryEvent {
@@ -802,6 +817,19 @@ fn all_cases() -> Vec<(String, Plan)> {
         &answer(2, Outcome::Error, Some("HTTP_503"), None),
         Known::Record(&rounds),
     );
+    // Let out as the breaker's probe (half-open): republished without spending.
+    let probing = ctx.clone().with_probe(true);
+    let plan = decide(
+        &Input::Reconcile(unanswered.clone()),
+        Known::Record(&unanswered),
+        None,
+        &probing,
+        &mut FixedRandom(0.5),
+    );
+    out.push((
+        "probe: reconcile IN_PROGRESS past deadline rp=1 / current".into(),
+        plan,
+    ));
     out
 }
 
@@ -2671,19 +2699,15 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "held: retry m=3 / SCHEDULING c=2 max=4",
         &[
-            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
+            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
     ),
     (
         "held: retry m=3 / SCHEDULED c=2 max=4",
         &[
-            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
-            "ack Paused",
+            "ack AlreadyHandled",
         ],
     ),
     (
@@ -2722,19 +2746,15 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "held: retry m=2 / SCHEDULING c=2 max=4 resend=1",
         &[
-            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=1 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.2 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=2 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-2.2 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 rs=2 -> SCHEDULED due=- by=retry-handler",
+            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
     ),
     (
         "held: retry m=2 / SCHEDULED c=2 max=4 resend=1",
         &[
-            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=1 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.2 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=2 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-2.2 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
-            "write ScheduleConfirmed if SCHEDULING n=2 rs=2 -> SCHEDULED due=- by=retry-handler",
-            "ack Paused",
+            "ack AlreadyHandled",
         ],
     ),
     (
@@ -2743,6 +2763,33 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=1 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.2 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=2 ps=1 by=retry-handler",
             "create-schedule retry-TX-100200-2.2 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING n=2 rs=2 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=3 / SCHEDULING c=2 max=4 due",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=3 / SCHEDULED c=2 max=4 due",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
+            "ack Paused",
+        ],
+    ),
+    (
+        "held: retry m=3 / SENDING c=2 max=4 due",
+        &[
+            "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
     ),
@@ -2769,6 +2816,14 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "create-schedule retry-TX-100200-2.24 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=24 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
+        ],
+    ),
+    (
+        "probe: reconcile IN_PROGRESS past deadline rp=1 / current",
+        &[
+            "publish-request TX-100200#2",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS reason=BREAKER_PROBE rk=CYCLE#5@T0+1200s due=T0+1800s by=reconciler",
+            "ack ReconcilerProbed",
         ],
     ),
 ];
