@@ -192,6 +192,9 @@ impl DemoPlan {
             CliError::require_url("--moto-endpoint", e, " of a running moto server")?;
         }
         stack.moto_endpoint = a.moto_endpoint.clone();
+        // One moto server per service, unless the stack is kept for the CLI, which
+        // `--keep` points at one endpoint.
+        stack.split_services = !a.keep;
         let reconcile_threshold = a.reconcile_threshold.unwrap_or_else(|| {
             demo_threshold(
                 a.transactions,
@@ -809,7 +812,7 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
         s = Stack::start(plan.stack.clone()) => s?,
         _ = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
     };
-    eprintln!("demo: local stack up at {}", stack.endpoint);
+    eprintln!("demo: local stack up at {}", stack.endpoints);
     if let (Some(c), Some(p)) = (&plan.chaos, &stack.proxy) {
         eprintln!(
             "demo: chaos profile {}, seed {}: the functions call AWS through the fault proxy at {}",
