@@ -261,7 +261,15 @@ pub fn unique_prefix(tag: &str) -> String {
     format!("{tag}{}x{n}", std::process::id())
 }
 
-/// SDK configuration for a loopback endpoint: dummy credentials, region us-east-1.
+/// How long one attempt of a call to the local endpoint may take before it fails (and
+/// is retried): above SQS's longest long poll (20 s), so only a hung call hits it.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one call, retries included, may take before it fails.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// SDK configuration for a loopback endpoint: dummy credentials, region us-east-1, and
+/// [`ATTEMPT_TIMEOUT`] / [`OPERATION_TIMEOUT`] so a hung server fails a call instead of
+/// hanging its caller.
 pub async fn sdk_config(endpoint: &str) -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new(LOCAL_REGION))
@@ -269,8 +277,106 @@ pub async fn sdk_config(endpoint: &str) -> SdkConfig {
         .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
             "testing", "testing", None, None, "loopback",
         )))
+        .timeout_config(
+            aws_config::timeout::TimeoutConfig::builder()
+                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                .operation_timeout(OPERATION_TIMEOUT)
+                .build(),
+        )
         .load()
         .await
+}
+
+/// Where each AWS service of the stack is served. DynamoDB Streams reads the tables'
+/// own streams, so it is always DynamoDB's server; nothing else crosses services
+/// inside moto (the scheduler emulator, not moto, fires schedules, through SQS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// DynamoDB and DynamoDB Streams.
+    pub dynamodb: String,
+    pub sqs: String,
+    pub scheduler: String,
+}
+
+impl Endpoints {
+    /// Every service on one endpoint.
+    pub fn single(endpoint: &str) -> Self {
+        Self {
+            dynamodb: endpoint.to_owned(),
+            sqs: endpoint.to_owned(),
+            scheduler: endpoint.to_owned(),
+        }
+    }
+
+    /// Whether every service is on one endpoint.
+    pub fn is_single(&self) -> bool {
+        self.dynamodb == self.sqs && self.sqs == self.scheduler
+    }
+
+    /// The endpoint serving the SDK service id (`DynamoDB`, `DynamoDB Streams`,
+    /// `SQS`, `Scheduler`); any other service goes to DynamoDB's.
+    pub fn for_service(&self, service_id: &str) -> &str {
+        match service_id {
+            "SQS" => &self.sqs,
+            "Scheduler" => &self.scheduler,
+            _ => &self.dynamodb,
+        }
+    }
+
+    /// The environment that points the AWS SDK (and `retryctl`) at these endpoints:
+    /// `AWS_ENDPOINT_URL=…` alone, or one `AWS_ENDPOINT_URL_<SERVICE>=…` per service.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        if self.is_single() {
+            return vec![("AWS_ENDPOINT_URL", self.dynamodb.clone())];
+        }
+        vec![
+            ("AWS_ENDPOINT_URL_DYNAMODB", self.dynamodb.clone()),
+            ("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", self.dynamodb.clone()),
+            ("AWS_ENDPOINT_URL_SQS", self.sqs.clone()),
+            ("AWS_ENDPOINT_URL_SCHEDULER", self.scheduler.clone()),
+        ]
+    }
+}
+
+impl std::fmt::Display for Endpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_single() {
+            return f.write_str(&self.dynamodb);
+        }
+        write!(
+            f,
+            "DynamoDB {}, SQS {}, Scheduler {}",
+            self.dynamodb, self.sqs, self.scheduler
+        )
+    }
+}
+
+/// The per-service endpoints, as the SDK's clients ask for them.
+#[derive(Debug)]
+struct ServiceEndpoints(Endpoints);
+
+impl aws_types::service_config::LoadServiceConfig for ServiceEndpoints {
+    fn load_config(&self, key: aws_types::service_config::ServiceConfigKey<'_>) -> Option<String> {
+        (key.profile() == "endpoint_url").then(|| self.0.for_service(key.service_id()).to_owned())
+    }
+}
+
+/// [`sdk_config`] with each service on its own endpoint. Every client built from it
+/// calls its service's endpoint; [`SdkConfig::endpoint_url`] is DynamoDB's.
+pub async fn sdk_config_for(endpoints: &Endpoints) -> SdkConfig {
+    let base = sdk_config(&endpoints.dynamodb).await;
+    if endpoints.is_single() {
+        return base;
+    }
+    let mut builder = base.into_builder();
+    // Not client configuration: a client reads its service's endpoint first.
+    builder.insert_origin(
+        "endpoint_url",
+        aws_types::origin::Origin::shared_environment_variable(),
+    );
+    builder
+        .service_config(ServiceEndpoints(endpoints.clone()))
+        .build()
 }
 
 #[cfg(test)]

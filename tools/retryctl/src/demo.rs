@@ -243,6 +243,9 @@ impl DemoPlan {
             CliError::require_url("--moto-endpoint", e, " of a running moto server")?;
         }
         stack.moto_endpoint = a.moto_endpoint.clone();
+        // One moto server per service, unless the stack is kept for the CLI, which
+        // `--keep` points at one endpoint.
+        stack.split_services = !a.keep;
         let reconcile_threshold = a.reconcile_threshold.unwrap_or_else(|| {
             demo_threshold(
                 a.transactions,
@@ -948,7 +951,7 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
         s = Stack::start(plan.stack.clone()) => s?,
         _ = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
     };
-    eprintln!("demo: local stack up at {}", stack.endpoint);
+    eprintln!("demo: local stack up at {}", stack.endpoints);
     if let Some(o) = &plan.outage {
         eprintln!(
             "demo: outage of the external service from {:.0} s to {:.0} s of the run ({}); the breaker runs with {}",

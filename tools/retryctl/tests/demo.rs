@@ -172,8 +172,8 @@ async fn demo_flags_are_validated_naming_the_flag_and_value() {
     }
 }
 
-/// GIVEN a running demo WHEN it gets Ctrl-C (SIGINT) THEN it exits 130 and the moto
-/// server it started no longer answers.
+/// GIVEN a running demo WHEN it gets Ctrl-C (SIGINT) THEN it exits 130 and none of the
+/// moto servers it started (one per service) answers any more.
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_stops_everything_the_demo_started() {
     use tokio::io::{AsyncBufReadExt, BufReader};
@@ -194,11 +194,19 @@ async fn ctrl_c_stops_everything_the_demo_started() {
     })
     .await
     .unwrap();
-    let addr = endpoint.trim_start_matches("http://").to_owned();
-    assert!(
-        std::net::TcpStream::connect(&addr).is_ok(),
-        "moto answers while the demo runs"
-    );
+    // `DynamoDB http://…, SQS http://…, Scheduler http://…`
+    let addrs: Vec<String> = endpoint
+        .split("http://")
+        .skip(1)
+        .map(|a| a.split(',').next().unwrap_or(a).trim().to_owned())
+        .collect();
+    assert_eq!(addrs.len(), 3, "one moto server per service: {endpoint}");
+    for addr in &addrs {
+        assert!(
+            std::net::TcpStream::connect(addr).is_ok(),
+            "moto at {addr} answers while the demo runs"
+        );
+    }
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     let pid = child.id().unwrap().to_string();
     let killed = std::process::Command::new("kill")
@@ -211,15 +219,17 @@ async fn ctrl_c_stops_everything_the_demo_started() {
         .expect("the demo stops on Ctrl-C")
         .unwrap();
     assert_eq!(status.code(), Some(130));
-    let mut gone = false;
-    for _ in 0..50 {
-        if std::net::TcpStream::connect(&addr).is_err() {
-            gone = true;
-            break;
+    for addr in &addrs {
+        let mut gone = false;
+        for _ in 0..50 {
+            if std::net::TcpStream::connect(addr).is_err() {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(gone, "moto at {addr} still answers after the demo stopped");
     }
-    assert!(gone, "moto at {addr} still answers after the demo stopped");
 }
 
 /// The seed of today's chaos run: the days since the epoch (a new interleaving every

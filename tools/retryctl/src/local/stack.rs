@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use testkit::drain::{drain_into, StreamPosition};
 use testkit::faults::Faults;
-use testkit::moto::MotoServer;
+use testkit::moto::{Endpoints, MotoServer};
 use testkit::provision::Provisioned;
 use testkit::proxy::Proxy;
 use tokio::task::JoinHandle;
@@ -55,6 +55,10 @@ pub struct StackOptions {
     pub prefix: String,
     /// Use this moto endpoint instead of starting a server.
     pub moto_endpoint: Option<String>,
+    /// When the stack starts moto itself and injects no faults: one moto server per
+    /// service (DynamoDB with its streams, SQS, Scheduler) rather than one for all,
+    /// so the services' calls are answered in parallel.
+    pub split_services: bool,
     /// Function environment set on top of what the template sets (the demo compresses
     /// time: BACKOFF_*, RECONCILE_THRESHOLD_SECONDS, MAX_REQUESTS_PER_SECOND…).
     pub env: Vec<(&'static str, String)>,
@@ -95,6 +99,7 @@ impl StackOptions {
         Self {
             prefix: prefix.into(),
             moto_endpoint: None,
+            split_services: false,
             env: vec![],
             response_esm: EsmTuning {
                 batch_size: template::RESPONSE_BATCH_SIZE,
@@ -168,8 +173,12 @@ impl AuditStats {
 
 /// A running local stack. [`Stack::shutdown`] stops everything it started.
 pub struct Stack {
-    moto: Option<MotoServer>,
+    moto: Vec<MotoServer>,
+    /// The endpoint of every service when they share one; DynamoDB's when
+    /// [`StackOptions::split_services`] put each on its own (see `endpoints`).
     pub endpoint: String,
+    /// Where each service is served.
+    pub endpoints: Endpoints,
     pub sdk: aws_config::SdkConfig,
     /// What the functions and the workload's starts call AWS with: through the fault
     /// proxy when faults are injected, else the same as `sdk`.
@@ -236,17 +245,33 @@ impl Stack {
     /// Starts moto (unless an endpoint is given), provisions every resource and starts
     /// every component.
     pub async fn start(opts: StackOptions) -> Result<Stack, CliError> {
-        let (moto, endpoint) = match &opts.moto_endpoint {
-            Some(e) => (None, e.clone()),
+        let (moto, endpoints) = match &opts.moto_endpoint {
+            Some(e) => (vec![], Endpoints::single(e)),
+            None if opts.split_services && opts.faults.is_none() => {
+                let (d, q, s) = tokio::join!(
+                    MotoServer::launch(MotoServer::PROGRAM),
+                    MotoServer::launch(MotoServer::PROGRAM),
+                    MotoServer::launch(MotoServer::PROGRAM)
+                );
+                let aws = |e: testkit::moto::LocalError| CliError::Aws(e.to_string());
+                let servers = vec![d.map_err(aws)?, q.map_err(aws)?, s.map_err(aws)?];
+                let endpoints = Endpoints {
+                    dynamodb: servers[0].endpoint_url(),
+                    sqs: servers[1].endpoint_url(),
+                    scheduler: servers[2].endpoint_url(),
+                };
+                (servers, endpoints)
+            }
             None => {
                 let server = MotoServer::launch(MotoServer::PROGRAM)
                     .await
                     .map_err(|e| CliError::Aws(e.to_string()))?;
-                let e = server.endpoint_url();
-                (Some(server), e)
+                let e = Endpoints::single(&server.endpoint_url());
+                (vec![server], e)
             }
         };
-        let sdk = testkit::moto::sdk_config(&endpoint).await;
+        let endpoint = endpoints.dynamodb.clone();
+        let sdk = testkit::moto::sdk_config_for(&endpoints).await;
         let names = StackNames::new(&opts.prefix);
         let provisioned = testkit::provision::provision(&sdk, &names)
             .await
@@ -493,6 +518,7 @@ impl Stack {
         Ok(Stack {
             moto,
             endpoint,
+            endpoints,
             sdk,
             functions_sdk,
             proxy,
@@ -526,7 +552,7 @@ impl Stack {
         self.source.stop();
         let all = futures::future::join_all(self.tasks);
         let _ = tokio::time::timeout(Duration::from_secs(15), all).await;
-        if let Some(moto) = self.moto {
+        for moto in self.moto {
             moto.stop().await;
         }
     }

@@ -1,0 +1,83 @@
+//! Each service on its own moto server: a configuration from `sdk_config_for` sends
+//! every client to its service's server, and the environment it prints does the same
+//! for a configuration loaded from the environment.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
+
+use testkit::moto::{sdk_config, sdk_config_for, Endpoints, MotoServer};
+
+async fn queues(endpoint: &str) -> Vec<String> {
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config(endpoint).await);
+    sqs.list_queues()
+        .send()
+        .await
+        .unwrap()
+        .queue_urls()
+        .to_vec()
+}
+
+async fn tables(endpoint: &str) -> Vec<String> {
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config(endpoint).await);
+    ddb.list_tables()
+        .send()
+        .await
+        .unwrap()
+        .table_names()
+        .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_client_calls_its_own_server() {
+    let (a, b) = tokio::join!(
+        MotoServer::launch(MotoServer::PROGRAM),
+        MotoServer::launch(MotoServer::PROGRAM)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let endpoints = Endpoints {
+        dynamodb: a.endpoint_url(),
+        sqs: b.endpoint_url(),
+        scheduler: b.endpoint_url(),
+    };
+    assert!(!endpoints.is_single());
+    let sdk = sdk_config_for(&endpoints).await;
+    aws_sdk_sqs::Client::new(&sdk)
+        .create_queue()
+        .queue_name("split-q")
+        .send()
+        .await
+        .unwrap();
+    aws_sdk_dynamodb::Client::new(&sdk)
+        .create_table()
+        .table_name("split-t")
+        .attribute_definitions(
+            aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                .attribute_name("pk")
+                .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                .attribute_name("pk")
+                .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tables(&a.endpoint_url()).await, vec!["split-t".to_owned()]);
+    assert!(tables(&b.endpoint_url()).await.is_empty());
+    assert_eq!(queues(&b.endpoint_url()).await.len(), 1);
+    assert!(queues(&a.endpoint_url()).await.is_empty());
+
+    let env = endpoints.env();
+    assert!(env.contains(&("AWS_ENDPOINT_URL_SQS", b.endpoint_url())));
+    assert!(env.contains(&("AWS_ENDPOINT_URL_DYNAMODB_STREAMS", a.endpoint_url())));
+    assert_eq!(
+        Endpoints::single(&a.endpoint_url()).env(),
+        vec![("AWS_ENDPOINT_URL", a.endpoint_url())]
+    );
+    a.stop().await;
+    b.stop().await;
+}
