@@ -348,13 +348,18 @@ async fn a_silent_service_is_rescued_by_the_answer_deadline() {
     assert_eq!(r.reconciler["IN_PROGRESS/unanswered"], 3, "{text}");
 }
 
-/// An outage of a third of the run (every request answered ERROR): the breaker opens,
+/// An outage (every request answered ERROR for 20 s): the breaker opens,
 /// pauses the retries, closes after the outage; no transaction FAILED by it, every
 /// transaction used the attempts the service's script gives, and the rate after the
 /// close stays within the bound.
+///
+/// The retries that must meet the open breaker are those of the CANCELLED answers
+/// given in the 6 s before the outage: a backoff of 10–20 s makes them fire inside
+/// the window (the breaker opens about 3 s into it, once BREAKER_MIN_CALLS answers
+/// are in), whatever the machine's speed; a 1–4 s backoff fired them before it opened.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_outage_opens_the_breaker_and_fails_nothing() {
-    let args = demo_args(
+    let mut args = demo_args(
         "outage",
         &[
             "--transactions",
@@ -366,9 +371,11 @@ async fn an_outage_opens_the_breaker_and_fails_nothing() {
             "--submit-rate",
             "3",
             "--outage",
-            "4+16",
+            "6+20",
         ],
     );
+    args.backoff_base = 10.0;
+    args.backoff_cap = 20.0;
     let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
     let text = render(&r);
     let b = r.breaker.as_ref().expect("breaker section");
