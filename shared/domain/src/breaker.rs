@@ -296,6 +296,32 @@ pub enum Admission {
     Pause { until: Timestamp },
 }
 
+impl Admission {
+    /// What this admission means for the decision about one request, read against
+    /// the breaker as it stands after the admission: held until
+    /// [`Breaker::resume_at`], with the state that holds it (`Some(hold)`), or let
+    /// out (`None`) — `true` when it goes out as a half-open round's probe.
+    pub fn verdict(
+        self,
+        breaker: &Breaker,
+        now: Timestamp,
+        s: &BreakerSettings,
+        rng: &mut dyn RandomSource,
+    ) -> (Option<crate::decide::Hold>, bool) {
+        match self {
+            Admission::Send => (None, false),
+            Admission::Probe => (None, true),
+            Admission::Pause { .. } => (
+                Some(crate::decide::Hold {
+                    until: breaker.resume_at(now, s, rng),
+                    state: breaker.state,
+                }),
+                false,
+            ),
+        }
+    }
+}
+
 /// The breaker item: its state and a version for conditional writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Breaker {

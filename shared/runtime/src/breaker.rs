@@ -172,16 +172,6 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
         Ok(None)
     }
 
-    /// When a request paused at `now` should be due again (the domain's rule).
-    pub async fn resume_at(
-        &self,
-        now: Timestamp,
-        rng: &mut dyn domain::RandomSource,
-    ) -> Result<Timestamp, PortError> {
-        let read = self.view(now, false).await?;
-        Ok(read.breaker.resume_at(now, &self.settings, rng))
-    }
-
     /// The breaker as last read (the `BreakerState` gauge).
     pub async fn current(&self, now: Timestamp) -> Result<Breaker, PortError> {
         Ok(self.view(now, false).await?.breaker)
@@ -212,20 +202,12 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
         let result = async {
             let (admission, change) = self.admit(now).await?;
             count_change(change, metrics);
-            match admission {
-                Admission::Send => Ok((None, false)),
-                Admission::Probe => Ok((None, true)),
-                Admission::Pause { .. } => {
-                    let read = self.view(now, false).await?;
-                    Ok((
-                        Some(Hold {
-                            until: read.breaker.resume_at(now, &self.settings, rng),
-                            state: read.breaker.state,
-                        }),
-                        false,
-                    ))
-                }
-            }
+            // Read again only to hold: a request let out needs no more than the admission.
+            let breaker = match admission {
+                Admission::Pause { .. } => self.view(now, false).await?.breaker,
+                Admission::Send | Admission::Probe => Breaker::default(),
+            };
+            Ok(admission.verdict(&breaker, now, &self.settings, rng))
         }
         .await;
         result.unwrap_or_else(|e: PortError| {

@@ -12,7 +12,7 @@
 //! cache): the strictest reading of the functions' gate.
 
 use super::world::ts;
-use domain::breaker::{self, Admission, Breaker, BreakerSettings, BreakerState, Change, Tally};
+use domain::breaker::{self, Breaker, BreakerSettings, BreakerState, Change, Tally};
 use domain::decide::Hold;
 use domain::ids::Timestamp;
 use domain::RandomSource;
@@ -122,17 +122,7 @@ impl SimBreaker {
         if count_probes || change != Some(Change::ProbeAdmitted) {
             self.moved(next, change, now);
         }
-        match admission {
-            Admission::Send => (None, false),
-            Admission::Probe => (None, true),
-            Admission::Pause { .. } => (
-                Some(Hold {
-                    until: self.item.resume_at(ts(now), &self.settings, rng),
-                    state: self.item.state,
-                }),
-                false,
-            ),
-        }
+        admission.verdict(&self.item, ts(now), &self.settings, rng)
     }
 
     /// A batch's signals counted into the window at `now`, the breaker moved when

@@ -283,6 +283,31 @@ fn force_and_resume() {
     assert_eq!(b.state.gauge(), 2);
 }
 
+/// GIVEN each admission WHEN turned into a decision's verdict THEN a request let out
+/// is held by nothing (a probe says so), and a paused one is held until the breaker's
+/// resume instant, by the state the breaker is in.
+#[test]
+fn an_admission_becomes_a_hold_or_a_probe() {
+    let s = s();
+    let b = open(30_000, 30_000);
+    let mut r = FixedRandom(0.5);
+    assert_eq!(Admission::Send.verdict(&b, t(0), &s, &mut r), (None, false));
+    assert_eq!(Admission::Probe.verdict(&b, t(0), &s, &mut r), (None, true));
+    let (hold, probe) = Admission::Pause { until: t(30_000) }.verdict(&b, t(0), &s, &mut r);
+    assert!(!probe);
+    assert_eq!(
+        hold,
+        Some(crate::decide::Hold {
+            until: b.resume_at(t(0), &s, &mut FixedRandom(0.5)),
+            state: b.state,
+        })
+    );
+    assert_eq!(hold.map(|h| h.until), Some(t(45_000)));
+    let probing = half(0, 2, 10_000);
+    let (hold, _) = Admission::Pause { until: t(10_000) }.verdict(&probing, t(0), &s, &mut r);
+    assert_eq!(hold.map(|h| h.state), Some(probing.state));
+}
+
 /// GIVEN a batch's counts WHEN they stand for one signal THEN a failure wins over an
 /// answer; GIVEN each state WHEN asked whether a batch may change it THEN answers
 /// alone never make a CLOSED breaker read its window.

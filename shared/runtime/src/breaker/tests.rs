@@ -94,8 +94,19 @@ async fn an_outage_opens_pauses_probes_and_closes() {
     ));
     let (a, _) = g.admit(t(2_000)).await.unwrap();
     assert_eq!(a, Admission::Pause { until: t(31_000) });
-    let resume = g.resume_at(t(2_000), &mut FixedRandom(0.5)).await.unwrap();
-    assert_eq!(resume, t(46_000), "the probe instant plus half a cool-down");
+    let (hold, probe) = g
+        .admission(
+            t(2_000),
+            &mut FixedRandom(0.5),
+            &Metrics::new("test", "retry-handler"),
+        )
+        .await;
+    assert!(!probe);
+    assert_eq!(
+        hold.map(|h| h.until),
+        Some(t(46_000)),
+        "the probe instant plus half a cool-down"
+    );
     // More failures while OPEN: counted, nothing saved.
     let saves = g.store().calls().saves;
     assert_eq!(g.observe(&batch(0, 4), t(3_000)).await.unwrap(), None);
