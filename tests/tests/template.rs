@@ -1,7 +1,7 @@
 //! `template.yaml` against the code.
 //!
 //! - every function sets exactly the environment variables its config struct reads
-//!   (`aws::config::*Config::ENV_VARS`), no more, no fewer;
+//!   (`aws::config::*Config::env_vars()`), no more, no fewer;
 //! - tables (keys, attributes, the reconcile index, stream view, TTL, billing) and
 //!   queues (redrive, maxReceiveCount, visibility, retention) are the definitions
 //!   `testkit::provision` creates locally;
@@ -33,29 +33,32 @@ use testkit::provision::{queue_definitions, table_definitions, QueueDef, TableDe
 const SQS_DEFAULT_RETENTION_SECONDS: i64 = 345_600;
 
 /// The functions of the stack: binary name → (environment variables read, timeout).
-fn functions() -> BTreeMap<&'static str, (&'static [&'static str], u32)> {
+fn functions() -> BTreeMap<&'static str, (Vec<&'static str>, u32)> {
     BTreeMap::from([
         (
             "response-handler",
             (
-                ResponseHandlerConfig::ENV_VARS,
+                ResponseHandlerConfig::env_vars(),
                 timeouts::RESPONSE_HANDLER_SECONDS,
             ),
         ),
         (
             "retry-handler",
             (
-                RetryHandlerConfig::ENV_VARS,
+                RetryHandlerConfig::env_vars(),
                 timeouts::RETRY_HANDLER_SECONDS,
             ),
         ),
         (
             "reconciler",
-            (ReconcilerConfig::ENV_VARS, timeouts::RECONCILER_SECONDS),
+            (ReconcilerConfig::env_vars(), timeouts::RECONCILER_SECONDS),
         ),
         (
             "audit-writer",
-            (AuditWriterConfig::ENV_VARS, timeouts::AUDIT_WRITER_SECONDS),
+            (
+                AuditWriterConfig::env_vars(),
+                timeouts::AUDIT_WRITER_SECONDS,
+            ),
         ),
     ])
 }

@@ -1,7 +1,7 @@
 //! Configuration from the environment: the ONLY place that reads environment
 //! variables for the functions.
 //!
-//! One struct per function. Each lists every variable it reads in `ENV_VARS` (the
+//! One struct per function. Each lists every variable it reads in `env_vars()` (the
 //! template test compares these lists with `template.yaml`). Every value is parsed
 //! with an error naming the variable and the value. `from_env()` reads the process
 //! environment; `from_lookup(f)` reads through any lookup function (tests, the local
@@ -388,15 +388,10 @@ pub struct ResponseHandlerConfig {
 }
 
 impl ResponseHandlerConfig {
-    pub const ENV_VARS: &'static [&'static str] = &[
+    /// The variables it reads besides those of its parts ([`Self::env_vars`]).
+    const OWN_VARS: &'static [&'static str] = &[
         "TRANSACTIONS_TABLE",
         "RECONCILE_SHARDS",
-        "SCHEDULE_GROUP",
-        "RETRY_QUEUE_ARN",
-        "SCHEDULER_ROLE_ARN",
-        "SCHEDULER_DLQ_ARN",
-        "SCHEDULER_RETRY_ATTEMPTS",
-        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
         "BACKOFF_BASE_SECONDS",
         "BACKOFF_FACTOR",
         "BACKOFF_CAP_SECONDS",
@@ -409,18 +404,19 @@ impl ResponseHandlerConfig {
         "AUDIT_TABLE",
         "AUDIT_RETENTION_DAYS",
         "TECHNICAL_RESEND_MAX",
-        "BREAKER_TABLE",
-        "BREAKER_WINDOW_SECONDS",
-        "BREAKER_MIN_CALLS",
-        "BREAKER_FAILURE_RATIO",
-        "BREAKER_DEADLINE_BURST",
-        "BREAKER_COOLDOWN_SECONDS",
-        "BREAKER_COOLDOWN_MAX_SECONDS",
-        "BREAKER_PROBES",
-        "BREAKER_REFRESH_SECONDS",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
+
+    /// Every environment variable the function reads.
+    pub fn env_vars() -> Vec<&'static str> {
+        [
+            Self::OWN_VARS,
+            SchedulerSettings::ENV_VARS,
+            BreakerConfig::ENV_VARS,
+        ]
+        .concat()
+    }
 
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(&process_env)
@@ -472,7 +468,8 @@ pub struct RetryHandlerConfig {
 }
 
 impl RetryHandlerConfig {
-    pub const ENV_VARS: &'static [&'static str] = &[
+    /// The variables it reads besides those of its parts ([`Self::env_vars`]).
+    const OWN_VARS: &'static [&'static str] = &[
         "TRANSACTIONS_TABLE",
         "PAYLOADS_TABLE",
         "REQUEST_QUEUE_URL",
@@ -480,24 +477,19 @@ impl RetryHandlerConfig {
         "RECONCILE_SHARDS",
         "MAX_REQUESTS_PER_SECOND",
         "ANSWER_TIMEOUT_SECONDS",
-        "SCHEDULE_GROUP",
-        "RETRY_QUEUE_ARN",
-        "SCHEDULER_ROLE_ARN",
-        "SCHEDULER_DLQ_ARN",
-        "SCHEDULER_RETRY_ATTEMPTS",
-        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
-        "BREAKER_TABLE",
-        "BREAKER_WINDOW_SECONDS",
-        "BREAKER_MIN_CALLS",
-        "BREAKER_FAILURE_RATIO",
-        "BREAKER_DEADLINE_BURST",
-        "BREAKER_COOLDOWN_SECONDS",
-        "BREAKER_COOLDOWN_MAX_SECONDS",
-        "BREAKER_PROBES",
-        "BREAKER_REFRESH_SECONDS",
         "BATCH_CONCURRENCY",
         "METRICS_NAMESPACE",
     ];
+
+    /// Every environment variable the function reads.
+    pub fn env_vars() -> Vec<&'static str> {
+        [
+            Self::OWN_VARS,
+            SchedulerSettings::ENV_VARS,
+            BreakerConfig::ENV_VARS,
+        ]
+        .concat()
+    }
 
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(&process_env)
@@ -564,7 +556,8 @@ pub struct ReconcilerConfig {
 }
 
 impl ReconcilerConfig {
-    pub const ENV_VARS: &'static [&'static str] = &[
+    /// The variables it reads besides those of its parts ([`Self::env_vars`]).
+    const OWN_VARS: &'static [&'static str] = &[
         "TRANSACTIONS_TABLE",
         "PAYLOADS_TABLE",
         "RECONCILE_SHARDS",
@@ -573,25 +566,20 @@ impl ReconcilerConfig {
         "ANSWER_TIMEOUT_SECONDS",
         "ANSWER_REPUBLISH_MAX",
         "RECONCILE_REQUEUE_MAX",
-        "SCHEDULE_GROUP",
-        "RETRY_QUEUE_ARN",
-        "SCHEDULER_ROLE_ARN",
-        "SCHEDULER_DLQ_ARN",
-        "SCHEDULER_RETRY_ATTEMPTS",
-        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
         "RECONCILE_THRESHOLD_SECONDS",
         "RECONCILE_MAX_ITEMS",
-        "BREAKER_TABLE",
-        "BREAKER_WINDOW_SECONDS",
-        "BREAKER_MIN_CALLS",
-        "BREAKER_FAILURE_RATIO",
-        "BREAKER_DEADLINE_BURST",
-        "BREAKER_COOLDOWN_SECONDS",
-        "BREAKER_COOLDOWN_MAX_SECONDS",
-        "BREAKER_PROBES",
-        "BREAKER_REFRESH_SECONDS",
         "METRICS_NAMESPACE",
     ];
+
+    /// Every environment variable the function reads.
+    pub fn env_vars() -> Vec<&'static str> {
+        [
+            Self::OWN_VARS,
+            SchedulerSettings::ENV_VARS,
+            BreakerConfig::ENV_VARS,
+        ]
+        .concat()
+    }
 
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(&process_env)
@@ -640,8 +628,10 @@ pub struct AuditWriterConfig {
 }
 
 impl AuditWriterConfig {
-    pub const ENV_VARS: &'static [&'static str] =
-        &["AUDIT_TABLE", "AUDIT_RETENTION_DAYS", "METRICS_NAMESPACE"];
+    /// Every environment variable the function reads.
+    pub fn env_vars() -> Vec<&'static str> {
+        vec!["AUDIT_TABLE", "AUDIT_RETENTION_DAYS", "METRICS_NAMESPACE"]
+    }
 
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::from_lookup(&process_env)
@@ -893,25 +883,25 @@ mod tests {
             asked(&|l| {
                 ResponseHandlerConfig::from_lookup(l).unwrap();
             }),
-            sorted(ResponseHandlerConfig::ENV_VARS)
+            sorted(&ResponseHandlerConfig::env_vars())
         );
         assert_eq!(
             asked(&|l| {
                 RetryHandlerConfig::from_lookup(l).unwrap();
             }),
-            sorted(RetryHandlerConfig::ENV_VARS)
+            sorted(&RetryHandlerConfig::env_vars())
         );
         assert_eq!(
             asked(&|l| {
                 ReconcilerConfig::from_lookup(l).unwrap();
             }),
-            sorted(ReconcilerConfig::ENV_VARS)
+            sorted(&ReconcilerConfig::env_vars())
         );
         assert_eq!(
             asked(&|l| {
                 AuditWriterConfig::from_lookup(l).unwrap();
             }),
-            sorted(AuditWriterConfig::ENV_VARS)
+            sorted(&AuditWriterConfig::env_vars())
         );
     }
 
