@@ -247,15 +247,18 @@ where
                             }
                             _ => (None, false),
                         };
-                        let ctx = ctx.clone().with_hold(hold).with_probe(probe);
-                        let driven = drive(
-                            Input::Reconcile(record),
-                            ports,
-                            &ctx,
-                            &mut rng,
-                            &mut run_all,
-                        )
-                        .await;
+                        // A context of its own only for a request the breaker holds or
+                        // lets out as a probe; every other record shares the run's.
+                        let own;
+                        let ctx = if hold.is_some() || probe {
+                            own = ctx.clone().with_hold(hold).with_probe(probe);
+                            &own
+                        } else {
+                            ctx
+                        };
+                        let driven =
+                            drive(Input::Reconcile(record), ports, ctx, &mut rng, &mut run_all)
+                                .await;
                         (status, id, verdict(&driven, metrics))
                     }
                     .instrument(span)
