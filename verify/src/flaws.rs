@@ -31,6 +31,9 @@ pub struct Flaws {
     /// The retry handler ignores the circuit breaker: a retry due while the service is
     /// down is sent into it instead of paused.
     pub ignores_breaker: bool,
+    /// A pause by the breaker taken for an attempt made: the pause moves
+    /// `current_attempt` past the paused attempt, so an outage consumes attempts.
+    pub pause_consumes_attempt: bool,
 }
 
 impl Flaws {
@@ -42,10 +45,11 @@ impl Flaws {
         no_answer_deadline: false,
         technical_as_cancelled: false,
         ignores_breaker: false,
+        pause_consumes_attempt: false,
     };
 
     /// The known-bad designs by the names the command lines take.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 8] = [
         "retry-rejects-scheduling",
         "fire-time-at-create",
         "retry-discards-sending",
@@ -53,6 +57,7 @@ impl Flaws {
         "no-answer-deadline",
         "technical-as-cancelled",
         "ignores-breaker",
+        "pause-consumes-attempt",
     ];
 
     /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
@@ -66,6 +71,7 @@ impl Flaws {
             "no-answer-deadline" => &mut self.no_answer_deadline,
             "technical-as-cancelled" => &mut self.technical_as_cancelled,
             "ignores-breaker" => &mut self.ignores_breaker,
+            "pause-consumes-attempt" => &mut self.pause_consumes_attempt,
             _ => return false,
         };
         *flag = true;
@@ -141,6 +147,12 @@ impl Decide for Flaws {
             let Effect::Write(w) = effect else { continue };
             if self.attempts_from_zero {
                 w.guard.budget = None;
+            }
+            if self.pause_consumes_attempt && w.event() == Event::RetryPausedByBreaker {
+                w.set.current_attempt = w
+                    .guard
+                    .next_attempt
+                    .and_then(|m| domain::Attempt::new(m.get() + 1).ok());
             }
             if self.retry_rejects_scheduling && w.event() == Event::RetryEventAccepted {
                 if let Ok(narrow) = w.clone().only_from(&[Status::Scheduled]) {

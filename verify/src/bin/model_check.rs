@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use std::process::ExitCode;
-use verify::model::{check, Budgets, Scope, WITNESS};
+use verify::model::{check, Budgets, OutageMode, Scope, WITNESS};
 use verify::Flaws;
 
 /// Exhaustive model check of the deferred retry protocol.
@@ -39,9 +39,20 @@ struct Args {
     /// Answers ERROR (technical failures: the attempt is sent again) per execution.
     #[arg(long, default_value_t = 0)]
     technical_answers: u8,
+    /// One outage of the service, with the circuit breaker: `error` (it answers ERROR
+    /// while down) or `silent` (it takes requests without answering).
+    #[arg(long, value_parser = ["error", "silent"])]
+    outage: Option<String>,
+    /// With an outage: retry cycles per attempt explored (technical re-sends and
+    /// pauses), which bounds the outage's length.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// The breaker lets probes out without writing them (a broken gate).
+    #[arg(long)]
+    uncounted_probes: bool,
     /// Switch on a known-bad design: retry-rejects-scheduling, fire-time-at-create,
     /// retry-discards-sending, attempts-from-zero, no-answer-deadline,
-    /// technical-as-cancelled.
+    /// technical-as-cancelled, ignores-breaker, pause-consumes-attempt.
     #[arg(long)]
     flaw: Vec<String>,
     #[arg(long, default_value_t = 2)]
@@ -73,9 +84,16 @@ fn main() -> ExitCode {
             ticks: args.ticks,
             lost_messages: args.lost_messages,
             technical_answers: args.technical_answers,
+            outages: u8::from(args.outage.is_some()),
         },
         flaws,
         interleave: !args.ordered,
+        outage_mode: match args.outage.as_deref() {
+            Some("silent") => OutageMode::Silent,
+            _ => OutageMode::Error,
+        },
+        counts_probes: !args.uncounted_probes,
+        rounds: args.rounds,
     };
     println!("scope: {scope}");
     let report = check(scope, args.threads, false);

@@ -1,5 +1,6 @@
 //! What can happen next in a state, and the properties checked on every state.
 
+use super::breaker::{BreakerViolation, OutageMode};
 use super::step::ProtocolModel;
 use super::world::{Action, Firing, Held, Kind, State};
 use domain::ids::Attempt;
@@ -10,7 +11,7 @@ use testkit::oracle::{self, Violation};
 
 impl ProtocolModel {
     /// The properties checked on every reachable state.
-    pub const SAFETY: [&'static str; 14] = [
+    pub const SAFETY: [&'static str; 18] = [
         Violation::DuplicateAccepted.guarantee(),
         Violation::RetryWithoutCancellation.guarantee(),
         Violation::ExceededMaxAttempts.guarantee(),
@@ -25,6 +26,10 @@ impl ProtocolModel {
         Violation::ImpossibleObservation.guarantee(),
         Violation::PendingRetryDropped.guarantee(),
         "a technical failure never consumes an attempt: every attempt after the first follows one the service answered CANCELLED",
+        BreakerViolation::PauseChangedAttempt.guarantee(),
+        BreakerViolation::HeldRequestSent.guarantee(),
+        BreakerViolation::ProbesExceeded.guarantee(),
+        "an outage ends no transaction FAILED (TECHNICAL_EXHAUSTED or UNANSWERED) when it is the scope's only technical failure",
     ];
 }
 
@@ -60,7 +65,7 @@ impl Model for ProtocolModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if !s.violations.is_empty() {
+        if !s.violations.is_empty() || !s.breaker_violations.is_empty() {
             return; // a counterexample ends here
         }
         let b = s.budgets;
@@ -81,6 +86,16 @@ impl Model for ProtocolModel {
         }
         for (&(tx, attempt), answer) in s.service.accepted() {
             match answer {
+                // Down: ERROR to every attempt, or silence.
+                None if s.down => {
+                    if self.scope.outage_mode == OutageMode::Error {
+                        actions.push(Action::ServiceAnswer {
+                            tx,
+                            attempt,
+                            outcome: Outcome::Error,
+                        });
+                    }
+                }
                 None => {
                     if b.technical_answers > 0 {
                         actions.push(Action::ServiceAnswer {
@@ -173,18 +188,26 @@ impl Model for ProtocolModel {
         if b.ticks > 0 {
             actions.push(Action::Tick);
         }
+        if s.down {
+            actions.push(Action::OutageEnds);
+        } else if b.outages > 0 {
+            actions.push(Action::OutageStarts);
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         if !self.scope.interleave {
-            let Some(tx) = Self::action_tx(last, &action) else {
-                return Some(self.apply(last, &action));
-            };
-            if (0..tx).any(|j| !Self::tx_final(last, j)) {
-                return None;
+            if let Some(tx) = Self::action_tx(last, &action) {
+                if (0..tx).any(|j| !Self::tx_final(last, j)) {
+                    return None;
+                }
             }
         }
-        Some(self.apply(last, &action))
+        let next = self.apply(last, &action);
+        // The outage's length bound: executions past it are not explored.
+        let beyond =
+            self.scope.breaker() && next.records.iter().any(|r| r.resends > self.scope.rounds);
+        (!beyond).then_some(next)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -249,6 +272,34 @@ impl Model for ProtocolModel {
                     consumed as usize <= s.service.cancelled_attempts(&tx)
                 })
             }),
+            Property::always(p[14], |_, s: &State| {
+                !s.breaker_violations
+                    .contains(&BreakerViolation::PauseChangedAttempt)
+            }),
+            Property::always(p[15], |_, s: &State| {
+                !s.breaker_violations
+                    .contains(&BreakerViolation::HeldRequestSent)
+            }),
+            Property::always(p[16], |_, s: &State| {
+                !s.breaker_violations
+                    .contains(&BreakerViolation::ProbesExceeded)
+            }),
+            Property::always(p[17], |m: &ProtocolModel, s: &State| {
+                let f = m.scope.faults;
+                let outages_only =
+                    m.scope.breaker() && f.technical_answers == 0 && f.lost_messages == 0;
+                !outages_only
+                    || !s.records.iter().any(|r| {
+                        r.status == Status::Failed
+                            && matches!(
+                                r.last_reason.as_deref(),
+                                Some(
+                                    domain::decide::TECHNICAL_EXHAUSTED_REASON
+                                        | domain::decide::UNANSWERED_REASON
+                                )
+                            )
+                    })
+            }),
             // Witnesses: the exploration reaches the situations the guarantees are about.
             Property::sometimes(WITNESS[0], |_, s: &State| {
                 s.records.iter().any(|r| {
@@ -310,12 +361,25 @@ impl Model for ProtocolModel {
                             == Some(domain::decide::TECHNICAL_EXHAUSTED_REASON)
                 })
             }),
+            Property::sometimes(WITNESS[10], |_, s: &State| {
+                s.records
+                    .iter()
+                    .any(|r| r.status == Status::Succeeded && r.pauses > 0)
+            }),
+            Property::sometimes(WITNESS[11], |_, s: &State| {
+                s.breaker.as_ref().is_some_and(|b| !b.probes.is_empty())
+            }),
+            Property::sometimes(WITNESS[12], |_, s: &State| {
+                s.records.iter().any(|r| {
+                    r.status == Status::Scheduled && r.pauses > 0 && r.current_attempt.get() == 1
+                })
+            }),
         ]
     }
 }
 
 /// Situations the exploration must reach (otherwise the check would prove little).
-pub const WITNESS: [&str; 10] = [
+pub const WITNESS: [&str; 13] = [
     "a transaction fails after exhausting its attempts",
     "a transaction succeeds on a retry",
     "the retry event overtakes the response handler (arrives while SCHEDULING)",
@@ -326,4 +390,7 @@ pub const WITNESS: [&str; 10] = [
     "the reconciler acts on a SCHEDULING transaction",
     "a transaction succeeds after a technical re-send",
     "a transaction ends FAILED with its technical re-sends spent",
+    "a transaction succeeds after the breaker paused its retry",
+    "a request goes out as the breaker's HALF_OPEN probe",
+    "the breaker paused the re-send of attempt 1 (the attempt kept)",
 ];

@@ -23,6 +23,7 @@
 //! Faults are bounded by budgets ([`Scope`]) so the state space is finite; within those
 //! budgets every interleaving is explored.
 
+mod breaker;
 mod explore;
 mod report;
 mod scope;
@@ -30,6 +31,9 @@ mod script;
 mod step;
 mod world;
 
+pub use breaker::{
+    settings as breaker_settings, BreakerViolation, ModelBreaker, OutageMode, Verdict,
+};
 pub use explore::WITNESS;
 pub use report::{check, CheckReport};
 pub use scope::{Budgets, Scope, TICK_MS};

@@ -21,6 +21,17 @@ pub struct CheckReport {
     pub elapsed: Duration,
 }
 
+impl CheckReport {
+    /// The witnesses of `indices` ([`WITNESS`]) the check did not reach.
+    pub fn unreached(&self, indices: &[usize]) -> Vec<&'static str> {
+        indices
+            .iter()
+            .filter_map(|i| WITNESS.get(*i).copied())
+            .filter(|w| !self.witnessed.contains(w))
+            .collect()
+    }
+}
+
 /// Checks `scope` exhaustively (breadth first) on `threads` threads. With
 /// `stop_at_first_violation`, the check ends as soon as any safety property fails.
 pub fn check(scope: Scope, threads: usize, stop_at_first_violation: bool) -> CheckReport {

@@ -1,5 +1,6 @@
 //! What one model check covers: the transactions and the fault budgets.
 
+use super::breaker::OutageMode;
 use crate::Flaws;
 use std::fmt;
 
@@ -12,7 +13,7 @@ pub(super) const LATE_MS: i64 = 400 * 24 * 3_600_000;
 
 /// The scope of a model check: how many transactions, and how many faults of each kind
 /// a single execution may contain.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scope {
     pub transactions: u8,
     pub max_attempts: u32,
@@ -25,6 +26,17 @@ pub struct Scope {
     /// in flight): a partial-order reduction that is sound and complete for these
     /// properties, because transactions share no state (see docs/verification.md).
     pub interleave: bool,
+    /// What the service does while an outage (budget `faults.outages`) lasts. With
+    /// an outage budget the circuit breaker is modelled.
+    pub outage_mode: OutageMode,
+    /// The breaker writes each probe it lets out (false: a broken gate whose
+    /// HALF_OPEN rounds let out more than their probes).
+    pub counts_probes: bool,
+    /// With the breaker: explore only executions whose transactions each open at most
+    /// this many retry cycles for one attempt (technical re-sends and pauses, the
+    /// record's `resends`). Pauses, each a new cycle at a later instant, are not
+    /// bounded otherwise: this bounds the outage's length.
+    pub rounds: u32,
 }
 
 impl Scope {
@@ -36,6 +48,9 @@ impl Scope {
             faults: Budgets::each(0),
             flaws: Flaws::NONE,
             interleave: true,
+            outage_mode: OutageMode::Error,
+            counts_probes: true,
+            rounds: 3,
         }
     }
 
@@ -52,6 +67,18 @@ impl Scope {
         self.flaws = flaws;
         self
     }
+
+    /// One outage of the service (`mode`) with its circuit breaker, on `self`.
+    pub fn with_outage(mut self, mode: OutageMode) -> Self {
+        self.faults.outages = 1;
+        self.outage_mode = mode;
+        self
+    }
+
+    /// True when the breaker is part of the model (an outage may happen).
+    pub fn breaker(&self) -> bool {
+        self.faults.outages > 0
+    }
 }
 
 impl fmt::Display for Scope {
@@ -59,7 +86,7 @@ impl fmt::Display for Scope {
         let b = &self.faults;
         write!(
             f,
-            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers",
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} outages{}",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
@@ -71,7 +98,20 @@ impl fmt::Display for Scope {
             b.reconciler_runs,
             b.ticks,
             b.lost_messages,
-            b.technical_answers
+            b.technical_answers,
+            b.outages,
+            if self.breaker() {
+                format!(
+                    " (answering {}, with the circuit breaker; at most {} retry cycles per attempt)",
+                    match self.outage_mode {
+                        OutageMode::Error => "ERROR",
+                        OutageMode::Silent => "nothing",
+                    },
+                    self.rounds
+                )
+            } else {
+                String::new()
+            }
         )
     }
 }
@@ -101,10 +141,13 @@ pub struct Budgets {
     /// Answers ERROR: the service could not process an attempt (a technical failure;
     /// the attempt is sent again, same key, and answered anew).
     pub technical_answers: u8,
+    /// Outages of the service: it goes down (ERROR or silence, as the scope says) and
+    /// up again at any later moment.
+    pub outages: u8,
 }
 
 impl Budgets {
-    /// `n` faults of every kind.
+    /// `n` faults of every kind but outages (which bring the breaker in).
     pub const fn each(n: u8) -> Self {
         Self {
             duplicate_deliveries: n,
@@ -116,6 +159,7 @@ impl Budgets {
             ticks: n,
             lost_messages: n,
             technical_answers: n,
+            outages: 0,
         }
     }
 }

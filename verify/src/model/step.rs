@@ -1,9 +1,12 @@
 //! The protocol model: how each action changes the world, every effect performed
 //! through the real decisions and checked by the oracle where it happens.
 
+use super::breaker::{BreakerViolation, ModelBreaker, OutageMode, Verdict};
 use super::scope::{Scope, LATE_MS, TICK_MS};
 use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
 use crate::fixture;
+use domain::breaker::{Signal, Tally};
+use domain::decide::{Ack, Disposition};
 use domain::decide::{Context, Effect, Input, Known, Observed, Run, Step};
 use domain::ids::{Attempt, Timestamp, TransactionId};
 use domain::machine::{Event, Status};
@@ -78,6 +81,12 @@ impl ProtocolModel {
             lost: vec![0; usize::from(self.scope.transactions.max(1))],
             budgets: self.scope.faults,
             violations: BTreeSet::new(),
+            down: false,
+            breaker: self
+                .scope
+                .breaker()
+                .then(|| ModelBreaker::new(self.clock_time(0))),
+            breaker_violations: BTreeSet::new(),
         };
         let now = self.clock_time(0);
         let ctx = self.ctx(now);
@@ -88,7 +97,14 @@ impl ProtocolModel {
                 max_attempts: fixture::max_attempts(self.scope.max_attempts),
             };
             let tx = u8::try_from(n).unwrap_or(u8::MAX);
-            let mut ar = self.begin(Kind::Starter, tx, Held::Nothing, input, now);
+            let mut ar = self.begin(
+                Kind::Starter,
+                tx,
+                Held::Nothing,
+                input,
+                now,
+                Verdict::default(),
+            );
             while let Step::Perform(e) = ar.run.step() {
                 let e = e.clone();
                 let obs = self.perform(&mut s, &ar, &e);
@@ -148,6 +164,17 @@ impl ProtocolModel {
                             &next,
                             writer,
                         ));
+                        if w.event() == Event::RetryPausedByBreaker
+                            && (next.current_attempt, next.next_attempt, next.max_attempts)
+                                != (
+                                    current.current_attempt,
+                                    current.next_attempt,
+                                    current.max_attempts,
+                                )
+                        {
+                            s.breaker_violations
+                                .insert(BreakerViolation::PauseChangedAttempt);
+                        }
                         s.records[usize::from(tx)] = next.clone();
                         Observed::Written(next)
                     }
@@ -192,6 +219,16 @@ impl ProtocolModel {
                     h.attempt,
                     Some(&s.records[usize::from(tx)]),
                 ));
+                if run.verdict.hold.is_some() {
+                    s.breaker_violations
+                        .insert(BreakerViolation::HeldRequestSent);
+                }
+                if let (Some(round), Some(b)) = (run.verdict.round, s.breaker.as_mut()) {
+                    if b.probe_published(round) {
+                        s.breaker_violations
+                            .insert(BreakerViolation::ProbesExceeded);
+                    }
+                }
                 let request = Request::new(
                     h.transaction_id.clone(),
                     h.attempt,
@@ -210,6 +247,7 @@ impl ProtocolModel {
                         tx,
                         attempt: ev.attempt.get(),
                         origin: ev.origin,
+                        at: None,
                     });
                 }
                 Observed::Published
@@ -229,9 +267,25 @@ impl ProtocolModel {
         }
     }
 
-    /// A run of `kind` on `tx` deciding `input` at `now`, from an unread record.
-    fn begin(&self, kind: Kind, tx: u8, held: Held, input: Input, now: Timestamp) -> ActiveRun {
-        let ctx = self.ctx(now);
+    /// The context of a run deciding at `now` with the breaker's `verdict`.
+    fn run_ctx(&self, now: Timestamp, verdict: &Verdict) -> Context {
+        self.ctx(now)
+            .with_hold(verdict.hold)
+            .with_probe(verdict.probe)
+    }
+
+    /// A run of `kind` on `tx` deciding `input` at `now` with the breaker's `verdict`,
+    /// from an unread record.
+    fn begin(
+        &self,
+        kind: Kind,
+        tx: u8,
+        held: Held,
+        input: Input,
+        now: Timestamp,
+        verdict: Verdict,
+    ) -> ActiveRun {
+        let ctx = self.run_ctx(now, &verdict);
         let run = Run::with_rules(
             self.scope.flaws,
             input,
@@ -239,20 +293,34 @@ impl ProtocolModel {
             &ctx,
             &mut FixedRandom(0.5),
         );
-        ActiveRun::new(kind, tx, held, now, run)
+        let mut ar = ActiveRun::new(kind, tx, held, now, run);
+        ar.verdict = verdict;
+        ar
     }
 
-    /// Starts a run; finishes it at once if its plan has no effect to perform.
-    fn start(&self, s: &mut State, kind: Kind, tx: u8, held: Held, input: Input, now: Timestamp) {
-        let ar = self.begin(kind, tx, held, input, now);
-        self.settle_run(s, ar);
-    }
-
-    /// Keeps a run that has effects left, or finishes it.
+    /// Keeps a run that has effects left, or finishes it (a run started whose plan
+    /// has no effect to perform ends at once).
     fn settle_run(&self, s: &mut State, ar: ActiveRun) {
         match ar.run.step() {
             Step::Perform(_) => s.runs.push(ar),
             Step::Done(d) => {
+                // An answer deadline the reconciler saw fire (published again or
+                // abandoned), counted by the breaker; a probe's is no fresh silence.
+                if let (
+                    Kind::Reconciler,
+                    Disposition::Ack(Ack::ReconcilerRepublished | Ack::Unanswered),
+                    false,
+                    Some(b),
+                ) = (ar.kind, d, ar.verdict.probe, s.breaker.as_mut())
+                {
+                    b.observe(
+                        &Tally {
+                            deadlines: 1,
+                            ..Tally::default()
+                        },
+                        ar.now,
+                    );
+                }
                 let retry = match ar.held {
                     Held::Retry(e) => Some(e.attempt),
                     _ => None,
@@ -275,7 +343,12 @@ impl ProtocolModel {
         };
         let e = e.clone();
         let obs = self.perform(s, &ar, &e);
-        let ctx = self.ctx(ar.now);
+        if matches!(e, Effect::PublishRequest(_)) {
+            // One probe per run: a re-decided plan publishing the same request again
+            // (same key) lets out no second probe.
+            ar.verdict.round = None;
+        }
+        let ctx = self.run_ctx(ar.now, &ar.verdict);
         if ar.run.observe(obs, &ctx, &mut FixedRandom(0.5)).is_err() {
             s.violations.insert(Violation::ImpossibleObservation);
             return;
@@ -334,7 +407,12 @@ impl ProtocolModel {
                 } else {
                     s.requests.remove(i)
                 };
-                self.accept(&mut s, &req);
+                if s.down && self.scope.outage_mode == OutageMode::Silent {
+                    // Down and silent: taken, never processed nor answered.
+                    s.lost[usize::from(req.tx)] += 1;
+                } else {
+                    self.accept(&mut s, &req);
+                }
             }
             Action::ServiceAnswer {
                 tx,
@@ -345,7 +423,8 @@ impl ProtocolModel {
                 if s.service.answer(tx, attempt, outcome) {
                     if again {
                         s.budgets.extra_answers -= 1;
-                    } else if outcome == Outcome::Error {
+                    } else if outcome == Outcome::Error && !s.down {
+                        // An ERROR while down is the outage's, not a budgeted one.
                         s.budgets.technical_answers -= 1;
                     }
                     s.responses.push(Resp {
@@ -378,15 +457,24 @@ impl ProtocolModel {
                     s.responses.remove(i)
                 };
                 let now = self.clock_time(s.clock);
+                if let Some(b) = s.breaker.as_mut() {
+                    let mut batch = Tally::default();
+                    batch.add(match r.outcome {
+                        Outcome::Success | Outcome::Cancelled => Signal::Answered,
+                        Outcome::Error => Signal::Technical,
+                    });
+                    b.observe(&batch, now);
+                }
                 let input = self.response_input(r);
-                self.start(
-                    &mut s,
+                let ar = self.begin(
                     Kind::ResponseHandler,
                     r.tx,
                     Held::Response(r),
                     input,
                     now,
+                    Verdict::default(),
                 );
+                self.settle_run(&mut s, ar);
             }
             Action::DeliverRetry { i, duplicate } => {
                 let e = if duplicate {
@@ -395,9 +483,25 @@ impl ProtocolModel {
                 } else {
                     s.retries.remove(i)
                 };
-                let now = self.clock_time(s.clock);
+                let now = e.at.map_or(self.clock_time(s.clock), |at| {
+                    at.max(self.clock_time(s.clock))
+                });
+                let counts = self.scope.counts_probes;
+                let verdict = s
+                    .breaker
+                    .as_mut()
+                    .map(|b| b.admission(now, counts))
+                    .unwrap_or_default();
                 let input = self.retry_input(e);
-                self.start(&mut s, Kind::RetryHandler, e.tx, Held::Retry(e), input, now);
+                let ar = self.begin(
+                    Kind::RetryHandler,
+                    e.tx,
+                    Held::Retry(e),
+                    input,
+                    now,
+                    verdict,
+                );
+                self.settle_run(&mut s, ar);
             }
             Action::Step { run } => self.step_run(&mut s, run),
             Action::Crash { run } => {
@@ -415,6 +519,7 @@ impl ProtocolModel {
                     tx: sched.tx,
                     attempt: sched.attempt,
                     origin: Origin::RetryScheduler,
+                    at: s.breaker.is_some().then_some(sched.fire_at),
                 };
                 match how {
                     Firing::Once => {
@@ -448,19 +553,40 @@ impl ProtocolModel {
                 } else {
                     self.reconcile_now(&s, late)
                 };
-                self.start(
-                    &mut s,
+                // Only an unanswered request past its deadline asks the breaker (it
+                // would go out again), as the functions' reconciler does.
+                let counts = self.scope.counts_probes;
+                if let Some(b) = s.breaker.as_mut() {
+                    b.clock(now);
+                }
+                let verdict = match s.breaker.as_mut() {
+                    Some(b)
+                        if rec.status == Status::InProgress
+                            && domain::decide::is_stuck(&rec, &self.ctx(now)) =>
+                    {
+                        b.admission(now, counts)
+                    }
+                    _ => Verdict::default(),
+                };
+                let ar = self.begin(
                     Kind::Reconciler,
                     tx,
                     Held::Nothing,
                     Input::Reconcile(rec),
                     now,
+                    verdict,
                 );
+                self.settle_run(&mut s, ar);
             }
             Action::Tick => {
                 s.budgets.ticks -= 1;
                 s.clock += 1;
             }
+            Action::OutageStarts => {
+                s.budgets.outages -= 1;
+                s.down = true;
+            }
+            Action::OutageEnds => s.down = false,
         }
         s.canonicalize();
         s
@@ -472,6 +598,8 @@ impl ProtocolModel {
     /// quiescence property; it runs the same actions as the exploration.
     pub fn reconcile_to_fixpoint(&self, start: &State, tx: u8) -> State {
         let mut s = start.clone();
+        // Faults stop: an outage going on ends.
+        s.down = false;
         for _round in 0..8 {
             if Self::settled(&s, tx) {
                 break;
@@ -518,7 +646,7 @@ impl ProtocolModel {
             Action::DeliverRetry { i, .. } => s.retries.get(i).map(|e| e.tx),
             Action::Step { run } | Action::Crash { run } => s.runs.get(run).map(|r| r.tx),
             Action::Fire { i, .. } => s.schedules.get(i).map(|x| x.tx),
-            Action::Tick => None,
+            Action::Tick | Action::OutageStarts | Action::OutageEnds => None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! The world around the handlers: queues, the scheduler, the external service, the
 //! runs in progress, and how each action changes them.
 
+use super::breaker::{BreakerViolation, ModelBreaker, Verdict};
 use super::scope::Budgets;
 use crate::Flaws;
 use domain::decide::{Effect, Run, Step};
@@ -33,6 +34,10 @@ pub struct Ev {
     pub tx: u8,
     pub attempt: u32,
     pub origin: Origin,
+    /// The instant of the schedule that delivered it, when the breaker is modelled:
+    /// the retry handler decides it no earlier (a schedule never fires early, and
+    /// the breaker's rules compare that instant with the cycle's).
+    pub at: Option<Timestamp>,
 }
 
 /// A live one-time schedule.
@@ -74,6 +79,8 @@ pub struct ActiveRun {
     /// Effects performed so far.
     pub performed: u8,
     pub run: Run<Flaws>,
+    /// The circuit breaker's verdict the run decides with (every re-decision too).
+    pub verdict: Verdict,
     /// Canonical identity of the run's future behaviour: its input, remaining plan and
     /// re-decision count (the trail of past effects does not influence what it does).
     key: String,
@@ -88,6 +95,7 @@ impl ActiveRun {
             now,
             performed: 0,
             run,
+            verdict: Verdict::default(),
             key: String::new(),
         };
         r.rekey();
@@ -145,7 +153,18 @@ impl ActiveRun {
         self.key = key;
     }
 
-    fn order(&self) -> (Kind, u8, (u32, Option<Outcome>), Timestamp, &str, u8) {
+    #[allow(clippy::type_complexity)]
+    fn order(
+        &self,
+    ) -> (
+        Kind,
+        u8,
+        (u32, Option<Outcome>, Option<Timestamp>),
+        Timestamp,
+        &str,
+        u8,
+        (Option<(Timestamp, u8)>, bool, Option<Timestamp>),
+    ) {
         (
             self.kind,
             self.tx,
@@ -153,6 +172,7 @@ impl ActiveRun {
             self.now,
             &self.key,
             self.performed.min(1),
+            self.verdict.key(),
         )
     }
 }
@@ -160,11 +180,11 @@ impl ActiveRun {
 impl Held {
     /// What of the held message can influence the future (an event's origin is only
     /// recorded, never read by a decision).
-    fn key(&self) -> (u32, Option<Outcome>) {
+    fn key(&self) -> (u32, Option<Outcome>, Option<Timestamp>) {
         match self {
-            Held::Response(r) => (r.attempt, Some(r.outcome)),
-            Held::Retry(e) => (e.attempt, None),
-            Held::Nothing => (0, None),
+            Held::Response(r) => (r.attempt, Some(r.outcome), None),
+            Held::Retry(e) => (e.attempt, None, e.at),
+            Held::Nothing => (0, None, None),
         }
     }
 }
@@ -204,6 +224,12 @@ pub struct State {
     pub lost: Vec<u8>,
     pub budgets: Budgets,
     pub violations: BTreeSet<Violation>,
+    /// The service is down (an outage is going on).
+    pub down: bool,
+    /// The circuit breaker, when the scope models outages.
+    pub breaker: Option<ModelBreaker>,
+    /// Breaches of the breaker's guarantees.
+    pub breaker_violations: BTreeSet<BreakerViolation>,
 }
 
 /// One thing that can happen next.
@@ -239,6 +265,10 @@ pub enum Action {
     Reconcile { tx: u8, late: bool },
     /// The clock advances.
     Tick,
+    /// The service goes down (an outage starts).
+    OutageStarts,
+    /// The service comes up again.
+    OutageEnds,
 }
 
 /// How a schedule fires.
@@ -289,7 +319,7 @@ impl Hash for State {
         self.requests.hash(h);
         self.responses.hash(h);
         for e in &self.retries {
-            (e.tx, e.attempt).hash(h);
+            (e.tx, e.attempt, e.at).hash(h);
         }
         self.schedules.hash(h);
         self.runs.hash(h);
@@ -300,6 +330,9 @@ impl Hash for State {
         self.lost.hash(h);
         self.budgets.hash(h);
         self.violations.hash(h);
+        self.down.hash(h);
+        self.breaker.hash(h);
+        self.breaker_violations.hash(h);
     }
 }
 
@@ -311,13 +344,23 @@ impl State {
             .iter()
             .map(|r| {
                 format!(
-                    "{}:{} cur={} next={}",
+                    "{}:{} cur={} next={}{}",
                     r.transaction_id,
                     r.status,
                     r.current_attempt,
                     r.next_attempt
                         .map(|a| a.get().to_string())
-                        .unwrap_or("-".into())
+                        .unwrap_or("-".into()),
+                    if r.resends > 0 || r.pauses > 0 {
+                        format!(
+                            " resends={} pauses={} reason={}",
+                            r.resends,
+                            r.pauses,
+                            r.last_reason.as_deref().unwrap_or("-")
+                        )
+                    } else {
+                        String::new()
+                    }
                 )
             })
             .collect();
@@ -336,7 +379,7 @@ impl State {
             })
             .collect();
         format!(
-            "clock={} records=[{}] requests={:?} responses={:?} retries={:?} schedules={:?} runs=[{}] accepted={:?} violations={:?}",
+            "clock={} records=[{}] requests={:?} responses={:?} retries={:?} schedules={:?} runs=[{}] accepted={:?} violations={:?}{}",
             self.clock,
             recs.join("; "),
             self.requests.iter().map(|r| (r.tx, r.attempt)).collect::<Vec<_>>(),
@@ -345,7 +388,16 @@ impl State {
             self.schedules.iter().map(|x| (x.tx, x.attempt)).collect::<Vec<_>>(),
             runs.join("; "),
             self.service.accepted().map(|(k, a)| (*k, a)).collect::<Vec<_>>(),
-            self.violations
+            self.violations,
+            match &self.breaker {
+                Some(b) => format!(
+                    " service={} breaker={:?} {:?}",
+                    if self.down { "DOWN" } else { "up" },
+                    b.item.state,
+                    self.breaker_violations
+                ),
+                None => String::new(),
+            }
         )
     }
 
