@@ -412,10 +412,11 @@ pub struct DemoArgs {
     /// Workload: transactions started per second.
     #[arg(long, default_value_t = 100.0)]
     pub submit_rate: f64,
-    /// Give up waiting for terminal states after this many seconds (then: stuck).
-    /// Default: 240, or — when longer — the submission time plus twice the time the
-    /// fleet needs to send one retry per transaction, plus 60 (2,160 for 10,000
-    /// transactions).
+    /// Give up waiting for terminal states after this many seconds (then: stuck): a
+    /// hard ceiling. Without it, the default — 240, or when longer the submission
+    /// time plus twice the time the fleet needs to send one retry per transaction,
+    /// plus 60 (2,160 for 10,000 transactions) — is extended while transactions keep
+    /// becoming terminal: the run ends once none has for 120 s.
     #[arg(long)]
     pub deadline: Option<u64>,
     /// Seed of the external service's answers and of the injected faults (`--chaos`):

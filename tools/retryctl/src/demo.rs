@@ -25,7 +25,11 @@ pub struct DemoPlan {
     pub transactions: u32,
     pub max_attempts: MaxAttempts,
     pub submit_rate: f64,
+    /// The run's deadline (see [`DeadlineWatch`]).
     pub deadline: Duration,
+    /// `--deadline` was given: the deadline is a hard ceiling. Else it is the
+    /// default, extended while transactions keep becoming terminal.
+    pub deadline_is_hard: bool,
     pub stack: StackOptions,
     pub progress: bool,
     pub chaos: Option<Chaos>,
@@ -321,6 +325,7 @@ impl DemoPlan {
             max_attempts,
             submit_rate: a.submit_rate,
             deadline,
+            deadline_is_hard: a.deadline.is_some(),
             stack,
             progress: !a.no_progress,
             chaos,
@@ -456,8 +461,9 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         ),
     };
 
-    // Follow the statuses until every transaction is terminal or the deadline passes.
-    let deadline = started + plan.deadline;
+    // Follow the statuses until every transaction is terminal or the run is declared
+    // stuck (its deadline passed; a default one only once nothing progressed).
+    let mut watch = DeadlineWatch::new(started, plan.deadline, plan.deadline_is_hard, DEMO_STALL);
     loop {
         if !to_resolve.is_empty() {
             resolved += operator
@@ -466,15 +472,12 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         }
         let scan_started = Instant::now();
         let st = scan_stats(&ddb, &names.transactions_table).await?;
-        // The scan shares the endpoint with the pipeline: about a quarter of the
-        // time at most, and never more than 5 s between two looks.
-        let poll =
-            (scan_started.elapsed() * 3).clamp(Duration::from_millis(500), Duration::from_secs(5));
+        let poll = status_poll(scan_started.elapsed());
         let terminal = st.by_status.get(&Status::Succeeded).copied().unwrap_or(0)
             + st.by_status.get(&Status::Failed).copied().unwrap_or(0);
         bar.set_position(terminal);
         bar.set_message(status_line(&st.by_status));
-        if terminal >= u64::from(plan.transactions) || Instant::now() > deadline {
+        if terminal >= u64::from(plan.transactions) || watch.expired(terminal, Instant::now()) {
             break;
         }
         tokio::time::sleep(poll).await;
@@ -766,6 +769,57 @@ impl AuditWatch {
     }
 }
 
+/// The pause after a status scan that took `scan`. The scan reads the whole state
+/// table from the server the functions write to, and a scan in progress slows every
+/// other call to it (on moto, a key read's p50 went from 0.4–0.7 s to 1.4 s while
+/// scans of 3,500 items ran back to back): about a tenth of the time at most, at
+/// least 0.5 s and at most 30 s between two looks.
+pub fn status_poll(scan: Duration) -> Duration {
+    (scan * 9).clamp(Duration::from_millis(500), Duration::from_secs(30))
+}
+
+/// How long a run past its default deadline may see no transaction become terminal
+/// before the demo declares the rest stuck.
+pub const DEMO_STALL: Duration = Duration::from_secs(120);
+
+/// When the demo stops waiting for terminal states. An explicit `--deadline` is a
+/// hard ceiling. The default deadline is a floor instead: past it, the run goes on
+/// while transactions keep becoming terminal, and ends (the rest stuck) once none
+/// has for the stall period.
+#[derive(Debug, Clone)]
+pub struct DeadlineWatch {
+    deadline: Instant,
+    hard: bool,
+    stall: Duration,
+    terminal: u64,
+    last_progress: Instant,
+}
+
+impl DeadlineWatch {
+    pub fn new(started: Instant, deadline: Duration, hard: bool, stall: Duration) -> Self {
+        Self {
+            deadline: started + deadline,
+            hard,
+            stall,
+            terminal: 0,
+            last_progress: started,
+        }
+    }
+
+    /// Takes the number of terminal transactions read at `now`: `true` once the run
+    /// is to be declared stuck.
+    pub fn expired(&mut self, terminal: u64, now: Instant) -> bool {
+        if terminal > self.terminal {
+            self.terminal = terminal;
+            self.last_progress = now;
+        }
+        if now <= self.deadline {
+            return false;
+        }
+        self.hard || now.saturating_duration_since(self.last_progress) >= self.stall
+    }
+}
+
 /// What the fault proxy (and the local stack's processes) injected in a chaos run.
 fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
     let mut injected: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
@@ -1047,6 +1101,43 @@ mod tests {
     }
 
     /// 240 s unless submitting and twice the fleet's drain time take longer.
+    #[test]
+    fn a_default_deadline_extends_while_transactions_become_terminal() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut w = DeadlineWatch::new(t0, s(100), false, s(120));
+        assert!(!w.expired(10, t0 + s(50)));
+        // Past the deadline, progress 60 s ago: still waiting.
+        assert!(!w.expired(10, t0 + s(110)));
+        // New terminal transactions keep it going well past the deadline.
+        assert!(!w.expired(20, t0 + s(160)));
+        assert!(!w.expired(30, t0 + s(270)));
+        assert!(!w.expired(30, t0 + s(389)));
+        // Nothing for the stall period: stuck.
+        assert!(w.expired(30, t0 + s(390)));
+        // Before the deadline a stall does not end the run.
+        let mut w = DeadlineWatch::new(t0, s(1000), false, s(120));
+        assert!(!w.expired(0, t0 + s(500)));
+        assert!(w.expired(0, t0 + s(1001)));
+    }
+
+    #[test]
+    fn the_status_scan_takes_a_tenth_of_the_time_at_most() {
+        let ms = Duration::from_millis;
+        assert_eq!(status_poll(ms(20)), ms(500));
+        assert_eq!(status_poll(ms(1000)), ms(9000));
+        assert_eq!(status_poll(ms(5000)), ms(30_000));
+    }
+
+    #[test]
+    fn an_explicit_deadline_is_a_hard_ceiling() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut w = DeadlineWatch::new(t0, s(100), true, s(120));
+        assert!(!w.expired(10, t0 + s(100)));
+        assert!(w.expired(20, t0 + s(101)));
+    }
+
     #[test]
     fn the_default_deadline_grows_with_the_workload() {
         assert_eq!(demo_deadline(200, 100.0, 2, 5.0), 240);
