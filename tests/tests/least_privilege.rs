@@ -584,6 +584,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             transaction_id: id("TX-D"),
             origin: domain::Origin::RetryScheduler,
             attempt: Attempt::new(2).unwrap(),
+            round: None,
         },
     };
     let settings = ResponseHandlerConfig::from_lookup(&env_lookup(&env_of("response-handler")))

@@ -391,7 +391,7 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
     assert_eq!(requeued.len(), 1);
     assert_eq!(
         requeued[0].body(),
-        Some(r#"{"transaction_id":"TX-100200","origin":"RECONCILER","attempt":2}"#)
+        Some(r#"{"transaction_id":"TX-100200","origin":"RECONCILER","attempt":2,"round":0}"#)
     );
 
     // 3. The retry event: attempt 2 published with its key; IN_PROGRESS(2).

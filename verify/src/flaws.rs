@@ -8,7 +8,7 @@
 use domain::decide::{Context, Decide, DropReason, Effect, Input, Known, Plan, Question, Rules};
 use domain::ids::MaxAttempts;
 use domain::machine::{Event, Status, TransactionRecord};
-use domain::message::{Outcome, Response};
+use domain::message::Outcome;
 use domain::policy::RandomSource;
 
 /// The switches, one per known-bad design.
@@ -34,6 +34,13 @@ pub struct Flaws {
     /// A pause by the breaker taken for an attempt made: the pause moves
     /// `current_attempt` past the paused attempt, so an outage consumes attempts.
     pub pause_consumes_attempt: bool,
+    /// The answer's `round` not read: an ERROR delivered late or twice, or decided
+    /// again by a run whose re-send already went out, spends a second re-send.
+    pub error_round_ignored: bool,
+    /// The retry handler's probe sent like any request: an ERROR answering it spends a
+    /// technical re-send, so the breaker's probe rounds exhaust the transaction the
+    /// probe happens to pick.
+    pub probe_spends_resend: bool,
 }
 
 impl Flaws {
@@ -46,10 +53,12 @@ impl Flaws {
         technical_as_cancelled: false,
         ignores_breaker: false,
         pause_consumes_attempt: false,
+        error_round_ignored: false,
+        probe_spends_resend: false,
     };
 
     /// The known-bad designs by the names the command lines take.
-    pub const NAMES: [&'static str; 8] = [
+    pub const NAMES: [&'static str; 10] = [
         "retry-rejects-scheduling",
         "fire-time-at-create",
         "retry-discards-sending",
@@ -58,6 +67,8 @@ impl Flaws {
         "technical-as-cancelled",
         "ignores-breaker",
         "pause-consumes-attempt",
+        "error-round-ignored",
+        "probe-spends-resend",
     ];
 
     /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
@@ -72,6 +83,8 @@ impl Flaws {
             "technical-as-cancelled" => &mut self.technical_as_cancelled,
             "ignores-breaker" => &mut self.ignores_breaker,
             "pause-consumes-attempt" => &mut self.pause_consumes_attempt,
+            "error-round-ignored" => &mut self.error_round_ignored,
+            "probe-spends-resend" => &mut self.probe_spends_resend,
             _ => return false,
         };
         *flag = true;
@@ -87,24 +100,41 @@ impl Flaws {
 
 impl Decide for Flaws {
     fn decide(&self, q: Question<'_>, ctx: &Context, rng: &mut dyn RandomSource) -> Plan {
-        // An ERROR read as CANCELLED.
-        let as_cancelled;
+        // An ERROR read as CANCELLED; the answer's round not read.
+        let rewritten;
         let input = match q.input {
-            Input::Response(r) if self.technical_as_cancelled && r.outcome == Outcome::Error => {
-                as_cancelled = Input::Response(Response {
-                    outcome: Outcome::Cancelled,
-                    ..r.clone()
-                });
-                &as_cancelled
+            Input::Response(r)
+                if (self.technical_as_cancelled && r.outcome == Outcome::Error)
+                    || (self.error_round_ignored && r.round.is_some()) =>
+            {
+                let mut r = r.clone();
+                if self.technical_as_cancelled && r.outcome == Outcome::Error {
+                    r.outcome = Outcome::Cancelled;
+                }
+                if self.error_round_ignored {
+                    r.round = None;
+                }
+                rewritten = Input::Response(r);
+                &rewritten
             }
             input => input,
         };
         let q = Question { input, ..q };
-        // The breaker's hold not consulted.
+        // The breaker's hold not consulted; its probe not told.
         let unheld;
         let ctx = match input {
-            Input::Retry(_) if self.ignores_breaker && ctx.hold.is_some() => {
-                unheld = ctx.clone().with_hold(None);
+            Input::Retry(_)
+                if (self.ignores_breaker && ctx.hold.is_some())
+                    || (self.probe_spends_resend && ctx.probe) =>
+            {
+                let mut c = ctx.clone();
+                if self.ignores_breaker {
+                    c = c.with_hold(None);
+                }
+                if self.probe_spends_resend {
+                    c = c.with_probe(false);
+                }
+                unheld = c;
                 &unheld
             }
             _ => ctx,
@@ -178,6 +208,7 @@ impl Decide for Flaws {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domain::message::Response;
     use domain::policy::FixedRandom;
     use domain::{RetryEvent, Timestamp, TransactionId};
 
@@ -200,12 +231,14 @@ mod tests {
                     outcome,
                     reason: None,
                     retry_after_seconds: None,
+                    round: None,
                 }));
             }
             inputs.push(Input::Retry(RetryEvent {
                 transaction_id: id.clone(),
                 origin: domain::Origin::RetryScheduler,
                 attempt,
+                round: None,
             }));
         }
         let mut records = Vec::new();

@@ -380,6 +380,7 @@ impl Plan {
                 outcome,
                 reason: self.reason.clone(),
                 retry_after_seconds: None,
+                round: request.round,
             }),
         }
     }

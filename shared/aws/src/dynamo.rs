@@ -163,6 +163,17 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         }
     }
 
+    // The probe mark: `last_reason` is (or is not) the breaker probe's.
+    if let Some(probing) = g.probe {
+        let name = b.name(attr::LAST_REASON);
+        let v = b.value("g_probe", s(domain::decide::PROBE_REASON));
+        cond.push(if probing {
+            format!("{name} = {v}")
+        } else {
+            format!("(attribute_not_exists({name}) OR {name} <> {v})")
+        });
+    }
+
     // Update.
     let c = &w.set;
     let mut set: Vec<String> = Vec::new();

@@ -37,6 +37,7 @@ fn spec() -> ScheduleSpec {
             transaction_id: tx,
             origin: Origin::RetryScheduler,
             attempt: at(2),
+            round: None,
         },
     }
 }

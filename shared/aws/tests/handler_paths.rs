@@ -149,7 +149,9 @@ async fn happy_path_call_counts() {
     let m = &out.messages()[0];
     assert_eq!(
         m.body().unwrap(),
-        Request::new(tx.clone(), at(2), payload).to_json()
+        Request::new(tx.clone(), at(2), payload)
+            .with_round(Some(0))
+            .to_json()
     );
     assert_eq!(
         m.message_attributes().unwrap()["idempotency_key"].string_value(),

@@ -115,6 +115,7 @@ fn response(tx: &str, attempt: u32, outcome: Outcome) -> Response {
         outcome,
         reason: Some("NOT_AVAILABLE".into()),
         retry_after_seconds: None,
+        round: None,
     }
 }
 
@@ -193,6 +194,7 @@ async fn a_lost_send_answer_publishes_twice_under_one_key() {
         transaction_id: id("TX-LM1"),
         origin: Origin::RetryScheduler,
         attempt: at(2),
+        round: None,
     };
     let mut run = Run::new(Input::Retry(event), Known::Unread, &ctx, &mut rng);
     let d = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
@@ -292,6 +294,7 @@ async fn a_lost_delete_schedule_answer_is_resolved() {
             transaction_id: id("TX-LD1"),
             origin: Origin::RetryScheduler,
             attempt: at(2),
+            round: None,
         },
     };
     direct.create(&spec).await.unwrap();

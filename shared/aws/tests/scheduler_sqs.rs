@@ -29,6 +29,7 @@ async fn schedule_settings_and_idempotent_create_delete() {
         transaction_id: tx.clone(),
         origin: Origin::RetryScheduler,
         attempt: at(2),
+        round: None,
     };
     // 2026-10-03T16:38:00.000Z, the article's example.
     let fire_at = Timestamp::parse("2026-10-03T16:38:00.000Z").unwrap();
@@ -138,6 +139,7 @@ async fn request_retry_and_dlq_messages_round_trip() {
         transaction_id: id("TX-7"),
         origin: Origin::Reconciler,
         attempt: at(3),
+        round: None,
     };
     retries.publish(&event).await.unwrap();
     let m = receive_one(&s, &s.p.retry.url).await;

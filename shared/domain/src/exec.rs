@@ -163,7 +163,7 @@ async fn publish_request<P: Payloads, R: RequestPublisher>(
             format!("no stored payload for transaction `{}`", h.transaction_id),
         )
     })?;
-    let request = Request::new(h.transaction_id.clone(), h.attempt, payload);
+    let request = Request::new(h.transaction_id.clone(), h.attempt, payload).with_round(h.round);
     requests.publish(&request).await?;
     Ok(Observed::Published)
 }

@@ -645,6 +645,11 @@ pub struct TransactionRecord {
 }
 
 impl TransactionRecord {
+    /// True when the request in flight went out as the circuit breaker's probe.
+    pub fn is_probing(&self) -> bool {
+        self.last_reason.as_deref() == Some(crate::decide::PROBE_REASON)
+    }
+
     /// A new transaction: IN_PROGRESS, attempt 1.
     pub fn started(
         transaction_id: TransactionId,
@@ -710,6 +715,9 @@ pub struct Guard {
     pub requeues: Option<u32>,
     /// The technical re-send count the write expects (an absent attribute is 0).
     pub resends: Option<u32>,
+    /// Whether the write expects the request in flight to be the breaker's probe
+    /// (`last_reason` is [`crate::decide::PROBE_REASON`]) or not; `None`: either.
+    pub probe: Option<bool>,
 }
 
 impl Guard {
@@ -727,6 +735,7 @@ impl Guard {
             && self.republishes.is_none_or(|k| rec.republishes == k)
             && self.requeues.is_none_or(|k| rec.requeues == k)
             && self.resends.is_none_or(|k| rec.resends == k)
+            && self.probe.is_none_or(|p| rec.is_probing() == p)
     }
 }
 
@@ -954,7 +963,9 @@ impl Write {
             && g.requeues
                 .is_none_or(|k| s.requeues != Change::Keep || rec.requeues == k)
             && g.resends
-                .is_none_or(|k| s.resends != Change::Keep || rec.resends == k);
+                .is_none_or(|k| s.resends != Change::Keep || rec.resends == k)
+            && g.probe
+                .is_none_or(|p| s.last_reason != Change::Keep || rec.is_probing() == p);
         guard_kept && self.result_is(rec)
     }
 
@@ -1251,6 +1262,7 @@ mod tests {
             republishes: None,
             requeues: None,
             resends: None,
+            probe: None,
         };
         assert!(w.holds(&record(S::InProgress, 2, None, 4)));
         assert!(

@@ -1,15 +1,24 @@
 //! The three message contracts (JSON bodies) and their parsers.
 //!
 //! ```text
-//! request  → {"transaction_id":"TX-100200","attempt":2,"idempotency_key":"TX-100200#2","payload":{...}}
-//! response ← {"transaction_id":"TX-100200","attempt":2,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}
-//! retry    → {"transaction_id":"TX-100200","origin":"RETRY_SCHEDULER","attempt":2}
+//! request  → {"transaction_id":"TX-100200","attempt":2,"idempotency_key":"TX-100200#2","round":0,"payload":{...}}
+//! response ← {"transaction_id":"TX-100200","attempt":2,"outcome":"CANCELLED","reason":"NOT_AVAILABLE","round":0}
+//! retry    → {"transaction_id":"TX-100200","origin":"RETRY_SCHEDULER","attempt":2,"round":0}
 //! ```
+//!
+//! `round` numbers the sends of one transaction's requests that the same key may
+//! carry again (a technical re-send, a send after a breaker pause): the service
+//! echoes it in its answer, so that an ERROR answering an earlier send of key
+//! `<id>#n` — delivered late or twice — is told from the answer of the send in
+//! flight and spends no second re-send. It is optional in answers (an answer without
+//! it is taken for the send in flight, as before the field existed). A retry event
+//! carries the round of the cycle it was made for: an event of an earlier cycle
+//! (redelivered, or decided again after the cycle moved on) sends nothing.
 //!
 //! Each message has one parse function returning a [`MessageError`] that names the
 //! field and the value at fault. Unknown fields are ignored (forward compatibility).
 //! The article's Spanish names are accepted as aliases: fields `transaccion_id`,
-//! `intento`, `resultado`, `motivo`, `origen`; outcomes `EXITOSO`, `CANCELADO`,
+//! `intento`, `resultado`, `motivo`, `origen`, `ronda`; outcomes `EXITOSO`, `CANCELADO`,
 //! `ERROR_TECNICO`; origins `PLANIFICADOR_REINTENTO`, `RECONCILIADOR`, `OPERADOR`.
 //!
 //! A response may also say the attempt failed for a technical reason (the service
@@ -148,6 +157,10 @@ pub struct Request {
     pub transaction_id: TransactionId,
     pub attempt: Attempt,
     pub idempotency_key: IdempotencyKey,
+    /// Which send of the key this is (the transaction's retry rounds when it left);
+    /// the service echoes it in its answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
     pub payload: Payload,
 }
 
@@ -158,8 +171,15 @@ impl Request {
             transaction_id,
             attempt,
             idempotency_key,
+            round: None,
             payload,
         }
+    }
+
+    /// The same request, sent as round `round`.
+    pub fn with_round(mut self, round: Option<u32>) -> Self {
+        self.round = round;
+        self
     }
 
     pub fn to_json(&self) -> String {
@@ -196,6 +216,7 @@ impl Request {
             transaction_id,
             attempt,
             idempotency_key: expected,
+            round: round(&obj)?,
             payload,
         })
     }
@@ -214,6 +235,10 @@ pub struct Response {
     /// other outcomes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u32>,
+    /// The `round` of the request answered, echoed by the service (`None`: not
+    /// echoed, taken for the send in flight).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
 }
 
 impl Response {
@@ -250,6 +275,7 @@ impl Response {
             outcome,
             reason,
             retry_after_seconds,
+            round: round(&obj)?,
         })
     }
 
@@ -265,6 +291,10 @@ pub struct RetryEvent {
     pub transaction_id: TransactionId,
     pub origin: Origin,
     pub attempt: Attempt,
+    /// The retry cycle it was made for: the record's `resends` when the cycle opened
+    /// (`None`: any cycle of `attempt`). An event of an earlier cycle is stale.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
 }
 
 impl RetryEvent {
@@ -282,6 +312,7 @@ impl RetryEvent {
             transaction_id,
             origin,
             attempt,
+            round: round(&obj)?,
         })
     }
 
@@ -431,6 +462,24 @@ fn retry_after(obj: &Map<String, Value>) -> Result<Option<u32>, MessageError> {
     }
 }
 
+/// `round` (alias `ronda`): a whole number, absent or null when not given.
+fn round(obj: &Map<String, Value>) -> Result<Option<u32>, MessageError> {
+    const FIELD: &str = "round";
+    match lookup(obj, FIELD, &["ronda"]) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .map(Some)
+            .ok_or_else(|| MessageError::InvalidValue {
+                field: FIELD,
+                value: n.to_string(),
+                reason: format!("must be a whole number from 0 to {}", u32::MAX),
+            }),
+        Some(other) => Err(wrong_type(FIELD, "a whole number", other)),
+    }
+}
+
 fn wrong_type(field: &'static str, expected: &'static str, found: &Value) -> MessageError {
     MessageError::WrongType {
         field,
@@ -541,6 +590,45 @@ mod tests {
             );
         }
         assert_eq!(Outcome::parse("error"), None, "outcomes are upper case");
+    }
+
+    /// `round` (or `ronda`) is echoed from the request; optional, a whole number,
+    /// and a bad one is named with its value.
+    #[test]
+    fn a_round_is_carried_by_requests_and_echoed_by_answers() {
+        let payload = Payload::from_json("{}").unwrap();
+        let id = TransactionId::parse("TX-9").unwrap();
+        let req = Request::new(id, Attempt::new(2).unwrap(), payload).with_round(Some(3));
+        assert!(req.to_json().contains(r#""round":3"#), "{}", req.to_json());
+        assert_eq!(Request::parse(&req.to_json()).unwrap().round, Some(3));
+        let bare = Request::new(req.transaction_id.clone(), req.attempt, req.payload.clone());
+        assert!(!bare.to_json().contains("round"), "{}", bare.to_json());
+        let r =
+            Response::parse(r#"{"transaction_id":"TX-1","attempt":2,"outcome":"ERROR","round":4}"#)
+                .unwrap();
+        assert_eq!(r.round, Some(4));
+        assert_eq!(Response::parse(&r.to_json()).unwrap(), r);
+        let es = Response::parse(
+            r#"{"transaccion_id":"TX-1","intento":2,"resultado":"ERROR_TECNICO","ronda":1}"#,
+        )
+        .unwrap();
+        assert_eq!(es.round, Some(1));
+        let none =
+            Response::parse(r#"{"transaction_id":"TX-1","attempt":2,"outcome":"ERROR"}"#).unwrap();
+        assert_eq!(none.round, None);
+        for (bad, field_value) in [("-1", "-1"), ("1.5", "1.5"), ("4294967296", "4294967296")] {
+            let body = format!(
+                r#"{{"transaction_id":"TX-1","attempt":2,"outcome":"ERROR","round":{bad}}}"#
+            );
+            let e = Response::parse(&body).unwrap_err();
+            assert_eq!(e.field(), Some("round"), "{e}");
+            assert!(e.to_string().contains(field_value), "{e}");
+        }
+        let e = Response::parse(
+            r#"{"transaction_id":"TX-1","attempt":2,"outcome":"ERROR","round":"2"}"#,
+        )
+        .unwrap_err();
+        assert_eq!(e.field(), Some("round"), "{e}");
     }
 
     #[test]

@@ -178,21 +178,12 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
     }
 
     /// Whether a request due at `now` is held back, as the domain's decisions take it
-    /// ([`domain::Context::with_hold`]): `None` lets it out (CLOSED, or a probe
+    /// ([`domain::Context::with_hold`]), and whether one let out is a half-open round's
+    /// probe ([`domain::Context::with_probe`]): `None` lets it out (CLOSED, or a probe
     /// counted), `Some` pauses it until the resume instant (the next probe instant
     /// plus jitter over one cool-down). The breaker's table failing lets requests out
     /// (counted `BreakerErrors`): the breaker spares a service that is down, it is not
     /// what the guarantees rest on.
-    pub async fn hold(
-        &self,
-        now: Timestamp,
-        rng: &mut (dyn domain::RandomSource + Send),
-        metrics: &Metrics,
-    ) -> Option<Hold> {
-        self.admission(now, rng, metrics).await.0
-    }
-
-    /// [`Self::hold`], and whether the request let out is a half-open round's probe.
     pub async fn admission(
         &self,
         now: Timestamp,

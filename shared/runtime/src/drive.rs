@@ -200,6 +200,7 @@ mod tests {
                 outcome: Outcome::Success,
                 reason: None,
                 retry_after_seconds: None,
+                round: None,
             }),
             Known::Unread,
             &ctx,

@@ -239,10 +239,7 @@ where
                         // Only a request about to go out again asks the breaker (a
                         // probe is counted when it is one).
                         let (hold, probe) = match breaker {
-                            Some(gate)
-                                if status == Status::InProgress
-                                    && domain::decide::is_stuck(&record, ctx) =>
-                            {
+                            Some(gate) if domain::decide::asks_breaker(&record, ctx) => {
                                 gate.admission(now, &mut rng, metrics).await
                             }
                             _ => (None, false),

@@ -90,11 +90,11 @@ where
             |retry: RetryEvent| async move {
                 let now = self.clock.now();
                 let mut rng = self.seeds.next();
-                let hold = match &self.breaker {
-                    Some(gate) => gate.hold(now, &mut rng, metrics).await,
-                    None => None,
+                let (hold, probe) = match &self.breaker {
+                    Some(gate) => gate.admission(now, &mut rng, metrics).await,
+                    None => (None, false),
                 };
-                let ctx = self.settings.context(now).with_hold(hold);
+                let ctx = self.settings.context(now).with_hold(hold).with_probe(probe);
                 let ports = RetryPorts {
                     store: &self.store,
                     requests: &self.requests,

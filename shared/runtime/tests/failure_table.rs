@@ -183,6 +183,7 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
             outcome: Outcome::Cancelled,
             reason: Some("NOT_AVAILABLE".into()),
             retry_after_seconds: None,
+            round: None,
         };
         let ports = ResponsePorts {
             store: &w.store,
@@ -211,6 +212,7 @@ async fn row4_retry_event_while_a_is_still_scheduling() {
             transaction_id: id(TX),
             origin: domain::Origin::RetryScheduler,
             attempt: a(2),
+            round: None,
         };
         let b = w.retry(&ev).await;
         assert_eq!(b.label(), "published", "k={k}: B accepted SCHEDULING");
@@ -301,7 +303,8 @@ async fn row5_scheduler_cannot_deliver() {
         vec![RetryEvent {
             transaction_id: id(TX),
             origin: domain::Origin::Reconciler,
-            attempt: a(2)
+            attempt: a(2),
+            round: Some(0),
         }]
     );
     let v = w.retry(&requeued[0]).await;

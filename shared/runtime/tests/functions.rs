@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use domain::ports::{PortError, RequestPublisher, Transitions, WriteOutcome};
-use domain::{Request, RetryEvent, Status, TransactionId, Write};
+use domain::{Outcome, Request, RetryEvent, Status, TransactionId, Write};
 use runtime::batch::undeliverable;
 use runtime::metrics::{names, Metrics};
 use runtime::rate::{PaceClock, Paced, Pacer, VirtualClock};
@@ -422,6 +422,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
             transaction_id: id(tx),
             origin: domain::Origin::RetryScheduler,
             attempt: a(1),
+            round: None,
         }
         .to_json();
         serde_json::from_value(serde_json::json!({
@@ -504,6 +505,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
         outcome: domain::Outcome::Success,
         reason: None,
         retry_after_seconds: None,
+        round: None,
     };
     let ev: SqsEvent = serde_json::from_value(serde_json::json!({
         "Records": [{"messageId": "m-answer", "body": answer.to_json()}]
@@ -515,19 +517,8 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     assert_eq!(m.count(names::BREAKER_STATE), 0);
 }
 
-/// A silent outage with nothing left to retry: the breaker is OPEN past its
-/// cool-down and the only requests in flight are unanswered. The reconciler's
-/// republishes ask the breaker like the retry handler's requests: the first is the
-/// half-open round's probe and goes out (spending no republish: it tests the service
-/// for everyone), the rest wait for the next round (their deadlines move, no
-/// republish spent) — so the breaker is probed, and closes when
-/// the service answers, even though no retry comes due.
-#[tokio::test]
-async fn unanswered_requests_probe_an_open_breaker() {
-    let w = World::new();
-    for tx in ["TX-100600", "TX-100700"] {
-        w.start(tx, 3).await;
-    }
+/// A breaker with one probe per round, opened by an operator now.
+async fn opened_by_operator(w: &World) -> (Arc<MemoryBreaker>, domain::breaker::BreakerSettings) {
     let settings = domain::breaker::BreakerSettings {
         probes: 1,
         ..domain::breaker::BreakerSettings::default()
@@ -548,6 +539,132 @@ async fn unanswered_requests_probe_an_open_breaker() {
     )
     .await
     .unwrap());
+    (shared, settings)
+}
+
+/// The retry handler's probe: a retry due while the breaker is HALF_OPEN goes out as
+/// the round's probe, marked on the record (`BREAKER_PROBE`) and carrying its round;
+/// the service, still down, answers it ERROR, echoing the round: counted a pause
+/// (the breaker's), not a technical failure, so probe rounds never spend the
+/// transaction's re-sends. A copy of that ERROR delivered again once the next round
+/// is open is stale and changes nothing.
+#[tokio::test]
+async fn a_probe_answered_error_spends_no_resend() {
+    let w = World::new();
+    w.start("TX-100800", 3).await;
+    w.respond("TX-100800", 1, Outcome::Cancelled).await;
+    let (shared, settings) = opened_by_operator(&w).await;
+    let gate = |by: &str| {
+        Some(runtime::breaker::BreakerGate::new(
+            Arc::clone(&shared),
+            settings,
+            Duration::from_secs(5),
+            by,
+        ))
+    };
+    // The retry and the cool-down are past: the retry is the round's probe.
+    w.advance(Duration::from_secs(2 * 86_400));
+    let due = w.fire_due();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].round, Some(0), "the cycle's round");
+    let dlq = MemoryDeadLetter::new();
+    let mut handler_b = retry_handler(&w, &w.requests, &dlq);
+    handler_b.breaker = gate("retry-handler");
+    let batch = |body: String| -> SqsEvent {
+        serde_json::from_value(serde_json::json!({
+            "Records": [{"messageId": "m-1", "body": body}]
+        }))
+        .unwrap()
+    };
+    let m = Metrics::new("DeferredRetry", "retry-handler");
+    handler_b
+        .handle_event(batch(due[0].to_json()), &m)
+        .await
+        .unwrap();
+    let probe = w.record("TX-100800");
+    assert_eq!(
+        (
+            probe.status,
+            probe.current_attempt,
+            probe.last_reason.as_deref()
+        ),
+        (Status::InProgress, a(2), Some(domain::decide::PROBE_REASON))
+    );
+    let sent = w.requests.messages();
+    let request = sent.last().unwrap();
+    assert_eq!((request.attempt, request.round), (a(2), Some(0)));
+    assert_eq!(shared.breaker().state.name(), "HALF_OPEN");
+
+    // Down still: the probe is answered ERROR, the round echoed.
+    let mut handler_a = response_handler(&w, &dlq);
+    handler_a.breaker = gate("response-handler");
+    let error = domain::Response {
+        transaction_id: id("TX-100800"),
+        attempt: a(2),
+        outcome: Outcome::Error,
+        reason: Some("HTTP_503".into()),
+        retry_after_seconds: None,
+        round: request.round,
+    };
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    handler_a
+        .handle_event(batch(error.to_json()), &m)
+        .await
+        .unwrap();
+    let r = w.record("TX-100800");
+    assert_eq!(
+        (
+            r.status,
+            r.current_attempt,
+            r.next_attempt,
+            r.resends,
+            r.pauses
+        ),
+        (Status::Scheduled, a(2), Some(a(2)), 1, 1),
+        "a pause: no technical re-send spent"
+    );
+    assert_eq!(shared.breaker().state.name(), "OPEN", "the probe failed");
+    // The next round's probe goes out (round 1); the first probe's ERROR delivered
+    // again (round 0) is stale: nothing changes.
+    w.advance(Duration::from_secs(2 * 86_400));
+    let again = w.fire_due();
+    assert_eq!(again[0].round, Some(1));
+    handler_b
+        .handle_event(
+            batch(again[0].to_json()),
+            &Metrics::new("DeferredRetry", "retry-handler"),
+        )
+        .await
+        .unwrap();
+    let before = w.record("TX-100800");
+    assert_eq!(
+        (before.status, before.resends),
+        (Status::InProgress, 1),
+        "{before:?}"
+    );
+    let m = Metrics::new("DeferredRetry", "response-handler");
+    handler_a
+        .handle_event(batch(error.to_json()), &m)
+        .await
+        .unwrap();
+    assert_eq!(m.count("DropStaleError"), 1, "{:?}", m.snapshot());
+    assert_eq!(w.record("TX-100800"), before);
+}
+
+/// A silent outage with nothing left to retry: the breaker is OPEN past its
+/// cool-down and the only requests in flight are unanswered. The reconciler's
+/// republishes ask the breaker like the retry handler's requests: the first is the
+/// half-open round's probe and goes out (spending no republish: it tests the service
+/// for everyone), the rest wait for the next round (their deadlines move, no
+/// republish spent) — so the breaker is probed, and closes when
+/// the service answers, even though no retry comes due.
+#[tokio::test]
+async fn unanswered_requests_probe_an_open_breaker() {
+    let w = World::new();
+    for tx in ["TX-100600", "TX-100700"] {
+        w.start(tx, 3).await;
+    }
+    let (shared, settings) = opened_by_operator(&w).await;
     // Both deadlines and the cool-down are past.
     w.advance(Duration::from_secs(2 * 86_400));
     let published = w.keys().len();
@@ -733,6 +850,7 @@ async fn the_retry_handler_never_exceeds_its_rate() {
             transaction_id: id(&tx),
             origin: domain::Origin::RetryScheduler,
             attempt: a(2),
+            round: None,
         });
     }
     let clock = VirtualClock::new();

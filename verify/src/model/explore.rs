@@ -11,7 +11,7 @@ use testkit::oracle::{self, Violation};
 
 impl ProtocolModel {
     /// The properties checked on every reachable state.
-    pub const SAFETY: [&'static str; 18] = [
+    pub const SAFETY: [&'static str; 19] = [
         Violation::DuplicateAccepted.guarantee(),
         Violation::RetryWithoutCancellation.guarantee(),
         Violation::ExceededMaxAttempts.guarantee(),
@@ -30,6 +30,7 @@ impl ProtocolModel {
         BreakerViolation::HeldRequestSent.guarantee(),
         BreakerViolation::ProbesExceeded.guarantee(),
         "an outage ends no transaction FAILED (TECHNICAL_EXHAUSTED or UNANSWERED) when it is the scope's only technical failure",
+        "each ERROR answer spends at most one technical re-send (an ERROR delivered twice, late, or decided again spends none)",
     ];
 }
 
@@ -299,6 +300,18 @@ impl Model for ProtocolModel {
                                 )
                             )
                     })
+            }),
+            Property::always(p[18], |_, s: &State| {
+                s.records.iter().zip(&s.errors).all(|(r, errors)| {
+                    let exhausted = r.status == Status::Failed
+                        && r.last_reason.as_deref()
+                            == Some(domain::decide::TECHNICAL_EXHAUSTED_REASON);
+                    let spent = r
+                        .resends
+                        .saturating_sub(r.pauses)
+                        .saturating_add(u32::from(exhausted));
+                    spent <= u32::from(*errors)
+                })
             }),
             // Witnesses: the exploration reaches the situations the guarantees are about.
             Property::sometimes(WITNESS[0], |_, s: &State| {

@@ -79,6 +79,7 @@ impl ProtocolModel {
             alerted: vec![false; usize::from(self.scope.transactions.max(1))],
             scheduler_dlq: vec![0; usize::from(self.scope.transactions.max(1))],
             lost: vec![0; usize::from(self.scope.transactions.max(1))],
+            errors: vec![0; usize::from(self.scope.transactions.max(1))],
             budgets: self.scope.faults,
             violations: BTreeSet::new(),
             down: false,
@@ -198,6 +199,7 @@ impl ProtocolModel {
                         tx,
                         attempt: m.get(),
                         fire_at: spec.fire_at,
+                        round: spec.event.round,
                     });
                     Observed::ScheduleCreated
                 }
@@ -238,6 +240,7 @@ impl ProtocolModel {
                     tx,
                     attempt: request.attempt.get(),
                     key: request.idempotency_key.as_str().to_owned(),
+                    round: h.round,
                 });
                 Observed::Published
             }
@@ -247,6 +250,7 @@ impl ProtocolModel {
                         tx,
                         attempt: ev.attempt.get(),
                         origin: ev.origin,
+                        round: ev.round,
                         at: None,
                     });
                 }
@@ -322,7 +326,7 @@ impl ProtocolModel {
                     );
                 }
                 let retry = match ar.held {
-                    Held::Retry(e) => Some(e.attempt),
+                    Held::Retry(e) => Some((e.attempt, e.round)),
                     _ => None,
                 };
                 s.violations.extend(oracle::disposition(
@@ -365,6 +369,7 @@ impl ProtocolModel {
             outcome: r.outcome,
             reason: Some(fixture::CANCEL_REASON.to_owned()),
             retry_after_seconds: None,
+            round: r.round,
         })
     }
 
@@ -373,6 +378,7 @@ impl ProtocolModel {
             transaction_id: self.id(e.tx).clone(),
             origin: e.origin,
             attempt: Self::attempt(e.attempt),
+            round: e.round,
         })
     }
 
@@ -382,6 +388,7 @@ impl ProtocolModel {
             self.id(req.tx),
             req.attempt,
             &req.key,
+            req.round,
             self.scope.max_attempts,
         );
         s.violations.extend(receipt.violations);
@@ -427,10 +434,16 @@ impl ProtocolModel {
                         // An ERROR while down is the outage's, not a budgeted one.
                         s.budgets.technical_answers -= 1;
                     }
+                    let round = s.service.round_of(&tx, attempt);
+                    if outcome == Outcome::Error {
+                        let n = &mut s.errors[usize::from(tx)];
+                        *n = n.saturating_add(1);
+                    }
                     s.responses.push(Resp {
                         tx,
                         attempt,
                         outcome,
+                        round,
                     });
                 }
             }
@@ -519,6 +532,7 @@ impl ProtocolModel {
                     tx: sched.tx,
                     attempt: sched.attempt,
                     origin: Origin::RetryScheduler,
+                    round: sched.round,
                     at: s.breaker.is_some().then_some(sched.fire_at),
                 };
                 match how {
@@ -553,17 +567,15 @@ impl ProtocolModel {
                 } else {
                     self.reconcile_now(&s, late)
                 };
-                // Only an unanswered request past its deadline asks the breaker (it
-                // would go out again), as the functions' reconciler does.
+                // Only an unanswered request past its deadline with republishes left
+                // asks the breaker (it would go out again), as the functions'
+                // reconciler does.
                 let counts = self.scope.counts_probes;
                 if let Some(b) = s.breaker.as_mut() {
                     b.clock(now);
                 }
                 let verdict = match s.breaker.as_mut() {
-                    Some(b)
-                        if rec.status == Status::InProgress
-                            && domain::decide::is_stuck(&rec, &self.ctx(now)) =>
-                    {
+                    Some(b) if domain::decide::asks_breaker(&rec, &self.ctx(now)) => {
                         b.admission(now, counts)
                     }
                     _ => Verdict::default(),

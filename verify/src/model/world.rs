@@ -18,6 +18,7 @@ pub struct Req {
     pub tx: u8,
     pub attempt: u32,
     pub key: String,
+    pub round: Option<u32>,
 }
 
 /// A response on the response queue.
@@ -26,6 +27,8 @@ pub struct Resp {
     pub tx: u8,
     pub attempt: u32,
     pub outcome: Outcome,
+    /// The round the service echoes (the newest it received for the key).
+    pub round: Option<u32>,
 }
 
 /// A retry event on the retry queue.
@@ -34,6 +37,8 @@ pub struct Ev {
     pub tx: u8,
     pub attempt: u32,
     pub origin: Origin,
+    /// The retry cycle it was made for.
+    pub round: Option<u32>,
     /// The instant of the schedule that delivered it, when the breaker is modelled:
     /// the retry handler decides it no earlier (a schedule never fires early, and
     /// the breaker's rules compare that instant with the cycle's).
@@ -47,6 +52,8 @@ pub struct Sched {
     pub tx: u8,
     pub attempt: u32,
     pub fire_at: Timestamp,
+    /// The round its event carries.
+    pub round: Option<u32>,
 }
 
 /// Which executor a run belongs to.
@@ -222,6 +229,8 @@ pub struct State {
     pub scheduler_dlq: Vec<u8>,
     /// Requests or answers of each transaction lost on the way.
     pub lost: Vec<u8>,
+    /// ERROR answers the service put on the response queue, per transaction.
+    pub errors: Vec<u8>,
     pub budgets: Budgets,
     pub violations: BTreeSet<Violation>,
     /// The service is down (an outage is going on).
@@ -298,7 +307,7 @@ fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
         ),
         (
             r.answer_due_at,
-            (r.republishes, r.requeues, r.resends),
+            (r.republishes, r.requeues, r.resends, r.pauses),
             // Read by a decision: an ERROR redelivered to a FAILED record alerts again
             // only when its re-sends ended it.
             r.last_reason.as_deref(),
@@ -319,7 +328,7 @@ impl Hash for State {
         self.requests.hash(h);
         self.responses.hash(h);
         for e in &self.retries {
-            (e.tx, e.attempt, e.at).hash(h);
+            (e.tx, e.attempt, e.round, e.at).hash(h);
         }
         self.schedules.hash(h);
         self.runs.hash(h);
@@ -328,6 +337,7 @@ impl Hash for State {
         self.alerted.hash(h);
         self.scheduler_dlq.hash(h);
         self.lost.hash(h);
+        self.errors.hash(h);
         self.budgets.hash(h);
         self.violations.hash(h);
         self.down.hash(h);

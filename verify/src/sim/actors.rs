@@ -15,7 +15,13 @@ use testkit::oracle::Fate;
 impl World<'_> {
     // -- the external service ----------------------------------------------
 
-    pub(super) fn service_receive(&mut self, tx: usize, attempt: u32, key: String) {
+    pub(super) fn service_receive(
+        &mut self,
+        tx: usize,
+        attempt: u32,
+        key: String,
+        round: Option<u32>,
+    ) {
         let down = self.cfg.in_outage(self.now - fixture::EPOCH_MS);
         if down && self.cfg.outage_mode == OutageMode::Silent {
             // The service is down and says nothing.
@@ -27,9 +33,14 @@ impl World<'_> {
             self.report.requests_lost += 1;
             return;
         }
-        let receipt = self
-            .ledger
-            .receive(tx, &self.ids[tx], attempt, &key, self.cfg.max_attempts);
+        let receipt = self.ledger.receive(
+            tx,
+            &self.ids[tx],
+            attempt,
+            &key,
+            round,
+            self.cfg.max_attempts,
+        );
         for v in receipt.violations {
             self.report.count(v);
         }
@@ -54,6 +65,8 @@ impl World<'_> {
             Outcome::Success
         };
         self.ledger.answer(tx, attempt, outcome);
+        // The service echoes the newest round of the key it received.
+        let round = self.ledger.round_of(&tx, attempt);
         if self.faults.chance(self.cfg.lost_answer_rate) {
             // Executed, but the answer never reaches the response queue.
             self.report.answers_lost += 1;
@@ -66,6 +79,7 @@ impl World<'_> {
                 tx,
                 attempt,
                 outcome,
+                round,
             },
         );
         if self.service.chance(self.cfg.late_response_rate) {
@@ -77,12 +91,13 @@ impl World<'_> {
                     tx,
                     attempt,
                     outcome,
+                    round,
                 },
             );
         }
     }
 
-    pub(super) fn answer(&mut self, tx: usize, attempt: u32, outcome: Outcome) {
+    pub(super) fn answer(&mut self, tx: usize, attempt: u32, outcome: Outcome, round: Option<u32>) {
         let Ok(a) = Attempt::new(attempt) else { return };
         let body = Response {
             transaction_id: self.ids[tx].clone(),
@@ -93,6 +108,7 @@ impl World<'_> {
                 Outcome::Success | Outcome::Error => None,
             },
             retry_after_seconds: None,
+            round,
         };
         self.seq += 1;
         let id = self.seq;
@@ -113,6 +129,7 @@ impl World<'_> {
             transaction_id: self.ids[live.tx].clone(),
             origin: Origin::RetryScheduler,
             attempt: live.attempt,
+            round: None,
         };
         if self.faults.chance(self.cfg.scheduler_failure_rate) {
             // Retries exhausted: the scheduler's DLQ keeps the event.

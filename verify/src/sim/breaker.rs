@@ -100,18 +100,8 @@ impl SimBreaker {
     }
 
     /// The retry handler's question for a request due at `now`: `None` lets it out
-    /// (CLOSED, or a probe counted), `Some` pauses it until the resume instant.
-    /// `count_probes` false: a probe let out is not written (a broken gate).
-    pub(super) fn hold(
-        &mut self,
-        now: i64,
-        count_probes: bool,
-        rng: &mut dyn RandomSource,
-    ) -> Option<Hold> {
-        self.admission(now, count_probes, rng).0
-    }
-
-    /// [`Self::hold`], and whether the request let out is a half-open round's probe.
+    /// (CLOSED, or a probe counted: `true`), `Some` pauses it until the resume
+    /// instant. `count_probes` false: a probe let out is not written (a broken gate).
     pub(super) fn admission(
         &mut self,
         now: i64,

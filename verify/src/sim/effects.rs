@@ -132,6 +132,7 @@ impl World<'_> {
                         tx,
                         attempt: h.attempt.get(),
                         key: key.clone(),
+                        round: h.round,
                     },
                 );
                 if self.faults.chance(self.cfg.request_duplicate_rate) {
@@ -143,6 +144,7 @@ impl World<'_> {
                             tx,
                             attempt: h.attempt.get(),
                             key,
+                            round: h.round,
                         },
                     );
                 }

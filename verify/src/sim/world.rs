@@ -64,11 +64,13 @@ pub(super) enum Ev {
         tx: usize,
         attempt: u32,
         key: String,
+        round: Option<u32>,
     },
     Answer {
         tx: usize,
         attempt: u32,
         outcome: Outcome,
+        round: Option<u32>,
     },
     Fire {
         name: ScheduleName,
@@ -347,7 +349,10 @@ impl World<'_> {
             }
             // A rejected message goes to its DLQ; discarding an event for the attempt
             // still pending loses that retry.
-            let retry = (p.kind == Kind::RetryHandler).then_some(p.attempt);
+            let retry = match p.run.input() {
+                Input::Retry(ev) => Some((ev.attempt.get(), ev.round)),
+                _ => None,
+            };
             if let Some(v) = oracle::disposition(d, retry, self.records[p.tx].as_ref()) {
                 self.report.count(v);
                 if v == Violation::MessageRejected {
@@ -509,8 +514,8 @@ impl World<'_> {
                 QueueId::Retry => self.retries.idle_workers.remove(&worker),
             };
             let now = ts(self.now);
-            let hold = self.breaker_verdict(&input);
-            let ctx = self.ctx(now).with_hold(hold);
+            let (hold, probe) = self.breaker_verdict(&input);
+            let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
             let run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
             self.spawn(Proc {
                 kind,
@@ -521,7 +526,7 @@ impl World<'_> {
                 run,
                 now,
                 hold,
-                probe: false,
+                probe,
                 backlog: VecDeque::new(),
             });
         }
@@ -531,12 +536,15 @@ impl World<'_> {
     // -- the circuit breaker -----------------------------------------------
 
     /// What the breaker says about a message a handler received: the retry handler's
-    /// request waits (`Some`) or goes out; the response handler's answer is counted.
-    fn breaker_verdict(&mut self, input: &Input) -> Option<Hold> {
+    /// request waits (`Some`) or goes out (`true`: as a probe); the response handler's
+    /// answer is counted.
+    fn breaker_verdict(&mut self, input: &Input) -> (Option<Hold>, bool) {
         let now = self.now;
-        let b = self.breaker.as_mut()?;
+        let Some(b) = self.breaker.as_mut() else {
+            return (None, false);
+        };
         match input {
-            Input::Retry(_) => b.hold(now, self.cfg.count_probes, &mut self.jitter),
+            Input::Retry(_) => b.admission(now, self.cfg.count_probes, &mut self.jitter),
             Input::Response(r) => {
                 let mut batch = Tally::default();
                 batch.add(match r.outcome {
@@ -546,9 +554,9 @@ impl World<'_> {
                     domain::message::Outcome::Error => domain::breaker::Signal::Technical,
                 });
                 b.observe(&batch, now);
-                None
+                (None, false)
             }
-            _ => None,
+            _ => (None, false),
         }
     }
 
@@ -560,10 +568,7 @@ impl World<'_> {
         let ctx = self.ctx(ts(now));
         let count_probes = self.cfg.count_probes;
         match self.breaker.as_mut() {
-            Some(b)
-                if rec.status == domain::Status::InProgress
-                    && domain::decide::is_stuck(rec, &ctx) =>
-            {
+            Some(b) if domain::decide::asks_breaker(rec, &ctx) => {
                 b.admission(now, count_probes, &mut self.jitter)
             }
             _ => (None, false),
@@ -665,12 +670,18 @@ impl World<'_> {
                 Ev::Start(i) => self.start_transaction(i),
                 Ev::Poll(q) => self.poll(q),
                 Ev::Step(pid) => self.step(pid),
-                Ev::ServiceReceive { tx, attempt, key } => self.service_receive(tx, attempt, key),
+                Ev::ServiceReceive {
+                    tx,
+                    attempt,
+                    key,
+                    round,
+                } => self.service_receive(tx, attempt, key, round),
                 Ev::Answer {
                     tx,
                     attempt,
                     outcome,
-                } => self.answer(tx, attempt, outcome),
+                    round,
+                } => self.answer(tx, attempt, outcome, round),
                 Ev::Fire { name, generation } => self.fire(name, generation),
                 Ev::ReconcilerTick => {
                     self.reconciler_tick();

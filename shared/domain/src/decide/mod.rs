@@ -27,12 +27,12 @@ mod retry;
 mod run;
 mod start;
 
-pub use reconcile::{decide_reconcile, is_stuck, UNANSWERED_REASON};
+pub use reconcile::{asks_breaker, decide_reconcile, is_stuck, UNANSWERED_REASON};
 pub use replay::decide_replay;
 pub use resolve::{decide_resolve, RESOLVED_REASON};
 pub use response::decide_response;
 pub use response::TECHNICAL_EXHAUSTED_REASON;
-pub use retry::{decide_retry, BREAKER_REASON_PREFIX};
+pub use retry::{decide_retry, BREAKER_REASON_PREFIX, PROBE_REASON};
 pub use run::{Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
 pub use start::decide_start;
 
@@ -179,6 +179,9 @@ pub enum Known<'a> {
 pub struct RequestHeader {
     pub transaction_id: TransactionId,
     pub attempt: Attempt,
+    /// The send's round: the record's `resends` as it leaves. `None` in a plan made
+    /// blind, filled by [`Run`] from the record the write before it returned.
+    pub round: Option<u32>,
 }
 
 /// A one-time schedule to create: fires `event` on the retry queue at `fire_at`.
@@ -382,6 +385,13 @@ impl Disposition {
 pub enum DropReason {
     /// A response for an attempt that is no longer the current one.
     LateResponse { attempt: Attempt, current: Attempt },
+    /// An ERROR answering an earlier send (`round`) of the attempt than the one in
+    /// flight (`current`): delivered late or twice, its re-send already went out.
+    StaleError {
+        attempt: Attempt,
+        round: u32,
+        current: u32,
+    },
     /// A response whose outcome contradicts what was already decided for that attempt.
     ConflictingOutcome { outcome: Outcome, status: Status },
     /// A SUCCESS for an attempt already answered CANCELLED (a later attempt went out,
@@ -396,6 +406,13 @@ pub enum DropReason {
         attempt: Attempt,
         pending: Option<Attempt>,
     },
+    /// A retry event of an earlier retry cycle (`round`) of the pending attempt than
+    /// the one in force (`current`).
+    StaleCycle {
+        attempt: Attempt,
+        round: u32,
+        current: u32,
+    },
     /// A retry event for an attempt already published.
     DuplicateRetry { attempt: Attempt, status: Status },
     /// The reconciler found the record no longer stuck.
@@ -409,10 +426,12 @@ impl DropReason {
     pub fn label(&self) -> &'static str {
         match self {
             DropReason::LateResponse { .. } => "late-response",
+            DropReason::StaleError { .. } => "stale-error",
             DropReason::ConflictingOutcome { .. } => "conflicting-outcome",
             DropReason::ConflictingSuccess { .. } => "conflicting-success",
             DropReason::DuplicateResponse { .. } => "duplicate-response",
             DropReason::StaleRetry { .. } => "stale-retry",
+            DropReason::StaleCycle { .. } => "stale-cycle",
             DropReason::DuplicateRetry { .. } => "duplicate-retry",
             DropReason::NotStuck { .. } => "not-stuck",
             DropReason::Parked { .. } => "parked",

@@ -25,6 +25,14 @@ fn answer_due(r: &TransactionRecord, ctx: &Context) -> crate::ids::Timestamp {
     })
 }
 
+/// True when the reconciler's plan for this record may send its request again, so it
+/// asks the circuit breaker first: an IN_PROGRESS record past its answer deadline
+/// with republishes left (one that has spent them ends FAILED/UNANSWERED whatever the
+/// breaker says: it is not a request the breaker could hold or let out).
+pub fn asks_breaker(r: &TransactionRecord, ctx: &Context) -> bool {
+    r.status == Status::InProgress && is_stuck(r, ctx) && r.republishes < ctx.answer_republish_max
+}
+
 /// True when the reconciler should act on this record now: a retry cycle unchanged
 /// for longer than the threshold, or a request unanswered past its deadline.
 pub fn is_stuck(r: &TransactionRecord, ctx: &Context) -> bool {
@@ -78,6 +86,7 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
                 transaction_id: r.transaction_id.clone(),
                 origin: Origin::Reconciler,
                 attempt: next,
+                round: None,
             }),
             Effect::Ack(Ack::ReconcilerRequeued),
         ]
@@ -131,13 +140,32 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         w.set.answer_due_at = Change::Set(due);
         return vec![Effect::Write(w), Effect::Ack(Ack::ReconcilerAwaiting)];
     }
+    // Every republish spent: no answer came for this request however often it went
+    // out, before any hold or probe (a breaker that never closes — its probes
+    // unanswered too — would otherwise keep it waiting, or probing for free, for
+    // ever).
+    if r.republishes >= ctx.answer_republish_max {
+        return abandon(r, ctx);
+    }
+    // This request went out as the breaker's probe and its own deadline passed
+    // unanswered: a failed probe, whose deadline spends a republish as any
+    // unanswered one (the probe's send was free, its silence is not: a request whose
+    // answer never comes — lost on the way — would otherwise be every round's free
+    // probe for ever, and keep the breaker from closing).
+    let spent = if r.is_probing() {
+        Change::Set(r.republishes.saturating_add(1))
+    } else {
+        Change::Keep
+    };
     // The breaker holds requests back: republishing into a service that is down
     // helps nothing. The deadline moves to the breaker's resume instant, the
-    // republish count untouched (an outage spends no republish); the reason names
+    // republish count untouched (an outage spends no republish; a failed probe's
+    // deadline, above, does); the reason names
     // the hold, so that the republish after it is not taken for a fresh silence.
     if let Some(hold) = ctx.hold {
         let held = hold.until.max(ctx.now.plus_millis(1_000));
         let mut w = guarded(AWAITED);
+        w.set.republishes = spent;
         w.set.answer_due_at = Change::Set(held);
         w.set.reconcile = Change::Set(watch_from(held));
         w.set.last_reason = Change::Set(hold.reason());
@@ -149,53 +177,63 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     // reason says so, so that its own deadline is no fresh silence either.
     if ctx.probe {
         let mut w = guarded(REPUBLISHED);
+        w.set.republishes = spent;
         let next_due = ctx.answer_due();
         w.set.answer_due_at = Change::Set(next_due);
         w.set.reconcile = Change::Set(watch_from(next_due));
-        w.set.last_reason = Change::Set(format!("{}PROBE", super::BREAKER_REASON_PREFIX));
+        w.set.last_reason = Change::Set(super::PROBE_REASON.to_owned());
         return vec![
             Effect::PublishRequest(RequestHeader {
                 transaction_id: id.clone(),
                 attempt: n,
+                round: Some(r.resends),
             }),
             Effect::Write(w),
             Effect::Ack(Ack::ReconcilerProbed),
         ];
     }
-    if r.republishes < ctx.answer_republish_max {
-        let mut w = guarded(REPUBLISHED);
-        let next_due = ctx.answer_due();
-        w.set.republishes = Change::Set(r.republishes.saturating_add(1));
-        w.set.answer_due_at = Change::Set(next_due);
-        w.set.reconcile = Change::Set(watch_from(next_due));
-        // A request held back by the breaker goes out now that it lets requests out:
-        // its deadline passed during the outage, not since (the breaker's signal is
-        // a deadline that fired on a service thought up).
-        let after_hold = r
-            .last_reason
-            .as_deref()
-            .is_some_and(|x| x.starts_with(super::BREAKER_REASON_PREFIX));
-        if after_hold {
-            w.set.last_reason = Change::Clear;
-        }
-        return vec![
-            Effect::PublishRequest(RequestHeader {
-                transaction_id: id.clone(),
-                attempt: n,
-            }),
-            Effect::Write(w),
-            Effect::Ack(if after_hold {
-                Ack::ReconcilerRepublishedAfterHold
-            } else {
-                Ack::ReconcilerRepublished
-            }),
-        ];
+    let mut w = guarded(REPUBLISHED);
+    let next_due = ctx.answer_due();
+    w.set.republishes = Change::Set(r.republishes.saturating_add(1));
+    w.set.answer_due_at = Change::Set(next_due);
+    w.set.reconcile = Change::Set(watch_from(next_due));
+    // A request held back by the breaker goes out now that it lets requests out:
+    // its deadline passed during the outage, not since (the breaker's signal is
+    // a deadline that fired on a service thought up).
+    let after_hold = r
+        .last_reason
+        .as_deref()
+        .is_some_and(|x| x.starts_with(super::BREAKER_REASON_PREFIX));
+    if after_hold {
+        w.set.last_reason = Change::Clear;
     }
-    // The alert goes first: once FAILED the record leaves the index and no message
-    // brings the reconciler back to it, so a crash between the write and a later
-    // alert would lose the alert. Alerting first makes it at least once (a crash
-    // before the write repeats both on the next run).
-    let mut w = guarded(ABANDONED).listed_failed(ctx.shards);
+    vec![
+        Effect::PublishRequest(RequestHeader {
+            transaction_id: id.clone(),
+            attempt: n,
+            round: Some(r.resends),
+        }),
+        Effect::Write(w),
+        Effect::Ack(if after_hold {
+            Ack::ReconcilerRepublishedAfterHold
+        } else {
+            Ack::ReconcilerRepublished
+        }),
+    ]
+}
+
+/// IN_PROGRESS(n) past its deadline with every republish spent: FAILED, `UNANSWERED`,
+/// and the business alert. The alert goes first: once FAILED the record leaves the
+/// index and no message brings the reconciler back to it, so a crash between the
+/// write and a later alert would lose the alert. Alerting first makes it at least
+/// once (a crash before the write repeats both on the next run).
+fn abandon(r: &TransactionRecord, ctx: &Context) -> Plan {
+    let id = &r.transaction_id;
+    let n = r.current_attempt;
+    let mut w = Write::new(id.clone(), ABANDONED, ctx.now, Actor::Reconciler);
+    w.guard.current_attempt = Some(n);
+    w.guard.republishes = Some(r.republishes);
+    let mut w = w.listed_failed(ctx.shards);
     w.set.last_reason = Change::Set(UNANSWERED_REASON.to_owned());
     vec![
         Effect::Alert(Alert {

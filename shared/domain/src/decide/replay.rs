@@ -58,6 +58,7 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
             transaction_id: id.clone(),
             origin: Origin::Operator,
             attempt: next,
+            round: None,
         }),
         Effect::Ack(Ack::Replayed),
     ]

@@ -54,14 +54,30 @@ pub fn decide_response(
         Known::Record(r) => Some(r),
     };
     if let Some(r) = rec {
+        // An ERROR for an earlier send of the request in flight (its round echoed):
+        // that send's answer was decided already, its re-send (or the breaker's
+        // pause) opened the round in flight; decided again it would spend a second
+        // re-send for one failure.
+        let in_flight = (r.status == Status::InProgress && r.current_attempt == n)
+            || (r.status == Status::Sending && r.next_attempt == Some(n));
+        if let (Outcome::Error, Some(round), true) = (resp.outcome, resp.round, in_flight) {
+            if round < r.resends {
+                return vec![Effect::Drop(DropReason::StaleError {
+                    attempt: n,
+                    round,
+                    current: r.resends,
+                })];
+            }
+        }
         // The response for the attempt B is publishing (SENDING, next_attempt = n): it
         // proves request n left, so complete B's last arrow (SENDING → IN_PROGRESS(n))
         // and then handle the response. Dropping it as late would leave the
         // transaction IN_PROGRESS(n) waiting for a response already consumed (B's
         // final write comes after its publish, and a crash there leaves SENDING).
         // The same holds while B re-sends request n after an ERROR: whatever the
-        // answer, it may be the re-send's own (an ERROR delivered again instead costs
-        // one re-send more, never a lost answer).
+        // answer, it may be the re-send's own (an ERROR of an earlier round was
+        // dropped above; one whose round was not echoed costs one re-send more,
+        // never a lost answer).
         if r.status == Status::Sending && r.next_attempt == Some(n) {
             let published = in_progress_write(id, n, ctx, Actor::ResponseHandler);
             if let Ok(after) = published.apply(r) {
@@ -115,6 +131,7 @@ pub fn decide_response(
             id,
             n,
             rec.map_or((0, 0), |r| (r.resends, r.pauses)),
+            rec.is_some_and(TransactionRecord::is_probing),
             resp,
             ctx,
             rng,
@@ -285,21 +302,29 @@ fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan 
 /// ERROR for attempt `n` of a record with `rounds = (resends, pauses)`: retry cycles
 /// opened again, and those of them the breaker caused (0 when unread: the writes are
 /// conditional on the count, and a failed condition hands back the record to decide
-/// again). Only the technical ones count against the bound. With re-sends left: SCHEDULING with `next_attempt = n`
-/// (the attempt is not consumed), the re-send's own schedule name and its instant —
-/// the later of the technical backoff's and the service's `retry_after_seconds` —
-/// persisted before the schedule is created. Spent: FAILED, `TECHNICAL_EXHAUSTED`.
+/// again). Only the technical ones count against the bound. With re-sends left:
+/// SCHEDULING with `next_attempt = n` (the attempt is not consumed), the re-send's own
+/// schedule name and its instant — the later of the technical backoff's and the
+/// service's `retry_after_seconds` — persisted before the schedule is created. Spent:
+/// FAILED, `TECHNICAL_EXHAUSTED`.
+///
+/// An ERROR answering the breaker's probe (`probe`: the record carries the probe's
+/// mark) spends nothing: its round is counted a pause, as the breaker's other holds.
+/// Every write is conditional on the mark as decided (unread: no mark), so an answer
+/// decided blind for a probe's request is decided again from the record.
 fn technical_failure(
     id: &TransactionId,
     n: Attempt,
     (resends, pauses): (u32, u32),
+    probe: bool,
     resp: &Response,
     ctx: &Context,
     rng: &mut dyn RandomSource,
 ) -> Plan {
-    if resends.saturating_sub(pauses) >= ctx.technical_resend_max {
+    if !probe && resends.saturating_sub(pauses) >= ctx.technical_resend_max {
         let mut w = answered(id, TECHNICAL_FAIL, n, resp, ctx).listed_failed(ctx.shards);
         w.guard.resends = Some(resends);
+        w.guard.probe = Some(false);
         w.set.last_outcome = Some(Outcome::Error);
         w.set.last_reason = Change::Set(TECHNICAL_EXHAUSTED_REASON.to_owned());
         return vec![
@@ -309,8 +334,13 @@ fn technical_failure(
         ];
     }
     let seq = resends.saturating_add(1);
+    let pauses = if probe {
+        pauses.saturating_add(1)
+    } else {
+        pauses
+    };
     // The backoff grows with the technical failures alone, not the breaker's pauses.
-    let failures = resends.saturating_sub(pauses).saturating_add(1);
+    let failures = seq.saturating_sub(pauses).max(1);
     let backoff = ctx.technical_policy.fire_at(
         ctx.now,
         Attempt::new(failures).unwrap_or(Attempt::FIRST),
@@ -324,7 +354,11 @@ fn technical_failure(
     let name = ScheduleName::for_resend(id, n, seq);
     let mut w = answered(id, RESEND, n, resp, ctx);
     w.guard.resends = Some(resends);
+    w.guard.probe = Some(probe);
     w.set.resends = Change::Set(seq);
+    if probe {
+        w.set.pauses = Change::Set(pauses);
+    }
     w.set.last_outcome = Some(Outcome::Error);
     open_cycle_plan(w, n, fire_at, name, ctx, Ack::Resend)
 }
@@ -353,7 +387,7 @@ fn open_cycle_plan(
     };
     vec![
         Effect::Write(w),
-        create_schedule(&id, next, fire_at, name),
+        create_schedule(&id, next, fire_at, name, None),
         confirm_scheduled(&id, cycle, ctx, Actor::ResponseHandler),
         Effect::Ack(ack),
     ]
@@ -392,11 +426,15 @@ fn schedule_retry(
 
 /// The one-time schedule that puts attempt `next`'s retry event on the queue at
 /// `fire_at`.
+///
+/// `round` is the cycle's (`None` after the write that opens it: the run takes it
+/// from the record that write returned).
 pub(super) fn create_schedule(
     id: &TransactionId,
     next: Attempt,
     fire_at: Timestamp,
     name: ScheduleName,
+    round: Option<u32>,
 ) -> Effect {
     Effect::CreateSchedule(ScheduleSpec {
         name,
@@ -405,6 +443,7 @@ pub(super) fn create_schedule(
             transaction_id: id.clone(),
             origin: Origin::RetryScheduler,
             attempt: next,
+            round,
         },
     })
 }
@@ -462,6 +501,7 @@ pub(super) fn resume_scheduling(
                 transaction_id: id.clone(),
                 origin: Origin::RetryScheduler,
                 attempt: next,
+                round: Some(r.resends),
             }),
             confirm_scheduled(id, cycle, ctx, actor),
             Effect::Ack(ack),
@@ -472,7 +512,7 @@ pub(super) fn resume_scheduling(
         .clone()
         .unwrap_or_else(|| ScheduleName::for_retry(id, next));
     vec![
-        create_schedule(id, next, fire_at, name),
+        create_schedule(id, next, fire_at, name, Some(r.resends)),
         confirm_scheduled(id, cycle, ctx, actor),
         Effect::Ack(ack),
     ]

@@ -5,11 +5,17 @@ use super::{Ack, Context, DropReason, Effect, Hold, Known, Plan, Rejection, Requ
 use crate::arrow;
 use crate::ids::{Attempt, ScheduleName, TransactionId};
 use crate::machine::{Actor, Arrow, Change, Event, Status, Write};
-use crate::message::{Origin, RetryEvent};
+use crate::message::RetryEvent;
 
 /// The start of a paused record's `last_reason`; the breaker state follows
 /// (`BREAKER_OPEN`, `BREAKER_HALF_OPEN`).
 pub const BREAKER_REASON_PREFIX: &str = "BREAKER_";
+
+/// The `last_reason` of a request the breaker let out as a half-open round's probe
+/// (by the retry handler or the reconciler), until its answer: an ERROR answering it
+/// spends no technical re-send (it is counted a pause), since the probe tests the
+/// service for every transaction, not this one.
+pub const PROBE_REASON: &str = "BREAKER_PROBE";
 
 /// B accepts the event of the pending attempt in SCHEDULING too: the event may
 /// overtake the response handler's confirmation.
@@ -38,7 +44,7 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
         // Paused blind on no earlier rounds: a failed condition hands back the record.
         Known::Unread => match ctx.hold {
             Some(hold) => pause(id, m, (0, 0), hold, ctx),
-            None => send(id, m, ev.origin, ctx),
+            None => send(id, m, ev, ctx),
         },
         Known::Record(r) => {
             // Rule 1: an event for another attempt than the pending one is stale.
@@ -54,6 +60,16 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                         pending: r.next_attempt,
                     })]
                 };
+            }
+            // An event of an earlier retry cycle of the pending attempt (redelivered,
+            // or decided again after its cycle moved on to a re-send or a pause):
+            // the cycle in force has its own schedule and instant.
+            if let Some(round) = ev.round.filter(|k| *k < r.resends) {
+                return vec![Effect::Drop(DropReason::StaleCycle {
+                    attempt: m,
+                    round,
+                    current: r.resends,
+                })];
             }
             if let Some(hold) = ctx.hold {
                 // A cycle already waiting for a later instant (paused by another
@@ -74,12 +90,13 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                 }
             }
             match r.status {
-                s if ACCEPT.from().contains(s) => send(id, m, ev.origin, ctx),
+                s if ACCEPT.from().contains(s) => send(id, m, ev, ctx),
                 // SENDING with next_attempt = m: resume (publish again, same key).
                 Status::Sending => vec![
                     Effect::PublishRequest(RequestHeader {
                         transaction_id: id.clone(),
                         attempt: m,
+                        round: Some(r.resends),
                     }),
                     to_in_progress(id, m, ctx),
                     Effect::Ack(Ack::Resumed),
@@ -127,22 +144,30 @@ fn pause(
     };
     vec![
         Effect::Write(w),
-        create_schedule(id, m, fire_at, name),
+        create_schedule(id, m, fire_at, name, Some(seq)),
         confirm_scheduled(id, cycle, ctx, Actor::RetryHandler),
         Effect::Ack(Ack::Paused),
     ]
 }
 
-fn send(id: &TransactionId, m: Attempt, origin: Origin, ctx: &Context) -> Plan {
+fn send(id: &TransactionId, m: Attempt, ev: &RetryEvent, ctx: &Context) -> Plan {
     // Entered only from the retry cycle: the cycle's index key stays (no index write).
     let mut w = Write::new(id.clone(), ACCEPT, ctx.now, Actor::RetryHandler);
     w.guard.next_attempt = Some(m);
-    w.set.origin = Change::Set(origin);
+    // Only in the cycle the event was made for.
+    w.guard.resends = ev.round;
+    w.set.origin = Change::Set(ev.origin);
+    // Marked before it leaves, so that its answer finds the mark.
+    if ctx.probe {
+        w.set.last_reason = Change::Set(PROBE_REASON.to_owned());
+    }
     vec![
         Effect::Write(w),
+        // Its round is the record's as this write returns it.
         Effect::PublishRequest(RequestHeader {
             transaction_id: id.clone(),
             attempt: m,
+            round: None,
         }),
         to_in_progress(id, m, ctx),
         Effect::Ack(Ack::Published),
@@ -150,7 +175,12 @@ fn send(id: &TransactionId, m: Attempt, origin: Origin, ctx: &Context) -> Plan {
 }
 
 fn to_in_progress(id: &TransactionId, m: Attempt, ctx: &Context) -> Effect {
-    Effect::Write(in_progress_write(id, m, ctx, Actor::RetryHandler))
+    let mut w = in_progress_write(id, m, ctx, Actor::RetryHandler);
+    // A request resumed from SENDING as the breaker's probe.
+    if ctx.probe {
+        w.set.last_reason = Change::Set(PROBE_REASON.to_owned());
+    }
+    Effect::Write(w)
 }
 
 /// SENDING → IN_PROGRESS(m): request m left; `current_attempt = m`, next cleared, the

@@ -169,6 +169,25 @@ impl<D: Decide> Run<D> {
                 return Err(err);
             }
         };
+        // A request or a retry event decided blind carries the round of the record the
+        // write just before it returned (accept → publish; open a cycle → its
+        // schedule); a later write fills its own.
+        if let Observed::Written(rec) = &observed {
+            for e in self.plan.iter_mut() {
+                let (id, round) = match e {
+                    Effect::Write(_) | Effect::Create { .. } => break,
+                    Effect::PublishRequest(h) => (&h.transaction_id, &mut h.round),
+                    Effect::CreateSchedule(spec) => {
+                        (&spec.event.transaction_id, &mut spec.event.round)
+                    }
+                    Effect::PublishRetry(ev) => (&ev.transaction_id, &mut ev.round),
+                    _ => continue,
+                };
+                if round.is_none() && *id == rec.transaction_id {
+                    *round = Some(rec.resends);
+                }
+            }
+        }
         self.trail.push((effect, observed));
         if let Some((record, payload_matches)) = again {
             if self.redecisions >= MAX_REDECISIONS {

@@ -16,10 +16,11 @@ pub fn decide_start(
     max_attempts: MaxAttempts,
     ctx: &Context,
 ) -> Plan {
-    let first = || {
+    let first = |round: u32| {
         Effect::PublishRequest(RequestHeader {
             transaction_id: id.clone(),
             attempt: Attempt::FIRST,
+            round: Some(round),
         })
     };
     match known {
@@ -32,7 +33,7 @@ pub fn decide_start(
                 ),
                 payload: payload.clone(),
             },
-            first(),
+            first(0),
             Effect::Ack(Ack::Started),
         ],
         Known::Record(_) if payload_matches == Some(false) => {
@@ -44,7 +45,7 @@ pub fn decide_start(
         Known::Record(r)
             if r.status == Status::InProgress && r.current_attempt == Attempt::FIRST =>
         {
-            vec![first(), Effect::Ack(Ack::AlreadyStarted)]
+            vec![first(r.resends), Effect::Ack(Ack::AlreadyStarted)]
         }
         Known::Record(_) => vec![Effect::Ack(Ack::AlreadyStarted)],
     }

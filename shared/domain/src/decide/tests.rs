@@ -32,6 +32,7 @@ fn response(n: u32, outcome: Outcome) -> Response {
         outcome,
         reason: Some("NOT_AVAILABLE".into()),
         retry_after_seconds: None,
+        round: None,
     }
 }
 
@@ -163,6 +164,53 @@ fn run_redecides_when_the_budget_is_spent() {
     assert_eq!(w.to(), Status::Failed);
 }
 
+/// The retry handler decides blind: its request carries the round of the record its
+/// accepting write returned.
+#[test]
+fn a_blind_request_carries_the_round_its_write_returned() {
+    let ctx = ctx_at(0);
+    let mut rng = FixedRandom(0.5);
+    let ev = RetryEvent {
+        transaction_id: id(),
+        origin: Origin::RetryScheduler,
+        attempt: a(2),
+        round: None,
+    };
+    let mut run = Run::new(Input::Retry(ev), Known::Unread, &ctx, &mut rng);
+    let mut written = record(Status::Sending, 1, Some(2), 3);
+    written.resends = 4;
+    run.observe(Observed::Written(written), &ctx, &mut rng)
+        .unwrap();
+    let Step::Perform(Effect::PublishRequest(h)) = run.step() else {
+        panic!("{:?}", run.step())
+    };
+    assert_eq!((h.attempt, h.round), (a(2), Some(4)));
+}
+
+/// A stalled response handler's run decides its ERROR again after the re-send it
+/// opened went out (its confirmation failed on IN_PROGRESS with one more round): the
+/// answer's round is stale, dropped, no second re-send.
+#[test]
+fn an_error_decided_again_after_its_resend_left_is_dropped() {
+    let ctx = ctx_at(0);
+    let mut rng = FixedRandom(0.5);
+    let mut resp = response(2, Outcome::Error);
+    resp.round = Some(0);
+    let mut run = Run::new(Input::Response(resp), Known::Unread, &ctx, &mut rng);
+    let mut resent = record(Status::InProgress, 2, None, 3);
+    resent.resends = 1;
+    run.observe(Observed::ConditionFailed(Some(resent)), &ctx, &mut rng)
+        .unwrap();
+    assert_eq!(
+        run.step(),
+        Step::Done(&Disposition::Drop(DropReason::StaleError {
+            attempt: a(2),
+            round: 0,
+            current: 1
+        }))
+    );
+}
+
 #[test]
 fn retry_event_found_sending_resumes_the_publish() {
     let r = record(Status::Sending, 1, Some(2), 3);
@@ -170,6 +218,7 @@ fn retry_event_found_sending_resumes_the_publish() {
         transaction_id: id(),
         origin: Origin::RetryScheduler,
         attempt: a(2),
+        round: None,
     };
     let plan = decide_retry(Known::Record(&r), &ev, &ctx_at(0));
     assert_eq!(labels(&plan), ["publish-request", "write", "ack"]);
@@ -252,6 +301,11 @@ fn describe(e: &Effect) -> String {
             if let Some(k) = g.resends {
                 s.push_str(&format!(" rs={k}"));
             }
+            match g.probe {
+                Some(true) => s.push_str(" probing"),
+                Some(false) => s.push_str(" !probing"),
+                None => {}
+            }
             let c = &w.set;
             s.push_str(&format!(" -> {}", w.to()));
             if let Some(a) = c.current_attempt {
@@ -282,18 +336,30 @@ fn describe(e: &Effect) -> String {
             s
         }
         Effect::CreateSchedule(spec) => format!(
-            "create-schedule {} at {} event={}/{}/{}",
+            "create-schedule {} at {} event={}/{}/{}{}",
             spec.name,
             rel(spec.fire_at),
             spec.event.transaction_id,
             spec.event.attempt,
-            spec.event.origin
+            spec.event.origin,
+            spec.event
+                .round
+                .map(|k| format!(" round={k}"))
+                .unwrap_or_default()
         ),
         Effect::DeleteSchedule(name) => format!("delete-schedule {name}"),
-        Effect::PublishRequest(h) => format!("publish-request {}#{}", h.transaction_id, h.attempt),
+        Effect::PublishRequest(h) => format!(
+            "publish-request {}#{}{}",
+            h.transaction_id,
+            h.attempt,
+            h.round.map(|k| format!(" round={k}")).unwrap_or_default()
+        ),
         Effect::PublishRetry(ev) => format!(
-            "publish-retry {}/{}/{}",
-            ev.transaction_id, ev.attempt, ev.origin
+            "publish-retry {}/{}/{}{}",
+            ev.transaction_id,
+            ev.attempt,
+            ev.origin,
+            ev.round.map(|k| format!(" round={k}")).unwrap_or_default()
         ),
         Effect::Alert(a) => format!(
             "alert {} attempts={} reason={}",
@@ -317,6 +383,11 @@ fn describe(e: &Effect) -> String {
             DropReason::LateResponse { attempt, current } => {
                 format!("drop late-response attempt={attempt} current={current}")
             }
+            DropReason::StaleError {
+                attempt,
+                round,
+                current,
+            } => format!("drop stale-error attempt={attempt} round={round} current={current}"),
             DropReason::ConflictingOutcome { outcome, status } => {
                 format!("drop conflicting-outcome {outcome} in {status}")
             }
@@ -330,6 +401,11 @@ fn describe(e: &Effect) -> String {
                 "drop stale-retry attempt={attempt} pending={}",
                 pending.map_or("-".to_string(), |p| p.to_string())
             ),
+            DropReason::StaleCycle {
+                attempt,
+                round,
+                current,
+            } => format!("drop stale-cycle attempt={attempt} round={round} current={current}"),
             DropReason::DuplicateRetry { attempt, status } => {
                 format!("drop duplicate-retry attempt={attempt} in {status}")
             }
@@ -378,6 +454,7 @@ fn answer(
         outcome,
         reason: reason.map(str::to_owned),
         retry_after_seconds,
+        round: None,
     })
 }
 
@@ -522,6 +599,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         transaction_id: id(),
         origin: Origin::RetryScheduler,
         attempt: a(2),
+        round: None,
     });
     for r in &resend_records {
         push(
@@ -561,6 +639,7 @@ fn all_cases() -> Vec<(String, Plan)> {
                 transaction_id: id(),
                 origin,
                 attempt: a(m),
+                round: None,
             });
             let mut knowns = vec![Known::Unread, Known::Missing];
             knowns.extend(
@@ -752,6 +831,7 @@ fn all_cases() -> Vec<(String, Plan)> {
             transaction_id: id(),
             origin: Origin::RetryScheduler,
             attempt: a(m),
+            round: None,
         });
         let mut knowns = vec![Known::Unread, Known::Missing];
         knowns.extend(records.iter().map(Known::Record));
@@ -763,6 +843,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         transaction_id: id(),
         origin: Origin::RetryScheduler,
         attempt: a(2),
+        round: None,
     });
     for r in &resend_records {
         push_held(
@@ -781,6 +862,7 @@ fn all_cases() -> Vec<(String, Plan)> {
                 transaction_id: id(),
                 origin: Origin::RetryScheduler,
                 attempt: a(3),
+                round: None,
             }),
             Known::Record(&due),
         );
@@ -796,6 +878,7 @@ fn all_cases() -> Vec<(String, Plan)> {
             transaction_id: id(),
             origin: Origin::RetryScheduler,
             attempt: a(3),
+            round: None,
         }),
         Known::Record(&paused),
     );
@@ -830,6 +913,110 @@ fn all_cases() -> Vec<(String, Plan)> {
         "probe: reconcile IN_PROGRESS past deadline rp=1 / current".into(),
         plan,
     ));
+    // Past its deadline again after going out as the probe (unanswered): a failed
+    // probe spends a republish, held or probed again; every republish spent ends it
+    // whatever the breaker says.
+    let mut failed_probe = unanswered.clone();
+    failed_probe.last_reason = Some(PROBE_REASON.into());
+    let mut spent = unanswered.clone();
+    spent.republishes = ctx.answer_republish_max;
+    for (name, r) in [("probing rp=1", &failed_probe), ("rp=3", &spent)] {
+        for (mode, c) in [("held", &held), ("probe", &probing)] {
+            let plan = decide(
+                &Input::Reconcile(r.clone()),
+                Known::Record(r),
+                None,
+                c,
+                &mut FixedRandom(0.5),
+            );
+            out.push((
+                format!("{mode}: reconcile IN_PROGRESS past deadline {name} / current"),
+                plan,
+            ));
+        }
+    }
+    // The retry handler's probe: marked before it leaves.
+    let due = rec_in(Status::Scheduled, 2, 4);
+    for (name, known) in [
+        ("unread", Known::Unread),
+        ("SCHEDULED c=2 max=4", Known::Record(&due)),
+    ] {
+        let plan = decide(
+            &Input::Retry(RetryEvent {
+                transaction_id: id(),
+                origin: Origin::RetryScheduler,
+                attempt: a(3),
+                round: None,
+            }),
+            known,
+            None,
+            &probing,
+            &mut FixedRandom(0.5),
+        );
+        out.push((format!("probe: retry m=3 / {name}"), plan));
+    }
+    // An ERROR answering the probe: a pause, whatever the technical count.
+    let mut probed = rec_in(Status::InProgress, 2, 4);
+    probed.resends = ctx.technical_resend_max + 3;
+    probed.pauses = 3;
+    probed.last_reason = Some(PROBE_REASON.into());
+    for k in [Known::Unread, Known::Record(&probed)] {
+        let name = match k {
+            Known::Record(_) => format!(
+                "IN_PROGRESS c=2 max=4 probing resends={} pauses=3",
+                probed.resends
+            ),
+            _ => known_name(&k),
+        };
+        let plan = decide(
+            &answer(2, Outcome::Error, Some("HTTP_503"), None),
+            k,
+            None,
+            &ctx,
+            &mut FixedRandom(0.5),
+        );
+        out.push((format!("probe answered: response ERROR n=2 / {name}"), plan));
+    }
+    // A retry event's round: an event of an earlier cycle of the pending attempt is
+    // stale; decided blind, its cycle is a condition of the write.
+    let mut resent = rec_resending(Status::Scheduled, 2, 2);
+    resent.next_fire_at = Some(at(-1));
+    for round in [1, 2] {
+        let ev = Input::Retry(RetryEvent {
+            transaction_id: id(),
+            origin: Origin::RetryScheduler,
+            attempt: a(2),
+            round: Some(round),
+        });
+        for k in [Known::Unread, Known::Record(&resent)] {
+            let name = match k {
+                Known::Record(_) => "SCHEDULED c=2 n=2 resends=2".to_owned(),
+                _ => known_name(&k),
+            };
+            let plan = decide(&ev, k, None, &ctx, &mut FixedRandom(0.5));
+            out.push((format!("retry m=2 round={round} / {name}"), plan));
+        }
+    }
+    // An ERROR's round: one earlier than the record's is stale.
+    for st in [Status::InProgress, Status::Sending] {
+        let mut r = rec_in(st, 2, 4);
+        if st == Status::Sending {
+            r.current_attempt = a(1);
+            r.next_attempt = Some(a(2));
+        }
+        r.resends = 1;
+        for round in [0, 1] {
+            let mut input = answer(2, Outcome::Error, None, None);
+            if let Input::Response(resp) = &mut input {
+                resp.round = Some(round);
+            }
+            let plan = decide(&input, Known::Record(&r), None, &ctx, &mut FixedRandom(0.5));
+            out.push((
+                format!("response ERROR n=2 round={round} / {st} resends=1"),
+                plan,
+            ));
+        }
+    }
     out
 }
 
@@ -1160,7 +1347,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response CANCELLED n=2 / SCHEDULING c=2 max=4",
         &[
-            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER round=0",
             "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=response-handler",
             "ack Scheduled",
         ],
@@ -1279,7 +1466,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=1 / unread",
         &[
-            "write ResponseTechnicalRetry if IN_PROGRESS c=1 rs=0 -> SCHEDULING n=1 fire=T0+60s name=retry-TX-100200-1.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=1 rs=0 !probing -> SCHEDULING n=1 fire=T0+60s name=retry-TX-100200-1.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-1.1 at T0+60s event=TX-100200/1/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=1 n=1 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1348,7 +1535,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=2 / unread",
         &[
-            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 !probing -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1363,7 +1550,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=2 / IN_PROGRESS c=2 max=4",
         &[
-            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 !probing -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1372,7 +1559,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=2 / IN_PROGRESS c=2 max=2",
         &[
-            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 !probing -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1423,7 +1610,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=3 / unread",
         &[
-            "write ResponseTechnicalRetry if IN_PROGRESS c=3 rs=0 -> SCHEDULING n=3 fire=T0+60s name=retry-TX-100200-3.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=3 rs=0 !probing -> SCHEDULING n=3 fire=T0+60s name=retry-TX-100200-3.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-3.1 at T0+60s event=TX-100200/3/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=3 n=3 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1463,7 +1650,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response ERROR n=3 / SENDING c=2 max=4",
         &[
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=response-handler",
-            "write ResponseTechnicalRetry if IN_PROGRESS c=3 rs=0 -> SCHEDULING n=3 fire=T0+60s name=retry-TX-100200-3.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=3 rs=0 !probing -> SCHEDULING n=3 fire=T0+60s name=retry-TX-100200-3.1 outcome=ERROR reason=NOT_AVAILABLE origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-3.1 at T0+60s event=TX-100200/3/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=3 n=3 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1514,7 +1701,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response ERROR n=4 / SENDING c=3 max=4",
         &[
             "write RequestPublished if SENDING n=4 -> IN_PROGRESS c=4 n=- fire=- due=T0+1800s rp=- by=response-handler",
-            "write ResponseTechnicalRetry if IN_PROGRESS c=4 rs=0 -> SCHEDULING n=4 fire=T0+60s name=retry-TX-100200-4.1 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=4 rs=0 !probing -> SCHEDULING n=4 fire=T0+60s name=retry-TX-100200-4.1 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
             "create-schedule retry-TX-100200-4.1 at T0+60s event=TX-100200/4/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=4 n=4 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1573,7 +1760,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=2 / SCHEDULING c=2 max=4 resend=1",
         &[
-            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
         ],
@@ -1588,7 +1775,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "response ERROR n=2 / SENDING c=2 max=4 resend=1",
         &[
             "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=response-handler",
-            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 !probing -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
             "create-schedule retry-TX-100200-2.2 at T0+120s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1597,7 +1784,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=2 / IN_PROGRESS c=2 max=4 resends=20",
         &[
-            "write ResponseTechnicalExhausted if IN_PROGRESS c=2 rs=20 -> FAILED outcome=ERROR reason=TECHNICAL_EXHAUSTED rk=- due=- by=response-handler",
+            "write ResponseTechnicalExhausted if IN_PROGRESS c=2 rs=20 !probing -> FAILED outcome=ERROR reason=TECHNICAL_EXHAUSTED rk=- due=- by=response-handler",
             "alert TX-100200 attempts=2 reason=TECHNICAL_EXHAUSTED",
             "ack Failed",
         ],
@@ -1625,7 +1812,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=2 retry-after=10 / IN_PROGRESS c=2 max=4 resends=1",
         &[
-            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 !probing -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
             "create-schedule retry-TX-100200-2.2 at T0+120s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1634,7 +1821,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "response ERROR n=2 retry-after=7200 / IN_PROGRESS c=2 max=4 resends=1",
         &[
-            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2.2 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+7200s due=- rs=2 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 !probing -> SCHEDULING n=2 fire=T0+7200s name=retry-TX-100200-2.2 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+7200s due=- rs=2 by=response-handler",
             "create-schedule retry-TX-100200-2.2 at T0+7200s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -1652,7 +1839,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULING stuck resend=1 / current",
         &[
-            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
@@ -1677,7 +1864,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=2 RETRY_SCHEDULER / SENDING c=2 max=4 resend=1",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=1",
             "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Resumed",
         ],
@@ -1807,7 +1994,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RETRY_SCHEDULER / SENDING c=2 max=4",
         &[
-            "publish-request TX-100200#3",
+            "publish-request TX-100200#3 round=0",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Resumed",
         ],
@@ -1854,7 +2041,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 RECONCILER / SENDING c=2 max=4",
         &[
-            "publish-request TX-100200#3",
+            "publish-request TX-100200#3 round=0",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Resumed",
         ],
@@ -1889,7 +2076,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "retry m=3 OPERATOR / SENDING c=2 max=4",
         &[
-            "publish-request TX-100200#3",
+            "publish-request TX-100200#3 round=0",
             "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- due=T0+1800s rp=- by=retry-handler",
             "ack Resumed",
         ],
@@ -1966,7 +2153,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS fresh / unread",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=0",
             "write AnswerRepublished if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
             "ack ReconcilerRepublished",
         ],
@@ -1974,7 +2161,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS fresh / current",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=0",
             "write AnswerRepublished if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
             "ack ReconcilerRepublished",
         ],
@@ -1988,7 +2175,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS stuck / unread",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=0",
             "write AnswerRepublished if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
             "ack ReconcilerRepublished",
         ],
@@ -1996,7 +2183,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS stuck / current",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=0",
             "write AnswerRepublished if IN_PROGRESS c=2 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
             "ack ReconcilerRepublished",
         ],
@@ -2048,7 +2235,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS answer-overdue republished-2 / unread",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=0",
             "write AnswerRepublished if IN_PROGRESS c=2 rp=2 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=3 by=reconciler",
             "ack ReconcilerRepublished",
         ],
@@ -2056,7 +2243,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS answer-overdue republished-2 / current",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=0",
             "write AnswerRepublished if IN_PROGRESS c=2 rp=2 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=3 by=reconciler",
             "ack ReconcilerRepublished",
         ],
@@ -2110,7 +2297,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULING stuck / unread",
         &[
-            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER round=0",
             "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
@@ -2118,7 +2305,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULING stuck / current",
         &[
-            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER round=0",
             "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=reconciler",
             "ack ReconcilerScheduled",
         ],
@@ -2378,7 +2565,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile SCHEDULING stuck / current IN_PROGRESS c=3",
         &[
-            "publish-request TX-100200#3",
+            "publish-request TX-100200#3 round=0",
             "write AnswerRepublished if IN_PROGRESS c=3 rp=0 -> IN_PROGRESS rk=CYCLE#5@T0+1200s due=T0+1800s rp=1 by=reconciler",
             "ack ReconcilerRepublished",
         ],
@@ -2387,7 +2574,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "start / unread",
         &[
             "create IN_PROGRESS c=1 max=4 payload={\"amount\":12.50}",
-            "publish-request TX-100200#1",
+            "publish-request TX-100200#1 round=0",
             "ack Started",
         ],
     ),
@@ -2395,7 +2582,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "start / missing",
         &[
             "create IN_PROGRESS c=1 max=4 payload={\"amount\":12.50}",
-            "publish-request TX-100200#1",
+            "publish-request TX-100200#1 round=0",
             "ack Started",
         ],
     ),
@@ -2474,7 +2661,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "start / IN_PROGRESS c=1 max=4 payload=same",
         &[
-            "publish-request TX-100200#1",
+            "publish-request TX-100200#1 round=0",
             "ack AlreadyStarted",
         ],
     ),
@@ -2595,7 +2782,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "reconcile IN_PROGRESS past deadline rp=1 after a hold / current",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=0",
             "write AnswerRepublished if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS reason=- rk=CYCLE#5@T0+1200s due=T0+1800s rp=2 by=reconciler",
             "ack ReconcilerRepublishedAfterHold",
         ],
@@ -2604,7 +2791,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "held: retry m=2 / unread",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=0 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-2.1 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-2.1 at T0+96s event=TX-100200/2/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING n=2 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2673,7 +2860,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "held: retry m=3 / unread",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2699,7 +2886,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "held: retry m=3 / SCHEDULING c=2 max=4",
         &[
-            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3 at T0+3600s event=TX-100200/3/RETRY_SCHEDULER round=0",
             "write ScheduleConfirmed if SCHEDULING c=2 n=3 rs=0 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2714,7 +2901,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "held: retry m=3 / SENDING c=2 max=4",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2746,7 +2933,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "held: retry m=2 / SCHEDULING c=2 max=4 resend=1",
         &[
-            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-2.1 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2761,7 +2948,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "held: retry m=2 / SENDING c=2 max=4 resend=1",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=2 rs=1 -> SCHEDULING n=2 fire=T0+96s name=retry-TX-100200-2.2 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=2 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-2.2 at T0+96s event=TX-100200/2/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-2.2 at T0+96s event=TX-100200/2/RETRY_SCHEDULER round=2",
             "write ScheduleConfirmed if SCHEDULING n=2 rs=2 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2770,7 +2957,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "held: retry m=3 / SCHEDULING c=2 max=4 due",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2779,7 +2966,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "held: retry m=3 / SCHEDULED c=2 max=4 due",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2788,7 +2975,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "held: retry m=3 / SENDING c=2 max=4 due",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=0 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.1 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=1 ps=1 by=retry-handler",
-            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3.1 at T0+96s event=TX-100200/3/RETRY_SCHEDULER round=1",
             "write ScheduleConfirmed if SCHEDULING n=3 rs=1 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2797,7 +2984,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
         "held: retry m=3 / SCHEDULED c=2 max=4 resends=2 pauses=2",
         &[
             "write RetryPausedByBreaker if SCHEDULING|SCHEDULED|SENDING n=3 rs=2 -> SCHEDULING n=3 fire=T0+96s name=retry-TX-100200-3.3 reason=BREAKER_OPEN rk=CYCLE#5@T0+96s due=- rs=3 ps=3 by=retry-handler",
-            "create-schedule retry-TX-100200-3.3 at T0+96s event=TX-100200/3/RETRY_SCHEDULER",
+            "create-schedule retry-TX-100200-3.3 at T0+96s event=TX-100200/3/RETRY_SCHEDULER round=3",
             "write ScheduleConfirmed if SCHEDULING n=3 rs=3 -> SCHEDULED due=- by=retry-handler",
             "ack Paused",
         ],
@@ -2812,7 +2999,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "held: response ERROR n=2 / IN_PROGRESS c=2 max=4 resends=23 pauses=4",
         &[
-            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=23 -> SCHEDULING n=2 fire=T0+3600s name=retry-TX-100200-2.24 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+3600s due=- rs=24 by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=23 !probing -> SCHEDULING n=2 fire=T0+3600s name=retry-TX-100200-2.24 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+3600s due=- rs=24 by=response-handler",
             "create-schedule retry-TX-100200-2.24 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
             "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=24 -> SCHEDULED due=- by=response-handler",
             "ack Resend",
@@ -2821,9 +3008,140 @@ const EXPECTED: &[(&str, &[&str])] = &[
     (
         "probe: reconcile IN_PROGRESS past deadline rp=1 / current",
         &[
-            "publish-request TX-100200#2",
+            "publish-request TX-100200#2 round=0",
             "write AnswerRepublished if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS reason=BREAKER_PROBE rk=CYCLE#5@T0+1200s due=T0+1800s by=reconciler",
             "ack ReconcilerProbed",
+        ],
+    ),
+    (
+        "held: reconcile IN_PROGRESS past deadline probing rp=1 / current",
+        &[
+            "write AnswerAwaited if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS reason=BREAKER_OPEN rk=CYCLE#5@T0-504500ms due=T0+95500ms rp=2 by=reconciler",
+            "ack ReconcilerHeld",
+        ],
+    ),
+    (
+        "probe: reconcile IN_PROGRESS past deadline probing rp=1 / current",
+        &[
+            "publish-request TX-100200#2 round=0",
+            "write AnswerRepublished if IN_PROGRESS c=2 rp=1 -> IN_PROGRESS reason=BREAKER_PROBE rk=CYCLE#5@T0+1200s due=T0+1800s rp=2 by=reconciler",
+            "ack ReconcilerProbed",
+        ],
+    ),
+    (
+        "held: reconcile IN_PROGRESS past deadline rp=3 / current",
+        &[
+            "alert TX-100200 attempts=2 reason=UNANSWERED",
+            "write AnswerAbandoned if IN_PROGRESS c=2 rp=3 -> FAILED reason=UNANSWERED rk=- due=- by=reconciler",
+            "ack Unanswered",
+        ],
+    ),
+    (
+        "probe: reconcile IN_PROGRESS past deadline rp=3 / current",
+        &[
+            "alert TX-100200 attempts=2 reason=UNANSWERED",
+            "write AnswerAbandoned if IN_PROGRESS c=2 rp=3 -> FAILED reason=UNANSWERED rk=- due=- by=reconciler",
+            "ack Unanswered",
+        ],
+    ),
+    (
+        "probe: retry m=3 / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING reason=BREAKER_PROBE origin=RETRY_SCHEDULER due=- by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- reason=BREAKER_PROBE due=T0+1800s rp=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "probe: retry m=3 / SCHEDULED c=2 max=4",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=3 -> SENDING reason=BREAKER_PROBE origin=RETRY_SCHEDULER due=- by=retry-handler",
+            "publish-request TX-100200#3",
+            "write RequestPublished if SENDING n=3 -> IN_PROGRESS c=3 n=- fire=- reason=BREAKER_PROBE due=T0+1800s rp=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "probe answered: response ERROR n=2 / unread",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=0 !probing -> SCHEDULING n=2 fire=T0+60s name=retry-TX-100200-2.1 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+60s due=- rs=1 by=response-handler",
+            "create-schedule retry-TX-100200-2.1 at T0+60s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=1 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "probe answered: response ERROR n=2 / IN_PROGRESS c=2 max=4 probing resends=23 pauses=3",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=23 probing -> SCHEDULING n=2 fire=T0+3600s name=retry-TX-100200-2.24 outcome=ERROR reason=HTTP_503 origin=- rk=CYCLE#5@T0+3600s due=- rs=24 ps=4 by=response-handler",
+            "create-schedule retry-TX-100200-2.24 at T0+3600s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=24 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "retry m=2 round=1 / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 rs=1 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=2 round=1 / SCHEDULED c=2 n=2 resends=2",
+        &[
+            "drop stale-cycle attempt=2 round=1 current=2",
+        ],
+    ),
+    (
+        "retry m=2 round=2 / unread",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 rs=2 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "retry m=2 round=2 / SCHEDULED c=2 n=2 resends=2",
+        &[
+            "write RetryEventAccepted if SCHEDULING|SCHEDULED n=2 rs=2 -> SENDING origin=RETRY_SCHEDULER due=- by=retry-handler",
+            "publish-request TX-100200#2",
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=retry-handler",
+            "ack Published",
+        ],
+    ),
+    (
+        "response ERROR n=2 round=0 / IN_PROGRESS resends=1",
+        &[
+            "drop stale-error attempt=2 round=0 current=1",
+        ],
+    ),
+    (
+        "response ERROR n=2 round=1 / IN_PROGRESS resends=1",
+        &[
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 !probing -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+120s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
+        ],
+    ),
+    (
+        "response ERROR n=2 round=0 / SENDING resends=1",
+        &[
+            "drop stale-error attempt=2 round=0 current=1",
+        ],
+    ),
+    (
+        "response ERROR n=2 round=1 / SENDING resends=1",
+        &[
+            "write RequestPublished if SENDING n=2 -> IN_PROGRESS c=2 n=- fire=- due=T0+1800s rp=- by=response-handler",
+            "write ResponseTechnicalRetry if IN_PROGRESS c=2 rs=1 !probing -> SCHEDULING n=2 fire=T0+120s name=retry-TX-100200-2.2 outcome=ERROR reason=- origin=- rk=CYCLE#5@T0+120s due=- rs=2 by=response-handler",
+            "create-schedule retry-TX-100200-2.2 at T0+120s event=TX-100200/2/RETRY_SCHEDULER",
+            "write ScheduleConfirmed if SCHEDULING c=2 n=2 rs=2 -> SCHEDULED due=- by=response-handler",
+            "ack Resend",
         ],
     ),
 ];
@@ -3045,6 +3363,7 @@ fn an_identical_write_for_another_attempt_is_not_its_own() {
             transaction_id: id(),
             origin: Origin::RetryScheduler,
             attempt: a(m),
+            round: None,
         };
         decide(
             &Input::Retry(ev),

@@ -156,6 +156,7 @@ fn input(msg: &Msg, r: &TransactionRecord) -> (Input, Option<bool>) {
                 outcome: *outcome,
                 reason: Some("NOT_AVAILABLE".into()),
                 retry_after_seconds: None,
+                round: None,
             }),
             None,
         ),
@@ -164,6 +165,7 @@ fn input(msg: &Msg, r: &TransactionRecord) -> (Input, Option<bool>) {
                 transaction_id: id,
                 origin: *origin,
                 attempt: a(*m),
+                round: None,
             }),
             None,
         ),
@@ -373,6 +375,7 @@ fn scheduling_persists_a_fire_time_within_bounds() {
                 outcome: Outcome::Cancelled,
                 reason: None,
                 retry_after_seconds: None,
+                round: None,
             };
             let plan =
                 domain::decide::decide_response(Known::Unread, &resp, &ctx(), &mut FixedRandom(u));

@@ -26,6 +26,7 @@ fn effects() -> Vec<Effect> {
         transaction_id: id(),
         origin: Origin::Reconciler,
         attempt: a2,
+        round: None,
     };
     vec![
         Effect::Read(id()),
@@ -48,6 +49,7 @@ fn effects() -> Vec<Effect> {
         Effect::PublishRequest(RequestHeader {
             transaction_id: id(),
             attempt: Attempt::FIRST,
+            round: Some(0),
         }),
         Effect::PublishRetry(event),
         Effect::Alert(Alert {
@@ -73,11 +75,13 @@ fn inputs() -> Vec<Input> {
             outcome: Outcome::Success,
             reason: None,
             retry_after_seconds: None,
+            round: None,
         }),
         Input::Retry(RetryEvent {
             transaction_id: id(),
             origin: Origin::RetryScheduler,
             attempt: Attempt::FIRST,
+            round: None,
         }),
         Input::Reconcile(start),
         Input::Start {

@@ -353,6 +353,7 @@ impl Sim {
                     outcome,
                     reason: None,
                     retry_after_seconds: None,
+                    round: None,
                 }));
             }
             Op::BogusRetry { attempt, origin } => {
@@ -360,6 +361,7 @@ impl Sim {
                     transaction_id: self.id.clone(),
                     origin: *origin,
                     attempt: a(*attempt),
+                    round: None,
                 }));
             }
             _ => {}

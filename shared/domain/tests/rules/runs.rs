@@ -83,7 +83,8 @@ fn three_retries_then_success() {
             RetryEvent {
                 transaction_id: id.clone(),
                 origin: Origin::RetryScheduler,
-                attempt: a(n + 1)
+                attempt: a(n + 1),
+                round: Some(0),
             }
         );
         // Nothing fires a millisecond early.
@@ -420,7 +421,8 @@ fn scheduler_cannot_deliver() {
         [RetryEvent {
             transaction_id: id.clone(),
             origin: Origin::Reconciler,
-            attempt: a(2)
+            attempt: a(2),
+            round: Some(0),
         }]
     );
     assert_eq!(
@@ -1070,6 +1072,7 @@ fn redecisions_are_bounded() {
         transaction_id: id.clone(),
         origin: Origin::RetryScheduler,
         attempt: a(2),
+        round: None,
     };
     let mut run = Run::new(retry_input(ev), Known::Unread, &ctx, &mut rng);
     let d = block_on_ready(execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true))
@@ -1210,6 +1213,7 @@ fn a_silent_service_gets_republishes_then_the_transaction_ends_unanswered() {
             outcome,
             reason: None,
             retry_after_seconds: None,
+            round: None,
         })
     };
     assert!(matches!(
@@ -1299,6 +1303,7 @@ fn a_cycle_requeued_without_progress_is_parked() {
         transaction_id: id.clone(),
         origin: Origin::Operator,
         attempt: a(2),
+        round: None,
     };
     assert_eq!(w.run(retry_input(event)), Disposition::Ack(Ack::Published));
     let r = w.record(&id);

@@ -156,6 +156,7 @@ impl World {
                     outcome: outcome(req),
                     reason: Some("NOT_AVAILABLE".into()),
                     retry_after_seconds: None,
+                    round: None,
                 });
             }
         }
@@ -243,6 +244,7 @@ pub fn response_input(id: &TransactionId, n: u32, outcome: Outcome) -> Input {
         outcome,
         reason: Some("NOT_AVAILABLE".into()),
         retry_after_seconds: None,
+        round: None,
     })
 }
 

@@ -123,6 +123,7 @@ impl World {
             outcome,
             reason: Some("NOT_AVAILABLE".into()),
             retry_after_seconds: None,
+            round: None,
         };
         let ctx = self.settings.context(self.now());
         let mut rng = self.rng();

@@ -172,17 +172,20 @@ pub fn publish(attempt: Attempt, record: Option<&TransactionRecord>) -> Option<V
 }
 
 /// The violation a run's disposition shows: a rejected message, or a retry event
-/// for `retry` (the attempt it carries, when the run handled one) dropped while that
-/// attempt is still pending on `record`.
+/// for `retry` (the attempt and the retry cycle's round it carries, when the run
+/// handled one) dropped while that attempt is still pending on `record` in that
+/// cycle (an event of an earlier cycle is not the pending one).
 pub fn disposition(
     d: &Disposition,
-    retry: Option<u32>,
+    retry: Option<(u32, Option<u32>)>,
     record: Option<&TransactionRecord>,
 ) -> Option<Violation> {
     match (d, retry, record) {
         (Disposition::Reject(_), _, _) => Some(Violation::MessageRejected),
-        (Disposition::Drop(_), Some(m), Some(r))
-            if r.status.is_intermediate() && r.next_attempt.map(Attempt::get) == Some(m) =>
+        (Disposition::Drop(_), Some((m, round)), Some(r))
+            if r.status.is_intermediate()
+                && r.next_attempt.map(Attempt::get) == Some(m)
+                && round.is_none_or(|k| k >= r.resends) =>
         {
             Some(Violation::PendingRetryDropped)
         }
@@ -229,6 +232,9 @@ where
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Service<K: Ord> {
     accepted: BTreeMap<(K, u32), Option<Outcome>>,
+    /// The newest `round` received per (transaction, attempt): the one its answers
+    /// echo (an answer covers every send of the key received so far).
+    rounds: BTreeMap<(K, u32), u32>,
     keys: BTreeSet<String>,
     /// The attempts it ever answered CANCELLED: only these allow the next attempt.
     cancelled: BTreeSet<(K, u32)>,
@@ -238,6 +244,7 @@ impl<K: Ord> Default for Service<K> {
     fn default() -> Self {
         Self {
             accepted: BTreeMap::new(),
+            rounds: BTreeMap::new(),
             keys: BTreeSet::new(),
             cancelled: BTreeSet::new(),
         }
@@ -269,16 +276,21 @@ impl<K: Ord + Clone> Service<K> {
         Self::default()
     }
 
-    /// Receives a request for `attempt` of `tx` (whose id is `id`) carrying `key`,
-    /// for a transaction allowed `max_attempts`.
+    /// Receives a request for `attempt` of `tx` (whose id is `id`) carrying `key` and
+    /// `round`, for a transaction allowed `max_attempts`.
     pub fn receive(
         &mut self,
         tx: K,
         id: &TransactionId,
         attempt: u32,
         key: &str,
+        round: Option<u32>,
         max_attempts: u32,
     ) -> Receipt {
+        if let Some(k) = round {
+            let newest = self.rounds.entry((tx.clone(), attempt)).or_insert(k);
+            *newest = (*newest).max(k);
+        }
         let mut violations = Vec::new();
         let expected = Attempt::new(attempt).map(|a| IdempotencyKey::new(id, a));
         if expected.as_ref().map(IdempotencyKey::as_str) != Ok(key) {
@@ -337,6 +349,12 @@ impl<K: Ord + Clone> Service<K> {
     /// `current_attempt` is at most one more (a technical failure consumes none).
     pub fn cancelled_attempts(&self, tx: &K) -> usize {
         self.cancelled.iter().filter(|(t, _)| t == tx).count()
+    }
+
+    /// The round its answers for an attempt echo: the newest received (`None`: the
+    /// requests carried none).
+    pub fn round_of(&self, tx: &K, attempt: u32) -> Option<u32> {
+        self.rounds.get(&(tx.clone(), attempt)).copied()
     }
 
     /// What the service answered for an attempt (`None`: not accepted or not yet).

@@ -82,24 +82,24 @@ fn a_publish_past_the_budget_is_a_violation() {
 fn the_service_accepts_one_request_per_attempt_after_a_cancellation() {
     let mut s = Service::<u8>::new();
     let key = |n: u32| IdempotencyKey::new(&id(), a(n)).as_str().to_owned();
-    let r = s.receive(0, &id(), 1, &key(1), 3);
+    let r = s.receive(0, &id(), 1, &key(1), None, 3);
     assert_eq!((r.fate, r.violations), (Fate::Accepted, vec![]));
     // The same key again: deduplicated.
-    let r = s.receive(0, &id(), 1, &key(1), 3);
+    let r = s.receive(0, &id(), 1, &key(1), None, 3);
     assert_eq!((r.fate, r.violations), (Fate::Deduplicated, vec![]));
     // Attempt 2 before attempt 1 was answered CANCELLED.
-    let r = s.receive(0, &id(), 2, &key(2), 3);
+    let r = s.receive(0, &id(), 2, &key(2), None, 3);
     assert_eq!(r.violations, [V::RetryWithoutCancellation]);
     assert!(s.answer(0, 2, Outcome::Cancelled));
     assert!(!s.answer(0, 9, Outcome::Cancelled), "never accepted");
     // Another key for an accepted attempt: accepted twice.
-    let r = s.receive(0, &id(), 2, "TX-1#2-again", 3);
+    let r = s.receive(0, &id(), 2, "TX-1#2-again", None, 3);
     assert_eq!(r.fate, Fate::AlreadyAccepted);
     assert_eq!(r.violations, [V::DuplicateAccepted, V::DuplicateAccepted]);
     // Attempt 4 of 3, after a cancelled 3.
-    s.receive(0, &id(), 3, &key(3), 3);
+    s.receive(0, &id(), 3, &key(3), None, 3);
     s.answer(0, 3, Outcome::Cancelled);
-    let r = s.receive(0, &id(), 4, &key(4), 3);
+    let r = s.receive(0, &id(), 4, &key(4), None, 3);
     assert_eq!(r.violations, [V::ExceededMaxAttempts]);
     assert_eq!(s.answer_of(&0, 3), Some(Outcome::Cancelled));
     assert!(s.seen_key(&key(4)));
@@ -114,6 +114,7 @@ fn spec(attempt: u32, fire_ms: i64) -> ScheduleSpec {
             transaction_id: id(),
             origin: Origin::RetryScheduler,
             attempt: a(attempt),
+            round: None,
         },
     }
 }
@@ -179,25 +180,34 @@ fn a_re_send_has_its_own_schedule_and_instant() {
 fn the_service_processes_a_re_send_after_error_and_counts_only_cancellations() {
     let mut s = Service::<u8>::new();
     let key = |n: u32| format!("TX-1#{n}");
-    assert_eq!(s.receive(0, &id(), 1, &key(1), 3).fate, Fate::Accepted);
+    assert_eq!(
+        s.receive(0, &id(), 1, &key(1), None, 3).fate,
+        Fate::Accepted
+    );
     s.answer(0, 1, Outcome::Error);
-    let again = s.receive(0, &id(), 1, &key(1), 3);
+    let again = s.receive(0, &id(), 1, &key(1), None, 3);
     assert_eq!((again.fate, again.violations), (Fate::Accepted, vec![]));
     assert!(s.awaits_answer(&0, 1));
     // A copy of it while it is processed: deduplicated.
-    assert_eq!(s.receive(0, &id(), 1, &key(1), 3).fate, Fate::Deduplicated);
+    assert_eq!(
+        s.receive(0, &id(), 1, &key(1), None, 3).fate,
+        Fate::Deduplicated
+    );
     // Attempt 2 after an ERROR only: a retry without cancellation.
     s.answer(0, 1, Outcome::Error);
     assert_eq!(
-        s.receive(0, &id(), 2, &key(2), 3).violations,
+        s.receive(0, &id(), 2, &key(2), None, 3).violations,
         [V::RetryWithoutCancellation]
     );
     let mut s = Service::<u8>::new();
-    s.receive(0, &id(), 1, &key(1), 3);
+    s.receive(0, &id(), 1, &key(1), None, 3);
     s.answer(0, 1, Outcome::Cancelled);
     s.answer(0, 1, Outcome::Error);
     assert_eq!(s.cancelled_attempts(&0), 1);
-    assert!(s.receive(0, &id(), 2, &key(2), 3).violations.is_empty());
+    assert!(s
+        .receive(0, &id(), 2, &key(2), None, 3)
+        .violations
+        .is_empty());
 }
 
 #[test]
@@ -208,11 +218,19 @@ fn a_rejection_or_the_pending_event_dropped_is_a_violation() {
         status: Status::Scheduled,
     });
     assert_eq!(
-        disposition(&drop, Some(2), Some(&pending)),
+        disposition(&drop, Some((2, None)), Some(&pending)),
         Some(V::PendingRetryDropped)
     );
-    assert_eq!(disposition(&drop, Some(3), Some(&pending)), None);
+    assert_eq!(disposition(&drop, Some((3, None)), Some(&pending)), None);
     assert_eq!(disposition(&drop, None, Some(&pending)), None);
+    // An event of an earlier retry cycle of the pending attempt is not pending.
+    let mut resent = pending.clone();
+    resent.resends = 2;
+    assert_eq!(disposition(&drop, Some((2, Some(1))), Some(&resent)), None);
+    assert_eq!(
+        disposition(&drop, Some((2, Some(2))), Some(&resent)),
+        Some(V::PendingRetryDropped)
+    );
     let reject = Disposition::Reject(Rejection::UnknownTransaction {
         transaction_id: id(),
     });

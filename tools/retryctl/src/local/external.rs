@@ -364,6 +364,8 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
         outcome,
         reason,
         retry_after_seconds: None,
+        // The send answered, echoed as the contract asks.
+        round: request.round,
     };
     let copies = if shared.draw() < s.duplicate_response_probability {
         2
