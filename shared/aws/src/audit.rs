@@ -60,6 +60,9 @@ pub mod attr {
     pub const NEXT_FIRE_AT: &str = "next_fire_at";
     pub const OUTCOME: &str = "outcome";
     pub const REASON: &str = "reason";
+    /// The record's mark after the transition (absent: none, or an entry older
+    /// than the mark).
+    pub const MARK: &str = "mark";
     pub const ORIGIN: &str = "origin";
     /// Who made an operator's transition, and the reason given.
     pub const OPERATOR_CALLER: &str = "operator_caller";
@@ -148,6 +151,9 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     }
     if let Some(r) = &entry.reason {
         m.insert(REASON.into(), s(r.clone()));
+    }
+    if let Some(x) = entry.mark {
+        m.insert(MARK.into(), s(x.as_str()));
     }
     if let Some(o) = entry.origin {
         m.insert(ORIGIN.into(), s(o.as_str()));
@@ -292,6 +298,11 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
             .map(|v| Outcome::parse(v).ok_or_else(|| bad(OUTCOME, Some(v), "unknown outcome")))
             .transpose()?,
         reason: get(REASON).map(str::to_owned),
+        mark: get(MARK)
+            .map(|v| {
+                domain::machine::Mark::parse(v).ok_or_else(|| bad(MARK, Some(v), "unknown mark"))
+            })
+            .transpose()?,
         origin: get(ORIGIN)
             .map(|v| Origin::parse(v).ok_or_else(|| bad(ORIGIN, Some(v), "unknown origin")))
             .transpose()?,

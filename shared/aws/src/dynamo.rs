@@ -20,7 +20,9 @@
 
 use crate::config::{FAILED_INDEX, RECONCILE_INDEX};
 use crate::errors::classify;
-use crate::item::{attr, flat_from_dynamodb, n, record_from_flat, record_to_item, s, CodecError};
+use crate::item::{
+    self, attr, flat_from_dynamodb, n, record_from_flat, record_to_item, s, CodecError,
+};
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::BoxError;
@@ -32,7 +34,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
-use domain::machine::{BudgetGuard, Change, Write};
+use domain::machine::{BudgetGuard, Change, Mark, Write};
 use domain::machine::{FailedKey, ReconcileKey};
 use domain::ports::{
     CreateOutcome, Creates, ErrorKind, Payloads, PortError, Records, StuckIndex, StuckPage,
@@ -163,14 +165,19 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         }
     }
 
-    // The probe mark: `last_reason` is (or is not) the breaker probe's.
+    // The probe mark. An item of the previous release (no `mark`) carries it in
+    // `last_reason`, as `item::record_from_item` reads it.
     if let Some(probing) = g.probe {
-        let name = b.name(attr::LAST_REASON);
-        let v = b.value("g_probe", s(domain::decide::PROBE_REASON));
+        let mark = b.name(attr::MARK);
+        let reason = b.name(attr::LAST_REASON);
+        let v = b.value("g_probe", s(Mark::Probe.as_str()));
+        let legacy = b.value("g_probe_legacy", s(Mark::Probe.legacy_reason()));
+        let is_probe =
+            format!("({mark} = {v} OR (attribute_not_exists({mark}) AND {reason} = {legacy}))");
         cond.push(if probing {
-            format!("{name} = {v}")
+            is_probe
         } else {
-            format!("(attribute_not_exists({name}) OR {name} <> {v})")
+            format!("NOT {is_probe}")
         });
     }
 
@@ -243,6 +250,13 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         &c.last_reason,
         |x| s(x.clone()),
     );
+    // Cleared as `NONE`, never removed: an item without `mark` is the previous
+    // release's.
+    match c.mark {
+        Change::Keep => {}
+        Change::Set(m) => put(&mut b, &mut set, attr::MARK, item::mark_value(Some(m))),
+        Change::Clear => put(&mut b, &mut set, attr::MARK, item::mark_value(None)),
+    }
     put(
         &mut b,
         &mut set,

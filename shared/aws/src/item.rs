@@ -2,18 +2,21 @@
 //!
 //! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
 //! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
-//! last_outcome, last_reason, created_at, updated_at, last_actor, last_origin,
+//! last_outcome, last_reason, mark, created_at, updated_at, last_actor, last_origin,
 //! reconcile_pk, reconcile_at, answer_due_at, republishes, requeues, resends and pauses (N, absent
 //! when 0), failed_pk,
 //! operator_caller, operator_reason`. Times are `Timestamp::to_rfc3339` strings. Optional
-//! fields are absent, never NULL.
+//! fields are absent, never NULL — but `mark`: every record this release writes
+//! carries it (`NONE` when there is no mark), so an item without it was written by
+//! the previous release, whose mark is read from `last_reason`
+//! ([`domain::machine::Mark::from_legacy_reason`]).
 //!
 //! Items arrive in three shapes (the DynamoDB SDK, the DynamoDB Streams SDK, and the
 //! DynamoDB JSON of a Lambda stream event); each is flattened into a [`FlatItem`]
 //! and decoded once.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use domain::machine::{Actor, FailedKey, OperatorNote, ReconcileKey};
+use domain::machine::{Actor, FailedKey, Mark, OperatorNote, ReconcileKey};
 use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
@@ -32,6 +35,8 @@ pub mod attr {
     pub const SCHEDULE_NAME: &str = "schedule_name";
     pub const LAST_OUTCOME: &str = "last_outcome";
     pub const LAST_REASON: &str = "last_reason";
+    /// The protocol's mark (`domain::machine::Mark`), `NONE` when there is none.
+    pub const MARK: &str = "mark";
     pub const CREATED_AT: &str = "created_at";
     pub const UPDATED_AT: &str = "updated_at";
     pub const LAST_ACTOR: &str = "last_actor";
@@ -54,7 +59,7 @@ pub mod attr {
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry.
-    pub const ALL: [&str; 23] = [
+    pub const ALL: [&str; 24] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -64,6 +69,7 @@ pub mod attr {
         SCHEDULE_NAME,
         LAST_OUTCOME,
         LAST_REASON,
+        MARK,
         CREATED_AT,
         UPDATED_AT,
         LAST_ACTOR,
@@ -280,6 +286,10 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
             })
             .transpose()?,
         last_reason: get_s(item, LAST_REASON)?.map(str::to_owned),
+        mark: match get_s(item, MARK)? {
+            None => Mark::from_legacy_reason(get_s(item, LAST_REASON)?),
+            Some(v) => decode_mark(v)?,
+        },
         created_at: ts(CREATED_AT, need_s(item, CREATED_AT)?)?,
         updated_at: ts(UPDATED_AT, need_s(item, UPDATED_AT)?)?,
         last_actor: Actor::parse(actor_raw)
@@ -309,6 +319,23 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
             })),
         },
     })
+}
+
+/// The stored form of "no mark".
+pub const NO_MARK: &str = "NONE";
+
+fn decode_mark(v: &str) -> Result<Option<Mark>, CodecError> {
+    if v == NO_MARK {
+        return Ok(None);
+    }
+    Mark::parse(v)
+        .map(Some)
+        .ok_or_else(|| CodecError::new(attr::MARK, Some(v), "unknown mark"))
+}
+
+/// The stored form of a mark.
+pub fn mark_value(m: Option<Mark>) -> AttributeValue {
+    s(m.map_or(NO_MARK, Mark::as_str))
 }
 
 pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
@@ -342,6 +369,7 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     if let Some(reason) = &r.last_reason {
         m.insert(LAST_REASON.to_owned(), s(reason.clone()));
     }
+    m.insert(MARK.to_owned(), mark_value(r.mark));
     m.insert(CREATED_AT.to_owned(), s(r.created_at.to_rfc3339()));
     m.insert(UPDATED_AT.to_owned(), s(r.updated_at.to_rfc3339()));
     m.insert(LAST_ACTOR.to_owned(), s(r.last_actor.as_str()));
@@ -425,9 +453,10 @@ mod tests {
         let item = RecordItem::from(&full);
         assert_eq!(
             item.0.len(),
-            15,
+            16,
             "every attribute but the failed key present"
         );
+        assert_eq!(item.0["mark"], s("NONE"), "no mark is stored, never absent");
         assert_eq!(TransactionRecord::try_from(&item).unwrap(), full);
         let mut failed = full.clone();
         failed.status = Status::Failed;
@@ -481,6 +510,41 @@ mod tests {
         item.0.remove("reconcile_at");
         let e = TransactionRecord::try_from(&item).unwrap_err();
         assert_eq!(e.attribute, "reconcile_at");
+    }
+
+    /// GIVEN the items of the previous release (tests/fixtures): no `mark`, the mark
+    /// in `last_reason` WHEN decoded THEN the record carries that mark; the same
+    /// reason on an item of this release (with `mark`) is only the service's text.
+    #[test]
+    fn items_of_the_previous_release_decode_with_their_mark() {
+        let fixtures: serde_json::Value = serde_json::from_str(include_str!(
+            "../tests/fixtures/previous-release-items.json"
+        ))
+        .unwrap();
+        let items = fixtures["items"].as_array().unwrap();
+        assert_eq!(items.len(), Mark::ALL.len() + 1);
+        for case in items {
+            let want = case["mark"].as_str().map(|m| Mark::parse(m).unwrap());
+            let flat = flat_from_json(&case["item"]).unwrap();
+            assert!(!flat.contains_key(attr::MARK));
+            let r = record_from_flat(&flat).unwrap();
+            assert_eq!(r.mark, want, "{}", case["item"]);
+            // Written back by this release: the mark is explicit, and the text in
+            // `last_reason` alone no longer makes one.
+            let item = record_to_item(&r);
+            assert_eq!(item[attr::MARK], mark_value(want));
+            let mut this_release = record_to_item(&r);
+            this_release.insert(attr::MARK.to_owned(), mark_value(None));
+            let r = record_from_flat(&flat_from_dynamodb(&this_release)).unwrap();
+            assert_eq!(r.mark, None, "{}", case["item"]);
+        }
+        let mut item = RecordItem::from(&sample());
+        item.0.insert(attr::MARK.into(), s("PAUSED"));
+        let e = TransactionRecord::try_from(&item).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "item attribute `mark` = \"PAUSED\": unknown mark"
+        );
     }
 
     #[test]

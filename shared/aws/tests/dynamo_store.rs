@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use domain::decide::{decide, Input, Known};
-use domain::machine::{Status, Write};
+use domain::machine::{Mark, Status, Write};
 use domain::policy::FixedRandom;
 use domain::ports::{
     CreateOutcome, Creates, Payloads, Records, StuckIndex, StuckQuery, Transitions, WriteOutcome,
@@ -63,7 +63,18 @@ async fn create_twice_is_harmless() {
 }
 
 fn sample_records(tx: &str) -> Vec<domain::TransactionRecord> {
+    let marked = |status, current, mark, updated| {
+        let mut r = record(tx, status, current, 3, updated);
+        r.mark = Some(mark);
+        r.last_reason = Some(Mark::legacy_reason(mark).to_owned());
+        r
+    };
     vec![
+        marked(Status::InProgress, 1, Mark::Probe, T0 + 10),
+        marked(Status::InProgress, 2, Mark::HeldOpen, T0 + 11),
+        marked(Status::Scheduling, 1, Mark::HeldHalfOpen, T0 + 12),
+        marked(Status::Failed, 3, Mark::TechnicalExhausted, T0 + 13),
+        marked(Status::Succeeded, 2, Mark::Resolved, T0 + 14),
         record(tx, Status::InProgress, 1, 3, T0),
         record(tx, Status::InProgress, 2, 3, T0 + 1),
         record(tx, Status::InProgress, 3, 3, T0 + 2),
@@ -83,7 +94,7 @@ fn sample_writes(tx: &str, records: &[domain::TransactionRecord]) -> Vec<Write> 
     let mut rng = FixedRandom(0.5);
     let mut inputs = vec![];
     for n in 1..=3 {
-        for outcome in ["SUCCESS", "CANCELLED"] {
+        for outcome in ["SUCCESS", "CANCELLED", "ERROR"] {
             inputs.push(Input::Response(
                 Response::parse(&format!(
                     r#"{{"transaction_id":"{tx}","attempt":{n},"outcome":"{outcome}","reason":"NOT_AVAILABLE"}}"#
@@ -109,11 +120,28 @@ fn sample_writes(tx: &str, records: &[domain::TransactionRecord]) -> Vec<Write> 
         budget: 2,
     });
     let mut writes: Vec<Write> = vec![];
-    for input in &inputs {
+    // As decided with the breaker closed, letting the request out as a probe, and
+    // holding it.
+    let hold = domain::decide::Hold {
+        until: Timestamp::from_millis(T0 + 600_000),
+        state: domain::breaker::BreakerState::Open {
+            until: Timestamp::from_millis(T0 + 600_000),
+            cooldown_ms: 600_000,
+        },
+    };
+    let contexts = [
+        c.clone(),
+        c.clone().with_probe(true),
+        c.clone().with_hold(Some(hold)),
+    ];
+    for (input, c) in inputs
+        .iter()
+        .flat_map(|i| contexts.iter().map(move |c| (i, c)))
+    {
         let mut knowns = vec![Known::Unread];
         knowns.extend(records.iter().map(Known::Record));
         for k in knowns {
-            for e in decide(input, k, None, &c, &mut rng) {
+            for e in decide(input, k, None, c, &mut rng) {
                 if let Effect::Write(w) = e {
                     if !writes.contains(&w) {
                         writes.push(w);
@@ -144,13 +172,35 @@ async fn every_write_matches_write_apply() {
     let events: BTreeSet<String> = writes.iter().map(|w| format!("{:?}", w.event())).collect();
     assert!(events.len() >= 7, "writes cover most arrows: {events:?}");
     let (mut applied, mut refused) = (0, 0);
+    // Each marked record twice: as this release stores it, and as the previous one
+    // did (no `mark`, the mark in `last_reason`), which decodes to the same record.
+    let mut stored: Vec<(&domain::TransactionRecord, bool)> =
+        records.iter().map(|r| (r, false)).collect();
+    stored.extend(
+        records
+            .iter()
+            .filter(|r| r.mark.is_some())
+            .map(|r| (r, true)),
+    );
+    let mut legacy_applied = 0;
     for w in &writes {
-        for r in &records {
-            put_record(&s, r).await;
+        for &(r, legacy) in &stored {
+            if legacy {
+                let mut item = aws::item::record_to_item(r);
+                item.remove("mark");
+                put_item(&s, item).await;
+                assert_eq!(
+                    store.get(&r.transaction_id).await.unwrap().as_ref(),
+                    Some(r)
+                );
+            } else {
+                put_record(&s, r).await;
+            }
             let got = store.transition(w).await.unwrap();
             match w.apply(r) {
                 Ok(next) => {
                     applied += 1;
+                    legacy_applied += usize::from(legacy);
                     assert_eq!(got, WriteOutcome::Written(next.clone()), "{w:?} on {r:?}");
                     assert_eq!(store.get(&r.transaction_id).await.unwrap(), Some(next));
                 }
@@ -172,7 +222,11 @@ async fn every_write_matches_write_apply() {
     assert!(applied >= writes.len() / 2, "applied {applied}");
     assert!(refused > applied, "refused {refused}");
     let counts = s.meter.snapshot();
-    assert_eq!(counts.writes as usize, writes.len() * records.len());
+    assert!(
+        legacy_applied > 0,
+        "no write applied to a previous release's item"
+    );
+    assert_eq!(counts.writes as usize, writes.len() * stored.len());
     assert_eq!(counts.failed_conditions as usize, refused);
 }
 
@@ -484,13 +538,7 @@ async fn an_undecodable_entry_is_reported_and_never_fails_its_page() {
         "status".to_owned(),
         aws_sdk_dynamodb::types::AttributeValue::S("BOGUS".to_owned()),
     );
-    s.ddb()
-        .put_item()
-        .table_name(&s.p.names.transactions_table)
-        .set_item(Some(item))
-        .send()
-        .await
-        .unwrap();
+    put_item(&s, item).await;
     let page = store
         .query_stuck(&StuckQuery {
             shard,

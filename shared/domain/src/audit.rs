@@ -17,7 +17,7 @@
 //! left ([`AuditEntry::round`]); round 0 keeps the keys' original form.
 
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
-use crate::machine::{Actor, OperatorNote, Status, TransactionRecord};
+use crate::machine::{Actor, Mark, OperatorNote, Status, TransactionRecord};
 use crate::message::{Origin, Outcome};
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +39,10 @@ pub struct AuditEntry {
     pub next_fire_at: Option<Timestamp>,
     pub outcome: Option<Outcome>,
     pub reason: Option<String>,
+    /// The record's mark after the transition (absent in entries written before it
+    /// existed: their `reason` carried it).
+    #[serde(default)]
+    pub mark: Option<Mark>,
     pub origin: Option<Origin>,
     /// Who made an operator's transition and why (`None` for the other actors).
     #[serde(default)]
@@ -103,6 +107,7 @@ impl AuditEntry {
             next_fire_at: new.next_fire_at,
             outcome: new.last_outcome,
             reason: new.last_reason.clone(),
+            mark: new.mark,
             origin: new.last_origin,
             operator: if new.last_actor == Actor::Operator {
                 new.operator.as_deref().cloned()
@@ -137,6 +142,7 @@ impl AuditEntry {
             next_fire_at: record.next_fire_at,
             outcome: Some(Outcome::Success),
             reason,
+            mark: record.mark,
             origin: None,
             operator: None,
             notice: Some(Notice::ConflictingSuccess),
@@ -150,10 +156,17 @@ impl AuditEntry {
         self.notice.is_none()
     }
 
+    /// The record's mark after this entry's transition; for an entry older than the
+    /// mark, the one its reason carried.
+    pub fn noted_mark(&self) -> Option<Mark> {
+        self.mark
+            .or_else(|| Mark::from_legacy_reason(self.reason.as_deref()))
+    }
+
     /// For the entry of a pause by the circuit breaker (the retry handler opening the
     /// cycle again instead of sending: → SCHEDULING from SCHEDULING, SCHEDULED or
     /// SENDING), the breaker state that caused it (`OPEN`, `HALF_OPEN`), as its write
-    /// recorded in the reason.
+    /// recorded in its mark (or, in an entry older than the mark, in its reason).
     pub fn paused_by(&self) -> Option<&str> {
         let from_cycle = matches!(
             self.from,
@@ -164,9 +177,7 @@ impl AuditEntry {
             && self.to == Status::Scheduling
             && from_cycle
         {
-            self.reason
-                .as_deref()
-                .and_then(|r| r.strip_prefix(crate::decide::BREAKER_REASON_PREFIX))
+            self.noted_mark().and_then(Mark::held_by)
         } else {
             None
         }

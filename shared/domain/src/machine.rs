@@ -552,6 +552,101 @@ impl FailedKey {
     }
 }
 
+/// What the protocol itself notes on a record, kept apart from `last_reason` (the
+/// external service's free text, which no decision reads): the request in flight is
+/// the breaker's probe, the cycle or deadline is held by the breaker, or why the
+/// transaction ended when the service's answer alone does not say it.
+///
+/// Records written before this attribute existed carried the mark in `last_reason`;
+/// [`Mark::from_legacy_reason`] reads those, and only those (docs/design.md, "The
+/// record").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Mark {
+    /// The request in flight went out as a half-open round's probe: its ERROR or its
+    /// silence spends nothing of the transaction's own budgets.
+    Probe,
+    /// The breaker, OPEN, held the retry cycle (a pause) or the unanswered request.
+    HeldOpen,
+    /// The breaker, HALF_OPEN with every probe of the round out, held it.
+    HeldHalfOpen,
+    /// FAILED: every technical re-send was answered ERROR.
+    TechnicalExhausted,
+    /// FAILED: a request stayed unanswered past every republish.
+    Unanswered,
+    /// SUCCEEDED by an operator's resolve (resolved by other means).
+    Resolved,
+}
+
+impl Mark {
+    pub const ALL: [Mark; 6] = [
+        Mark::Probe,
+        Mark::HeldOpen,
+        Mark::HeldHalfOpen,
+        Mark::TechnicalExhausted,
+        Mark::Unanswered,
+        Mark::Resolved,
+    ];
+
+    /// The stored form (the `mark` attribute).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mark::Probe => "PROBE",
+            Mark::HeldOpen => "HELD_OPEN",
+            Mark::HeldHalfOpen => "HELD_HALF_OPEN",
+            Mark::TechnicalExhausted => "TECHNICAL_EXHAUSTED",
+            Mark::Unanswered => "UNANSWERED",
+            Mark::Resolved => "RESOLVED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Mark> {
+        Mark::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
+    /// The `last_reason` the mark was written as before the `mark` attribute existed
+    /// (and still is, alongside it, so that a function of the previous release reads a
+    /// record this one wrote the way it always did).
+    pub const fn legacy_reason(self) -> &'static str {
+        match self {
+            Mark::Probe => "BREAKER_PROBE",
+            Mark::HeldOpen => "BREAKER_OPEN",
+            Mark::HeldHalfOpen => "BREAKER_HALF_OPEN",
+            Mark::TechnicalExhausted => "TECHNICAL_EXHAUSTED",
+            Mark::Unanswered => "UNANSWERED",
+            Mark::Resolved => "RESOLVED_BY_OTHER_MEANS",
+        }
+    }
+
+    /// The mark of a record stored without the `mark` attribute: written by the
+    /// previous release, whose writes put the mark in `last_reason`. Never used for a
+    /// record that has the attribute.
+    pub fn from_legacy_reason(reason: Option<&str>) -> Option<Mark> {
+        let reason = reason?;
+        Mark::ALL.into_iter().find(|m| m.legacy_reason() == reason)
+    }
+
+    /// The breaker's marks: a probe, or a hold.
+    pub const fn is_breakers(self) -> bool {
+        matches!(self, Mark::Probe | Mark::HeldOpen | Mark::HeldHalfOpen)
+    }
+
+    /// For a breaker's hold, the state that caused it (`OPEN`, `HALF_OPEN`).
+    pub const fn held_by(self) -> Option<&'static str> {
+        match self {
+            Mark::HeldOpen => Some("OPEN"),
+            Mark::HeldHalfOpen => Some("HALF_OPEN"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Mark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Who an operator write was made by and why (`retryctl replay|resolve --reason`):
 /// kept on the record until the next operator write, and in the audit entry of the
 /// operator's transition.
@@ -604,7 +699,12 @@ pub struct TransactionRecord {
     /// Name of the last schedule created for this transaction.
     pub schedule_name: Option<ScheduleName>,
     pub last_outcome: Option<Outcome>,
+    /// The external service's reason, as it gave it: shown, and used to pick a
+    /// `BACKOFF_OVERRIDES` entry, never read for control.
     pub last_reason: Option<String>,
+    /// The protocol's own note ([`Mark`]); absent when there is none.
+    #[serde(default)]
+    pub mark: Option<Mark>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub last_actor: Actor,
@@ -647,7 +747,7 @@ pub struct TransactionRecord {
 impl TransactionRecord {
     /// True when the request in flight went out as the circuit breaker's probe.
     pub fn is_probing(&self) -> bool {
-        self.last_reason.as_deref() == Some(crate::decide::PROBE_REASON)
+        self.mark == Some(Mark::Probe)
     }
 
     /// A new transaction: IN_PROGRESS, attempt 1.
@@ -666,6 +766,7 @@ impl TransactionRecord {
             schedule_name: None,
             last_outcome: None,
             last_reason: None,
+            mark: None,
             created_at: now,
             updated_at: now,
             last_actor: Actor::Starter,
@@ -716,7 +817,7 @@ pub struct Guard {
     /// The technical re-send count the write expects (an absent attribute is 0).
     pub resends: Option<u32>,
     /// Whether the write expects the request in flight to be the breaker's probe
-    /// (`last_reason` is [`crate::decide::PROBE_REASON`]) or not; `None`: either.
+    /// (the record's mark is [`Mark::Probe`]) or not; `None`: either.
     pub probe: Option<bool>,
 }
 
@@ -767,6 +868,8 @@ pub struct Changes {
     pub schedule_name: Change<ScheduleName>,
     pub last_outcome: Option<Outcome>,
     pub last_reason: Change<String>,
+    /// The protocol's note. A write that records the service's reason clears it.
+    pub mark: Change<Mark>,
     pub updated_at: Timestamp,
     pub actor: Actor,
     pub origin: Change<Origin>,
@@ -823,6 +926,7 @@ impl Write {
                 schedule_name: Change::Keep,
                 last_outcome: None,
                 last_reason: Change::Keep,
+                mark: Change::Keep,
                 updated_at: at,
                 actor,
                 origin: Change::Keep,
@@ -896,6 +1000,15 @@ impl Write {
         self
     }
 
+    /// Notes `mark` on the record. While records of the previous release may still
+    /// be read by its functions, the mark is written as its old `last_reason` too;
+    /// no decision of this one reads that text.
+    pub fn marked(mut self, mark: Mark) -> Self {
+        self.set.mark = Change::Set(mark);
+        self.set.last_reason = Change::Set(mark.legacy_reason().to_owned());
+        self
+    }
+
     /// The same write, taken only from `from` (see [`Arrow::only_from`]).
     pub fn only_from(mut self, from: &[Status]) -> Result<Self, ArrowError> {
         self.arrow = self.arrow.only_from(from)?;
@@ -965,7 +1078,7 @@ impl Write {
             && g.resends
                 .is_none_or(|k| s.resends != Change::Keep || rec.resends == k)
             && g.probe
-                .is_none_or(|p| s.last_reason != Change::Keep || rec.is_probing() == p);
+                .is_none_or(|p| s.mark != Change::Keep || rec.is_probing() == p);
         guard_kept && self.result_is(rec)
     }
 
@@ -990,6 +1103,7 @@ impl Write {
             && matches(&s.next_fire_at, &rec.next_fire_at)
             && matches(&s.schedule_name, &rec.schedule_name)
             && matches(&s.last_reason, &rec.last_reason)
+            && matches(&s.mark, &rec.mark)
             && matches(&s.origin, &rec.last_origin)
             && matches(&s.reconcile, &rec.reconcile)
             && matches(&s.answer_due_at, &rec.answer_due_at)
@@ -1029,6 +1143,7 @@ impl Write {
             next.last_outcome = Some(o);
         }
         s.last_reason.apply_to(&mut next.last_reason);
+        s.mark.apply_to(&mut next.mark);
         next.updated_at = s.updated_at;
         next.last_actor = s.actor;
         s.origin.apply_to(&mut next.last_origin);

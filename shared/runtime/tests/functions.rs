@@ -583,12 +583,8 @@ async fn a_probe_answered_error_spends_no_resend() {
         .unwrap();
     let probe = w.record("TX-100800");
     assert_eq!(
-        (
-            probe.status,
-            probe.current_attempt,
-            probe.last_reason.as_deref()
-        ),
-        (Status::InProgress, a(2), Some(domain::decide::PROBE_REASON))
+        (probe.status, probe.current_attempt, probe.mark),
+        (Status::InProgress, a(2), Some(domain::machine::Mark::Probe))
     );
     let sent = w.requests.messages();
     let request = sent.last().unwrap();

@@ -28,6 +28,7 @@ pub fn entry(
         next_fire_at: None,
         outcome: None,
         reason: None,
+        mark: None,
         origin: None,
         operator: None,
         notice: None,

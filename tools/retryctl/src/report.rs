@@ -617,9 +617,8 @@ fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
             let first_pause = rows
                 .iter()
                 .filter(|e| {
-                    e.reason
-                        .as_deref()
-                        .is_some_and(|r| r.starts_with("BREAKER_"))
+                    e.noted_mark()
+                        .is_some_and(domain::machine::Mark::is_breakers)
                 })
                 .map(|e| e.at)
                 .min();
@@ -639,12 +638,10 @@ fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
         }
         let (used, max) = (rec.current_attempt.get(), rec.max_attempts.get());
         let scripted = scripted_attempts(obs.seed, b.cancel_probability, id, max);
-        let reason = rec.last_reason.as_deref().unwrap_or("");
-        let outage_reason = [
-            domain::decide::TECHNICAL_EXHAUSTED_REASON,
-            domain::decide::UNANSWERED_REASON,
-        ]
-        .contains(&reason);
+        let outage_reason = matches!(
+            rec.mark,
+            Some(domain::machine::Mark::TechnicalExhausted | domain::machine::Mark::Unanswered)
+        );
         if used != scripted {
             attempts_changed.push(Finding::ours(
                 id,
@@ -654,7 +651,11 @@ fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
         if rec.status == Status::Failed && (outage_reason || used != scripted) {
             failed_by_outage.push(Finding::ours(
                 id,
-                format!("FAILED at attempt {used}/{max}, reason {reason}"),
+                format!(
+                    "FAILED at attempt {used}/{max}, reason {}, mark {}",
+                    rec.last_reason.as_deref().unwrap_or("-"),
+                    rec.mark.map_or("-", domain::machine::Mark::as_str)
+                ),
             ));
         }
     }

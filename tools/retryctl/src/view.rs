@@ -21,6 +21,7 @@ pub fn record_json(r: &TransactionRecord) -> Value {
         "schedule_name": r.schedule_name.as_ref().map(|s| s.as_str()),
         "last_outcome": r.last_outcome.map(|o| o.as_str()),
         "last_reason": r.last_reason,
+        "mark": r.mark.map(domain::machine::Mark::as_str),
         "created_at": r.created_at.to_rfc3339(),
         "updated_at": r.updated_at.to_rfc3339(),
         "last_actor": r.last_actor.as_str(),

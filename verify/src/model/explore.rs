@@ -4,7 +4,7 @@ use super::breaker::{BreakerViolation, OutageMode};
 use super::step::ProtocolModel;
 use super::world::{Action, Firing, Held, Kind, State};
 use domain::ids::Attempt;
-use domain::machine::Status;
+use domain::machine::{Mark, Status};
 use domain::message::Outcome;
 use stateright::{Model, Property};
 use testkit::oracle::{self, Violation};
@@ -292,20 +292,13 @@ impl Model for ProtocolModel {
                 !outages_only
                     || !s.records.iter().any(|r| {
                         r.status == Status::Failed
-                            && matches!(
-                                r.last_reason.as_deref(),
-                                Some(
-                                    domain::decide::TECHNICAL_EXHAUSTED_REASON
-                                        | domain::decide::UNANSWERED_REASON
-                                )
-                            )
+                            && matches!(r.mark, Some(Mark::TechnicalExhausted | Mark::Unanswered))
                     })
             }),
             Property::always(p[18], |_, s: &State| {
                 s.records.iter().zip(&s.errors).all(|(r, errors)| {
-                    let exhausted = r.status == Status::Failed
-                        && r.last_reason.as_deref()
-                            == Some(domain::decide::TECHNICAL_EXHAUSTED_REASON);
+                    let exhausted =
+                        r.status == Status::Failed && r.mark == Some(Mark::TechnicalExhausted);
                     let spent = r
                         .resends
                         .saturating_sub(r.pauses)
@@ -368,11 +361,9 @@ impl Model for ProtocolModel {
                     .any(|r| r.status == Status::Succeeded && r.resends > 0)
             }),
             Property::sometimes(WITNESS[9], |_, s: &State| {
-                s.records.iter().any(|r| {
-                    r.status == Status::Failed
-                        && r.last_reason.as_deref()
-                            == Some(domain::decide::TECHNICAL_EXHAUSTED_REASON)
-                })
+                s.records
+                    .iter()
+                    .any(|r| r.status == Status::Failed && r.mark == Some(Mark::TechnicalExhausted))
             }),
             Property::sometimes(WITNESS[10], |_, s: &State| {
                 s.records

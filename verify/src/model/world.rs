@@ -142,7 +142,7 @@ impl ActiveRun {
                         w.set.updated_at,
                         &w.set.answer_due_at,
                         (&w.set.republishes, &w.set.requeues, &w.set.resends),
-                        &w.set.last_reason,
+                        (&w.set.last_reason, &w.set.mark),
                         &w.set.reconcile
                     )
                 ),
@@ -308,9 +308,10 @@ fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
         (
             r.answer_due_at,
             (r.republishes, r.requeues, r.resends, r.pauses),
-            // Read by a decision: an ERROR redelivered to a FAILED record alerts again
-            // only when its re-sends ended it.
-            r.last_reason.as_deref(),
+            // The mark is read by decisions (an ERROR redelivered to a FAILED record
+            // alerts again only when its re-sends ended it); the reason, by none, is
+            // kept in the key so that the count of states stays comparable.
+            (r.mark, r.last_reason.as_deref()),
             r.reconcile.as_ref().map(|k| k.at),
         ),
     )

@@ -175,10 +175,10 @@ impl super::world::World<'_> {
             }
             let technical_end = rec.status == domain::Status::Failed
                 && matches!(
-                    rec.last_reason.as_deref(),
+                    rec.mark,
                     Some(
-                        domain::decide::TECHNICAL_EXHAUSTED_REASON
-                            | domain::decide::UNANSWERED_REASON
+                        domain::machine::Mark::TechnicalExhausted
+                            | domain::machine::Mark::Unanswered
                     )
                 );
             if outages_only && technical_end && !dead_lettered {

@@ -70,14 +70,22 @@ pub async fn stack_holding(tag: &str, r: &TransactionRecord) -> Stack {
 
 /// Puts a record as is (test set-up, bypassing the conditional create).
 pub async fn put_record(stack: &Stack, r: &TransactionRecord) {
+    put_item(stack, record_to_item(r)).await;
+}
+
+/// Stores a raw transaction item (one this release would not write).
+pub async fn put_item(
+    stack: &Stack,
+    item: std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
+) {
     stack
         .ddb()
         .put_item()
         .table_name(&stack.p.names.transactions_table)
-        .set_item(Some(record_to_item(r)))
+        .set_item(Some(item))
         .send()
         .await
-        .expect("put record");
+        .expect("put item");
 }
 
 pub fn id(s: &str) -> TransactionId {

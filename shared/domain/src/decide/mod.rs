@@ -29,10 +29,10 @@ mod start;
 
 pub use reconcile::{asks_breaker, decide_reconcile, is_stuck, UNANSWERED_REASON};
 pub use replay::decide_replay;
-pub use resolve::{decide_resolve, RESOLVED_REASON};
+pub use resolve::decide_resolve;
 pub use response::decide_response;
 pub use response::TECHNICAL_EXHAUSTED_REASON;
-pub use retry::{decide_retry, BREAKER_REASON_PREFIX, PROBE_REASON};
+pub use retry::decide_retry;
 pub use run::{Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
 pub use start::decide_start;
 
@@ -82,9 +82,12 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// The record's `last_reason` while paused: `BREAKER_OPEN`, `BREAKER_HALF_OPEN`.
-    pub fn reason(&self) -> String {
-        format!("{}{}", retry::BREAKER_REASON_PREFIX, self.state.name())
+    /// The record's mark while held. Only an OPEN or HALF_OPEN breaker holds.
+    pub fn mark(&self) -> crate::machine::Mark {
+        match self.state {
+            crate::breaker::BreakerState::HalfOpen { .. } => crate::machine::Mark::HeldHalfOpen,
+            _ => crate::machine::Mark::HeldOpen,
+        }
     }
 }
 

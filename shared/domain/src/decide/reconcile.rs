@@ -3,11 +3,14 @@
 use super::response::resume_scheduling;
 use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Plan, RequestHeader};
 use crate::arrow;
-use crate::machine::{Actor, Arrow, Change, Event, ReconcileKey, Status, TransactionRecord, Write};
+use crate::machine::{
+    Actor, Arrow, Change, Event, Mark, ReconcileKey, Status, TransactionRecord, Write,
+};
 use crate::message::{Origin, RetryEvent};
 
-/// `last_reason` of a transaction that ended because its request was never answered.
-pub const UNANSWERED_REASON: &str = "UNANSWERED";
+/// The reason the alert of a transaction that ended because its request was never
+/// answered names.
+pub const UNANSWERED_REASON: &str = Mark::Unanswered.legacy_reason();
 
 const AWAITED: Arrow = arrow!([Status::InProgress], Event::AnswerAwaited);
 const REPUBLISHED: Arrow = arrow!([Status::InProgress], Event::AnswerRepublished);
@@ -168,7 +171,7 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         w.set.republishes = spent;
         w.set.answer_due_at = Change::Set(held);
         w.set.reconcile = Change::Set(watch_from(held));
-        w.set.last_reason = Change::Set(hold.reason());
+        let w = w.marked(hold.mark());
         return vec![Effect::Write(w), Effect::Ack(Ack::ReconcilerHeld)];
     }
     // Let out as the breaker's probe: the request tests the service for everyone, so
@@ -181,7 +184,7 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         let next_due = ctx.answer_due();
         w.set.answer_due_at = Change::Set(next_due);
         w.set.reconcile = Change::Set(watch_from(next_due));
-        w.set.last_reason = Change::Set(super::PROBE_REASON.to_owned());
+        let w = w.marked(Mark::Probe);
         return vec![
             Effect::PublishRequest(RequestHeader {
                 transaction_id: id.clone(),
@@ -200,11 +203,10 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     // A request held back by the breaker goes out now that it lets requests out:
     // its deadline passed during the outage, not since (the breaker's signal is
     // a deadline that fired on a service thought up).
-    let after_hold = r
-        .last_reason
-        .as_deref()
-        .is_some_and(|x| x.starts_with(super::BREAKER_REASON_PREFIX));
+    // (Or the breaker's probe, whose deadline passed: its mark goes too.)
+    let after_hold = r.mark.is_some_and(Mark::is_breakers);
     if after_hold {
+        w.set.mark = Change::Clear;
         w.set.last_reason = Change::Clear;
     }
     vec![
@@ -233,8 +235,8 @@ fn abandon(r: &TransactionRecord, ctx: &Context) -> Plan {
     let mut w = Write::new(id.clone(), ABANDONED, ctx.now, Actor::Reconciler);
     w.guard.current_attempt = Some(n);
     w.guard.republishes = Some(r.republishes);
-    let mut w = w.listed_failed(ctx.shards);
-    w.set.last_reason = Change::Set(UNANSWERED_REASON.to_owned());
+    let w = w.listed_failed(ctx.shards);
+    let w = w.marked(Mark::Unanswered);
     vec![
         Effect::Alert(Alert {
             kind: AlertKind::Unanswered,

@@ -4,16 +4,13 @@
 use super::{read_first, Ack, Context, Effect, Known, Plan, Rejection};
 use crate::arrow;
 use crate::ids::TransactionId;
-use crate::machine::{Actor, Arrow, Change, Event, Status, Write};
+use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, Write};
 
 /// Not from SENDING: there the request is in flight and the service's answer decides.
 const RESOLVE: Arrow = arrow!(
     [Status::Scheduling, Status::Scheduled],
     Event::ResolvedElsewhere
 );
-
-/// The reason a resolved transaction records.
-pub const RESOLVED_REASON: &str = "RESOLVED_BY_OTHER_MEANS";
 
 /// SCHEDULING or SCHEDULED → SUCCEEDED, then delete the schedule (not found is fine).
 pub fn decide_resolve(known: Known<'_>, id: &TransactionId, ctx: &Context) -> Plan {
@@ -36,7 +33,7 @@ pub fn decide_resolve(known: Known<'_>, id: &TransactionId, ctx: &Context) -> Pl
     let mut w = Write::new(id.clone(), arrow, ctx.now, Actor::Operator);
     w.guard.current_attempt = Some(r.current_attempt);
     w.guard.next_attempt = r.next_attempt;
-    w.set.last_reason = Change::Set(RESOLVED_REASON.into());
+    let mut w = w.marked(Mark::Resolved);
     // next_attempt is absent outside SCHEDULING/SCHEDULED/SENDING (DESIGN glossary);
     // the fire time goes with it. The schedule name stays: it names the schedule
     // deleted below; earlier audit rows keep both values.

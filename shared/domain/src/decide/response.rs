@@ -1,6 +1,5 @@
 //! The response handler (A), for a response `(id, n, outcome)`.
 
-use super::resolve::RESOLVED_REASON;
 use super::retry::in_progress_write;
 use super::{
     Ack, Alert, AlertKind, Context, DropReason, Effect, Known, Plan, Rejection, ScheduleSpec,
@@ -8,7 +7,9 @@ use super::{
 use crate::arrow;
 use crate::audit::AuditEntry;
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
-use crate::machine::{Actor, Arrow, BudgetGuard, Change, Event, Status, TransactionRecord, Write};
+use crate::machine::{
+    Actor, Arrow, BudgetGuard, Change, Event, Mark, Status, TransactionRecord, Write,
+};
 use crate::message::{Origin, Outcome, Response, RetryEvent};
 use crate::policy::RandomSource;
 
@@ -31,9 +32,9 @@ const SCHEDULE_WAITING: Arrow = arrow!(
 );
 const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalExhausted);
 
-/// `last_reason` of a transaction that ended because every technical re-send was
-/// answered ERROR again.
-pub const TECHNICAL_EXHAUSTED_REASON: &str = "TECHNICAL_EXHAUSTED";
+/// The reason the alert of a transaction that ended because every technical re-send
+/// was answered ERROR again names.
+pub const TECHNICAL_EXHAUSTED_REASON: &str = Mark::TechnicalExhausted.legacy_reason();
 
 /// The plan for a response, decided on what is known of the record.
 pub fn decide_response(
@@ -138,8 +139,7 @@ pub fn decide_response(
         ),
         // The redelivery of the ERROR that spent the re-sends: alert again.
         (Some(Status::Failed), Outcome::Error)
-            if rec
-                .is_some_and(|r| r.last_reason.as_deref() == Some(TECHNICAL_EXHAUSTED_REASON)) =>
+            if rec.is_some_and(|r| r.mark == Some(Mark::TechnicalExhausted)) =>
         {
             vec![technical_alert(id, n), Effect::Ack(Ack::Failed)]
         }
@@ -171,7 +171,7 @@ pub fn decide_response(
         }
         // SUCCEEDED by an operator's resolve: the service executed the attempt too.
         (Some(Status::Succeeded), Outcome::Success)
-            if rec.is_some_and(|r| r.last_reason.as_deref() == Some(RESOLVED_REASON)) =>
+            if rec.is_some_and(|r| r.mark == Some(Mark::Resolved)) =>
         {
             match rec {
                 Some(r) => conflicting_success(r, resp, ctx),
@@ -184,7 +184,7 @@ pub fn decide_response(
         // The redelivery of the response that exhausted the budget: the alert may not
         // have gone out before a crash, so raise it again (alerts are at-least-once).
         (Some(Status::Failed), Outcome::Cancelled)
-            if rec.is_none_or(|r| r.last_reason.as_deref() != Some(TECHNICAL_EXHAUSTED_REASON)) =>
+            if rec.is_none_or(|r| r.mark != Some(Mark::TechnicalExhausted)) =>
         {
             let attempts = rec.map(|r| r.current_attempt).unwrap_or(n);
             vec![
@@ -280,6 +280,7 @@ fn answered(id: &TransactionId, arrow: Arrow, n: Attempt, resp: &Response, ctx: 
         Some(r) => Change::Set(r.clone()),
         None => Change::Clear,
     };
+    w.set.mark = Change::Clear;
     w
 }
 
@@ -326,7 +327,7 @@ fn technical_failure(
         w.guard.resends = Some(resends);
         w.guard.probe = Some(false);
         w.set.last_outcome = Some(Outcome::Error);
-        w.set.last_reason = Change::Set(TECHNICAL_EXHAUSTED_REASON.to_owned());
+        let w = w.marked(Mark::TechnicalExhausted);
         return vec![
             Effect::Write(w),
             technical_alert(id, n),

@@ -4,18 +4,8 @@ use super::response::{confirm_scheduled, create_schedule, resume_scheduling, Cyc
 use super::{Ack, Context, DropReason, Effect, Hold, Known, Plan, Rejection, RequestHeader};
 use crate::arrow;
 use crate::ids::{Attempt, ScheduleName, TransactionId};
-use crate::machine::{Actor, Arrow, Change, Event, Status, Write};
+use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, Write};
 use crate::message::RetryEvent;
-
-/// The start of a paused record's `last_reason`; the breaker state follows
-/// (`BREAKER_OPEN`, `BREAKER_HALF_OPEN`).
-pub const BREAKER_REASON_PREFIX: &str = "BREAKER_";
-
-/// The `last_reason` of a request the breaker let out as a half-open round's probe
-/// (by the retry handler or the reconciler), until its answer: an ERROR answering it
-/// spends no technical re-send (it is counted a pause), since the probe tests the
-/// service for every transaction, not this one.
-pub const PROBE_REASON: &str = "BREAKER_PROBE";
 
 /// B accepts the event of the pending attempt in SCHEDULING too: the event may
 /// overtake the response handler's confirmation.
@@ -136,7 +126,7 @@ fn pause(
     w.guard.resends = Some(resends);
     w.set.resends = Change::Set(seq);
     w.set.pauses = Change::Set(pauses.saturating_add(1));
-    w.set.last_reason = Change::Set(hold.reason());
+    let w = w.marked(hold.mark());
     let cycle = Cycle {
         current: None,
         next: m,
@@ -159,7 +149,7 @@ fn send(id: &TransactionId, m: Attempt, ev: &RetryEvent, ctx: &Context) -> Plan 
     w.set.origin = Change::Set(ev.origin);
     // Marked before it leaves, so that its answer finds the mark.
     if ctx.probe {
-        w.set.last_reason = Change::Set(PROBE_REASON.to_owned());
+        w = w.marked(Mark::Probe);
     }
     vec![
         Effect::Write(w),
@@ -178,7 +168,7 @@ fn to_in_progress(id: &TransactionId, m: Attempt, ctx: &Context) -> Effect {
     let mut w = in_progress_write(id, m, ctx, Actor::RetryHandler);
     // A request resumed from SENDING as the breaker's probe.
     if ctx.probe {
-        w.set.last_reason = Change::Set(PROBE_REASON.to_owned());
+        w = w.marked(Mark::Probe);
     }
     Effect::Write(w)
 }

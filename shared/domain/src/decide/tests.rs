@@ -2,9 +2,8 @@
 
 use super::*;
 use crate::breaker::BreakerState;
-use crate::decide::TECHNICAL_EXHAUSTED_REASON;
 use crate::ids::MaxAttempts;
-use crate::machine::{BudgetGuard, Change, FailedKey, ReconcileKey};
+use crate::machine::{BudgetGuard, Change, FailedKey, Mark, ReconcileKey};
 use crate::message::Origin;
 use crate::policy::{FixedRandom, RetryPolicy};
 
@@ -88,7 +87,7 @@ fn cancelled_unread_persists_the_instant_before_creating_the_schedule() {
 #[test]
 fn success_after_a_resolve_is_a_conflict_not_a_duplicate() {
     let mut resolved = record(Status::Succeeded, 2, None, 4);
-    resolved.last_reason = Some(crate::decide::resolve::RESOLVED_REASON.to_owned());
+    resolved.mark = Some(Mark::Resolved);
     let decide = |r: &TransactionRecord| {
         decide_response(
             Known::Record(r),
@@ -321,6 +320,7 @@ fn describe(e: &Effect) -> String {
                 s.push_str(&format!(" outcome={o}"));
             }
             change(&mut s, "reason", &c.last_reason, Clone::clone);
+            change(&mut s, "mark", &c.mark, |m| m.to_string());
             change(&mut s, "origin", &c.origin, |o| o.to_string());
             change(&mut s, "rk", &c.reconcile, |k| {
                 format!("{}@{}", k.partition, rel(k.at))
@@ -573,7 +573,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     let mut exhausted = rec_in(Status::Failed, 2, 4);
     exhausted.resends = ctx.technical_resend_max;
     exhausted.last_outcome = Some(Outcome::Error);
-    exhausted.last_reason = Some(TECHNICAL_EXHAUSTED_REASON.to_owned());
+    exhausted.mark = Some(Mark::TechnicalExhausted);
     for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
         let resp = answer(2, outcome, None, None);
         push(
@@ -801,7 +801,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     // is marked as the hold's, not a fresh silence.
     let mut after_hold = rec_in(Status::InProgress, 2, 4);
     after_hold.republishes = 1;
-    after_hold.last_reason = Some("BREAKER_OPEN".into());
+    after_hold.mark = Some(Mark::HeldOpen);
     push(
         "reconcile IN_PROGRESS past deadline rp=1 after a hold / current".into(),
         &Input::Reconcile(after_hold.clone()),
@@ -870,7 +870,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     let mut paused = rec_in(Status::Scheduled, 2, 4);
     paused.resends = 2;
     paused.pauses = 2;
-    paused.last_reason = Some("BREAKER_OPEN".into());
+    paused.mark = Some(Mark::HeldOpen);
     paused.next_fire_at = Some(at(-1));
     push_held(
         "retry m=3 / SCHEDULED c=2 max=4 resends=2 pauses=2".into(),
@@ -914,14 +914,15 @@ fn all_cases() -> Vec<(String, Plan)> {
         plan,
     ));
     // Past its deadline again after going out as the probe (unanswered): a failed
-    // probe spends a republish, held or probed again; every republish spent ends it
-    // whatever the breaker says.
+    // probe spends a republish, held or probed again (or let out with the breaker
+    // closed, its mark cleared); every republish spent ends it whatever the breaker
+    // says.
     let mut failed_probe = unanswered.clone();
-    failed_probe.last_reason = Some(PROBE_REASON.into());
+    failed_probe.mark = Some(Mark::Probe);
     let mut spent = unanswered.clone();
     spent.republishes = ctx.answer_republish_max;
     for (name, r) in [("probing rp=1", &failed_probe), ("rp=3", &spent)] {
-        for (mode, c) in [("held", &held), ("probe", &probing)] {
+        for (mode, c) in [("held", &held), ("probe", &probing), ("closed", &ctx)] {
             let plan = decide(
                 &Input::Reconcile(r.clone()),
                 Known::Record(r),
@@ -959,7 +960,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     let mut probed = rec_in(Status::InProgress, 2, 4);
     probed.resends = ctx.technical_resend_max + 3;
     probed.pauses = 3;
-    probed.last_reason = Some(PROBE_REASON.into());
+    probed.mark = Some(Mark::Probe);
     for k in [Known::Unread, Known::Record(&probed)] {
         let name = match k {
             Known::Record(_) => format!(
@@ -1251,4 +1252,155 @@ fn an_identical_write_for_another_attempt_is_not_its_own() {
     let mut later = sending.clone();
     later.updated_at = later.updated_at.plus_millis(1);
     assert!(!second.produced(&later), "another instant: another write");
+}
+
+// ---------------------------------------------------------------------------
+// The service's free text steers nothing.
+// ---------------------------------------------------------------------------
+
+/// Reasons a service may give, among them every string the protocol ever used as a
+/// control marker (and the stored forms of its marks).
+const REASONS: &[Option<&str>] = &[
+    None,
+    Some("NOT_AVAILABLE"),
+    Some(""),
+    Some("BREAKER_PROBE"),
+    Some("BREAKER_OPEN"),
+    Some("BREAKER_HALF_OPEN"),
+    Some("BREAKER_"),
+    Some("BREAKER_CLOSED"),
+    Some("TECHNICAL_EXHAUSTED"),
+    Some("UNANSWERED"),
+    Some("RESOLVED_BY_OTHER_MEANS"),
+    Some("PROBE"),
+    Some("HELD_OPEN"),
+    Some("NONE"),
+];
+
+/// The plan with every copy of a free-text reason blanked: what the decision chose,
+/// not what it recorded of the text.
+fn without_reasons(plan: &Plan) -> Plan {
+    plan.iter()
+        .cloned()
+        .map(|e| match e {
+            Effect::Write(mut w) => {
+                // The service's reason is recorded by the writes that clear the mark.
+                if w.set.mark == Change::Clear {
+                    w.set.last_reason = Change::Keep;
+                }
+                Effect::Write(w)
+            }
+            Effect::Alert(mut a) => {
+                a.last_reason = None;
+                Effect::Alert(a)
+            }
+            Effect::Note(mut n) => {
+                n.reason = None;
+                Effect::Note(n)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+mod free_text {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn record(
+        status: Status,
+        (current, max): (u32, u32),
+        resend: bool,
+        (resends, pauses, republishes): (u32, u32, u32),
+        mark: Option<Mark>,
+    ) -> TransactionRecord {
+        let mut r = rec_in(status, current, max);
+        if resend && status.is_intermediate() {
+            r = rec_resending(status, current, resends.max(1));
+        }
+        r.resends = r.resends.max(resends);
+        r.pauses = pauses.min(r.resends);
+        r.republishes = republishes;
+        r.mark = mark;
+        r
+    }
+
+    fn input(
+        kind: u8,
+        outcome: Outcome,
+        n: u32,
+        round: Option<u32>,
+        reason: Option<&str>,
+    ) -> Input {
+        match kind {
+            0 => Input::Response(Response {
+                transaction_id: id(),
+                attempt: a(n),
+                outcome,
+                reason: reason.map(str::to_owned),
+                retry_after_seconds: None,
+                round,
+            }),
+            _ => Input::Retry(RetryEvent {
+                transaction_id: id(),
+                origin: Origin::RetryScheduler,
+                attempt: a(n),
+                round,
+            }),
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        /// GIVEN any record (every status, attempt, budget, count and mark) and any
+        /// answer, retry event or reconciler pass, with or without the breaker holding
+        /// or probing, WHEN only the service's reason changes — on the record and in
+        /// the answer, drawn from a set holding every marker the protocol ever wrote
+        /// THEN the plan is the same but for the reason it records (the backoff is
+        /// uniform here, so its per-reason lookup changes nothing).
+        #[test]
+        fn decisions_do_not_change_with_the_services_reason(
+            status in proptest::sample::select(Status::ALL.to_vec()),
+            budget in (1u32..=3, 0u32..=2),
+            resend in any::<bool>(),
+            counts in (0u32..=4, 0u32..=4, 0u32..=3),
+            mark in proptest::option::of(proptest::sample::select(Mark::ALL.to_vec())),
+            kind in 0u8..=2,
+            outcome in proptest::sample::select(vec![Outcome::Success, Outcome::Cancelled, Outcome::Error]),
+            n in 1u32..=4,
+            round in proptest::option::of(0u32..=4),
+            breaker in 0u8..=2,
+            reasons in (
+                proptest::sample::select(REASONS.to_vec()),
+                proptest::sample::select(REASONS.to_vec()),
+                proptest::sample::select(REASONS.to_vec()),
+                proptest::sample::select(REASONS.to_vec()),
+            ),
+        ) {
+            let (current, extra) = budget;
+            let max = current + extra;
+            let ctx = table_ctx()
+                .with_technical_resend_max(2)
+                .with_hold((breaker == 1).then_some(Hold {
+                    until: at(600),
+                    state: crate::breaker::BreakerState::Open {
+                        until: at(600),
+                        cooldown_ms: 600_000,
+                    },
+                }))
+                .with_probe(breaker == 2);
+            let plan_for = |record_reason: Option<&str>, answer_reason: Option<&str>| {
+                let mut r = record(status, (current, max.max(current)), resend, counts, mark);
+                r.last_reason = record_reason.map(str::to_owned);
+                let input = if kind == 2 {
+                    Input::Reconcile(r.clone())
+                } else {
+                    input(kind, outcome, n, round, answer_reason)
+                };
+                without_reasons(&decide(&input, Known::Record(&r), None, &ctx, &mut FixedRandom(0.5)))
+            };
+            let (r1, r2, q1, q2) = reasons;
+            prop_assert_eq!(plan_for(r1, q1), plan_for(r2, q2));
+        }
+    }
 }

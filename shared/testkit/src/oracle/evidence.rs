@@ -95,8 +95,8 @@ fn requests(rec: &TransactionRecord, seen: &BTreeMap<u32, Seen>) -> Vec<Finding>
     let answer = |k: u32| seen.get(&k).map(|s| s.outcome);
     // Ended for want of an answer: its last request may never have reached the
     // service (that is why it ended), at any attempt, with no answer to agree with.
-    let unanswered = rec.status == Status::Failed
-        && rec.last_reason.as_deref() == Some(domain::decide::UNANSWERED_REASON);
+    let unanswered =
+        rec.status == Status::Failed && rec.mark == Some(domain::machine::Mark::Unanswered);
     let mut out: Vec<Finding> = (1..=current)
         .filter(|k| !(seen.contains_key(k) || (unanswered && *k == current)))
         .map(|k| {
@@ -118,8 +118,8 @@ fn requests(rec: &TransactionRecord, seen: &BTreeMap<u32, Seen>) -> Vec<Finding>
     }));
     // Resolved by an operator: SUCCEEDED by other means, whatever the service last
     // answered (the attempt it was asked for was answered CANCELLED).
-    let resolved = rec.last_actor == Actor::Operator
-        && rec.last_reason.as_deref() == Some(domain::decide::RESOLVED_REASON);
+    let resolved =
+        rec.last_actor == Actor::Operator && rec.mark == Some(domain::machine::Mark::Resolved);
     let ended = match rec.status {
         Status::Succeeded if resolved => None,
         Status::Succeeded => Some(Outcome::Success),

@@ -481,7 +481,7 @@ fn a_resolved_transaction_is_no_disagreement() {
     ];
     let mut r = rec(Succeeded, 1, None, 4);
     r.last_actor = domain::machine::Actor::Operator;
-    r.last_reason = Some(domain::decide::RESOLVED_REASON.to_owned());
+    r.mark = Some(domain::machine::Mark::Resolved);
     assert_eq!(evidence::check(Some(&r), &trail, &seen(&[C])), []);
     r.last_actor = domain::machine::Actor::ResponseHandler;
     assert_eq!(
