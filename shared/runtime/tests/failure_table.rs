@@ -233,18 +233,10 @@ async fn row4_retry_event_while_a_is_still_scheduling<B: Backend>() {
             let case = format!("k={k} b_finishes={b_finishes}");
             let w = B::world().await;
             w.start(TX, 3).await;
-            let resp = domain::Response {
-                transaction_id: id(TX),
-                attempt: a(1),
-                outcome: Outcome::Cancelled,
-                reason: Some("NOT_AVAILABLE".into()),
-                retry_after_seconds: None,
-                round: None,
-            };
             let ctx = w.settings.context(w.now());
             let mut rng = fixed();
             let mut a_run = drive(
-                Input::Response(resp),
+                Input::Response(response(TX, 1, Outcome::Cancelled)),
                 &w.response_ports(),
                 &ctx,
                 &mut rng,
@@ -725,12 +717,22 @@ async fn row10_attempts_exhausted_fail_and_alert<B: Backend>() {
     // Attempt 2 of 2 cancelled; the handler crashes right after writing FAILED,
     // before the alert (the first, unread plan tries SCHEDULING, whose budget
     // condition fails and hands back the record: then FAILED, then the alert).
-    let crashed = w
-        .respond_with(TX, 2, Outcome::Cancelled, &mut |e: &domain::Effect| {
-            !matches!(e, domain::Effect::Alert(_))
-        })
-        .await;
-    assert!(matches!(crashed, Verdict::Retry { .. }));
+    let ctx = w.settings.context(w.now());
+    let crashed = drive(
+        Input::Response(response(TX, 2, Outcome::Cancelled)),
+        &w.response_ports(),
+        &ctx,
+        &mut fixed(),
+        &mut |e: &domain::Effect| !matches!(e, domain::Effect::Alert(_)),
+    )
+    .await;
+    assert_eq!(
+        crashed.run.redecisions(),
+        1,
+        "the optimistic SCHEDULING is refused by its budget guard, once"
+    );
+    let crashed = verdict(&crashed, &w.metrics);
+    assert!(matches!(crashed, Verdict::Retry { .. }), "{crashed:?}");
     assert_eq!(w.status(TX).await, Status::Failed);
     assert_eq!(
         w.metrics.count(names::ATTEMPTS_EXHAUSTED),
@@ -1007,6 +1009,47 @@ async fn an_unanswered_request_is_republished_then_abandoned<B: Backend>() {
     assert_eq!(w.reconcile().await.examined, 0);
 }
 
+/// A request answered, its answer lost, republished at its deadline: when the lost
+/// answer is redriven it is handled as any answer (the republish consumed no
+/// attempt), and the duplicate answer the republish may draw changes nothing.
+async fn an_answer_after_a_republish_is_handled_once<B: Backend>() {
+    let w = B::world().await;
+    w.start(TX, 4).await;
+    past_answer_deadline(&w).await;
+    let report = w.reconcile().await;
+    assert_eq!(
+        report.count(Status::InProgress, Action::Done(Ack::ReconcilerRepublished)),
+        1,
+        "{report:?}"
+    );
+    assert_eq!(w.keys().await, vec!["TX-100200#1", "TX-100200#1"]);
+    // The lost answer is redriven from its DLQ: a CANCELLED for attempt 1.
+    assert_eq!(
+        w.respond(TX, 1, Outcome::Cancelled).await,
+        Verdict::Done(Ack::Scheduled)
+    );
+    let r = w.record(TX).await;
+    assert_eq!(
+        (r.status, r.current_attempt, r.next_attempt),
+        (Status::Scheduled, a(1), Some(a(2)))
+    );
+    assert_eq!(
+        r.republishes, 1,
+        "kept through the cycle, reset by the next request"
+    );
+    assert!(r.answer_due_at.is_none());
+    let changes = w.change_count().await;
+    let v = w.respond(TX, 1, Outcome::Cancelled).await;
+    assert!(v.is_acknowledged(), "{v:?}");
+    assert_eq!(
+        w.record(TX).await,
+        r,
+        "the duplicate answer changes nothing"
+    );
+    assert_eq!(w.change_count().await, changes);
+    assert_eq!(w.live().await.len(), 1, "one schedule");
+}
+
 // ---------------------------------------------------------------------------
 // The whole chain.
 // ---------------------------------------------------------------------------
@@ -1096,6 +1139,7 @@ rows!(
     a_start_that_crashed_before_its_publish_is_rescued_at_the_deadline,
     a_record_requeued_without_progress_is_parked,
     an_unanswered_request_is_republished_then_abandoned,
+    an_answer_after_a_republish_is_handled_once,
     // The whole chain.
     a_crash_at_every_step_leaves_the_final_result_unchanged,
 );

@@ -58,6 +58,18 @@ pub fn payload_of(tx: &str) -> Payload {
     Payload::from_json(&format!(r#"{{"order":"{tx}","amount":12.5}}"#)).unwrap()
 }
 
+/// The service's answer for attempt `n`, with the reason every test uses.
+pub fn response(tx: &str, n: u32, outcome: Outcome) -> Response {
+    Response {
+        transaction_id: id(tx),
+        attempt: a(n),
+        outcome,
+        reason: Some("NOT_AVAILABLE".into()),
+        retry_after_seconds: None,
+        round: None,
+    }
+}
+
 /// Where a world's ports live, and how a test looks at them: the record, the live
 /// schedules, the requests the service received, the retry queue, the audit trail.
 pub trait Backend: Sized + Send + Sync {
@@ -268,14 +280,7 @@ impl<B: Backend> World<B> {
         outcome: Outcome,
         hook: &mut (dyn FnMut(&Effect) -> bool + Send),
     ) -> Verdict {
-        let resp = Response {
-            transaction_id: id(tx),
-            attempt: a(n),
-            outcome,
-            reason: Some("NOT_AVAILABLE".into()),
-            retry_after_seconds: None,
-            round: None,
-        };
+        let resp = response(tx, n, outcome);
         let ctx = self.settings.context(self.now());
         let mut rng = self.rng();
         runtime::response::handle(
