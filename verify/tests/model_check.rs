@@ -3,7 +3,9 @@
 //! a passing check cannot be a vacuous one. Larger scopes run with the `model-check`
 //! binary (docs/verification.md).
 
-use verify::model::{check, CheckReport, Scope};
+use domain::machine::Status;
+use domain::message::Outcome;
+use verify::model::{check, CheckReport, Firing, Kind, ProtocolModel, Scope, State};
 
 fn scope(f: impl FnOnce(&mut Scope)) -> Scope {
     let mut s = Scope::quiet(2, 3);
@@ -107,4 +109,121 @@ fn technical_failures_never_consume_an_attempt_and_still_end() {
     let mut s = Scope::quiet(1, 3);
     s.faults.technical_answers = 1;
     passes(s, 5_000, &[0, 1, 8]);
+}
+
+// ---------------------------------------------------------------------------
+// The reconciler resuming each intermediate state, scripted on the model (real
+// plans, one effect per step); after every scripted step the model's safety
+// properties must hold. The exhaustive scopes above reach these states among all
+// the others; these two pin what the reconciler does in each.
+// ---------------------------------------------------------------------------
+
+const TX: u8 = 0;
+
+fn model() -> ProtocolModel {
+    ProtocolModel::new(Scope::quiet(1, 3))
+}
+
+fn ok(m: &ProtocolModel, s: &State) {
+    assert!(
+        m.broken(s).is_empty(),
+        "broken: {:?}\n{}",
+        m.broken(s),
+        s.summary()
+    );
+    assert!(s.violations.is_empty(), "{}", s.summary());
+}
+
+fn status(s: &State) -> Status {
+    s.records[0].status
+}
+
+/// Attempt 1 was CANCELLED and its response is being handled by A (not started yet).
+fn response_handler_running(m: &ProtocolModel) -> State {
+    let s = m.service_receives_all(m.initial_state());
+    let s = m.answer(&s, TX, 1, Outcome::Cancelled);
+    let s = m.deliver_response(&s, TX, false);
+    assert_eq!(
+        ProtocolModel::next_effect(&s, Kind::ResponseHandler, TX).as_deref(),
+        Some("write ResponseCancelledRetry")
+    );
+    s
+}
+
+/// Attempt 1 CANCELLED, schedule for attempt 2 confirmed (SCHEDULED).
+fn scheduled(m: &ProtocolModel) -> State {
+    let s = response_handler_running(m);
+    let s = m.finish_run(s, Kind::ResponseHandler, TX);
+    assert_eq!(status(&s), Status::Scheduled);
+    s
+}
+
+/// The retry handler has received the event for attempt 2.
+fn retry_handler_running(m: &ProtocolModel) -> State {
+    let s = scheduled(m);
+    let s = m.fire(&s, TX, Firing::Once);
+    m.deliver_retry(&s, TX, false)
+}
+
+/// Finishes with SUCCESS for whatever is outstanding and checks the end state.
+fn ends_succeeded(m: &ProtocolModel, s: State, attempts: u32) -> State {
+    let s = m.settle_with(s, Outcome::Success);
+    ok(m, &s);
+    assert_eq!(status(&s), Status::Succeeded, "{}", s.summary());
+    assert_eq!(s.records[0].current_attempt.get(), attempts);
+    let accepted: Vec<u32> = s.service.accepted().map(|((_, a), _)| *a).collect();
+    assert_eq!(
+        accepted,
+        (1..=attempts).collect::<Vec<_>>(),
+        "one accepted request per attempt"
+    );
+    s
+}
+
+#[test]
+fn reconciler_resumes_scheduling_both_before_and_after_the_fire_instant() {
+    let m = model();
+    for late in [false, true] {
+        let s = response_handler_running(&m);
+        let s = m.step_until(s, Kind::ResponseHandler, TX, "create-schedule");
+        let mut s = m.crash(&s, Kind::ResponseHandler, TX);
+        s.responses.clear(); // the response went to its DLQ
+        assert_eq!(status(&s), Status::Scheduling);
+        let s = m.reconcile(&s, TX, late);
+        let s = m.finish_run(s, Kind::Reconciler, TX);
+        ok(&m, &s);
+        if late {
+            assert_eq!(
+                s.retries.len(),
+                1,
+                "past the instant: the event is put on the queue"
+            );
+        } else {
+            assert_eq!(
+                status(&s),
+                Status::Scheduled,
+                "before the instant: schedule created and confirmed"
+            );
+            assert_eq!(Some(s.schedules[0].fire_at), s.records[0].next_fire_at);
+        }
+        ends_succeeded(&m, s, 2);
+    }
+}
+
+#[test]
+fn reconciler_resumes_sending() {
+    let m = model();
+    let s = retry_handler_running(&m);
+    let s = m.step_until(s, Kind::RetryHandler, TX, "publish-request");
+    let mut s = m.crash(&s, Kind::RetryHandler, TX);
+    s.retries.clear(); // the event went to the retry DLQ
+    assert_eq!(status(&s), Status::Sending);
+    let s = m.reconcile(&s, TX, true);
+    let s = m.finish_run(s, Kind::Reconciler, TX);
+    assert_eq!(s.retries.len(), 1);
+    let s = m.deliver_retry(&s, TX, false);
+    let s = m.finish_run(s, Kind::RetryHandler, TX);
+    ok(&m, &s);
+    assert_eq!(status(&s), Status::InProgress);
+    ends_succeeded(&m, s, 2);
 }

@@ -108,10 +108,13 @@ async fn the_event_files_through_the_three_functions() {
         .await
         .unwrap();
     assert!(failures(&r).is_empty());
-    assert_eq!(w.status("TX-100200"), Status::Scheduled);
+    assert_eq!(w.status("TX-100200").await, Status::Scheduled);
     let live = w.scheduler.live();
     assert_eq!(live.len(), 1);
-    assert_eq!(Some(live[0].fire_at), w.record("TX-100200").next_fire_at);
+    assert_eq!(
+        Some(live[0].fire_at),
+        w.record("TX-100200").await.next_fire_at
+    );
     assert_eq!(m.count(names::RESPONSE_CANCELLED), 1);
     assert_eq!(m.count(names::SCHEDULES_CREATED), 1);
     assert_eq!(m.count("AckScheduled"), 1);
@@ -124,7 +127,7 @@ async fn the_event_files_through_the_three_functions() {
         .await
         .unwrap();
     assert!(failures(&r).is_empty());
-    let rec = w.record("TX-100200");
+    let rec = w.record("TX-100200").await;
     assert_eq!(
         (rec.status, rec.current_attempt),
         (Status::InProgress, a(2))
@@ -157,14 +160,14 @@ async fn the_event_files_through_the_three_functions() {
     assert_eq!(m.count("DropStaleRetry"), 1);
 
     // A late response for attempt 1 changes nothing.
-    let before = w.record("TX-100200");
+    let before = w.record("TX-100200").await;
     let m = Metrics::new("DeferredRetry", "response-handler");
     let r = handler_a
         .handle_event(event("response-late.json"), &m)
         .await
         .unwrap();
     assert!(failures(&r).is_empty());
-    assert_eq!(w.record("TX-100200"), before);
+    assert_eq!(w.record("TX-100200").await, before);
     assert_eq!(m.count("DropLateResponse"), 1);
 
     // A SUCCESS for attempt 1, answered CANCELLED before: changes nothing either, but
@@ -175,7 +178,7 @@ async fn the_event_files_through_the_three_functions() {
         .await
         .unwrap();
     assert!(failures(&r).is_empty());
-    assert_eq!(w.record("TX-100200"), before);
+    assert_eq!(w.record("TX-100200").await, before);
     assert_eq!(m.count(names::CONFLICTING_SUCCESS), 1);
     assert_eq!(m.count("DropLateResponse"), 0);
     let trail = w
@@ -205,7 +208,7 @@ async fn the_event_files_through_the_three_functions() {
         .await
         .unwrap();
     assert!(failures(&r).is_empty());
-    assert_eq!(w.status("TX-100300"), Status::Succeeded);
+    assert_eq!(w.status("TX-100300").await, Status::Succeeded);
     assert_eq!(m.count(names::RESPONSE_SUCCESS), 1);
 
     // Unknown transaction and malformed body: permanent, to the DLQ unchanged, acked.
@@ -234,11 +237,11 @@ async fn the_event_files_through_the_three_functions() {
     let r = handler_a.handle_event(mixed.clone(), &m).await.unwrap();
     assert!(failures(&r).is_empty());
     assert_eq!(
-        w.status("TX-100400"),
+        w.status("TX-100400").await,
         Status::Succeeded,
         "EXITOSO is SUCCESS"
     );
-    assert_eq!(w.status("TX-100500"), Status::Scheduled);
+    assert_eq!(w.status("TX-100500").await, Status::Scheduled);
     assert_eq!(m.count("DropLateResponse"), 1);
     assert_eq!(m.count(names::PERMANENT_ERRORS), 1);
     let dlq = response_dlq.messages();
@@ -261,7 +264,7 @@ async fn the_event_files_through_the_three_functions() {
 
     // The cron event: TX-100500 is SCHEDULED and its schedule never delivers; once
     // its instant is past the threshold the reconciler requeues its retry event.
-    let fire = w.record("TX-100500").next_fire_at.unwrap();
+    let fire = w.record("TX-100500").await.next_fire_at.unwrap();
     w.set_time(fire.plus_millis(16 * 60 * 1000));
     let reconciler = Reconciler {
         store: &w.store,
@@ -314,7 +317,7 @@ async fn the_event_files_through_the_three_functions() {
     let mut want: Vec<&str> = testkit::trail::TO_ATTEMPT_2.to_vec();
     want.push("IN_PROGRESS>IN_PROGRESS@1");
     want.push("IN_PROGRESS>IN_PROGRESS@2");
-    assert_eq!(w.audit_path("TX-100200"), want);
+    assert_eq!(w.audit_path("TX-100200").await, want);
 }
 
 /// Technical failures through the response handler: ERROR (with the service's wait)
@@ -339,7 +342,7 @@ async fn the_technical_error_event_files_through_the_response_handler() {
     assert_eq!(m.count("AckResend"), 2);
     assert_eq!(m.count(names::SCHEDULES_CREATED), 2);
     for tx in ["TX-100600", "TX-100700"] {
-        let rec = w.record(tx);
+        let rec = w.record(tx).await;
         assert_eq!(
             (
                 rec.status,
@@ -354,9 +357,9 @@ async fn the_technical_error_event_files_through_the_response_handler() {
         assert_eq!(rec.schedule_name.unwrap().as_str(), name);
     }
     // The service asked for 120 s, longer than the first re-send's 54–66 s.
-    let asked = w.record("TX-100600").next_fire_at.unwrap();
+    let asked = w.record("TX-100600").await.next_fire_at.unwrap();
     assert_eq!(asked, w.now().plus_millis(120_000).ceil_to_second());
-    let backoff = w.record("TX-100700").next_fire_at.unwrap();
+    let backoff = w.record("TX-100700").await.next_fire_at.unwrap();
     assert!(backoff >= w.now().plus_millis(54_000) && backoff <= w.now().plus_millis(67_000));
     assert!(dlq.messages().is_empty());
 
@@ -367,7 +370,7 @@ async fn the_technical_error_event_files_through_the_response_handler() {
     assert_eq!(m.count("PermanentErrorMalformedBody"), 1);
     assert_eq!(m.count(names::TECHNICAL_FAILURES), 0);
     assert_eq!(dlq.messages(), vec![undeliverable(&invalid.records[0])]);
-    assert_eq!(w.record("TX-100600").resends, 1, "nothing changed");
+    assert_eq!(w.record("TX-100600").await.resends, 1, "nothing changed");
 }
 
 /// An outage through the functions with a circuit breaker: the response handler's
@@ -416,7 +419,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
 
     let mut handler_b = retry_handler(&w, &w.requests, &dlq);
     handler_b.breaker = gate("retry-handler");
-    let published = w.keys().len();
+    let published = w.keys().await.len();
     let retry_of = |tx: &str| -> SqsEvent {
         let body = RetryEvent {
             transaction_id: id(tx),
@@ -437,7 +440,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
         let r = handler_b.handle_event(retry_of(tx), &m).await.unwrap();
         assert!(failures(&r).is_empty());
         assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1, "{tx}");
-        let rec = w.record(tx);
+        let rec = w.record(tx).await;
         assert_eq!(
             (
                 rec.status,
@@ -459,24 +462,28 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
             "{tx}: not before the probe"
         );
     }
-    assert_eq!(w.keys().len(), published, "nothing published while open");
+    assert_eq!(
+        w.keys().await.len(),
+        published,
+        "nothing published while open"
+    );
     // A copy of the event before its paused cycle is due: nothing changes.
-    let before = w.record("TX-100600");
+    let before = w.record("TX-100600").await;
     let m = Metrics::new("DeferredRetry", "retry-handler");
     handler_b
         .handle_event(retry_of("TX-100600"), &m)
         .await
         .unwrap();
     assert_eq!(m.count("AckAlreadyHandled"), 1, "{:?}", m.snapshot());
-    assert_eq!(w.record("TX-100600"), before);
+    assert_eq!(w.record("TX-100600").await, before);
 
     // The cool-down is over and the paused cycles are due: the next retry event is
     // the round's one probe.
-    let due = ["TX-100600", "TX-100700"]
-        .iter()
-        .filter_map(|tx| w.record(tx).next_fire_at)
-        .max()
-        .unwrap();
+    let mut due = None;
+    for tx in ["TX-100600", "TX-100700"] {
+        due = due.max(w.record(tx).await.next_fire_at);
+    }
+    let due = due.unwrap();
     w.set_time(due.max(until).plus_millis(1_000));
     let m = Metrics::new("DeferredRetry", "retry-handler");
     handler_b
@@ -484,8 +491,8 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
         .await
         .unwrap();
     assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 0);
-    assert_eq!(w.status("TX-100600"), Status::InProgress);
-    assert_eq!(w.keys().len(), published + 1, "the probe went out");
+    assert_eq!(w.status("TX-100600").await, Status::InProgress);
+    assert_eq!(w.keys().await.len(), published + 1, "the probe went out");
     let m = Metrics::new("DeferredRetry", "retry-handler");
     handler_b
         .handle_event(retry_of("TX-100700"), &m)
@@ -512,7 +519,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     }))
     .unwrap();
     handler_a.handle_event(ev, &m).await.unwrap();
-    assert_eq!(w.status("TX-100600"), Status::Succeeded);
+    assert_eq!(w.status("TX-100600").await, Status::Succeeded);
     assert_eq!(shared.breaker().state.name(), "CLOSED");
     assert_eq!(m.count(names::BREAKER_STATE), 0);
 }
@@ -564,7 +571,7 @@ async fn a_probe_answered_error_spends_no_resend() {
     };
     // The retry and the cool-down are past: the retry is the round's probe.
     w.advance(Duration::from_secs(2 * 86_400));
-    let due = w.fire_due();
+    let due = w.fire_due().await;
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].round, Some(0), "the cycle's round");
     let dlq = MemoryDeadLetter::new();
@@ -581,7 +588,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         .handle_event(batch(due[0].to_json()), &m)
         .await
         .unwrap();
-    let probe = w.record("TX-100800");
+    let probe = w.record("TX-100800").await;
     assert_eq!(
         (probe.status, probe.current_attempt, probe.mark),
         (Status::InProgress, a(2), Some(domain::machine::Mark::Probe))
@@ -607,7 +614,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         .handle_event(batch(error.to_json()), &m)
         .await
         .unwrap();
-    let r = w.record("TX-100800");
+    let r = w.record("TX-100800").await;
     assert_eq!(
         (
             r.status,
@@ -623,7 +630,7 @@ async fn a_probe_answered_error_spends_no_resend() {
     // The next round's probe goes out (round 1); the first probe's ERROR delivered
     // again (round 0) is stale: nothing changes.
     w.advance(Duration::from_secs(2 * 86_400));
-    let again = w.fire_due();
+    let again = w.fire_due().await;
     assert_eq!(again[0].round, Some(1));
     handler_b
         .handle_event(
@@ -632,7 +639,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         )
         .await
         .unwrap();
-    let before = w.record("TX-100800");
+    let before = w.record("TX-100800").await;
     assert_eq!(
         (before.status, before.resends),
         (Status::InProgress, 1),
@@ -644,7 +651,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         .await
         .unwrap();
     assert_eq!(m.count("DropStaleError"), 1, "{:?}", m.snapshot());
-    assert_eq!(w.record("TX-100800"), before);
+    assert_eq!(w.record("TX-100800").await, before);
 }
 
 /// A silent outage with nothing left to retry: the breaker is OPEN past its
@@ -663,7 +670,7 @@ async fn unanswered_requests_probe_an_open_breaker() {
     let (shared, settings) = opened_by_operator(&w).await;
     // Both deadlines and the cool-down are past.
     w.advance(Duration::from_secs(2 * 86_400));
-    let published = w.keys().len();
+    let published = w.keys().await.len();
     let reconciler = Reconciler {
         store: &w.store,
         scheduler: &w.scheduler,
@@ -692,18 +699,17 @@ async fn unanswered_requests_probe_an_open_breaker() {
         runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerProbed),
     );
     assert_eq!((probed, held), (1, 1), "{report:?}");
-    assert_eq!(w.keys().len(), published + 1, "one probe went out");
+    assert_eq!(w.keys().await.len(), published + 1, "one probe went out");
     assert_eq!(shared.breaker().state.name(), "HALF_OPEN");
-    let waiting: Vec<_> = ["TX-100600", "TX-100700"]
+    let records = [w.record("TX-100600").await, w.record("TX-100700").await];
+    let waiting: Vec<_> = records
         .iter()
-        .map(|tx| w.record(tx))
         .filter(|r| r.last_reason.as_deref() == Some("BREAKER_HALF_OPEN"))
         .collect();
     assert_eq!(waiting.len(), 1);
     assert_eq!(waiting[0].republishes, 0, "the held one spent no republish");
-    let probe: Vec<_> = ["TX-100600", "TX-100700"]
+    let probe: Vec<_> = records
         .iter()
-        .map(|tx| w.record(tx))
         .filter(|r| r.last_reason.as_deref() == Some("BREAKER_PROBE"))
         .collect();
     assert_eq!(probe.len(), 1);
@@ -796,9 +802,9 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
         .collect();
     // Records: 0 TX-100400 (retryable), 1 malformed, 2 TX-100500 ok, 3 TX-100200 (panic).
     assert_eq!(failures(&r), vec![ids[0].clone(), ids[3].clone()]);
-    assert_eq!(w.status("TX-100500"), Status::Scheduled);
+    assert_eq!(w.status("TX-100500").await, Status::Scheduled);
     assert_eq!(
-        w.status("TX-100400"),
+        w.status("TX-100400").await,
         Status::InProgress,
         "untouched, retried later"
     );
@@ -813,7 +819,7 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
     .unwrap();
     let r = handler_a.handle_event(retry, &m).await.unwrap();
     assert!(failures(&r).is_empty());
-    assert_eq!(w.status("TX-100400"), Status::Succeeded);
+    assert_eq!(w.status("TX-100400").await, Status::Succeeded);
 }
 
 /// A request publisher that notes the (virtual) instant of every publish.

@@ -51,10 +51,10 @@ async fn start_is_idempotent_and_never_publishes_a_different_payload() {
         "only the first payload ever left"
     );
     assert!(sent.iter().all(|r| r.idempotency_key.as_str() == "TX-7#1"));
-    let rec = w.record("TX-7");
+    let rec = w.record("TX-7").await;
     assert_eq!(rec.status, Status::InProgress);
     assert_eq!(rec.max_attempts, max);
-    assert_eq!(w.audit_path("TX-7"), vec!["*>IN_PROGRESS@1"]);
+    assert_eq!(w.audit_path("TX-7").await, vec!["*>IN_PROGRESS@1"]);
 }
 
 /// Once attempt 1 is answered, starting again publishes nothing.
@@ -83,7 +83,7 @@ async fn resolve_by_other_means() {
     let ctx = w.settings.context(w.now());
     let done = resolve(&ports, id("TX-9"), &ctx).await.unwrap();
     assert_eq!(done.ack, Ack::Resolved);
-    assert_eq!(w.status("TX-9"), Status::Succeeded);
+    assert_eq!(w.status("TX-9").await, Status::Succeeded);
     assert!(w.scheduler.live().is_empty(), "schedule deleted");
     let again = resolve(&ports, id("TX-9"), &ctx).await.unwrap();
     assert_eq!(again.ack, Ack::AlreadyResolved);
@@ -93,7 +93,7 @@ async fn resolve_by_other_means() {
         OpError::Rejected(Rejection::UnknownTransaction { .. })
     ));
     assert_eq!(
-        w.audit_path("TX-9").last().unwrap(),
+        w.audit_path("TX-9").await.last().unwrap(),
         "SCHEDULED>SUCCEEDED@1"
     );
 }
@@ -112,7 +112,7 @@ async fn resolve_from_scheduling_with_no_schedule() {
     let ctx = w.settings.context(w.now());
     let done = resolve(&ports, id("TX-10"), &ctx).await.unwrap();
     assert_eq!(done.ack, Ack::Resolved);
-    assert_eq!(w.status("TX-10"), Status::Succeeded);
+    assert_eq!(w.status("TX-10").await, Status::Succeeded);
 }
 
 /// Replay: FAILED → SCHEDULING with more attempts and a retry event for the next one;
@@ -122,7 +122,7 @@ async fn replay_a_failed_transaction() {
     let w = World::new();
     w.start("TX-11", 1).await;
     w.respond("TX-11", 1, Outcome::Cancelled).await;
-    assert_eq!(w.status("TX-11"), Status::Failed);
+    assert_eq!(w.status("TX-11").await, Status::Failed);
     let ports = ReplayPorts {
         store: &w.store,
         retries: &w.retries,
@@ -131,7 +131,7 @@ async fn replay_a_failed_transaction() {
     let done = replay(&ports, id("TX-11"), 2, &ctx).await.unwrap();
     assert_eq!(done.ack, Ack::Replayed);
     assert!(done.published());
-    let rec = w.record("TX-11");
+    let rec = w.record("TX-11").await;
     assert_eq!(rec.status, Status::Scheduling);
     assert_eq!(rec.max_attempts.get(), 3);
     let events = w.retries.drain();
@@ -139,7 +139,7 @@ async fn replay_a_failed_transaction() {
     assert_eq!(events[0].origin, domain::Origin::Operator);
     let v = w.retry(&events[0]).await;
     assert_eq!(v.label(), "published");
-    assert!(w.distinct_keys().contains("TX-11#2"));
+    assert!(w.distinct_keys().await.contains("TX-11#2"));
     // Replaying something not FAILED is refused.
     let err = replay(&ports, id("TX-11"), 2, &ctx).await.unwrap_err();
     assert!(matches!(

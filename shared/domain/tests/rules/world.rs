@@ -86,10 +86,6 @@ impl World {
         self.store.record(id).unwrap()
     }
 
-    pub fn status(&self, id: &TransactionId) -> Status {
-        self.record(id).status
-    }
-
     /// Runs `input` through `execute` until its disposition, stopping (as a crash
     /// would) before effect number `crash_before` when given.
     pub fn run_crashing(
