@@ -1453,6 +1453,12 @@ fn key_policy_problems(t: &Value) -> Vec<String> {
                 "key policy {sid}: CloudWatch without aws:SourceAccount and aws:SourceArn"
             ));
         }
+        // Neither SQS nor DynamoDB asks for kms:Encrypt on a caller's behalf.
+        if path(&st, &["Principal", "AWS"]).is_some() && acts.iter().any(|a| a == "kms:Encrypt") {
+            p.push(format!(
+                "key policy {sid}: lets principals kms:Encrypt, which no service of the stack uses for them"
+            ));
+        }
         if path(&st, &["Principal", "AWS"]).is_some()
             && !uses.is_empty()
             && path(&st, &["Condition", "StringEquals", "kms:ViaService"]).is_none()
@@ -1686,6 +1692,19 @@ fn the_key_policy_scopes_every_use() {
     assert!(
         p.iter()
             .any(|m| m.contains("AccountAdministersTheKey") && m.contains("kms:Decrypt")),
+        "{p:?}"
+    );
+    let broken = text.replacen(
+        "              - kms:Decrypt\n              - kms:GenerateDataKey\n              - kms:DescribeKey\n",
+        "              - kms:Decrypt\n              - kms:Encrypt\n              - kms:GenerateDataKey\n              - kms:DescribeKey\n",
+        1,
+    );
+    assert_ne!(broken, text, "the statement this test changes has changed");
+    let p = key_policy_problems(&serde_yaml::from_str(&broken).expect("yaml"));
+    assert!(
+        p.iter()
+            .any(|m| m.contains("AllowSqsAndDynamoDbOnBehalfOfThisAccount")
+                && m.contains("kms:Encrypt")),
         "{p:?}"
     );
     let broken = text.replace("                aws:SourceAccount: !Ref AWS::AccountId\n              ArnLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch", "                aws:SourceAccount: !Ref AWS::AccountId\n              ArnNotLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch");
