@@ -1377,7 +1377,7 @@ fn principal_lists_hold_no_empty_arn() {
     }
     // Every list set: each principal once, in order, still no empty string.
     let op = outside_arn(OPERATOR);
-    let ext = "arn:aws:iam::444455556666:role/partner".to_owned();
+    let ext = "arn:aws:iam::210987654321:role/partner".to_owned();
     let all = conditions(&op, &ext);
     assert_eq!(
         all.get("ResponseQueuePolicy policy OnlyTheExternalServiceAnswers"),

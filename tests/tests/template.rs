@@ -1805,3 +1805,172 @@ fn parameter_defaults_are_the_code_defaults() {
         "{p:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------
+// Placeholders cannot deploy
+// ---------------------------------------------------------------------------------
+
+/// The parameters a documentation placeholder could be left in, and the list ones
+/// among them (CloudFormation checks a list's AllowedPattern on each value).
+const GUARDED: [(&str, bool); 4] = [
+    ("AlarmEmail", false),
+    ("OperatorPrincipalArns", true),
+    ("ExternalServicePrincipalArns", true),
+    ("ServicePrincipalArns", true),
+];
+
+/// Each guarded parameter has an AllowedPattern; the three principal lists share one.
+fn placeholder_pattern_problems(t: &Value) -> Vec<String> {
+    let mut p = vec![];
+    let mut list_patterns = BTreeSet::new();
+    for (name, list) in GUARDED {
+        let pattern = path(t, &["Parameters", name, "AllowedPattern"]).and_then(Value::as_str);
+        let Some(pattern) = pattern else {
+            p.push(format!("parameter {name} has no AllowedPattern"));
+            continue;
+        };
+        if list {
+            list_patterns.insert(pattern.to_owned());
+        }
+        if path(t, &["Parameters", name, "ConstraintDescription"]).is_none() {
+            p.push(format!("parameter {name} has no ConstraintDescription"));
+        }
+    }
+    if list_patterns.len() > 1 {
+        p.push(format!(
+            "the principal lists differ in their AllowedPattern: {list_patterns:?}"
+        ));
+    }
+    p
+}
+
+/// `scripts/check-samconfig.py` (what `scripts/check-template.sh` runs) on a
+/// samconfig text against `template.yaml`: whether it passed, and what it printed.
+fn samconfig_check(samconfig: &str) -> (bool, String) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let venv = format!("{root}/.venv/bin/python3");
+    let python = if std::path::Path::new(&venv).exists() {
+        venv
+    } else {
+        "python3".to_owned()
+    };
+    let file = std::env::temp_dir().join(format!(
+        "samconfig-check-{}-{}.toml",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    ));
+    std::fs::write(&file, samconfig).expect("write the samconfig copy");
+    let out = std::process::Command::new(&python)
+        .arg(format!("{root}/scripts/check-samconfig.py"))
+        .arg(&file)
+        .arg(TEMPLATE_PATH)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{python} scripts/check-samconfig.py: {e} (. scripts/tools.sh)")
+        });
+    let _ = std::fs::remove_file(&file);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("ModuleNotFoundError"),
+        "the check needs SAM CLI's parser (. scripts/tools.sh): {text}"
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn placeholders_are_refused_by_the_template() {
+    assert_none(placeholder_pattern_problems(&template()));
+    let operators_pattern = path(
+        &template(),
+        &["Parameters", "OperatorPrincipalArns", "AllowedPattern"],
+    )
+    .and_then(Value::as_str)
+    .unwrap_or_default()
+    .to_owned();
+    let mut t = template();
+    t["Parameters"]["ServicePrincipalArns"]["AllowedPattern"] = Value::from("^.*$");
+    t["Parameters"]["AlarmEmail"]
+        .as_mapping_mut()
+        .expect("AlarmEmail")
+        .remove("AllowedPattern");
+    assert_eq!(
+        placeholder_pattern_problems(&t),
+        vec![
+            "parameter AlarmEmail has no AllowedPattern".to_owned(),
+            format!(
+                "the principal lists differ in their AllowedPattern: {:?}",
+                BTreeSet::from(["^.*$".to_owned(), operators_pattern])
+            ),
+        ]
+    );
+}
+
+/// The offline check fails on production's placeholders as shipped before they were
+/// marked a template (`[prod]` with `oncall@example.com` and account 111122223333),
+/// passes once they are replaced, and passes on the shipped file, whose production
+/// values are the `prod-template` environment.
+#[test]
+fn the_samconfig_check_fails_on_placeholders_and_passes_on_real_values() {
+    let shipped = samconfig_text();
+    assert!(
+        shipped.contains("[prod-template.global.parameters]")
+            && shipped.contains("AlarmEmail=oncall@example.com")
+            && shipped
+                .contains("ServicePrincipalArns=arn:aws:iam::111122223333:role/external-service"),
+        "the shipped production template has changed"
+    );
+    let (ok, text) = samconfig_check(&shipped);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("[prod-template]") && text.contains("placeholder"),
+        "{text}"
+    );
+
+    // As shipped before: an environment named prod, not a template.
+    let prod = shipped.replace("[prod-template.", "[prod.");
+    let (ok, text) = samconfig_check(&prod);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("[prod]: AlarmEmail=oncall@example.com"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "[prod]: ServicePrincipalArns=arn:aws:iam::111122223333:role/external-service"
+        ),
+        "{text}"
+    );
+    // A placeholder among real values of a list is found too (each value is checked).
+    let mixed = prod.replace(
+        "ServicePrincipalArns=arn:aws:iam::111122223333:role/external-service",
+        "ServicePrincipalArns=arn:aws:iam::210987654321:role/payments,arn:aws:iam::123456789012:role/example",
+    );
+    let (ok, text) = samconfig_check(&mixed);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("arn:aws:iam::123456789012:role/example"),
+        "{text}"
+    );
+    assert!(!text.contains("role/payments:"), "{text}");
+
+    // The placeholders replaced: it passes.
+    let real = prod
+        .replace(
+            "AlarmEmail=oncall@example.com",
+            "AlarmEmail=oncall@payments.acme.io",
+        )
+        .replace(
+            "ServicePrincipalArns=arn:aws:iam::111122223333:role/external-service",
+            "ServicePrincipalArns=arn:aws:iam::210987654321:role/payments",
+        );
+    let (ok, text) = samconfig_check(&real);
+    assert!(ok, "{text}");
+    assert!(!text.contains("placeholder"), "{text}");
+}
