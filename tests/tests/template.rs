@@ -1862,7 +1862,7 @@ fn samconfig_check(samconfig: &str) -> (bool, String) {
             .map(|d| d.as_nanos())
             .unwrap_or_default()
     ));
-    std::fs::write(&file, samconfig).expect("write the samconfig copy");
+    std::fs::write(&file, samconfig).unwrap_or_else(|e| panic!("writing {}: {e}", file.display()));
     let out = std::process::Command::new(&python)
         .arg(format!("{root}/scripts/check-samconfig.py"))
         .arg(&file)
