@@ -23,12 +23,12 @@
 //! operations dashboard's flow between states).
 
 use aws::audit::{AuditWriter, Audited};
-use domain::audit::AuditEntry;
-use domain::machine::Actor;
-use domain::Outcome;
 use aws::item::{flat_from_json, FlatItem};
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use domain::audit::AuditEntry;
+use domain::machine::Actor;
+use domain::Outcome;
 use runtime::metrics::Metrics;
 use thiserror::Error;
 
