@@ -58,13 +58,15 @@
 //!   `dynamodb.<region>.amazonaws.com` to use the table key
 //!   (<https://docs.aws.amazon.com/kms/latest/developerguide/services-dynamodb.html>,
 //!   <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/encryption.usagenotes.html>);
-//! - `ListStreams` for a table is authorized on `<table ARN>/stream/*`, like the other
-//!   stream reads (`DescribeStream`, `GetShardIterator`, `GetRecords`)
-//!   (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/iam-policy-example-lamda-process-dynamodb-streams.html>).
+//! - no call is rewritten to match a grant: a recorded call is authorized on the
+//!   resource it names.
 //!
 //! Every request carries `aws:SecureTransport = true` (the SDK talks HTTPS to AWS;
 //! only the loopback test endpoint is plain HTTP), `aws:PrincipalArn` for a role, and
-//! `kms:CallerAccount` / `kms:ViaService` on the KMS requests a service makes.
+//! `kms:CallerAccount` / `kms:ViaService` on the KMS requests a service makes, with
+//! `kms:ResourceAliases` (the aliases an `AWS::KMS::Alias` of the template gives the
+//! key). `ForAnyValue:` before an operator is read as the operator itself, which
+//! already holds when any value of the request matches any value of the condition.
 
 use crate::cfn::{get, intrinsic as tag_of, path};
 use serde_json::{json, Map, Value as Json};
@@ -225,6 +227,8 @@ pub struct Stack {
     pub alarm_actions: Vec<(String, String)>,
     /// Export name → value of the template's `Outputs` (what another stack imports).
     pub exports: BTreeMap<String, String>,
+    /// Key ARN → the aliases `AWS::KMS::Alias` resources give it.
+    pub aliases: BTreeMap<String, Vec<String>>,
 }
 
 // ---------------------------------------------------------------------------------
@@ -616,9 +620,12 @@ pub fn glob(pattern: &str, text: &str, case: bool) -> bool {
 }
 
 fn condition_holds(c: &Cond, context: &BTreeMap<String, Vec<String>>) -> Result<bool, String> {
-    let (op, if_exists) = match c.op.strip_suffix("IfExists") {
+    // ForAnyValue: any value of the request matching any value of the condition is
+    // what the plain operators below already test; ForAllValues is not modelled.
+    let op = c.op.strip_prefix("ForAnyValue:").unwrap_or(&c.op);
+    let (op, if_exists) = match op.strip_suffix("IfExists") {
         Some(base) => (base, true),
-        None => (c.op.as_str(), false),
+        None => (op, false),
     };
     let negated = op.contains("Not");
     let Some(have) = context.get(&c.key).filter(|v| !v.is_empty()) else {
@@ -643,6 +650,15 @@ fn condition_holds(c: &Cond, context: &BTreeMap<String, Vec<String>>) -> Result<
 }
 
 impl Statement {
+    /// The values of every condition `op` (e.g. `ArnNotEquals`) on `key`.
+    pub fn condition_values(&self, op: &str, key: &str) -> Vec<String> {
+        self.conditions
+            .iter()
+            .filter(|c| c.op == op && c.key == key)
+            .flat_map(|c| c.values.iter().cloned())
+            .collect()
+    }
+
     fn matches_who(&self, principal: &Principal) -> Option<&Who> {
         let who = self.principals.as_ref()?;
         who.iter().find(|w| match (w, principal) {
@@ -689,6 +705,7 @@ impl Stack {
             reasons: reasons(text),
             alarm_actions: Vec::new(),
             exports: BTreeMap::new(),
+            aliases: BTreeMap::new(),
         };
         let resources = path(template, &["Resources"])
             .and_then(Value::as_mapping)
@@ -758,6 +775,25 @@ impl Stack {
                     let doc = resolved(&["Properties", "KeyPolicy"])?.unwrap_or(Json::Null);
                     let st = parse_statements(id, "key-policy", &doc, &account)?;
                     stack.resource.entry(arn).or_default().extend(st);
+                }
+                "AWS::KMS::Alias" => {
+                    let name = resolved(&["Properties", "AliasName"])?
+                        .as_ref()
+                        .and_then(scalar_string)
+                        .ok_or(format!("{id}: AliasName"))?;
+                    let target = resolved(&["Properties", "TargetKeyId"])?
+                        .as_ref()
+                        .and_then(scalar_string)
+                        .ok_or(format!("{id}: TargetKeyId"))?;
+                    let key = if target.starts_with("arn:") {
+                        target
+                    } else {
+                        format!(
+                            "arn:aws:kms:{}:{}:key/{target}",
+                            physical.region, physical.account
+                        )
+                    };
+                    stack.aliases.entry(key).or_default().push(name);
                 }
                 "AWS::SQS::Queue" => {
                     if let Some(key) = resolved(&["Properties", "KmsMasterKeyId"])? {
@@ -866,6 +902,17 @@ impl Stack {
         }
         self.alarm_actions.extend(other.alarm_actions);
         self.exports.extend(other.exports);
+        for (key, names) in other.aliases {
+            self.aliases.entry(key).or_default().extend(names);
+        }
+    }
+
+    /// The resource-policy statements attached to `arn` (a queue, topic, key or role).
+    pub fn resource_statements(&self, arn: &str) -> &[Statement] {
+        self.resource
+            .get(arn)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
     }
 
     /// The principal of a role given by logical id.
@@ -916,6 +963,10 @@ impl Stack {
             "kms:CallerAccount".to_owned(),
             vec![self.physical.account.clone()],
         );
+        if let Some(aliases) = self.aliases.get(key) {
+            r.context
+                .insert("kms:ResourceAliases".to_owned(), aliases.clone());
+        }
         r
     }
 
@@ -952,15 +1003,6 @@ impl Stack {
                 call.resources.clone()
             };
             for res in resources {
-                let res = if service == "dynamodb"
-                    && action == "ListStreams"
-                    && !res.contains("/stream/")
-                    && res != "*"
-                {
-                    format!("{res}/stream/*")
-                } else {
-                    res
-                };
                 targets.push((format!("{service}:{action}"), res));
             }
         }

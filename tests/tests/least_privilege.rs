@@ -8,8 +8,9 @@
 //! included — is attributed to a function. What AWS itself does with a function's
 //! role is done here the same way, under that role's key: the SQS event source
 //! mapping (`GetQueueAttributes`, `ReceiveMessage`, `DeleteMessageBatch`), the stream
-//! event source mapping (`ListStreams`, `DescribeStream`, `GetShardIterator`,
-//! `GetRecords`) and its on-failure destination (`SendMessage` to the audit DLQ),
+//! event source mapping, which is given the stream's ARN (`DescribeStream`,
+//! `GetShardIterator`, `GetRecords`; no `ListStreams`), and its on-failure
+//! destination (`SendMessage` to the audit DLQ),
 //! EventBridge Scheduler's delivery with the scheduler role (`SendMessage` to the
 //! retry queue and, on failure, to the scheduler DLQ), Lambda's log writes.
 //!
@@ -887,14 +888,10 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         .breaker;
     assert_eq!(closed.state.name(), "CLOSED", "{closed:?}");
 
-    // The audit writer's stream event source, the function, its on-failure record.
+    // The audit writer's stream event source (given the stream's ARN, as the
+    // template's `Stream: !GetAtt TransactionsTable.StreamArn`), the function, its
+    // on-failure record.
     let streams = aws::clients::dynamodbstreams(&audit_sdk);
-    streams
-        .list_streams()
-        .table_name(&names.transactions_table)
-        .send()
-        .await
-        .unwrap();
     let writer =
         aws::audit::AuditWriter::new(aws::clients::dynamodb(&audit_sdk), &names.audit_table, 365);
     let mut position = testkit::drain::StreamPosition::default();
@@ -1221,5 +1218,173 @@ fn the_harness_passes_the_service_restriction_only_when_listed() {
         vec![format!(
             "harness: kms:GenerateDataKey on arn:aws:kms:{LOCAL_REGION}:{LOCAL_ACCOUNT}:key/lp-EncryptionKey is not allowed by HarnessRole"
         )]
+    );
+}
+
+/// The key through DynamoDB is `kms:Decrypt` only: a function role may not generate
+/// data keys through DynamoDB, only through SQS (what an SQS producer needs).
+#[test]
+fn function_roles_generate_data_keys_only_through_sqs() {
+    let stack = offline(&template_text());
+    let key = format!("arn:aws:kms:{LOCAL_REGION}:{LOCAL_ACCOUNT}:key/lp-EncryptionKey");
+    let kms = |role: &str, action: &str, via: &str| {
+        let mut r = stack.request(&stack.role(role), action, &key);
+        r.context.insert(
+            "kms:ViaService".into(),
+            vec![format!("{via}.{LOCAL_REGION}.amazonaws.com")],
+        );
+        r.context
+            .insert("kms:CallerAccount".into(), vec![LOCAL_ACCOUNT.into()]);
+        stack.evaluate(&r).unwrap()
+    };
+    for role in [
+        "ResponseHandlerRole",
+        "RetryHandlerRole",
+        "ReconcilerRole",
+        "AuditWriterRole",
+    ] {
+        assert!(
+            kms(role, "kms:GenerateDataKey", "sqs").is_allowed(),
+            "{role}"
+        );
+        assert!(kms(role, "kms:Decrypt", "sqs").is_allowed(), "{role}");
+        assert!(kms(role, "kms:Decrypt", "dynamodb").is_allowed(), "{role}");
+        assert_eq!(
+            kms(role, "kms:GenerateDataKey", "dynamodb"),
+            Decision::NotAllowed,
+            "{role} generates data keys through DynamoDB"
+        );
+        assert_eq!(
+            kms(role, "kms:Encrypt", "sqs"),
+            Decision::NotAllowed,
+            "{role}"
+        );
+    }
+    // No role may list the table's streams: the event source mapping is given the
+    // stream's ARN.
+    let streams = format!(
+        "arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-transactions/stream/2026-12-03T00:00:00.000"
+    );
+    assert_eq!(
+        stack
+            .evaluate(&stack.request(
+                &stack.role("AuditWriterRole"),
+                "dynamodb:ListStreams",
+                &streams
+            ))
+            .unwrap(),
+        Decision::NotAllowed
+    );
+}
+
+/// The harness uses the main stack's key (the one carrying its alias) through SQS,
+/// and no other key of the account.
+#[test]
+fn the_harness_uses_only_the_main_stacks_key() {
+    let listed = format!("{},{}", outside_arn(EXTERNAL), harness_role_arn());
+    let stack = offline_with_harness(&listed, &harness_template_text());
+    let harness = Principal::Arn(harness_role_arn());
+    let key = |name: &str, aliases: &[&str]| {
+        let mut r = stack.request(
+            &harness,
+            "kms:GenerateDataKey",
+            &format!("arn:aws:kms:{LOCAL_REGION}:{LOCAL_ACCOUNT}:key/{name}"),
+        );
+        r.context.insert(
+            "kms:ViaService".into(),
+            vec![format!("sqs.{LOCAL_REGION}.amazonaws.com")],
+        );
+        r.context
+            .insert("kms:CallerAccount".into(), vec![LOCAL_ACCOUNT.into()]);
+        r.context.insert(
+            "kms:ResourceAliases".into(),
+            aliases.iter().map(|a| (*a).to_owned()).collect(),
+        );
+        r
+    };
+    let granted = |r: &Request| {
+        stack
+            .grants(&harness)
+            .iter()
+            .any(|(g, st)| Stack::covers(g, st, r).unwrap())
+    };
+    // The main stack's key, as the evaluator derives it (its alias included).
+    let main_key = format!("arn:aws:kms:{LOCAL_REGION}:{LOCAL_ACCOUNT}:key/lp-EncryptionKey");
+    assert_eq!(
+        stack.aliases.get(&main_key),
+        Some(&vec![format!("alias/deferred-retry/{MAIN}")])
+    );
+    let main = key("lp-EncryptionKey", &["alias/deferred-retry/lp"]);
+    assert!(granted(&main));
+    assert!(stack.evaluate(&main).unwrap().is_allowed());
+    for other in [
+        key("another-key", &["alias/another-stack"]),
+        key("another-key", &[]),
+        key("another-key", &["alias/deferred-retry/lp-other"]),
+    ] {
+        assert!(!granted(&other), "{other:?}");
+    }
+}
+
+/// With ServicePrincipalArns set and the other two lists empty, the queue policies'
+/// `ArnNotEquals` lists hold exactly the service's principals: no empty string.
+#[test]
+fn principal_lists_hold_no_empty_arn() {
+    let text = template_text();
+    let template: Value = serde_yaml::from_str(&text).unwrap();
+    let service = outside_arn(EXTERNAL);
+    let conditions = |operators: &str, externals: &str| {
+        let mut ph = offline(&text).physical;
+        for (k, v) in [
+            ("ServicePrincipalArns", service.as_str()),
+            ("OperatorPrincipalArns", operators),
+            ("ExternalServicePrincipalArns", externals),
+        ] {
+            ph.parameters.insert(k.into(), v.into());
+        }
+        let stack = Stack::from_template(&template, &text, ph).unwrap();
+        ["request", "response", "retry"]
+            .iter()
+            .flat_map(|q| {
+                stack
+                    .resource_statements(&queue(q).arn)
+                    .iter()
+                    .map(|st| {
+                        (
+                            st.label.clone(),
+                            st.condition_values("ArnNotEquals", "aws:PrincipalArn"),
+                        )
+                    })
+                    .filter(|(_, v)| !v.is_empty())
+                    .collect::<Vec<_>>()
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    let only_service = conditions("", "");
+    let want = vec![service.clone()];
+    assert_eq!(
+        only_service.get("RequestQueuePolicy policy OnlyTheExternalServiceReadsRequests"),
+        Some(&want),
+        "{only_service:?}"
+    );
+    assert_eq!(
+        only_service.get("ResponseQueuePolicy policy OnlyTheExternalServiceAnswers"),
+        Some(&want),
+        "{only_service:?}"
+    );
+    for (label, values) in &only_service {
+        assert!(values.iter().all(|v| !v.is_empty()), "{label}: {values:?}");
+    }
+    // Every list set: each principal once, in order, still no empty string.
+    let op = outside_arn(OPERATOR);
+    let ext = "arn:aws:iam::210987654321:role/partner".to_owned();
+    let all = conditions(&op, &ext);
+    assert_eq!(
+        all.get("ResponseQueuePolicy policy OnlyTheExternalServiceAnswers"),
+        Some(&vec![service.clone(), ext.clone(), op.clone()])
+    );
+    assert_eq!(
+        all.get("RequestQueuePolicy policy OnlyTheExternalServiceReadsRequests"),
+        Some(&vec![service, ext])
     );
 }

@@ -611,46 +611,126 @@ fn wiring_problems(t: &Value) -> Vec<String> {
     p
 }
 
+/// A metric an alarm reads: (namespace, metric name, dimensions as name = value). A
+/// `!Ref X` namespace or dimension value reads `!Ref X`.
+type AlarmMetric = (String, String, Vec<(String, String)>);
+
+fn literal_or_ref(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => ref_name(other)
+            .map(|r| format!("!Ref {r}"))
+            .unwrap_or_else(|| format!("{other:?}")),
+        None => String::new(),
+    }
+}
+
+fn dimensions(v: Option<&Value>) -> Vec<(String, String)> {
+    v.and_then(Value::as_sequence)
+        .map(|d| {
+            d.iter()
+                .map(|x| {
+                    (
+                        literal_or_ref(get(x, "Name")),
+                        literal_or_ref(get(x, "Value")),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every metric an alarm reads: its own, or each `MetricStat` of a metric-math alarm
+/// (whose one expression must be `SUM(METRICS())`: the alarm's value is their sum).
+fn alarm_metrics(a: &Value) -> Result<Vec<AlarmMetric>, String> {
+    if let Some(name) = props(a, "MetricName").and_then(Value::as_str) {
+        return Ok(vec![(
+            literal_or_ref(props(a, "Namespace")),
+            name.to_owned(),
+            dimensions(props(a, "Dimensions")),
+        )]);
+    }
+    let Some(queries) = props(a, "Metrics").and_then(Value::as_sequence) else {
+        return Err("neither MetricName nor Metrics".to_owned());
+    };
+    let mut out = vec![];
+    for q in queries {
+        if let Some(e) = get(q, "Expression").and_then(Value::as_str) {
+            if e != "SUM(METRICS())" || get(q, "ReturnData").and_then(Value::as_bool) != Some(true)
+            {
+                return Err(format!(
+                    "expression {e:?}: only a returned SUM(METRICS()) is read here"
+                ));
+            }
+            continue;
+        }
+        let Some(m) = path(q, &["MetricStat", "Metric"]) else {
+            return Err(format!("metric query {q:?} has no MetricStat"));
+        };
+        out.push((
+            literal_or_ref(get(m, "Namespace")),
+            literal_or_ref(get(m, "MetricName")),
+            dimensions(get(m, "Dimensions")),
+        ));
+    }
+    Ok(out)
+}
+
+/// The metrics the code emits that an alarm must page on: (metric, function).
+fn alarmed_emitted_metrics() -> Vec<(&'static str, &'static str)> {
+    let (response, retry, reconciler) = (
+        runtime::response::FUNCTION,
+        runtime::retry::FUNCTION,
+        runtime::reconcile::FUNCTION,
+    );
+    vec![
+        // audit-writer, on a transaction ended FAILED by cancellations.
+        (audit_writer::TRANSACTIONS_EXHAUSTED, audit_writer::FUNCTION),
+        // reconciler, per stuck retry cycle its index query returned.
+        (names::RECONCILE_STUCK, reconciler),
+        // reconciler, per index entry whose item would not decode.
+        (names::RECONCILE_UNDECODABLE, reconciler),
+        // reconciler, per record parked.
+        (names::RECONCILE_PARKED, reconciler),
+        // reconciler, per request unanswered past every republish.
+        (names::TRANSACTIONS_UNANSWERED, reconciler),
+        // response handler, per SUCCESS for an attempt answered CANCELLED or resolved.
+        (names::CONFLICTING_SUCCESS, response),
+        // response handler, per ERROR past the technical re-sends.
+        (names::TECHNICAL_EXHAUSTED, response),
+        // every function that creates schedules, per call refused for the account's
+        // limits.
+        (names::SCHEDULER_QUOTA_EXCEEDED, response),
+        (names::SCHEDULER_QUOTA_EXCEEDED, retry),
+        (names::SCHEDULER_QUOTA_EXCEEDED, reconciler),
+        (names::SCHEDULER_THROTTLED, response),
+        (names::SCHEDULER_THROTTLED, retry),
+        (names::SCHEDULER_THROTTLED, reconciler),
+        // the circuit breaker opened, on ERROR answers or on answer deadlines.
+        (names::BREAKER_OPENED, response),
+        (names::BREAKER_OPENED, reconciler),
+        // the circuit breaker's table unreadable, by every function that asks or
+        // feeds it.
+        (names::BREAKER_ERRORS, response),
+        (names::BREAKER_ERRORS, retry),
+        (names::BREAKER_ERRORS, reconciler),
+    ]
+}
+
 /// The business alarms read the EMF metrics the code emits: same name, namespace
-/// parameter, and the `Function` dimension with the emitting function's name.
+/// parameter, and the `Function` dimension with the emitting function's name; a
+/// metric-math alarm reads each of its metrics that way.
 fn business_alarm_problems(t: &Value) -> Vec<String> {
     let mut p = vec![];
     let alarms = of_type(t, "AWS::CloudWatch::Alarm");
-    let emitted = [
-        // audit-writer, on IN_PROGRESS -> FAILED.
-        (audit_writer::TRANSACTIONS_EXHAUSTED, audit_writer::FUNCTION),
-        // reconciler, per stuck transaction its index query returned.
-        (names::RECONCILE_EXAMINED, runtime::reconcile::FUNCTION),
-        // reconciler, per index entry whose item would not decode.
-        (names::RECONCILE_UNDECODABLE, runtime::reconcile::FUNCTION),
-        // response handler, per SUCCESS for an attempt answered CANCELLED or resolved.
-        (names::CONFLICTING_SUCCESS, runtime::response::FUNCTION),
-        // response handler, per ERROR past the technical re-sends.
-        (names::TECHNICAL_EXHAUSTED, runtime::response::FUNCTION),
-        // response handler, per CreateSchedule refused for the account's limits.
-        (names::SCHEDULER_QUOTA_EXCEEDED, runtime::response::FUNCTION),
-        (names::SCHEDULER_THROTTLED, runtime::response::FUNCTION),
-        // the circuit breaker opened, on ERROR answers or on answer deadlines.
-        (names::BREAKER_OPENED, runtime::response::FUNCTION),
-        (names::BREAKER_OPENED, runtime::reconcile::FUNCTION),
-    ];
-    for (metric, function) in emitted {
-        let want_dims = vec![(DIMENSION.to_owned(), function.to_owned())];
+    for (metric, function) in alarmed_emitted_metrics() {
+        let want = (
+            "!Ref MetricsNamespace".to_owned(),
+            metric.to_owned(),
+            vec![(DIMENSION.to_owned(), function.to_owned())],
+        );
         let ok = alarms.iter().any(|(_, a)| {
-            let dims: Vec<(String, String)> = props(a, "Dimensions")
-                .and_then(Value::as_sequence)
-                .map(|d| {
-                    d.iter()
-                        .map(|x| {
-                            let f = |n| get(x, n).and_then(Value::as_str).unwrap_or("").to_owned();
-                            (f("Name"), f("Value"))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            props(a, "MetricName").and_then(Value::as_str) == Some(metric)
-                && props(a, "Namespace").and_then(ref_name).as_deref() == Some("MetricsNamespace")
-                && dims == want_dims
+            alarm_metrics(a).is_ok_and(|ms| ms.contains(&want))
                 && props(a, "ComparisonOperator").and_then(Value::as_str)
                     == Some("GreaterThanThreshold")
                 && props(a, "Threshold").and_then(number) == Some(0)
@@ -662,6 +742,11 @@ fn business_alarm_problems(t: &Value) -> Vec<String> {
             p.push(format!(
                 "no alarm on {metric} ({DIMENSION}={function}) in MetricsNamespace, > 0, with an action"
             ));
+        }
+    }
+    for (id, a) in &alarms {
+        if let Err(e) = alarm_metrics(a) {
+            p.push(format!("{id}: {e}"));
         }
     }
     p
@@ -715,6 +800,15 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
         (names::RECONCILE_ERRORS, reconciler),
         (names::SCHEDULER_THROTTLED, response),
         (names::SCHEDULER_QUOTA_EXCEEDED, response),
+        (names::SCHEDULER_THROTTLED, retry),
+        (names::SCHEDULER_QUOTA_EXCEEDED, retry),
+        (names::SCHEDULER_THROTTLED, reconciler),
+        (names::SCHEDULER_QUOTA_EXCEEDED, reconciler),
+        (names::RECONCILE_STUCK, reconciler),
+        (names::TECHNICAL_EXHAUSTED, response),
+        (names::BREAKER_ERRORS, response),
+        (names::BREAKER_ERRORS, retry),
+        (names::BREAKER_ERRORS, reconciler),
         (names::TECHNICAL_FAILURES, response),
         (names::BREAKER_STATE, response),
         (names::BREAKER_STATE, retry),
@@ -769,7 +863,14 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
             p.push(format!("the dashboard does not show the depth of DLQ {q}"));
         }
     }
-    for needed in [names::RESPONSE_CANCELLED, names::RESPONSE_SUCCESS] {
+    for needed in [
+        names::RESPONSE_CANCELLED,
+        names::RESPONSE_SUCCESS,
+        names::BREAKER_ERRORS,
+        names::TECHNICAL_EXHAUSTED,
+        names::TRANSACTIONS_UNANSWERED,
+        audit_writer::TRANSACTIONS_EXHAUSTED,
+    ] {
         if !metric_names.contains(needed) {
             p.push(format!("the dashboard does not show {needed}"));
         }
@@ -1201,13 +1302,38 @@ fn business_alarm_check_detects_a_metric_the_code_does_not_emit() {
         .insert("MetricName".into(), "ReconcilerActions".into());
     let p = business_alarm_problems(&t);
     assert_eq!(p.len(), 1, "{p:?}");
-    assert!(p[0].contains("ReconcileExamined"), "{p:?}");
+    assert!(p[0].contains("ReconcileStuck"), "{p:?}");
 
     let mut t = template();
     props_mut(&mut t, "TransactionsExhaustedAlarm").remove("Dimensions");
     let p = business_alarm_problems(&t);
     assert!(
         p.iter().any(|m| m.contains("TransactionsExhausted")),
+        "{p:?}"
+    );
+
+    // A metric-math alarm that leaves one function out.
+    let mut t = template();
+    let metrics = props_mut(&mut t, "SchedulerThrottledAlarm")
+        .get_mut("Metrics")
+        .and_then(Value::as_sequence_mut)
+        .expect("Metrics");
+    metrics.retain(|q| get(q, "Id").and_then(Value::as_str) != Some("retryhandler"));
+    assert_eq!(
+        business_alarm_problems(&t),
+        vec!["no alarm on SchedulerThrottled (Function=retry-handler) in MetricsNamespace, > 0, with an action"]
+    );
+    // An expression that is not the sum of its metrics is refused, not guessed.
+    let mut t = template();
+    let metrics = props_mut(&mut t, "BreakerErrorsAlarm")
+        .get_mut("Metrics")
+        .and_then(Value::as_sequence_mut)
+        .expect("Metrics");
+    metrics[0]["Expression"] = Value::from("MAX(METRICS())");
+    let p = business_alarm_problems(&t);
+    assert!(
+        p.iter()
+            .any(|m| m.starts_with("BreakerErrorsAlarm: expression")),
         "{p:?}"
     );
 }
@@ -1288,6 +1414,35 @@ fn function_alarm_problems(t: &Value) -> Vec<String> {
         if sqs && !watched("Throttles", &id) {
             p.push(format!(
                 "{id} ({bin}): SQS-triggered, no alarm on its Throttles"
+            ));
+        }
+        let stream = props(r, "Events")
+            .and_then(Value::as_mapping)
+            .is_some_and(|m| {
+                m.values()
+                    .any(|e| get(e, "Type").and_then(Value::as_str) == Some("DynamoDB"))
+            });
+        if stream && !watched("Throttles", &id) {
+            p.push(format!(
+                "{id} ({bin}): stream-triggered, no alarm on its Throttles"
+            ));
+        }
+        // The stream keeps records 24 h: its age must page well before (ms).
+        let behind = alarms.iter().any(|(_, a)| {
+            props(a, "Namespace").and_then(Value::as_str) == Some("AWS/Lambda")
+                && props(a, "MetricName").and_then(Value::as_str) == Some("IteratorAge")
+                && dimensions(props(a, "Dimensions"))
+                    == vec![("FunctionName".to_owned(), format!("!Ref {id}"))]
+                && props(a, "Threshold")
+                    .and_then(number)
+                    .is_some_and(|ms| ms > 0 && ms <= 12 * 3_600_000)
+                && props(a, "AlarmActions")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|v| !v.is_empty())
+        });
+        if stream && !behind {
+            p.push(format!(
+                "{id} ({bin}): stream-triggered, no alarm on its IteratorAge within 12 h of the stream's 24 h"
             ));
         }
     }
@@ -1451,6 +1606,12 @@ fn key_policy_problems(t: &Value) -> Vec<String> {
         {
             p.push(format!(
                 "key policy {sid}: CloudWatch without aws:SourceAccount and aws:SourceArn"
+            ));
+        }
+        // Neither SQS nor DynamoDB asks for kms:Encrypt on a caller's behalf.
+        if path(&st, &["Principal", "AWS"]).is_some() && acts.iter().any(|a| a == "kms:Encrypt") {
+            p.push(format!(
+                "key policy {sid}: lets principals kms:Encrypt, which no service of the stack uses for them"
             ));
         }
         if path(&st, &["Principal", "AWS"]).is_some()
@@ -1629,9 +1790,13 @@ fn every_function_has_error_and_throttle_alarms() {
     let mut t = template();
     props_mut(&mut t, "ReconcilerErrorsAlarm").insert("MetricName".into(), "Invocations".into());
     props_mut(&mut t, "RetryHandlerThrottlesAlarm").insert("Threshold".into(), 5.into());
+    props_mut(&mut t, "AuditWriterIteratorAgeAlarm").insert("Threshold".into(), 86_400_000.into());
+    props_mut(&mut t, "AuditWriterThrottlesAlarm").insert("MetricName".into(), "Duration".into());
     assert_eq!(
         function_alarm_problems(&t),
         vec![
+            "AuditWriterFunction (audit-writer): stream-triggered, no alarm on its IteratorAge within 12 h of the stream's 24 h",
+            "AuditWriterFunction (audit-writer): stream-triggered, no alarm on its Throttles",
             "ReconcilerFunction (reconciler): no alarm on its Errors",
             "RetryHandlerFunction (retry-handler): SQS-triggered, no alarm on its Throttles"
         ]
@@ -1686,6 +1851,19 @@ fn the_key_policy_scopes_every_use() {
     assert!(
         p.iter()
             .any(|m| m.contains("AccountAdministersTheKey") && m.contains("kms:Decrypt")),
+        "{p:?}"
+    );
+    let broken = text.replacen(
+        "              - kms:Decrypt\n              - kms:GenerateDataKey\n              - kms:DescribeKey\n",
+        "              - kms:Decrypt\n              - kms:Encrypt\n              - kms:GenerateDataKey\n              - kms:DescribeKey\n",
+        1,
+    );
+    assert_ne!(broken, text, "the statement this test changes has changed");
+    let p = key_policy_problems(&serde_yaml::from_str(&broken).expect("yaml"));
+    assert!(
+        p.iter()
+            .any(|m| m.contains("AllowSqsAndDynamoDbOnBehalfOfThisAccount")
+                && m.contains("kms:Encrypt")),
         "{p:?}"
     );
     let broken = text.replace("                aws:SourceAccount: !Ref AWS::AccountId\n              ArnLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch", "                aws:SourceAccount: !Ref AWS::AccountId\n              ArnNotLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch");
@@ -1784,5 +1962,521 @@ fn parameter_defaults_are_the_code_defaults() {
     assert!(
         p.len() == 1 && p[0].contains("MaxRequestsPerSecond"),
         "{p:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// Placeholders cannot deploy
+// ---------------------------------------------------------------------------------
+
+/// The parameters a documentation placeholder could be left in, and the list ones
+/// among them (CloudFormation checks a list's AllowedPattern on each value).
+const GUARDED: [(&str, bool); 4] = [
+    ("AlarmEmail", false),
+    ("OperatorPrincipalArns", true),
+    ("ExternalServicePrincipalArns", true),
+    ("ServicePrincipalArns", true),
+];
+
+/// Each guarded parameter has an AllowedPattern; the three principal lists share one.
+fn placeholder_pattern_problems(t: &Value) -> Vec<String> {
+    let mut p = vec![];
+    let mut list_patterns = BTreeSet::new();
+    for (name, list) in GUARDED {
+        let pattern = path(t, &["Parameters", name, "AllowedPattern"]).and_then(Value::as_str);
+        let Some(pattern) = pattern else {
+            p.push(format!("parameter {name} has no AllowedPattern"));
+            continue;
+        };
+        if list {
+            list_patterns.insert(pattern.to_owned());
+        }
+        if path(t, &["Parameters", name, "ConstraintDescription"]).is_none() {
+            p.push(format!("parameter {name} has no ConstraintDescription"));
+        }
+    }
+    if list_patterns.len() > 1 {
+        p.push(format!(
+            "the principal lists differ in their AllowedPattern: {list_patterns:?}"
+        ));
+    }
+    p
+}
+
+/// `scripts/check-samconfig.py` (what `scripts/check-template.sh` runs) on a
+/// samconfig text against `template.yaml`: whether it passed, and what it printed.
+fn samconfig_check(samconfig: &str) -> (bool, String) {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let venv = format!("{root}/.venv/bin/python3");
+    let python = if std::path::Path::new(&venv).exists() {
+        venv
+    } else {
+        "python3".to_owned()
+    };
+    let file = std::env::temp_dir().join(format!(
+        "samconfig-check-{}-{}.toml",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default()
+    ));
+    std::fs::write(&file, samconfig).unwrap_or_else(|e| panic!("writing {}: {e}", file.display()));
+    let out = std::process::Command::new(&python)
+        .arg(format!("{root}/scripts/check-samconfig.py"))
+        .arg(&file)
+        .arg(TEMPLATE_PATH)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{python} scripts/check-samconfig.py: {e} (. scripts/tools.sh)")
+        });
+    let _ = std::fs::remove_file(&file);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains("ModuleNotFoundError"),
+        "the check needs SAM CLI's parser (. scripts/tools.sh): {text}"
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn placeholders_are_refused_by_the_template() {
+    assert_none(placeholder_pattern_problems(&template()));
+    let operators_pattern = path(
+        &template(),
+        &["Parameters", "OperatorPrincipalArns", "AllowedPattern"],
+    )
+    .and_then(Value::as_str)
+    .unwrap_or_default()
+    .to_owned();
+    let mut t = template();
+    t["Parameters"]["ServicePrincipalArns"]["AllowedPattern"] = Value::from("^.*$");
+    t["Parameters"]["AlarmEmail"]
+        .as_mapping_mut()
+        .expect("AlarmEmail")
+        .remove("AllowedPattern");
+    assert_eq!(
+        placeholder_pattern_problems(&t),
+        vec![
+            "parameter AlarmEmail has no AllowedPattern".to_owned(),
+            format!(
+                "the principal lists differ in their AllowedPattern: {:?}",
+                BTreeSet::from(["^.*$".to_owned(), operators_pattern])
+            ),
+        ]
+    );
+}
+
+/// The offline check fails on production's placeholders as shipped before they were
+/// marked a template (`[prod]` with `oncall@example.com` and account 111122223333),
+/// passes once they are replaced, and passes on the shipped file, whose production
+/// values are the `prod-template` environment.
+#[test]
+fn the_samconfig_check_fails_on_placeholders_and_passes_on_real_values() {
+    let shipped = samconfig_text();
+    assert!(
+        shipped.contains("[prod-template.global.parameters]")
+            && shipped.contains("AlarmEmail=oncall@example.com")
+            && shipped
+                .contains("ServicePrincipalArns=arn:aws:iam::111122223333:role/external-service"),
+        "the shipped production template has changed"
+    );
+    let (ok, text) = samconfig_check(&shipped);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("[prod-template]") && text.contains("placeholder"),
+        "{text}"
+    );
+
+    // As shipped before: an environment named prod, not a template.
+    let prod = shipped.replace("[prod-template.", "[prod.");
+    let (ok, text) = samconfig_check(&prod);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("[prod]: AlarmEmail=oncall@example.com"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "[prod]: ServicePrincipalArns=arn:aws:iam::111122223333:role/external-service"
+        ),
+        "{text}"
+    );
+    // A placeholder among real values of a list is found too (each value is checked).
+    let mixed = prod.replace(
+        "ServicePrincipalArns=arn:aws:iam::111122223333:role/external-service",
+        "ServicePrincipalArns=arn:aws:iam::210987654321:role/payments,arn:aws:iam::123456789012:role/example",
+    );
+    let (ok, text) = samconfig_check(&mixed);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("arn:aws:iam::123456789012:role/example"),
+        "{text}"
+    );
+    assert!(!text.contains("role/payments:"), "{text}");
+
+    // The placeholders replaced: it passes.
+    let real = prod
+        .replace(
+            "AlarmEmail=oncall@example.com",
+            "AlarmEmail=oncall@payments.acme.io",
+        )
+        .replace(
+            "ServicePrincipalArns=arn:aws:iam::111122223333:role/external-service",
+            "ServicePrincipalArns=arn:aws:iam::210987654321:role/payments",
+        );
+    let (ok, text) = samconfig_check(&real);
+    assert!(ok, "{text}");
+    assert!(!text.contains("placeholder"), "{text}");
+}
+
+// ---------------------------------------------------------------------------------
+// One page per failure, each with its runbook
+// ---------------------------------------------------------------------------------
+
+const DEPLOY_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploy.md");
+
+/// The anchors of a Markdown page as GitHub makes them: each heading lower-cased,
+/// stripped of everything but letters, digits, `-`, `_` and spaces, spaces made `-`
+/// (a repeated heading gets `-1`, `-2`…); and every `<a id="…">` / `<a name="…">`.
+fn anchors(markdown: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let trimmed = line.trim_start_matches('#');
+        if trimmed.len() < line.len() && trimmed.starts_with(' ') {
+            let slug: String = trimmed
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect();
+            let n = seen.entry(slug.clone()).or_insert(0);
+            out.insert(if *n == 0 {
+                slug.clone()
+            } else {
+                format!("{slug}-{n}")
+            });
+            *n += 1;
+        }
+        for attr in ["<a id=\"", "<a name=\""] {
+            for part in line.split(attr).skip(1) {
+                if let Some(id) = part.split('"').next() {
+                    out.insert(id.to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Every alarm's description names its runbook section, `docs/deploy.md#<anchor>`,
+/// and that section exists.
+fn runbook_problems(t: &Value, markdown: &str) -> Vec<String> {
+    let sections = anchors(markdown);
+    let mut p = vec![];
+    for (id, a) in of_type(t, "AWS::CloudWatch::Alarm") {
+        let text = props(a, "AlarmDescription")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let anchor: Option<String> = text.split("docs/deploy.md#").nth(1).map(|rest| {
+            rest.chars()
+                .take_while(|c| c.is_alphanumeric() || matches!(c, '-' | '_'))
+                .collect()
+        });
+        match anchor {
+            None => p.push(format!(
+                "{id}: its description names no runbook (docs/deploy.md#…)"
+            )),
+            Some(a) if !sections.contains(&a) => p.push(format!(
+                "{id}: its runbook docs/deploy.md#{a} is not a section of docs/deploy.md"
+            )),
+            Some(_) => {}
+        }
+    }
+    p
+}
+
+#[test]
+fn every_alarm_names_its_runbook_and_the_section_exists() {
+    let doc = std::fs::read_to_string(DEPLOY_DOC).expect("docs/deploy.md");
+    assert_none(runbook_problems(&template(), &doc));
+    assert!(
+        anchors("## Alarms: what they mean\n### `RequestDLQAlarm`\n### Same\n### Same\n")
+            .is_superset(&BTreeSet::from([
+                "alarms-what-they-mean".to_owned(),
+                "requestdlqalarm".to_owned(),
+                "same".to_owned(),
+                "same-1".to_owned(),
+            ]))
+    );
+    // A description without its runbook, and a runbook whose section is gone.
+    let mut t = template();
+    props_mut(&mut t, "RequestDLQAlarm").insert("AlarmDescription".into(), "A DLQ.".into());
+    let without = doc.replace("### `RetryDLQAlarm`", "### The retry DLQ");
+    assert_ne!(without, doc, "the section this test removes has changed");
+    assert_eq!(
+        runbook_problems(&t, &without),
+        vec![
+            "RequestDLQAlarm: its description names no runbook (docs/deploy.md#…)",
+            "RetryDLQAlarm: its runbook docs/deploy.md#retrydlqalarm is not a section of docs/deploy.md"
+        ]
+    );
+}
+
+/// The alarms on the functions' own metrics (namespace `MetricsNamespace`) that a set
+/// of emitted counts raises, each with its value: the sum of the metrics it reads, over
+/// its threshold.
+fn raised(t: &Value, emitted: &BTreeMap<(String, String), u64>) -> Vec<(String, u64)> {
+    let mut out = vec![];
+    for (id, a) in of_type(t, "AWS::CloudWatch::Alarm") {
+        let Ok(metrics) = alarm_metrics(a) else {
+            continue;
+        };
+        let value: u64 = metrics
+            .iter()
+            .filter(|(ns, _, _)| ns == "!Ref MetricsNamespace")
+            .map(|(_, name, dims)| match dims.as_slice() {
+                [(d, function)] if d == DIMENSION => emitted
+                    .get(&(name.clone(), function.clone()))
+                    .copied()
+                    .unwrap_or(0),
+                _ => 0,
+            })
+            .sum();
+        let threshold = props(a, "Threshold").and_then(number).unwrap_or(i64::MAX);
+        if i64::try_from(value).unwrap_or(i64::MAX) > threshold {
+            out.push((id, value));
+        }
+    }
+    out
+}
+
+/// The counts each function emitted, as (metric, function) → count.
+fn emitted(metrics: &[&runtime::Metrics]) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    for m in metrics {
+        for (name, n) in m.snapshot() {
+            *out.entry((name, m.function().to_owned())).or_insert(0) += n;
+        }
+    }
+    out
+}
+
+/// The in-memory stack a transaction runs through: the handlers' and the reconciler's
+/// real cores on memory ports, each function counting into its own metrics, and the
+/// audit writer counting every entry of the audit trail.
+struct Stage {
+    store: testkit::memory::MemoryStore,
+    scheduler: testkit::memory::MemoryScheduler,
+    requests: testkit::memory::MemoryQueue<domain::Request>,
+    retries: testkit::memory::MemoryQueue<domain::RetryEvent>,
+    settings: runtime::settings::Settings,
+    response: runtime::Metrics,
+    reconciler: runtime::Metrics,
+    audit: runtime::Metrics,
+}
+
+/// 2026-10-03T12:00:00Z
+const T0: domain::Timestamp = domain::Timestamp::from_millis(1_791_028_800_000);
+const TX: &str = "TX-ALARM-1";
+
+impl Stage {
+    fn new(settings: runtime::settings::Settings) -> Self {
+        Self {
+            store: testkit::memory::MemoryStore::new(),
+            scheduler: testkit::memory::MemoryScheduler::new(),
+            requests: testkit::memory::MemoryQueue::new(),
+            retries: testkit::memory::MemoryQueue::new(),
+            settings,
+            response: runtime::Metrics::new("DeferredRetry", runtime::response::FUNCTION),
+            reconciler: runtime::Metrics::new("DeferredRetry", runtime::reconcile::FUNCTION),
+            audit: audit_writer::metrics("DeferredRetry"),
+        }
+    }
+
+    fn id() -> domain::TransactionId {
+        domain::TransactionId::parse(TX).unwrap_or_else(|e| panic!("{TX}: {e}"))
+    }
+
+    fn record(&self) -> domain::TransactionRecord {
+        self.store
+            .record(&Self::id())
+            .unwrap_or_else(|| panic!("no record of {TX}"))
+    }
+
+    async fn start(&self, max_attempts: u32) {
+        let ports = domain::exec::StartPorts {
+            store: &self.store,
+            requests: &self.requests,
+        };
+        runtime::ops::start_transaction(
+            &ports,
+            Self::id(),
+            domain::Payload::from_json(r#"{"order":1}"#).unwrap_or_else(|e| panic!("payload: {e}")),
+            domain::MaxAttempts::new(max_attempts)
+                .unwrap_or_else(|e| panic!("max_attempts {max_attempts}: {e}")),
+            &self.settings.context(T0),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("starting {TX}: {e:?}"));
+    }
+
+    async fn respond(&self, attempt: u32, outcome: domain::Outcome, at: domain::Timestamp) {
+        let response = domain::Response {
+            transaction_id: Self::id(),
+            attempt: domain::Attempt::new(attempt)
+                .unwrap_or_else(|e| panic!("attempt {attempt}: {e}")),
+            outcome,
+            reason: Some("NOT_AVAILABLE".into()),
+            retry_after_seconds: None,
+            round: None,
+        };
+        let mut rng = domain::policy::FixedRandom(0.5);
+        runtime::response::handle(
+            &domain::exec::ResponsePorts {
+                store: &self.store,
+                scheduler: &self.scheduler,
+                retries: &self.retries,
+                notes: &self.store,
+            },
+            &response,
+            &self.settings.context(at),
+            &mut rng,
+            &mut |_| true,
+            &self.response,
+        )
+        .await;
+    }
+
+    async fn reconcile(&self, at: domain::Timestamp) {
+        runtime::reconcile::run_once(
+            &domain::exec::ReconcilePorts {
+                store: &self.store,
+                scheduler: &self.scheduler,
+                retries: &self.retries,
+                requests: &self.requests,
+            },
+            &self.settings,
+            at,
+            None::<&runtime::breaker::BreakerGate<testkit::memory::MemoryBreaker>>,
+            &runtime::reconcile::Limits::default(),
+            &runtime::settings::Seeds::fixed(7),
+            &self.reconciler,
+        )
+        .await;
+    }
+
+    /// The audit writer's counts over the whole trail, then every function's counts.
+    fn emitted(&self) -> BTreeMap<(String, String), u64> {
+        for entry in self.store.audit(&Self::id()) {
+            audit_writer::count_transition(&entry, &self.audit);
+        }
+        emitted(&[&self.response, &self.reconciler, &self.audit])
+    }
+}
+
+/// A request the service never answers: the reconciler republishes it at each answer
+/// deadline, then ends the transaction FAILED/UNANSWERED.
+async fn unanswered() -> Stage {
+    let stage = Stage::new(runtime::settings::Settings::default());
+    stage.start(3).await;
+    for _ in 0..=domain::defaults::ANSWER_REPUBLISH_MAX {
+        let due = stage
+            .record()
+            .answer_due_at
+            .unwrap_or_else(|| panic!("{TX} has no answer deadline"));
+        stage.reconcile(due.plus_millis(1_000)).await;
+    }
+    let rec = stage.record();
+    assert_eq!(rec.status, domain::Status::Failed);
+    assert_eq!(
+        rec.last_reason.as_deref(),
+        Some(domain::decide::UNANSWERED_REASON)
+    );
+    stage
+}
+
+/// A transaction ending UNANSWERED raises exactly one alarm, on one datapoint:
+/// `TransactionsUnansweredAlarm` — not the exhausted one (the audit writer sees it
+/// enter FAILED), not the stuck one (the reconciler examined it at every deadline).
+#[tokio::test]
+async fn a_transaction_ending_unanswered_raises_exactly_one_alarm_datapoint() {
+    let stage = unanswered().await;
+    let counts = stage.emitted();
+    // The path did count: republishes, examinations, the entry into FAILED.
+    assert_eq!(
+        counts.get(&(
+            names::REQUESTS_REPUBLISHED.to_owned(),
+            "reconciler".to_owned()
+        )),
+        Some(&u64::from(domain::defaults::ANSWER_REPUBLISH_MAX))
+    );
+    assert!(counts.contains_key(&(
+        names::RECONCILE_EXAMINED.to_owned(),
+        "reconciler".to_owned()
+    )));
+    assert_eq!(
+        counts.get(&("EnteredFailed".to_owned(), "audit-writer".to_owned())),
+        Some(&1)
+    );
+    assert_eq!(
+        raised(&template(), &counts),
+        vec![("TransactionsUnansweredAlarm".to_owned(), 1)]
+    );
+    // Had the stuck alarm read every record the reconciler examines (as it once did),
+    // the same transaction would page twice.
+    let mut t = template();
+    props_mut(&mut t, "StuckTransactionsAlarm")
+        .insert("MetricName".into(), names::RECONCILE_EXAMINED.into());
+    assert_eq!(raised(&t, &counts).len(), 2, "{:?}", raised(&t, &counts));
+}
+
+/// The other two ways into FAILED page once each, on their own alarm.
+#[tokio::test]
+async fn each_ending_in_failed_raises_only_its_own_alarm() {
+    // Every attempt answered CANCELLED (a budget of 1).
+    let stage = Stage::new(runtime::settings::Settings::default());
+    stage.start(1).await;
+    stage
+        .respond(1, domain::Outcome::Cancelled, T0.plus_millis(1_000))
+        .await;
+    assert_eq!(stage.record().status, domain::Status::Failed);
+    assert_eq!(
+        raised(&template(), &stage.emitted()),
+        vec![("TransactionsExhaustedAlarm".to_owned(), 1)]
+    );
+
+    // ERROR with no technical re-send left.
+    let stage = Stage::new(runtime::settings::Settings {
+        technical_resend_max: 0,
+        ..runtime::settings::Settings::default()
+    });
+    stage.start(3).await;
+    stage
+        .respond(1, domain::Outcome::Error, T0.plus_millis(1_000))
+        .await;
+    let rec = stage.record();
+    assert_eq!(rec.status, domain::Status::Failed);
+    assert_eq!(
+        rec.last_reason.as_deref(),
+        Some(domain::decide::TECHNICAL_EXHAUSTED_REASON)
+    );
+    assert_eq!(
+        raised(&template(), &stage.emitted()),
+        vec![("TechnicalExhaustedAlarm".to_owned(), 1)]
     );
 }

@@ -14,20 +14,28 @@
 //! it was written; groups written after it are written again by the retry, which sets
 //! the same attributes to the same values.
 //!
-//! An exhausted transaction (IN_PROGRESS → FAILED) is counted as the EMF metric
-//! `TransactionsExhausted` and logged at WARN with its id; every transition counts
-//! `Entered<Status>` (the operations dashboard's flow between states).
+//! A transaction that ended FAILED because every attempt was answered CANCELLED is
+//! counted as the EMF metric `TransactionsExhausted` (the `TransactionsExhaustedAlarm`)
+//! and logged at WARN with its id ([`count_transition`]). The other two ways into
+//! FAILED — `UNANSWERED` (the reconciler) and `TECHNICAL_EXHAUSTED` (the response
+//! handler) — have alarms of their own on their handlers' metrics and are not counted
+//! here again: one failure, one page. Every transition counts `Entered<Status>` (the
+//! operations dashboard's flow between states).
 
 use aws::audit::{AuditWriter, Audited};
 use aws::item::{flat_from_json, FlatItem};
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+use domain::audit::AuditEntry;
+use domain::machine::Actor;
+use domain::Outcome;
 use runtime::metrics::Metrics;
 use thiserror::Error;
 
 /// The function's name (EMF dimension `Function`).
 pub const FUNCTION: &str = "audit-writer";
-/// Business alert: a transaction ended FAILED with its attempts spent.
+/// Business alert: a transaction ended FAILED with its attempts spent, every one
+/// answered CANCELLED (not UNANSWERED, not TECHNICAL_EXHAUSTED).
 pub const TRANSACTIONS_EXHAUSTED: &str = "TransactionsExhausted";
 /// Audit entries written, one per transition (a redelivered change counts again).
 pub const AUDIT_ROWS_WRITTEN: &str = "AuditRowsWritten";
@@ -41,6 +49,39 @@ pub const AUDIT_FAILURES: &str = "AuditFailures";
 /// than SCHEDULED, minute after minute, says schedules are not being created.
 pub fn entered(status: domain::Status) -> String {
     format!("Entered{}", runtime::metrics::pascal(status.as_str()))
+}
+
+/// Whether `entry` is a transaction ending FAILED because its last attempt was
+/// answered CANCELLED with the budget spent (the response handler's write, outcome
+/// CANCELLED) — not a request left unanswered (the reconciler's write) nor a technical
+/// failure past its re-sends (outcome ERROR).
+pub fn ended_by_cancellations(entry: &AuditEntry) -> bool {
+    entry.is_exhaustion()
+        && entry.actor == Actor::ResponseHandler
+        && entry.outcome == Some(Outcome::Cancelled)
+}
+
+/// Counts one audited transition into `metrics`: `Entered<Status>`, and
+/// `TransactionsExhausted` (logged at WARN) when it ends the transaction by
+/// cancellations ([`ended_by_cancellations`]).
+pub fn count_transition(entry: &AuditEntry, metrics: &Metrics) {
+    metrics.incr(&entered(entry.to));
+    if ended_by_cancellations(entry) {
+        metrics.incr(TRANSACTIONS_EXHAUSTED);
+        tracing::warn!(
+            transaction_id = %entry.transaction_id,
+            attempts = entry.current_attempt.get(),
+            reason = entry.reason.as_deref().unwrap_or(""),
+            "transaction exhausted its attempts"
+        );
+    } else if entry.is_exhaustion() {
+        tracing::info!(
+            transaction_id = %entry.transaction_id,
+            attempts = entry.current_attempt.get(),
+            reason = entry.reason.as_deref().unwrap_or(""),
+            "transaction ended FAILED (alerted by its handler)"
+        );
+    }
 }
 
 /// A batch that cannot even be reported record by record.
@@ -96,18 +137,9 @@ pub async fn handle(
     let mut failed: Vec<(&EventRecord, String)> = Vec::new();
     for (record, result) in event.records.iter().zip(batch.results) {
         match result {
-            Ok(Audited::Written { entry, exhausted }) => {
+            Ok(Audited::Written { entry, .. }) => {
                 metrics.incr(AUDIT_ROWS_WRITTEN);
-                metrics.incr(&entered(entry.to));
-                if exhausted {
-                    metrics.incr(TRANSACTIONS_EXHAUSTED);
-                    tracing::warn!(
-                        transaction_id = %entry.transaction_id,
-                        attempts = entry.current_attempt.get(),
-                        reason = entry.reason.as_deref().unwrap_or(""),
-                        "transaction exhausted its attempts"
-                    );
-                }
+                count_transition(&entry, metrics);
             }
             Ok(Audited::Skipped) => {}
             Err(e) => failed.push((record, e.to_string())),
@@ -154,4 +186,62 @@ pub async fn handle(
 /// Builds the metrics of one invocation.
 pub fn metrics(namespace: &str) -> Metrics {
     Metrics::new(namespace, FUNCTION)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::{Attempt, MaxAttempts, Status, Timestamp, TransactionId, TransactionRecord};
+
+    /// IN_PROGRESS(2) of 2 → FAILED, written by `actor` with `outcome` and `reason`.
+    fn failed(actor: Actor, outcome: Option<Outcome>, reason: &str) -> AuditEntry {
+        let mut old = TransactionRecord::started(
+            TransactionId::parse("TX-1").unwrap(),
+            MaxAttempts::new(2).unwrap(),
+            Timestamp::from_millis(0),
+        );
+        old.current_attempt = Attempt::new(2).unwrap();
+        let mut new = old.clone();
+        new.status = Status::Failed;
+        new.last_actor = actor;
+        new.last_outcome = outcome;
+        new.last_reason = Some(reason.to_owned());
+        new.updated_at = Timestamp::from_millis(1_000);
+        AuditEntry::from_change(Some(&old), &new).unwrap()
+    }
+
+    #[test]
+    fn only_an_ending_by_cancellations_counts_transactions_exhausted() {
+        let cases = [
+            (
+                failed(
+                    Actor::ResponseHandler,
+                    Some(Outcome::Cancelled),
+                    "NOT_AVAILABLE",
+                ),
+                1,
+            ),
+            // UNANSWERED after an earlier attempt was answered CANCELLED: the
+            // reconciler's write keeps the last outcome.
+            (
+                failed(Actor::Reconciler, Some(Outcome::Cancelled), "UNANSWERED"),
+                0,
+            ),
+            (failed(Actor::Reconciler, None, "UNANSWERED"), 0),
+            (
+                failed(
+                    Actor::ResponseHandler,
+                    Some(Outcome::Error),
+                    "TECHNICAL_EXHAUSTED",
+                ),
+                0,
+            ),
+        ];
+        for (entry, want) in cases {
+            let m = metrics("NS");
+            count_transition(&entry, &m);
+            assert_eq!(m.count(TRANSACTIONS_EXHAUSTED), want, "{entry:?}");
+            assert_eq!(m.count("EnteredFailed"), 1, "{entry:?}");
+        }
+    }
 }

@@ -67,6 +67,11 @@ pub mod names {
     pub const RATE_LIMITED: &str = "RateLimited";
     /// Reconciler: records examined, runs that stopped at the item bound, errors.
     pub const RECONCILE_EXAMINED: &str = "ReconcileExamined";
+    /// Records examined in SCHEDULING, SCHEDULED or SENDING: a retry cycle stuck past
+    /// the threshold (StuckTransactionsAlarm). A request past its answer deadline
+    /// (IN_PROGRESS) is not stuck: RequestsRepublished and TransactionsUnanswered
+    /// count it.
+    pub const RECONCILE_STUCK: &str = "ReconcileStuck";
     pub const RECONCILE_TRUNCATED: &str = "ReconcileTruncated";
     pub const RECONCILE_ERRORS: &str = "ReconcileErrors";
     pub const RECONCILE_UNDECODABLE: &str = "ReconcileUndecodable";

@@ -268,6 +268,9 @@ where
         for (status, id, v) in verdicts {
             report.examined += 1;
             metrics.incr(names::RECONCILE_EXAMINED);
+            if status != Status::InProgress {
+                metrics.incr(names::RECONCILE_STUCK);
+            }
             let act = Action::of(&v);
             if act == Action::Parked {
                 metrics.incr(names::RECONCILE_PARKED);

@@ -976,6 +976,11 @@ async fn an_unanswered_request_is_republished_then_abandoned<B: Backend>() {
     assert_eq!(metrics.count(names::REQUESTS_REPUBLISHED), u64::from(max));
     assert_eq!(metrics.count(names::TRANSACTIONS_UNANSWERED), 1);
     assert_eq!(
+        metrics.count(names::RECONCILE_STUCK),
+        0,
+        "a request past its answer deadline is not a stuck retry cycle"
+    );
+    assert_eq!(
         metrics.count(names::RETRIES_PUBLISHED),
         0,
         "no retry was spent"

@@ -94,6 +94,11 @@ async fn resumes_every_intermediate_state() {
     ); // C
     assert_eq!(r2.examined, 5);
     assert_eq!(r2.errors, 0);
+    assert_eq!(
+        w.metrics.count(names::RECONCILE_STUCK),
+        5,
+        "each of them a stuck retry cycle (StuckTransactionsAlarm)"
+    );
     let events = w.retries.drain();
     assert_eq!(events.len(), 5);
     assert!(events
@@ -121,6 +126,12 @@ async fn resumes_every_intermediate_state() {
         "{r:?}"
     );
     assert_eq!(w.reconcile().await.examined, 0);
+    assert_eq!(w.metrics.count(names::RECONCILE_EXAMINED), 10);
+    assert_eq!(
+        w.metrics.count(names::RECONCILE_STUCK),
+        5,
+        "a request awaiting its answer is examined, not stuck"
+    );
     assert_eq!(w.metrics.count(names::RETRY_EVENTS_PUBLISHED), 5);
     assert_eq!(w.keys().await.len(), 10, "nothing republished");
 }
