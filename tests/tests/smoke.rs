@@ -359,7 +359,8 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
     let first = stack.drain(&stack.p.request.url).await;
     assert_eq!(first.len(), 4);
 
-    // 1. CANCELLED for attempt 1: SCHEDULED, the schedule created from the instant.
+    // 1. CANCELLED for attempt 1: SCHEDULED, the schedule created from the instant —
+    //    moved to the lead after the call when the backoff (1 s here) is shorter.
     no_failures(&watch.invoke("response-handler", "response-cancelled.json"));
     let rec = stack.record("TX-100200").await;
     assert_eq!(rec.status, Status::Scheduled);
@@ -373,9 +374,20 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
         .send()
         .await
         .unwrap();
-    assert_eq!(
-        schedule.schedule_expression(),
-        Some(format!("at({})", fire.to_schedule_at()).as_str())
+    let lead = i64::try_from(domain::decide::SCHEDULE_LEAD.as_millis()).unwrap();
+    let called_by = SystemClock.now();
+    let (earliest, latest) = (
+        format!("at({})", fire.to_schedule_at()),
+        format!(
+            "at({})",
+            fire.max(called_by.plus_millis(lead).ceil_to_second())
+                .to_schedule_at()
+        ),
+    );
+    let expr = schedule.schedule_expression().unwrap();
+    assert!(
+        earliest.as_str() <= expr && expr <= latest.as_str(),
+        "{expr} not within {earliest}..{latest}"
     );
 
     // 2. moto never fires schedules: once the instant is past the threshold the

@@ -1,7 +1,9 @@
 //! EventBridge Scheduler adapter: one-time schedules with the article's settings.
 //!
 //! Every schedule: in the dedicated group, `at(yyyy-mm-ddThh:mm:ss)` from the
-//! persisted `next_fire_at`, `ScheduleExpressionTimezone=UTC` written out,
+//! persisted `next_fire_at` — never in the past: an instant less than
+//! `domain::decide::SCHEDULE_LEAD` ahead when the call is made is moved to that lead
+//! ([`ScheduleSpec::create_at`]) —, `ScheduleExpressionTimezone=UTC` written out,
 //! `FlexibleTimeWindow` OFF, `ActionAfterCompletion=DELETE`, target the retry queue
 //! with the scheduler role, `Input` = the retry event, `RetryPolicy` and
 //! `DeadLetterConfig` (the scheduler DLQ).
@@ -22,23 +24,36 @@ use aws_sdk_scheduler::types::{
 use aws_sdk_scheduler::Client;
 use domain::decide::ScheduleSpec;
 use domain::ports::{
-    ErrorKind, PortError, ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter,
+    Clock, ErrorKind, PortError, ScheduleCreated, ScheduleCreator, ScheduleDeleted,
+    ScheduleDeleter, SystemClock,
 };
-use domain::ScheduleName;
+use domain::{ScheduleName, Timestamp};
+use std::sync::Arc;
 
 /// The timezone written on every schedule.
 pub const SCHEDULE_TIMEZONE: &str = "UTC";
 
-/// `at(2026-10-03T16:38:00)` from the persisted fire time.
-pub fn schedule_expression(spec: &ScheduleSpec) -> String {
-    format!("at({})", spec.fire_at.to_schedule_at())
+/// `at(2026-10-03T16:38:00)` from the persisted fire time, for a schedule created
+/// at `now` ([`ScheduleSpec::create_at`]).
+pub fn schedule_expression(spec: &ScheduleSpec, now: Timestamp) -> String {
+    format!("at({})", spec.create_at(now).to_schedule_at())
 }
 
 /// The [`Scheduler`] on EventBridge Scheduler.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EventBridgeScheduler {
     client: Client,
     settings: SchedulerSettings,
+    /// When a call is made (the system clock; a test's own where time is its).
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for EventBridgeScheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBridgeScheduler")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
 }
 
 fn create_kind(e: &CreateScheduleError) -> Option<ErrorKind> {
@@ -67,7 +82,17 @@ fn delete_kind(e: &DeleteScheduleError) -> Option<ErrorKind> {
 impl EventBridgeScheduler {
     /// `client` should come from [`crate::clients::scheduler`] (bounded retries).
     pub fn new(client: Client, settings: SchedulerSettings) -> Self {
-        Self { client, settings }
+        Self {
+            client,
+            settings,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The same adapter, reading the time of its calls from `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     pub fn settings(&self) -> &SchedulerSettings {
@@ -111,7 +136,7 @@ impl ScheduleCreator for EventBridgeScheduler {
             .create_schedule()
             .name(spec.name.as_str())
             .group_name(&self.settings.group)
-            .schedule_expression(schedule_expression(spec))
+            .schedule_expression(schedule_expression(spec, self.clock.now()))
             .schedule_expression_timezone(SCHEDULE_TIMEZONE)
             .flexible_time_window(window)
             .action_after_completion(ActionAfterCompletion::Delete)

@@ -24,7 +24,11 @@ async fn happy_path_call_counts() {
     let s = stack("hp").await;
     let meter = &s.meter;
     let store = s.store();
-    let scheduler = EventBridgeScheduler::new(meter.scheduler(&s.sdk), s.scheduler_settings());
+    // The calls are made at the decisions' instant, as in a run (T0 is past).
+    let scheduler = EventBridgeScheduler::new(meter.scheduler(&s.sdk), s.scheduler_settings())
+        .with_clock(std::sync::Arc::new(testkit::memory::ManualClock::at(
+            Timestamp::from_millis(T0 + 60_000),
+        )));
     let requests = SqsRequestPublisher::new(meter.sqs(&s.sdk), &s.p.request.url);
     let retries = SqsRetryPublisher::new(meter.sqs(&s.sdk), &s.p.retry.url);
 

@@ -31,8 +31,9 @@ async fn schedule_settings_and_idempotent_create_delete() {
         attempt: at(2),
         round: None,
     };
-    // 2026-10-03T16:38:00.000Z, the article's example.
-    let fire_at = Timestamp::parse("2026-10-03T16:38:00.000Z").unwrap();
+    // The article's example instant, ten years on (an instant in the past is moved:
+    // see the next test).
+    let fire_at = Timestamp::parse("2036-10-03T16:38:00.000Z").unwrap();
     let spec = ScheduleSpec {
         name: ScheduleName::for_retry(&tx, at(2)),
         fire_at,
@@ -49,16 +50,9 @@ async fn schedule_settings_and_idempotent_create_delete() {
         ScheduleCreated::AlreadyExists
     );
 
-    let got = s
-        .scheduler()
-        .get_schedule()
-        .name(spec.name.as_str())
-        .group_name(&s.p.names.schedule_group)
-        .send()
-        .await
-        .unwrap();
+    let got = read_schedule(&s, &spec.name).await;
     assert_eq!(got.group_name(), Some(s.p.names.schedule_group.as_str()));
-    assert_eq!(got.schedule_expression(), Some("at(2026-10-03T16:38:00)"));
+    assert_eq!(got.schedule_expression(), Some("at(2036-10-03T16:38:00)"));
     assert_eq!(got.schedule_expression_timezone(), Some("UTC"));
     assert_eq!(
         got.flexible_time_window().map(|w| w.mode().as_str()),
@@ -92,6 +86,59 @@ async fn schedule_settings_and_idempotent_create_delete() {
         scheduler.delete(&spec.name).await.unwrap(),
         ScheduleDeleted::NotFound
     );
+}
+
+/// GIVEN a schedule whose persisted instant has passed by the time it is created (its
+/// run stalled between the write and the call) WHEN it is created THEN its instant is
+/// the lead after the call, never in the past (EventBridge Scheduler refuses one: the
+/// retry event would end in the retry DLQ); the event and the name are the spec's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_schedule_is_never_created_for_an_instant_in_the_past() {
+    let s = stack("sp").await;
+    let scheduler =
+        EventBridgeScheduler::new(aws::clients::scheduler(&s.sdk), s.scheduler_settings());
+    let tx = id("TX-100300");
+    let wall = || domain::ports::Clock::now(&domain::ports::SystemClock);
+    let before = wall();
+    let spec = ScheduleSpec {
+        name: ScheduleName::for_resend(&tx, at(2), 3),
+        fire_at: before.plus_millis(-90_000).ceil_to_second(),
+        event: RetryEvent {
+            transaction_id: tx.clone(),
+            origin: Origin::RetryScheduler,
+            attempt: at(2),
+            round: Some(3),
+        },
+    };
+    scheduler.create(&spec).await.unwrap();
+    let after = wall();
+    let got = read_schedule(&s, &spec.name).await;
+    let expr = got.schedule_expression().unwrap();
+    let lead = i64::try_from(domain::decide::SCHEDULE_LEAD.as_millis()).unwrap();
+    let earliest = format!("at({})", before.plus_millis(lead).to_schedule_at());
+    let latest = format!("at({})", after.plus_millis(lead + 1_000).to_schedule_at());
+    assert!(
+        earliest.as_str() <= expr && expr <= latest.as_str(),
+        "{expr} not within {earliest}..{latest}"
+    );
+    assert_eq!(
+        RetryEvent::parse(got.target().unwrap().input().unwrap()).unwrap(),
+        spec.event
+    );
+}
+
+/// The schedule as moto stores it.
+async fn read_schedule(
+    s: &Stack,
+    name: &ScheduleName,
+) -> aws_sdk_scheduler::operation::get_schedule::GetScheduleOutput {
+    s.scheduler()
+        .get_schedule()
+        .name(name.as_str())
+        .group_name(&s.p.names.schedule_group)
+        .send()
+        .await
+        .unwrap()
 }
 
 async fn receive_one(s: &Stack, url: &str) -> aws_sdk_sqs::types::Message {

@@ -195,6 +195,25 @@ pub struct ScheduleSpec {
     pub event: RetryEvent,
 }
 
+/// How far ahead of the moment a schedule is created its instant must lie, at least:
+/// the longest a `CreateSchedule` attempt may take (5 s). An instant persisted
+/// earlier may have passed by then (a run that stalled or crashed between the write
+/// and the schedule, a pause due a second later), and EventBridge Scheduler refuses
+/// an instant in the past.
+pub const SCHEDULE_LEAD: Duration = Duration::from_secs(5);
+
+impl ScheduleSpec {
+    /// The instant the schedule is created for when it is created at `now`: the
+    /// persisted `fire_at`, or [`SCHEDULE_LEAD`] after `now` (a whole second) when
+    /// that is later. Only the firing moves: the record keeps its instant and the
+    /// event its round, and an event a few seconds late is one the protocol handles
+    /// as any late fire.
+    pub fn create_at(&self, now: Timestamp) -> Timestamp {
+        self.fire_at
+            .max(now.plus_millis(millis(SCHEDULE_LEAD)).ceil_to_second())
+    }
+}
+
 /// A business alert: the transaction ended FAILED.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Alert {

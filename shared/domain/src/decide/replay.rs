@@ -46,6 +46,8 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
         ctx.shards,
     );
     w.guard.current_attempt = Some(r.current_attempt);
+    // The round read: an operator's write never lands on a record that moved on.
+    w.guard.resends = Some(r.resends);
     w.set.max_attempts = Some(max);
     w.set.origin = Change::Set(Origin::Operator);
     // A fresh budget of technical re-sends too.

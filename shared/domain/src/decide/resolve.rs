@@ -18,8 +18,8 @@ pub fn decide_resolve(known: Known<'_>, id: &TransactionId, ctx: &Context) -> Pl
         Ok(r) => r,
         Err(plan) => return plan,
     };
-    // Guarded by the status read (and its attempts): a record that moved on since is
-    // decided again.
+    // Guarded by the status read (its attempts and its round): a record that moved on
+    // since — another cycle of the same attempt too — is decided again.
     let Ok(arrow) = RESOLVE.only_from(&[r.status]) else {
         return if r.status == RESOLVE.to() {
             vec![Effect::Ack(Ack::AlreadyResolved)]
@@ -33,6 +33,7 @@ pub fn decide_resolve(known: Known<'_>, id: &TransactionId, ctx: &Context) -> Pl
     let mut w = Write::new(id.clone(), arrow, ctx.now, Actor::Operator);
     w.guard.current_attempt = Some(r.current_attempt);
     w.guard.next_attempt = r.next_attempt;
+    w.guard.resends = Some(r.resends);
     let mut w = w.marked(Mark::Resolved);
     // next_attempt is absent outside SCHEDULING/SCHEDULED/SENDING (DESIGN glossary);
     // the fire time goes with it. The schedule name stays: it names the schedule

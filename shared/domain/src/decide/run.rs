@@ -171,10 +171,18 @@ impl<D: Decide> Run<D> {
         };
         // A request or a retry event decided blind carries the round of the record the
         // write just before it returned (accept → publish; open a cycle → its
-        // schedule); a later write fills its own.
+        // schedule), and so does the confirmation of the cycle that write opened: it
+        // confirms that round only, never a later cycle of the same attempt. A later
+        // write fills its own.
         if let Observed::Written(rec) = &observed {
             for e in self.plan.iter_mut() {
                 let (id, round) = match e {
+                    Effect::Write(w) if w.event() == crate::machine::Event::ScheduleConfirmed => {
+                        if w.guard.resends.is_none() && w.transaction_id == rec.transaction_id {
+                            w.guard.resends = Some(rec.resends);
+                        }
+                        break;
+                    }
                     Effect::Write(_) | Effect::Create { .. } => break,
                     Effect::PublishRequest(h) => (&h.transaction_id, &mut h.round),
                     Effect::CreateSchedule(spec) => {

@@ -210,6 +210,67 @@ fn an_error_decided_again_after_its_resend_left_is_dropped() {
     );
 }
 
+/// Hole: a CANCELLED cycle's confirmation without its round. GIVEN the response
+/// handler opened attempt 3's cycle blind (round 2 as its write returned) and created
+/// its schedule, then stalled WHEN the retry handler paused that cycle meanwhile
+/// (SCHEDULING, round 3, its own schedule not yet created) THEN the stalled
+/// confirmation does not hold on the paused record: confirmed, it would leave it
+/// SCHEDULED with no schedule for its instant.
+#[test]
+fn a_stalled_confirmation_never_confirms_a_later_cycle() {
+    let ctx = ctx_at(0);
+    let mut rng = FixedRandom(0.5);
+    let resp = response(2, Outcome::Cancelled);
+    let mut run = Run::new(Input::Response(resp), Known::Unread, &ctx, &mut rng);
+    let mut opened = record(Status::Scheduling, 2, Some(3), 4);
+    opened.resends = 2;
+    run.observe(Observed::Written(opened.clone()), &ctx, &mut rng)
+        .unwrap();
+    run.observe(Observed::ScheduleCreated, &ctx, &mut rng)
+        .unwrap();
+    let Step::Perform(Effect::Write(confirm)) = run.step() else {
+        panic!("{:?}", run.step())
+    };
+    assert!(confirm.holds(&opened), "it confirms its own cycle");
+    let mut paused = opened.clone();
+    paused.resends = 3;
+    paused.pauses = 1;
+    paused.schedule_name = Some(ScheduleName::for_resend(&id(), a(3), 3));
+    assert!(!confirm.holds(&paused), "{confirm:?}");
+}
+
+/// Hole: operator actions without the round they read. GIVEN an operator read
+/// SCHEDULED (round 1) WHEN the retry handler paused that cycle and it was
+/// confirmed again (SCHEDULED, round 2, another schedule) THEN the resolve decided on
+/// the first read does not hold: it would delete the first round's schedule and
+/// leave the live one.
+#[test]
+fn operator_writes_are_guarded_by_the_round_they_read() {
+    let ctx = ctx_at(0)
+        .for_operator(crate::machine::OperatorNote::new("arn:aws:iam::1:user/a", None).unwrap());
+    let round = |status, next, k| {
+        let mut r = record(status, 1, next, 4);
+        r.resends = k;
+        r
+    };
+    let resolve = |r: &TransactionRecord| decide_resolve(Known::Record(r), &id(), &ctx);
+    let replay = |r: &TransactionRecord| decide_replay(Known::Record(r), &id(), 2, &ctx);
+    type Decision<'a> = &'a dyn Fn(&TransactionRecord) -> Plan;
+    let cases: [(Decision<'_>, Status, Option<u32>); 2] = [
+        (&resolve, Status::Scheduled, Some(2)),
+        (&replay, Status::Failed, None),
+    ];
+    for (decision, status, next) in cases {
+        let (read, moved) = (round(status, next, 1), round(status, next, 2));
+        let plan = decision(&read);
+        let Effect::Write(w) = &plan[0] else {
+            panic!("{plan:?}")
+        };
+        assert!(w.holds(&read), "{w:?}");
+        assert!(!w.holds(&moved), "{w:?}");
+    }
+}
+
 #[test]
 fn retry_event_found_sending_resumes_the_publish() {
     let r = record(Status::Sending, 1, Some(2), 3);
@@ -1402,5 +1463,28 @@ mod free_text {
             let (r1, r2, q1, q2) = reasons;
             prop_assert_eq!(plan_for(r1, q1), plan_for(r2, q2));
         }
+    }
+}
+
+/// GIVEN a schedule's persisted instant WHEN it is created at `now` THEN it keeps that
+/// instant while it lies at least the lead ahead, and is moved to the lead (a whole
+/// second) otherwise — never into the past.
+#[test]
+fn a_schedule_is_created_at_least_the_lead_ahead() {
+    let spec = |fire_at| ScheduleSpec {
+        name: ScheduleName::for_retry(&id(), a(2)),
+        fire_at,
+        event: RetryEvent {
+            transaction_id: id(),
+            origin: Origin::RetryScheduler,
+            attempt: a(2),
+            round: None,
+        },
+    };
+    let now = at(0).plus_millis(250);
+    assert_eq!(spec(at(3600)).create_at(now), at(3600));
+    assert_eq!(spec(at(6)).create_at(now), at(6));
+    for past in [at(-86_400), at(-1), at(0), at(5)] {
+        assert_eq!(spec(past).create_at(now), at(6), "{past}");
     }
 }

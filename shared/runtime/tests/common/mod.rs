@@ -25,6 +25,7 @@ use runtime::reconcile::{Limits, Report};
 use runtime::settings::{Seeds, Settings};
 use runtime::Verdict;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 use testkit::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
 
@@ -118,7 +119,7 @@ pub struct World<B: Backend = Memory> {
     pub retries: B::Retries,
     /// What only this backend needs (clients, logs).
     pub backend: B,
-    pub clock: ManualClock,
+    pub clock: Arc<ManualClock>,
     pub settings: Settings,
     pub metrics: Metrics,
     pub rng_seed: std::sync::atomic::AtomicU64,
@@ -202,7 +203,7 @@ impl<B: Backend> World<B> {
             requests,
             retries,
             backend,
-            clock: ManualClock::at(T0),
+            clock: Arc::new(ManualClock::at(T0)),
             settings: settings(),
             metrics: Metrics::new("DeferredRetry", "test"),
             rng_seed: std::sync::atomic::AtomicU64::new(1),

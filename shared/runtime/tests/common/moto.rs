@@ -12,7 +12,7 @@
 //! the audit table (`testkit::drain`), read back with `AuditWriter::history`.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use super::{Backend, World};
+use super::{Backend, World, T0};
 use aws::audit::AuditWriter;
 use aws::config::{SchedulerSettings, StackNames};
 use aws::dynamo::{DynamoStore, PayloadsTable};
@@ -25,8 +25,9 @@ use domain::{
     Payload, Request, RetryEvent, ScheduleName, Timestamp, TransactionId, TransactionRecord,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use testkit::drain::{drain_into, StreamPosition};
+use testkit::memory::ManualClock;
 use testkit::provision::{provision, Provisioned};
 
 /// What a moto world holds beside its ports.
@@ -165,6 +166,8 @@ impl Backend for Moto {
         let scheduler = aws::clients::scheduler(&sdk);
         let store = DynamoStore::new(dynamodb.clone(), &names.transactions_table)
             .with_payloads_table(&names.payloads_table);
+        // Schedules are created at the world's time, as its handlers decide.
+        let clock = Arc::new(ManualClock::at(T0));
         let schedules = EventBridgeScheduler::new(
             scheduler.clone(),
             SchedulerSettings {
@@ -175,7 +178,8 @@ impl Backend for Moto {
                 retry_attempts: 5,
                 max_event_age_seconds: 3600,
             },
-        );
+        )
+        .with_clock(clock.clone());
         let requests = SqsRequestPublisher::new(sqs.clone(), &stack.request.url);
         let retries = SqsRetryPublisher::new(sqs.clone(), &stack.retry.url);
         let backend = Moto {
@@ -189,7 +193,9 @@ impl Backend for Moto {
             position: tokio::sync::Mutex::new(StreamPosition::default()),
             changes: AtomicUsize::new(0),
         };
-        World::with_ports(store, schedules, requests, retries, backend)
+        let mut w = World::with_ports(store, schedules, requests, retries, backend);
+        w.clock = clock;
+        w
     }
 
     fn notes(w: &World<Self>) -> &AuditWriter {
