@@ -79,7 +79,17 @@ fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
+/// A whole number; absent is 0 (the window's counts, written by `ADD`).
 fn num(item: &HashMap<String, AttributeValue>, name: &'static str) -> Result<i64, PortError> {
+    match item.get(name) {
+        None => Ok(0),
+        Some(_) => required(item, name),
+    }
+}
+
+/// A whole number the item must carry: absent is an error, never 0 (a HALF_OPEN
+/// breaker without its cool-down would make every request a free probe).
+fn required(item: &HashMap<String, AttributeValue>, name: &'static str) -> Result<i64, PortError> {
     match item.get(name) {
         Some(AttributeValue::N(v)) => v.parse().map_err(|_| {
             PortError::permanent(
@@ -87,11 +97,27 @@ fn num(item: &HashMap<String, AttributeValue>, name: &'static str) -> Result<i64
                 format!("breaker attribute {name} = {v}: not a whole number"),
             )
         }),
-        None => Ok(0),
+        None => Err(PortError::permanent(
+            "GetItem",
+            format!("breaker attribute {name}: missing"),
+        )),
         Some(other) => Err(PortError::permanent(
             "GetItem",
             format!("breaker attribute {name} = {other:?}: not a number"),
         )),
+    }
+}
+
+/// A duration in milliseconds the item must carry: positive.
+fn positive(item: &HashMap<String, AttributeValue>, name: &'static str) -> Result<i64, PortError> {
+    let v = required(item, name)?;
+    if v > 0 {
+        Ok(v)
+    } else {
+        Err(PortError::permanent(
+            "GetItem",
+            format!("breaker attribute {name} = {v}: must be greater than 0"),
+        ))
     }
 }
 
@@ -105,22 +131,33 @@ fn count(item: &HashMap<String, AttributeValue>, name: &'static str) -> Result<u
     })
 }
 
-/// The breaker stored in an item (`None`: no item yet, a CLOSED breaker).
+/// The breaker stored in an item. Every attribute its state needs must be there, of
+/// its type: an item that does not say what it is is an error (the functions count
+/// `BreakerErrors` and let requests out; `retryctl breaker open|close` overwrites it),
+/// never a guess.
 pub fn breaker_from_item(item: &HashMap<String, AttributeValue>) -> Result<Breaker, PortError> {
-    let version = u64::try_from(num(item, attr::VERSION)?)
+    let version = u64::try_from(required(item, attr::VERSION)?)
         .map_err(|_| PortError::permanent("GetItem", "breaker attribute version: negative"))?;
     let state = match item.get(attr::STATE) {
         Some(AttributeValue::S(v)) if v == "CLOSED" => BreakerState::Closed,
         Some(AttributeValue::S(v)) if v == "OPEN" => BreakerState::Open {
-            until: Timestamp::from_millis(num(item, attr::UNTIL)?),
-            cooldown_ms: num(item, attr::COOLDOWN_MS)?,
+            until: Timestamp::from_millis(required(item, attr::UNTIL)?),
+            cooldown_ms: positive(item, attr::COOLDOWN_MS)?,
         },
         Some(AttributeValue::S(v)) if v == "HALF_OPEN" => BreakerState::HalfOpen {
-            since: Timestamp::from_millis(num(item, attr::SINCE)?),
-            admitted: count(item, attr::ADMITTED)?,
-            cooldown_ms: num(item, attr::COOLDOWN_MS)?,
+            since: Timestamp::from_millis(required(item, attr::SINCE)?),
+            admitted: u32::try_from(required(item, attr::ADMITTED)?).map_err(|_| {
+                PortError::permanent("GetItem", "breaker attribute admitted: out of range")
+            })?,
+            cooldown_ms: positive(item, attr::COOLDOWN_MS)?,
         },
-        other => {
+        None => {
+            return Err(PortError::permanent(
+                "GetItem",
+                "breaker attribute state: missing",
+            ))
+        }
+        Some(other) => {
             return Err(PortError::permanent(
                 "GetItem",
                 format!("breaker attribute state = {other:?}: not CLOSED, OPEN or HALF_OPEN"),
@@ -269,27 +306,126 @@ impl BreakerWrites for DynamoBreaker {
         new: &Breaker,
         note: &BreakerNote,
     ) -> Result<bool, PortError> {
+        let guard = if read.version == 0 {
+            VersionGuard::NoneYet
+        } else {
+            VersionGuard::Is(n(read.version))
+        };
+        self.put(guard, read.state.name(), new, note).await
+    }
+}
+
+/// The condition a write of the breaker item is made on.
+enum VersionGuard {
+    /// No item yet, or one of version 0.
+    NoneYet,
+    /// The `version` attribute as read, whatever its type.
+    Is(AttributeValue),
+    /// An item without `version`.
+    Missing,
+}
+
+/// What an operator's override finds in the breaker's item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Found {
+    Breaker(Breaker),
+    /// An item that does not decode: what is wrong, and its `version` attribute as
+    /// stored (the override is conditional on it).
+    Corrupt {
+        problem: String,
+        version: Option<AttributeValue>,
+    },
+}
+
+impl DynamoBreaker {
+    /// The breaker's item as an operator's override needs it: decoded, or — when it
+    /// does not decode — what is wrong with it, so that it can still be overwritten.
+    pub async fn find(&self) -> Result<Found, PortError> {
+        let got = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::PK, s(&self.service))
+            .key(attr::SK, s(attr::BREAKER_SK))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify("GetItem", &e, crate::dynamo::get_item_kind))?;
+        Ok(match got.item() {
+            None => Found::Breaker(Breaker::default()),
+            Some(item) => match breaker_from_item(item) {
+                Ok(b) => Found::Breaker(b),
+                Err(e) => Found::Corrupt {
+                    problem: e.message,
+                    version: item.get(attr::VERSION).cloned(),
+                },
+            },
+        })
+    }
+
+    /// Writes `new` over an item that does not decode, conditional on its `version`
+    /// attribute as [`Self::find`] read it (so a concurrent repair is not lost), with
+    /// an entry of the change log (from `CORRUPT`). `Ok(false)`: it changed since.
+    pub async fn overwrite(
+        &self,
+        version: Option<&AttributeValue>,
+        new: &Breaker,
+        note: &BreakerNote,
+    ) -> Result<bool, PortError> {
+        let guard = match version {
+            Some(v) => VersionGuard::Is(v.clone()),
+            None => VersionGuard::Missing,
+        };
+        self.put(guard, "CORRUPT", new, note).await
+    }
+
+    /// The version after an item that did not decode: one past its `version` when
+    /// that is a whole number, else 1.
+    pub fn version_after(version: Option<&AttributeValue>) -> u64 {
+        match version {
+            Some(AttributeValue::N(v)) => v.parse::<u64>().map_or(1, |v| v.saturating_add(1)),
+            _ => 1,
+        }
+    }
+
+    async fn put(
+        &self,
+        guard: VersionGuard,
+        from_state: &str,
+        new: &Breaker,
+        note: &BreakerNote,
+    ) -> Result<bool, PortError> {
         let mut item = breaker_item(new);
         item.insert(attr::PK.to_owned(), s(&self.service));
         item.insert(attr::SK.to_owned(), s(attr::BREAKER_SK));
         let mut names = HashMap::from([("#v".to_owned(), attr::VERSION.to_owned())]);
-        let condition = if read.version == 0 {
-            names.insert("#pk".to_owned(), attr::PK.to_owned());
-            "attribute_not_exists(#pk) OR #v = :v"
-        } else {
-            "#v = :v"
+        let mut values = HashMap::new();
+        let condition = match guard {
+            VersionGuard::NoneYet => {
+                names.insert("#pk".to_owned(), attr::PK.to_owned());
+                values.insert(":v".to_owned(), n(0));
+                "attribute_not_exists(#pk) OR #v = :v"
+            }
+            VersionGuard::Is(v) => {
+                values.insert(":v".to_owned(), v);
+                "#v = :v"
+            }
+            VersionGuard::Missing => {
+                names.insert("#pk".to_owned(), attr::PK.to_owned());
+                "attribute_exists(#pk) AND attribute_not_exists(#v)"
+            }
         };
         let put_breaker = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression(condition)
             .set_expression_attribute_names(Some(names))
-            .expression_attribute_values(":v", n(read.version))
+            .set_expression_attribute_values((!values.is_empty()).then_some(values))
             .build()
             .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
         let put_log = Put::builder()
             .table_name(&self.table)
-            .set_item(Some(self.log_item(read, new, note)))
+            .set_item(Some(self.log_item(from_state, new, note)))
             .build()
             .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
         let sent = self
@@ -344,7 +480,7 @@ impl DynamoBreaker {
 
     fn log_item(
         &self,
-        read: &Breaker,
+        from_state: &str,
         new: &Breaker,
         note: &BreakerNote,
     ) -> HashMap<String, AttributeValue> {
@@ -361,7 +497,7 @@ impl DynamoBreaker {
             (attr::AT.to_owned(), n(note.at.millis())),
             (attr::BY.to_owned(), s(&note.by)),
             (attr::CHANGE.to_owned(), s(note.change.label())),
-            (attr::FROM.to_owned(), s(read.state.name())),
+            (attr::FROM.to_owned(), s(from_state)),
             (attr::TO.to_owned(), s(new.state.name())),
             (attr::VERSION.to_owned(), n(new.version)),
             (

@@ -151,3 +151,109 @@ async fn counts_add_up_without_conflict_within_the_window() {
         Tally::default()
     );
 }
+
+/// Hole: a corrupt breaker item. GIVEN breaker items that do not say what they are —
+/// a HALF_OPEN one without its cool-down (read as 0 it made every request a free
+/// probe), a state of the wrong type, an OPEN one without its end WHEN the functions
+/// read them THEN each is an error naming the attribute (counted `BreakerErrors`,
+/// alarmed), never a guess; WHEN an operator's override finds one THEN it overwrites
+/// it, conditional on the `version` as stored (a second override from the same read
+/// writes nothing), with a change-log entry from `CORRUPT`, and the item reads back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_corrupt_breaker_item_is_an_error_and_an_override_repairs_it() {
+    use aws::breaker::Found;
+    use aws_sdk_dynamodb::types::AttributeValue as V;
+    let s = common::stack("brc").await;
+    let b = DynamoBreaker::new(
+        aws_sdk_dynamodb::Client::new(&s.sdk),
+        &s.p.names.breaker_table,
+        "external",
+        settings(),
+        1,
+    );
+    let put = |attrs: Vec<(&str, V)>| {
+        let mut item: std::collections::HashMap<String, V> =
+            attrs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        item.insert("pk".into(), V::S("external".into()));
+        item.insert("sk".into(), V::S("BREAKER".into()));
+        s.ddb()
+            .put_item()
+            .table_name(&s.p.names.breaker_table)
+            .set_item(Some(item))
+            .send()
+    };
+    let n = |v: &str| V::N(v.into());
+    let cases: Vec<(Vec<(&str, V)>, &str)> = vec![
+        (
+            vec![
+                ("state", V::S("HALF_OPEN".into())),
+                ("version", n("4")),
+                ("since", n("1")),
+                ("admitted", n("0")),
+            ],
+            "cooldown_ms: missing",
+        ),
+        (
+            vec![("state", n("2")), ("version", n("4"))],
+            "state = N(\"2\")",
+        ),
+        (
+            vec![
+                ("state", V::S("OPEN".into())),
+                ("version", V::S("four".into())),
+                ("cooldown_ms", n("30000")),
+            ],
+            "version = S(\"four\")",
+        ),
+        (
+            vec![
+                ("state", V::S("OPEN".into())),
+                ("version", n("4")),
+                ("cooldown_ms", n("0")),
+                ("until", n("1")),
+            ],
+            "cooldown_ms = 0",
+        ),
+    ];
+    for (attrs, named) in cases {
+        let version = attrs
+            .iter()
+            .find(|(k, _)| *k == "version")
+            .map(|(_, v)| v.clone());
+        put(attrs).await.unwrap();
+        let e = b.load(t(0), false).await.unwrap_err();
+        assert!(e.message.contains(named), "{e:?} should name {named}");
+        let Found::Corrupt {
+            problem,
+            version: found,
+        } = b.find().await.unwrap()
+        else {
+            panic!("not found corrupt")
+        };
+        assert!(problem.contains(named), "{problem}");
+        assert_eq!(found, version);
+        let after = DynamoBreaker::version_after(found.as_ref());
+        let (closed, change) = Breaker {
+            state: BreakerState::Closed,
+            version: after - 1,
+        }
+        .force(false, t(1_000), &settings());
+        let repair = note(1_000, change, Some("repaired"));
+        assert!(b.overwrite(found.as_ref(), &closed, &repair).await.unwrap());
+        assert!(
+            !b.overwrite(found.as_ref(), &closed, &repair).await.unwrap(),
+            "a second override from the same read writes nothing"
+        );
+        let back = b.load(t(2_000), false).await.unwrap().breaker;
+        assert_eq!(back, closed);
+        assert_eq!(
+            back.version,
+            if named.starts_with("version") { 1 } else { 5 }
+        );
+        let log = b.history(1).await.unwrap();
+        assert_eq!(
+            (log[0].from.as_str(), log[0].to.as_str()),
+            ("CORRUPT", "CLOSED")
+        );
+    }
+}

@@ -6,7 +6,7 @@
 use crate::cli::BreakerAction;
 use crate::commands::{Output, Target};
 use crate::error::CliError;
-use aws::breaker::{BreakerLogEntry, DynamoBreaker};
+use aws::breaker::{BreakerLogEntry, DynamoBreaker, Found};
 use domain::breaker::{Breaker, BreakerSettings, BreakerState};
 use domain::machine::OperatorNote;
 use domain::ports::{BreakerNote, BreakerReads, BreakerWrites, Clock, SystemClock};
@@ -139,27 +139,48 @@ async fn force(
     let b = adapter(t, settings)?;
     for _ in 0..TRIES {
         let now = SystemClock.now();
-        let read = b.load(now, false).await.map_err(aws)?.breaker;
-        let (new, change) = read.force(open.is_some(), now, &settings);
         let OperatorNote { caller, reason } = note.clone();
-        let written = b
-            .save(
-                &read,
-                &new,
-                &BreakerNote {
+        // An item that does not decode is overwritten (conditional on its version
+        // as stored): the override is how on-call repairs it.
+        let (from, new, written) = match b.find().await.map_err(aws)? {
+            Found::Breaker(read) => {
+                let (new, change) = read.force(open.is_some(), now, &settings);
+                let note = BreakerNote {
                     at: now,
                     by: caller,
                     change,
                     reason,
-                },
-            )
-            .await
-            .map_err(aws)?;
+                };
+                let written = b.save(&read, &new, &note).await.map_err(aws)?;
+                (read.state.name().to_owned(), new, written)
+            }
+            Found::Corrupt { problem, version } => {
+                let base = Breaker {
+                    state: BreakerState::Closed,
+                    version: DynamoBreaker::version_after(version.as_ref()).saturating_sub(1),
+                };
+                let (new, change) = base.force(open.is_some(), now, &settings);
+                let note = BreakerNote {
+                    at: now,
+                    by: caller,
+                    change,
+                    reason: Some(match reason {
+                        Some(r) => format!("{r} (repaired: {problem})"),
+                        None => format!("repaired: {problem}"),
+                    }),
+                };
+                let written = b
+                    .overwrite(version.as_ref(), &new, &note)
+                    .await
+                    .map_err(aws)?;
+                (format!("CORRUPT ({problem})"), new, written)
+            }
+        };
         if written {
-            let text = format!("breaker    {} → {}\n", read.state.name(), state_text(&new));
+            let text = format!("breaker    {from} → {}\n", state_text(&new));
             let json = json!({
                 "service": SERVICE,
-                "from": read.state.name(),
+                "from": from,
                 "state": new.state.name(),
                 "version": new.version,
                 "detail": serde_json::to_value(new.state).unwrap_or(Value::Null),

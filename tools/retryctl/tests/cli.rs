@@ -1092,6 +1092,7 @@ async fn redrive_says_which_messages_came_back_within_its_wait() {
 /// write moves the version on.
 #[tokio::test(flavor = "multi_thread")]
 async fn breaker_status_open_and_close_are_recorded() {
+    use aws_sdk_dynamodb::types::AttributeValue::{N, S};
     let s = fast();
     let r = retryctl(s, &["breaker", "status", "--json"]).await;
     assert_eq!(r.code, 0, "{r:?}");
@@ -1170,4 +1171,34 @@ async fn breaker_status_open_and_close_are_recorded() {
             .all(|c| c["by"].as_str().unwrap().starts_with("arn:aws:")),
         "{changes:?}"
     );
+
+    // A breaker item that does not say what it is (HALF_OPEN without its cool-down):
+    // status reports the error, and `close` repairs it, from CORRUPT.
+    let sdk = testkit::moto::sdk_config(&s.endpoint).await;
+    let table = aws::config::StackNames::new(&s.prefix).breaker_table;
+    aws_sdk_dynamodb::Client::new(&sdk)
+        .put_item()
+        .table_name(&table)
+        .item("pk", S("external-service".into()))
+        .item("sk", S("BREAKER".into()))
+        .item("state", S("HALF_OPEN".into()))
+        .item("version", N("7".into()))
+        .item("since", N("1".into()))
+        .item("admitted", N("0".into()))
+        .send()
+        .await
+        .unwrap();
+    let r = retryctl(s, &["breaker", "status"]).await;
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("cooldown_ms: missing"), "{}", r.stderr);
+    let r = retryctl(s, &["breaker", "close", "--reason", "INC-2", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    assert!(v["from"].as_str().unwrap().starts_with("CORRUPT"), "{v}");
+    assert_eq!(
+        (v["state"].as_str(), v["version"].as_u64()),
+        (Some("CLOSED"), Some(8))
+    );
+    let v = retryctl(s, &["breaker", "status", "--json"]).await.json();
+    assert_eq!(v["state"].as_str(), Some("CLOSED"));
 }
