@@ -220,13 +220,8 @@ impl DynamoBreaker {
         format!("{:015}#{shard:02}", bucket.millis().max(0))
     }
 
-    fn window_ms(&self) -> i64 {
-        i64::try_from(self.settings.window.as_millis()).unwrap_or(i64::MAX)
-    }
-}
-
-impl BreakerReads for DynamoBreaker {
-    async fn load(&self, now: Timestamp, window: bool) -> Result<BreakerView, PortError> {
+    /// The breaker's item as stored (`None`: none yet), read consistently.
+    async fn breaker_item(&self) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
         let got = self
             .client
             .get_item()
@@ -237,7 +232,18 @@ impl BreakerReads for DynamoBreaker {
             .send()
             .await
             .map_err(|e| classify("GetItem", &e, crate::dynamo::get_item_kind))?;
-        let breaker = match got.item() {
+        Ok(got.item)
+    }
+
+    fn window_ms(&self) -> i64 {
+        i64::try_from(self.settings.window.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+impl BreakerReads for DynamoBreaker {
+    async fn load(&self, now: Timestamp, window: bool) -> Result<BreakerView, PortError> {
+        let got = self.breaker_item().await?;
+        let breaker = match &got {
             Some(item) => breaker_from_item(item)?,
             None => Breaker::default(),
         };
@@ -341,17 +347,8 @@ impl DynamoBreaker {
     /// The breaker's item as an operator's override needs it: decoded, or — when it
     /// does not decode — what is wrong with it, so that it can still be overwritten.
     pub async fn find(&self) -> Result<Found, PortError> {
-        let got = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key(attr::PK, s(&self.service))
-            .key(attr::SK, s(attr::BREAKER_SK))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| classify("GetItem", &e, crate::dynamo::get_item_kind))?;
-        Ok(match got.item() {
+        let got = self.breaker_item().await?;
+        Ok(match &got {
             None => Found::Breaker(Breaker::default()),
             Some(item) => match breaker_from_item(item) {
                 Ok(b) => Found::Breaker(b),
