@@ -407,7 +407,6 @@ impl Stack {
                         times: publish_times.clone(),
                     },
                     pacer: pacer.clone(),
-                    clock: h.requests.clock,
                     max_wait,
                 },
                 scheduler: h.scheduler,
