@@ -1028,11 +1028,19 @@ mod tests {
                 if *name == BREAKER_REFRESH_SECONDS.name && value == "5"),
             "{e}"
         );
+        // Equal is accepted.
         let mut v = retry_handler_base();
+        v.push((BREAKER_TABLE.name, "b"));
         v.push((BREAKER_COOLDOWN_SECONDS.name, "3"));
         v.push((BREAKER_REFRESH_SECONDS.name, "3"));
-        let b = RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap();
-        assert_eq!(b.max_requests_per_second, 4.0);
+        let b = RetryHandlerConfig::from_lookup(&lookup(&v))
+            .unwrap()
+            .breaker
+            .unwrap();
+        assert_eq!(
+            (b.refresh, b.settings.cooldown),
+            (Duration::from_secs(3), Duration::from_secs(3))
+        );
     }
 
     #[test]
