@@ -17,7 +17,7 @@
 //!
 //! Each message has one parse function returning a [`MessageError`] that names the
 //! field and the value at fault. The body is read by serde into a struct deriving
-//! `Deserialize` whose fields keep any JSON value ([`Given`]); a check per field then
+//! `Deserialize` whose fields keep any JSON value (`Given`); a check per field then
 //! turns it into the message's type, or into an error naming the field and the value
 //! (serde's own messages name neither). Unknown fields are ignored (forward
 //! compatibility); a field given twice, or under both its names, is refused. The

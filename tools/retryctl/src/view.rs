@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 const NOT_SHOWN: [&str; 4] = ["reconcile", "failed", "answer_due_at", "operator"];
 
 /// The state item as JSON: the record's own serialisation (the attribute names of the
-/// table, counters included) without [`NOT_SHOWN`], and the operator note as two keys.
+/// table, counters included) without its bookkeeping, and the operator note as two keys.
 /// Every key is present, `null` when it does not apply.
 pub fn record_json(r: &TransactionRecord) -> Value {
     let mut v = serde_json::to_value(r).unwrap_or_default();
