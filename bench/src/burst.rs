@@ -23,6 +23,7 @@
 //! reported beside).
 
 use crate::tap::{peak_per_wall_second, peak_sliding, Tap};
+use aws::config::vars;
 use aws::item::{attr, record_to_item};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
@@ -168,15 +169,15 @@ pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
     let mut opts = StackOptions::new(testkit::moto::unique_prefix("burst"));
     let backoff = format!("{}", spec.backoff_seconds);
     opts.env = vec![
-        ("BACKOFF_BASE_SECONDS", backoff.clone()),
-        ("BACKOFF_CAP_SECONDS", backoff),
-        ("BACKOFF_JITTER", "0".into()),
+        (vars::BACKOFF_BASE_SECONDS.name, backoff.clone()),
+        (vars::BACKOFF_CAP_SECONDS.name, backoff),
+        (vars::BACKOFF_JITTER.name, "0".into()),
         (
-            "MAX_REQUESTS_PER_SECOND",
+            vars::MAX_REQUESTS_PER_SECOND.name,
             spec.max_requests_per_second.to_string(),
         ),
         (
-            "RECONCILE_THRESHOLD_SECONDS",
+            vars::RECONCILE_THRESHOLD_SECONDS.name,
             spec.reconcile_threshold().as_secs().to_string(),
         ),
     ];

@@ -41,6 +41,7 @@
 //! `cargo test -p deferred-retry-tests --test least_privilege`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
+use aws::config::vars;
 use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
@@ -482,22 +483,22 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
         for (k, v) in [
-            ("BACKOFF_BASE_SECONDS", "1"),
-            ("BACKOFF_CAP_SECONDS", "1"),
-            ("BACKOFF_JITTER", "0"),
-            ("RECONCILE_THRESHOLD_SECONDS", "1"),
-            ("MAX_REQUESTS_PER_SECOND", "50"),
+            (vars::BACKOFF_BASE_SECONDS.name, "1"),
+            (vars::BACKOFF_CAP_SECONDS.name, "1"),
+            (vars::BACKOFF_JITTER.name, "0"),
+            (vars::RECONCILE_THRESHOLD_SECONDS.name, "1"),
+            (vars::MAX_REQUESTS_PER_SECOND.name, "50"),
             // One deadline opens the circuit breaker for 3 s; its item is read
             // again after 1 s.
-            ("BREAKER_DEADLINE_BURST", "1"),
-            ("BREAKER_COOLDOWN_SECONDS", "3"),
-            ("BREAKER_REFRESH_SECONDS", "1"),
+            (vars::BREAKER_DEADLINE_BURST.name, "1"),
+            (vars::BREAKER_COOLDOWN_SECONDS.name, "3"),
+            (vars::BREAKER_REFRESH_SECONDS.name, "1"),
         ] {
             m.insert(k.into(), v.into());
         }
-        if m.contains_key("SCHEDULER_ROLE_ARN") {
+        if m.contains_key(vars::SCHEDULER_ROLE_ARN.name) {
             m.insert(
-                "SCHEDULER_ROLE_ARN".into(),
+                vars::SCHEDULER_ROLE_ARN.name.into(),
                 stack.physical.role_arn("SchedulerRole"),
             );
         }

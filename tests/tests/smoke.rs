@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use aws::audit::AuditWriter;
+use aws::config::vars;
 use aws::config::StackNames;
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws::sqs::SqsRequestPublisher;
@@ -296,11 +297,11 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
         ("AWS_DEFAULT_REGION", moto::LOCAL_REGION),
         ("AWS_ACCESS_KEY_ID", "testing"),
         ("AWS_SECRET_ACCESS_KEY", "testing"),
-        ("BACKOFF_BASE_SECONDS", "1"),
-        ("BACKOFF_CAP_SECONDS", "1"),
-        ("BACKOFF_JITTER", "0"),
-        ("RECONCILE_THRESHOLD_SECONDS", "1"),
-        ("MAX_REQUESTS_PER_SECOND", "20"),
+        (vars::BACKOFF_BASE_SECONDS.name, "1"),
+        (vars::BACKOFF_CAP_SECONDS.name, "1"),
+        (vars::BACKOFF_JITTER.name, "0"),
+        (vars::RECONCILE_THRESHOLD_SECONDS.name, "1"),
+        (vars::MAX_REQUESTS_PER_SECOND.name, "20"),
         ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
         ("RUST_LOG", "info"),
     ] {

@@ -19,6 +19,7 @@
 //! Each check returns the list of problems it found; the `*_detects_*` tests break a
 //! copy of the template and assert the check notices, so no check passes vacuously.
 
+use aws::config::vars;
 use aws::config::{
     timeouts, AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig,
     StackNames,
@@ -487,7 +488,7 @@ fn dead_letter_queues(t: &Value) -> BTreeSet<String> {
                 "Properties",
                 "Environment",
                 "Variables",
-                "SCHEDULER_DLQ_ARN",
+                vars::SCHEDULER_DLQ_ARN.name,
             ],
         )
         .and_then(target)
@@ -1133,10 +1134,11 @@ fn env_mut<'a>(t: &'a mut Value, id: &str) -> &'a mut Mapping {
 #[test]
 fn env_check_detects_a_missing_and_an_unread_variable() {
     let mut t = template();
-    env_mut(&mut t, "RetryHandlerFunction").remove("MAX_REQUESTS_PER_SECOND");
+    env_mut(&mut t, "RetryHandlerFunction").remove(vars::MAX_REQUESTS_PER_SECOND.name);
     let p = env_problems(&t);
     assert!(
-        p.iter().any(|m| m.contains("MAX_REQUESTS_PER_SECOND")),
+        p.iter()
+            .any(|m| m.contains(vars::MAX_REQUESTS_PER_SECOND.name)),
         "{p:?}"
     );
 

@@ -2,6 +2,7 @@
 //! (`infra/template.yaml` sets every variable; `tests/template.rs` compares the two).
 
 use crate::rules::{Behaviour, Latency, Mix};
+use aws::config::vars;
 use aws::config::ConfigError;
 use std::str::FromStr;
 
@@ -41,7 +42,7 @@ impl HarnessConfig {
         "HARNESS_CANCEL_REASON",
         "HARNESS_SEED",
         "HARNESS_RETENTION_DAYS",
-        "BATCH_CONCURRENCY",
+        vars::BATCH_CONCURRENCY.name,
     ];
 
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -97,11 +98,14 @@ impl HarnessConfig {
                 format!("with HARNESS_MIN_DELAY_SECONDS={min}: {e}"),
             )
         })?;
-        let batch_concurrency: usize =
-            number(&get, "BATCH_CONCURRENCY", defaults::BATCH_CONCURRENCY)?;
+        let batch_concurrency: usize = number(
+            &get,
+            vars::BATCH_CONCURRENCY.name,
+            defaults::BATCH_CONCURRENCY,
+        )?;
         if batch_concurrency == 0 {
             return Err(invalid(
-                "BATCH_CONCURRENCY",
+                vars::BATCH_CONCURRENCY.name,
                 "0",
                 "must be at least 1".into(),
             ));

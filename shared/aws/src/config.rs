@@ -1,22 +1,27 @@
 //! Configuration from the environment: the ONLY place that reads environment
 //! variables for the functions.
 //!
-//! One struct per function. Each lists every variable it reads in `env_vars()` (the
-//! template test compares these lists with `template.yaml`). Every value is parsed
-//! with an error naming the variable and the value. `from_env()` reads the process
-//! environment; `from_lookup(f)` reads through any lookup function (tests, the local
-//! stack).
+//! Each variable is declared once, in [`vars`]: its name, its default (from
+//! `domain::defaults`) and the values it accepts. One struct per function reads its
+//! variables through one reader, which parses every value with an error naming the
+//! variable and the value, keeps the first error, and records the names it was asked
+//! for: `env_vars()` is derived by reading a configuration once with nothing set (the
+//! template test compares these lists with `template.yaml`). `from_env()` reads the
+//! process environment; `from_lookup(f)` reads through any lookup function (tests,
+//! the local stack). Other code names a variable by its descriptor
+//! (`vars::TRANSACTIONS_TABLE.name`), never by a string of its own.
 //!
 //! Logging variables (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) are read by the
 //! tracing initialisation, not here. `AWS_ENDPOINT_URL` and the region are read by
 //! `aws-config` ([`load_sdk_config`]).
 
-use domain::defaults;
 use domain::policy::PolicyError;
 use domain::{PolicySet, RetryPolicy};
-use std::str::FromStr;
+use std::cell::RefCell;
+use std::fmt;
 use std::time::Duration;
 use thiserror::Error;
+use vars::*;
 
 /// A configuration value that is missing or cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -47,73 +52,332 @@ pub async fn load_sdk_config() -> aws_config::SdkConfig {
     aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
 }
 
-/// Reads variables through a lookup function.
-struct Env<'a> {
-    lookup: &'a dyn Fn(&str) -> Option<String>,
+/// A variable read as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Text {
+    pub name: &'static str,
+    /// The value when unset or blank; `None`: the variable is required.
+    pub default: Option<&'static str>,
 }
 
-impl Env<'_> {
+impl Text {
+    const fn required(name: &'static str) -> Self {
+        Self {
+            name,
+            default: None,
+        }
+    }
+
+    const fn or(name: &'static str, default: &'static str) -> Self {
+        Self {
+            name,
+            default: Some(default),
+        }
+    }
+}
+
+/// A variable read as a number or a boolean.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Var<T: 'static> {
+    pub name: &'static str,
+    /// The value when unset or blank; `None`: the variable is required.
+    pub default: Option<T>,
+    pub accepts: Accepts<T>,
+}
+
+/// The values a [`Var`] accepts once parsed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Accepts<T> {
+    /// Any value that parses (checked later with the values it goes with).
+    Any,
+    /// `min..=max`.
+    Between(T, T),
+    /// Strictly between the two bounds; otherwise the reason is given.
+    Within(T, T, &'static str),
+}
+
+impl<T> Var<T> {
+    const fn any(name: &'static str, default: T) -> Self {
+        Self {
+            name,
+            default: Some(default),
+            accepts: Accepts::Any,
+        }
+    }
+
+    const fn between(name: &'static str, default: T, min: T, max: T) -> Self {
+        Self {
+            name,
+            default: Some(default),
+            accepts: Accepts::Between(min, max),
+        }
+    }
+}
+
+/// A value a [`Var`] holds: parsed from the variable's text, compared with bounds,
+/// shown in errors.
+pub trait Value: Copy + PartialOrd + fmt::Display + Default + 'static {
+    fn parse(raw: &str) -> Result<Self, String>;
+}
+
+macro_rules! value_from_str {
+    ($($t:ty),*) => {$(
+        impl Value for $t {
+            fn parse(raw: &str) -> Result<Self, String> {
+                raw.parse().map_err(|e: <$t as std::str::FromStr>::Err| e.to_string())
+            }
+        }
+    )*};
+}
+value_from_str!(u16, u32, u64, usize, f64);
+
+impl Value for bool {
+    fn parse(raw: &str) -> Result<Self, String> {
+        match raw.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" => Ok(true),
+            "false" | "0" | "no" => Ok(false),
+            _ => Err("must be true or false".to_owned()),
+        }
+    }
+}
+
+impl<T: Value> Accepts<T> {
+    /// Why `v` is refused, if it is.
+    fn refusal(&self, v: T) -> Option<String> {
+        match *self {
+            Self::Any => None,
+            Self::Between(min, max) => {
+                (v < min || v > max).then(|| format!("must be between {min} and {max}"))
+            }
+            Self::Within(low, high, reason) => (!(v > low && v < high)).then(|| reason.to_owned()),
+        }
+    }
+}
+
+/// Every variable the functions read, each declared once.
+pub mod vars {
+    use super::{Accepts, Text, Var};
+    use domain::defaults as d;
+
+    const DAY: u64 = 86_400;
+    const POSITIVE_SECONDS: &str = "must be a number of seconds greater than 0";
+
+    // Resources of the stack.
+    pub const TRANSACTIONS_TABLE: Text = Text::required("TRANSACTIONS_TABLE");
+    pub const PAYLOADS_TABLE: Text = Text::required("PAYLOADS_TABLE");
+    pub const AUDIT_TABLE: Text = Text::required("AUDIT_TABLE");
+    pub const REQUEST_QUEUE_URL: Text = Text::required("REQUEST_QUEUE_URL");
+    pub const RETRY_QUEUE_URL: Text = Text::required("RETRY_QUEUE_URL");
+    pub const RESPONSE_DLQ_URL: Text = Text::required("RESPONSE_DLQ_URL");
+    pub const RETRY_DLQ_URL: Text = Text::required("RETRY_DLQ_URL");
+    /// Empty or unset: no circuit breaker, requests always go out.
+    pub const BREAKER_TABLE: Text = Text::or("BREAKER_TABLE", "");
+
+    // Schedules: the dedicated group, the target (the retry queue), the role the
+    // scheduler assumes and where undeliverable events go.
+    pub const SCHEDULE_GROUP: Text = Text::required("SCHEDULE_GROUP");
+    pub const RETRY_QUEUE_ARN: Text = Text::required("RETRY_QUEUE_ARN");
+    pub const SCHEDULER_ROLE_ARN: Text = Text::required("SCHEDULER_ROLE_ARN");
+    pub const SCHEDULER_DLQ_ARN: Text = Text::required("SCHEDULER_DLQ_ARN");
+    pub const SCHEDULER_RETRY_ATTEMPTS: Var<u32> = Var::between(
+        "SCHEDULER_RETRY_ATTEMPTS",
+        d::SCHEDULER_RETRY_ATTEMPTS,
+        0,
+        185,
+    );
+    pub const SCHEDULER_MAX_EVENT_AGE_SECONDS: Var<u32> = Var::between(
+        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
+        d::SCHEDULER_MAX_EVENT_AGE_SECONDS,
+        60,
+        86_400,
+    );
+
+    // Backoff.
+    pub const BACKOFF_BASE_SECONDS: Var<f64> = Var {
+        name: "BACKOFF_BASE_SECONDS",
+        default: Some(d::BACKOFF_BASE.as_secs_f64()),
+        accepts: Accepts::Within(0.0, 1e12, POSITIVE_SECONDS),
+    };
+    pub const BACKOFF_FACTOR: Var<f64> = Var::any("BACKOFF_FACTOR", d::BACKOFF_FACTOR);
+    pub const BACKOFF_CAP_SECONDS: Var<f64> = Var {
+        name: "BACKOFF_CAP_SECONDS",
+        default: Some(d::BACKOFF_CAP.as_secs_f64()),
+        accepts: Accepts::Within(0.0, 1e12, POSITIVE_SECONDS),
+    };
+    pub const BACKOFF_JITTER: Var<f64> = Var::any("BACKOFF_JITTER", d::BACKOFF_JITTER);
+    pub const BACKOFF_STRICT_CAP: Var<bool> = Var::any("BACKOFF_STRICT_CAP", d::BACKOFF_STRICT_CAP);
+    /// Per-reason policies, as JSON; empty: none.
+    pub const BACKOFF_OVERRIDES: Text = Text::or("BACKOFF_OVERRIDES", "");
+
+    // Reconciliation and answer deadlines.
+    pub const RECONCILE_SHARDS: Var<u16> =
+        Var::between("RECONCILE_SHARDS", d::RECONCILE_SHARDS, 1, 1000);
+    pub const RECONCILE_THRESHOLD_SECONDS: Var<u64> = Var::between(
+        "RECONCILE_THRESHOLD_SECONDS",
+        d::RECONCILE_THRESHOLD.as_secs(),
+        1,
+        30 * DAY,
+    );
+    pub const RECONCILE_MAX_ITEMS: Var<u32> =
+        Var::between("RECONCILE_MAX_ITEMS", d::RECONCILE_MAX_ITEMS, 1, 1_000_000);
+    pub const RECONCILE_REQUEUE_MAX: Var<u32> =
+        Var::between("RECONCILE_REQUEUE_MAX", d::RECONCILE_REQUEUE_MAX, 1, 1000);
+    pub const ANSWER_TIMEOUT_SECONDS: Var<u64> = Var::between(
+        "ANSWER_TIMEOUT_SECONDS",
+        d::ANSWER_TIMEOUT.as_secs(),
+        1,
+        30 * DAY,
+    );
+    pub const ANSWER_REPUBLISH_MAX: Var<u32> =
+        Var::between("ANSWER_REPUBLISH_MAX", d::ANSWER_REPUBLISH_MAX, 0, 100);
+    pub const TECHNICAL_RESEND_MAX: Var<u32> = Var::between(
+        "TECHNICAL_RESEND_MAX",
+        d::TECHNICAL_RESEND_MAX,
+        0,
+        d::TECHNICAL_RESEND_LIMIT,
+    );
+
+    // Throughput, audit and metrics.
+    /// Per execution environment; required.
+    pub const MAX_REQUESTS_PER_SECOND: Var<f64> = Var {
+        name: "MAX_REQUESTS_PER_SECOND",
+        default: None,
+        accepts: Accepts::Within(0.0, f64::INFINITY, "must be a number greater than 0"),
+    };
+    pub const BATCH_CONCURRENCY: Var<usize> =
+        Var::between("BATCH_CONCURRENCY", d::BATCH_CONCURRENCY, 1, 1000);
+    pub const AUDIT_RETENTION_DAYS: Var<u32> =
+        Var::between("AUDIT_RETENTION_DAYS", d::AUDIT_RETENTION_DAYS, 1, 36_500);
+    pub const METRICS_NAMESPACE: Text = Text::or("METRICS_NAMESPACE", d::METRICS_NAMESPACE);
+
+    // The circuit breaker (see `domain::breaker::BreakerSettings`).
+    pub const BREAKER_WINDOW_SECONDS: Var<u64> = Var::between(
+        "BREAKER_WINDOW_SECONDS",
+        d::BREAKER_WINDOW.as_secs(),
+        1,
+        DAY,
+    );
+    pub const BREAKER_MIN_CALLS: Var<u32> =
+        Var::between("BREAKER_MIN_CALLS", d::BREAKER_MIN_CALLS, 1, 1_000_000);
+    pub const BREAKER_FAILURE_RATIO: Var<f64> =
+        Var::any("BREAKER_FAILURE_RATIO", d::BREAKER_FAILURE_RATIO);
+    pub const BREAKER_DEADLINE_BURST: Var<u32> = Var::between(
+        "BREAKER_DEADLINE_BURST",
+        d::BREAKER_DEADLINE_BURST,
+        1,
+        1_000_000,
+    );
+    pub const BREAKER_COOLDOWN_SECONDS: Var<u64> = Var::between(
+        "BREAKER_COOLDOWN_SECONDS",
+        d::BREAKER_COOLDOWN.as_secs(),
+        1,
+        DAY,
+    );
+    pub const BREAKER_COOLDOWN_MAX_SECONDS: Var<u64> = Var::between(
+        "BREAKER_COOLDOWN_MAX_SECONDS",
+        d::BREAKER_COOLDOWN_MAX.as_secs(),
+        1,
+        DAY,
+    );
+    pub const BREAKER_PROBES: Var<u32> =
+        Var::between("BREAKER_PROBES", d::BREAKER_PROBES, 1, 10_000);
+    /// At most `BREAKER_COOLDOWN_SECONDS` (checked at start-up).
+    pub const BREAKER_REFRESH_SECONDS: Var<u64> = Var::between(
+        "BREAKER_REFRESH_SECONDS",
+        d::BREAKER_REFRESH.as_secs(),
+        1,
+        300,
+    );
+}
+
+/// The one reader of variables: reads through a lookup function, keeps the first
+/// error and carries on (so every variable is read whatever the values), and
+/// records every name it was asked for.
+struct Env<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    asked: RefCell<Vec<&'static str>>,
+    error: RefCell<Option<ConfigError>>,
+}
+
+impl<'a> Env<'a> {
+    fn new(lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        Self {
+            lookup,
+            asked: RefCell::new(Vec::new()),
+            error: RefCell::new(None),
+        }
+    }
+
+    /// A configuration read with `read`, or the first error met.
+    fn read<C>(
+        lookup: &dyn Fn(&str) -> Option<String>,
+        read: fn(&Env<'_>) -> C,
+    ) -> Result<C, ConfigError> {
+        let env = Env::new(lookup);
+        let value = read(&env);
+        match env.error.into_inner() {
+            Some(e) => Err(e),
+            None => Ok(value),
+        }
+    }
+
+    /// The names `read` asks for, in the order it asks.
+    fn names<C>(read: fn(&Env<'_>) -> C) -> Vec<&'static str> {
+        let env = Env::new(&|_| None);
+        read(&env);
+        env.asked.into_inner()
+    }
+
+    fn fail(&self, e: ConfigError) {
+        self.error.borrow_mut().get_or_insert(e);
+    }
+
+    /// The variable's text, absent when unset or blank.
     fn raw(&self, name: &'static str) -> Option<String> {
+        let mut asked = self.asked.borrow_mut();
+        if !asked.contains(&name) {
+            asked.push(name);
+        }
         (self.lookup)(name).filter(|v| !v.trim().is_empty())
     }
 
-    fn required(&self, name: &'static str) -> Result<String, ConfigError> {
-        self.raw(name)
-            .map(|v| v.trim().to_owned())
-            .ok_or(ConfigError::Missing { name })
-    }
-
-    fn string_or(&self, name: &'static str, default: &str) -> String {
-        self.raw(name)
-            .map(|v| v.trim().to_owned())
-            .unwrap_or_else(|| default.to_owned())
-    }
-
-    fn parsed<T>(&self, name: &'static str, default: T) -> Result<T, ConfigError>
-    where
-        T: FromStr,
-        T::Err: std::fmt::Display,
-    {
-        match self.raw(name) {
-            None => Ok(default),
-            Some(v) => v.trim().parse().map_err(|e: T::Err| ConfigError::Invalid {
-                name,
-                value: v.clone(),
-                reason: e.to_string(),
-            }),
+    fn text(&self, var: &Text) -> String {
+        match (self.raw(var.name), var.default) {
+            (Some(v), _) => v.trim().to_owned(),
+            (None, Some(default)) => default.to_owned(),
+            (None, None) => {
+                self.fail(ConfigError::Missing { name: var.name });
+                String::new()
+            }
         }
     }
 
-    /// An integer in `min..=max`.
-    fn ranged<T>(&self, name: &'static str, default: T, min: T, max: T) -> Result<T, ConfigError>
-    where
-        T: FromStr + PartialOrd + Copy + std::fmt::Display,
-        T::Err: std::fmt::Display,
-    {
-        let v = self.parsed(name, default)?;
-        if v < min || v > max {
-            return Err(ConfigError::Invalid {
-                name,
-                value: v.to_string(),
-                reason: format!("must be between {min} and {max}"),
-            });
-        }
-        Ok(v)
-    }
-
-    fn boolean(&self, name: &'static str, default: bool) -> Result<bool, ConfigError> {
-        match self.raw(name) {
-            None => Ok(default),
-            Some(v) => match v.trim().to_ascii_lowercase().as_str() {
-                "true" | "1" | "yes" => Ok(true),
-                "false" | "0" | "no" => Ok(false),
-                _ => Err(ConfigError::Invalid {
-                    name,
-                    value: v,
-                    reason: "must be true or false".to_owned(),
-                }),
+    /// The variable's value; after an error, its default (or `T::default()`).
+    fn get<T: Value>(&self, var: &Var<T>) -> T {
+        let fallback = var.default.unwrap_or_default();
+        let Some(raw) = self.raw(var.name) else {
+            if var.default.is_none() {
+                self.fail(ConfigError::Missing { name: var.name });
+            }
+            return fallback;
+        };
+        let refused = match T::parse(raw.trim()) {
+            Ok(v) => match var.accepts.refusal(v) {
+                None => return v,
+                Some(reason) => (v.to_string(), reason),
             },
-        }
+            Err(reason) => (raw, reason),
+        };
+        self.fail(ConfigError::Invalid {
+            name: var.name,
+            value: refused.0,
+            reason: refused.1,
+        });
+        fallback
+    }
+
+    fn seconds(&self, var: &Var<u64>) -> Duration {
+        Duration::from_secs(self.get(var))
     }
 }
 
@@ -121,15 +385,26 @@ fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-const MAX_SHARDS: u16 = 1000;
+/// `env_vars()`, `from_env()` and `from_lookup()` of a configuration with a reader.
+macro_rules! read_from_env {
+    ($config:ty) => {
+        impl $config {
+            /// Every environment variable the function reads.
+            pub fn env_vars() -> Vec<&'static str> {
+                Env::names(Self::read)
+            }
 
-fn shards(env: &Env<'_>) -> Result<u16, ConfigError> {
-    env.ranged(
-        "RECONCILE_SHARDS",
-        defaults::RECONCILE_SHARDS,
-        1,
-        MAX_SHARDS,
-    )
+            pub fn from_env() -> Result<Self, ConfigError> {
+                Self::from_lookup(&process_env)
+            }
+
+            pub fn from_lookup(
+                lookup: &dyn Fn(&str) -> Option<String>,
+            ) -> Result<Self, ConfigError> {
+                Env::read(lookup, Self::read)
+            }
+        }
+    };
 }
 
 /// The answer deadline: how long a request may go unanswered
@@ -145,39 +420,10 @@ pub struct AnswerDeadline {
 impl Default for AnswerDeadline {
     fn default() -> Self {
         Self {
-            timeout: defaults::ANSWER_TIMEOUT,
-            republish_max: defaults::ANSWER_REPUBLISH_MAX,
+            timeout: domain::defaults::ANSWER_TIMEOUT,
+            republish_max: domain::defaults::ANSWER_REPUBLISH_MAX,
         }
     }
-}
-
-fn answer_timeout(env: &Env<'_>) -> Result<Duration, ConfigError> {
-    Ok(Duration::from_secs(env.ranged(
-        "ANSWER_TIMEOUT_SECONDS",
-        defaults::ANSWER_TIMEOUT.as_secs(),
-        1,
-        30 * 86_400,
-    )?))
-}
-
-fn answer_deadline(env: &Env<'_>) -> Result<AnswerDeadline, ConfigError> {
-    Ok(AnswerDeadline {
-        timeout: answer_timeout(env)?,
-        republish_max: env.ranged(
-            "ANSWER_REPUBLISH_MAX",
-            defaults::ANSWER_REPUBLISH_MAX,
-            0,
-            100,
-        )?,
-    })
-}
-
-fn batch_concurrency(env: &Env<'_>) -> Result<usize, ConfigError> {
-    env.ranged("BATCH_CONCURRENCY", defaults::BATCH_CONCURRENCY, 1, 1000)
-}
-
-fn namespace(env: &Env<'_>) -> String {
-    env.string_or("METRICS_NAMESPACE", defaults::METRICS_NAMESPACE)
 }
 
 /// The circuit breaker of the external service (`BREAKER_TABLE` and the
@@ -187,63 +433,60 @@ pub struct BreakerConfig {
     pub table: String,
     pub settings: domain::breaker::BreakerSettings,
     /// How long an execution environment uses its last read of the breaker
-    /// (`BREAKER_REFRESH_SECONDS`, 1–300, default 5).
+    /// (`BREAKER_REFRESH_SECONDS`, 1–300, default 5, at most the cool-down).
     pub refresh: Duration,
 }
 
 impl BreakerConfig {
-    pub const ENV_VARS: &'static [&'static str] = &[
-        "BREAKER_TABLE",
-        "BREAKER_WINDOW_SECONDS",
-        "BREAKER_MIN_CALLS",
-        "BREAKER_FAILURE_RATIO",
-        "BREAKER_DEADLINE_BURST",
-        "BREAKER_COOLDOWN_SECONDS",
-        "BREAKER_COOLDOWN_MAX_SECONDS",
-        "BREAKER_PROBES",
-        "BREAKER_REFRESH_SECONDS",
-    ];
-
-    fn read(env: &Env<'_>) -> Result<Option<Self>, ConfigError> {
-        let d = domain::breaker::BreakerSettings::default();
-        // Read every setting even without a table, so a bad value is never silent.
-        let secs = |name, default: Duration| -> Result<Duration, ConfigError> {
-            Ok(Duration::from_secs(env.ranged(
-                name,
-                default.as_secs(),
-                1,
-                86_400,
-            )?))
-        };
-        let settings = domain::breaker::BreakerSettings {
-            window: secs("BREAKER_WINDOW_SECONDS", d.window)?,
-            min_calls: env.ranged("BREAKER_MIN_CALLS", d.min_calls, 1, 1_000_000)?,
-            failure_ratio: env.parsed("BREAKER_FAILURE_RATIO", d.failure_ratio)?,
-            deadline_burst: env.ranged("BREAKER_DEADLINE_BURST", d.deadline_burst, 1, 1_000_000)?,
-            cooldown: secs("BREAKER_COOLDOWN_SECONDS", d.cooldown)?,
-            cooldown_max: secs("BREAKER_COOLDOWN_MAX_SECONDS", d.cooldown_max)?,
-            probes: env.ranged("BREAKER_PROBES", d.probes, 1, 10_000)?,
+    fn read(env: &Env<'_>) -> Option<Self> {
+        use domain::breaker::BreakerSettings;
+        // Every setting is read even without a table, so a bad value is never silent.
+        let settings = BreakerSettings {
+            window: env.seconds(&BREAKER_WINDOW_SECONDS),
+            min_calls: env.get(&BREAKER_MIN_CALLS),
+            failure_ratio: env.get(&BREAKER_FAILURE_RATIO),
+            deadline_burst: env.get(&BREAKER_DEADLINE_BURST),
+            cooldown: env.seconds(&BREAKER_COOLDOWN_SECONDS),
+            cooldown_max: env.seconds(&BREAKER_COOLDOWN_MAX_SECONDS),
+            probes: env.get(&BREAKER_PROBES),
         }
         .validated()
-        .map_err(|e| ConfigError::Invalid {
-            name: match e.name {
-                "window" => "BREAKER_WINDOW_SECONDS",
-                "min_calls" => "BREAKER_MIN_CALLS",
-                "failure_ratio" => "BREAKER_FAILURE_RATIO",
-                "deadline_burst" => "BREAKER_DEADLINE_BURST",
-                "cooldown" => "BREAKER_COOLDOWN_SECONDS",
-                "cooldown_max" => "BREAKER_COOLDOWN_MAX_SECONDS",
-                _ => "BREAKER_PROBES",
-            },
-            value: e.value.clone(),
-            reason: e.reason.to_owned(),
-        })?;
-        let refresh = Duration::from_secs(env.ranged("BREAKER_REFRESH_SECONDS", 5, 1, 300)?);
-        Ok(env.raw("BREAKER_TABLE").map(|t| Self {
-            table: t.trim().to_owned(),
+        .unwrap_or_else(|e| {
+            env.fail(ConfigError::Invalid {
+                name: match e.name {
+                    "window" => BREAKER_WINDOW_SECONDS.name,
+                    "min_calls" => BREAKER_MIN_CALLS.name,
+                    "failure_ratio" => BREAKER_FAILURE_RATIO.name,
+                    "deadline_burst" => BREAKER_DEADLINE_BURST.name,
+                    "cooldown" => BREAKER_COOLDOWN_SECONDS.name,
+                    "cooldown_max" => BREAKER_COOLDOWN_MAX_SECONDS.name,
+                    _ => BREAKER_PROBES.name,
+                },
+                value: e.value.clone(),
+                reason: e.reason.to_owned(),
+            });
+            BreakerSettings::default()
+        });
+        let refresh = env.seconds(&BREAKER_REFRESH_SECONDS);
+        if refresh > settings.cooldown {
+            // A state read less often than it can change would keep a closed
+            // breaker's requests held back past its cool-down.
+            env.fail(ConfigError::Invalid {
+                name: BREAKER_REFRESH_SECONDS.name,
+                value: refresh.as_secs().to_string(),
+                reason: format!(
+                    "must be at most {}={:?}",
+                    BREAKER_COOLDOWN_SECONDS.name,
+                    settings.cooldown.as_secs().to_string()
+                ),
+            });
+        }
+        let table = env.text(&BREAKER_TABLE);
+        (!table.is_empty()).then_some(Self {
+            table,
             settings,
             refresh,
-        }))
+        })
     }
 }
 
@@ -265,100 +508,58 @@ pub struct SchedulerSettings {
 }
 
 impl SchedulerSettings {
-    pub const ENV_VARS: &'static [&'static str] = &[
-        "SCHEDULE_GROUP",
-        "RETRY_QUEUE_ARN",
-        "SCHEDULER_ROLE_ARN",
-        "SCHEDULER_DLQ_ARN",
-        "SCHEDULER_RETRY_ATTEMPTS",
-        "SCHEDULER_MAX_EVENT_AGE_SECONDS",
-    ];
-
-    fn read(env: &Env<'_>) -> Result<Self, ConfigError> {
-        Ok(Self {
-            group: env.required("SCHEDULE_GROUP")?,
-            retry_queue_arn: env.required("RETRY_QUEUE_ARN")?,
-            role_arn: env.required("SCHEDULER_ROLE_ARN")?,
-            dlq_arn: env.required("SCHEDULER_DLQ_ARN")?,
-            retry_attempts: env.ranged(
-                "SCHEDULER_RETRY_ATTEMPTS",
-                defaults::SCHEDULER_RETRY_ATTEMPTS,
-                0,
-                185,
-            )?,
-            max_event_age_seconds: env.ranged(
-                "SCHEDULER_MAX_EVENT_AGE_SECONDS",
-                defaults::SCHEDULER_MAX_EVENT_AGE_SECONDS,
-                60,
-                86_400,
-            )?,
-        })
+    fn read(env: &Env<'_>) -> Self {
+        Self {
+            group: env.text(&SCHEDULE_GROUP),
+            retry_queue_arn: env.text(&RETRY_QUEUE_ARN),
+            role_arn: env.text(&SCHEDULER_ROLE_ARN),
+            dlq_arn: env.text(&SCHEDULER_DLQ_ARN),
+            retry_attempts: env.get(&SCHEDULER_RETRY_ATTEMPTS),
+            max_event_age_seconds: env.get(&SCHEDULER_MAX_EVENT_AGE_SECONDS),
+        }
     }
 }
 
 /// Builds the backoff policies from `BACKOFF_*`; errors name the variable.
-fn policies(env: &Env<'_>) -> Result<PolicySet, ConfigError> {
-    let base: f64 = env.parsed("BACKOFF_BASE_SECONDS", defaults::BACKOFF_BASE.as_secs_f64())?;
-    let factor: f64 = env.parsed("BACKOFF_FACTOR", defaults::BACKOFF_FACTOR)?;
-    let cap: f64 = env.parsed("BACKOFF_CAP_SECONDS", defaults::BACKOFF_CAP.as_secs_f64())?;
-    let jitter: f64 = env.parsed("BACKOFF_JITTER", defaults::BACKOFF_JITTER)?;
-    let strict = env.boolean("BACKOFF_STRICT_CAP", defaults::BACKOFF_STRICT_CAP)?;
-    let secs = |name: &'static str, v: f64| {
-        if v.is_finite() && v > 0.0 && v < 1e12 {
-            Ok(Duration::from_secs_f64(v))
-        } else {
-            Err(ConfigError::Invalid {
-                name,
-                value: v.to_string(),
-                reason: "must be a number of seconds greater than 0".to_owned(),
-            })
-        }
-    };
+fn policies(env: &Env<'_>) -> PolicySet {
     let policy = RetryPolicy::new(
-        secs("BACKOFF_BASE_SECONDS", base)?,
-        factor,
-        secs("BACKOFF_CAP_SECONDS", cap)?,
-        jitter,
-        strict,
+        Duration::from_secs_f64(env.get(&BACKOFF_BASE_SECONDS)),
+        env.get(&BACKOFF_FACTOR),
+        Duration::from_secs_f64(env.get(&BACKOFF_CAP_SECONDS)),
+        env.get(&BACKOFF_JITTER),
+        env.get(&BACKOFF_STRICT_CAP),
     )
-    .map_err(|e| match e {
-        PolicyError::Invalid { field, value, rule } => {
-            let name = match field {
-                "base" => "BACKOFF_BASE_SECONDS",
-                "factor" => "BACKOFF_FACTOR",
-                "cap" => "BACKOFF_CAP_SECONDS",
-                _ => "BACKOFF_JITTER",
-            };
-            ConfigError::Invalid {
-                name,
+    .unwrap_or_else(|e| {
+        env.fail(match e {
+            PolicyError::Invalid { field, value, rule } => ConfigError::Invalid {
+                name: match field {
+                    "base" => BACKOFF_BASE_SECONDS.name,
+                    "factor" => BACKOFF_FACTOR.name,
+                    "cap" => BACKOFF_CAP_SECONDS.name,
+                    _ => BACKOFF_JITTER.name,
+                },
                 value: value.to_string(),
                 reason: rule.to_owned(),
-            }
-        }
-        PolicyError::Overrides { detail } => ConfigError::Invalid {
-            name: "BACKOFF_OVERRIDES",
-            value: String::new(),
-            reason: detail,
-        },
-    })?;
-    let overrides = env.string_or("BACKOFF_OVERRIDES", "");
-    PolicySet::uniform(policy)
+            },
+            PolicyError::Overrides { detail } => ConfigError::Invalid {
+                name: BACKOFF_OVERRIDES.name,
+                value: String::new(),
+                reason: detail,
+            },
+        });
+        RetryPolicy::article_default()
+    });
+    let overrides = env.text(&BACKOFF_OVERRIDES);
+    PolicySet::uniform(policy.clone())
         .with_overrides_json(&overrides)
-        .map_err(|e| ConfigError::Invalid {
-            name: "BACKOFF_OVERRIDES",
-            value: overrides.clone(),
-            reason: e.to_string(),
+        .unwrap_or_else(|e| {
+            env.fail(ConfigError::Invalid {
+                name: BACKOFF_OVERRIDES.name,
+                value: overrides.clone(),
+                reason: e.to_string(),
+            });
+            PolicySet::uniform(policy)
         })
-}
-
-/// AUDIT_RETENTION_DAYS: how long audit entries are kept.
-fn audit_retention_days(env: &Env<'_>) -> Result<u32, ConfigError> {
-    env.ranged(
-        "AUDIT_RETENTION_DAYS",
-        defaults::AUDIT_RETENTION_DAYS,
-        1,
-        36_500,
-    )
 }
 
 /// The response handler (A).
@@ -387,63 +588,25 @@ pub struct ResponseHandlerConfig {
     pub metrics_namespace: String,
 }
 
+read_from_env!(ResponseHandlerConfig);
+
 impl ResponseHandlerConfig {
-    /// The variables it reads besides those of its parts ([`Self::env_vars`]).
-    const OWN_VARS: &'static [&'static str] = &[
-        "TRANSACTIONS_TABLE",
-        "RECONCILE_SHARDS",
-        "BACKOFF_BASE_SECONDS",
-        "BACKOFF_FACTOR",
-        "BACKOFF_CAP_SECONDS",
-        "BACKOFF_JITTER",
-        "BACKOFF_STRICT_CAP",
-        "BACKOFF_OVERRIDES",
-        "RESPONSE_DLQ_URL",
-        "RETRY_QUEUE_URL",
-        "ANSWER_TIMEOUT_SECONDS",
-        "AUDIT_TABLE",
-        "AUDIT_RETENTION_DAYS",
-        "TECHNICAL_RESEND_MAX",
-        "BATCH_CONCURRENCY",
-        "METRICS_NAMESPACE",
-    ];
-
-    /// Every environment variable the function reads.
-    pub fn env_vars() -> Vec<&'static str> {
-        [
-            Self::OWN_VARS,
-            SchedulerSettings::ENV_VARS,
-            BreakerConfig::ENV_VARS,
-        ]
-        .concat()
-    }
-
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env { lookup };
-        Ok(Self {
-            transactions_table: env.required("TRANSACTIONS_TABLE")?,
-            reconcile_shards: shards(&env)?,
-            scheduler: SchedulerSettings::read(&env)?,
-            policies: policies(&env)?,
-            response_dlq_url: env.required("RESPONSE_DLQ_URL")?,
-            retry_queue_url: env.required("RETRY_QUEUE_URL")?,
-            answer_timeout: answer_timeout(&env)?,
-            audit_table: env.required("AUDIT_TABLE")?,
-            audit_retention_days: audit_retention_days(&env)?,
-            technical_resend_max: env.ranged(
-                "TECHNICAL_RESEND_MAX",
-                defaults::TECHNICAL_RESEND_MAX,
-                0,
-                defaults::TECHNICAL_RESEND_LIMIT,
-            )?,
-            breaker: BreakerConfig::read(&env)?,
-            batch_concurrency: batch_concurrency(&env)?,
-            metrics_namespace: namespace(&env),
-        })
+    fn read(env: &Env<'_>) -> Self {
+        Self {
+            transactions_table: env.text(&TRANSACTIONS_TABLE),
+            reconcile_shards: env.get(&RECONCILE_SHARDS),
+            scheduler: SchedulerSettings::read(env),
+            policies: policies(env),
+            response_dlq_url: env.text(&RESPONSE_DLQ_URL),
+            retry_queue_url: env.text(&RETRY_QUEUE_URL),
+            answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
+            audit_table: env.text(&AUDIT_TABLE),
+            audit_retention_days: env.get(&AUDIT_RETENTION_DAYS),
+            technical_resend_max: env.get(&TECHNICAL_RESEND_MAX),
+            breaker: BreakerConfig::read(env),
+            batch_concurrency: env.get(&BATCH_CONCURRENCY),
+            metrics_namespace: env.text(&METRICS_NAMESPACE),
+        }
     }
 }
 
@@ -467,64 +630,24 @@ pub struct RetryHandlerConfig {
     pub metrics_namespace: String,
 }
 
+read_from_env!(RetryHandlerConfig);
+
 impl RetryHandlerConfig {
-    /// The variables it reads besides those of its parts ([`Self::env_vars`]).
-    const OWN_VARS: &'static [&'static str] = &[
-        "TRANSACTIONS_TABLE",
-        "PAYLOADS_TABLE",
-        "REQUEST_QUEUE_URL",
-        "RETRY_DLQ_URL",
-        "RECONCILE_SHARDS",
-        "MAX_REQUESTS_PER_SECOND",
-        "ANSWER_TIMEOUT_SECONDS",
-        "BATCH_CONCURRENCY",
-        "METRICS_NAMESPACE",
-    ];
-
-    /// Every environment variable the function reads.
-    pub fn env_vars() -> Vec<&'static str> {
-        [
-            Self::OWN_VARS,
-            SchedulerSettings::ENV_VARS,
-            BreakerConfig::ENV_VARS,
-        ]
-        .concat()
-    }
-
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env { lookup };
-        let raw = env.required("MAX_REQUESTS_PER_SECOND")?;
-        let rate: f64 =
-            raw.parse()
-                .map_err(|e: std::num::ParseFloatError| ConfigError::Invalid {
-                    name: "MAX_REQUESTS_PER_SECOND",
-                    value: raw.clone(),
-                    reason: e.to_string(),
-                })?;
-        if !rate.is_finite() || rate <= 0.0 {
-            return Err(ConfigError::Invalid {
-                name: "MAX_REQUESTS_PER_SECOND",
-                value: raw,
-                reason: "must be a number greater than 0".to_owned(),
-            });
+    fn read(env: &Env<'_>) -> Self {
+        let max_requests_per_second = env.get(&MAX_REQUESTS_PER_SECOND);
+        Self {
+            transactions_table: env.text(&TRANSACTIONS_TABLE),
+            payloads_table: env.text(&PAYLOADS_TABLE),
+            request_queue_url: env.text(&REQUEST_QUEUE_URL),
+            retry_dlq_url: env.text(&RETRY_DLQ_URL),
+            reconcile_shards: env.get(&RECONCILE_SHARDS),
+            max_requests_per_second,
+            answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
+            scheduler: SchedulerSettings::read(env),
+            breaker: BreakerConfig::read(env),
+            batch_concurrency: env.get(&BATCH_CONCURRENCY),
+            metrics_namespace: env.text(&METRICS_NAMESPACE),
         }
-        Ok(Self {
-            transactions_table: env.required("TRANSACTIONS_TABLE")?,
-            payloads_table: env.required("PAYLOADS_TABLE")?,
-            request_queue_url: env.required("REQUEST_QUEUE_URL")?,
-            retry_dlq_url: env.required("RETRY_DLQ_URL")?,
-            reconcile_shards: shards(&env)?,
-            max_requests_per_second: rate,
-            answer_timeout: answer_timeout(&env)?,
-            scheduler: SchedulerSettings::read(&env)?,
-            breaker: BreakerConfig::read(&env)?,
-            batch_concurrency: batch_concurrency(&env)?,
-            metrics_namespace: namespace(&env),
-        })
     }
 
     /// Minimum interval between two publishes of one process.
@@ -555,67 +678,27 @@ pub struct ReconcilerConfig {
     pub metrics_namespace: String,
 }
 
+read_from_env!(ReconcilerConfig);
+
 impl ReconcilerConfig {
-    /// The variables it reads besides those of its parts ([`Self::env_vars`]).
-    const OWN_VARS: &'static [&'static str] = &[
-        "TRANSACTIONS_TABLE",
-        "PAYLOADS_TABLE",
-        "RECONCILE_SHARDS",
-        "RETRY_QUEUE_URL",
-        "REQUEST_QUEUE_URL",
-        "ANSWER_TIMEOUT_SECONDS",
-        "ANSWER_REPUBLISH_MAX",
-        "RECONCILE_REQUEUE_MAX",
-        "RECONCILE_THRESHOLD_SECONDS",
-        "RECONCILE_MAX_ITEMS",
-        "METRICS_NAMESPACE",
-    ];
-
-    /// Every environment variable the function reads.
-    pub fn env_vars() -> Vec<&'static str> {
-        [
-            Self::OWN_VARS,
-            SchedulerSettings::ENV_VARS,
-            BreakerConfig::ENV_VARS,
-        ]
-        .concat()
-    }
-
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env { lookup };
-        Ok(Self {
-            transactions_table: env.required("TRANSACTIONS_TABLE")?,
-            payloads_table: env.required("PAYLOADS_TABLE")?,
-            reconcile_shards: shards(&env)?,
-            retry_queue_url: env.required("RETRY_QUEUE_URL")?,
-            request_queue_url: env.required("REQUEST_QUEUE_URL")?,
-            answer: answer_deadline(&env)?,
-            requeue_max: env.ranged(
-                "RECONCILE_REQUEUE_MAX",
-                defaults::RECONCILE_REQUEUE_MAX,
-                1,
-                1000,
-            )?,
-            scheduler: SchedulerSettings::read(&env)?,
-            reconcile_threshold: Duration::from_secs(env.ranged(
-                "RECONCILE_THRESHOLD_SECONDS",
-                defaults::RECONCILE_THRESHOLD.as_secs(),
-                1,
-                30 * 86_400,
-            )?),
-            reconcile_max_items: env.ranged(
-                "RECONCILE_MAX_ITEMS",
-                defaults::RECONCILE_MAX_ITEMS,
-                1,
-                1_000_000,
-            )?,
-            breaker: BreakerConfig::read(&env)?,
-            metrics_namespace: namespace(&env),
-        })
+    fn read(env: &Env<'_>) -> Self {
+        Self {
+            transactions_table: env.text(&TRANSACTIONS_TABLE),
+            payloads_table: env.text(&PAYLOADS_TABLE),
+            reconcile_shards: env.get(&RECONCILE_SHARDS),
+            retry_queue_url: env.text(&RETRY_QUEUE_URL),
+            request_queue_url: env.text(&REQUEST_QUEUE_URL),
+            answer: AnswerDeadline {
+                timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
+                republish_max: env.get(&ANSWER_REPUBLISH_MAX),
+            },
+            requeue_max: env.get(&RECONCILE_REQUEUE_MAX),
+            scheduler: SchedulerSettings::read(env),
+            reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
+            reconcile_max_items: env.get(&RECONCILE_MAX_ITEMS),
+            breaker: BreakerConfig::read(env),
+            metrics_namespace: env.text(&METRICS_NAMESPACE),
+        }
     }
 }
 
@@ -627,23 +710,15 @@ pub struct AuditWriterConfig {
     pub metrics_namespace: String,
 }
 
+read_from_env!(AuditWriterConfig);
+
 impl AuditWriterConfig {
-    /// Every environment variable the function reads.
-    pub fn env_vars() -> Vec<&'static str> {
-        vec!["AUDIT_TABLE", "AUDIT_RETENTION_DAYS", "METRICS_NAMESPACE"]
-    }
-
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(&process_env)
-    }
-
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env { lookup };
-        Ok(Self {
-            audit_table: env.required("AUDIT_TABLE")?,
-            retention_days: audit_retention_days(&env)?,
-            metrics_namespace: namespace(&env),
-        })
+    fn read(env: &Env<'_>) -> Self {
+        Self {
+            audit_table: env.text(&AUDIT_TABLE),
+            retention_days: env.get(&AUDIT_RETENTION_DAYS),
+            metrics_namespace: env.text(&METRICS_NAMESPACE),
+        }
     }
 }
 
@@ -702,6 +777,7 @@ impl StackNames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domain::defaults;
     use std::collections::HashMap;
 
     fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
@@ -713,22 +789,26 @@ mod tests {
     }
 
     const SCHED: &[(&str, &str)] = &[
-        ("SCHEDULE_GROUP", "g"),
-        ("RETRY_QUEUE_ARN", "arn:aws:sqs:us-east-1:1:retry"),
-        ("SCHEDULER_ROLE_ARN", "arn:aws:iam::1:role/s"),
-        ("SCHEDULER_DLQ_ARN", "arn:aws:sqs:us-east-1:1:dlq"),
+        (SCHEDULE_GROUP.name, "g"),
+        (RETRY_QUEUE_ARN.name, "arn:aws:sqs:us-east-1:1:retry"),
+        (SCHEDULER_ROLE_ARN.name, "arn:aws:iam::1:role/s"),
+        (SCHEDULER_DLQ_ARN.name, "arn:aws:sqs:us-east-1:1:dlq"),
     ];
 
     fn response_env(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
         let mut v: Vec<(&str, &str)> = vec![
-            ("TRANSACTIONS_TABLE", "tx"),
-            ("RESPONSE_DLQ_URL", "http://q/dlq"),
-            ("RETRY_QUEUE_URL", "http://q/retry"),
-            ("AUDIT_TABLE", "audit"),
+            (TRANSACTIONS_TABLE.name, "tx"),
+            (RESPONSE_DLQ_URL.name, "http://q/dlq"),
+            (RETRY_QUEUE_URL.name, "http://q/retry"),
+            (AUDIT_TABLE.name, "audit"),
         ];
         v.extend_from_slice(SCHED);
         v.extend_from_slice(extra);
         v
+    }
+
+    fn response_error(extra: &[(&'static str, &'static str)]) -> ConfigError {
+        ResponseHandlerConfig::from_lookup(&lookup(&response_env(extra))).unwrap_err()
     }
 
     #[test]
@@ -749,58 +829,56 @@ mod tests {
         );
         let without: Vec<_> = response_env(&[])
             .into_iter()
-            .filter(|(k, _)| *k != "AUDIT_TABLE")
+            .filter(|(k, _)| *k != AUDIT_TABLE.name)
             .collect();
         let e = ResponseHandlerConfig::from_lookup(&lookup(&without)).unwrap_err();
-        assert!(e.to_string().contains("AUDIT_TABLE"), "{e}");
+        assert_eq!(
+            e,
+            ConfigError::Missing {
+                name: AUDIT_TABLE.name
+            }
+        );
     }
 
     #[test]
     fn errors_name_variable_and_value() {
-        let e = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
-            "BACKOFF_FACTOR",
-            "0.5",
-        )])))
-        .unwrap_err();
+        let e = response_error(&[(BACKOFF_FACTOR.name, "0.5")]);
         assert!(
-            matches!(
-                e,
-                ConfigError::Invalid {
-                    name: "BACKOFF_FACTOR",
-                    ..
-                }
-            ),
+            matches!(&e, ConfigError::Invalid { name, .. } if *name == BACKOFF_FACTOR.name),
             "{e}"
         );
         assert!(e.to_string().contains("0.5"), "{e}");
 
-        let e = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
-            "RECONCILE_SHARDS",
-            "eight",
-        )])))
-        .unwrap_err();
-        assert!(e.to_string().contains("RECONCILE_SHARDS=\"eight\""), "{e}");
+        let e = response_error(&[(RECONCILE_SHARDS.name, "eight")]);
+        let shown = format!("{}=\"eight\"", RECONCILE_SHARDS.name);
+        assert!(e.to_string().contains(&shown), "{e}");
 
-        let e = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
-            "BACKOFF_OVERRIDES",
-            "{nope",
-        )])))
-        .unwrap_err();
-        assert!(e.to_string().contains("BACKOFF_OVERRIDES=\"{nope\""), "{e}");
+        let e = response_error(&[(BACKOFF_OVERRIDES.name, "{nope")]);
+        let shown = format!("{}=\"{{nope\"", BACKOFF_OVERRIDES.name);
+        assert!(e.to_string().contains(&shown), "{e}");
 
-        let e = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
-            "SCHEDULER_MAX_EVENT_AGE_SECONDS",
-            "10",
-        )])))
-        .unwrap_err();
+        let e = response_error(&[(SCHEDULER_MAX_EVENT_AGE_SECONDS.name, "10")]);
         assert!(e.to_string().contains("between 60 and 86400"), "{e}");
 
-        let e = ResponseHandlerConfig::from_lookup(&lookup(&[("TRANSACTIONS_TABLE", "t")]))
+        let e = response_error(&[(BACKOFF_STRICT_CAP.name, "maybe")]);
+        assert!(e.to_string().contains("must be true or false"), "{e}");
+
+        let e = response_error(&[(BACKOFF_BASE_SECONDS.name, "-1")]);
+        assert_eq!(
+            e,
+            ConfigError::Invalid {
+                name: BACKOFF_BASE_SECONDS.name,
+                value: "-1".into(),
+                reason: "must be a number of seconds greater than 0".into()
+            }
+        );
+
+        let e = ResponseHandlerConfig::from_lookup(&lookup(&[(TRANSACTIONS_TABLE.name, "t")]))
             .unwrap_err();
         assert_eq!(
             e,
             ConfigError::Missing {
-                name: "SCHEDULE_GROUP"
+                name: SCHEDULE_GROUP.name
             }
         );
     }
@@ -808,13 +886,13 @@ mod tests {
     #[test]
     fn backoff_variables_build_the_policy_set() {
         let c = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[
-            ("BACKOFF_BASE_SECONDS", "60"),
-            ("BACKOFF_FACTOR", "3"),
-            ("BACKOFF_CAP_SECONDS", "600"),
-            ("BACKOFF_JITTER", "0"),
-            ("BACKOFF_STRICT_CAP", "true"),
+            (BACKOFF_BASE_SECONDS.name, "60"),
+            (BACKOFF_FACTOR.name, "3"),
+            (BACKOFF_CAP_SECONDS.name, "600"),
+            (BACKOFF_JITTER.name, "0"),
+            (BACKOFF_STRICT_CAP.name, "true"),
             (
-                "BACKOFF_OVERRIDES",
+                BACKOFF_OVERRIDES.name,
                 r#"{"NOT_AVAILABLE":{"base_seconds":10,"factor":1,"cap_seconds":10,"jitter":0}}"#,
             ),
         ])))
@@ -831,92 +909,67 @@ mod tests {
         );
     }
 
+    /// `env_vars()` is what a configuration reads with nothing set; the reader reads
+    /// the same variables whatever their values, so the list is complete.
     #[test]
-    fn every_variable_read_is_listed() {
-        // Record every name each config asks for and compare with ENV_VARS.
+    fn the_variables_read_do_not_depend_on_the_values() {
         type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
         fn asked(f: &dyn Fn(Lookup<'_>)) -> Vec<String> {
-            let seen = std::cell::RefCell::new(Vec::<String>::new());
+            let seen = RefCell::new(Vec::<String>::new());
             let l = |k: &str| {
                 seen.borrow_mut().push(k.to_owned());
-                Some(match k {
-                    "MAX_REQUESTS_PER_SECOND" => "5".to_owned(),
-                    "RECONCILE_SHARDS" | "BATCH_CONCURRENCY" | "SCHEDULER_RETRY_ATTEMPTS" => {
-                        "3".to_owned()
-                    }
-                    "SCHEDULER_MAX_EVENT_AGE_SECONDS" | "RECONCILE_THRESHOLD_SECONDS" => {
-                        "600".to_owned()
-                    }
-                    "RECONCILE_MAX_ITEMS" | "AUDIT_RETENTION_DAYS" => "30".to_owned(),
-                    "BACKOFF_BASE_SECONDS" | "BACKOFF_CAP_SECONDS" => "100".to_owned(),
-                    "BACKOFF_FACTOR" => "2".to_owned(),
-                    "BACKOFF_JITTER" => "0.1".to_owned(),
-                    "BACKOFF_STRICT_CAP" => "false".to_owned(),
-                    "BACKOFF_OVERRIDES" => "{}".to_owned(),
-                    "ANSWER_TIMEOUT_SECONDS"
-                    | "ANSWER_REPUBLISH_MAX"
-                    | "RECONCILE_REQUEUE_MAX"
-                    | "TECHNICAL_RESEND_MAX" => "3".to_owned(),
-                    "BREAKER_WINDOW_SECONDS"
-                    | "BREAKER_COOLDOWN_SECONDS"
-                    | "BREAKER_COOLDOWN_MAX_SECONDS" => "60".to_owned(),
-                    "BREAKER_MIN_CALLS"
-                    | "BREAKER_DEADLINE_BURST"
-                    | "BREAKER_PROBES"
-                    | "BREAKER_REFRESH_SECONDS" => "5".to_owned(),
-                    "BREAKER_FAILURE_RATIO" => "0.5".to_owned(),
-                    _ => "x".to_owned(),
-                })
+                Some("x".to_owned())
             };
             f(&l);
             let mut v = seen.into_inner();
-            v.sort();
             v.dedup();
             v
         }
-        let sorted = |s: &[&str]| {
-            let mut v: Vec<String> = s.iter().map(|x| (*x).to_owned()).collect();
-            v.sort();
-            v
-        };
+        let owned = |s: Vec<&str>| -> Vec<String> { s.into_iter().map(str::to_owned).collect() };
         assert_eq!(
-            asked(&|l| {
-                ResponseHandlerConfig::from_lookup(l).unwrap();
-            }),
-            sorted(&ResponseHandlerConfig::env_vars())
+            asked(&|l| drop(ResponseHandlerConfig::from_lookup(l))),
+            owned(ResponseHandlerConfig::env_vars())
         );
         assert_eq!(
-            asked(&|l| {
-                RetryHandlerConfig::from_lookup(l).unwrap();
-            }),
-            sorted(&RetryHandlerConfig::env_vars())
+            asked(&|l| drop(RetryHandlerConfig::from_lookup(l))),
+            owned(RetryHandlerConfig::env_vars())
         );
         assert_eq!(
-            asked(&|l| {
-                ReconcilerConfig::from_lookup(l).unwrap();
-            }),
-            sorted(&ReconcilerConfig::env_vars())
+            asked(&|l| drop(ReconcilerConfig::from_lookup(l))),
+            owned(ReconcilerConfig::env_vars())
         );
         assert_eq!(
-            asked(&|l| {
-                AuditWriterConfig::from_lookup(l).unwrap();
-            }),
-            sorted(&AuditWriterConfig::env_vars())
+            asked(&|l| drop(AuditWriterConfig::from_lookup(l))),
+            owned(AuditWriterConfig::env_vars())
+        );
+        assert_eq!(
+            AuditWriterConfig::env_vars(),
+            [
+                AUDIT_TABLE.name,
+                AUDIT_RETENTION_DAYS.name,
+                METRICS_NAMESPACE.name
+            ]
         );
     }
 
     fn retry_handler_base() -> Vec<(&'static str, &'static str)> {
         vec![
-            ("TRANSACTIONS_TABLE", "t"),
-            ("PAYLOADS_TABLE", "p"),
-            ("REQUEST_QUEUE_URL", "u"),
-            ("RETRY_DLQ_URL", "d"),
-            ("SCHEDULE_GROUP", "g"),
-            ("RETRY_QUEUE_ARN", "arn:q"),
-            ("SCHEDULER_ROLE_ARN", "arn:r"),
-            ("SCHEDULER_DLQ_ARN", "arn:d"),
-            ("MAX_REQUESTS_PER_SECOND", "4"),
+            (TRANSACTIONS_TABLE.name, "t"),
+            (PAYLOADS_TABLE.name, "p"),
+            (REQUEST_QUEUE_URL.name, "u"),
+            (RETRY_DLQ_URL.name, "d"),
+            (SCHEDULE_GROUP.name, "g"),
+            (RETRY_QUEUE_ARN.name, "arn:q"),
+            (SCHEDULER_ROLE_ARN.name, "arn:r"),
+            (SCHEDULER_DLQ_ARN.name, "arn:d"),
+            (MAX_REQUESTS_PER_SECOND.name, "4"),
         ]
+    }
+
+    fn retry_handler_error(extra: &[(&'static str, &'static str)]) -> ConfigError {
+        let mut v = retry_handler_base();
+        v.extend_from_slice(extra);
+        RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap_err()
     }
 
     #[test]
@@ -925,8 +978,8 @@ mod tests {
         let off = RetryHandlerConfig::from_lookup(&lookup(&base)).unwrap();
         assert_eq!(off.breaker, None, "no BREAKER_TABLE: no breaker");
         let mut v = base.clone();
-        v.push(("BREAKER_TABLE", "dr-breaker"));
-        v.push(("BREAKER_PROBES", "3"));
+        v.push((BREAKER_TABLE.name, "dr-breaker"));
+        v.push((BREAKER_PROBES.name, "3"));
         let on = RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap();
         let b = on.breaker.unwrap();
         assert_eq!(b.table, "dr-breaker");
@@ -937,45 +990,77 @@ mod tests {
         );
         assert_eq!(b.refresh, Duration::from_secs(5));
         // A bad value is refused naming the variable, with or without a table.
-        for (name, value, shown) in [
-            (
-                "BREAKER_FAILURE_RATIO",
-                "1.5",
-                "BREAKER_FAILURE_RATIO=\"1.5\"",
-            ),
-            ("BREAKER_PROBES", "0", "BREAKER_PROBES=\"0\""),
-            (
-                "BREAKER_COOLDOWN_SECONDS",
-                "900",
-                "BREAKER_COOLDOWN_MAX_SECONDS",
-            ),
-            (
-                "BREAKER_REFRESH_SECONDS",
-                "301",
-                "BREAKER_REFRESH_SECONDS=\"301\"",
-            ),
+        for (var, value, shown) in [
+            (BREAKER_FAILURE_RATIO.name, "1.5", "=\"1.5\""),
+            (BREAKER_PROBES.name, "0", "=\"0\""),
+            (BREAKER_COOLDOWN_SECONDS.name, "900", ""),
+            (BREAKER_REFRESH_SECONDS.name, "301", "=\"301\""),
         ] {
-            let mut bad = base.clone();
-            bad.push((name, value));
-            let e = RetryHandlerConfig::from_lookup(&lookup(&bad)).unwrap_err();
-            assert!(e.to_string().contains(shown), "{name}: {e}");
+            let e = retry_handler_error(&[(var, value)]);
+            let named = if shown.is_empty() {
+                BREAKER_COOLDOWN_MAX_SECONDS.name.to_owned()
+            } else {
+                format!("{var}{shown}")
+            };
+            assert!(e.to_string().contains(&named), "{var}: {e}");
         }
+    }
+
+    /// The breaker's state is read again at least once per cool-down: a refresh
+    /// longer than the cool-down is refused naming both variables and their values.
+    #[test]
+    fn the_breaker_refresh_is_at_most_its_cooldown() {
+        let e = retry_handler_error(&[
+            (BREAKER_COOLDOWN_SECONDS.name, "3"),
+            (BREAKER_REFRESH_SECONDS.name, "10"),
+        ]);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "environment variable {}=\"10\" is invalid: must be at most {}=\"3\"",
+                BREAKER_REFRESH_SECONDS.name, BREAKER_COOLDOWN_SECONDS.name
+            )
+        );
+        // The default refresh (5 s) under a shorter cool-down is refused too.
+        let e = retry_handler_error(&[(BREAKER_COOLDOWN_SECONDS.name, "2")]);
+        assert!(
+            matches!(&e, ConfigError::Invalid { name, value, .. }
+                if *name == BREAKER_REFRESH_SECONDS.name && value == "5"),
+            "{e}"
+        );
+        // Equal is accepted.
+        let mut v = retry_handler_base();
+        v.push((BREAKER_TABLE.name, "b"));
+        v.push((BREAKER_COOLDOWN_SECONDS.name, "3"));
+        v.push((BREAKER_REFRESH_SECONDS.name, "3"));
+        let b = RetryHandlerConfig::from_lookup(&lookup(&v))
+            .unwrap()
+            .breaker
+            .unwrap();
+        assert_eq!(
+            (b.refresh, b.settings.cooldown),
+            (Duration::from_secs(3), Duration::from_secs(3))
+        );
     }
 
     #[test]
     fn retry_handler_rate_must_be_positive() {
-        let base = retry_handler_base();
-        let mut v = base.to_vec();
-        v.push(("MAX_REQUESTS_PER_SECOND", "0"));
-        let e = RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap_err();
-        assert!(
-            e.to_string().contains("MAX_REQUESTS_PER_SECOND=\"0\""),
-            "{e}"
-        );
-        let mut v = base.to_vec();
-        v.push(("MAX_REQUESTS_PER_SECOND", "4"));
-        let c = RetryHandlerConfig::from_lookup(&lookup(&v)).unwrap();
+        let e = retry_handler_error(&[(MAX_REQUESTS_PER_SECOND.name, "0")]);
+        let shown = format!("{}=\"0\"", MAX_REQUESTS_PER_SECOND.name);
+        assert!(e.to_string().contains(&shown), "{e}");
+        let c = RetryHandlerConfig::from_lookup(&lookup(&retry_handler_base())).unwrap();
         assert_eq!(c.min_publish_interval(), Duration::from_millis(250));
+        let without: Vec<_> = retry_handler_base()
+            .into_iter()
+            .filter(|(k, _)| *k != MAX_REQUESTS_PER_SECOND.name)
+            .collect();
+        let e = RetryHandlerConfig::from_lookup(&lookup(&without)).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::Missing {
+                name: MAX_REQUESTS_PER_SECOND.name
+            }
+        );
     }
 
     #[test]

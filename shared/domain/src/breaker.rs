@@ -24,6 +24,7 @@
 //! writes, and the window's counts apart from it (so a burst of failures is not one
 //! hot item).
 
+use crate::defaults;
 use crate::ids::Timestamp;
 use crate::policy::RandomSource;
 use serde::{Deserialize, Serialize};
@@ -77,13 +78,13 @@ pub struct BreakerSettingError {
 impl Default for BreakerSettings {
     fn default() -> Self {
         Self {
-            window: Duration::from_secs(60),
-            min_calls: 20,
-            failure_ratio: 0.5,
-            deadline_burst: 20,
-            cooldown: Duration::from_secs(30),
-            cooldown_max: Duration::from_secs(600),
-            probes: 5,
+            window: defaults::BREAKER_WINDOW,
+            min_calls: defaults::BREAKER_MIN_CALLS,
+            failure_ratio: defaults::BREAKER_FAILURE_RATIO,
+            deadline_burst: defaults::BREAKER_DEADLINE_BURST,
+            cooldown: defaults::BREAKER_COOLDOWN,
+            cooldown_max: defaults::BREAKER_COOLDOWN_MAX,
+            probes: defaults::BREAKER_PROBES,
         }
     }
 }

@@ -92,6 +92,27 @@ pub const METRICS_NAMESPACE: &str = "DeferredRetry";
 /// Days an audit entry is kept (`AUDIT_RETENTION_DAYS`, `AuditRetentionDays`).
 pub const AUDIT_RETENTION_DAYS: u32 = 365;
 
+/// Circuit breaker: the window its outcomes are counted in
+/// (`BREAKER_WINDOW_SECONDS`, `BreakerWindowSeconds`).
+pub const BREAKER_WINDOW: Duration = Duration::from_secs(60);
+/// Circuit breaker: outcomes in the window before it may open (`BREAKER_MIN_CALLS`).
+pub const BREAKER_MIN_CALLS: u32 = 20;
+/// Circuit breaker: share of technical failures that opens it
+/// (`BREAKER_FAILURE_RATIO`).
+pub const BREAKER_FAILURE_RATIO: f64 = 0.5;
+/// Circuit breaker: answer deadlines in the window that open it on their own
+/// (`BREAKER_DEADLINE_BURST`).
+pub const BREAKER_DEADLINE_BURST: u32 = 20;
+/// Circuit breaker: first cool-down of OPEN (`BREAKER_COOLDOWN_SECONDS`).
+pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
+/// Circuit breaker: the longest cool-down (`BREAKER_COOLDOWN_MAX_SECONDS`).
+pub const BREAKER_COOLDOWN_MAX: Duration = Duration::from_secs(600);
+/// Circuit breaker: requests let out per HALF_OPEN round (`BREAKER_PROBES`).
+pub const BREAKER_PROBES: u32 = 5;
+/// Circuit breaker: how long an execution environment uses its last read of the
+/// breaker (`BREAKER_REFRESH_SECONDS`); at most the cool-down.
+pub const BREAKER_REFRESH: Duration = Duration::from_secs(5);
+
 /// A default as `template.yaml` writes it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ParameterDefault {

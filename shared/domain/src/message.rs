@@ -16,10 +16,15 @@
 //! (redelivered, or decided again after the cycle moved on) sends nothing.
 //!
 //! Each message has one parse function returning a [`MessageError`] that names the
-//! field and the value at fault. Unknown fields are ignored (forward compatibility).
-//! The article's Spanish names are accepted as aliases: fields `transaccion_id`,
-//! `intento`, `resultado`, `motivo`, `origen`, `ronda`; outcomes `EXITOSO`, `CANCELADO`,
-//! `ERROR_TECNICO`; origins `PLANIFICADOR_REINTENTO`, `RECONCILIADOR`, `OPERADOR`.
+//! field and the value at fault. The body is read by serde into a struct deriving
+//! `Deserialize` whose fields keep any JSON value (`Given`); a check per field then
+//! turns it into the message's type, or into an error naming the field and the value
+//! (serde's own messages name neither). Unknown fields are ignored (forward
+//! compatibility); a field given twice, or under both its names, is refused. The
+//! article's Spanish names are accepted as aliases (`#[serde(alias)]`): fields
+//! `transaccion_id`, `intento`, `resultado`, `motivo`, `origen`, `ronda`; outcomes
+//! `EXITOSO`, `CANCELADO`, `ERROR_TECNICO`; origins `PLANIFICADOR_REINTENTO`,
+//! `RECONCILIADOR`, `OPERADOR`.
 //!
 //! A response may also say the attempt failed for a technical reason (the service
 //! could not process it: down, overloaded, a dependency failing), with the wait the
@@ -30,9 +35,9 @@
 //! ```
 
 use crate::ids::{Attempt, IdError, IdempotencyKey, TransactionId};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::fmt;
 use thiserror::Error;
 
@@ -60,13 +65,9 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome a name or an alias stands for.
     pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "SUCCESS" | "EXITOSO" => Some(Self::Success),
-            "CANCELLED" | "CANCELADO" => Some(Self::Cancelled),
-            "ERROR" | "ERROR_TECNICO" => Some(Self::Error),
-            _ => None,
-        }
+        by_name(raw)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -91,13 +92,9 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// The origin a name or an alias stands for.
     pub fn parse(raw: &str) -> Option<Self> {
-        match raw {
-            "RETRY_SCHEDULER" | "PLANIFICADOR_REINTENTO" => Some(Self::RetryScheduler),
-            "RECONCILER" | "RECONCILIADOR" => Some(Self::Reconciler),
-            "OPERATOR" | "OPERADOR" => Some(Self::Operator),
-            _ => None,
-        }
+        by_name(raw)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -188,10 +185,10 @@ impl Request {
 
     /// Parses a request body (used by the simulated external service and tests).
     pub fn parse(body: &str) -> Result<Self, MessageError> {
-        let obj = object(body)?;
-        let transaction_id = transaction_id(&obj)?;
-        let attempt = attempt(&obj, "attempt", &[])?;
-        let key = string(&obj, "idempotency_key", &[])?;
+        let b: RequestBody = read_body(body)?;
+        let transaction_id = transaction_id(b.transaction_id)?;
+        let attempt = attempt(b.attempt)?;
+        let key = string("idempotency_key", b.idempotency_key)?;
         let expected = IdempotencyKey::new(&transaction_id, attempt);
         if key != expected.as_str() {
             return Err(MessageError::InvalidValue {
@@ -200,24 +197,16 @@ impl Request {
                 reason: format!("must be `{expected}`"),
             });
         }
-        if !obj.contains_key("payload") {
-            return Err(MessageError::MissingField { field: "payload" });
-        }
         // The payload's exact text (not re-serialised: `12.50` stays `12.50`).
-        let raw: std::collections::BTreeMap<String, &RawValue> = serde_json::from_str(body)
-            .map_err(|e| MessageError::InvalidJson {
-                detail: e.to_string(),
-            })?;
-        let payload_text = raw
-            .get("payload")
+        let payload = b
+            .payload
             .ok_or(MessageError::MissingField { field: "payload" })?;
-        let payload = Payload::from_json(payload_text.get())?;
         Ok(Self {
             transaction_id,
             attempt,
             idempotency_key: expected,
-            round: round(&obj)?,
-            payload,
+            payload: Payload::from_json(payload.get())?,
+            round: round(b.round)?,
         })
     }
 }
@@ -243,39 +232,45 @@ pub struct Response {
 
 impl Response {
     pub fn parse(body: &str) -> Result<Self, MessageError> {
-        let obj = object(body)?;
-        let transaction_id = transaction_id(&obj)?;
-        let attempt = attempt(&obj, "attempt", &["intento"])?;
-        let raw = string(&obj, "outcome", &["resultado"])?;
+        let b: ResponseBody = read_body(body)?;
+        let transaction_id = transaction_id(b.transaction_id)?;
+        let attempt = attempt(b.attempt)?;
+        let raw = string("outcome", b.outcome)?;
         let outcome = Outcome::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
             field: "outcome",
             value: truncate(&raw),
             reason: "expected SUCCESS, CANCELLED or ERROR (or EXITOSO / CANCELADO / ERROR_TECNICO)"
                 .into(),
         })?;
-        let reason = match lookup(&obj, "reason", &["motivo"]) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => {
-                let chars = s.chars().count();
-                if chars > MAX_REASON_CHARS {
-                    return Err(MessageError::InvalidValue {
-                        field: "reason",
-                        value: truncate(s),
-                        reason: format!("{chars} characters; at most {MAX_REASON_CHARS}"),
-                    });
-                }
-                Some(s.clone())
+        let reason = match b
+            .reason
+            .map(|r| r.expect("reason", "a string"))
+            .transpose()?
+        {
+            Some(s) if s.chars().count() > MAX_REASON_CHARS => {
+                return Err(MessageError::InvalidValue {
+                    field: "reason",
+                    value: truncate(&s),
+                    reason: format!(
+                        "{} characters; at most {MAX_REASON_CHARS}",
+                        s.chars().count()
+                    ),
+                })
             }
-            Some(other) => return Err(wrong_type("reason", "a string", other)),
+            reason => reason,
         };
-        let retry_after_seconds = retry_after(&obj)?;
         Ok(Self {
             transaction_id,
             attempt,
             outcome,
             reason,
-            retry_after_seconds,
-            round: round(&obj)?,
+            retry_after_seconds: whole(
+                "retry_after_seconds",
+                b.retry_after_seconds,
+                MAX_RETRY_AFTER_SECONDS,
+                "a whole number of seconds",
+            )?,
+            round: round(b.round)?,
         })
     }
 
@@ -299,20 +294,19 @@ pub struct RetryEvent {
 
 impl RetryEvent {
     pub fn parse(body: &str) -> Result<Self, MessageError> {
-        let obj = object(body)?;
-        let transaction_id = transaction_id(&obj)?;
-        let raw = string(&obj, "origin", &["origen"])?;
+        let b: RetryEventBody = read_body(body)?;
+        let transaction_id = transaction_id(b.transaction_id)?;
+        let raw = string("origin", b.origin)?;
         let origin = Origin::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
             field: "origin",
             value: truncate(&raw),
             reason: "expected RETRY_SCHEDULER, RECONCILER or OPERATOR".into(),
         })?;
-        let attempt = attempt(&obj, "attempt", &["intento"])?;
         Ok(Self {
             transaction_id,
             origin,
-            attempt,
-            round: round(&obj)?,
+            attempt: attempt(b.attempt)?,
+            round: round(b.round)?,
         })
     }
 
@@ -364,7 +358,80 @@ impl MessageError {
     }
 }
 
-fn object(body: &str) -> Result<Map<String, Value>, MessageError> {
+/// A field's value as given: of the type the field expects, or any other JSON value
+/// (kept, so that the error names it).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Given<T> {
+    Expected(T),
+    Other(Value),
+}
+
+impl<T> Given<T> {
+    /// The value, or the error that names the field, the type expected and the value.
+    fn expect(self, field: &'static str, expected: &'static str) -> Result<T, MessageError> {
+        match self {
+            Self::Expected(v) => Ok(v),
+            Self::Other(other) => Err(wrong_type(field, expected, &other)),
+        }
+    }
+}
+
+/// A request body as it arrives (`null` counts as absent, except for the payload).
+#[derive(Deserialize)]
+struct RequestBody {
+    #[serde(alias = "transaccion_id")]
+    transaction_id: Option<Given<String>>,
+    attempt: Option<Given<u32>>,
+    idempotency_key: Option<Given<String>>,
+    #[serde(default, deserialize_with = "present")]
+    payload: Option<Box<RawValue>>,
+    #[serde(alias = "ronda")]
+    round: Option<Given<u32>>,
+}
+
+/// A response body as it arrives.
+#[derive(Deserialize)]
+struct ResponseBody {
+    #[serde(alias = "transaccion_id")]
+    transaction_id: Option<Given<String>>,
+    #[serde(alias = "intento")]
+    attempt: Option<Given<u32>>,
+    #[serde(alias = "resultado")]
+    outcome: Option<Given<String>>,
+    #[serde(alias = "motivo")]
+    reason: Option<Given<String>>,
+    retry_after_seconds: Option<Given<u32>>,
+    #[serde(alias = "ronda")]
+    round: Option<Given<u32>>,
+}
+
+/// A retry event body as it arrives.
+#[derive(Deserialize)]
+struct RetryEventBody {
+    #[serde(alias = "transaccion_id")]
+    transaction_id: Option<Given<String>>,
+    #[serde(alias = "origen")]
+    origin: Option<Given<String>>,
+    #[serde(alias = "intento")]
+    attempt: Option<Given<u32>>,
+    #[serde(alias = "ronda")]
+    round: Option<Given<u32>>,
+}
+
+/// A field present with any value, `null` included.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// The enum variant a name or an alias stands for (the enum's serde names).
+fn by_name<'a, T: Deserialize<'a>>(raw: &'a str) -> Option<T> {
+    use serde::de::value::{Error, StrDeserializer};
+    T::deserialize(StrDeserializer::<Error>::new(raw)).ok()
+}
+
+/// Reads a body no larger than [`MAX_BODY_BYTES`] that is a JSON object.
+fn read_body<'a, T: Deserialize<'a>>(body: &'a str) -> Result<T, MessageError> {
     if body.len() > MAX_BODY_BYTES {
         return Err(MessageError::TooLarge {
             what: "body",
@@ -372,112 +439,86 @@ fn object(body: &str) -> Result<Map<String, Value>, MessageError> {
             max: MAX_BODY_BYTES,
         });
     }
-    match serde_json::from_str::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(MessageError::NotAnObject {
+    let invalid = |e: serde_json::Error| MessageError::InvalidJson {
+        detail: e.to_string(),
+    };
+    // A struct would also be read from an array: anything but an object is refused
+    // first, naming what it is.
+    if !body.trim_start().starts_with('{') {
+        let other: Value = serde_json::from_str(body).map_err(invalid)?;
+        return Err(MessageError::NotAnObject {
             found: type_name(&other),
-        }),
-        Err(e) => Err(MessageError::InvalidJson {
-            detail: e.to_string(),
-        }),
+        });
     }
+    serde_json::from_str(body).map_err(invalid)
 }
 
-fn lookup<'a>(obj: &'a Map<String, Value>, field: &str, aliases: &[&str]) -> Option<&'a Value> {
-    obj.get(field)
-        .or_else(|| aliases.iter().find_map(|a| obj.get(*a)))
+fn required<T>(field: &'static str, v: Option<Given<T>>) -> Result<Given<T>, MessageError> {
+    v.ok_or(MessageError::MissingField { field })
 }
 
-fn string(
-    obj: &Map<String, Value>,
-    field: &'static str,
-    aliases: &[&str],
-) -> Result<String, MessageError> {
-    match lookup(obj, field, aliases) {
-        None | Some(Value::Null) => Err(MessageError::MissingField { field }),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(other) => Err(wrong_type(field, "a string", other)),
-    }
+fn string(field: &'static str, v: Option<Given<String>>) -> Result<String, MessageError> {
+    required(field, v)?.expect(field, "a string")
 }
 
-fn transaction_id(obj: &Map<String, Value>) -> Result<TransactionId, MessageError> {
-    let raw = string(obj, "transaction_id", &["transaccion_id"])?;
+fn transaction_id(v: Option<Given<String>>) -> Result<TransactionId, MessageError> {
+    const FIELD: &str = "transaction_id";
+    let raw = string(FIELD, v)?;
     TransactionId::parse(&raw).map_err(|e| MessageError::InvalidValue {
-        field: "transaction_id",
+        field: FIELD,
         value: truncate(&raw),
         reason: e.to_string(),
     })
 }
 
-fn attempt(
-    obj: &Map<String, Value>,
-    field: &'static str,
-    aliases: &[&str],
-) -> Result<Attempt, MessageError> {
-    match lookup(obj, field, aliases) {
-        None | Some(Value::Null) => Err(MessageError::MissingField { field }),
-        Some(Value::Number(n)) => {
-            let value = n.to_string();
-            let Some(int) = n.as_u64() else {
-                return Err(MessageError::InvalidValue {
-                    field,
-                    value,
-                    reason: "must be a whole number >= 1".into(),
-                });
-            };
-            let small = u32::try_from(int).map_err(|_| MessageError::InvalidValue {
-                field,
-                value: value.clone(),
-                reason: "is too large".into(),
-            })?;
-            Attempt::new(small).map_err(|e: IdError| MessageError::InvalidValue {
-                field,
-                value,
-                reason: e.to_string(),
-            })
+fn attempt(v: Option<Given<u32>>) -> Result<Attempt, MessageError> {
+    const FIELD: &str = "attempt";
+    let invalid = |value: String, reason: String| MessageError::InvalidValue {
+        field: FIELD,
+        value,
+        reason,
+    };
+    match required(FIELD, v)? {
+        Given::Expected(n) => {
+            Attempt::new(n).map_err(|e: IdError| invalid(n.to_string(), e.to_string()))
         }
-        Some(other) => Err(wrong_type(field, "a whole number >= 1", other)),
+        Given::Other(Value::Number(n)) => Err(invalid(
+            n.to_string(),
+            if n.as_u64().is_some() {
+                "is too large"
+            } else {
+                "must be a whole number >= 1"
+            }
+            .into(),
+        )),
+        Given::Other(other) => Err(wrong_type(FIELD, "a whole number >= 1", &other)),
     }
 }
 
-/// `retry_after_seconds`: absent, or a whole number of seconds from 0 to
-/// [`MAX_RETRY_AFTER_SECONDS`].
-fn retry_after(obj: &Map<String, Value>) -> Result<Option<u32>, MessageError> {
-    const FIELD: &str = "retry_after_seconds";
-    match obj.get(FIELD) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|v| u32::try_from(v).ok())
-            .filter(|v| *v <= MAX_RETRY_AFTER_SECONDS)
-            .map(Some)
-            .ok_or_else(|| MessageError::InvalidValue {
-                field: FIELD,
-                value: n.to_string(),
-                reason: format!(
-                    "must be a whole number of seconds from 0 to {MAX_RETRY_AFTER_SECONDS}"
-                ),
-            }),
-        Some(other) => Err(wrong_type(FIELD, "a whole number of seconds", other)),
+/// An optional whole number from 0 to `max`; `expected` says what it must be.
+fn whole(
+    field: &'static str,
+    v: Option<Given<u32>>,
+    max: u32,
+    expected: &'static str,
+) -> Result<Option<u32>, MessageError> {
+    let out_of_range = |value: String| MessageError::InvalidValue {
+        field,
+        value,
+        reason: format!("must be {expected} from 0 to {max}"),
+    };
+    match v {
+        None => Ok(None),
+        Some(Given::Expected(n)) if n <= max => Ok(Some(n)),
+        Some(Given::Expected(n)) => Err(out_of_range(n.to_string())),
+        Some(Given::Other(Value::Number(n))) => Err(out_of_range(n.to_string())),
+        Some(Given::Other(other)) => Err(wrong_type(field, expected, &other)),
     }
 }
 
 /// `round` (alias `ronda`): a whole number, absent or null when not given.
-fn round(obj: &Map<String, Value>) -> Result<Option<u32>, MessageError> {
-    const FIELD: &str = "round";
-    match lookup(obj, FIELD, &["ronda"]) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .and_then(|v| u32::try_from(v).ok())
-            .map(Some)
-            .ok_or_else(|| MessageError::InvalidValue {
-                field: FIELD,
-                value: n.to_string(),
-                reason: format!("must be a whole number from 0 to {}", u32::MAX),
-            }),
-        Some(other) => Err(wrong_type(FIELD, "a whole number", other)),
-    }
+fn round(v: Option<Given<u32>>) -> Result<Option<u32>, MessageError> {
+    whole("round", v, u32::MAX, "a whole number")
 }
 
 fn wrong_type(field: &'static str, expected: &'static str, found: &Value) -> MessageError {
@@ -791,5 +832,26 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A field given twice, or under its name and its alias, is refused naming it
+    /// (which of the two to believe is not guessed); a payload of `null` is a payload.
+    #[test]
+    fn a_field_given_twice_is_refused_naming_it() {
+        for body in [
+            r#"{"transaction_id":"TX-1","attempt":1,"outcome":"SUCCESS","outcome":"CANCELLED"}"#,
+            r#"{"transaction_id":"TX-1","attempt":1,"outcome":"SUCCESS","resultado":"CANCELADO"}"#,
+        ] {
+            let e = Response::parse(body).unwrap_err();
+            assert!(
+                matches!(&e, MessageError::InvalidJson { detail } if detail.contains("duplicate field `outcome`")),
+                "{e}"
+            );
+        }
+        let r = Request::parse(
+            r#"{"transaction_id":"TX-1","attempt":1,"idempotency_key":"TX-1#1","payload":null}"#,
+        )
+        .unwrap();
+        assert_eq!(r.payload.as_json(), "null");
     }
 }

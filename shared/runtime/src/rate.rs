@@ -24,85 +24,11 @@
 use domain::message::Request;
 use domain::ports::{PortError, RequestPublisher};
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
-use tokio::time::Instant;
-
-/// Time for the pacer, injected: tokio's clock in production, a [`VirtualClock`] in
-/// tests (exact and instantaneous).
-pub trait PaceClock: Send + Sync {
-    fn now(&self) -> Instant;
-    fn sleep_until(&self, at: Instant) -> impl Future<Output = ()> + Send;
-}
-
-impl<T: PaceClock> PaceClock for &T {
-    fn now(&self) -> Instant {
-        (**self).now()
-    }
-    fn sleep_until(&self, at: Instant) -> impl Future<Output = ()> + Send {
-        (**self).sleep_until(at)
-    }
-}
-
-/// A clock that only moves when someone sleeps: `sleep_until(t)` jumps to `t` at
-/// once. Tests of the rate bound use it to check exact instants without waiting.
-#[derive(Debug)]
-pub struct VirtualClock {
-    origin: Instant,
-    offset_nanos: AtomicU64,
-}
-
-impl Default for VirtualClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl VirtualClock {
-    pub fn new() -> Self {
-        Self {
-            origin: Instant::now(),
-            offset_nanos: AtomicU64::new(0),
-        }
-    }
-
-    /// Virtual time elapsed since the clock was made.
-    pub fn elapsed(&self) -> Duration {
-        Duration::from_nanos(self.offset_nanos.load(Ordering::SeqCst))
-    }
-
-    pub fn origin(&self) -> Instant {
-        self.origin
-    }
-}
-
-impl PaceClock for VirtualClock {
-    fn now(&self) -> Instant {
-        self.origin + self.elapsed()
-    }
-    fn sleep_until(&self, at: Instant) -> impl Future<Output = ()> + Send {
-        let target =
-            u64::try_from(at.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX);
-        self.offset_nanos.fetch_max(target, Ordering::SeqCst);
-        std::future::ready(())
-    }
-}
-
-/// tokio's clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioClock;
-
-impl PaceClock for TokioClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-    fn sleep_until(&self, at: Instant) -> impl Future<Output = ()> + Send {
-        tokio::time::sleep_until(at)
-    }
-}
+use tokio::time::{sleep_until, Instant};
 
 /// An invalid rate.
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -248,34 +174,30 @@ impl Pacer {
     /// the pacer's earliest start reached. Refused (nothing taken) when that is more
     /// than `max_wait` away. The returned [`Turn`] must be held until the publish is
     /// over; dropping it records the end.
-    pub async fn turn<'a, C: PaceClock>(
-        &'a self,
-        clock: &'a C,
-        max_wait: Duration,
-    ) -> Result<Turn<'a, C>, Busy> {
-        let asked = clock.now();
+    pub async fn turn(&self, max_wait: Duration) -> Result<Turn<'_>, Busy> {
+        let asked = Instant::now();
         let deadline = asked + max_wait;
         let mut state = match self.state.try_lock() {
             Ok(free) => free,
             // Another publish of this environment is waiting or running: queue behind
             // it (tokio's mutex is fair, first come first served), for at most
-            // `max_wait`. The timer is made only here: a clock may count from it.
+            // `max_wait`.
             Err(_) => {
                 let lock = std::pin::pin!(self.state.lock());
-                let give_up = std::pin::pin!(clock.sleep_until(deadline));
+                let give_up = std::pin::pin!(sleep_until(deadline));
                 match futures::future::select(lock, give_up).await {
                     futures::future::Either::Left((guard, _)) => guard,
                     futures::future::Either::Right(_) => {
                         self.refused.fetch_add(1, Ordering::Relaxed);
                         return Err(Busy {
-                            wait: clock.now().saturating_duration_since(asked),
+                            wait: Instant::now().saturating_duration_since(asked),
                             max_wait,
                         });
                     }
                 }
             }
         };
-        let now = clock.now();
+        let now = Instant::now();
         let at = self.earliest(&state, now);
         if at > deadline {
             self.refused.fetch_add(1, Ordering::Relaxed);
@@ -286,43 +208,40 @@ impl Pacer {
         }
         if at > now {
             self.waited.fetch_add(1, Ordering::Relaxed);
-            clock.sleep_until(at).await;
+            sleep_until(at).await;
         }
         // The actual start, which a late wake-up puts after `at`: the next publish is
         // spaced from this instant.
-        let started = clock.now().max(at);
+        let started = Instant::now().max(at);
         state.started(started);
         Ok(Turn {
             pacer: self,
             state,
-            clock,
             started,
         })
     }
 }
 
 /// One publish's turn: held from its start until it is over.
-pub struct Turn<'a, C: PaceClock> {
+pub struct Turn<'a> {
     pacer: &'a Pacer,
     state: tokio::sync::MutexGuard<'a, PaceState>,
-    clock: &'a C,
     /// When the publish started.
     pub started: Instant,
 }
 
-impl<C: PaceClock> Drop for Turn<'_, C> {
+impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        let end = self.clock.now().max(self.started);
+        let end = Instant::now().max(self.started);
         self.state.finished(end, self.pacer.burst);
     }
 }
 
 /// A request publisher whose publishes go through a [`Pacer`].
 #[derive(Debug)]
-pub struct Paced<P, C = TokioClock> {
+pub struct Paced<P> {
     pub inner: P,
     pub pacer: Arc<Pacer>,
-    pub clock: C,
     /// Longest wait accepted for a slot (default 20 s, well inside the retry
     /// handler's 60 s timeout).
     pub max_wait: Duration,
@@ -331,22 +250,21 @@ pub struct Paced<P, C = TokioClock> {
 /// The default longest wait for a publish slot.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(20);
 
-impl<P> Paced<P, TokioClock> {
+impl<P> Paced<P> {
     pub fn new(inner: P, pacer: Arc<Pacer>) -> Self {
         Self {
             inner,
             pacer,
-            clock: TokioClock,
             max_wait: DEFAULT_MAX_WAIT,
         }
     }
 }
 
-impl<P: RequestPublisher, C: PaceClock> RequestPublisher for Paced<P, C> {
+impl<P: RequestPublisher> RequestPublisher for Paced<P> {
     async fn publish(&self, request: &Request) -> Result<(), PortError> {
         let turn = self
             .pacer
-            .turn(&self.clock, self.max_wait)
+            .turn(self.max_wait)
             .await
             .map_err(|b| PortError::retryable("RateLimit", b.to_string()))?;
         let result = self.inner.publish(request).await;
@@ -417,22 +335,21 @@ mod tests {
         assert_eq!((odd.burst(), odd.interval()), (2, ms(400)));
     }
 
-    #[test]
-    fn a_slot_too_far_away_is_refused_and_nothing_is_taken() {
-        let clock = VirtualClock::new();
+    /// Tests run on tokio's paused clock: a sleep moves time to its end at once, so
+    /// instants are exact and nothing waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_too_far_away_is_refused_and_nothing_is_taken() {
+        let origin = Instant::now();
         let p = Pacer::per_second(1.0).unwrap();
         let max = Duration::from_millis(1500);
-        let run = |p: &Pacer, max: Duration| {
-            testkit::memory::block_on_ready(async { p.turn(&clock, max).await.map(|t| t.started) })
-                .unwrap()
+        let started = |max| {
+            let p = &p;
+            async move { p.turn(max).await.map(|t| t.started) }
         };
-        assert_eq!(run(&p, max).unwrap(), clock.origin());
-        assert_eq!(
-            run(&p, max).unwrap(),
-            clock.origin() + Duration::from_secs(1)
-        );
+        assert_eq!(started(max).await.unwrap(), origin);
+        assert_eq!(started(max).await.unwrap(), origin + Duration::from_secs(1));
         // The clock is at 1 s; the next start is 2 s: 1 s away, more than 500 ms.
-        let busy = run(&p, Duration::from_millis(500)).unwrap_err();
+        let busy = started(Duration::from_millis(500)).await.unwrap_err();
         assert_eq!(busy.wait, Duration::from_secs(1));
         assert_eq!(p.refused(), 1);
         assert!(
@@ -440,20 +357,17 @@ mod tests {
             "{busy}"
         );
         // The refused call took nothing: the next start is still 2 s.
-        assert_eq!(
-            run(&p, max).unwrap(),
-            clock.origin() + Duration::from_secs(2)
-        );
+        assert_eq!(started(max).await.unwrap(), origin + Duration::from_secs(2));
     }
 
-    struct Recording<'a> {
-        clock: &'a VirtualClock,
+    #[derive(Default)]
+    struct Recording {
         at: Mutex<Vec<Instant>>,
     }
 
-    impl RequestPublisher for Recording<'_> {
+    impl RequestPublisher for Recording {
         async fn publish(&self, _: &Request) -> Result<(), PortError> {
-            self.at.lock().unwrap().push(self.clock.now());
+            self.at.lock().unwrap().push(Instant::now());
             Ok(())
         }
     }
@@ -466,89 +380,67 @@ mod tests {
         )
     }
 
-    /// GIVEN a pacer at 5/s and 60 publishes started at once on a virtual clock THEN
-    /// no window [t, t+1 s) holds more than 5, and the burst takes (60 − 1) / 5 s:
-    /// the pacer waits, it does not drop.
-    #[test]
-    fn a_burst_never_exceeds_the_rate_in_any_second() {
-        let clock = VirtualClock::new();
-        let paced = Paced {
-            inner: Recording {
-                clock: &clock,
-                at: Mutex::new(Vec::new()),
-            },
-            pacer: Arc::new(Pacer::per_second(5.0).unwrap()),
-            clock: &clock,
-            max_wait: Duration::from_secs(3600),
-        };
+    fn paced<P>(inner: P, rate: f64, max_wait: Duration) -> Paced<P> {
+        Paced {
+            inner,
+            pacer: Arc::new(Pacer::per_second(rate).unwrap()),
+            max_wait,
+        }
+    }
+
+    /// GIVEN a pacer at 5/s and 60 publishes started at once THEN no window
+    /// [t, t+1 s) holds more than 5, and the burst takes (60 − 1) / 5 s: the pacer
+    /// waits, it does not drop.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_never_exceeds_the_rate_in_any_second() {
+        let origin = Instant::now();
+        let paced = paced(Recording::default(), 5.0, Duration::from_secs(3600));
         let calls = (0..60).map(|n| {
             let r = request(n);
             let p = &paced;
             async move { p.publish(&r).await }
         });
-        let results = testkit::memory::block_on_ready(futures::future::join_all(calls)).unwrap();
+        let results = futures::future::join_all(calls).await;
         assert!(results.iter().all(Result::is_ok));
         let times = paced.inner.at.lock().unwrap().clone();
         assert_eq!(times.len(), 60);
         assert_eq!(max_in_any_second(&times), 5);
-        assert_eq!(clock.elapsed(), Duration::from_millis(59 * 200));
+        assert_eq!(Instant::now() - origin, Duration::from_millis(59 * 200));
         assert_eq!(paced.pacer.waited(), 59);
     }
 
-    #[test]
-    fn refused_publish_is_retryable_and_publishes_nothing() {
-        let clock = VirtualClock::new();
-        let paced = Paced {
-            inner: Recording {
-                clock: &clock,
-                at: Mutex::new(Vec::new()),
-            },
-            pacer: Arc::new(Pacer::per_second(1.0).unwrap()),
-            clock: &clock,
-            max_wait: Duration::from_millis(500),
-        };
-        testkit::memory::block_on_ready(paced.publish(&request(1)))
-            .unwrap()
-            .unwrap();
-        let err = testkit::memory::block_on_ready(paced.publish(&request(2)))
-            .unwrap()
-            .unwrap_err();
+    #[tokio::test(start_paused = true)]
+    async fn refused_publish_is_retryable_and_publishes_nothing() {
+        let paced = paced(Recording::default(), 1.0, Duration::from_millis(500));
+        paced.publish(&request(1)).await.unwrap();
+        let err = paced.publish(&request(2)).await.unwrap_err();
         assert!(err.is_retryable());
         assert_eq!(err.operation, "RateLimit");
         assert_eq!(paced.inner.at.lock().unwrap().len(), 1);
     }
 
-    /// tokio's clock really waits: two publishes at 20/s start at least 50 ms apart.
+    /// On tokio's running clock the pacer really waits: two publishes at 20/s start
+    /// at least 50 ms apart.
     #[tokio::test]
-    async fn the_tokio_clock_waits_for_the_slot() {
+    async fn the_pacer_waits_for_the_slot_in_real_time() {
         let pacer = Pacer::per_second(20.0).unwrap();
-        let a = pacer
-            .turn(&TokioClock, Duration::from_secs(1))
-            .await
-            .unwrap()
-            .started;
-        let b = pacer
-            .turn(&TokioClock, Duration::from_secs(1))
-            .await
-            .unwrap()
-            .started;
+        let a = pacer.turn(Duration::from_secs(1)).await.unwrap().started;
+        let b = pacer.turn(Duration::from_secs(1)).await.unwrap().started;
         assert!(b - a >= Duration::from_millis(50), "{:?}", b - a);
     }
 
     /// A publisher whose requests take time: each reaches the endpoint at the end of
     /// its latency.
-    struct Slow<'a> {
-        clock: &'a VirtualClock,
+    struct Slow {
         latencies: Vec<Duration>,
         arrived: Mutex<Vec<Instant>>,
     }
 
-    impl RequestPublisher for Slow<'_> {
+    impl RequestPublisher for Slow {
         async fn publish(&self, _: &Request) -> Result<(), PortError> {
             let n = self.arrived.lock().unwrap().len();
-            let l = self.latencies[n % self.latencies.len()];
-            self.clock.sleep_until(self.clock.now() + l).await;
-            self.arrived.lock().unwrap().push(self.clock.now());
+            tokio::time::sleep(self.latencies[n % self.latencies.len()]).await;
+            self.arrived.lock().unwrap().push(Instant::now());
             Ok(())
         }
     }
@@ -557,8 +449,8 @@ mod tests {
     /// late, the next one at once) THEN the arrivals, not only the starts, never exceed
     /// the rate in any [t, t + 1 s) — where spacing starts alone (a slot every 200 ms)
     /// lets 6 arrive within a second.
-    #[test]
-    fn arrivals_stay_within_the_rate_whatever_the_latency() {
+    #[tokio::test(start_paused = true)]
+    async fn arrivals_stay_within_the_rate_whatever_the_latency() {
         for latencies in [
             vec![Duration::from_millis(190), Duration::ZERO],
             vec![
@@ -568,21 +460,14 @@ mod tests {
             ],
             vec![Duration::from_millis(900)],
         ] {
-            let clock = VirtualClock::new();
-            let paced = Paced {
-                inner: Slow {
-                    clock: &clock,
-                    latencies: latencies.clone(),
-                    arrived: Mutex::new(Vec::new()),
-                },
-                pacer: Arc::new(Pacer::per_second(5.0).unwrap()),
-                clock: &clock,
-                max_wait: Duration::from_secs(3600),
+            let origin = Instant::now();
+            let slow = Slow {
+                latencies: latencies.clone(),
+                arrived: Mutex::new(Vec::new()),
             };
+            let paced = paced(slow, 5.0, Duration::from_secs(3600));
             for n in 0..40 {
-                testkit::memory::block_on_ready(paced.publish(&request(n)))
-                    .unwrap()
-                    .unwrap();
+                paced.publish(&request(n)).await.unwrap();
             }
             let arrived = paced.inner.arrived.lock().unwrap().clone();
             assert_eq!(arrived.len(), 40);
@@ -591,7 +476,7 @@ mod tests {
             // would let more than 5 arrive within a second with these latencies.
             let naive: Vec<Instant> = (0..40u32)
                 .map(|n| {
-                    clock.origin()
+                    origin
                         + Duration::from_millis(200) * n
                         + latencies[n as usize % latencies.len()]
                 })

@@ -10,7 +10,7 @@ use domain::ports::{PortError, RequestPublisher, Transitions, WriteOutcome};
 use domain::{Outcome, Request, RetryEvent, Status, TransactionId, Write};
 use runtime::batch::undeliverable;
 use runtime::metrics::{names, Metrics};
-use runtime::rate::{PaceClock, Paced, Pacer, VirtualClock};
+use runtime::rate::{Paced, Pacer};
 use runtime::reconcile::{Limits, Reconciler};
 use runtime::response::ResponseHandler;
 use runtime::retry::RetryHandler;
@@ -822,25 +822,24 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
     assert_eq!(w.status("TX-100400").await, Status::Succeeded);
 }
 
-/// A request publisher that notes the (virtual) instant of every publish.
-struct Timed<'a> {
-    clock: &'a VirtualClock,
+/// A request publisher that notes the instant of every publish (tokio's clock).
+struct Timed {
     inner: MemoryQueue<Request>,
     at: Mutex<Vec<tokio::time::Instant>>,
 }
 
-impl RequestPublisher for Timed<'_> {
+impl RequestPublisher for Timed {
     async fn publish(&self, r: &Request) -> Result<(), PortError> {
-        self.at.lock().unwrap().push(self.clock.now());
+        self.at.lock().unwrap().push(tokio::time::Instant::now());
         self.inner.publish(r).await
     }
 }
 
 /// The outbound rate bound at the function level: 3 warm invocations of 10 retry
-/// events each (BATCH_CONCURRENCY 10) with MAX_REQUESTS_PER_SECOND = 4, on a virtual
-/// clock: no window [t, t + 1 s) holds more than 4 publishes, across the invocations
+/// events each (BATCH_CONCURRENCY 10) with MAX_REQUESTS_PER_SECOND = 4, on tokio's
+/// paused clock: no window [t, t + 1 s) holds more than 4 publishes, across the invocations
 /// too (one pacer per process), and every request left.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn the_retry_handler_never_exceeds_its_rate() {
     let w = World::new();
     let mut events = Vec::new();
@@ -855,10 +854,9 @@ async fn the_retry_handler_never_exceeds_its_rate() {
             round: None,
         });
     }
-    let clock = VirtualClock::new();
+    let origin = tokio::time::Instant::now();
     let pacer = Arc::new(Pacer::per_second(4.0).unwrap());
     let timed = Timed {
-        clock: &clock,
         inner: MemoryQueue::new(),
         at: Mutex::new(Vec::new()),
     };
@@ -868,7 +866,6 @@ async fn the_retry_handler_never_exceeds_its_rate() {
         Paced {
             inner: &timed,
             pacer: Arc::clone(&pacer),
-            clock: &clock,
             max_wait: Duration::from_secs(20),
         },
         &dlq,
@@ -902,7 +899,7 @@ async fn the_retry_handler_never_exceeds_its_rate() {
         4
     );
     assert_eq!(
-        clock.elapsed(),
+        tokio::time::Instant::now() - origin,
         Duration::from_millis(29 * 250),
         "paced, not dropped"
     );

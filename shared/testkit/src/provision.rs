@@ -8,6 +8,7 @@
 //! The schedule group.
 
 use crate::moto::{LOCAL_ACCOUNT, LOCAL_REGION};
+use aws::config::vars;
 use aws::config::{timeouts, StackNames, FAILED_INDEX, RECONCILE_INDEX};
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::types::{
@@ -248,43 +249,46 @@ impl Provisioned {
         let n = &self.names;
         let sched = || {
             vec![
-                ("SCHEDULE_GROUP", n.schedule_group.clone()),
-                ("RETRY_QUEUE_ARN", self.retry.arn.clone()),
-                ("SCHEDULER_ROLE_ARN", self.scheduler_role_arn.clone()),
-                ("SCHEDULER_DLQ_ARN", self.scheduler_dlq.arn.clone()),
+                (vars::SCHEDULE_GROUP.name, n.schedule_group.clone()),
+                (vars::RETRY_QUEUE_ARN.name, self.retry.arn.clone()),
+                (
+                    vars::SCHEDULER_ROLE_ARN.name,
+                    self.scheduler_role_arn.clone(),
+                ),
+                (vars::SCHEDULER_DLQ_ARN.name, self.scheduler_dlq.arn.clone()),
             ]
         };
         let mut v = vec![];
         match function {
             "response-handler" => {
-                v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));
+                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
                 v.extend(sched());
-                v.push(("RESPONSE_DLQ_URL", self.response_dlq.url.clone()));
-                v.push(("RETRY_QUEUE_URL", self.retry.url.clone()));
-                v.push(("AUDIT_TABLE", n.audit_table.clone()));
-                v.push(("BREAKER_TABLE", n.breaker_table.clone()));
+                v.push((vars::RESPONSE_DLQ_URL.name, self.response_dlq.url.clone()));
+                v.push((vars::RETRY_QUEUE_URL.name, self.retry.url.clone()));
+                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
+                v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
             }
             "retry-handler" => {
-                v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));
-                v.push(("PAYLOADS_TABLE", n.payloads_table.clone()));
-                v.push(("REQUEST_QUEUE_URL", self.request.url.clone()));
-                v.push(("RETRY_DLQ_URL", self.retry_dlq.url.clone()));
+                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
+                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
+                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
+                v.push((vars::RETRY_DLQ_URL.name, self.retry_dlq.url.clone()));
                 v.push((
-                    "MAX_REQUESTS_PER_SECOND",
+                    vars::MAX_REQUESTS_PER_SECOND.name,
                     domain::defaults::MAX_REQUESTS_PER_SECOND.to_string(),
                 ));
                 v.extend(sched());
-                v.push(("BREAKER_TABLE", n.breaker_table.clone()));
+                v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
             }
             "reconciler" => {
-                v.push(("TRANSACTIONS_TABLE", n.transactions_table.clone()));
-                v.push(("PAYLOADS_TABLE", n.payloads_table.clone()));
-                v.push(("RETRY_QUEUE_URL", self.retry.url.clone()));
-                v.push(("REQUEST_QUEUE_URL", self.request.url.clone()));
+                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
+                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
+                v.push((vars::RETRY_QUEUE_URL.name, self.retry.url.clone()));
+                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
                 v.extend(sched());
-                v.push(("BREAKER_TABLE", n.breaker_table.clone()));
+                v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
             }
-            "audit-writer" => v.push(("AUDIT_TABLE", n.audit_table.clone())),
+            "audit-writer" => v.push((vars::AUDIT_TABLE.name, n.audit_table.clone())),
             _ => {}
         }
         v

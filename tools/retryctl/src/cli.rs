@@ -1,5 +1,6 @@
 //! Command-line interface (clap).
 
+use aws::config::vars;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use domain::defaults;
 use std::path::PathBuf;
@@ -41,25 +42,25 @@ pub struct TargetArgs {
     #[arg(long, env = "RETRYCTL_PREFIX", global = true)]
     pub prefix: Option<String>,
     /// State table (template output TransactionsTableName).
-    #[arg(long, env = "TRANSACTIONS_TABLE", global = true)]
+    #[arg(long, env = vars::TRANSACTIONS_TABLE.name, global = true)]
     pub transactions_table: Option<String>,
     /// Payloads table.
-    #[arg(long, env = "PAYLOADS_TABLE", global = true)]
+    #[arg(long, env = vars::PAYLOADS_TABLE.name, global = true)]
     pub payloads_table: Option<String>,
     /// Audit table.
-    #[arg(long, env = "AUDIT_TABLE", global = true)]
+    #[arg(long, env = vars::AUDIT_TABLE.name, global = true)]
     pub audit_table: Option<String>,
     /// The circuit breaker's table (template output BreakerTableName).
-    #[arg(long, env = "BREAKER_TABLE", global = true)]
+    #[arg(long, env = vars::BREAKER_TABLE.name, global = true)]
     pub breaker_table: Option<String>,
     /// Request queue URL.
-    #[arg(long, env = "REQUEST_QUEUE_URL", global = true)]
+    #[arg(long, env = vars::REQUEST_QUEUE_URL.name, global = true)]
     pub request_queue_url: Option<String>,
     /// Response queue URL.
     #[arg(long, env = "RESPONSE_QUEUE_URL", global = true)]
     pub response_queue_url: Option<String>,
     /// Retry queue URL.
-    #[arg(long, env = "RETRY_QUEUE_URL", global = true)]
+    #[arg(long, env = vars::RETRY_QUEUE_URL.name, global = true)]
     pub retry_queue_url: Option<String>,
     /// Scheduler dead-letter queue URL.
     #[arg(long, env = "SCHEDULER_DLQ_URL", global = true)]
@@ -68,17 +69,17 @@ pub struct TargetArgs {
     #[arg(long, env = "AUDIT_DLQ_URL", global = true)]
     pub audit_dlq_url: Option<String>,
     /// Schedule group.
-    #[arg(long, env = "SCHEDULE_GROUP", global = true)]
+    #[arg(long, env = vars::SCHEDULE_GROUP.name, global = true)]
     pub schedule_group: Option<String>,
     /// Write shards of the reconciler index.
-    #[arg(long, env = "RECONCILE_SHARDS", global = true)]
+    #[arg(long, env = vars::RECONCILE_SHARDS.name, global = true)]
     pub reconcile_shards: Option<u16>,
     /// How long an intermediate state may last before the reconciler acts, in seconds.
-    #[arg(long, env = "RECONCILE_THRESHOLD_SECONDS", global = true)]
+    #[arg(long, env = vars::RECONCILE_THRESHOLD_SECONDS.name, global = true)]
     pub reconcile_threshold_seconds: Option<u64>,
     /// Requeues without progress after which the reconciler parks a cycle (the
     /// stack's ReconcileRequeueMax).
-    #[arg(long, env = "RECONCILE_REQUEUE_MAX", global = true)]
+    #[arg(long, env = vars::RECONCILE_REQUEUE_MAX.name, global = true)]
     pub reconcile_requeue_max: Option<u32>,
 }
 

@@ -7,6 +7,7 @@ use crate::error::{CliError, Whereabouts};
 use crate::local::SqsDirectory;
 use crate::table::scan_stats;
 use crate::view;
+use aws::config::vars;
 use aws::config::{SchedulerSettings, StackNames};
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
@@ -155,7 +156,7 @@ impl Target {
             &self.args.transactions_table,
             |n| n.transactions_table.clone(),
             "--transactions-table",
-            "TRANSACTIONS_TABLE",
+            vars::TRANSACTIONS_TABLE.name,
         )
     }
     pub fn payloads_table(&self) -> Result<String, CliError> {
@@ -163,7 +164,7 @@ impl Target {
             &self.args.payloads_table,
             |n| n.payloads_table.clone(),
             "--payloads-table",
-            "PAYLOADS_TABLE",
+            vars::PAYLOADS_TABLE.name,
         )
     }
     pub fn audit_table(&self) -> Result<String, CliError> {
@@ -171,7 +172,7 @@ impl Target {
             &self.args.audit_table,
             |n| n.audit_table.clone(),
             "--audit-table",
-            "AUDIT_TABLE",
+            vars::AUDIT_TABLE.name,
         )
     }
     pub fn breaker_table(&self) -> Result<String, CliError> {
@@ -179,7 +180,7 @@ impl Target {
             &self.args.breaker_table,
             |n| n.breaker_table.clone(),
             "--breaker-table",
-            "BREAKER_TABLE",
+            vars::BREAKER_TABLE.name,
         )
     }
     pub fn schedule_group(&self) -> Result<String, CliError> {
@@ -187,7 +188,7 @@ impl Target {
             &self.args.schedule_group,
             |n| n.schedule_group.clone(),
             "--schedule-group",
-            "SCHEDULE_GROUP",
+            vars::SCHEDULE_GROUP.name,
         )
     }
 
@@ -213,7 +214,7 @@ impl Target {
             QueueName::Request => (
                 &self.args.request_queue_url,
                 "--request-queue-url",
-                "REQUEST_QUEUE_URL",
+                vars::REQUEST_QUEUE_URL.name,
             ),
             QueueName::Response => (
                 &self.args.response_queue_url,
@@ -223,7 +224,7 @@ impl Target {
             QueueName::Retry => (
                 &self.args.retry_queue_url,
                 "--retry-queue-url",
-                "RETRY_QUEUE_URL",
+                vars::RETRY_QUEUE_URL.name,
             ),
             QueueName::Scheduler => (
                 &self.args.scheduler_dlq_url,

@@ -7,6 +7,7 @@ use crate::local::external::{Outage, OutageMode};
 use crate::local::stack::{AuditSnapshot, ExternalOptions, Stack, StackOptions};
 use crate::report::{self, AuditWait, ChaosReport, Observations, Report};
 use crate::table::scan_stats;
+use aws::config::vars;
 use aws::dynamo::DynamoStore;
 use aws_sdk_sqs::types::QueueAttributeName;
 use domain::exec::{ResolvePorts, StartPorts};
@@ -44,14 +45,14 @@ pub struct DemoPlan {
 /// timescale (a window of 10 s, a cool-down of 3 s doubling up to 15 s, the state
 /// re-read every second), as function environment.
 pub const OUTAGE_BREAKER_ENV: [(&str, &str); 8] = [
-    ("BREAKER_WINDOW_SECONDS", "10"),
-    ("BREAKER_MIN_CALLS", "10"),
-    ("BREAKER_FAILURE_RATIO", "0.5"),
-    ("BREAKER_DEADLINE_BURST", "10"),
-    ("BREAKER_COOLDOWN_SECONDS", "3"),
-    ("BREAKER_COOLDOWN_MAX_SECONDS", "15"),
-    ("BREAKER_PROBES", "5"),
-    ("BREAKER_REFRESH_SECONDS", "1"),
+    (vars::BREAKER_WINDOW_SECONDS.name, "10"),
+    (vars::BREAKER_MIN_CALLS.name, "10"),
+    (vars::BREAKER_FAILURE_RATIO.name, "0.5"),
+    (vars::BREAKER_DEADLINE_BURST.name, "10"),
+    (vars::BREAKER_COOLDOWN_SECONDS.name, "3"),
+    (vars::BREAKER_COOLDOWN_MAX_SECONDS.name, "15"),
+    (vars::BREAKER_PROBES.name, "5"),
+    (vars::BREAKER_REFRESH_SECONDS.name, "1"),
 ];
 
 /// Parses `--outage START+DURATION` (seconds from the start of the run); the window
@@ -258,19 +259,22 @@ impl DemoPlan {
             )
         });
         stack.env = vec![
-            ("BACKOFF_BASE_SECONDS", a.backoff_base.to_string()),
-            ("BACKOFF_FACTOR", a.backoff_factor.to_string()),
-            ("BACKOFF_CAP_SECONDS", a.backoff_cap.to_string()),
-            ("BACKOFF_JITTER", a.jitter.to_string()),
+            (vars::BACKOFF_BASE_SECONDS.name, a.backoff_base.to_string()),
+            (vars::BACKOFF_FACTOR.name, a.backoff_factor.to_string()),
+            (vars::BACKOFF_CAP_SECONDS.name, a.backoff_cap.to_string()),
+            (vars::BACKOFF_JITTER.name, a.jitter.to_string()),
             (
-                "RECONCILE_THRESHOLD_SECONDS",
+                vars::RECONCILE_THRESHOLD_SECONDS.name,
                 reconcile_threshold.to_string(),
             ),
             (
-                "MAX_REQUESTS_PER_SECOND",
+                vars::MAX_REQUESTS_PER_SECOND.name,
                 a.max_requests_per_second.to_string(),
             ),
-            ("ANSWER_TIMEOUT_SECONDS", answer_timeout.to_string()),
+            (
+                vars::ANSWER_TIMEOUT_SECONDS.name,
+                answer_timeout.to_string(),
+            ),
         ];
         let deadline = Duration::from_secs(a.deadline.unwrap_or_else(|| {
             demo_deadline(

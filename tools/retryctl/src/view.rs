@@ -9,26 +9,28 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// The state item as JSON (the attribute names of the table).
+/// Attributes of the record that are bookkeeping of the protocol, not shown: the
+/// index keys, the answer deadline, and the operator note (shown as
+/// `operator_caller` and `operator_reason`).
+const NOT_SHOWN: [&str; 4] = ["reconcile", "failed", "answer_due_at", "operator"];
+
+/// The state item as JSON: the record's own serialisation (the attribute names of the
+/// table, counters included) without its bookkeeping, and the operator note as two keys.
+/// Every key is present, `null` when it does not apply.
 pub fn record_json(r: &TransactionRecord) -> Value {
-    json!({
-        "transaction_id": r.transaction_id.as_str(),
-        "status": r.status.as_str(),
-        "current_attempt": r.current_attempt.get(),
-        "next_attempt": r.next_attempt.map(|a| a.get()),
-        "max_attempts": r.max_attempts.get(),
-        "next_fire_at": r.next_fire_at.map(|t| t.to_rfc3339()),
-        "schedule_name": r.schedule_name.as_ref().map(|s| s.as_str()),
-        "last_outcome": r.last_outcome.map(|o| o.as_str()),
-        "last_reason": r.last_reason,
-        "mark": r.mark.map(domain::machine::Mark::as_str),
-        "created_at": r.created_at.to_rfc3339(),
-        "updated_at": r.updated_at.to_rfc3339(),
-        "last_actor": r.last_actor.as_str(),
-        "last_origin": r.last_origin.map(|o| o.as_str()),
-        "operator_caller": r.operator.as_ref().map(|o| o.caller.as_str()),
-        "operator_reason": r.operator.as_ref().and_then(|o| o.reason.as_deref()),
-    })
+    let mut v = serde_json::to_value(r).unwrap_or_default();
+    if let Some(map) = v.as_object_mut() {
+        for key in NOT_SHOWN {
+            map.remove(key);
+        }
+        let note = r.operator.as_deref();
+        map.insert("operator_caller".into(), json!(note.map(|o| &o.caller)));
+        map.insert(
+            "operator_reason".into(),
+            json!(note.and_then(|o| o.reason.as_deref())),
+        );
+    }
+    v
 }
 
 /// A timeline row as JSON: what the transition changed. Every key is present; the ones
@@ -553,5 +555,67 @@ mod tests {
         let cycle = AuditEntry::from_change(Some(&in_progress), &answered).unwrap();
         assert_eq!(cycle.paused_by(), None);
         assert!(!compact_timeline(&[cycle]).contains("PAUSED"));
+    }
+
+    /// The record's view is its serialisation: the table's attribute names, the
+    /// counters, the operator note as two keys; bookkeeping left out.
+    #[test]
+    fn the_record_view_shows_its_attributes_and_counters() {
+        let mut r = TransactionRecord::started(
+            TransactionId::parse("TX-V").unwrap(),
+            MaxAttempts::new(3).unwrap(),
+            Timestamp::from_millis(1_000),
+        );
+        r.republishes = 1;
+        r.requeues = 2;
+        r.resends = 3;
+        r.pauses = 1;
+        r.operator = Some(Box::new(domain::machine::OperatorNote {
+            caller: "arn:aws:iam::1:user/ops".into(),
+            reason: Some("ticket 7".into()),
+        }));
+        let v = record_json(&r);
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "created_at",
+                "current_attempt",
+                "last_actor",
+                "last_origin",
+                "last_outcome",
+                "last_reason",
+                "mark",
+                "max_attempts",
+                "next_attempt",
+                "next_fire_at",
+                "operator_caller",
+                "operator_reason",
+                "pauses",
+                "republishes",
+                "requeues",
+                "resends",
+                "schedule_name",
+                "status",
+                "transaction_id",
+                "updated_at",
+            ]
+        );
+        assert_eq!(v["created_at"], "1970-01-01T00:00:01.000Z");
+        assert_eq!(v["status"], r.status.as_str());
+        assert_eq!(v["last_actor"], r.last_actor.as_str());
+        assert_eq!(v["current_attempt"], 1);
+        assert_eq!(v["next_attempt"], Value::Null);
+        assert_eq!(
+            (
+                &v["republishes"],
+                &v["requeues"],
+                &v["resends"],
+                &v["pauses"]
+            ),
+            (&json!(1), &json!(2), &json!(3), &json!(1))
+        );
+        assert_eq!(v["operator_caller"], "arn:aws:iam::1:user/ops");
+        assert_eq!(v["operator_reason"], "ticket 7");
     }
 }

@@ -2,6 +2,7 @@
 
 mod common;
 
+use aws::config::vars;
 use common::{options, retryctl, retryctl_without, start_stack, wait_status, Running};
 use domain::ports::{Clock, SystemClock};
 use std::sync::OnceLock;
@@ -216,7 +217,7 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     // Without the stack's shard count, replay refuses rather than guess one (a wrong
     // count writes an index key the reconciler never reads); the record is untouched.
     let before = retryctl(s, &["show", "--json", "TX-SHOW-1"]).await.json();
-    let r = retryctl_without(s, &["replay", "TX-SHOW-1"], &["RECONCILE_SHARDS"]).await;
+    let r = retryctl_without(s, &["replay", "TX-SHOW-1"], &[vars::RECONCILE_SHARDS.name]).await;
     assert_eq!(r.code, 2, "a missing setting: {r:?}");
     assert!(
         r.stderr.contains("--reconcile-shards") && r.stderr.contains("never guesses"),
@@ -237,7 +238,7 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     let r = retryctl_without(
         s,
         &["stuck", "--reconcile-threshold-seconds", "60"],
-        &["RECONCILE_REQUEUE_MAX"],
+        &[vars::RECONCILE_REQUEUE_MAX.name],
     )
     .await;
     assert_eq!(r.code, 2, "a missing setting: {r:?}");
@@ -360,7 +361,7 @@ async fn unknown_ids_are_reported_by_every_command_that_takes_one() {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"))
         .args(["stats"])
         .env_remove("RETRYCTL_PREFIX")
-        .env_remove("TRANSACTIONS_TABLE")
+        .env_remove(vars::TRANSACTIONS_TABLE.name)
         .env("AWS_ENDPOINT_URL", &s.endpoint)
         .output()
         .await
@@ -653,7 +654,7 @@ async fn bare(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, Stri
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"));
     cmd.args(args)
         .env_remove("RETRYCTL_PREFIX")
-        .env_remove("TRANSACTIONS_TABLE")
+        .env_remove(vars::TRANSACTIONS_TABLE.name)
         .env_remove("AWS_ENDPOINT_URL")
         .env("AWS_EC2_METADATA_DISABLED", "true");
     for (k, v) in env {

@@ -8,6 +8,7 @@ use super::stop::{Stop, StopSource};
 use super::SqsDirectory;
 use crate::error::CliError;
 use aws::audit::AuditWriter;
+use aws::config::vars;
 use aws::config::{
     AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
 };
@@ -227,19 +228,23 @@ impl Stack {
     /// The shard count of the reconciler index the functions were given.
     pub fn reconcile_shards(&self) -> u16 {
         let default = domain::defaults::RECONCILE_SHARDS;
-        self.setting("retry-handler", "RECONCILE_SHARDS", default)
+        self.setting("retry-handler", vars::RECONCILE_SHARDS.name, default)
     }
 
     /// The reconcile threshold the reconciler was given, in seconds.
     pub fn reconcile_threshold_seconds(&self) -> u64 {
         let default = domain::defaults::RECONCILE_THRESHOLD.as_secs();
-        self.setting("reconciler", "RECONCILE_THRESHOLD_SECONDS", default)
+        self.setting(
+            "reconciler",
+            vars::RECONCILE_THRESHOLD_SECONDS.name,
+            default,
+        )
     }
 
     /// The requeue bound the reconciler was given.
     pub fn reconcile_requeue_max(&self) -> u32 {
         let default = domain::defaults::RECONCILE_REQUEUE_MAX;
-        self.setting("reconciler", "RECONCILE_REQUEUE_MAX", default)
+        self.setting("reconciler", vars::RECONCILE_REQUEUE_MAX.name, default)
     }
 
     /// Starts moto (unless an endpoint is given), provisions every resource and starts
@@ -402,7 +407,6 @@ impl Stack {
                         times: publish_times.clone(),
                     },
                     pacer: pacer.clone(),
-                    clock: h.requests.clock,
                     max_wait,
                 },
                 scheduler: h.scheduler,

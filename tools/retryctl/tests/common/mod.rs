@@ -5,6 +5,7 @@
 // Test support: a failure here is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use aws::config::vars;
 use retryctl::local::stack::{Stack, StackOptions};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -85,11 +86,11 @@ pub fn options(tag: &str, backoff_seconds: u64, cancel_probability: f64) -> Stac
     let mut o = StackOptions::new(testkit::moto::unique_prefix(tag));
     o.moto_endpoint = Some(moto());
     o.env = vec![
-        ("BACKOFF_BASE_SECONDS", backoff_seconds.to_string()),
-        ("BACKOFF_FACTOR", "1".into()),
-        ("BACKOFF_CAP_SECONDS", backoff_seconds.to_string()),
-        ("BACKOFF_JITTER", "0".into()),
-        ("MAX_REQUESTS_PER_SECOND", "50".into()),
+        (vars::BACKOFF_BASE_SECONDS.name, backoff_seconds.to_string()),
+        (vars::BACKOFF_FACTOR.name, "1".into()),
+        (vars::BACKOFF_CAP_SECONDS.name, backoff_seconds.to_string()),
+        (vars::BACKOFF_JITTER.name, "0".into()),
+        (vars::MAX_REQUESTS_PER_SECOND.name, "50".into()),
     ];
     // Long enough that a slow invocation on a loaded machine is not redelivered.
     o.visibility_timeout = Some(30);
@@ -136,19 +137,19 @@ pub async fn retryctl_without(stack: &Running, args: &[&str], unset: &[&str]) ->
         .env("AWS_SECRET_ACCESS_KEY", "testing")
         .env("AWS_REGION", "us-east-1")
         .env(
-            "RECONCILE_SHARDS",
+            vars::RECONCILE_SHARDS.name,
             domain::defaults::RECONCILE_SHARDS.to_string(),
         )
         .env(
-            "RECONCILE_REQUEUE_MAX",
+            vars::RECONCILE_REQUEUE_MAX.name,
             domain::defaults::RECONCILE_REQUEUE_MAX.to_string(),
         )
-        .env_remove("RECONCILE_THRESHOLD_SECONDS")
-        .env_remove("TRANSACTIONS_TABLE")
-        .env_remove("PAYLOADS_TABLE")
-        .env_remove("AUDIT_TABLE")
-        .env_remove("REQUEST_QUEUE_URL")
-        .env_remove("RETRY_QUEUE_URL");
+        .env_remove(vars::RECONCILE_THRESHOLD_SECONDS.name)
+        .env_remove(vars::TRANSACTIONS_TABLE.name)
+        .env_remove(vars::PAYLOADS_TABLE.name)
+        .env_remove(vars::AUDIT_TABLE.name)
+        .env_remove(vars::REQUEST_QUEUE_URL.name)
+        .env_remove(vars::RETRY_QUEUE_URL.name);
     for name in unset {
         command.env_remove(name);
     }
