@@ -1603,3 +1603,35 @@ mod tests {
         assert_ne!(FailedKey::partition_for(0), ReconcileKey::partition_for(0));
     }
 }
+
+#[cfg(test)]
+mod size {
+    use super::*;
+
+    /// The protocol's size as docs/design.md publishes it: the legal arrows (each
+    /// (status or `[*]`, event) pair `transition` accepts), the events, and the record's
+    /// fields. A change to any of them fails here until the document says it.
+    #[test]
+    fn the_published_size_of_the_protocol_is_the_machines() {
+        let froms = std::iter::once(None).chain(Status::ALL.into_iter().map(Some));
+        let arrows = froms
+            .flat_map(|from| Event::ALL.into_iter().map(move |e| (from, e)))
+            .filter(|(from, e)| transition(*from, *e).is_ok())
+            .count();
+        let record = TransactionRecord::started(
+            crate::TransactionId::parse("TX-1").unwrap(),
+            MaxAttempts::new(1).unwrap(),
+            Timestamp::from_millis(0),
+        );
+        let fields = match serde_json::to_value(&record).unwrap() {
+            serde_json::Value::Object(m) => m.len(),
+            other => panic!("{other}"),
+        };
+        let line = format!(
+            "Its size: {arrows} legal arrows, {} events, {fields} record fields.",
+            Event::ALL.len()
+        );
+        let doc = include_str!("../../../docs/design.md");
+        assert!(doc.contains(&line), "docs/design.md should say: {line}");
+    }
+}
