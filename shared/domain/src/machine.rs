@@ -16,9 +16,10 @@
 //! SENDING    → SENDING                 redelivery resumes the publish       Event::RetryEventAccepted
 //! SENDING    → IN_PROGRESS(m)          request m = next_attempt published   Event::RequestPublished
 //!                                      (n+1, or n for a technical re-send)
-//! SCHEDULING | SCHEDULED | SENDING →  retry event while the circuit breaker
-//!   SCHEDULING                         holds requests back: the same attempt
-//!                                      later (next_attempt kept)            Event::RetryPausedByBreaker
+//! SCHEDULING | SCHEDULED → SCHEDULING retry event while the circuit breaker
+//!                                      holds requests back: the same attempt
+//!                                      later (next_attempt kept); never from
+//!                                      SENDING (request m may be out)       Event::RetryPausedByBreaker
 //! SCHEDULING | SCHEDULED → SUCCEEDED   resolved by other means              Event::ResolvedElsewhere
 //! FAILED → SCHEDULING                  operator replay (`retryctl replay`)  Event::OperatorReplay
 //! IN_PROGRESS(n) → IN_PROGRESS(n)      found before its answer deadline     Event::AnswerAwaited
@@ -213,9 +214,7 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
         (Some(S::Scheduling), E::ScheduleConfirmed) => Ok(S::Scheduled),
         (Some(S::Scheduling | S::Scheduled | S::Sending), E::RetryEventAccepted) => Ok(S::Sending),
         (Some(S::Sending), E::RequestPublished) => Ok(S::InProgress),
-        (Some(S::Scheduling | S::Scheduled | S::Sending), E::RetryPausedByBreaker) => {
-            Ok(S::Scheduling)
-        }
+        (Some(S::Scheduling | S::Scheduled), E::RetryPausedByBreaker) => Ok(S::Scheduling),
         (Some(S::Scheduling | S::Scheduled), E::ResolvedElsewhere) => Ok(S::Succeeded),
         (Some(S::Failed), E::OperatorReplay) => Ok(S::Scheduling),
         (Some(S::InProgress), E::AnswerAwaited | E::AnswerRepublished) => Ok(S::InProgress),
@@ -1271,11 +1270,6 @@ mod tests {
                 E::RetryPausedByBreaker,
                 Some(S::Scheduling),
             ),
-            (
-                Some(S::Sending),
-                E::RetryPausedByBreaker,
-                Some(S::Scheduling),
-            ),
         ];
         let mut states = vec![None];
         states.extend(Status::ALL.map(Some));
@@ -1443,9 +1437,10 @@ mod tests {
             }
         }
         // One per non-empty subset of the sources of each event: Start has none
-        // (it leaves [*]); RetryEventAccepted, RetryPausedByBreaker, ResponseSuccess
-        // and the two ResponseCancelled* 7 each, ResolvedElsewhere 3, the rest 1 each.
-        assert_eq!(arrows, 5 * 7 + 3 + 11);
+        // (it leaves [*]); RetryEventAccepted, ResponseSuccess and the two
+        // ResponseCancelled* 7 each, RetryPausedByBreaker and ResolvedElsewhere 3
+        // each, the rest 1 each.
+        assert_eq!(arrows, 4 * 7 + 2 * 3 + 11);
     }
 
     #[test]

@@ -221,7 +221,15 @@ impl ProtocolModel {
                     h.attempt,
                     Some(&s.records[usize::from(tx)]),
                 ));
-                if run.verdict.hold.is_some() {
+                // Completing a send already in flight (the retry handler found SENDING:
+                // no accepting write of its own before this publish) is no new
+                // request: request m may be out, and only its publish's completion or
+                // its answer leave SENDING.
+                let resumes_sending = run.kind == Kind::RetryHandler
+                    && !run.run.trail().iter().any(|(e, _)| {
+                        matches!(e, Effect::Write(w) if w.event() == Event::RetryEventAccepted)
+                    });
+                if run.verdict.hold.is_some() && !resumes_sending {
                     s.breaker_violations
                         .insert(BreakerViolation::HeldRequestSent);
                 }

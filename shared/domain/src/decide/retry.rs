@@ -15,9 +15,11 @@ const ACCEPT: Arrow = arrow!(
 );
 const PUBLISHED: Arrow = arrow!([Status::Sending], Event::RequestPublished);
 /// While the breaker holds requests back, the pending attempt's cycle is opened again
-/// later, from wherever the event finds it before its request leaves.
+/// later, from wherever the event finds it before its send began. Never from SENDING:
+/// request m may have left, and only its publish's completion or its answer leave
+/// SENDING (a pause would drop that answer as late).
 const PAUSE: Arrow = arrow!(
-    [Status::Scheduling, Status::Scheduled, Status::Sending],
+    [Status::Scheduling, Status::Scheduled],
     Event::RetryPausedByBreaker
 );
 
@@ -81,7 +83,9 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
             }
             match r.status {
                 s if ACCEPT.from().contains(s) => send(id, m, ev, ctx),
-                // SENDING with next_attempt = m: resume (publish again, same key).
+                // SENDING with next_attempt = m: resume (publish again, same key),
+                // held or not: the send began before any hold, and request m may
+                // already be out.
                 Status::Sending => vec![
                     Effect::PublishRequest(RequestHeader {
                         transaction_id: id.clone(),

@@ -3,7 +3,7 @@
 use super::*;
 use crate::breaker::BreakerState;
 use crate::ids::MaxAttempts;
-use crate::machine::{BudgetGuard, Change, FailedKey, Mark, ReconcileKey};
+use crate::machine::{BudgetGuard, Change, Event, FailedKey, Mark, ReconcileKey};
 use crate::message::Origin;
 use crate::policy::{FixedRandom, RetryPolicy};
 
@@ -1486,5 +1486,62 @@ fn a_schedule_is_created_at_least_the_lead_ahead() {
     assert_eq!(spec(at(6)).create_at(now), at(6));
     for past in [at(-86_400), at(-1), at(0), at(5)] {
         assert_eq!(spec(past).create_at(now), at(6), "{past}");
+    }
+}
+
+/// Hole: a pause from SENDING threw the real answer away. GIVEN SENDING(2) — request
+/// 2 may be out (the run published and crashed) WHEN its retry event comes back while
+/// the breaker holds requests THEN the send is completed (published again, same key,
+/// IN_PROGRESS(2)), never paused back to attempt 1: the service's SUCCESS for 2 is
+/// then the answer in flight and ends the transaction SUCCEEDED, not dropped as late.
+#[test]
+fn a_held_event_finding_sending_completes_the_send() {
+    let sending = record(Status::Sending, 1, Some(2), 3);
+    let ev = RetryEvent {
+        transaction_id: id(),
+        origin: Origin::RetryScheduler,
+        attempt: a(2),
+        round: Some(0),
+    };
+    let held = ctx_at(0).with_hold(Some(Hold {
+        until: Timestamp::from_millis(600_000),
+        state: BreakerState::Open {
+            until: Timestamp::from_millis(600_000),
+            cooldown_ms: 600_000,
+        },
+    }));
+    let plan = decide_retry(Known::Record(&sending), &ev, &held);
+    assert_eq!(
+        labels(&plan),
+        ["publish-request", "write", "ack"],
+        "{plan:?}"
+    );
+    let Effect::Write(w) = &plan[1] else {
+        panic!("{plan:?}")
+    };
+    let sent = w.apply(&sending).unwrap();
+    assert_eq!(
+        (sent.status, sent.current_attempt),
+        (Status::InProgress, a(2))
+    );
+    let answer = decide_response(
+        Known::Record(&sent),
+        &response(2, Outcome::Success),
+        &held,
+        &mut FixedRandom(0.5),
+    );
+    let Effect::Write(w) = &answer[0] else {
+        panic!("{answer:?}")
+    };
+    assert_eq!(w.apply(&sent).unwrap().status, Status::Succeeded);
+    // By construction: the only arrow from SENDING to another status is the
+    // publish's completion.
+    for e in Event::ALL {
+        if let Ok(to) = arrow(Some(Status::Sending), e) {
+            assert!(
+                to == Status::Sending || e == Event::RequestPublished,
+                "SENDING --{e:?}--> {to}"
+            );
+        }
     }
 }
