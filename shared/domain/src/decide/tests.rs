@@ -1545,3 +1545,43 @@ fn a_held_event_finding_sending_completes_the_send() {
         }
     }
 }
+
+/// Hole: a crashed pause waited for the reconciler. GIVEN the retry handler paused
+/// attempt 2's cycle (round 0 → 1, SCHEDULING, its instant stored) and died before
+/// creating the schedule WHEN the event of round 0 is delivered again THEN it resumes
+/// the pause: the schedule of round 1 from the stored instant, then confirmed — not
+/// dropped as an earlier cycle's (only the reconciler would have found it, after its
+/// threshold). Once confirmed, the same event is an earlier cycle's.
+#[test]
+fn a_crashed_pause_resumes_from_its_redelivered_event() {
+    let mut paused = record(Status::Scheduling, 1, Some(2), 3);
+    paused.resends = 1;
+    paused.pauses = 1;
+    paused.mark = Some(Mark::HeldOpen);
+    paused.schedule_name = Some(ScheduleName::for_resend(&id(), a(2), 1));
+    let ev = RetryEvent {
+        transaction_id: id(),
+        origin: Origin::RetryScheduler,
+        attempt: a(2),
+        round: Some(0),
+    };
+    let plan = decide_retry(Known::Record(&paused), &ev, &ctx_at(0));
+    assert_eq!(
+        labels(&plan),
+        ["create-schedule", "write", "ack"],
+        "{plan:?}"
+    );
+    let Effect::CreateSchedule(spec) = &plan[0] else {
+        panic!("{plan:?}")
+    };
+    assert_eq!(
+        (Some(&spec.name), Some(spec.fire_at), spec.event.round),
+        (paused.schedule_name.as_ref(), paused.next_fire_at, Some(1))
+    );
+    let mut confirmed = paused.clone();
+    confirmed.status = Status::Scheduled;
+    assert!(matches!(
+        decide_retry(Known::Record(&confirmed), &ev, &ctx_at(0))[..],
+        [Effect::Drop(DropReason::StaleCycle { .. })]
+    ));
+}
