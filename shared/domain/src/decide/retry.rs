@@ -56,16 +56,6 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
             // An event of an earlier retry cycle of the pending attempt (redelivered,
             // or decided again after its cycle moved on to a re-send or a pause):
             // the cycle in force has its own schedule and instant.
-            // The event whose delivery paused the cycle, delivered again before the
-            // pause's schedule was confirmed (the pausing run crashed or stalled after
-            // its write): it resumes the pause from the stored instant — no other
-            // message would, and the reconciler only after its threshold.
-            let pausing = r.status == Status::Scheduling
-                && r.mark.is_some_and(|m| m.held_by().is_some())
-                && ev.round.is_some_and(|k| k.saturating_add(1) == r.resends);
-            if pausing {
-                return resume_scheduling(r, ctx, Actor::RetryHandler, Ack::Paused);
-            }
             if let Some(round) = ev.round.filter(|k| *k < r.resends) {
                 return vec![Effect::Drop(DropReason::StaleCycle {
                     attempt: m,
