@@ -572,6 +572,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             id(tx),
             payload(tx, answer),
             MaxAttempts::new(max).unwrap(),
+            ctx.answer_timeout,
             &ctx,
         )
         .await
@@ -785,6 +786,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         id("TX-G"),
         payload("TX-G", "SUCCESS"),
         MaxAttempts::new(3).unwrap(),
+        ctx.answer_timeout,
         &ctx,
     )
     .await

@@ -1953,6 +1953,33 @@ fn the_outputs_verify_reads_are_declared() {
     );
 }
 
+/// Every output and parameter `retryctl --stack` reads is declared in
+/// `template.yaml`.
+#[test]
+fn the_outputs_and_parameters_stack_reads_are_declared() {
+    let t = template();
+    let (outputs, parameters) = (
+        keys_of(path(&t, &["Outputs"])),
+        keys_of(path(&t, &["Parameters"])),
+    );
+    let missing: Vec<String> = retryctl::stack::FILLED
+        .iter()
+        .filter_map(|(flag, source)| match source {
+            retryctl::stack::Source::Output(k) if !outputs.contains(*k) => {
+                Some(format!("{flag}: output {k}"))
+            }
+            retryctl::stack::Source::Parameter(k) if !parameters.contains(*k) => {
+                Some(format!("{flag}: parameter {k}"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "settings --stack reads but template.yaml does not declare: {missing:?}"
+    );
+}
+
 #[test]
 fn parameter_defaults_are_the_code_defaults() {
     assert_none(default_problems(&template()));
@@ -2329,6 +2356,7 @@ impl Stage {
             domain::Payload::from_json(r#"{"order":1}"#).unwrap_or_else(|e| panic!("payload: {e}")),
             domain::MaxAttempts::new(max_attempts)
                 .unwrap_or_else(|e| panic!("max_attempts {max_attempts}: {e}")),
+            self.settings.answer_timeout,
             &self.settings.context(T0),
         )
         .await

@@ -18,6 +18,7 @@ pub fn record_json(r: &TransactionRecord) -> Value {
         "next_attempt": r.next_attempt.map(|a| a.get()),
         "max_attempts": r.max_attempts.get(),
         "next_fire_at": r.next_fire_at.map(|t| t.to_rfc3339()),
+        "answer_due_at": r.answer_due_at.map(|t| t.to_rfc3339()),
         "schedule_name": r.schedule_name.as_ref().map(|s| s.as_str()),
         "last_outcome": r.last_outcome.map(|o| o.as_str()),
         "last_reason": r.last_reason,

@@ -242,6 +242,12 @@ impl Stack {
         self.setting("reconciler", "RECONCILE_REQUEUE_MAX", default)
     }
 
+    /// The answer timeout the functions were given, in seconds.
+    pub fn answer_timeout_seconds(&self) -> u64 {
+        let default = domain::defaults::ANSWER_TIMEOUT.as_secs();
+        self.setting("reconciler", "ANSWER_TIMEOUT_SECONDS", default)
+    }
+
     /// Starts moto (unless an endpoint is given), provisions every resource and starts
     /// every component.
     pub async fn start(opts: StackOptions) -> Result<Stack, CliError> {
@@ -515,7 +521,7 @@ impl Stack {
         };
         tasks.extend(h);
 
-        Ok(Stack {
+        let stack = Stack {
             moto,
             endpoint,
             endpoints,
@@ -535,7 +541,10 @@ impl Stack {
             publish_times,
             source,
             tasks,
-        })
+        };
+        // DescribeStacks of the prefix answers as for a deployed stack (`--stack`).
+        crate::verify::local::register(&stack).await?;
+        Ok(stack)
     }
 
     pub fn names(&self) -> &StackNames {

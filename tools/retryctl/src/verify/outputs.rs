@@ -35,6 +35,7 @@ pub const MAIN_OUTPUTS: &[&str] = &[
     "ScheduleGroupName",
     "SchedulerRoleArn",
     "ReconcileShards",
+    "AnswerTimeoutSeconds",
 ];
 
 /// Outputs of the harness stack it reads (`infra/template.yaml`).
@@ -134,7 +135,7 @@ pub fn describe_stacks_entry(stack_name: &str, outputs: &[(&str, String)]) -> Va
 }
 
 /// The main stack's outputs on the local stack (its name is the prefix).
-pub fn local(p: &Provisioned, reconcile_shards: u16) -> Value {
+pub fn local(p: &Provisioned, reconcile_shards: u16, answer_timeout_seconds: u64) -> Value {
     let n = &p.names;
     let mut o: Vec<(&str, String)> = vec![];
     for (url, arn, q) in [
@@ -158,6 +159,7 @@ pub fn local(p: &Provisioned, reconcile_shards: u16) -> Value {
         ("ScheduleGroupName", n.schedule_group.clone()),
         ("SchedulerRoleArn", p.scheduler_role_arn.clone()),
         ("ReconcileShards", reconcile_shards.to_string()),
+        ("AnswerTimeoutSeconds", answer_timeout_seconds.to_string()),
     ]);
     describe_stacks_entry(&n.prefix, &o)
 }
@@ -229,7 +231,7 @@ mod tests {
             names,
         };
         let mut o = StackOutputs::default();
-        o.add("local", &json!({"Stacks": [local(&p, 8)]}).to_string())
+        o.add("local", &json!({"Stacks": [local(&p, 8, 2)]}).to_string())
             .unwrap();
         for k in MAIN_OUTPUTS {
             assert!(o.get(k).is_some_and(|v| !v.is_empty()), "{k}");
