@@ -23,8 +23,11 @@
 //! publishing again a request unanswered past its deadline, the circuit breaker's
 //! whole round (opened by that deadline, a retry paused under its own schedule, a
 //! probe after the cool-down, closed by the probe's answer), the audit of the
-//! stream, and its DLQ. `retryctl` runs under the operators' own credentials, not a
-//! role of this template: its calls are not evaluated here.
+//! stream, and its DLQ. Then every operator command of `retryctl`, run as the binary
+//! runs it (`--stack`), under the stack's read-only role (list, show, stats, stuck,
+//! dlq peek, breaker status) or acting role (submit, replay, resolve, redrive of every
+//! DLQ, breaker open and close): their calls are checked against those roles both
+//! ways, as the functions' are.
 //!
 //! CloudWatch publishing each alarm to the (encrypted) alarm topic is evaluated too.
 //!
@@ -71,6 +74,9 @@ const FUNCTIONS: [&str; 5] = [
 ];
 /// Access keys of the principals that are not functions.
 const SCHEDULER_ROLE: &str = "scheduler-role";
+/// `retryctl` under the stack's operator roles (read-only, acting).
+const OPERATOR_READ: &str = "operator-read";
+const OPERATOR_ACT: &str = "operator-act";
 const OPERATOR: &str = "operator";
 const EXTERNAL: &str = "external-service";
 /// The test's own set-up (provisioning, set-up, inspection): not evaluated.
@@ -241,6 +247,8 @@ fn principal_of(stack: &Stack, caller: &str) -> Option<(String, Principal)> {
     }
     match caller {
         SCHEDULER_ROLE => Some((caller.to_owned(), stack.role("SchedulerRole"))),
+        OPERATOR_READ => Some((caller.to_owned(), stack.role("OperatorReadRole"))),
+        OPERATOR_ACT => Some((caller.to_owned(), stack.role("OperatorActRole"))),
         OPERATOR | EXTERNAL => Some((caller.to_owned(), Principal::Arn(outside_arn(caller)))),
         _ => None,
     }
@@ -287,6 +295,8 @@ fn check(stack: &Stack, requests: &[(String, Request)]) -> Verdict {
         .map(|r| Principal::Arn(r.clone()))
         .collect();
     principals.insert(stack.role("SchedulerRole"));
+    principals.insert(stack.role("OperatorReadRole"));
+    principals.insert(stack.role("OperatorActRole"));
     principals.extend(
         stack
             .resource_policy_principals()
@@ -909,10 +919,132 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     )
     .await;
 
+    operators(&endpoint, &p, &setup_sdk, &store).await;
+
     let calls = proxy.calls();
     drop(proxy);
     moto.stop().await;
     (calls, p, stack)
+}
+
+/// Every operator command of `retryctl` (`runtime::run::execute`, as the binary runs
+/// it), under the operator role its docs name, against the stack registered in
+/// CloudFormation (`--stack lp`): the read-only commands, then the ones that act, with
+/// a message waiting in every DLQ and a transaction in each state they act on.
+async fn operators(
+    endpoint: &str,
+    p: &Provisioned,
+    setup_sdk: &aws_config::SdkConfig,
+    store: &aws::dynamo::DynamoStore<aws::dynamo::PayloadsTable>,
+) {
+    let entry = retryctl::verify::outputs::local(p, domain::defaults::RECONCILE_SHARDS, 3600);
+    let params = vec![
+        (
+            "ReconcileShards",
+            domain::defaults::RECONCILE_SHARDS.to_string(),
+        ),
+        ("AnswerTimeoutSeconds", "3600".to_owned()),
+        ("ReconcileThresholdSeconds", "1".to_owned()),
+        (
+            "ReconcileRequeueMax",
+            domain::defaults::RECONCILE_REQUEUE_MAX.to_string(),
+        ),
+    ];
+    retryctl::verify::local::register_stack(setup_sdk, endpoint, &entry, &params)
+        .await
+        .unwrap();
+    // One message in every DLQ, so that each redrive sends one back; the audit DLQ's
+    // names a real range of the stream.
+    let setup_sqs = aws::clients::sqs(setup_sdk);
+    for (q, body) in [
+        (
+            &p.request_dlq,
+            r#"{"transaction_id":"TX-C","attempt":1}"#.to_owned(),
+        ),
+        (
+            &p.response_dlq,
+            r#"{"transaction_id":"TX-UNKNOWN","attempt":1,"outcome":"SUCCESS"}"#.to_owned(),
+        ),
+        (
+            &p.retry_dlq,
+            r#"{"transaction_id":"TX-Z","origin":"RETRY_SCHEDULER","attempt":2}"#.to_owned(),
+        ),
+        (
+            &p.scheduler_dlq,
+            r#"{"transaction_id":"TX-Z","origin":"RETRY_SCHEDULER","attempt":2}"#.to_owned(),
+        ),
+        (
+            &p.audit_dlq,
+            testkit::drain::failure_record(
+                &aws::clients::dynamodbstreams(setup_sdk),
+                &p.transactions_stream_arn,
+                None,
+            )
+            .await
+            .unwrap()
+            .0,
+        ),
+    ] {
+        send(&setup_sqs, &q.url, &body).await;
+    }
+    let scheduled = {
+        let mut found = None;
+        for tx in ["TX-P", "TX-F", "TX-A", "TX-D"] {
+            if store_status(store, tx).await == Status::Scheduled {
+                found = Some(tx);
+                break;
+            }
+        }
+        found.expect("a SCHEDULED transaction to resolve")
+    };
+    assert_eq!(store_status(store, "TX-C").await, Status::Failed);
+    let read: &[&[&str]] = &[
+        &["stats"],
+        &["list", "--status", "FAILED"],
+        &["list", "--status", "SCHEDULED"],
+        &["show", "TX-C", "--payload"],
+        &["stuck"],
+        &["dlq", "peek", "request"],
+        &["dlq", "peek", "response"],
+        &["dlq", "peek", "retry"],
+        &["dlq", "peek", "scheduler"],
+        &["dlq", "peek", "audit"],
+        &["redrive", "retry", "--dry-run"],
+        &["breaker", "status"],
+    ];
+    let act: &[&[&str]] = &[
+        &["submit", "TX-OP", "--payload", "{}"],
+        &["replay", "TX-C", "--reason", "service back"],
+        &["resolve", scheduled, "--reason", "settled by hand"],
+        &["breaker", "open", "--for", "60", "--reason", "maintenance"],
+        &["breaker", "close", "--reason", "maintenance over"],
+        &["redrive", "request"],
+        &["redrive", "response"],
+        &["redrive", "retry"],
+        &["redrive", "scheduler"],
+        &["redrive", "audit"],
+    ];
+    for (key, commands) in [(OPERATOR_READ, read), (OPERATOR_ACT, act)] {
+        let sdk = sdk_config_as(endpoint, key).await;
+        for args in commands {
+            let line: Vec<&str> = ["retryctl", "--stack", MAIN]
+                .into_iter()
+                .chain(args.iter().copied())
+                .collect();
+            operator_command(&sdk, &line).await;
+        }
+    }
+}
+
+/// Runs one `retryctl` command line with `sdk`'s credentials; it must succeed.
+async fn operator_command(sdk: &aws_config::SdkConfig, line: &[&str]) {
+    let cli = retryctl::cli::Cli::from_line(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    let target = retryctl::commands::Target::with_sdk(sdk.clone(), &cli.target)
+        .await
+        .unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    if let Err(e) = retryctl::run::execute(&cli, &target).await {
+        panic!("{line:?}: {}", e.error);
+    }
 }
 
 async fn store_status<P: Send + Sync>(store: &aws::dynamo::DynamoStore<P>, tx: &str) -> Status {
@@ -929,9 +1061,9 @@ async fn wait_until(t: Timestamp) {
 async fn every_call_is_allowed_and_every_grant_is_used() {
     let (calls, p, stack) = scenario().await;
     let ours: Vec<&Call> = calls.iter().filter(|c| c.caller != SETUP).collect();
-    for f in FUNCTIONS {
+    for f in FUNCTIONS.iter().chain(&[OPERATOR_READ, OPERATOR_ACT]) {
         assert!(
-            ours.iter().any(|c| c.caller == f),
+            ours.iter().any(|c| c.caller == *f),
             "no call recorded for {f}"
         );
     }
@@ -1025,6 +1157,50 @@ fn call(caller: &str, service: &str, operation: &str, resource: &str) -> Call {
         message_bodies: vec![],
         status: 200,
     }
+}
+
+/// One grant removed from an operator role: the `retryctl` call that needs it fails,
+/// naming the role, the action and the resource; a call of the other role's commands
+/// is not allowed by the read-only role.
+#[test]
+fn an_operator_role_without_one_grant_fails_the_command_that_needs_it() {
+    let text = template_text();
+    let grant = "              - Sid: ReadTheAuditTrail\n                Effect: Allow\n                Action: dynamodb:Query\n                Resource: !GetAtt AuditTable.Arn\n";
+    assert!(
+        text.contains(grant),
+        "the grant this test removes has changed"
+    );
+    let audit = format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-audit");
+    let retry = queue("retry").arn;
+    let calls = [
+        call(OPERATOR_READ, "dynamodb", "Query", &audit),
+        call(OPERATOR_ACT, "sqs", "SendMessage", &retry),
+        call(OPERATOR_READ, "sqs", "SendMessage", &retry),
+    ];
+    let problems_with = |text: &str| {
+        let stack = offline(text);
+        check(&stack, &requests_of(&stack, &calls, ""))
+            .problems
+            .into_iter()
+            .filter(|p| p.starts_with("operator-"))
+            .collect::<Vec<_>>()
+    };
+    // The read-only role may not send retry events: the queue denies it, and its
+    // role grants no data key to send with.
+    let read_sends = vec![
+        format!(
+            "operator-read: kms:GenerateDataKey on arn:aws:kms:{LOCAL_REGION}:{LOCAL_ACCOUNT}:key/lp-EncryptionKey is not allowed by OperatorReadRole"
+        ),
+        format!(
+            "operator-read: sqs:SendMessage on {retry} is denied by RetryQueuePolicy policy DenyRetryEventsFromAnybodyElse"
+        ),
+    ];
+    assert_eq!(problems_with(&text), read_sends);
+    let mut without = vec![format!(
+        "operator-read: dynamodb:Query on {audit} is not allowed by OperatorReadRole"
+    )];
+    without.extend(read_sends);
+    assert_eq!(problems_with(&text.replace(grant, "")), without);
 }
 
 /// One grant removed from the template: the call that needs it fails, naming the
@@ -1364,6 +1540,8 @@ fn principal_lists_hold_no_empty_arn() {
     };
     let only_service = conditions("", "");
     let want = vec![service.clone()];
+    // The operators' acting role answers too: `retryctl redrive response`.
+    let act = format!("arn:aws:iam::{LOCAL_ACCOUNT}:role/lp-OperatorActRole");
     assert_eq!(
         only_service.get("RequestQueuePolicy policy OnlyTheExternalServiceReadsRequests"),
         Some(&want),
@@ -1371,7 +1549,7 @@ fn principal_lists_hold_no_empty_arn() {
     );
     assert_eq!(
         only_service.get("ResponseQueuePolicy policy OnlyTheExternalServiceAnswers"),
-        Some(&want),
+        Some(&vec![service.clone(), act.clone()]),
         "{only_service:?}"
     );
     for (label, values) in &only_service {
@@ -1383,7 +1561,7 @@ fn principal_lists_hold_no_empty_arn() {
     let all = conditions(&op, &ext);
     assert_eq!(
         all.get("ResponseQueuePolicy policy OnlyTheExternalServiceAnswers"),
-        Some(&vec![service.clone(), ext.clone(), op.clone()])
+        Some(&vec![service.clone(), ext.clone(), op.clone(), act])
     );
     assert_eq!(
         all.get("RequestQueuePolicy policy OnlyTheExternalServiceReadsRequests"),

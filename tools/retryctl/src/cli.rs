@@ -27,6 +27,17 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The command line `args` (the program name first), parsed as the binary does.
+    pub fn from_line<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Self::try_parse_from(args)
+    }
+}
+
 /// Where the stack is: the same settings the functions get from the template.
 #[derive(Debug, Clone, Args, Default)]
 pub struct TargetArgs {

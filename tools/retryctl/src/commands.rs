@@ -73,6 +73,12 @@ impl Target {
                 .await;
             sdk = loader().credentials_provider(provider).load().await;
         }
+        Self::with_sdk(sdk, args).await
+    }
+
+    /// The target of `args` reached with `sdk` as it is (its credentials, endpoint and
+    /// region): `--stack` read, every setting checked.
+    pub async fn with_sdk(sdk: aws_config::SdkConfig, args: &TargetArgs) -> Result<Self, CliError> {
         let args = &match &args.stack {
             Some(name) => crate::stack::Described::fetch(&sdk, name)
                 .await?

@@ -453,6 +453,35 @@ async fn one_flag_reaches_the_stack_and_a_missing_output_is_named() {
         "{}",
         r.stderr
     );
+    // --role-arn: AssumeRole at the same endpoint, then every call with its session:
+    // the breaker's change log names the assumed role as the caller.
+    let role = "arn:aws:iam::123456789012:role/stack-OperatorActRole";
+    let open = [
+        "--role-arn",
+        role,
+        "breaker",
+        "open",
+        "--for",
+        "1",
+        "--reason",
+        "role test",
+    ];
+    let r = retryctl_without(s, &by_stack(&s.prefix, &open), &BY_HAND).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = retryctl_without(
+        s,
+        &by_stack(&s.prefix, &["breaker", "status", "--json"]),
+        &BY_HAND,
+    )
+    .await;
+    let by = r.json()["changes"][0]["by"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        by.contains("assumed-role/stack-OperatorActRole/retryctl"),
+        "{by}: {r:?}"
+    );
     let r = retryctl_without(s, &["--stack", "no-such-stack", "stats"], &BY_HAND).await;
     assert_ne!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("DescribeStacks"), "{}", r.stderr);
@@ -1097,36 +1126,13 @@ async fn redrive_audit_reads_the_stream_range_again() {
         .unwrap()
         .to_owned();
     let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
-    let shard = streams
-        .describe_stream()
-        .stream_arn(&stream_arn)
-        .send()
+    let (record, _) = testkit::drain::failure_record(&streams, &stream_arn, None)
         .await
-        .unwrap()
-        .stream_description()
-        .unwrap()
-        .shards()[0]
-        .clone();
-    let start = shard
-        .sequence_number_range()
-        .unwrap()
-        .starting_sequence_number()
-        .unwrap()
-        .to_owned();
-    let record = |shard_id: &str| {
-        serde_json::json!({
-            "requestContext": {"condition": "RetryAttemptsExhausted", "approximateInvokeCount": 3},
-            "version": "1.0",
-            "DDBStreamBatchInfo": {
-                "shardId": shard_id,
-                "startSequenceNumber": start,
-                "endSequenceNumber": "9".repeat(start.len()),
-                "batchSize": 10,
-                "streamArn": stream_arn,
-            }
-        })
-        .to_string()
-    };
+        .unwrap();
+    let (elsewhere, _) =
+        testkit::drain::failure_record(&streams, &stream_arn, Some("shardId-nope"))
+            .await
+            .unwrap();
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let dlq = sqs
         .get_queue_url()
@@ -1137,12 +1143,7 @@ async fn redrive_audit_reads_the_stream_range_again() {
         .queue_url()
         .unwrap()
         .to_owned();
-    send_all(
-        &sqs,
-        &dlq,
-        [record(shard.shard_id().unwrap()), record("shardId-nope")],
-    )
-    .await;
+    send_all(&sqs, &dlq, [record, elsewhere]).await;
 
     let r = retryctl(s, &["redrive", "audit", "--json"]).await;
     assert_eq!(r.code, 0, "{r:?}");

@@ -128,20 +128,30 @@ pub fn parameters(stack: &Stack) -> Vec<(&'static str, String)> {
 /// `template.yaml` would have created it: DescribeStacks answers with its outputs and
 /// parameters, so `retryctl --stack PREFIX` reaches it as it reaches a deployed one.
 pub async fn register(stack: &Stack) -> Result<(), CliError> {
-    let name = &stack.names().prefix;
     let entry = outputs::local(
         &stack.provisioned,
         stack.reconcile_shards(),
         stack.answer_timeout_seconds(),
     );
-    let params = parameters(stack);
+    register_stack(&stack.sdk, &stack.endpoint, &entry, &parameters(stack)).await
+}
+
+/// Creates the stack `entry` describes (`StackName`, `Outputs` in the shape
+/// DescribeStacks prints) with these parameters in the CloudFormation at `endpoint`.
+pub async fn register_stack(
+    sdk: &aws_config::SdkConfig,
+    endpoint: &str,
+    entry: &Value,
+    params: &[(&'static str, String)],
+) -> Result<(), CliError> {
+    let name = entry["StackName"].as_str().unwrap_or_default();
     let mut template = json!({
         "Parameters": {},
         // A stack holds at least one resource; this one creates nothing.
         "Resources": {"Registered": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
         "Outputs": {},
     });
-    for (k, _) in &params {
+    for (k, _) in params {
         template["Parameters"][*k] = json!({"Type": "String"});
     }
     for o in entry["Outputs"].as_array().into_iter().flatten() {
@@ -150,8 +160,8 @@ pub async fn register(stack: &Stack) -> Result<(), CliError> {
         }
     }
     let cfn = aws_sdk_cloudformation::Client::from_conf(
-        aws_sdk_cloudformation::config::Builder::from(&stack.sdk)
-            .endpoint_url(&stack.endpoint)
+        aws_sdk_cloudformation::config::Builder::from(sdk)
+            .endpoint_url(endpoint)
             .build(),
     );
     cfn.create_stack()
@@ -159,10 +169,10 @@ pub async fn register(stack: &Stack) -> Result<(), CliError> {
         .template_body(template.to_string())
         .set_parameters(Some(
             params
-                .into_iter()
+                .iter()
                 .map(|(k, v)| {
                     aws_sdk_cloudformation::types::Parameter::builder()
-                        .parameter_key(k)
+                        .parameter_key(*k)
                         .parameter_value(v)
                         .build()
                 })
