@@ -39,8 +39,13 @@
 //!
 //! Each recorded call becomes the authorization requests AWS would make
 //! (`deferred_retry_tests::iam`), evaluated against the role; then the reverse: every
-//! grant of every function role, of the scheduler role and of each queue-policy
-//! principal must cover some request. Run alone:
+//! grant of every function role, of the scheduler role, of the two operator roles and
+//! of each queue-policy principal must cover some request. Both run once per
+//! `samconfig.toml` environment (default, staging, prod-template), the template
+//! resolved with that environment's parameters: its Deny statements are evaluated with
+//! its values (where it lists the external service's principals, this test's external
+//! service and harness stand for them), and no operator principal of the test's own is
+//! added (on-call acts through the operator roles). Run alone:
 //! `cargo test -p deferred-retry-tests --test least_privilege`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -227,8 +232,37 @@ fn harness_physical(template: &Value, main: &Stack, table: &str) -> Physical {
 
 /// The main stack and the harness stack, joined.
 fn both_stacks(main_template: &Value, p: &Provisioned, harness_table: &str) -> Stack {
-    let mut stack =
-        Stack::from_template(main_template, &template_text(), physical(main_template, p)).unwrap();
+    let ph = physical(main_template, p);
+    both_stacks_with(main_template, ph, harness_table)
+}
+
+/// The same, deployed with one `samconfig.toml` environment's parameters: its values
+/// replace the test's, and no operator principal of the test's own is listed (the
+/// environment's `OperatorPrincipalArns`, usually none). Where the environment lists
+/// the external service's principals (`ServicePrincipalArns`, placeholders in a
+/// template environment), the external service and the harness of this test stand
+/// for them, so the queues' Deny statements are evaluated with a list of that shape.
+fn env_stack(
+    main_template: &Value,
+    p: &Provisioned,
+    harness_table: &str,
+    params: &BTreeMap<String, String>,
+) -> Stack {
+    let mut ph = physical(main_template, p);
+    let service = ph.parameters.remove("ServicePrincipalArns");
+    ph.parameters.remove("OperatorPrincipalArns");
+    for (k, v) in params {
+        let v = match (k.as_str(), &service) {
+            ("ServicePrincipalArns", Some(ours)) if !v.is_empty() => ours.clone(),
+            _ => v.clone(),
+        };
+        ph.parameters.insert(k.clone(), v);
+    }
+    both_stacks_with(main_template, ph, harness_table)
+}
+
+fn both_stacks_with(main_template: &Value, ph: Physical, harness_table: &str) -> Stack {
+    let mut stack = Stack::from_template(main_template, &template_text(), ph).unwrap();
     let h = cfn::harness_template();
     let harness = Stack::from_template(
         &h,
@@ -548,7 +582,8 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     let response_sqs = aws::clients::sqs(&response_sdk);
     let retry_sqs = aws::clients::sqs(&retry_sdk);
     let scheduler_sqs = aws::clients::sqs(&sdk_of(SCHEDULER_ROLE).await);
-    let operator_sqs = aws::clients::sqs(&sdk_of(OPERATOR).await);
+    // An operator's retry events (replay) go out under the stack's acting role.
+    let operator_sqs = aws::clients::sqs(&sdk_of(OPERATOR_ACT).await);
     let external_sqs = aws::clients::sqs(&sdk_of(EXTERNAL).await);
     let store = aws::dynamo::DynamoStore::new(
         aws::clients::dynamodb(&setup_sdk),
@@ -1059,7 +1094,7 @@ async fn wait_until(t: Timestamp) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_call_is_allowed_and_every_grant_is_used() {
-    let (calls, p, stack) = scenario().await;
+    let (calls, p, _) = scenario().await;
     let ours: Vec<&Call> = calls.iter().filter(|c| c.caller != SETUP).collect();
     for f in FUNCTIONS.iter().chain(&[OPERATOR_READ, OPERATOR_ACT]) {
         assert!(
@@ -1068,22 +1103,35 @@ async fn every_call_is_allowed_and_every_grant_is_used() {
         );
     }
     let owned: Vec<Call> = ours.into_iter().cloned().collect();
-    let requests = requests_of(&stack, &owned, &p.schedule_group_arn);
-    let verdict = check(&stack, &requests);
     println!(
-        "least privilege: {} distinct (principal, action, resource) requests checked from {} recorded calls ({} distinct (function, action, resource))",
-        verdict.checked.len(),
+        "least privilege: {} recorded calls, {} distinct (function or operator role, service, operation)",
         owned.len(),
-        verdict
-            .checked
+        owned
             .iter()
-            .filter(|(w, _, _)| FUNCTIONS.contains(&w.as_str()))
-            .count()
+            .map(|c| (&c.caller, &c.service, &c.operation))
+            .collect::<BTreeSet<_>>()
+            .len()
     );
+    // The calls against the stack as each samconfig.toml environment deploys it (no
+    // operator principal of the test's own: on-call acts through the operator roles).
+    let template = cfn::template();
+    let envs = cfn::samconfig_environments(&std::fs::read_to_string(cfn::SAMCONFIG_PATH).unwrap());
+    assert!(envs.len() >= 3, "{envs:?}");
+    let mut problems = Vec::new();
+    for (env, params) in &envs {
+        let stack = env_stack(&template, &p, &format!("{MAIN}-harness-table"), params);
+        let requests = requests_of(&stack, &owned, &p.schedule_group_arn);
+        let verdict = check(&stack, &requests);
+        println!(
+            "least privilege [{env}]: {} distinct requests checked",
+            verdict.checked.len()
+        );
+        problems.extend(verdict.problems.into_iter().map(|x| format!("[{env}] {x}")));
+    }
     assert!(
-        verdict.problems.is_empty(),
-        "template.yaml does not grant exactly what the functions use:\n  {}",
-        verdict.problems.join("\n  ")
+        problems.is_empty(),
+        "an environment's parameters deny or leave unused what the code uses:\n  {}",
+        problems.join("\n  ")
     );
 }
 
