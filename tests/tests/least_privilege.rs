@@ -1059,6 +1059,27 @@ async fn operators(
         &["redrive", "scheduler"],
         &["redrive", "audit"],
     ];
+    // `retryctl verify --resources-only`: its checks of every resource, read-only.
+    let mut outputs = retryctl::verify::outputs::StackOutputs::default();
+    outputs
+        .add("lp", &serde_json::json!({ "Stacks": [entry] }).to_string())
+        .unwrap();
+    let settings = retryctl::verify::Settings {
+        resources_only: true,
+        timeout: Duration::from_secs(1),
+        audit_wait: Duration::from_secs(1),
+        poll: Duration::from_millis(100),
+        scheduler_role: None,
+        progress: false,
+    };
+    let report = retryctl::verify::run(
+        &sdk_config_as(endpoint, OPERATOR_READ).await,
+        &outputs,
+        &settings,
+    )
+    .await
+    .unwrap();
+    assert!(report.ok, "{}", retryctl::verify::render(&report));
     for (key, commands) in [(OPERATOR_READ, read), (OPERATOR_ACT, act)] {
         let sdk = sdk_config_as(endpoint, key).await;
         for args in commands {
