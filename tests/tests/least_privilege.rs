@@ -608,6 +608,8 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         ("TX-A", 3, "CANCELLED"),
         ("TX-B", 3, "SUCCESS"),
         ("TX-C", 1, "CANCELLED"),
+        // Ends FAILED like TX-C: the runbooks' `replay <id>` reopens it.
+        ("TX-R", 1, "CANCELLED"),
         ("TX-D", 3, "CANCELLED"),
         ("TX-E", 3, "CANCELLED"),
     ] {
@@ -663,7 +665,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             |e| async move { harness.handle_event(e, harness_metrics).await.unwrap() },
         )
     };
-    assert_eq!(harness_round().await, 6);
+    assert_eq!(harness_round().await, 7);
     let answer = |tx: &str, n: u32, outcome: &str| {
         format!(
             r#"{{"transaction_id":"{tx}","attempt":{n},"outcome":"{outcome}","reason":"NOT_AVAILABLE"}}"#
@@ -686,7 +688,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         )
     };
     let n = response_round().await;
-    assert_eq!(n, 7);
+    assert_eq!(n, 8);
     assert_eq!(
         metrics.count(runtime::metrics::names::SCHEDULE_CONFLICTS),
         1,
@@ -695,6 +697,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     assert_eq!(store_status(&store, "TX-A").await, Status::Scheduled);
     assert_eq!(store_status(&store, "TX-B").await, Status::Succeeded);
     assert_eq!(store_status(&store, "TX-C").await, Status::Failed);
+    assert_eq!(store_status(&store, "TX-R").await, Status::Failed);
     // TX-B's request delivered again: the harness counts it and replays SUCCESS.
     send(
         &setup_sqs,
@@ -990,38 +993,7 @@ async fn operators(
         .unwrap();
     // One message in every DLQ, so that each redrive sends one back; the audit DLQ's
     // names a real range of the stream.
-    let setup_sqs = aws::clients::sqs(setup_sdk);
-    for (q, body) in [
-        (
-            &p.request_dlq,
-            r#"{"transaction_id":"TX-C","attempt":1}"#.to_owned(),
-        ),
-        (
-            &p.response_dlq,
-            r#"{"transaction_id":"TX-UNKNOWN","attempt":1,"outcome":"SUCCESS"}"#.to_owned(),
-        ),
-        (
-            &p.retry_dlq,
-            r#"{"transaction_id":"TX-Z","origin":"RETRY_SCHEDULER","attempt":2}"#.to_owned(),
-        ),
-        (
-            &p.scheduler_dlq,
-            r#"{"transaction_id":"TX-Z","origin":"RETRY_SCHEDULER","attempt":2}"#.to_owned(),
-        ),
-        (
-            &p.audit_dlq,
-            testkit::drain::failure_record(
-                &aws::clients::dynamodbstreams(setup_sdk),
-                &p.transactions_stream_arn,
-                None,
-            )
-            .await
-            .unwrap()
-            .0,
-        ),
-    ] {
-        send(&setup_sqs, &q.url, &body).await;
-    }
+    fill_dead_letter_queues(setup_sdk, p).await;
     let scheduled = {
         let mut found = None;
         for tx in ["TX-P", "TX-F", "TX-A", "TX-D"] {
@@ -1090,6 +1062,103 @@ async fn operators(
             operator_command(&sdk, &line).await;
         }
     }
+    // The runbooks, step by step, each under the role it names, with a message in
+    // every DLQ again: a step that fails or calls what its role does not grant fails
+    // this test.
+    fill_dead_letter_queues(setup_sdk, p).await;
+    let steps = runbook_commands("TX-R");
+    let redrives = steps
+        .iter()
+        .filter(|(_, w)| w.first().is_some_and(|c| c == "redrive"))
+        .count();
+    assert!(
+        steps.len() >= 10 && redrives == 5,
+        "the runbooks' retryctl steps: {steps:?}"
+    );
+    for (key, words) in &steps {
+        let sdk = sdk_config_as(endpoint, key).await;
+        let line: Vec<&str> = ["retryctl", "--stack", MAIN]
+            .into_iter()
+            .chain(words.iter().map(String::as_str))
+            .collect();
+        operator_command(&sdk, &line).await;
+    }
+}
+
+/// One message in every DLQ, so that each redrive sends one back (the audit DLQ's
+/// names a real range of the stream).
+async fn fill_dead_letter_queues(setup_sdk: &aws_config::SdkConfig, p: &Provisioned) {
+    let setup_sqs = aws::clients::sqs(setup_sdk);
+    for (q, body) in [
+        (
+            &p.request_dlq,
+            r#"{"transaction_id":"TX-C","attempt":1}"#.to_owned(),
+        ),
+        (
+            &p.response_dlq,
+            r#"{"transaction_id":"TX-UNKNOWN","attempt":1,"outcome":"SUCCESS"}"#.to_owned(),
+        ),
+        (
+            &p.retry_dlq,
+            r#"{"transaction_id":"TX-Z","origin":"RETRY_SCHEDULER","attempt":2}"#.to_owned(),
+        ),
+        (
+            &p.scheduler_dlq,
+            r#"{"transaction_id":"TX-Z","origin":"RETRY_SCHEDULER","attempt":2}"#.to_owned(),
+        ),
+        (
+            &p.audit_dlq,
+            testkit::drain::failure_record(
+                &aws::clients::dynamodbstreams(setup_sdk),
+                &p.transactions_stream_arn,
+                None,
+            )
+            .await
+            .unwrap()
+            .0,
+        ),
+    ] {
+        send(&setup_sqs, &q.url, &body).await;
+    }
+}
+
+/// Every `retryctl` command the runbooks of docs/deploy.md ("Alarms: what they mean
+/// and what to do") prescribe, once each, as (the operator role it names, its words
+/// after `retryctl` and the role flag). `<id>` stands for `id`, `--for S` for a minute.
+fn runbook_commands(id: &str) -> Vec<(&'static str, Vec<String>)> {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploy.md")).unwrap();
+    let start = doc
+        .find("## Alarms: what they mean and what to do")
+        .unwrap();
+    let end = start + doc[start..].find("\n## ").unwrap();
+    let mut out: Vec<(&'static str, Vec<String>)> = Vec::new();
+    for piece in doc[start..end].split('`').skip(1).step_by(2) {
+        let Some(rest) = piece.strip_prefix("retryctl ") else {
+            continue;
+        };
+        let words: Vec<String> = rest
+            .split_whitespace()
+            .map(|w| w.trim_matches('"').replace("<id>", id))
+            .collect();
+        let (role, words) = match words.as_slice() {
+            [flag, role, rest @ ..] if flag == "--role-arn" => (role.as_str(), rest.to_vec()),
+            _ => panic!("runbook step `retryctl {rest}` names no operator role (--role-arn)"),
+        };
+        let key = match role {
+            "$READ" => OPERATOR_READ,
+            "$ACT" => OPERATOR_ACT,
+            other => panic!("runbook step `retryctl {rest}`: unknown role {other}"),
+        };
+        let words: Vec<String> = words
+            .into_iter()
+            .map(|w| if w == "S" { "60".to_owned() } else { w })
+            .collect();
+        if !out.iter().any(|(k, w)| *k == key && *w == words) {
+            out.push((key, words));
+        }
+    }
+    out
 }
 
 /// Runs one `retryctl` command line with `sdk`'s credentials; it must succeed.
