@@ -1953,6 +1953,32 @@ fn the_outputs_verify_reads_are_declared() {
     );
 }
 
+/// The placeholders `retryctl verify` looks for in deployed parameters are the ones
+/// the template's AllowedPatterns refuse: every documentation account in the
+/// principal lists' pattern, every documentation domain in AlarmEmail's.
+#[test]
+fn verify_looks_for_the_placeholders_the_template_refuses() {
+    let t = template();
+    let pattern = |name: &str| {
+        path(&t, &["Parameters", name, "AllowedPattern"])
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{name} has no AllowedPattern"))
+            .to_owned()
+    };
+    let accounts = pattern("ServicePrincipalArns");
+    for a in retryctl::verify::placeholders::ACCOUNTS {
+        assert!(accounts.contains(a), "{a} not in {accounts}");
+    }
+    let email = pattern("AlarmEmail");
+    for d in retryctl::verify::placeholders::DOMAINS {
+        let (name, tld) = d.split_once('.').unwrap_or_default();
+        assert!(
+            email.contains(&format!("{name}\\.")) && email.contains(tld),
+            "{d} not in {email}"
+        );
+    }
+}
+
 /// Every output and parameter `retryctl --stack` reads is declared in
 /// `template.yaml`.
 #[test]

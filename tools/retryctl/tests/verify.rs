@@ -74,6 +74,7 @@ async fn verify_passes_on_the_local_stack_with_the_harness() {
     ] {
         assert_eq!(check(&v, subject)["status"], "pass", "{subject}: {v:#}");
     }
+    assert_eq!(check(&v, "Parameters")["status"], "pass", "{v:#}");
     let trust = check(&v, "SchedulerRole");
     assert_eq!(trust["status"], "skip");
     assert!(trust["detail"]

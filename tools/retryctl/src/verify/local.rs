@@ -86,11 +86,13 @@ pub async fn start_harness(
 pub fn outputs_document(stack: &Stack, harness: Option<&LocalHarness>) -> Value {
     let shards = stack.reconcile_shards();
     let prefix = &stack.names().prefix;
-    let mut stacks = vec![outputs::local(
-        &stack.provisioned,
-        shards,
-        stack.answer_timeout_seconds(),
-    )];
+    let mut main = outputs::local(&stack.provisioned, shards, stack.answer_timeout_seconds());
+    // With its parameters, as `aws cloudformation describe-stacks` prints them.
+    main["Parameters"] = parameters(stack)
+        .into_iter()
+        .map(|(k, v)| json!({"ParameterKey": k, "ParameterValue": v}))
+        .collect();
+    let mut stacks = vec![main];
     if let Some(h) = harness {
         stacks.push(describe_stacks_entry(
             &format!("{prefix}-harness"),

@@ -1,6 +1,9 @@
 //! `retryctl verify`: is a deployed stack the one the code relies on, and does it work
 //! end to end?
 //!
+//! 0. **Parameters** ([`placeholders`]): no deployed parameter still carries a
+//!    documentation placeholder (the accounts and domains `template.yaml`'s
+//!    AllowedPatterns refuse), read from the `Parameters` the outputs files carry.
 //! 1. **Resources** ([`resources`]): the queues' redrive policies (target and
 //!    `maxReceiveCount`) and visibility timeouts, the DLQs' retention, the tables'
 //!    keys, the reconciler index, the stream, the TTLs, the schedule group, the
@@ -23,6 +26,7 @@
 pub mod flow;
 pub mod local;
 pub mod outputs;
+pub mod placeholders;
 pub mod resources;
 
 use crate::error::CliError;
@@ -167,6 +171,7 @@ pub async fn run(
         list: vec![],
         progress: settings.progress,
     };
+    placeholders::check(outputs, &mut checks);
     resources::check(&env, &mut checks).await;
     let why_not = if settings.resources_only {
         Some("not run (--resources-only)".to_owned())

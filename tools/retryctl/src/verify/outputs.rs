@@ -47,6 +47,9 @@ pub struct StackOutputs {
     /// `StackName` of each stack read, with the file it came from.
     pub stacks: Vec<(String, String)>,
     values: BTreeMap<String, (String, String)>,
+    /// Every stack's parameters (`Parameters`, when the file carries them), as
+    /// (stack, key, value).
+    pub parameters: Vec<(String, String, String)>,
 }
 
 impl StackOutputs {
@@ -89,6 +92,21 @@ impl StackOutputs {
                 }
                 self.values
                     .insert(k.to_owned(), (name.to_owned(), val.to_owned()));
+            }
+            for p in s
+                .get("Parameters")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(k) = p.get("ParameterKey").and_then(Value::as_str) {
+                    let v = p.get("ParameterValue").and_then(Value::as_str);
+                    self.parameters.push((
+                        name.to_owned(),
+                        k.to_owned(),
+                        v.unwrap_or_default().to_owned(),
+                    ));
+                }
             }
             self.stacks.push((name.to_owned(), source.to_owned()));
         }
