@@ -975,7 +975,30 @@ async fn operators(
     setup_sdk: &aws_config::SdkConfig,
     store: &aws::dynamo::DynamoStore<aws::dynamo::PayloadsTable>,
 ) {
-    let entry = retryctl::verify::outputs::local(p, domain::defaults::RECONCILE_SHARDS, 3600);
+    let mut entry = retryctl::verify::outputs::local(p, domain::defaults::RECONCILE_SHARDS, 3600);
+    // The alarm topic (as the template names it here), with a destination: verify
+    // reads its subscriptions.
+    let sns = aws_sdk_sns::Client::new(setup_sdk);
+    let topic = sns
+        .create_topic()
+        .name(format!("{MAIN}-AlarmTopic"))
+        .send()
+        .await
+        .unwrap()
+        .topic_arn()
+        .unwrap()
+        .to_owned();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(&p.request_dlq.arn)
+        .send()
+        .await
+        .unwrap();
+    entry["Outputs"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": topic}));
     let params = vec![
         (
             "ReconcileShards",
@@ -1052,6 +1075,15 @@ async fn operators(
     .await
     .unwrap();
     assert!(report.ok, "{}", retryctl::verify::render(&report));
+    assert!(
+        report
+            .checks
+            .iter()
+            .any(|c| c.subject.starts_with("AlarmTopic arn:")
+                && c.status == retryctl::verify::CheckStatus::Pass),
+        "{}",
+        retryctl::verify::render(&report)
+    );
     for (key, commands) in [(OPERATOR_READ, read), (OPERATOR_ACT, act)] {
         let sdk = sdk_config_as(endpoint, key).await;
         for args in commands {

@@ -415,10 +415,11 @@ impl Shared {
             return call;
         }
         // Query protocol (form body `Action=…&…`): CloudFormation (the stack as its
-        // ARN with any stack id, `stack/<name>/*`) and STS.
-        if matches!(signing.as_str(), "cloudformation" | "sts") {
+        // ARN with any stack id, `stack/<name>/*`), SNS (the topic) and STS.
+        if matches!(signing.as_str(), "cloudformation" | "sns" | "sts") {
             let form = String::from_utf8_lossy(body);
             call.operation = query_param(&form, "Action").unwrap_or_default();
+            call.resources.extend(query_param(&form, "TopicArn"));
             if let Some(name) = query_param(&form, "StackName") {
                 call.resources.push(self.arn(
                     &region,
@@ -704,6 +705,15 @@ mod tests {
         assert_eq!(
             c.resource(),
             Some("arn:aws:cloudformation:us-east-1:123456789012:stack/dr-prod/*")
+        );
+        let sns = head.replace("/cloudformation/", "/sns/");
+        let c = s.parse(
+            &sns,
+            b"Action=ListSubscriptionsByTopic&TopicArn=arn%3Aaws%3Asns%3Aus-east-1%3A123456789012%3Ap-alarms",
+        );
+        assert_eq!(
+            (c.service.as_str(), c.resource()),
+            ("sns", Some("arn:aws:sns:us-east-1:123456789012:p-alarms"))
         );
         let head = head.replace("/cloudformation/", "/sts/");
         let c = s.parse(&head, b"Action=GetCallerIdentity&Version=2011-06-15");

@@ -6,7 +6,8 @@
 //!    AllowedPatterns refuse), read from the `Parameters` the outputs files carry.
 //! 1. **Resources** ([`resources`]): the queues' redrive policies (target and
 //!    `maxReceiveCount`) and visibility timeouts, the DLQs' retention, the tables'
-//!    keys, the reconciler index, the stream, the TTLs, the schedule group, the
+//!    keys, the reconciler index, the stream, the TTLs, the schedule group, a confirmed
+//!    subscription of the alarm topic every alarm publishes to, the
 //!    scheduler role's trust policy, and — with the harness — that the queue policies
 //!    let the harness read and answer. Each expected setting comes from the code's own
 //!    definitions (`testkit::provision`, `harness::service`).
@@ -133,6 +134,7 @@ pub struct Env<'a> {
     pub sqs: aws_sdk_sqs::Client,
     pub ddb: aws_sdk_dynamodb::Client,
     pub scheduler: aws_sdk_scheduler::Client,
+    pub sns: aws_sdk_sns::Client,
     pub outputs: &'a StackOutputs,
     pub settings: &'a Settings,
 }
@@ -164,6 +166,7 @@ pub async fn run(
         sqs: aws::clients::sqs(sdk),
         ddb: aws::clients::dynamodb(sdk),
         scheduler: aws::clients::scheduler(sdk),
+        sns: aws_sdk_sns::Client::new(sdk),
         outputs,
         settings,
     };
