@@ -63,6 +63,7 @@ fn started(n: usize) -> MemoryStore {
             TransactionId::parse(&tx(i)).unwrap(),
             payload(),
             MaxAttempts::new(3).unwrap(),
+            domain::defaults::ANSWER_TIMEOUT,
             &ctx,
         ))
         .unwrap();

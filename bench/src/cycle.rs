@@ -372,9 +372,16 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     };
     let ctx = runtime::Settings::default().context(SystemClock.now());
     let max = MaxAttempts::new(3).map_err(|e| CycleError::Setup(e.to_string()))?;
-    runtime::ops::start_transaction(&ports, tx.clone(), payload.clone(), max, &ctx)
-        .await
-        .map_err(|e| step("start", e))?;
+    runtime::ops::start_transaction(
+        &ports,
+        tx.clone(),
+        payload.clone(),
+        max,
+        domain::defaults::ANSWER_TIMEOUT,
+        &ctx,
+    )
+    .await
+    .map_err(|e| step("start", e))?;
     let start_changes = drain(&streams, &p, &mut position).await?;
     let payload_item = get_item(&ddb, &names.payloads_table, &tx).await?;
     let record_item = start_changes.iter().rev().find_map(|c| c.new.clone());
@@ -829,9 +836,16 @@ pub async fn measure_technical_burst(
     for id in &ids {
         let tx = TransactionId::parse(id).map_err(|e| CycleError::Setup(e.to_string()))?;
         let ctx = runtime::Settings::default().context(SystemClock.now());
-        runtime::ops::start_transaction(&ports, tx, payload_of(256, id)?, max, &ctx)
-            .await
-            .map_err(|e| step("start", e))?;
+        runtime::ops::start_transaction(
+            &ports,
+            tx,
+            payload_of(256, id)?,
+            max,
+            domain::defaults::ANSWER_TIMEOUT,
+            &ctx,
+        )
+        .await
+        .map_err(|e| step("start", e))?;
     }
     let meter = CallMeter::new().with_breaker_table(&names.breaker_table);
     let handler = runtime::wiring::response_handler_on(&meter.clients(sdk), &response_cfg);

@@ -3,6 +3,7 @@
 //! (`{Ref: …}`, `{Fn::GetAtt: …}`) forms.
 
 use serde_yaml::Value;
+use std::collections::BTreeMap;
 
 /// The path of `template.yaml`.
 pub const TEMPLATE_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../template.yaml");
@@ -143,5 +144,82 @@ pub fn str_list(v: Option<&Value>) -> Vec<String> {
             .filter_map(|x| x.as_str().map(str::to_owned))
             .collect(),
         _ => vec![],
+    }
+}
+
+/// `samconfig.toml` at the repository root.
+pub const SAMCONFIG_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../samconfig.toml");
+
+/// Every environment of a `samconfig.toml` (`[<env>.global.parameters]`, in file
+/// order) with the parameters its `parameter_overrides` passes, as SAM splits them:
+/// `Key=Value` pairs separated by white space, a double-quoted value kept whole.
+pub fn samconfig_environments(text: &str) -> Vec<(String, BTreeMap<String, String>)> {
+    let mut out: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+    let mut current: Option<usize> = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(header) = line.strip_prefix('[') {
+            current = header.strip_suffix(".global.parameters]").map(|env| {
+                out.push((env.to_owned(), BTreeMap::new()));
+                out.len() - 1
+            });
+            continue;
+        }
+        let (Some(i), Some(rest)) = (current, line.strip_prefix("parameter_overrides")) else {
+            continue;
+        };
+        let value = rest.trim_start().trim_start_matches('=').trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value)
+            .replace("\\\"", "\"");
+        let (mut words, mut word, mut quoted) = (Vec::new(), String::new(), false);
+        for c in value.chars() {
+            match c {
+                '"' => quoted = !quoted,
+                c if c.is_whitespace() && !quoted => {
+                    if !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                }
+                c => word.push(c),
+            }
+        }
+        if !word.is_empty() {
+            words.push(word);
+        }
+        for w in words {
+            if let Some((k, v)) = w.split_once('=') {
+                out[i].1.insert(k.to_owned(), v.to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn samconfig_environments_are_split_as_sam_splits_them() {
+        let text = "[default.global.parameters]\nparameter_overrides = \"A=1\"\n[default.deploy.parameters]\nparameter_overrides = \"B=2\"\n[prod.global.parameters]\nparameter_overrides = \"S=\\\"rate(5 minutes)\\\" L=a,b\"\n";
+        let envs = samconfig_environments(text);
+        assert_eq!(envs.len(), 2);
+        assert_eq!(envs[0].0, "default");
+        assert_eq!(
+            envs[0].1.len(),
+            1,
+            "a deploy section's overrides are not the environment's"
+        );
+        assert_eq!(
+            envs[1].1.get("S").map(String::as_str),
+            Some("rate(5 minutes)")
+        );
+        assert_eq!(envs[1].1.get("L").map(String::as_str), Some("a,b"));
+        let real = samconfig_environments(&std::fs::read_to_string(SAMCONFIG_PATH).unwrap());
+        let names: Vec<&str> = real.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["default", "staging", "prod-template"]);
     }
 }

@@ -58,6 +58,9 @@
 //!   `dynamodb.<region>.amazonaws.com` to use the table key
 //!   (<https://docs.aws.amazon.com/kms/latest/developerguide/services-dynamodb.html>,
 //!   <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/encryption.usagenotes.html>);
+//! - `sts:GetCallerIdentity` needs no permission (no policy can deny it): no request;
+//! - `cloudformation:DescribeStacks` is authorized on the stack's ARN, recorded as
+//!   `stack/<name>/*` (any stack id of that name);
 //! - no call is rewritten to match a grant: a recorded call is authorized on the
 //!   resource it names.
 //!
@@ -975,6 +978,10 @@ impl Stack {
     pub fn requests_for(&self, principal: &Principal, call: &Call) -> Vec<Request> {
         let service = call.service.as_str();
         let op = call.operation.as_str();
+        // Who the caller is: no policy can allow or deny it.
+        if (service, op) == ("sts", "GetCallerIdentity") {
+            return Vec::new();
+        }
         let mut out = Vec::new();
         let mut targets: Vec<(String, String)> = Vec::new();
         if !call.parts.is_empty() {

@@ -23,8 +23,11 @@
 //! publishing again a request unanswered past its deadline, the circuit breaker's
 //! whole round (opened by that deadline, a retry paused under its own schedule, a
 //! probe after the cool-down, closed by the probe's answer), the audit of the
-//! stream, and its DLQ. `retryctl` runs under the operators' own credentials, not a
-//! role of this template: its calls are not evaluated here.
+//! stream, and its DLQ. Then every operator command of `retryctl`, run as the binary
+//! runs it (`--stack`), under the stack's read-only role (list, show, stats, stuck,
+//! dlq peek, breaker status) or acting role (submit, replay, resolve, redrive of every
+//! DLQ, breaker open and close): their calls are checked against those roles both
+//! ways, as the functions' are.
 //!
 //! CloudWatch publishing each alarm to the (encrypted) alarm topic is evaluated too.
 //!
@@ -36,8 +39,13 @@
 //!
 //! Each recorded call becomes the authorization requests AWS would make
 //! (`deferred_retry_tests::iam`), evaluated against the role; then the reverse: every
-//! grant of every function role, of the scheduler role and of each queue-policy
-//! principal must cover some request. Run alone:
+//! grant of every function role, of the scheduler role, of the two operator roles and
+//! of each queue-policy principal must cover some request. Both run once per
+//! `samconfig.toml` environment (default, staging, prod-template), the template
+//! resolved with that environment's parameters: its Deny statements are evaluated with
+//! its values (where it lists the external service's principals, this test's external
+//! service and harness stand for them), and no operator principal of the test's own is
+//! added (on-call acts through the operator roles). Run alone:
 //! `cargo test -p deferred-retry-tests --test least_privilege`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -72,6 +80,9 @@ const FUNCTIONS: [&str; 5] = [
 ];
 /// Access keys of the principals that are not functions.
 const SCHEDULER_ROLE: &str = "scheduler-role";
+/// `retryctl` under the stack's operator roles (read-only, acting).
+const OPERATOR_READ: &str = "operator-read";
+const OPERATOR_ACT: &str = "operator-act";
 const OPERATOR: &str = "operator";
 const EXTERNAL: &str = "external-service";
 /// The test's own set-up (provisioning, set-up, inspection): not evaluated.
@@ -222,8 +233,37 @@ fn harness_physical(template: &Value, main: &Stack, table: &str) -> Physical {
 
 /// The main stack and the harness stack, joined.
 fn both_stacks(main_template: &Value, p: &Provisioned, harness_table: &str) -> Stack {
-    let mut stack =
-        Stack::from_template(main_template, &template_text(), physical(main_template, p)).unwrap();
+    let ph = physical(main_template, p);
+    both_stacks_with(main_template, ph, harness_table)
+}
+
+/// The same, deployed with one `samconfig.toml` environment's parameters: its values
+/// replace the test's, and no operator principal of the test's own is listed (the
+/// environment's `OperatorPrincipalArns`, usually none). Where the environment lists
+/// the external service's principals (`ServicePrincipalArns`, placeholders in a
+/// template environment), the external service and the harness of this test stand
+/// for them, so the queues' Deny statements are evaluated with a list of that shape.
+fn env_stack(
+    main_template: &Value,
+    p: &Provisioned,
+    harness_table: &str,
+    params: &BTreeMap<String, String>,
+) -> Stack {
+    let mut ph = physical(main_template, p);
+    let service = ph.parameters.remove("ServicePrincipalArns");
+    ph.parameters.remove("OperatorPrincipalArns");
+    for (k, v) in params {
+        let v = match (k.as_str(), &service) {
+            ("ServicePrincipalArns", Some(ours)) if !v.is_empty() => ours.clone(),
+            _ => v.clone(),
+        };
+        ph.parameters.insert(k.clone(), v);
+    }
+    both_stacks_with(main_template, ph, harness_table)
+}
+
+fn both_stacks_with(main_template: &Value, ph: Physical, harness_table: &str) -> Stack {
+    let mut stack = Stack::from_template(main_template, &template_text(), ph).unwrap();
     let h = cfn::harness_template();
     let harness = Stack::from_template(
         &h,
@@ -242,6 +282,8 @@ fn principal_of(stack: &Stack, caller: &str) -> Option<(String, Principal)> {
     }
     match caller {
         SCHEDULER_ROLE => Some((caller.to_owned(), stack.role("SchedulerRole"))),
+        OPERATOR_READ => Some((caller.to_owned(), stack.role("OperatorReadRole"))),
+        OPERATOR_ACT => Some((caller.to_owned(), stack.role("OperatorActRole"))),
         OPERATOR | EXTERNAL => Some((caller.to_owned(), Principal::Arn(outside_arn(caller)))),
         _ => None,
     }
@@ -288,6 +330,8 @@ fn check(stack: &Stack, requests: &[(String, Request)]) -> Verdict {
         .map(|r| Principal::Arn(r.clone()))
         .collect();
     principals.insert(stack.role("SchedulerRole"));
+    principals.insert(stack.role("OperatorReadRole"));
+    principals.insert(stack.role("OperatorActRole"));
     principals.extend(
         stack
             .resource_policy_principals()
@@ -539,7 +583,8 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     let response_sqs = aws::clients::sqs(&response_sdk);
     let retry_sqs = aws::clients::sqs(&retry_sdk);
     let scheduler_sqs = aws::clients::sqs(&sdk_of(SCHEDULER_ROLE).await);
-    let operator_sqs = aws::clients::sqs(&sdk_of(OPERATOR).await);
+    // An operator's retry events (replay) go out under the stack's acting role.
+    let operator_sqs = aws::clients::sqs(&sdk_of(OPERATOR_ACT).await);
     let external_sqs = aws::clients::sqs(&sdk_of(EXTERNAL).await);
     let store = aws::dynamo::DynamoStore::new(
         aws::clients::dynamodb(&setup_sdk),
@@ -564,6 +609,8 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         ("TX-A", 3, "CANCELLED"),
         ("TX-B", 3, "SUCCESS"),
         ("TX-C", 1, "CANCELLED"),
+        // Ends FAILED like TX-C: the runbooks' `replay <id>` reopens it.
+        ("TX-R", 1, "CANCELLED"),
         ("TX-D", 3, "CANCELLED"),
         ("TX-E", 3, "CANCELLED"),
     ] {
@@ -573,6 +620,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             id(tx),
             payload(tx, answer),
             MaxAttempts::new(max).unwrap(),
+            ctx.answer_timeout,
             &ctx,
         )
         .await
@@ -618,7 +666,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             |e| async move { harness.handle_event(e, harness_metrics).await.unwrap() },
         )
     };
-    assert_eq!(harness_round().await, 6);
+    assert_eq!(harness_round().await, 7);
     let answer = |tx: &str, n: u32, outcome: &str| {
         format!(
             r#"{{"transaction_id":"{tx}","attempt":{n},"outcome":"{outcome}","reason":"NOT_AVAILABLE"}}"#
@@ -641,7 +689,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         )
     };
     let n = response_round().await;
-    assert_eq!(n, 7);
+    assert_eq!(n, 8);
     assert_eq!(
         metrics.count(runtime::metrics::names::SCHEDULE_CONFLICTS),
         1,
@@ -650,6 +698,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     assert_eq!(store_status(&store, "TX-A").await, Status::Scheduled);
     assert_eq!(store_status(&store, "TX-B").await, Status::Succeeded);
     assert_eq!(store_status(&store, "TX-C").await, Status::Failed);
+    assert_eq!(store_status(&store, "TX-R").await, Status::Failed);
     // TX-B's request delivered again: the harness counts it and replays SUCCESS.
     send(
         &setup_sqs,
@@ -786,6 +835,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         id("TX-G"),
         payload("TX-G", "SUCCESS"),
         MaxAttempts::new(3).unwrap(),
+        ctx.answer_timeout,
         &ctx,
     )
     .await
@@ -908,10 +958,251 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     )
     .await;
 
+    operators(&endpoint, &p, &setup_sdk, &store).await;
+
     let calls = proxy.calls();
     drop(proxy);
     moto.stop().await;
     (calls, p, stack)
+}
+
+/// Every operator command of `retryctl` (`runtime::run::execute`, as the binary runs
+/// it), under the operator role its docs name, against the stack registered in
+/// CloudFormation (`--stack lp`): the read-only commands, then the ones that act, with
+/// a message waiting in every DLQ and a transaction in each state they act on.
+async fn operators(
+    endpoint: &str,
+    p: &Provisioned,
+    setup_sdk: &aws_config::SdkConfig,
+    store: &aws::dynamo::DynamoStore<aws::dynamo::PayloadsTable>,
+) {
+    let mut entry = retryctl::verify::outputs::local(p, domain::defaults::RECONCILE_SHARDS, 3600);
+    // The alarm topic (as the template names it here), with a destination: verify
+    // reads its subscriptions.
+    let sns = aws_sdk_sns::Client::new(setup_sdk);
+    let topic = sns
+        .create_topic()
+        .name(format!("{MAIN}-AlarmTopic"))
+        .send()
+        .await
+        .unwrap()
+        .topic_arn()
+        .unwrap()
+        .to_owned();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(&p.request_dlq.arn)
+        .send()
+        .await
+        .unwrap();
+    entry["Outputs"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": topic}));
+    let params = vec![
+        (
+            "ReconcileShards",
+            domain::defaults::RECONCILE_SHARDS.to_string(),
+        ),
+        ("AnswerTimeoutSeconds", "3600".to_owned()),
+        ("ReconcileThresholdSeconds", "1".to_owned()),
+        (
+            "ReconcileRequeueMax",
+            domain::defaults::RECONCILE_REQUEUE_MAX.to_string(),
+        ),
+    ];
+    retryctl::verify::local::register_stack(setup_sdk, endpoint, &entry, &params)
+        .await
+        .unwrap();
+    // One message in every DLQ, so that each redrive sends one back; the audit DLQ's
+    // names a real range of the stream.
+    fill_dead_letter_queues(setup_sdk, p).await;
+    let scheduled = {
+        let mut found = None;
+        for tx in ["TX-P", "TX-F", "TX-A", "TX-D"] {
+            if store_status(store, tx).await == Status::Scheduled {
+                found = Some(tx);
+                break;
+            }
+        }
+        found.expect("a SCHEDULED transaction to resolve")
+    };
+    assert_eq!(store_status(store, "TX-C").await, Status::Failed);
+    let read: &[&[&str]] = &[
+        &["stats"],
+        &["list", "--status", "FAILED"],
+        &["list", "--status", "SCHEDULED"],
+        &["show", "TX-C", "--payload"],
+        &["stuck"],
+        &["dlq", "peek", "request"],
+        &["dlq", "peek", "response"],
+        &["dlq", "peek", "retry"],
+        &["dlq", "peek", "scheduler"],
+        &["dlq", "peek", "audit"],
+        &["redrive", "retry", "--dry-run"],
+        &["breaker", "status"],
+    ];
+    let act: &[&[&str]] = &[
+        &["submit", "TX-OP", "--payload", "{}"],
+        &["replay", "TX-C", "--reason", "service back"],
+        &["resolve", scheduled, "--reason", "settled by hand"],
+        &["breaker", "open", "--for", "60", "--reason", "maintenance"],
+        &["breaker", "close", "--reason", "maintenance over"],
+        &["redrive", "request"],
+        &["redrive", "response"],
+        &["redrive", "retry"],
+        &["redrive", "scheduler"],
+        &["redrive", "audit"],
+    ];
+    // `retryctl verify --resources-only`: its checks of every resource, read-only.
+    let mut outputs = retryctl::verify::outputs::StackOutputs::default();
+    outputs
+        .add("lp", &serde_json::json!({ "Stacks": [entry] }).to_string())
+        .unwrap();
+    let settings = retryctl::verify::Settings {
+        resources_only: true,
+        timeout: Duration::from_secs(1),
+        audit_wait: Duration::from_secs(1),
+        poll: Duration::from_millis(100),
+        scheduler_role: None,
+        progress: false,
+    };
+    let report = retryctl::verify::run(
+        &sdk_config_as(endpoint, OPERATOR_READ).await,
+        &outputs,
+        &settings,
+    )
+    .await
+    .unwrap();
+    assert!(report.ok, "{}", retryctl::verify::render(&report));
+    assert!(
+        report
+            .checks
+            .iter()
+            .any(|c| c.subject.starts_with("AlarmTopic arn:")
+                && c.status == retryctl::verify::CheckStatus::Pass),
+        "{}",
+        retryctl::verify::render(&report)
+    );
+    for (key, commands) in [(OPERATOR_READ, read), (OPERATOR_ACT, act)] {
+        let sdk = sdk_config_as(endpoint, key).await;
+        for args in commands {
+            let line: Vec<&str> = ["retryctl", "--stack", MAIN]
+                .into_iter()
+                .chain(args.iter().copied())
+                .collect();
+            operator_command(&sdk, &line).await;
+        }
+    }
+    // The runbooks, step by step, each under the role it names, with a message in
+    // every DLQ again: a step that fails or calls what its role does not grant fails
+    // this test.
+    fill_dead_letter_queues(setup_sdk, p).await;
+    let steps = runbook_commands("TX-R");
+    let redrives = steps
+        .iter()
+        .filter(|(_, w)| w.first().is_some_and(|c| c == "redrive"))
+        .count();
+    assert!(
+        steps.len() >= 10 && redrives == 5,
+        "the runbooks' retryctl steps: {steps:?}"
+    );
+    for (key, words) in &steps {
+        let sdk = sdk_config_as(endpoint, key).await;
+        let line: Vec<&str> = ["retryctl", "--stack", MAIN]
+            .into_iter()
+            .chain(words.iter().map(String::as_str))
+            .collect();
+        operator_command(&sdk, &line).await;
+    }
+}
+
+/// One message in every DLQ, so that each redrive sends one back (the audit DLQ's
+/// names a real range of the stream).
+async fn fill_dead_letter_queues(setup_sdk: &aws_config::SdkConfig, p: &Provisioned) {
+    let setup_sqs = aws::clients::sqs(setup_sdk);
+    for (q, body) in [
+        (
+            &p.request_dlq,
+            r#"{"transaction_id":"TX-C","attempt":1}"#.to_owned(),
+        ),
+        (
+            &p.response_dlq,
+            r#"{"transaction_id":"TX-UNKNOWN","attempt":1,"outcome":"SUCCESS"}"#.to_owned(),
+        ),
+        (
+            &p.retry_dlq,
+            r#"{"transaction_id":"TX-Z","origin":"RETRY_SCHEDULER","attempt":2}"#.to_owned(),
+        ),
+        (
+            &p.scheduler_dlq,
+            r#"{"transaction_id":"TX-Z","origin":"RETRY_SCHEDULER","attempt":2}"#.to_owned(),
+        ),
+        (
+            &p.audit_dlq,
+            testkit::drain::failure_record(
+                &aws::clients::dynamodbstreams(setup_sdk),
+                &p.transactions_stream_arn,
+                None,
+            )
+            .await
+            .unwrap()
+            .0,
+        ),
+    ] {
+        send(&setup_sqs, &q.url, &body).await;
+    }
+}
+
+/// Every `retryctl` command the runbooks of docs/deploy.md ("Alarms: what they mean
+/// and what to do") prescribe, once each, as (the operator role it names, its words
+/// after `retryctl` and the role flag). `<id>` stands for `id`, `--for S` for a minute.
+fn runbook_commands(id: &str) -> Vec<(&'static str, Vec<String>)> {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/deploy.md")).unwrap();
+    let start = doc
+        .find("## Alarms: what they mean and what to do")
+        .unwrap();
+    let end = start + doc[start..].find("\n## ").unwrap();
+    let mut out: Vec<(&'static str, Vec<String>)> = Vec::new();
+    for piece in doc[start..end].split('`').skip(1).step_by(2) {
+        let Some(rest) = piece.strip_prefix("retryctl ") else {
+            continue;
+        };
+        let words: Vec<String> = rest
+            .split_whitespace()
+            .map(|w| w.trim_matches('"').replace("<id>", id))
+            .collect();
+        let (role, words) = match words.as_slice() {
+            [flag, role, rest @ ..] if flag == "--role-arn" => (role.as_str(), rest.to_vec()),
+            _ => panic!("runbook step `retryctl {rest}` names no operator role (--role-arn)"),
+        };
+        let key = match role {
+            "$READ" => OPERATOR_READ,
+            "$ACT" => OPERATOR_ACT,
+            other => panic!("runbook step `retryctl {rest}`: unknown role {other}"),
+        };
+        let words: Vec<String> = words
+            .into_iter()
+            .map(|w| if w == "S" { "60".to_owned() } else { w })
+            .collect();
+        if !out.iter().any(|(k, w)| *k == key && *w == words) {
+            out.push((key, words));
+        }
+    }
+    out
+}
+
+/// Runs one `retryctl` command line with `sdk`'s credentials; it must succeed.
+async fn operator_command(sdk: &aws_config::SdkConfig, line: &[&str]) {
+    let cli = retryctl::cli::Cli::from_line(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    let target = retryctl::commands::Target::with_sdk(sdk.clone(), &cli.target)
+        .await
+        .unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    if let Err(e) = retryctl::run::execute(&cli, &target).await {
+        panic!("{line:?}: {}", e.error);
+    }
 }
 
 async fn store_status<P: Send + Sync>(store: &aws::dynamo::DynamoStore<P>, tx: &str) -> Status {
@@ -926,31 +1217,44 @@ async fn wait_until(t: Timestamp) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_call_is_allowed_and_every_grant_is_used() {
-    let (calls, p, stack) = scenario().await;
+    let (calls, p, _) = scenario().await;
     let ours: Vec<&Call> = calls.iter().filter(|c| c.caller != SETUP).collect();
-    for f in FUNCTIONS {
+    for f in FUNCTIONS.iter().chain(&[OPERATOR_READ, OPERATOR_ACT]) {
         assert!(
-            ours.iter().any(|c| c.caller == f),
+            ours.iter().any(|c| c.caller == *f),
             "no call recorded for {f}"
         );
     }
     let owned: Vec<Call> = ours.into_iter().cloned().collect();
-    let requests = requests_of(&stack, &owned, &p.schedule_group_arn);
-    let verdict = check(&stack, &requests);
     println!(
-        "least privilege: {} distinct (principal, action, resource) requests checked from {} recorded calls ({} distinct (function, action, resource))",
-        verdict.checked.len(),
+        "least privilege: {} recorded calls, {} distinct (function or operator role, service, operation)",
         owned.len(),
-        verdict
-            .checked
+        owned
             .iter()
-            .filter(|(w, _, _)| FUNCTIONS.contains(&w.as_str()))
-            .count()
+            .map(|c| (&c.caller, &c.service, &c.operation))
+            .collect::<BTreeSet<_>>()
+            .len()
     );
+    // The calls against the stack as each samconfig.toml environment deploys it (no
+    // operator principal of the test's own: on-call acts through the operator roles).
+    let template = cfn::template();
+    let envs = cfn::samconfig_environments(&std::fs::read_to_string(cfn::SAMCONFIG_PATH).unwrap());
+    assert!(envs.len() >= 3, "{envs:?}");
+    let mut problems = Vec::new();
+    for (env, params) in &envs {
+        let stack = env_stack(&template, &p, &format!("{MAIN}-harness-table"), params);
+        let requests = requests_of(&stack, &owned, &p.schedule_group_arn);
+        let verdict = check(&stack, &requests);
+        println!(
+            "least privilege [{env}]: {} distinct requests checked",
+            verdict.checked.len()
+        );
+        problems.extend(verdict.problems.into_iter().map(|x| format!("[{env}] {x}")));
+    }
     assert!(
-        verdict.problems.is_empty(),
-        "template.yaml does not grant exactly what the functions use:\n  {}",
-        verdict.problems.join("\n  ")
+        problems.is_empty(),
+        "an environment's parameters deny or leave unused what the code uses:\n  {}",
+        problems.join("\n  ")
     );
 }
 
@@ -1024,6 +1328,50 @@ fn call(caller: &str, service: &str, operation: &str, resource: &str) -> Call {
         message_bodies: vec![],
         status: 200,
     }
+}
+
+/// One grant removed from an operator role: the `retryctl` call that needs it fails,
+/// naming the role, the action and the resource; a call of the other role's commands
+/// is not allowed by the read-only role.
+#[test]
+fn an_operator_role_without_one_grant_fails_the_command_that_needs_it() {
+    let text = template_text();
+    let grant = "              - Sid: ReadTheAuditTrail\n                Effect: Allow\n                Action: dynamodb:Query\n                Resource: !GetAtt AuditTable.Arn\n";
+    assert!(
+        text.contains(grant),
+        "the grant this test removes has changed"
+    );
+    let audit = format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-audit");
+    let retry = queue("retry").arn;
+    let calls = [
+        call(OPERATOR_READ, "dynamodb", "Query", &audit),
+        call(OPERATOR_ACT, "sqs", "SendMessage", &retry),
+        call(OPERATOR_READ, "sqs", "SendMessage", &retry),
+    ];
+    let problems_with = |text: &str| {
+        let stack = offline(text);
+        check(&stack, &requests_of(&stack, &calls, ""))
+            .problems
+            .into_iter()
+            .filter(|p| p.starts_with("operator-"))
+            .collect::<Vec<_>>()
+    };
+    // The read-only role may not send retry events: the queue denies it, and its
+    // role grants no data key to send with.
+    let read_sends = vec![
+        format!(
+            "operator-read: kms:GenerateDataKey on arn:aws:kms:{LOCAL_REGION}:{LOCAL_ACCOUNT}:key/lp-EncryptionKey is not allowed by OperatorReadRole"
+        ),
+        format!(
+            "operator-read: sqs:SendMessage on {retry} is denied by RetryQueuePolicy policy DenyRetryEventsFromAnybodyElse"
+        ),
+    ];
+    assert_eq!(problems_with(&text), read_sends);
+    let mut without = vec![format!(
+        "operator-read: dynamodb:Query on {audit} is not allowed by OperatorReadRole"
+    )];
+    without.extend(read_sends);
+    assert_eq!(problems_with(&text.replace(grant, "")), without);
 }
 
 /// One grant removed from the template: the call that needs it fails, naming the
@@ -1363,6 +1711,8 @@ fn principal_lists_hold_no_empty_arn() {
     };
     let only_service = conditions("", "");
     let want = vec![service.clone()];
+    // The operators' acting role answers too: `retryctl redrive response`.
+    let act = format!("arn:aws:iam::{LOCAL_ACCOUNT}:role/lp-OperatorActRole");
     assert_eq!(
         only_service.get("RequestQueuePolicy policy OnlyTheExternalServiceReadsRequests"),
         Some(&want),
@@ -1370,7 +1720,7 @@ fn principal_lists_hold_no_empty_arn() {
     );
     assert_eq!(
         only_service.get("ResponseQueuePolicy policy OnlyTheExternalServiceAnswers"),
-        Some(&want),
+        Some(&vec![service.clone(), act.clone()]),
         "{only_service:?}"
     );
     for (label, values) in &only_service {
@@ -1382,7 +1732,7 @@ fn principal_lists_hold_no_empty_arn() {
     let all = conditions(&op, &ext);
     assert_eq!(
         all.get("ResponseQueuePolicy policy OnlyTheExternalServiceAnswers"),
-        Some(&vec![service.clone(), ext.clone(), op.clone()])
+        Some(&vec![service.clone(), ext.clone(), op.clone(), act])
     );
     assert_eq!(
         all.get("RequestQueuePolicy policy OnlyTheExternalServiceReadsRequests"),

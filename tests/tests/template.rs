@@ -1955,6 +1955,59 @@ fn the_outputs_verify_reads_are_declared() {
     );
 }
 
+/// The placeholders `retryctl verify` looks for in deployed parameters are the ones
+/// the template's AllowedPatterns refuse: every documentation account in the
+/// principal lists' pattern, every documentation domain in AlarmEmail's.
+#[test]
+fn verify_looks_for_the_placeholders_the_template_refuses() {
+    let t = template();
+    let pattern = |name: &str| {
+        path(&t, &["Parameters", name, "AllowedPattern"])
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{name} has no AllowedPattern"))
+            .to_owned()
+    };
+    let accounts = pattern("ServicePrincipalArns");
+    for a in retryctl::verify::placeholders::ACCOUNTS {
+        assert!(accounts.contains(a), "{a} not in {accounts}");
+    }
+    let email = pattern("AlarmEmail");
+    for d in retryctl::verify::placeholders::DOMAINS {
+        let (name, tld) = d.split_once('.').unwrap_or_default();
+        assert!(
+            email.contains(&format!("{name}\\.")) && email.contains(tld),
+            "{d} not in {email}"
+        );
+    }
+}
+
+/// Every output and parameter `retryctl --stack` reads is declared in
+/// `template.yaml`.
+#[test]
+fn the_outputs_and_parameters_stack_reads_are_declared() {
+    let t = template();
+    let (outputs, parameters) = (
+        keys_of(path(&t, &["Outputs"])),
+        keys_of(path(&t, &["Parameters"])),
+    );
+    let missing: Vec<String> = retryctl::stack::FILLED
+        .iter()
+        .filter_map(|(flag, source)| match source {
+            retryctl::stack::Source::Output(k) if !outputs.contains(*k) => {
+                Some(format!("{flag}: output {k}"))
+            }
+            retryctl::stack::Source::Parameter(k) if !parameters.contains(*k) => {
+                Some(format!("{flag}: parameter {k}"))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "settings --stack reads but template.yaml does not declare: {missing:?}"
+    );
+}
+
 #[test]
 fn parameter_defaults_are_the_code_defaults() {
     assert_none(default_problems(&template()));
@@ -2331,6 +2384,7 @@ impl Stage {
             domain::Payload::from_json(r#"{"order":1}"#).unwrap_or_else(|e| panic!("payload: {e}")),
             domain::MaxAttempts::new(max_attempts)
                 .unwrap_or_else(|e| panic!("max_attempts {max_attempts}: {e}")),
+            self.settings.answer_timeout,
             &self.settings.context(T0),
         )
         .await

@@ -17,6 +17,7 @@ use domain::ports::{
 use domain::{
     Context, Disposition, Effect, Known, MaxAttempts, Observed, Payload, Run, TransactionId,
 };
+use std::time::Duration;
 use thiserror::Error;
 
 /// Why an operation did not complete.
@@ -84,11 +85,17 @@ async fn run_op<P: Perform>(input: Input, ports: &P, ctx: &Context) -> Result<Do
 /// same payload (attempt 1 is published again only while it is still the current
 /// one: same key, the service dedupes). A repeat with another payload is
 /// `Err(Rejected(PayloadMismatch))` and publishes nothing.
+///
+/// `answer_timeout` is the deployment's answer timeout (`AnswerTimeoutSeconds`, the
+/// functions' `ANSWER_TIMEOUT_SECONDS`): the record's first answer deadline is the
+/// start plus it, whatever `ctx` carries, so no starter writes the built-in default
+/// without naming it.
 pub async fn start_transaction<St, Rq>(
     ports: &StartPorts<'_, St, Rq>,
     id: TransactionId,
     payload: Payload,
     max_attempts: MaxAttempts,
+    answer_timeout: Duration,
     ctx: &Context,
 ) -> Result<Done, OpError>
 where
@@ -100,7 +107,10 @@ where
         payload,
         max_attempts,
     };
-    run_op(input, ports, ctx).await
+    let ctx = ctx
+        .clone()
+        .with_answer_deadline(answer_timeout, ctx.answer_republish_max);
+    run_op(input, ports, &ctx).await
 }
 
 /// Resolved by other means: `Ack::Resolved` or `Ack::AlreadyResolved`.

@@ -26,18 +26,25 @@ async fn start_is_idempotent_and_never_publishes_a_different_payload() {
     let ctx = w.settings.context(w.now());
     let max = MaxAttempts::new(4).unwrap();
     let p = payload(r#"{"sku":"A-1","qty":2}"#);
-    let first = start_transaction(&ports, id("TX-7"), p.clone(), max, &ctx)
+    let first = start_transaction(&ports, id("TX-7"), p.clone(), max, ctx.answer_timeout, &ctx)
         .await
         .unwrap();
     assert_eq!(first.ack, Ack::Started);
     assert!(first.published());
-    let again = start_transaction(&ports, id("TX-7"), p.clone(), max, &ctx)
+    let again = start_transaction(&ports, id("TX-7"), p.clone(), max, ctx.answer_timeout, &ctx)
         .await
         .unwrap();
     assert_eq!(again.ack, Ack::AlreadyStarted);
-    let other = start_transaction(&ports, id("TX-7"), payload(r#"{"sku":"B-2"}"#), max, &ctx)
-        .await
-        .unwrap_err();
+    let other = start_transaction(
+        &ports,
+        id("TX-7"),
+        payload(r#"{"sku":"B-2"}"#),
+        max,
+        ctx.answer_timeout,
+        &ctx,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(
         other,
         OpError::Rejected(Rejection::PayloadMismatch {

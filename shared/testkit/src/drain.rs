@@ -151,3 +151,41 @@ async fn drain_once(
     }
     Ok(report)
 }
+
+/// The on-failure record the stream event source mapping writes when it gives up on a
+/// batch: here the whole first shard of `stream_arn` so far (what `retryctl redrive
+/// audit` reads again), as JSON text; and that shard's id. `shard_id` replaces the
+/// shard's own id in the record when given (a shard the stream does not have).
+pub async fn failure_record(
+    streams: &aws_sdk_dynamodbstreams::Client,
+    stream_arn: &str,
+    shard_id: Option<&str>,
+) -> Result<(String, String), String> {
+    let described = streams
+        .describe_stream()
+        .stream_arn(stream_arn)
+        .send()
+        .await
+        .map_err(|e| format!("DescribeStream {stream_arn}: {e:?}"))?;
+    let shard = described
+        .stream_description()
+        .and_then(|d| d.shards().first())
+        .ok_or_else(|| format!("stream {stream_arn} has no shard"))?;
+    let own = shard.shard_id().unwrap_or_default().to_owned();
+    let start = shard
+        .sequence_number_range()
+        .and_then(|r| r.starting_sequence_number())
+        .ok_or_else(|| format!("shard {own} has no starting sequence number"))?;
+    let record = serde_json::json!({
+        "requestContext": {"condition": "RetryAttemptsExhausted", "approximateInvokeCount": 3},
+        "version": "1.0",
+        "DDBStreamBatchInfo": {
+            "shardId": shard_id.unwrap_or(&own),
+            "startSequenceNumber": start,
+            "endSequenceNumber": "9".repeat(start.len()),
+            "batchSize": 10,
+            "streamArn": stream_arn,
+        }
+    });
+    Ok((record.to_string(), own))
+}

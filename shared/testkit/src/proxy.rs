@@ -414,6 +414,21 @@ impl Shared {
             }
             return call;
         }
+        // Query protocol (form body `Action=…&…`): CloudFormation (the stack as its
+        // ARN with any stack id, `stack/<name>/*`), SNS (the topic) and STS.
+        if matches!(signing.as_str(), "cloudformation" | "sns" | "sts") {
+            let form = String::from_utf8_lossy(body);
+            call.operation = query_param(&form, "Action").unwrap_or_default();
+            call.resources.extend(query_param(&form, "TopicArn"));
+            if let Some(name) = query_param(&form, "StackName") {
+                call.resources.push(self.arn(
+                    &region,
+                    "cloudformation",
+                    &format!("stack/{name}/*"),
+                ));
+            }
+            return call;
+        }
         // REST: EventBridge Scheduler.
         let mut first = head.lines().next().unwrap_or_default().split_whitespace();
         let method = first.next().unwrap_or_default();
@@ -670,6 +685,43 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn query_protocol_calls_name_the_stack() {
+        let s = shared();
+        let head = format!(
+            "POST / HTTP/1.1\r\n{}\r\ncontent-type: application/x-www-form-urlencoded\r\n\r\n",
+            AUTH.replace("/dynamodb/", "/cloudformation/")
+        );
+        let c = s.parse(
+            &head,
+            b"Action=DescribeStacks&Version=2010-05-15&StackName=dr%2Dprod",
+        );
+        assert_eq!(
+            (c.service.as_str(), c.operation.as_str()),
+            ("cloudformation", "DescribeStacks")
+        );
+        assert_eq!(
+            c.resource(),
+            Some("arn:aws:cloudformation:us-east-1:123456789012:stack/dr-prod/*")
+        );
+        let sns = head.replace("/cloudformation/", "/sns/");
+        let c = s.parse(
+            &sns,
+            b"Action=ListSubscriptionsByTopic&TopicArn=arn%3Aaws%3Asns%3Aus-east-1%3A123456789012%3Ap-alarms",
+        );
+        assert_eq!(
+            (c.service.as_str(), c.resource()),
+            ("sns", Some("arn:aws:sns:us-east-1:123456789012:p-alarms"))
+        );
+        let head = head.replace("/cloudformation/", "/sts/");
+        let c = s.parse(&head, b"Action=GetCallerIdentity&Version=2011-06-15");
+        assert_eq!(
+            (c.service.as_str(), c.operation.as_str()),
+            ("sts", "GetCallerIdentity")
+        );
+        assert_eq!(c.resource(), None);
     }
 
     #[test]

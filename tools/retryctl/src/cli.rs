@@ -28,9 +28,29 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The command line `args` (the program name first), parsed as the binary does.
+    pub fn from_line<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        Self::try_parse_from(args)
+    }
+}
+
 /// Where the stack is: the same settings the functions get from the template.
 #[derive(Debug, Clone, Args, Default)]
 pub struct TargetArgs {
+    /// The deployed stack (CloudFormation stack name): every name and setting below
+    /// is read from its outputs and parameters (DescribeStacks). A setting also given
+    /// by flag or environment must agree with it. On the local stack: its prefix.
+    #[arg(long, env = "RETRYCTL_STACK", global = true)]
+    pub stack: Option<String>,
+    /// Assume this role for every call (the stack's OperatorReadRoleArn or
+    /// OperatorActRoleArn output), with the caller's own credentials.
+    #[arg(long, env = "RETRYCTL_ROLE_ARN", global = true)]
+    pub role_arn: Option<String>,
     /// AWS API endpoint (the local stack's moto server); unset = real AWS.
     #[arg(long, env = "AWS_ENDPOINT_URL", global = true)]
     pub endpoint_url: Option<String>,
@@ -81,6 +101,10 @@ pub struct TargetArgs {
     /// stack's ReconcileRequeueMax).
     #[arg(long, env = vars::RECONCILE_REQUEUE_MAX.name, global = true)]
     pub reconcile_requeue_max: Option<u32>,
+    /// How long a request may go unanswered, in seconds (the stack's
+    /// AnswerTimeoutSeconds): `submit` writes the first answer deadline from it.
+    #[arg(long, env = vars::ANSWER_TIMEOUT_SECONDS.name, global = true)]
+    pub answer_timeout_seconds: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -39,27 +39,63 @@ pub struct Target {
     threshold: Option<Duration>,
     /// The stack's ReconcileRequeueMax, when given: never guessed.
     requeue_max: Option<u32>,
+    /// The stack's AnswerTimeoutSeconds, when given: never guessed.
+    answer_timeout: Option<Duration>,
 }
 
 impl Target {
     pub async fn from_args(args: &TargetArgs) -> Result<Self, CliError> {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
         if let Some(e) = &args.endpoint_url {
             CliError::require_url("--endpoint-url", e, "")?;
-            loader = loader.endpoint_url(e);
         }
-        let region = args.region.clone().or_else(|| {
-            args.endpoint_url
-                .as_ref()
-                .map(|_| testkit::moto::LOCAL_REGION.to_owned())
-        });
-        if let Some(r) = region {
-            loader = loader.region(aws_config::Region::new(r));
+        let loader = || {
+            let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+            if let Some(e) = &args.endpoint_url {
+                loader = loader.endpoint_url(e);
+            }
+            let region = args.region.clone().or_else(|| {
+                args.endpoint_url
+                    .as_ref()
+                    .map(|_| testkit::moto::LOCAL_REGION.to_owned())
+            });
+            if let Some(r) = region {
+                loader = loader.region(aws_config::Region::new(r));
+            }
+            loader
+        };
+        let mut sdk = loader().load().await;
+        if let Some(role) = &args.role_arn {
+            // The caller's own credentials sign AssumeRole; every call after it is the
+            // role's (its session credentials, refreshed before they expire).
+            let provider = aws_config::sts::AssumeRoleProvider::builder(role)
+                .session_name("retryctl")
+                .configure(&sdk)
+                .build()
+                .await;
+            sdk = loader().credentials_provider(provider).load().await;
         }
-        let sdk = loader.load().await;
+        Self::with_sdk(sdk, args).await
+    }
+
+    /// The target of `args` reached with `sdk` as it is (its credentials, endpoint and
+    /// region): `--stack` read, every setting checked.
+    pub async fn with_sdk(sdk: aws_config::SdkConfig, args: &TargetArgs) -> Result<Self, CliError> {
+        let args = &match &args.stack {
+            Some(name) => crate::stack::Described::fetch(&sdk, name)
+                .await?
+                .fill(args)?,
+            None => args.clone(),
+        };
         if args.reconcile_shards == Some(0) {
             return Err(CliError::bad(
                 "--reconcile-shards",
+                "0",
+                "must be at least 1",
+            ));
+        }
+        if args.answer_timeout_seconds == Some(0) {
+            return Err(CliError::bad(
+                "--answer-timeout-seconds",
                 "0",
                 "must be at least 1",
             ));
@@ -78,6 +114,7 @@ impl Target {
             shards: args.reconcile_shards,
             threshold: args.reconcile_threshold_seconds.map(Duration::from_secs),
             requeue_max: args.reconcile_requeue_max,
+            answer_timeout: args.answer_timeout_seconds.map(Duration::from_secs),
         })
     }
 
@@ -111,6 +148,20 @@ impl Target {
             CliError::Missing(
                 "set --reconcile-requeue-max (or RECONCILE_REQUEUE_MAX) to the stack's \
                  ReconcileRequeueMax parameter: retryctl never guesses it"
+                    .to_owned(),
+            )
+        })
+    }
+
+    /// The stack's answer timeout, as given: the first answer deadline of a
+    /// transaction `submit` starts. Never the built-in default: a deadline longer than
+    /// the stack's leaves a silent first request unrepublished that much longer.
+    pub fn answer_timeout(&self) -> Result<Duration, CliError> {
+        self.answer_timeout.ok_or_else(|| {
+            CliError::Missing(
+                "set --answer-timeout-seconds (or ANSWER_TIMEOUT_SECONDS) to the stack's \
+                 AnswerTimeoutSeconds (stack output `AnswerTimeoutSeconds`): retryctl never \
+                 guesses it"
                     .to_owned(),
             )
         })
@@ -328,6 +379,7 @@ pub async fn submit(
         Payload::from_json(text.trim()).map_err(|e| CliError::bad("--payload", shown, e))?;
     let max = MaxAttempts::new(max_attempts)
         .map_err(|e| CliError::bad("--max-attempts", max_attempts.to_string(), e))?;
+    let answer_timeout = t.answer_timeout()?;
     let store = t.store()?;
     let requests =
         aws::sqs::SqsRequestPublisher::new(t.sqs(), t.queue_url(QueueName::Request).await?);
@@ -336,9 +388,10 @@ pub async fn submit(
         requests: &requests,
     };
     let ctx = t.settings().context(SystemClock.now());
-    let done = runtime::ops::start_transaction(&ports, id.clone(), payload, max, &ctx)
-        .await
-        .map_err(op_error)?;
+    let done =
+        runtime::ops::start_transaction(&ports, id.clone(), payload, max, answer_timeout, &ctx)
+            .await
+            .map_err(op_error)?;
     let result = done.ack.label();
     let published = done.published();
     Ok(Output {

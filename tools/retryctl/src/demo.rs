@@ -415,13 +415,21 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         submitted.push(id_text);
         let ctx = settings.context(SystemClock.now());
         let max = plan.max_attempts;
+        let answer_timeout = settings.answer_timeout;
         let ports = &ports;
         pending.push(async move {
             // Starting is idempotent: repeat on a retryable failure.
             let mut tries = 0;
             loop {
-                match runtime::ops::start_transaction(ports, id.clone(), payload.clone(), max, &ctx)
-                    .await
+                match runtime::ops::start_transaction(
+                    ports,
+                    id.clone(),
+                    payload.clone(),
+                    max,
+                    answer_timeout,
+                    &ctx,
+                )
+                .await
                 {
                     Ok(_) => return Ok(()),
                     Err(e) if e.is_retryable() && tries < 5 => tries += 1,

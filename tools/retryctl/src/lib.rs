@@ -8,6 +8,8 @@
 //! - [`report`]: the demo's final report and its checks.
 //! - [`view`], [`table`]: what the operator commands print and read; [`list`]: the
 //!   listing of transactions by status, attempt and time.
+//! - [`run`]: the operator commands' dispatch.
+//! - [`stack`]: `--stack NAME`, the settings read from the deployed stack.
 //! - [`verify`]: `retryctl verify`, the post-deploy check of a stack with the staging
 //!   harness.
 
@@ -20,6 +22,8 @@ pub mod error;
 pub mod list;
 pub mod local;
 pub mod report;
+pub mod run;
+pub mod stack;
 pub mod table;
 pub mod verify;
 pub mod view;

@@ -1,8 +1,8 @@
 //! `retryctl`: see `docs/operations.md`.
 
 use clap::Parser;
-use retryctl::cli::{Cli, Command, DlqAction};
-use retryctl::commands::{self, Output, Target};
+use retryctl::cli::{Cli, Command};
+use retryctl::commands::{Output, Target};
 use retryctl::error::CliError;
 use std::process::ExitCode;
 
@@ -95,13 +95,14 @@ async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliEr
     print(cli.json, Output { text, json });
     eprintln!(
         "\nThe local stack keeps running until Ctrl-C. From another shell:\n  \
-         export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} RECONCILE_SHARDS={} RECONCILE_THRESHOLD_SECONDS={} RECONCILE_REQUEUE_MAX={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
+         export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} RECONCILE_SHARDS={} RECONCILE_THRESHOLD_SECONDS={} RECONCILE_REQUEUE_MAX={} ANSWER_TIMEOUT_SECONDS={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
          retryctl stats; retryctl list --status FAILED; retryctl show TX-000001; retryctl stuck",
         stack.endpoint,
         stack.names().prefix,
         stack.reconcile_shards(),
         stack.reconcile_threshold_seconds(),
-        stack.reconcile_requeue_max()
+        stack.reconcile_requeue_max(),
+        stack.answer_timeout_seconds()
     );
     let _ = tokio::signal::ctrl_c().await;
     stack.shutdown().await;
@@ -160,35 +161,6 @@ async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, C
     )))
 }
 
-/// `replay` and `resolve`: one transaction as before, or many (`bulk`), each line
-/// printed before the exit code says whether any failed.
-async fn operator(
-    cli: &Cli,
-    target: &Target,
-    args: &retryctl::cli::BulkArgs,
-    action: retryctl::bulk::Action,
-) -> Result<Output, CliError> {
-    let ids = retryctl::bulk::ids(&args.ids, args.from_list.as_deref())?;
-    if let Some(id) = args.single() {
-        let note = retryctl::bulk::note(target, args.reason.as_deref()).await?;
-        return match action {
-            retryctl::bulk::Action::Replay { budget } => {
-                commands::replay(target, id, budget, Some(&note)).await
-            }
-            retryctl::bulk::Action::Resolve => commands::resolve(target, id, Some(&note)).await,
-        };
-    }
-    let (out, failed) =
-        retryctl::bulk::run(target, action, &ids, args.dry_run, args.reason.as_deref()).await?;
-    match failed {
-        None => Ok(out),
-        Some(e) => {
-            print(cli.json, out);
-            Err(e)
-        }
-    }
-}
-
 async fn run(cli: &Cli) -> Result<Output, CliError> {
     match &cli.command {
         Command::Demo(args) => return demo(cli, args).await,
@@ -196,65 +168,16 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
         _ => {}
     }
     let target = Target::from_args(&cli.target).await?;
-    let out = match &cli.command {
-        Command::Submit {
-            id,
-            payload,
-            max_attempts,
-        } => commands::submit(&target, id, payload, *max_attempts).await,
-        Command::Show { id, payload, wide } => commands::show(&target, id, *payload, *wide).await,
-        Command::List {
-            status,
-            attempt,
-            since,
-            until,
-            limit,
-            next_token,
-            scan,
-        } => {
-            let q = retryctl::list::ListQuery::parse(
-                status.as_deref(),
-                *attempt,
-                since.as_deref(),
-                until.as_deref(),
-                *limit,
-                next_token.as_deref(),
-                *scan,
-            );
-            match q {
-                Ok(q) => retryctl::list::run(&target, &q).await,
-                Err(e) => Err(e),
+    match retryctl::run::execute(cli, &target).await {
+        Ok(out) => Ok(out),
+        Err(ended) => {
+            // A bulk action prints its lines before the exit code says one failed.
+            if let Some(out) = ended.printed {
+                print(cli.json, out);
             }
+            Err(ended.error.with_hint(&target.whereabouts()))
         }
-        Command::Stats => commands::stats(&target).await,
-        Command::Breaker { action } => retryctl::breaker::run(&target, action).await,
-        Command::Stuck => commands::stuck(&target).await,
-        Command::Resolve { bulk } => {
-            operator(cli, &target, bulk, retryctl::bulk::Action::Resolve).await
-        }
-        Command::Redrive {
-            queue,
-            max,
-            dry_run: true,
-            ..
-        } => commands::peek(&target, *queue, max.unwrap_or(u64::MAX), true).await,
-        Command::Redrive {
-            queue,
-            max,
-            dry_run: false,
-            wait,
-        } => commands::redrive(&target, *queue, *max, *wait).await,
-        Command::Dlq {
-            action: DlqAction::Peek { queue, max },
-        } => commands::peek(&target, *queue, *max, false).await,
-        Command::Replay { bulk, budget } => {
-            let action = retryctl::bulk::Action::Replay { budget: *budget };
-            operator(cli, &target, bulk, action).await
-        }
-        Command::Demo(args) => demo(cli, args).await,
-        Command::Verify(args) => verify(cli, args).await,
-    };
-    out.map_err(|e| e.with_hint(&target.whereabouts()))
+    }
 }
 
 /// Arguments clap refuses: with `--json` anywhere on the line, as a JSON error

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 /// Attributes of the record that are bookkeeping of the protocol, not shown: the
 /// index keys, the answer deadline, and the operator note (shown as
 /// `operator_caller` and `operator_reason`).
-const NOT_SHOWN: [&str; 4] = ["reconcile", "failed", "answer_due_at", "operator"];
+const NOT_SHOWN: [&str; 3] = ["reconcile", "failed", "operator"];
 
 /// The state item as JSON: the record's own serialisation (the attribute names of the
 /// table, counters included) without its bookkeeping, and the operator note as two keys.

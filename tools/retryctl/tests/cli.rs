@@ -249,6 +249,245 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     );
 }
 
+/// No service answers and the reconciler stays away: a started transaction stays
+/// IN_PROGRESS with its first answer deadline. The functions' answer timeout is 2 s.
+fn unanswered() -> &'static Running {
+    static S: OnceLock<Running> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut o = options("clia", 3600, 0.0);
+        o.external_service = false;
+        o.env.push((vars::ANSWER_TIMEOUT_SECONDS.name, "2".into()));
+        start_stack(o)
+    })
+}
+
+fn instant(v: &serde_json::Value) -> time::OffsetDateTime {
+    let text = v.as_str().unwrap_or_else(|| panic!("not a time: {v}"));
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// GIVEN a stack whose answer timeout is 2 s WHEN `retryctl submit` starts a
+/// transaction with the stack's setting THEN the record's first answer deadline is
+/// its start + 2 s (not the built-in 6 h); without the setting, submit refuses,
+/// naming the flag, and starts nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn submit_writes_the_first_answer_deadline_from_the_stacks_answer_timeout() {
+    let s = unanswered();
+    assert_eq!(s.answer_timeout_seconds(), "2");
+    let r = retryctl(s, &["submit", "TX-DUE-1", "--payload", "{}", "--json"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = retryctl(s, &["show", "TX-DUE-1", "--json"]).await.json();
+    assert_eq!(v["record"]["status"], "IN_PROGRESS", "{v:#}");
+    let due = instant(&v["record"]["answer_due_at"]) - instant(&v["record"]["created_at"]);
+    assert_eq!(due, time::Duration::seconds(2), "{v:#}");
+
+    let r = retryctl_without(
+        s,
+        &["submit", "TX-DUE-2", "--payload", "{}"],
+        &[vars::ANSWER_TIMEOUT_SECONDS.name],
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("--answer-timeout-seconds") && r.stderr.contains("never guesses"),
+        "{}",
+        r.stderr
+    );
+    let r = retryctl(s, &["show", "TX-DUE-2"]).await;
+    assert_eq!(r.code, 3, "nothing started: {r:?}");
+    // The flag gives it too.
+    let r = retryctl_without(
+        s,
+        &[
+            "submit",
+            "TX-DUE-3",
+            "--payload",
+            "{}",
+            "--answer-timeout-seconds",
+            "2",
+        ],
+        &[vars::ANSWER_TIMEOUT_SECONDS.name],
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = retryctl(s, &["show", "TX-DUE-3", "--json"]).await.json();
+    let due = instant(&v["record"]["answer_due_at"]) - instant(&v["record"]["created_at"]);
+    assert_eq!(due, time::Duration::seconds(2), "{v:#}");
+}
+
+/// Every setting the tests' environment would give, so that only `--stack` gives them.
+const BY_HAND: [&str; 5] = [
+    "RETRYCTL_PREFIX",
+    vars::RECONCILE_SHARDS.name,
+    vars::RECONCILE_REQUEUE_MAX.name,
+    vars::RECONCILE_THRESHOLD_SECONDS.name,
+    vars::ANSWER_TIMEOUT_SECONDS.name,
+];
+
+/// `args` after `--stack NAME`.
+fn by_stack<'a>(name: &'a str, args: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["--stack", name];
+    a.extend_from_slice(args);
+    a
+}
+
+async fn cloudformation(s: &Running) -> aws_sdk_cloudformation::Client {
+    aws_sdk_cloudformation::Client::new(&testkit::moto::sdk_config(&s.endpoint).await)
+}
+
+/// GIVEN the local stack, which DescribeStacks answers for as for a deployed one
+/// WHEN `retryctl --stack NAME` runs with no other name or setting THEN every table,
+/// queue and setting comes from the stack's outputs and parameters (submit writes
+/// its answer deadline, stuck uses its threshold); a setting given otherwise that
+/// disagrees is refused naming both; a stack without one output is refused naming it.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_flag_reaches_the_stack_and_a_missing_output_is_named() {
+    let s = unanswered();
+    let cfn = cloudformation(s).await;
+    let described = cfn
+        .describe_stacks()
+        .stack_name(&s.prefix)
+        .send()
+        .await
+        .unwrap();
+    let stack = &described.stacks()[0];
+    let param = |k: &str| {
+        stack
+            .parameters()
+            .iter()
+            .find(|p| p.parameter_key() == Some(k))
+            .and_then(|p| p.parameter_value())
+            .unwrap_or_else(|| panic!("no parameter {k}"))
+            .to_owned()
+    };
+    assert_eq!(param("AnswerTimeoutSeconds"), "2");
+    for (flag, source) in retryctl::stack::FILLED {
+        let key = match source {
+            retryctl::stack::Source::Output(k) => k,
+            retryctl::stack::Source::Parameter(k) => {
+                assert!(!param(k).is_empty(), "{flag}");
+                continue;
+            }
+        };
+        assert!(
+            stack.outputs().iter().any(|o| o.output_key() == Some(key)),
+            "{flag}: output {key} registered"
+        );
+    }
+
+    let r = retryctl_without(
+        s,
+        &by_stack(
+            &s.prefix,
+            &["submit", "TX-STK-1", "--payload", "{}", "--json"],
+        ),
+        &BY_HAND,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = retryctl_without(
+        s,
+        &by_stack(&s.prefix, &["show", "TX-STK-1", "--json"]),
+        &BY_HAND,
+    )
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v = r.json();
+    let due = instant(&v["record"]["answer_due_at"]) - instant(&v["record"]["created_at"]);
+    assert_eq!(due, time::Duration::seconds(2), "{v:#}");
+    let r = retryctl_without(s, &by_stack(&s.prefix, &["stuck", "--json"]), &BY_HAND).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert_eq!(
+        r.json()["threshold_seconds"].to_string(),
+        param("ReconcileThresholdSeconds")
+    );
+    for args in [
+        &["stats"][..],
+        &["dlq", "peek", "audit"],
+        &["breaker", "status"],
+    ] {
+        let r = retryctl_without(s, &by_stack(&s.prefix, args), &BY_HAND).await;
+        assert_eq!(r.code, 0, "{args:?}: {r:?}");
+    }
+
+    // A setting given by hand must agree with the stack.
+    let r = retryctl_without(
+        s,
+        &by_stack(&s.prefix, &["stuck", "--reconcile-shards", "99"]),
+        &BY_HAND,
+    )
+    .await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr.contains("--reconcile-shards") && r.stderr.contains("output ReconcileShards"),
+        "{}",
+        r.stderr
+    );
+
+    // A stack without one output: refused, naming it.
+    let partial = format!("{}-partial", s.prefix);
+    let mut outputs = serde_json::Map::new();
+    for o in stack.outputs() {
+        let (Some(k), Some(v)) = (o.output_key(), o.output_value()) else {
+            continue;
+        };
+        if k != "AuditDLQUrl" {
+            outputs.insert(k.into(), serde_json::json!({ "Value": v }));
+        }
+    }
+    let template = serde_json::json!({
+        "Resources": {"Registered": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": outputs,
+    });
+    cfn.create_stack()
+        .stack_name(&partial)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .unwrap();
+    let r = retryctl_without(s, &["--stack", &partial, "stats"], &BY_HAND).await;
+    assert_eq!(r.code, 2, "{r:?}");
+    assert!(
+        r.stderr
+            .contains(&format!("stack {partial} has no output `AuditDLQUrl`")),
+        "{}",
+        r.stderr
+    );
+    // --role-arn: AssumeRole at the same endpoint, then every call with its session:
+    // the breaker's change log names the assumed role as the caller.
+    let role = "arn:aws:iam::123456789012:role/stack-OperatorActRole";
+    let open = [
+        "--role-arn",
+        role,
+        "breaker",
+        "open",
+        "--for",
+        "1",
+        "--reason",
+        "role test",
+    ];
+    let r = retryctl_without(s, &by_stack(&s.prefix, &open), &BY_HAND).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let r = retryctl_without(
+        s,
+        &by_stack(&s.prefix, &["breaker", "status", "--json"]),
+        &BY_HAND,
+    )
+    .await;
+    let by = r.json()["changes"][0]["by"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        by.contains("assumed-role/stack-OperatorActRole/retryctl"),
+        "{by}: {r:?}"
+    );
+    let r = retryctl_without(s, &["--stack", "no-such-stack", "stats"], &BY_HAND).await;
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("DescribeStacks"), "{}", r.stderr);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn submit_is_idempotent_and_refuses_bad_arguments_naming_them() {
     let s = fast();
@@ -888,36 +1127,13 @@ async fn redrive_audit_reads_the_stream_range_again() {
         .unwrap()
         .to_owned();
     let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
-    let shard = streams
-        .describe_stream()
-        .stream_arn(&stream_arn)
-        .send()
+    let (record, _) = testkit::drain::failure_record(&streams, &stream_arn, None)
         .await
-        .unwrap()
-        .stream_description()
-        .unwrap()
-        .shards()[0]
-        .clone();
-    let start = shard
-        .sequence_number_range()
-        .unwrap()
-        .starting_sequence_number()
-        .unwrap()
-        .to_owned();
-    let record = |shard_id: &str| {
-        serde_json::json!({
-            "requestContext": {"condition": "RetryAttemptsExhausted", "approximateInvokeCount": 3},
-            "version": "1.0",
-            "DDBStreamBatchInfo": {
-                "shardId": shard_id,
-                "startSequenceNumber": start,
-                "endSequenceNumber": "9".repeat(start.len()),
-                "batchSize": 10,
-                "streamArn": stream_arn,
-            }
-        })
-        .to_string()
-    };
+        .unwrap();
+    let (elsewhere, _) =
+        testkit::drain::failure_record(&streams, &stream_arn, Some("shardId-nope"))
+            .await
+            .unwrap();
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     let dlq = sqs
         .get_queue_url()
@@ -928,12 +1144,7 @@ async fn redrive_audit_reads_the_stream_range_again() {
         .queue_url()
         .unwrap()
         .to_owned();
-    send_all(
-        &sqs,
-        &dlq,
-        [record(shard.shard_id().unwrap()), record("shardId-nope")],
-    )
-    .await;
+    send_all(&sqs, &dlq, [record, elsewhere]).await;
 
     let r = retryctl(s, &["redrive", "audit", "--json"]).await;
     assert_eq!(r.code, 0, "{r:?}");

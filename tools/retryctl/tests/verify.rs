@@ -74,6 +74,7 @@ async fn verify_passes_on_the_local_stack_with_the_harness() {
     ] {
         assert_eq!(check(&v, subject)["status"], "pass", "{subject}: {v:#}");
     }
+    assert_eq!(check(&v, "Parameters")["status"], "pass", "{v:#}");
     let trust = check(&v, "SchedulerRole");
     assert_eq!(trust["status"], "skip");
     assert!(trust["detail"]
@@ -167,6 +168,75 @@ async fn verify_fails_naming_the_queue_whose_redrive_policy_was_removed() {
         .as_str()
         .unwrap()
         .contains("a resource check failed"));
+}
+
+/// GIVEN the stack's alarm topic (output AlarmTopicArn) WHEN it has no subscription
+/// THEN verify fails naming it (no alarm pages anybody); once a destination is
+/// subscribed it passes, naming the destination.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_fails_while_the_alarm_topic_pages_nobody() {
+    let (s, mut outputs) = start_stack_with_harness(options("vfyal"), Some(vec![]));
+    let sdk = testkit::moto::sdk_config(&s.endpoint).await;
+    let sns = aws_sdk_sns::Client::new(&sdk);
+    let topic = sns
+        .create_topic()
+        .name(format!("{}-alarms", s.prefix))
+        .send()
+        .await
+        .unwrap()
+        .topic_arn()
+        .unwrap()
+        .to_owned();
+    outputs["Stacks"][0]["Outputs"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": topic}));
+    let file = write_outputs(&s, &outputs);
+    let verify = [
+        "verify",
+        "--outputs",
+        &file,
+        "--resources-only",
+        "--quiet",
+        "--json",
+    ];
+    let r = retryctl(&s, &verify).await;
+    assert_eq!(r.code, 6, "{}\n{}", r.stdout, r.stderr);
+    let v = r.json();
+    let alarm = check(&v, "AlarmTopic");
+    assert_eq!(alarm["status"], "fail", "{v:#}");
+    assert!(
+        alarm["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("no confirmed subscription"),
+        "{alarm}"
+    );
+    let queue = aws_sdk_sqs::Client::new(&sdk)
+        .create_queue()
+        .queue_name(format!("{}-pager", s.prefix))
+        .send()
+        .await
+        .unwrap();
+    let pager = format!(
+        "arn:aws:sqs:us-east-1:123456789012:{}",
+        queue.queue_url().unwrap().rsplit('/').next().unwrap()
+    );
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint(&pager)
+        .send()
+        .await
+        .unwrap();
+    let r = retryctl(&s, &verify).await;
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    let v = r.json();
+    assert_eq!(check(&v, "AlarmTopic")["status"], "pass", "{v:#}");
+    assert!(check(&v, "AlarmTopic")["detail"]
+        .as_str()
+        .unwrap()
+        .contains(&format!("sqs {pager}")));
 }
 
 /// GIVEN an `aws` command on PATH that answers `cloudformation describe-stacks` and

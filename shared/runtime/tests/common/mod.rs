@@ -267,6 +267,7 @@ impl<B: Backend> World<B> {
             id(tx),
             payload_of(tx),
             MaxAttempts::new(max).unwrap(),
+            self.settings.answer_timeout,
             &ctx,
         )
         .await

@@ -247,6 +247,16 @@ impl Stack {
         self.setting("reconciler", vars::RECONCILE_REQUEUE_MAX.name, default)
     }
 
+    /// The answer timeout the functions were given, in seconds.
+    pub fn answer_timeout_seconds(&self) -> u64 {
+        let default = domain::defaults::ANSWER_TIMEOUT.as_secs();
+        self.setting(
+            "reconciler",
+            aws::config::vars::ANSWER_TIMEOUT_SECONDS.name,
+            default,
+        )
+    }
+
     /// Starts moto (unless an endpoint is given), provisions every resource and starts
     /// every component.
     pub async fn start(opts: StackOptions) -> Result<Stack, CliError> {
@@ -519,7 +529,7 @@ impl Stack {
         };
         tasks.extend(h);
 
-        Ok(Stack {
+        let stack = Stack {
             moto,
             endpoint,
             endpoints,
@@ -539,7 +549,10 @@ impl Stack {
             publish_times,
             source,
             tasks,
-        })
+        };
+        // DescribeStacks of the prefix answers as for a deployed stack (`--stack`).
+        crate::verify::local::register(&stack).await?;
+        Ok(stack)
     }
 
     pub fn names(&self) -> &StackNames {

@@ -141,6 +141,13 @@ pub async fn run(env: &Env<'_>, out: &mut Checks) -> Result<(), CliError> {
             e,
         )
     })?;
+    let answer_timeout: u64 = o.require("AnswerTimeoutSeconds")?.parse().map_err(|e| {
+        CliError::bad(
+            "AnswerTimeoutSeconds output",
+            o.get("AnswerTimeoutSeconds").unwrap_or(""),
+            e,
+        )
+    })?;
     let store = DynamoStore::new(env.ddb.clone(), o.require("TransactionsTableName")?)
         .with_payloads_table(o.require("PayloadsTableName")?);
     let requests = SqsRequestPublisher::new(env.sqs.clone(), o.require("RequestQueueUrl")?);
@@ -173,6 +180,7 @@ pub async fn run(env: &Env<'_>, out: &mut Checks) -> Result<(), CliError> {
             id.clone(),
             payload,
             max,
+            Duration::from_secs(answer_timeout),
             &settings.context(SystemClock.now()),
         )
         .await

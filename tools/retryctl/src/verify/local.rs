@@ -86,7 +86,13 @@ pub async fn start_harness(
 pub fn outputs_document(stack: &Stack, harness: Option<&LocalHarness>) -> Value {
     let shards = stack.reconcile_shards();
     let prefix = &stack.names().prefix;
-    let mut stacks = vec![outputs::local(&stack.provisioned, shards)];
+    let mut main = outputs::local(&stack.provisioned, shards, stack.answer_timeout_seconds());
+    // With its parameters, as `aws cloudformation describe-stacks` prints them.
+    main["Parameters"] = parameters(stack)
+        .into_iter()
+        .map(|(k, v)| json!({"ParameterKey": k, "ParameterValue": v}))
+        .collect();
+    let mut stacks = vec![main];
     if let Some(h) = harness {
         stacks.push(describe_stacks_entry(
             &format!("{prefix}-harness"),
@@ -98,4 +104,84 @@ pub fn outputs_document(stack: &Stack, harness: Option<&LocalHarness>) -> Value 
         ));
     }
     json!({ "Stacks": stacks })
+}
+
+/// The settings of the local stack as DescribeStacks lists a deployed stack's
+/// parameters (the values its functions were given).
+pub fn parameters(stack: &Stack) -> Vec<(&'static str, String)> {
+    vec![
+        ("ReconcileShards", stack.reconcile_shards().to_string()),
+        (
+            "AnswerTimeoutSeconds",
+            stack.answer_timeout_seconds().to_string(),
+        ),
+        (
+            "ReconcileThresholdSeconds",
+            stack.reconcile_threshold_seconds().to_string(),
+        ),
+        (
+            "ReconcileRequeueMax",
+            stack.reconcile_requeue_max().to_string(),
+        ),
+    ]
+}
+
+/// Registers the local stack in moto's CloudFormation under its prefix, as
+/// `template.yaml` would have created it: DescribeStacks answers with its outputs and
+/// parameters, so `retryctl --stack PREFIX` reaches it as it reaches a deployed one.
+pub async fn register(stack: &Stack) -> Result<(), CliError> {
+    let entry = outputs::local(
+        &stack.provisioned,
+        stack.reconcile_shards(),
+        stack.answer_timeout_seconds(),
+    );
+    register_stack(&stack.sdk, &stack.endpoint, &entry, &parameters(stack)).await
+}
+
+/// Creates the stack `entry` describes (`StackName`, `Outputs` in the shape
+/// DescribeStacks prints) with these parameters in the CloudFormation at `endpoint`.
+pub async fn register_stack(
+    sdk: &aws_config::SdkConfig,
+    endpoint: &str,
+    entry: &Value,
+    params: &[(&'static str, String)],
+) -> Result<(), CliError> {
+    let name = entry["StackName"].as_str().unwrap_or_default();
+    let mut template = json!({
+        "Parameters": {},
+        // A stack holds at least one resource; this one creates nothing.
+        "Resources": {"Registered": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {},
+    });
+    for (k, _) in params {
+        template["Parameters"][*k] = json!({"Type": "String"});
+    }
+    for o in entry["Outputs"].as_array().into_iter().flatten() {
+        if let (Some(k), Some(v)) = (o["OutputKey"].as_str(), o["OutputValue"].as_str()) {
+            template["Outputs"][k] = json!({ "Value": v });
+        }
+    }
+    let cfn = aws_sdk_cloudformation::Client::from_conf(
+        aws_sdk_cloudformation::config::Builder::from(sdk)
+            .endpoint_url(endpoint)
+            .build(),
+    );
+    cfn.create_stack()
+        .stack_name(name)
+        .template_body(template.to_string())
+        .set_parameters(Some(
+            params
+                .iter()
+                .map(|(k, v)| {
+                    aws_sdk_cloudformation::types::Parameter::builder()
+                        .parameter_key(*k)
+                        .parameter_value(v)
+                        .build()
+                })
+                .collect(),
+        ))
+        .send()
+        .await
+        .map_err(|e| crate::error::sdk_error("CreateStack", name, e))?;
+    Ok(())
 }

@@ -1,9 +1,13 @@
 //! `retryctl verify`: is a deployed stack the one the code relies on, and does it work
 //! end to end?
 //!
+//! 0. **Parameters** ([`placeholders`]): no deployed parameter still carries a
+//!    documentation placeholder (the accounts and domains `template.yaml`'s
+//!    AllowedPatterns refuse), read from the `Parameters` the outputs files carry.
 //! 1. **Resources** ([`resources`]): the queues' redrive policies (target and
 //!    `maxReceiveCount`) and visibility timeouts, the DLQs' retention, the tables'
-//!    keys, the reconciler index, the stream, the TTLs, the schedule group, the
+//!    keys, the reconciler index, the stream, the TTLs, the schedule group, a confirmed
+//!    subscription of the alarm topic every alarm publishes to, the
 //!    scheduler role's trust policy, and — with the harness — that the queue policies
 //!    let the harness read and answer. Each expected setting comes from the code's own
 //!    definitions (`testkit::provision`, `harness::service`).
@@ -23,6 +27,7 @@
 pub mod flow;
 pub mod local;
 pub mod outputs;
+pub mod placeholders;
 pub mod resources;
 
 use crate::error::CliError;
@@ -129,6 +134,7 @@ pub struct Env<'a> {
     pub sqs: aws_sdk_sqs::Client,
     pub ddb: aws_sdk_dynamodb::Client,
     pub scheduler: aws_sdk_scheduler::Client,
+    pub sns: aws_sdk_sns::Client,
     pub outputs: &'a StackOutputs,
     pub settings: &'a Settings,
 }
@@ -160,6 +166,7 @@ pub async fn run(
         sqs: aws::clients::sqs(sdk),
         ddb: aws::clients::dynamodb(sdk),
         scheduler: aws::clients::scheduler(sdk),
+        sns: aws_sdk_sns::Client::new(sdk),
         outputs,
         settings,
     };
@@ -167,6 +174,7 @@ pub async fn run(
         list: vec![],
         progress: settings.progress,
     };
+    placeholders::check(outputs, &mut checks);
     resources::check(&env, &mut checks).await;
     let why_not = if settings.resources_only {
         Some("not run (--resources-only)".to_owned())

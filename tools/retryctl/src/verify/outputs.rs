@@ -35,6 +35,7 @@ pub const MAIN_OUTPUTS: &[&str] = &[
     "ScheduleGroupName",
     "SchedulerRoleArn",
     "ReconcileShards",
+    "AnswerTimeoutSeconds",
 ];
 
 /// Outputs of the harness stack it reads (`infra/template.yaml`).
@@ -46,6 +47,9 @@ pub struct StackOutputs {
     /// `StackName` of each stack read, with the file it came from.
     pub stacks: Vec<(String, String)>,
     values: BTreeMap<String, (String, String)>,
+    /// Every stack's parameters (`Parameters`, when the file carries them), as
+    /// (stack, key, value).
+    pub parameters: Vec<(String, String, String)>,
 }
 
 impl StackOutputs {
@@ -88,6 +92,21 @@ impl StackOutputs {
                 }
                 self.values
                     .insert(k.to_owned(), (name.to_owned(), val.to_owned()));
+            }
+            for p in s
+                .get("Parameters")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(k) = p.get("ParameterKey").and_then(Value::as_str) {
+                    let v = p.get("ParameterValue").and_then(Value::as_str);
+                    self.parameters.push((
+                        name.to_owned(),
+                        k.to_owned(),
+                        v.unwrap_or_default().to_owned(),
+                    ));
+                }
             }
             self.stacks.push((name.to_owned(), source.to_owned()));
         }
@@ -134,7 +153,7 @@ pub fn describe_stacks_entry(stack_name: &str, outputs: &[(&str, String)]) -> Va
 }
 
 /// The main stack's outputs on the local stack (its name is the prefix).
-pub fn local(p: &Provisioned, reconcile_shards: u16) -> Value {
+pub fn local(p: &Provisioned, reconcile_shards: u16, answer_timeout_seconds: u64) -> Value {
     let n = &p.names;
     let mut o: Vec<(&str, String)> = vec![];
     for (url, arn, q) in [
@@ -158,6 +177,7 @@ pub fn local(p: &Provisioned, reconcile_shards: u16) -> Value {
         ("ScheduleGroupName", n.schedule_group.clone()),
         ("SchedulerRoleArn", p.scheduler_role_arn.clone()),
         ("ReconcileShards", reconcile_shards.to_string()),
+        ("AnswerTimeoutSeconds", answer_timeout_seconds.to_string()),
     ]);
     describe_stacks_entry(&n.prefix, &o)
 }
@@ -229,7 +249,7 @@ mod tests {
             names,
         };
         let mut o = StackOutputs::default();
-        o.add("local", &json!({"Stacks": [local(&p, 8)]}).to_string())
+        o.add("local", &json!({"Stacks": [local(&p, 8, 2)]}).to_string())
             .unwrap();
         for k in MAIN_OUTPUTS {
             assert!(o.get(k).is_some_and(|v| !v.is_empty()), "{k}");

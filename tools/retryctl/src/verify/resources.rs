@@ -41,6 +41,7 @@ pub async fn check(env: &Env<'_>, out: &mut Checks) {
     queues(env, out).await;
     tables(env, out).await;
     schedule_group(env, out).await;
+    alarm_destination(env, out).await;
     trust_policy(env, out);
     harness_access(env, out).await;
 }
@@ -320,6 +321,70 @@ async fn table_problems(env: &Env<'_>, def: &TableDef) -> Result<(Vec<String>, S
         summary.push(format!("TTL on {attr}"));
     }
     Ok((p, summary.join(", ")))
+}
+
+/// Every alarm of the template publishes to the alarm topic only (a template test
+/// checks it): without a confirmed subscription, no alarm pages anybody.
+async fn alarm_destination(env: &Env<'_>, out: &mut Checks) {
+    let Some(topic) = env.outputs.get("AlarmTopicArn") else {
+        out.skip(
+            PHASE,
+            "AlarmTopic",
+            "not checked: no output AlarmTopicArn in the files given".to_owned(),
+        );
+        return;
+    };
+    let subject = format!("AlarmTopic {topic}");
+    match env
+        .sns
+        .list_subscriptions_by_topic()
+        .topic_arn(topic)
+        .send()
+        .await
+    {
+        Ok(o) => {
+            let (confirmed, pending): (Vec<_>, Vec<_>) = o
+                .subscriptions()
+                .iter()
+                .partition(|s| s.subscription_arn().is_some_and(|a| a.starts_with("arn:")));
+            let names = |list: &[&aws_sdk_sns::types::Subscription]| {
+                list.iter()
+                    .map(|s| {
+                        format!(
+                            "{} {}",
+                            s.protocol().unwrap_or("-"),
+                            s.endpoint().unwrap_or("-")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            if confirmed.is_empty() {
+                out.fail(
+                    PHASE,
+                    subject,
+                    format!(
+                        "no confirmed subscription{}: every alarm publishes only here, so none pages anybody; set AlarmEmail (and confirm its e-mail) or subscribe another destination",
+                        if pending.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({} pending confirmation: {})", pending.len(), names(&pending))
+                        }
+                    ),
+                );
+            } else {
+                out.pass(PHASE, subject, format!("subscribed: {}", names(&confirmed)));
+            }
+        }
+        Err(e) => out.fail(
+            PHASE,
+            subject,
+            format!(
+                "cannot be read (every alarm publishes to it): {}",
+                aws_sdk_sns::error::DisplayErrorContext(e)
+            ),
+        ),
+    }
 }
 
 async fn schedule_group(env: &Env<'_>, out: &mut Checks) {

@@ -18,6 +18,18 @@ pub struct Running {
     pub env: HashMap<&'static str, HashMap<String, String>>,
 }
 
+impl Running {
+    /// The answer timeout the stack's functions were given, in seconds (the one
+    /// `retryctl submit` must use).
+    pub fn answer_timeout_seconds(&self) -> String {
+        self.env
+            .get("reconciler")
+            .and_then(|m| m.get(aws::config::vars::ANSWER_TIMEOUT_SECONDS.name))
+            .cloned()
+            .unwrap_or_else(|| domain::defaults::ANSWER_TIMEOUT.as_secs().to_string())
+    }
+}
+
 /// Starts a stack on a background runtime that lives as long as the test binary.
 pub fn start_stack(opts: StackOptions) -> Running {
     start_stack_with_harness(opts, None).0
@@ -143,6 +155,10 @@ pub async fn retryctl_without(stack: &Running, args: &[&str], unset: &[&str]) ->
         .env(
             vars::RECONCILE_REQUEUE_MAX.name,
             domain::defaults::RECONCILE_REQUEUE_MAX.to_string(),
+        )
+        .env(
+            vars::ANSWER_TIMEOUT_SECONDS.name,
+            stack.answer_timeout_seconds(),
         )
         .env_remove(vars::RECONCILE_THRESHOLD_SECONDS.name)
         .env_remove(vars::TRANSACTIONS_TABLE.name)
