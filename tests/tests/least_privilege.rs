@@ -9,7 +9,8 @@
 //! role is done here the same way, under that role's key: the SQS event source
 //! mapping (`GetQueueAttributes`, `ReceiveMessage`, `DeleteMessageBatch`), the stream
 //! event source mapping, which is given the stream's ARN (`DescribeStream`,
-//! `GetShardIterator`, `GetRecords`; no `ListStreams`), and its on-failure
+//! `GetShardIterator`, `GetRecords`; `ListStreams` is granted for the check Lambda
+//! makes when it creates the mapping, and never called), and its on-failure
 //! destination (`SendMessage` to the audit DLQ),
 //! EventBridge Scheduler's delivery with the scheduler role (`SendMessage` to the
 //! retry queue and, on failure, to the scheduler DLQ), Lambda's log writes.
@@ -1609,21 +1610,28 @@ fn function_roles_generate_data_keys_only_through_sqs() {
             "{role}"
         );
     }
-    // No role may list the table's streams: the event source mapping is given the
-    // stream's ARN.
+    // Only the audit writer may list the table's streams (Lambda's stream event source
+    // mapping checks it when it is created), and only that table's.
     let streams = format!(
         "arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-transactions/stream/2026-12-03T00:00:00.000"
     );
-    assert_eq!(
-        stack
-            .evaluate(&stack.request(
-                &stack.role("AuditWriterRole"),
-                "dynamodb:ListStreams",
-                &streams
-            ))
-            .unwrap(),
-        Decision::NotAllowed
+    let others = format!(
+        "arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-audit/stream/2026-12-03T00:00:00.000"
     );
+    for (role, resource, allowed) in [
+        ("AuditWriterRole", &streams, true),
+        ("AuditWriterRole", &others, false),
+        ("ReconcilerRole", &streams, false),
+    ] {
+        let d = stack
+            .evaluate(&stack.request(&stack.role(role), "dynamodb:ListStreams", resource))
+            .unwrap();
+        assert_eq!(
+            matches!(d, Decision::Allowed(_)),
+            allowed,
+            "{role} dynamodb:ListStreams {resource}: {d:?}"
+        );
+    }
 }
 
 /// The harness uses the main stack's key (the one carrying its alias) through SQS,
