@@ -1,20 +1,14 @@
-//! The append-only audit trail: one entry per transition.
+//! The append-only audit trail: one entry per transition, derived from the record before
+//! and after, so any store that hands over both images (DynamoDB Streams with
+//! `NEW_AND_OLD_IMAGES`, an in-memory store) produces the same entries. Each entry has a
+//! deterministic key ([`AuditEntry::sort_key`]): a redelivered change writes the same
+//! entry again. The two transitions of one handler run share an
+//! [`AuditEntry::group_key`], so a store can keep them in one item written once.
 //!
-//! Entries are derived from the change a transition made (the record before and
-//! after), so any store that can hand over both images (DynamoDB Streams with
-//! `NEW_AND_OLD_IMAGES`, an in-memory store) produces the same entries. Each entry has
-//! a deterministic key ([`AuditEntry::sort_key`]), so a redelivered change writes the
-//! same entry again instead of a second one.
-//!
-//! Stored, the entries are grouped one item per handler run: the two transitions one
-//! run writes share a [`AuditEntry::group_key`] (the response handler's IN_PROGRESS(n)
-//! → SCHEDULING → SCHEDULED, the retry handler's SCHEDULED → SENDING →
-//! IN_PROGRESS(n+1)), so a store can keep them in one item written once.
-//!
-//! A technical re-send sends attempt n again, so the attempt alone no longer tells
-//! the runs of a transaction apart: the keys also carry the *round*, the number of
-//! technical re-sends the transaction had made when the request the entry belongs to
-//! left ([`AuditEntry::round`]); round 0 keeps the keys' original form.
+//! A technical re-send sends attempt n again, so the keys also carry the *round*, the
+//! number of re-sends made when the entry's request left ([`AuditEntry::round`]); round
+//! 0 keeps the keys' original form. Storage and keys:
+//! `docs/adapters.md#audit-dynamodb-streams--audit-writer--audit-table`.
 
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Actor, Mark, OperatorNote, Status, TransactionRecord};

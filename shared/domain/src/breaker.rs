@@ -1,28 +1,14 @@
-//! The circuit breaker of one external service, as pure rules.
+//! The circuit breaker of one external service, as pure rules: from what the service
+//! did in a sliding window (technical failures among the answers, answer deadlines that
+//! fired), whether requests go out. CLOSED lets every request out; OPEN none (a retry
+//! due now is paused until the next probe instant, spread by jitter so the reopening is
+//! no thundering herd); HALF_OPEN at most `probes` requests per cool-down; a failed
+//! probe reopens it with the cool-down doubled up to `cooldown_max`. An operator can
+//! force either end ([`Breaker::force`]).
 //!
-//! A technical failure of the service (it answered an error, or not at all before the
-//! answer deadline) is not a business CANCELLED: retrying into a service that is down
-//! burns nothing but time, so while the service is down retries wait instead of going
-//! out. The breaker decides, from what the service did in a sliding window, whether
-//! requests go out:
-//!
-//! ```text
-//!            technical ratio ≥ threshold (≥ min_calls answers in the window),
-//!            or ≥ deadline_burst answer deadlines in the window
-//!   CLOSED ──────────────────────────────────────────────────────────► OPEN(cool-down c)
-//!     ▲                                                                  │ now ≥ until
-//!     │ a probe answered (SUCCESS or CANCELLED: the service is up)       ▼
-//!     └──────────────────────────────────────────────────────────── HALF_OPEN
-//!                      a probe failed technically: OPEN(min(2c, cooldown_max)) ◄─┘
-//! ```
-//!
-//! CLOSED lets every request out; OPEN none (a retry due now is paused until the next
-//! probe instant, spread by jitter so the reopening is no thundering herd); HALF_OPEN
-//! at most `probes` requests per cool-down. An operator can force either end
-//! ([`Breaker::force`]). Everything here is a function of the breaker, the settings
-//! and the instant: the store keeps the breaker in one item changed by conditional
-//! writes, and the window's counts apart from it (so a burst of failures is not one
-//! hot item).
+//! Everything here is a function of the breaker, the settings and the instant; the
+//! store keeps the breaker in one item and the window's counts apart from it. Why, and
+//! the defaults: `docs/design.md#the-circuit-breaker-an-outage-pauses-retries`.
 
 use crate::defaults;
 use crate::ids::Timestamp;

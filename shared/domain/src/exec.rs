@@ -4,13 +4,11 @@
 //! ([`ResponsePorts`], [`RetryPorts`], [`ReconcilePorts`], [`StartPorts`],
 //! [`ResolvePorts`], [`ReplayPorts`]): a function wired without a port it needs does
 //! not compile. Which effects each input's plans hold is the domain's rule
-//! ([`performs`]); a bundle asked for another effect reports a permanent error
-//! (a decision bug, which the decision tests rule out).
-//!
-//! Free of any async runtime, so the Lambda handlers, the local stack and `retryctl`
-//! all drive plans through this one loop. A `hook` sees every effect before it is
-//! performed and may stop the run there: that is how tests simulate a crash between
-//! two effects.
+//! ([`performs`]); a bundle asked for another effect reports a permanent error (a
+//! decision bug, which the decision tests rule out). Free of any async runtime, so the
+//! Lambda handlers, the local stack and `retryctl` all drive plans through this one
+//! loop. A `hook` sees every effect before it is performed and may stop the run there:
+//! that is how tests simulate a crash between two effects.
 
 use crate::audit::AuditEntry;
 use crate::decide::{

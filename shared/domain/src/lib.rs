@@ -1,21 +1,15 @@
-//! The durable deferred retry pattern, as pure rules.
+//! The durable deferred retry pattern, as pure rules: every rule exactly once. Lambda
+//! handlers, AWS adapters, the simulator, the model checker and the operator CLI
+//! *execute* what it decides; none restates a rule (`docs/design.md#pieces-and-their-single-responsibilities`).
 //!
-//! This crate holds every rule of the pattern exactly once. Lambda handlers, AWS
-//! adapters, the simulator, the model checker and the operator CLI *execute* what it
-//! decides; none of them restates a rule.
-//!
-//! - [`ids`]: validated identifiers (transaction id, attempt, schedule name, idempotency key) and UTC timestamps.
-//! - [`message`]: the three message contracts (request, response, retry event) and their parsers.
-//! - [`machine`]: **the whole state machine in one file** — statuses, events, the
-//!   transition function, the transaction record and the conditional writes.
-//! - [`policy`]: the backoff policy `wait(k) = min(base × factor^(k−1), cap) × (1 + u)`.
-//! - [`decide`]: what the response handler, the retry handler, the reconciler and the
-//!   library operations do, as plans of effects, and [`decide::Run`], the step machine
-//!   that executes a plan and re-decides when a conditional write finds another state.
-//! - [`ports`]: one trait per capability (state store, scheduler, publishers, clock).
-//! - [`audit`]: the append-only audit row derived from a transition.
-//! - [`breaker`]: the circuit breaker of the external service (CLOSED, OPEN, HALF_OPEN).
-//! - [`defaults`]: every default of a deployment, with its variable and parameter.
+//! - [`ids`]: validated identifiers and UTC timestamps; [`message`]: the three message
+//!   contracts and their parsers; [`defaults`]: every default of a deployment.
+//! - [`machine`]: **the whole state machine in one file**; [`policy`]: the backoff
+//!   `wait(k) = min(base × factor^(k−1), cap) × (1 + u)`.
+//! - [`decide`]: what each handler, the reconciler and the library operations do, as
+//!   plans of effects, and [`decide::Run`], which re-decides when a write finds another
+//!   state; [`ports`]: one trait per capability; [`audit`]: the audit row of a
+//!   transition; [`breaker`]: the circuit breaker (CLOSED, OPEN, HALF_OPEN).
 
 pub mod audit;
 pub mod breaker;

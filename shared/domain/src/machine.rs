@@ -1,72 +1,14 @@
-//! The whole state machine in one file.
-//!
-//! ```text
-//! [*] → IN_PROGRESS(n)                 request n sent                       Event::Start
-//! IN_PROGRESS(n) → SUCCEEDED           response SUCCESS for n               Event::ResponseSuccess
-//! IN_PROGRESS(n) → FAILED              CANCELLED for n, n = max_attempts    Event::ResponseCancelledExhausted
-//! IN_PROGRESS(n) → SCHEDULING          CANCELLED for n < max_attempts       Event::ResponseCancelledRetry
-//! IN_PROGRESS(n) → SCHEDULING          ERROR for n, re-sends left: request
-//!                                      n again later (next_attempt = n)     Event::ResponseTechnicalRetry
-//! IN_PROGRESS(n) → FAILED              ERROR for n, re-sends spent          Event::ResponseTechnicalExhausted
-//! SCHEDULING | SCHEDULED → the arrow   SUCCESS or CANCELLED for n while its
-//!   of that answer from IN_PROGRESS    re-send waits (next_attempt = n)     ResponseSuccess, ResponseCancelled*
-//! SCHEDULING → SCHEDULED               schedule created (or existed)        Event::ScheduleConfirmed
-//! SCHEDULING → SENDING                 retry event before A confirmed       Event::RetryEventAccepted
-//! SCHEDULED  → SENDING                 retry event for next_attempt         Event::RetryEventAccepted
-//! SENDING    → SENDING                 redelivery resumes the publish       Event::RetryEventAccepted
-//! SENDING    → IN_PROGRESS(m)          request m = next_attempt published   Event::RequestPublished
-//!                                      (n+1, or n for a technical re-send)
-//! SCHEDULING | SCHEDULED → SCHEDULING retry event while the circuit breaker
-//!                                      holds requests back: the same attempt
-//!                                      later (next_attempt kept); never from
-//!                                      SENDING (request m may be out)       Event::RetryPausedByBreaker
-//! SCHEDULING | SCHEDULED → SUCCEEDED   resolved by other means              Event::ResolvedElsewhere
-//! FAILED → SCHEDULING                  operator replay (`retryctl replay`)  Event::OperatorReplay
-//! IN_PROGRESS(n) → IN_PROGRESS(n)      found before its answer deadline     Event::AnswerAwaited
-//! IN_PROGRESS(n) → IN_PROGRESS(n)      deadline passed: request n again     Event::AnswerRepublished
-//! IN_PROGRESS(n) → FAILED              deadline passed, republishes spent   Event::AnswerAbandoned
-//! SCHEDULING | SCHEDULED | SENDING → the same, counted: the reconciler
-//!                                      requeued its retry event             Event::ReconcilerRequeued
-//! ```
-//!
-//! A technical failure (ERROR) never consumes an attempt: its retry cycle carries
-//! `next_attempt = n`, the attempt that failed, so request n goes out again with the
-//! same idempotency key `<id>#n`; each such re-send is counted on the record
-//! (`resends`), names its own schedule (`retry-<id>-<n>.<resends>`) and, at
-//! TECHNICAL_RESEND_MAX, the next ERROR ends the transaction FAILED with the reason
-//! `TECHNICAL_EXHAUSTED`.
-//!
-//! A pause by the circuit breaker (`domain::breaker`: the external service is down)
-//! consumes nothing either: the retry cycle is opened again for the same
-//! `next_attempt` at the breaker's next probe instant (plus jitter), under a schedule
-//! of its own numbered like a re-send's (the round count `resends` grows, so schedule
-//! names and audit keys stay unique), and counted apart (`pauses`): a pause is never
-//! a technical failure, so TECHNICAL_RESEND_MAX counts `resends − pauses`. The
-//! record's `last_reason` names the breaker state that caused it (`BREAKER_OPEN`,
-//! `BREAKER_HALF_OPEN`), which the audit entry of the pause carries.
-//!
-//! FAILED → SCHEDULING is beyond the published pattern (docs/design.md): an operator
-//! reopening an exhausted transaction with a fresh budget. The last three are the
-//! answer deadline, the reconciler's: a request whose answer never comes (the service
-//! dropped it, its answer went to a DLQ, or the start crashed before publishing it) is
-//! published again with the same idempotency key `<id>#n` — the same attempt, so the
-//! budget is not consumed — at most ANSWER_REPUBLISH_MAX times, then the transaction
-//! ends FAILED with the reason `UNANSWERED`. A record found before its deadline only
-//! has its index entry moved to the deadline (AnswerAwaited). "Resolved by other means" is allowed from
-//! SCHEDULING and SCHEDULED but not from SENDING: there the request is in flight and
-//! the external service's response decides.
+//! The whole state machine in one file: statuses, events, the transition function, the
+//! transaction record and the conditional writes. Every arrow with its event, and the
+//! condition each write carries, is in `docs/design.md#the-state-machine`; why a
+//! technical failure, a breaker pause or an answer deadline consumes no attempt is in
+//! `docs/design.md#technical-failures-never-consume-an-attempt` and
+//! `docs/design.md#the-circuit-breaker-an-outage-pauses-retries`.
 //!
 //! Every arrow is a **conditional write** ([`Write`]): it applies only when the stored
 //! status is one the arrow leaves and the attempts are exactly the expected ones
 //! ([`Guard`]). [`Write::apply`] is the semantics every store implements (the DynamoDB
 //! adapter translates the same condition into a `ConditionExpression`).
-//!
-//! A write cannot name its new status: it is built from an [`Arrow`], and an arrow is
-//! made only by asking [`transition`] — for every status it leaves, the same status
-//! it enters. Decisions make their arrows with [`arrow!`], which evaluates that
-//! question at compile time: an arrow the machine does not have does not compile. A
-//! new arrow is therefore written once, as a line of [`transition`]; the writes that
-//! take it follow.
 
 use crate::ids::{Attempt, MaxAttempts, ScheduleName, Timestamp, TransactionId};
 use crate::message::{Origin, Outcome};
@@ -892,6 +834,13 @@ pub struct Changes {
 }
 
 /// One conditional write: an arrow of the state machine on one transaction.
+///
+/// A write cannot name its new status: it is built from an [`Arrow`], and an arrow is
+/// made only by asking [`transition`] — for every status it leaves, the same status it
+/// enters. Decisions make their arrows with [`arrow!`](crate::arrow!), which evaluates
+/// that question at compile time: an arrow the machine does not have does not compile.
+/// A new arrow is therefore written once, as a line of [`transition`]; the writes that
+/// take it follow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Write {
     pub transaction_id: TransactionId,

@@ -1,38 +1,14 @@
-//! The three message contracts (JSON bodies) and their parsers.
-//!
-//! ```text
-//! request  → {"transaction_id":"TX-100200","attempt":2,"idempotency_key":"TX-100200#2","round":0,"payload":{...}}
-//! response ← {"transaction_id":"TX-100200","attempt":2,"outcome":"CANCELLED","reason":"NOT_AVAILABLE","round":0}
-//! retry    → {"transaction_id":"TX-100200","origin":"RETRY_SCHEDULER","attempt":2,"round":0}
-//! ```
-//!
-//! `round` numbers the sends of one transaction's requests that the same key may
-//! carry again (a technical re-send, a send after a breaker pause): the service
-//! echoes it in its answer, so that an ERROR answering an earlier send of key
-//! `<id>#n` — delivered late or twice — is told from the answer of the send in
-//! flight and spends no second re-send. It is optional in answers (an answer without
-//! it is taken for the send in flight, as before the field existed). A retry event
-//! carries the round of the cycle it was made for: an event of an earlier cycle
-//! (redelivered, or decided again after the cycle moved on) sends nothing.
+//! The three message contracts (request, response, retry event: JSON bodies) and their
+//! parsers; the fields, `round`, the ERROR answer with `retry_after_seconds` and the
+//! Spanish aliases are in `docs/design.md#the-transaction-item` and
+//! `docs/design.md#glossary`.
 //!
 //! Each message has one parse function returning a [`MessageError`] that names the
-//! field and the value at fault. The body is read by serde into a struct deriving
-//! `Deserialize` whose fields keep any JSON value (`Given`); a check per field then
-//! turns it into the message's type, or into an error naming the field and the value
-//! (serde's own messages name neither). Unknown fields are ignored (forward
-//! compatibility); a field given twice, or under both its names, is refused. The
-//! article's Spanish names are accepted as aliases (`#[serde(alias)]`): fields
-//! `transaccion_id`, `intento`, `resultado`, `motivo`, `origen`, `ronda`; outcomes
-//! `EXITOSO`, `CANCELADO`, `ERROR_TECNICO`; origins `PLANIFICADOR_REINTENTO`,
-//! `RECONCILIADOR`, `OPERADOR`.
-//!
-//! A response may also say the attempt failed for a technical reason (the service
-//! could not process it: down, overloaded, a dependency failing), with the wait the
-//! service asks for:
-//!
-//! ```text
-//! response ← {"transaction_id":"TX-100200","attempt":2,"outcome":"ERROR","reason":"HTTP_503","retry_after_seconds":120}
-//! ```
+//! field and the value at fault: serde reads the body into a struct whose fields keep
+//! any JSON value (`Given`), then a check per field makes the message's type (serde's
+//! own messages name neither). Unknown fields are ignored (forward compatibility); a
+//! field given twice, or under both its names, is refused. `round` is optional in
+//! answers: an answer without it is taken for the send in flight.
 
 use crate::ids::{Attempt, IdError, IdempotencyKey, TransactionId};
 use serde::{Deserialize, Deserializer, Serialize};

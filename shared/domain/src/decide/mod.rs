@@ -1,23 +1,15 @@
-//! Decisions as plans, and the step machine that executes them.
+//! Decisions as plans, and the step machine that executes them. Each handler's rules are
+//! a pure function from (what is known of the record, the message, the context, a random
+//! source) to a [`Plan`]: ordered [`Effect`]s ending with exactly one of acknowledge,
+//! drop-with-reason or reject. Happy paths never read the state item: the first plan is
+//! made on an *unread* record; when a write's condition fails, the store hands back the
+//! current record and the [`Run`] decides again from it, so "someone already did the
+//! work" becomes success and a late or duplicated message a drop, with no extra read.
 //!
-//! Each handler's rules are a pure function from (what is known of the record, the
-//! message, the context, a random source) to a [`Plan`]: the ordered [`Effect`]s to
-//! run, ending with exactly one of acknowledge, drop-with-reason or reject.
-//!
-//! Happy paths never read the state item: the first plan is made on an *unread*
-//! record and its conditional writes say what must be true. When a write's condition
-//! fails, the store hands back the current record and the [`Run`] decides again from
-//! it. This is how "someone already did the work" becomes success, and how a late or
-//! duplicated message becomes a drop, without a single extra read.
-//!
-//! Executors (Lambda handlers, the simulator, the model checker, `retryctl`) only
-//! perform effects and feed back what they observed; they never restate a rule.
-//!
-//! This module holds the vocabulary (context, effects, dispositions, inputs) and
-//! [`decide`]; each decider has a module of its own ([`decide_response`],
-//! [`decide_retry`], [`decide_reconcile`], [`decide_start`], [`decide_resolve`],
-//! [`decide_replay`]), and [`Run`] is the step machine. A decider names the arrows it
-//! takes ([`crate::arrow!`]) and never the status a write enters.
+//! This module holds the vocabulary (context, effects, dispositions, inputs), [`decide`]
+//! and [`Run`]; each decider has a module of its own and names the arrows it takes
+//! ([`crate::arrow!`]), never the status a write enters. Executors only perform effects.
+//! The rules per handler: `docs/design.md#handler-rules`.
 
 mod reconcile;
 mod replay;

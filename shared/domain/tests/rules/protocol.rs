@@ -1,19 +1,15 @@
-//! The protocol under arbitrary interleavings.
+//! The protocol under arbitrary interleavings: one transaction; handler runs (response,
+//! retry, reconciler, start, resolve) advance one effect at a time in any order; any run
+//! may crash after any effect (its message is redelivered); messages are duplicated; the
+//! clock jumps; the scheduler fires or loses due events; the reconciler runs at any
+//! time. The "hostile" variant injects responses and retry events of any attempt,
+//! outcome and origin too.
 //!
-//! One transaction; handler runs (response handler, retry handler, reconciler, start,
-//! resolve) advance one effect at a time in any order; any run may crash after any
-//! effect (its message is redelivered); messages are duplicated; the clock jumps; the
-//! scheduler fires or loses due events; the reconciler runs at any time. In the
-//! "hostile" variant, responses and retry events with any attempt, outcome and origin
-//! are injected too.
-//!
-//! After every operation: no request was ever published with an attempt beyond
-//! `max_attempts`; requests are numbered from 1 without gaps, each with key
-//! `<id>#<attempt>`; the record is well-formed; an attempt is never scheduled at two
-//! different instants. With genuine messages only, draining everything (redelivering
-//! dead letters, firing schedules, running the reconciler, answering every request)
-//! always ends SUCCEEDED or FAILED, and FAILED means exactly attempts 1..=max went out
-//! and the business alert was raised.
+//! After every operation: no request beyond `max_attempts`; requests numbered from 1
+//! without gaps, each keyed `<id>#<attempt>`; a well-formed record; no attempt scheduled
+//! at two instants. With genuine messages only, draining everything always ends
+//! SUCCEEDED or FAILED, and FAILED means exactly attempts 1..=max went out and the
+//! business alert was raised (`docs/design.md#guarantees`).
 
 use crate::world::*;
 use domain::decide::{Disposition, Effect, Input, Known, Run, Step};
