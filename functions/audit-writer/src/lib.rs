@@ -1,26 +1,15 @@
-//! The audit writer: consumes the transactions table's stream (`NEW_AND_OLD_IMAGES`)
-//! and writes one audit entry per transition (`aws::audit`), grouped one item per
-//! handler run: the whole batch goes through `AuditWriter::apply_batch`, which writes
-//! each group (transaction, `AuditEntry::group_key`) with one `UpdateItem`. A run's
-//! two transitions normally arrive in one batch, so a retry cycle (two runs, four
-//! transitions) costs two writes instead of four.
+//! The audit writer: consumes the transactions table's stream (`NEW_AND_OLD_IMAGES`) and
+//! writes one audit entry per transition (`aws::audit`), grouped one item per handler
+//! run: `AuditWriter::apply_batch` writes each group with one `UpdateItem`, so a retry
+//! cycle costs two writes instead of four. Records are audited in stream order up to
+//! the first that does not decode; a failed group or record reports the smallest
+//! failed `SequenceNumber` as the batch item failure, and Lambda retries from there
+//! (rewriting the same values), then sends the record's metadata to the audit DLQ.
 //!
-//! Records are audited in stream order up to the first one that does not decode
-//! (processing stops there). When a group's write fails, or a record does not
-//! decode, the smallest `SequenceNumber` among the failed records is reported as the
-//! batch item failure: Lambda retries from that record
-//! (`FunctionResponseTypes: [ReportBatchItemFailures]`), and after the event source
-//! mapping's retries the record's metadata goes to the audit DLQ. Every record before
-//! it was written; groups written after it are written again by the retry, which sets
-//! the same attributes to the same values.
-//!
-//! A transaction that ended FAILED because every attempt was answered CANCELLED is
-//! counted as the EMF metric `TransactionsExhausted` (the `TransactionsExhaustedAlarm`)
-//! and logged at WARN with its id ([`count_transition`]). The other two ways into
-//! FAILED — `UNANSWERED` (the reconciler) and `TECHNICAL_EXHAUSTED` (the response
-//! handler) — have alarms of their own on their handlers' metrics and are not counted
-//! here again: one failure, one page. Every transition counts `Entered<Status>` (the
-//! operations dashboard's flow between states).
+//! Only FAILED by CANCELLED exhaustion is counted here (`TransactionsExhausted`, WARN
+//! with the id, [`count_transition`]); `UNANSWERED` and `TECHNICAL_EXHAUSTED` have their
+//! own handlers' alarms: one failure, one page. Every transition counts
+//! `Entered<Status>`. See `docs/functions.md#audit-writer`.
 
 use aws::audit::{AuditWriter, Audited};
 use aws::item::{flat_from_json, FlatItem};

@@ -1,19 +1,11 @@
-//! The audit trail in AWS: DynamoDB Streams (`NEW_AND_OLD_IMAGES`) on the
-//! transactions table → the `audit-writer` Lambda → one `UpdateItem` per handler run
-//! in the audit table.
-//!
-//! A change (old and new image) becomes a [`domain::audit::AuditEntry`] exactly as in
-//! memory (`AuditEntry::from_change`): one entry per transition. Entries are stored
-//! grouped, one item per handler run: key (`transaction_id`, `audit_key =
-//! AuditEntry::group_key()`), one attribute `e#<AuditEntry::sort_key()>` per entry
-//! (a Map of the entry's fields) and `expires_at` (epoch seconds, the latest entry's
-//! time + the retention, for DynamoDB TTL). A run's two transitions normally reach
-//! the writer in one stream batch, so [`AuditWriter::apply_batch`] writes them with one
-//! `UpdateItem` (`SET` of their attributes): one write unit per run instead of one per
-//! transition. Attributes are only ever added and their names are deterministic, so
-//! a redelivered change sets the same attribute to the same value, and entries of
-//! one run that arrive in different batches land in the same item. A failed
-//! condition writes nothing, so it produces no stream record and no entry.
+//! The audit trail in AWS: DynamoDB Streams (`NEW_AND_OLD_IMAGES`) on the transactions
+//! table → the `audit-writer` Lambda → one `UpdateItem` per handler run in the audit
+//! table. A change becomes a [`domain::audit::AuditEntry`] exactly as in memory
+//! (`AuditEntry::from_change`); entries are stored one item per run (key
+//! `transaction_id`, `audit_key = group_key()`), one attribute `e#<sort_key()>` per
+//! entry plus `expires_at` for TTL, written by [`AuditWriter::apply_batch`] with `SET`
+//! only: a redelivered change sets the same attribute to the same value. The layout and
+//! its cost: `docs/adapters.md#audit-dynamodb-streams--audit-writer--audit-table`.
 //!
 //! `testkit::drain` reads the stream with the DynamoDB Streams API (DescribeStream,
 //! GetShardIterator, [`records_page`]): the local stack and the tests use it where AWS
@@ -366,6 +358,10 @@ impl BatchAudit {
 }
 
 /// Writes audit entries to the audit table, one item per group.
+///
+/// Attributes are only ever added and their names are deterministic, so entries of one
+/// run that arrive in different batches land in the same item. A failed condition
+/// writes nothing, so it produces no stream record and no entry.
 #[derive(Debug, Clone)]
 pub struct AuditWriter {
     client: aws_sdk_dynamodb::Client,

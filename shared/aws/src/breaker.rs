@@ -1,19 +1,11 @@
-//! The circuit breaker in DynamoDB: one item for the breaker, written only when its
-//! state changes, conditional on the version read and together with an entry of its
-//! change log (one TransactWriteItems), and the sliding window's counts
+//! The circuit breaker in DynamoDB ([`DynamoBreaker`]): one item for the breaker,
+//! written only when its state changes, conditional on the version read and together
+//! with an entry of its change log (one TransactWriteItems); the sliding window's counts
 //! in items of their own, one per bucket and shard, changed by unconditional `ADD` (a
-//! burst of failures spreads over `shards` items and never conflicts).
-//!
-//! Table layout (partition `pk`, sort `sk`, both strings; TTL on `expires_at`):
-//!
-//! | item | `pk` | `sk` | attributes |
-//! |---|---|---|---|
-//! | the breaker | `<service>` | `BREAKER` | `state` (`CLOSED`/`OPEN`/`HALF_OPEN`), `version`, `until`, `since`, `admitted`, `cooldown_ms` |
-//! | a change-log entry | `<service>#log` | `<at, ms, 15 digits>#<version, 10 digits>` | `at`, `by`, `change`, `from_state`, `to_state`, `version`, `reason`, the window's counts when it opened, `expires_at` (400 days) |
-//! | a window bucket | `<service>#window` | `<bucket start, ms, 15 digits>#<shard, 2 digits>` | `answered`, `technical`, `deadlines`, `expires_at` |
-//!
-//! Reading the breaker is one GetItem, and one Query over the window's partition
-//! (at most `BUCKETS × shards` small items) only when the window is asked for.
+//! burst of failures spreads over `shards` items and never conflicts). Reading the
+//! breaker is one GetItem, plus one Query over the window's partition only when the
+//! window is asked for. The table layout is on [`DynamoBreaker`]; the why:
+//! `docs/design.md#the-circuit-breaker-an-outage-pauses-retries`.
 
 use crate::errors::classify;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -61,6 +53,17 @@ pub mod attr {
 pub const LOG_RETENTION_SECONDS: i64 = 400 * 86_400;
 
 /// The breaker of one service in its table.
+///
+/// Table layout (partition `pk`, sort `sk`, both strings; TTL on `expires_at`):
+///
+/// | item | `pk` | `sk` | attributes |
+/// |---|---|---|---|
+/// | the breaker | `<service>` | `BREAKER` | `state` (`CLOSED`/`OPEN`/`HALF_OPEN`), `version`, `until`, `since`, `admitted`, `cooldown_ms` |
+/// | a change-log entry | `<service>#log` | `<at, ms, 15 digits>#<version, 10 digits>` | `at`, `by`, `change`, `from_state`, `to_state`, `version`, `reason`, the window's counts when it opened, `expires_at` (400 days) |
+/// | a window bucket | `<service>#window` | `<bucket start, ms, 15 digits>#<shard, 2 digits>` | `answered`, `technical`, `deadlines`, `expires_at` |
+///
+/// Reading the window is one Query over its partition: at most `BUCKETS × shards` small
+/// items.
 #[derive(Debug)]
 pub struct DynamoBreaker {
     client: Client,

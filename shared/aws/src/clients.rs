@@ -1,21 +1,14 @@
 //! SDK clients, built once per process from one `SdkConfig` and reused.
 //!
-//! Every client uses the SDK's *standard* retry strategy with explicit bounds:
-//! throttling (`ThrottlingException`, `ProvisionedThroughputExceededException`,
-//! `RequestThrottled`, HTTP 429), transient 5xx, connection failures, an answer cut
-//! off and a timed-out attempt are retried up to [`MAX_ATTEMPTS`] times with
-//! exponential backoff and full jitter between [`INITIAL_BACKOFF`] and
-//! [`MAX_BACKOFF`]; after that the adapters surface the error as `Retryable` and SQS
-//! redelivers the message.
-//!
-//! Each service has its own [`Timeouts`]: a connect timeout, a timeout per attempt
-//! (an answer that never comes — a response lost on the way — is retried instead of
-//! holding the function until its own timeout) and one for the whole call, retries
-//! included. Every call the functions make is a single small request: DynamoDB
-//! answers single-item writes in milliseconds ([`DYNAMODB_TIMEOUTS`]), SQS
-//! `SendMessage` likewise ([`SQS_TIMEOUTS`]), Scheduler's control plane is slower
-//! ([`SCHEDULER_TIMEOUTS`]). A call's whole budget stays under the shortest function
-//! timeout (30 s) with room for the other calls of a message.
+//! Every client uses the SDK's *standard* retry strategy with explicit bounds
+//! ([`MAX_ATTEMPTS`] attempts, exponential backoff with full jitter between
+//! [`INITIAL_BACKOFF`] and [`MAX_BACKOFF`]) for throttling, transient 5xx, connection
+//! failures, cut-off answers and timed-out attempts; after that the adapters surface
+//! the error as `Retryable` and SQS redelivers the message. Each service has its own
+//! [`Timeouts`] (connect, per attempt, whole call): [`DYNAMODB_TIMEOUTS`],
+//! [`SQS_TIMEOUTS`], the slower [`SCHEDULER_TIMEOUTS`]; a call's whole budget stays under
+//! the shortest function timeout (30 s) with room for the message's other calls. The
+//! figures and why: `docs/adapters.md#errors`.
 
 use aws_config::SdkConfig;
 use aws_sdk_dynamodb::config::retry::RetryConfig;

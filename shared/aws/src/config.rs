@@ -1,19 +1,14 @@
-//! Configuration from the environment: the ONLY place that reads environment
-//! variables for the functions.
-//!
-//! Each variable is declared once, in [`vars`]: its name, its default (from
-//! `domain::defaults`) and the values it accepts. One struct per function reads its
-//! variables through one reader, which parses every value with an error naming the
-//! variable and the value, keeps the first error, and records the names it was asked
-//! for: `env_vars()` is derived by reading a configuration once with nothing set (the
-//! template test compares these lists with `template.yaml`). `from_env()` reads the
-//! process environment; `from_lookup(f)` reads through any lookup function (tests,
-//! the local stack). Other code names a variable by its descriptor
-//! (`vars::TRANSACTIONS_TABLE.name`), never by a string of its own.
-//!
-//! Logging variables (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) are read by the
-//! tracing initialisation, not here. `AWS_ENDPOINT_URL` and the region are read by
-//! `aws-config` ([`load_sdk_config`]).
+//! Configuration from the environment: the ONLY place that reads environment variables
+//! for the functions. Each variable is declared once, in [`vars`] (name, default from
+//! `domain::defaults`, accepted values); one struct per function reads through one
+//! reader that parses each value with an error naming the variable and the value, keeps
+//! the first error, and records the names asked for (`env_vars()`, compared with
+//! `template.yaml` by the template test). `from_env()` reads the process environment,
+//! `from_lookup(f)` any lookup (tests, the local stack). Other code names a variable by
+//! its descriptor (`vars::TRANSACTIONS_TABLE.name`), never by a string of its own.
+//! Logging variables are read by the tracing initialisation, `AWS_ENDPOINT_URL` and the
+//! region by `aws-config` ([`load_sdk_config`]). The variables per function:
+//! `docs/adapters.md#configuration`.
 
 use domain::policy::PolicyError;
 use domain::{PolicySet, RetryPolicy};

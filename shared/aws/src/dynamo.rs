@@ -1,22 +1,14 @@
-//! The DynamoDB state store.
+//! The DynamoDB state store: `create` (one `TransactWriteItems` of the record and its
+//! payload, both `attribute_not_exists`; on cancellation `AlreadyExists { same_payload }`),
+//! `transition` (ONE `UpdateItem` from a [`Write`]: the guard becomes the
+//! `ConditionExpression`; `ALL_NEW` gives the written record, and on a failed condition
+//! `ALL_OLD` the current one, with no second read; `ConditionFailedOnRetry` when the SDK
+//! sent the call more than once), `get` (consistent), `payload`, and `query_stuck` /
+//! `query_failed` (`Query` on the sparse indexes, never a Scan). Every operation and
+//! its condition: `docs/adapters.md#operations`.
 //!
-//! - `create`: one `TransactWriteItems` of two conditional puts (the record and, apart,
-//!   its payload, both `attribute_not_exists`). On cancellation the record and the
-//!   payload's SHA-256 are read back: `AlreadyExists { same_payload }`.
-//! - `transition`: ONE `UpdateItem` built from a [`Write`]: the guard becomes the
-//!   `ConditionExpression` (attribute-name placeholders throughout), the changes a
-//!   `SET … REMOVE …`; `ReturnValues=ALL_NEW` gives the written record and
-//!   `ReturnValuesOnConditionCheckFailure=ALL_OLD` the current one when the condition
-//!   fails, with no second read (no item at all → `ConditionFailed(None)`); when the
-//!   SDK had to send the call more than once, `ConditionFailedOnRetry` (an earlier
-//!   attempt may have applied, its answer lost: the domain checks whether the record
-//!   is the write's own result).
-//! - `get`: consistent `GetItem`; `payload`: `GetItem` on the payloads table;
-//!   `query_stuck`: `Query` on the sparse index `reconcile-index`, never a Scan;
-//!   `query_failed`: `Query` on the sparse index `failed-index` (FAILED records only).
-//!
-//! `Write::apply` is the specification; `tests/dynamo_store.rs` checks that the
-//! table's result equals it for a table of writes and records.
+//! `Write::apply` is the specification; `tests/dynamo_store.rs` checks that the table's
+//! result equals it for a table of writes and records.
 
 use crate::config::{FAILED_INDEX, RECONCILE_INDEX};
 use crate::errors::classify;

@@ -1,19 +1,13 @@
-//! The transaction item: record ⇄ DynamoDB attributes.
-//!
-//! Attribute names are those of docs/design.md: `transaction_id, status, current_attempt (N),
-//! next_attempt (N, absent when none), max_attempts (N), next_fire_at, schedule_name,
-//! last_outcome, last_reason, mark, created_at, updated_at, last_actor, last_origin,
-//! reconcile_pk, reconcile_at, answer_due_at, republishes, requeues, resends and pauses (N, absent
-//! when 0), failed_pk,
-//! operator_caller, operator_reason`. Times are `Timestamp::to_rfc3339` strings. Optional
-//! fields are absent, never NULL — but `mark`: every record this release writes
-//! carries it (`NONE` when there is no mark), so an item without it was written by
-//! the previous release, whose mark is read from `last_reason`
+//! The transaction item: record ⇄ DynamoDB attributes, named as in
+//! `docs/design.md#the-transaction-item` (times as `Timestamp::to_rfc3339` strings).
+//! Optional fields are absent, never NULL — but `mark`: every record this release
+//! writes carries it (`NONE` when there is no mark), so an item without it was written
+//! by the previous release, whose mark is read from `last_reason`
 //! ([`domain::machine::Mark::from_legacy_reason`]).
 //!
 //! Items arrive in three shapes (the DynamoDB SDK, the DynamoDB Streams SDK, and the
-//! DynamoDB JSON of a Lambda stream event); each is flattened into a [`FlatItem`]
-//! and decoded once.
+//! DynamoDB JSON of a Lambda stream event); each is flattened into a [`FlatItem`] and
+//! decoded once.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use domain::machine::{Actor, FailedKey, Mark, OperatorNote, ReconcileKey};

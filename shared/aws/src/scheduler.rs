@@ -1,17 +1,14 @@
-//! EventBridge Scheduler adapter: one-time schedules with the article's settings.
+//! EventBridge Scheduler adapter: one-time schedules with the article's settings
+//! (listed in `docs/adapters.md#eventbridge-scheduler`): in the dedicated group,
+//! `at(yyyy-mm-ddThh:mm:ss)` from the persisted `next_fire_at`, `UTC` written out,
+//! `FlexibleTimeWindow` OFF, `ActionAfterCompletion=DELETE`, target the retry queue with
+//! the scheduler role, `RetryPolicy` and the scheduler DLQ. Never in the past: an
+//! instant less than `domain::decide::SCHEDULE_LEAD` ahead is moved to that lead
+//! ([`ScheduleSpec::create_at`]).
 //!
-//! Every schedule: in the dedicated group, `at(yyyy-mm-ddThh:mm:ss)` from the
-//! persisted `next_fire_at` — never in the past: an instant less than
-//! `domain::decide::SCHEDULE_LEAD` ahead when the call is made is moved to that lead
-//! ([`ScheduleSpec::create_at`]) —, `ScheduleExpressionTimezone=UTC` written out,
-//! `FlexibleTimeWindow` OFF, `ActionAfterCompletion=DELETE`, target the retry queue
-//! with the scheduler role, `Input` = the retry event, `RetryPolicy` and
-//! `DeadLetterConfig` (the scheduler DLQ).
-//!
-//! `ConflictException` on create → `AlreadyExists` (success: the name is
-//! deterministic); `ResourceNotFoundException` on delete → `NotFound` (success).
-//! Throttling is retried by the client's bounded retry strategy
-//! ([`crate::clients::retry_config`]) and then surfaced as `Retryable`.
+//! `ConflictException` on create → `AlreadyExists` (success: the name is deterministic);
+//! `ResourceNotFoundException` on delete → `NotFound` (success). Throttling is retried by
+//! the client's bounded strategy ([`crate::clients::retry_config`]), then `Retryable`.
 
 use crate::config::SchedulerSettings;
 use crate::errors::classify;

@@ -1,17 +1,13 @@
 //! The moto server every local run uses (`scripts/moto_server_patched.py`) keeps two
 //! promises of DynamoDB that stock `moto_server` breaks under concurrent requests, and
-//! answers as stock moto does when requests do not overlap:
-//!
-//! - a cancelled TransactWriteItems undoes only its own items: stock moto puts back a
-//!   copy of every table it touched, erasing writes other requests acknowledged in
-//!   between, and replaces the table's stream shard, so a stream reader stops seeing
-//!   changes;
-//! - a conditional write is atomic: two concurrent "claim if unclaimed" updates of one
-//!   item cannot both succeed;
-//!
-//! and one of EventBridge Scheduler's: a ListSchedules page token stays valid when
-//! schedules are deleted meanwhile (stock moto's names the next page's first schedule
-//! and fails once that one is gone).
+//! answers as stock moto does when requests do not overlap: a cancelled
+//! TransactWriteItems undoes only its own items (stock moto puts back a copy of every
+//! table it touched, erasing other acknowledged writes, and replaces the stream shard,
+//! blinding stream readers); a conditional write is atomic (two concurrent "claim if
+//! unclaimed" updates cannot both succeed). And one of EventBridge Scheduler's: a
+//! ListSchedules page token stays valid when schedules are deleted meanwhile (stock
+//! moto's names the next page's first schedule and fails once that one is gone). See
+//! `docs/adapters.md#the-local-aws-moto-patched-where-it-breaks-dynamodbs-promises`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use aws_sdk_dynamodb::types::{

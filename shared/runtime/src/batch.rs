@@ -1,18 +1,14 @@
-//! The SQS batch processor both SQS-triggered functions use.
-//!
-//! - Takes [`SqsEvent`] (not `SqsEventObj<T>`, which fails the whole batch on one bad
-//!   body) and parses each record's body on its own with the domain's parser.
-//! - Processes records concurrently, at most [`BatchOptions::concurrency`] at a time,
-//!   each inside one tracing span (`message_id`, `transaction_id`, `attempt`).
-//! - Catches a panic per record (`catch_unwind`; the release profile keeps
-//!   `panic = "unwind"` for this): the record is reported as failed, its neighbours
-//!   are not affected.
-//! - Returns an [`SqsBatchResponse`] listing exactly the records SQS must redeliver.
-//!
-//! Per record, by [`Verdict`]: done or dropped → acknowledged; retryable → batch item
-//! failure; permanent → an ERROR log line naming the field and the value, a metric,
-//! the original message sent unchanged to the queue's DLQ ([`DeadLetter`]), then
-//! acknowledged — or, if that send fails, a batch item failure.
+//! The SQS batch processor both SQS-triggered functions use. It takes [`SqsEvent`] (not
+//! `SqsEventObj<T>`, which fails the whole batch on one bad body) and parses each body on
+//! its own with the domain's parser; processes records concurrently, at most
+//! [`BatchOptions::concurrency`] at a time, each in one tracing span (`message_id`,
+//! `transaction_id`, `attempt`); catches a panic per record (`catch_unwind`: the release
+//! profile keeps `panic = "unwind"`); and returns an [`SqsBatchResponse`] listing
+//! exactly the records SQS must redeliver. Per record, by [`Verdict`]: done or dropped →
+//! acknowledged; retryable → batch item failure; permanent → an ERROR log naming the
+//! field and value, a metric, the original message to the queue's DLQ
+//! ([`DeadLetter`]), then acknowledged — or, if that send fails, a batch item failure.
+//! See `docs/functions.md#sqs-batches-partial-batch-failures`.
 
 use crate::metric::Metric;
 use crate::metrics::{names, Metrics};

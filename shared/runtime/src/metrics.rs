@@ -1,23 +1,11 @@
 //! Metrics in CloudWatch Embedded Metric Format (EMF).
 //!
 //! Each invocation counts into one [`Metrics`] and writes it as **one JSON line** on
-//! stdout at the end ([`Metrics::emit`]). CloudWatch Logs extracts the metrics from
-//! that line: no `PutMetricData` call, no extra latency, no IAM action.
-//!
-//! A small serializer rather than a crate: the EMF crates for Rust
-//! (`metrics_cloudwatch_embedded`) install a process-global recorder and pull in
-//! `lambda_http`; the local stack runs several functions in one process and the tests
-//! assert per-invocation counts, which a global recorder cannot separate. The format
-//! is small and fixed; its exact shape is tested below.
-//!
-//! Lambda's log-level filtering does not decide it either way: that crate can put a
-//! `level` key on the line (`set_property("level", …)`, tried with 0.10), and the
-//! lines need none, because `template.yaml` allows no `ApplicationLogLevel` above
-//! INFO, the level Lambda gives a JSON line without one (`tests/template.rs` checks
-//! the line against Lambda's rule at every allowed level).
-//!
-//! Every metric is a `Count` with one dimension, `Function`. Names are listed in
-//! [`names`] and in `docs/functions.md`.
+//! stdout at the end ([`Metrics::emit`]). CloudWatch Logs extracts the metrics from that
+//! line: no `PutMetricData` call, no extra latency, no IAM action. Every metric is a
+//! `Count` with one dimension, `Function`. Names are listed in [`names`] and in
+//! `docs/functions.md#metrics`; why the lines carry no `level`:
+//! `docs/deploy.md#parameters` (`ApplicationLogLevel`).
 
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -123,6 +111,18 @@ pub fn pascal(label: &str) -> String {
 }
 
 /// The counters of one invocation.
+///
+/// A small serializer rather than a crate: the EMF crates for Rust
+/// (`metrics_cloudwatch_embedded`) install a process-global recorder and pull in
+/// `lambda_http`; the local stack runs several functions in one process and the tests
+/// assert per-invocation counts, which a global recorder cannot separate. The format is
+/// small and fixed; its exact shape is tested below.
+///
+/// Lambda's log-level filtering does not decide it either way: that crate can put a
+/// `level` key on the line (`set_property("level", …)`, tried with 0.10), and the lines
+/// need none, because `template.yaml` allows no `ApplicationLogLevel` above INFO, the
+/// level Lambda gives a JSON line without one (`tests/template.rs` checks the line
+/// against Lambda's rule at every allowed level).
 #[derive(Debug)]
 pub struct Metrics {
     namespace: String,

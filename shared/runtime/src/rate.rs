@@ -1,25 +1,15 @@
 //! The retry handler's outbound rate bound: a per-process pacing limiter.
 //!
-//! The external service must never receive more than X requests per second from the
-//! whole fleet, whatever the burst of retry events. Two settings give that bound:
-//!
-//! - **per process**: [`Pacer`] lets one publish run at a time, starts them at least
-//!   `1 / MAX_REQUESTS_PER_SECOND` apart, and starts none until one second has passed
-//!   since the publish ⌊MAX_REQUESTS_PER_SECOND⌋ places before it *ended*. Because a
-//!   request reaches the endpoint between its start and its end, the bound holds where
-//!   requests arrive, whatever their latency or a late wake-up. The retry handler owns
-//!   its pacer and is built once per execution environment, so the pacer holds across
-//!   warm invocations and across the records a batch processes concurrently
-//!   (BATCH_CONCURRENCY does not raise the rate);
-//! - **fleet**: the retry queue's event-source mapping `ScalingConfig.MaximumConcurrency`
-//!   caps the number of execution environments processing at once.
-//!
-//! Fleet bound = `MaximumConcurrency × ⌊MAX_REQUESTS_PER_SECOND⌋` requests in any window
-//! `[t, t + 1 s)` (below one per second: one per `1 / rate` seconds per environment).
-//!
-//! A publish that would have to wait longer than `max_wait` is refused with a
-//! retryable error (the record is redelivered after the visibility timeout) instead
-//! of running the invocation into its timeout; the bound holds either way.
+//! [`Pacer`] lets one publish run at a time, starts them at least
+//! `1 / MAX_REQUESTS_PER_SECOND` apart, and starts none until one second after the
+//! publish ⌊MAX_REQUESTS_PER_SECOND⌋ places before it *ended*, so the bound holds where
+//! requests arrive, whatever their latency. The retry handler owns its pacer, once per
+//! execution environment (warm invocations and a batch's concurrent records share it);
+//! the event source mapping's `MaximumConcurrency` bounds the fleet:
+//! `MaximumConcurrency × ⌊MAX_REQUESTS_PER_SECOND⌋` requests in any second. A publish
+//! that would wait longer than `max_wait` is refused with a retryable error (the
+//! record is redelivered) instead of running into the invocation's timeout. Why:
+//! `docs/functions.md#outbound-rate-bound`.
 
 use domain::message::Request;
 use domain::ports::{PortError, RequestPublisher};

@@ -1,34 +1,15 @@
-//! The reconciler (cron): finds transactions stuck in an intermediate state longer
-//! than the threshold and runs the domain's reconcile plans on them, through the same
-//! idempotent paths as the handlers.
-//!
-//! For each write shard it pages through [`StuckIndex::query_stuck`] (a Query on the
-//! sparse, sharded index, never a Scan) with `before = now − threshold`. The index
-//! holds one entry per retry cycle in flight, keyed by its fire time, so the query
-//! returns only cycles whose fire time passed more than the threshold ago — a healthy
-//! cycle has left the index by then. Each is read (strongly consistent) and the
-//! domain decides on the current record: SCHEDULED past its fire time, SENDING or
-//! SCHEDULING unchanged for longer than the threshold are acted on; anything else is
-//! counted as not stuck. Shards are visited round-robin, one page at a time, from a
-//! shard drawn at random each run, and each page asks for at most an equal share of
-//! what is left of the run's budget (RECONCILE_MAX_ITEMS records; the next run
-//! continues), so a backlog in some shards never starves the others. An index entry
-//! whose item will not decode is skipped and reported (ERROR log naming its key and
-//! what failed, metric `ReconcileUndecodable`): it never fails its page.
-//!
-//! A SCHEDULING record (the response handler died between persisting the fire time
-//! and creating the schedule, and its message ran out of redeliveries) is therefore
-//! found once its fire time is past by the threshold, and its retry event is put on
-//! the retry queue directly — the retry happens, at most the threshold plus one cron
-//! interval late.
-//!
-//! With a circuit breaker, the answer deadlines that fired (a request published
-//! again, or abandoned UNANSWERED) are its signals, counted once per run; and an
-//! unanswered request past its deadline asks the breaker before it goes out again, as
-//! the retry handler's requests do: CLOSED, it goes out; HALF_OPEN with probes left,
-//! it is a probe (so a silent outage with nothing left to retry still probes, and the
-//! breaker closes when the service is back); otherwise its deadline moves to the
-//! breaker's resume instant, its republish count untouched.
+//! The reconciler (cron): finds transactions stuck in an intermediate state longer than
+//! the threshold and runs the domain's reconcile plans on them, through the same
+//! idempotent paths as the handlers. Per write shard it pages through
+//! [`StuckIndex::query_stuck`] (a Query on the sparse, sharded index, never a Scan) with
+//! `before = now − threshold`, reads each record (strongly consistent) and lets the
+//! domain decide; shards are visited round-robin within the run's budget
+//! (RECONCILE_MAX_ITEMS), and an index entry whose item will not decode is skipped and
+//! reported, never failing its page. With a circuit breaker, the answer deadlines that
+//! fired are its signals, and an unanswered request past its deadline asks the breaker
+//! before it goes out again. Why, and every case:
+//! `docs/design.md#the-reconciler-and-its-index`,
+//! `docs/design.md#the-circuit-breaker-an-outage-pauses-retries`.
 
 use crate::batch::Verdict;
 use crate::breaker::BreakerGate;
@@ -161,6 +142,9 @@ impl Serialize for Action {
 /// One reconciler run at `now`: the index queried through `ports.store`, each record
 /// found decided and its plan performed over `ports`. `breaker`: the circuit breaker
 /// an unanswered request past its deadline asks before it goes out again.
+///
+/// With a circuit breaker, the answer deadlines that fired in this run (a request
+/// published again, or abandoned UNANSWERED) are counted into its window once per run.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_once<St, Sc, Rt, Rq, Br>(
     ports: &ReconcilePorts<'_, St, Sc, Rt, Rq>,
