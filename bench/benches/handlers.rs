@@ -1,20 +1,15 @@
-//! Handler CPU cost per record, in process, with the in-memory adapters (no I/O):
-//! what the response handler (A) and the retry handler (B) spend themselves around
-//! their AWS calls.
-//!
-//! - `response-core` / `retry-core`: one record through the handler core
-//!   (`runtime::{response,retry}::handle`: decision, plan execution, verdict, metrics);
-//! - `response-batch10` / `retry-batch10`: an SQS event of 10 records through the
-//!   function's `handle_event` (the batch processor: body parsing, spans, panic guard,
-//!   partial batch response), reported per record.
-//!
-//! Each iteration starts from fresh state built outside the measurement (a started
-//! transaction, and for B the response handler's SCHEDULED result), so every
-//! measured run takes the happy path. The retry handler's pacer is left out (its cost
-//! is one mutex and a clock read; its waits are the configured rate, not CPU).
-//! Payloads are 4 KB. Short measurement times keep `scripts/bench.sh` fast. The
-//! batch benchmarks run with the circuit breaker on (in memory, CLOSED): its cached
-//! read per record and its one count per response batch are in the figures.
+//! Handler CPU cost per record, in process, with the in-memory adapters (no I/O): what
+//! the response handler (A) and the retry handler (B) spend around their AWS calls.
+//! `response-core` / `retry-core`: one record through `runtime::{response,retry}::handle`;
+//! `response-batch10` / `retry-batch10`: an SQS event of 10 records through
+//! `handle_event` (the batch processor), reported per record. Each iteration starts
+//! from fresh state built outside the measurement, so every run takes the happy path.
+//! The retry handler's pacer is left out (one mutex and a clock read; its waits are the
+//! configured rate, not CPU). Payloads are 4 KB; short measurement times keep
+//! `scripts/bench.sh` fast. The batch benchmarks run with the circuit breaker on (in
+//! memory, CLOSED): its cached read per record and its one count per response batch are
+//! in the figures. Results:
+//! `docs/benchmarks.md#handler-cpu-per-record-criterion-in-process-in-memory-adapters`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // bench code: a panic is the failure report
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};

@@ -1,26 +1,14 @@
-//! The burst: N CANCELLED responses arriving at once, through the local stack
-//! (`retryctl`'s library: moto, the handlers behind the event source mapping
-//! emulator, the scheduler emulator, the audit stream, the reconciler cron and the
-//! simulated external service).
-//!
-//! N started transactions are written (IN_PROGRESS, attempt 1 of 2: the items the
-//! library's start writes, put with BatchWriteItem — moto's TransactWriteItems copies
-//! every table on each call, which makes a 10,000-transaction set-up quadratic), then
-//! N CANCELLED answers for attempt 1 are put on the response queue as fast as
-//! SendMessageBatch allows. The retries all fall due
-//! together (a short backoff), so the retry handler's outbound pacing is what limits
-//! the flow. The external service answers SUCCESS to every retried request.
-//!
-//! Measured: drain time (first answer injected → the service has received the
-//! retried request of every transaction), then every transaction SUCCEEDED; lost =
-//! transactions whose retried request never reached the service; duplicated =
-//! retried requests the service received more than once (same idempotency key); the
-//! highest number of retried requests published within one wall-clock second, against
-//! the configured fleet bound (MaximumConcurrency × MAX_REQUESTS_PER_SECOND). Publish
-//! instants are taken at the AWS endpoint by a recording pass-through ([`crate::tap`])
-//! every client of the stack goes through, so they do not depend on how the simulated
-//! service drains its queue (its own per-second count, on its receive side, is
-//! reported beside).
+//! The burst: N CANCELLED responses arriving at once, through the local stack (moto, the
+//! handlers behind the event source mapping emulator, the scheduler emulator, the audit
+//! stream, the reconciler cron, the simulated external service). N started transactions
+//! are written with BatchWriteItem (moto's TransactWriteItems copies every table on each
+//! call, which makes a 10,000-transaction set-up quadratic), then N CANCELLED answers go
+//! on the response queue; the retries fall due together, so the outbound pacing limits
+//! the flow. Measured: drain time, every transaction SUCCEEDED, lost and duplicated
+//! retried requests, and the peak published in one second against the fleet bound
+//! (MaximumConcurrency × MAX_REQUESTS_PER_SECOND), timed at the AWS endpoint by a
+//! recording pass-through ([`crate::tap`]) rather than on the service's receive side
+//! (its own count is reported beside). Results: `docs/benchmarks.md#burst`.
 
 use crate::tap::{peak_per_wall_second, peak_sliding, Tap};
 use aws::config::vars;
@@ -165,6 +153,14 @@ fn err(e: impl std::fmt::Display) -> BurstError {
 }
 
 /// Runs the burst on a local stack of its own (its own moto server).
+///
+/// The N transactions start IN_PROGRESS, attempt 1 of 2 (the items the library's start
+/// writes); the N CANCELLED answers are sent as fast as SendMessageBatch allows, with a
+/// short backoff so the retries fall due together; the external service answers SUCCESS
+/// to every retried request. Drain time runs from the first answer injected until the
+/// service has received the retried request of every transaction; lost = transactions
+/// whose retried request never reached the service; duplicated = retried requests the
+/// service received more than once (same idempotency key).
 pub async fn run(spec: BurstSpec) -> Result<BurstResult, BurstError> {
     let mut opts = StackOptions::new(testkit::moto::unique_prefix("burst"));
     let backoff = format!("{}", spec.backoff_seconds);

@@ -1,20 +1,15 @@
-//! One retry cycle measured against moto through the real adapters and handlers.
-//!
-//! A transaction is started with the library operation, then:
-//! 1. the response handler (built by `runtime::wiring` from the function's
-//!    configuration) gets the CANCELLED response for attempt 1 as an SQS event —
-//!    `deliveries` times (1 = happy path, 2 = the message delivered twice);
-//! 2. the retry handler (same wiring) gets the retry event for attempt 2 the same way;
-//! 3. the table's stream (NEW_AND_OLD_IMAGES) is read and every change goes through
-//!    the audit writer, `deliveries` times.
-//!
-//! Each function runs on clients of its own [`CallMeter`]: API calls and moto's
-//! `ConsumedCapacity` are counted as they happen, outside the adapters. The stream's images give the item
-//! before and after every write, from which [`dynamodb_billed_units`] computes what
-//! DynamoDB bills (moto's figures are constants; see [`crate::dynamodb_rules`]).
-//! What the handlers left behind is checked (SCHEDULED after A; IN_PROGRESS attempt 2
-//! and exactly one request on the request queue after B) so a broken path fails the
-//! benchmark instead of being priced.
+//! One retry cycle measured against moto through the real adapters and handlers: a
+//! transaction is started with the library operation; 1. the response handler (built by
+//! `runtime::wiring`) gets the CANCELLED response for attempt 1 as an SQS event,
+//! `deliveries` times (1 = happy path, 2 = delivered twice); 2. the retry handler gets
+//! the retry event for attempt 2 the same way; 3. the table's stream is read and every
+//! change goes through the audit writer, `deliveries` times. Each function runs on
+//! clients of its own [`CallMeter`] (API calls and moto's `ConsumedCapacity`); the
+//! stream's images give each write's item before and after, from which
+//! [`dynamodb_billed_units`] computes what DynamoDB bills. What the handlers left behind
+//! is checked (SCHEDULED after A; IN_PROGRESS attempt 2 and one request queued after B),
+//! so a broken path fails the benchmark instead of being priced. Results:
+//! `docs/benchmarks.md#billable-operations-per-retry-cycle-measured-against-moto`.
 
 use crate::dynamodb_rules::{dynamodb_billed_units, item_size, Billed, DynamoOp};
 use crate::model::CycleBillables;

@@ -1,31 +1,11 @@
-//! What DynamoDB bills for an operation, computed from the item sizes with its
-//! published rules — because moto's `ConsumedCapacity` does not.
-//!
-//! What moto (5.x) returns, checked against a local server: a constant 1.0 for every
-//! PutItem, 0.5 for every UpdateItem and GetItem (strongly consistent or not, whatever
-//! the item's size), nothing for secondary indexes, nothing for a failed condition,
-//! and an empty list for TransactWriteItems. The benchmark prints moto's figures beside
-//! the ones below and prices only the ones below.
-//!
-//! The rules ([`dynamodb_billed_units`] is the one function applying them):
-//! - item size = Σ (attribute name bytes + value size), by [`testkit::size`]: a string is
-//!   its UTF-8 bytes, a number about 1 byte per two significant digits + 1 byte;
-//! - a write costs ⌈size / 1 KB⌉ write request units (minimum 1); an UpdateItem or a
-//!   replacing PutItem is charged by the LARGER of the item before and after;
-//! - a transactional write (TransactWriteItems) costs twice that, per item;
-//! - a write whose condition fails still costs write units for the size of the
-//!   existing item (minimum 1); it writes no index;
-//! - a global secondary index is written when the write touches it: its key appears
-//!   (1 put), changes (1 delete + 1 put = 2 writes), disappears (1 delete), or stays
-//!   while a projected attribute changes (1 put). An index entry is the projected item
-//!   plus 100 bytes of overhead (the figure DynamoDB documents for index entries; it
-//!   changes nothing while items stay under ~900 bytes);
-//! - a read costs ⌈size / 4 KB⌉ read request units (minimum 1) strongly consistent,
-//!   half that eventually consistent.
-//!
-//! Sources: DynamoDB Developer Guide — "Item sizes and formats", "Read/write capacity
-//! mode" (request units), "Condition expressions" (failed conditional writes),
-//! "Global secondary indexes: write activity", "Transactions: capacity management".
+//! What DynamoDB bills for an operation, computed from the item sizes with its published
+//! rules — because moto's `ConsumedCapacity` does not. What moto (5.x) returns, checked
+//! against a local server: a constant 1.0 for every PutItem, 0.5 for every UpdateItem
+//! and GetItem (strongly consistent or not, whatever the item's size), nothing for
+//! secondary indexes, nothing for a failed condition, and an empty list for
+//! TransactWriteItems. The benchmark prints moto's figures beside ours and prices only
+//! ours. The rules are listed, with their sources, on [`dynamodb_billed_units`]; the
+//! figures they give: `docs/benchmarks.md#billable-operations-per-retry-cycle-measured-against-moto`.
 
 use aws::item::{FlatItem, Scalar};
 use testkit::provision::IndexDef;
@@ -138,9 +118,27 @@ fn index_entry_size(item: &FlatItem, index: &IndexDef, table_keys: &[&str]) -> u
     item_size(&projected) + INDEX_ENTRY_OVERHEAD_BYTES
 }
 
-/// THE function applying DynamoDB's published billing rules (see the module docs) to
-/// one operation on a table with `indexes` (global secondary indexes) and primary key
-/// attributes `table_keys`.
+/// THE function applying DynamoDB's published billing rules to one operation on a
+/// table with `indexes` (global secondary indexes) and primary key attributes
+/// `table_keys`:
+/// - item size = Σ (attribute name bytes + value size), by [`testkit::size`]: a string is
+///   its UTF-8 bytes, a number about 1 byte per two significant digits + 1 byte;
+/// - a write costs ⌈size / 1 KB⌉ write request units (minimum 1); an UpdateItem or a
+///   replacing PutItem is charged by the LARGER of the item before and after;
+/// - a transactional write (TransactWriteItems) costs twice that, per item;
+/// - a write whose condition fails still costs write units for the size of the
+///   existing item (minimum 1); it writes no index;
+/// - a global secondary index is written when the write touches it: its key appears
+///   (1 put), changes (1 delete + 1 put = 2 writes), disappears (1 delete), or stays
+///   while a projected attribute changes (1 put). An index entry is the projected item
+///   plus 100 bytes of overhead (the figure DynamoDB documents for index entries; it
+///   changes nothing while items stay under ~900 bytes);
+/// - a read costs ⌈size / 4 KB⌉ read request units (minimum 1) strongly consistent,
+///   half that eventually consistent.
+///
+/// Sources: DynamoDB Developer Guide — "Item sizes and formats", "Read/write capacity
+/// mode" (request units), "Condition expressions" (failed conditional writes),
+/// "Global secondary indexes: write activity", "Transactions: capacity management".
 pub fn dynamodb_billed_units(
     op: DynamoOp<'_>,
     indexes: &[IndexDef],

@@ -1,75 +1,11 @@
 //! A small offline evaluator of the IAM in `template.yaml`, for the statements the
-//! template uses. No well-kept Rust crate evaluates IAM policies offline, so this one
-//! is deliberately narrow and fails loudly on anything it does not model
-//! (`NotAction`, `NotResource`, `NotPrincipal`, an unknown condition operator, an
-//! intrinsic it cannot resolve).
-//!
-//! **Reading.** [`Stack::from_template`] resolves the template with a test's physical
-//! names ([`Physical`]): `Ref`, `Fn::GetAtt`, `Fn::Sub` (both forms), `Fn::Join`,
-//! `Fn::Split`, `Fn::If` over the template's `Conditions` (`Fn::Equals`, `Fn::Not`,
-//! `Fn::And`, `Fn::Or`, `Condition`), `Fn::ImportValue` (from
-//! [`Physical::imports`], the exporting stack's [`Stack::exports`]), `AWS::NoValue`
-//! and the pseudo parameters; a resource whose `Condition` is false is left out. A
-//! role's ARN is its `Arn` attribute when the test gives one (a role with a
-//! `RoleName`), else derived from the logical id. Two stacks that work together (the
-//! main stack and the staging harness, which imports its exports) are read one by one
-//! and joined with [`Stack::merge`], so a call of one stack's role on the other's
-//! resource meets both policies. It collects:
-//! - identity policies: each `AWS::IAM::Role`'s inline `Policies`, by role ARN;
-//! - resource policies: `AWS::SQS::QueuePolicy` (by queue ARN), `AWS::KMS::Key`'s
-//!   `KeyPolicy` (by key ARN), `AWS::SNS::TopicPolicy` (by topic ARN), and each
-//!   role's trust policy (by role ARN, for `sts:AssumeRole`);
-//! - which queues and tables a KMS key encrypts (`KmsMasterKeyId`,
-//!   `SSESpecification.KMSMasterKeyId`), for the KMS calls AWS makes for the caller;
-//! - the reasons written next to grants no recorded call uses
-//!   (`# iam:unused <action> <reason>` inside the resource's block).
-//!
-//! **Deciding** ([`Stack::evaluate`]), same account only: an explicit `Deny` in the
-//! identity or the resource policy wins; otherwise the request is allowed by an
-//! identity `Allow`, or by a resource-policy `Allow` naming the principal. A
-//! resource-policy statement whose principal is the account (`…:root`) only delegates
-//! to IAM: it allows when the identity policy allows too. A KMS key policy is
-//! required: a key use is allowed only when the key policy allows it (directly, or
-//! for the account and then IAM as well). Actions match case-insensitively, ARNs
-//! case-sensitively, both with `*` and `?`. Condition operators: `StringEquals`,
-//! `StringNotEquals`, `StringLike`, `StringNotLike`, `ArnEquals`, `ArnLike`,
-//! `ArnNotEquals`, `ArnNotLike`, `Bool`, each with `IfExists`; several values for one
-//! key are OR-ed, several keys and operators AND-ed; a key missing from the request
-//! fails a positive operator and passes a negated one (IAM's rule).
-//!
-//! **Implied actions** ([`Stack::requests_for`]): what AWS authorizes for one API
-//! call, beyond its name:
-//! - `TransactWriteItems` / `TransactGetItems` are authorized per item, as
-//!   `dynamodb:PutItem`, `UpdateItem`, `DeleteItem`, `ConditionCheckItem`, `GetItem` on
-//!   each item's table
-//!   (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html>);
-//! - SQS batch calls by their single action (`SendMessageBatch` → `sqs:SendMessage`,
-//!   `DeleteMessageBatch` → `sqs:DeleteMessage`,
-//!   <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-api-permissions-reference.html>);
-//! - `CreateSchedule` / `UpdateSchedule` also need `iam:PassRole` on the target's
-//!   `RoleArn`, with `iam:PassedToService = scheduler.amazonaws.com`
-//!   (<https://docs.aws.amazon.com/scheduler/latest/UserGuide/setting-up.html#setting-up-execution-role>);
-//! - an SQS queue under a customer managed key: the producer needs
-//!   `kms:GenerateDataKey` and `kms:Decrypt`, the consumer `kms:Decrypt`, through
-//!   `sqs.<region>.amazonaws.com`
-//!   (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-key-management.html>);
-//! - a DynamoDB table (and its stream, encrypted with the table's key) under a
-//!   customer managed key: the caller needs `kms:Decrypt` through
-//!   `dynamodb.<region>.amazonaws.com` to use the table key
-//!   (<https://docs.aws.amazon.com/kms/latest/developerguide/services-dynamodb.html>,
-//!   <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/encryption.usagenotes.html>);
-//! - `sts:GetCallerIdentity` needs no permission (no policy can deny it): no request;
-//! - `cloudformation:DescribeStacks` is authorized on the stack's ARN, recorded as
-//!   `stack/<name>/*` (any stack id of that name);
-//! - no call is rewritten to match a grant: a recorded call is authorized on the
-//!   resource it names.
-//!
-//! Every request carries `aws:SecureTransport = true` (the SDK talks HTTPS to AWS;
-//! only the loopback test endpoint is plain HTTP), `aws:PrincipalArn` for a role, and
-//! `kms:CallerAccount` / `kms:ViaService` on the KMS requests a service makes, with
-//! `kms:ResourceAliases` (the aliases an `AWS::KMS::Alias` of the template gives the
-//! key). `ForAnyValue:` before an operator is read as the operator itself, which
-//! already holds when any value of the request matches any value of the condition.
+//! template uses. No well-kept Rust crate evaluates IAM policies offline, so this one is
+//! deliberately narrow and fails loudly on anything it does not model (`NotAction`,
+//! `NotResource`, `NotPrincipal`, an unknown condition operator, an intrinsic it cannot
+//! resolve). Three steps, each documented on its function: reading a template's
+//! policies ([`Stack::from_template`], [`Stack::merge`]), the authorizations one API
+//! call needs ([`Stack::requests_for`]), and the decision ([`Stack::evaluate`]). What
+//! it proves about the deployed roles: `docs/deploy.md#least-privilege-as-deployed`.
 
 use crate::cfn::{get, intrinsic as tag_of, path};
 use serde_json::{json, Map, Value as Json};
@@ -691,6 +627,25 @@ impl Statement {
 
 impl Stack {
     /// Resolves `template` with `physical` and collects its policies.
+    ///
+    /// Resolves the template with a test's physical names ([`Physical`]): `Ref`,
+    /// `Fn::GetAtt`, `Fn::Sub` (both forms), `Fn::Join`, `Fn::Split`, `Fn::If` over the
+    /// template's `Conditions` (`Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`, `Condition`),
+    /// `Fn::ImportValue` (from [`Physical::imports`], the exporting stack's
+    /// [`Stack::exports`]), `AWS::NoValue` and the pseudo parameters; a resource whose
+    /// `Condition` is false is left out. A role's ARN is its `Arn` attribute when the test
+    /// gives one (a role with a `RoleName`), else derived from the logical id. Two stacks
+    /// that work together (the main stack and the staging harness, which imports its
+    /// exports) are read one by one and joined with [`Stack::merge`], so a call of one
+    /// stack's role on the other's resource meets both policies. It collects:
+    /// - identity policies: each `AWS::IAM::Role`'s inline `Policies`, by role ARN;
+    /// - resource policies: `AWS::SQS::QueuePolicy` (by queue ARN), `AWS::KMS::Key`'s
+    ///   `KeyPolicy` (by key ARN), `AWS::SNS::TopicPolicy` (by topic ARN), and each role's
+    ///   trust policy (by role ARN, for `sts:AssumeRole`);
+    /// - which queues and tables a KMS key encrypts (`KmsMasterKeyId`,
+    ///   `SSESpecification.KMSMasterKeyId`), for the KMS calls AWS makes for the caller;
+    /// - the reasons written next to grants no recorded call uses
+    ///   (`# iam:unused <action> <reason>` inside the resource's block).
     pub fn from_template(template: &Value, text: &str, physical: Physical) -> Result<Self, String> {
         let r = Resolver {
             template,
@@ -973,8 +928,38 @@ impl Stack {
         r
     }
 
-    /// Every authorization one recorded call needs (see the module's "Implied
-    /// actions").
+    /// Every authorization one recorded call needs: what AWS authorizes for one API call,
+    /// beyond its name:
+    /// - `TransactWriteItems` / `TransactGetItems` are authorized per item, as
+    ///   `dynamodb:PutItem`, `UpdateItem`, `DeleteItem`, `ConditionCheckItem`, `GetItem` on
+    ///   each item's table
+    ///   (<https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html>);
+    /// - SQS batch calls by their single action (`SendMessageBatch` → `sqs:SendMessage`,
+    ///   `DeleteMessageBatch` → `sqs:DeleteMessage`,
+    ///   <https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-api-permissions-reference.html>);
+    /// - `CreateSchedule` / `UpdateSchedule` also need `iam:PassRole` on the target's
+    ///   `RoleArn`, with `iam:PassedToService = scheduler.amazonaws.com`
+    ///   (<https://docs.aws.amazon.com/scheduler/latest/UserGuide/setting-up.html#setting-up-execution-role>);
+    /// - an SQS queue under a customer managed key: the producer needs
+    ///   `kms:GenerateDataKey` and `kms:Decrypt`, the consumer `kms:Decrypt`, through
+    ///   `sqs.<region>.amazonaws.com`
+    ///   (<https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-key-management.html>);
+    /// - a DynamoDB table (and its stream, encrypted with the table's key) under a customer
+    ///   managed key: the caller needs `kms:Decrypt` through
+    ///   `dynamodb.<region>.amazonaws.com` to use the table key
+    ///   (<https://docs.aws.amazon.com/kms/latest/developerguide/services-dynamodb.html>,
+    ///   <https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/encryption.usagenotes.html>);
+    /// - `sts:GetCallerIdentity` needs no permission (no policy can deny it): no request;
+    /// - `cloudformation:DescribeStacks` is authorized on the stack's ARN, recorded as
+    ///   `stack/<name>/*` (any stack id of that name);
+    /// - no call is rewritten to match a grant: a recorded call is authorized on the
+    ///   resource it names.
+    ///
+    /// Every request carries `aws:SecureTransport = true` (the SDK talks HTTPS to AWS; only
+    /// the loopback test endpoint is plain HTTP), `aws:PrincipalArn` for a role, and
+    /// `kms:CallerAccount` / `kms:ViaService` on the KMS requests a service makes, with
+    /// `kms:ResourceAliases` (the aliases an `AWS::KMS::Alias` of the template gives the
+    /// key).
     pub fn requests_for(&self, principal: &Principal, call: &Call) -> Vec<Request> {
         let service = call.service.as_str();
         let op = call.operation.as_str();
@@ -1105,7 +1090,21 @@ impl Stack {
         out
     }
 
-    /// Allowed, explicitly denied, or not allowed (see the module documentation).
+    /// Allowed, explicitly denied, or not allowed; same account only.
+    ///
+    /// An explicit `Deny` in the identity or the resource policy wins; otherwise the
+    /// request is allowed by an identity `Allow`, or by a resource-policy `Allow` naming the
+    /// principal. A resource-policy statement whose principal is the account (`…:root`)
+    /// only delegates to IAM: it allows when the identity policy allows too. A KMS key
+    /// policy is required: a key use is allowed only when the key policy allows it
+    /// (directly, or for the account and then IAM as well). Actions match
+    /// case-insensitively, ARNs case-sensitively, both with `*` and `?`. Condition
+    /// operators: `StringEquals`, `StringNotEquals`, `StringLike`, `StringNotLike`,
+    /// `ArnEquals`, `ArnLike`, `ArnNotEquals`, `ArnNotLike`, `Bool`, each with `IfExists`;
+    /// several values for one key are OR-ed, several keys and operators AND-ed; a key
+    /// missing from the request fails a positive operator and passes a negated one (IAM's
+    /// rule). `ForAnyValue:` before an operator is read as the operator itself, which
+    /// already holds when any value of the request matches any value of the condition.
     pub fn evaluate(&self, r: &Request) -> Result<Decision, String> {
         let none = Vec::new();
         let identity = match &r.principal {

@@ -1,52 +1,14 @@
-//! Least privilege, proven: every AWS call each function makes is allowed by its role
-//! in `template.yaml`, and every grant is used by some call (or carries a reason).
-//!
-//! moto enforces no IAM. This test runs the functions' real code (built by
-//! `runtime::wiring` exactly as the Lambda `main`s build it) against its own moto
-//! server through the recording proxy (`testkit::proxy`), each function signing with
-//! its own access key id, so every call on the wire — SDK retries and error answers
-//! included — is attributed to a function. What AWS itself does with a function's
-//! role is done here the same way, under that role's key: the SQS event source
-//! mapping (`GetQueueAttributes`, `ReceiveMessage`, `DeleteMessageBatch`), the stream
-//! event source mapping, which is given the stream's ARN (`DescribeStream`,
-//! `GetShardIterator`, `GetRecords`; `ListStreams` is granted for the check Lambda
-//! makes when it creates the mapping, and never called), and its on-failure
-//! destination (`SendMessage` to the audit DLQ),
-//! EventBridge Scheduler's delivery with the scheduler role (`SendMessage` to the
-//! retry queue and, on failure, to the scheduler DLQ), Lambda's log writes.
-//!
-//! The scenario drives every path that can call AWS: starts, CANCELLED (schedule
-//! created), SUCCESS, exhausted, a schedule that already exists (409), a late
-//! response, a conflicting SUCCESS (noted in the audit table), unknown and malformed responses (response DLQ), a retry event (payload
-//! read, publish), a duplicate (failed condition) and a malformed one (retry DLQ), the
-//! reconciler requeueing a SCHEDULED retry past its fire time and re-creating the
-//! schedule of a SCHEDULING record read after its index entry, the reconciler
-//! publishing again a request unanswered past its deadline, the circuit breaker's
-//! whole round (opened by that deadline, a retry paused under its own schedule, a
-//! probe after the cool-down, closed by the probe's answer), the audit of the
-//! stream, and its DLQ. Then every operator command of `retryctl`, run as the binary
-//! runs it (`--stack`), under the stack's read-only role (list, show, stats, stuck,
-//! dlq peek, breaker status) or acting role (submit, replay, resolve, redrive of every
-//! DLQ, breaker open and close): their calls are checked against those roles both
-//! ways, as the functions' are.
-//!
-//! CloudWatch publishing each alarm to the (encrypted) alarm topic is evaluated too.
-//!
-//! The staging harness (`infra/template.yaml`) is the external service here: its real
-//! code answers the scripted requests under its own role, read from its own template
-//! and joined to the main stack's (`Stack::merge`: its role meets the main stack's
-//! queue policies, with the harness listed in ServicePrincipalArns, and key policy),
-//! through its event source mapping, a repeated request and one it cannot read.
-//!
-//! Each recorded call becomes the authorization requests AWS would make
-//! (`deferred_retry_tests::iam`), evaluated against the role; then the reverse: every
-//! grant of every function role, of the scheduler role, of the two operator roles and
-//! of each queue-policy principal must cover some request. Both run once per
-//! `samconfig.toml` environment (default, staging, prod-template), the template
-//! resolved with that environment's parameters: its Deny statements are evaluated with
-//! its values (where it lists the external service's principals, this test's external
-//! service and harness stand for them), and no operator principal of the test's own is
-//! added (on-call acts through the operator roles). Run alone:
+//! Least privilege, proven: every AWS call each function makes is allowed by its role in
+//! `template.yaml`, and every grant is used by some call (or carries a reason). moto
+//! enforces no IAM, so the functions' real code (built by `runtime::wiring`) runs against
+//! its own moto server through the recording proxy (`testkit::proxy`), each function
+//! signing with its own access key id; what AWS itself does with a role (event source
+//! mappings, Scheduler's delivery, Lambda's log writes) is done the same way under that
+//! role's key. Each recorded call becomes the authorization requests AWS would make
+//! (`deferred_retry_tests::iam`), evaluated against the role; then the reverse. The
+//! scenario, the operator roles and the harness are described on
+//! `every_call_is_allowed_and_every_grant_is_used`; the roles themselves:
+//! `docs/deploy.md#least-privilege-as-deployed`. Run alone:
 //! `cargo test -p deferred-retry-tests --test least_privilege`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -1216,6 +1178,45 @@ async fn wait_until(t: Timestamp) {
     }
 }
 
+/// Every call on the wire — SDK retries and error answers included — is attributed to a
+/// function. What AWS itself does with a function's role is done here under that role's
+/// key: the SQS event source mapping (`GetQueueAttributes`, `ReceiveMessage`,
+/// `DeleteMessageBatch`), the stream event source mapping, which is given the stream's
+/// ARN (`DescribeStream`, `GetShardIterator`, `GetRecords`; `ListStreams` is granted for
+/// the check Lambda makes when it creates the mapping, and never called), and its
+/// on-failure destination (`SendMessage` to the audit DLQ), EventBridge Scheduler's
+/// delivery with the scheduler role (`SendMessage` to the retry queue and, on failure, to
+/// the scheduler DLQ), Lambda's log writes.
+///
+/// The scenario drives every path that can call AWS: starts, CANCELLED (schedule
+/// created), SUCCESS, exhausted, a schedule that already exists (409), a late response, a
+/// conflicting SUCCESS (noted in the audit table), unknown and malformed responses
+/// (response DLQ), a retry event (payload read, publish), a duplicate (failed condition)
+/// and a malformed one (retry DLQ), the reconciler requeueing a SCHEDULED retry past its
+/// fire time and re-creating the schedule of a SCHEDULING record read after its index
+/// entry, the reconciler publishing again a request unanswered past its deadline, the
+/// circuit breaker's whole round (opened by that deadline, a retry paused under its own
+/// schedule, a probe after the cool-down, closed by the probe's answer), the audit of the
+/// stream, and its DLQ. Then every operator command of `retryctl`, run as the binary runs
+/// it (`--stack`), under the stack's read-only role (list, show, stats, stuck, dlq peek,
+/// breaker status) or acting role (submit, replay, resolve, redrive of every DLQ, breaker
+/// open and close): their calls are checked against those roles both ways, as the
+/// functions' are. CloudWatch publishing each alarm to the (encrypted) alarm topic is
+/// evaluated too.
+///
+/// The staging harness (`infra/template.yaml`) is the external service here: its real
+/// code answers the scripted requests under its own role, read from its own template and
+/// joined to the main stack's (`Stack::merge`: its role meets the main stack's queue
+/// policies, with the harness listed in ServicePrincipalArns, and key policy), through
+/// its event source mapping, a repeated request and one it cannot read.
+///
+/// The reverse check: every grant of every function role, of the scheduler role, of the
+/// two operator roles and of each queue-policy principal must cover some request. Both
+/// run once per `samconfig.toml` environment (default, staging, prod-template), the
+/// template resolved with that environment's parameters: its Deny statements are
+/// evaluated with its values (where it lists the external service's principals, this
+/// test's external service and harness stand for them), and no operator principal of the
+/// test's own is added (on-call acts through the operator roles).
 #[tokio::test(flavor = "multi_thread")]
 async fn every_call_is_allowed_and_every_grant_is_used() {
     let (calls, p, _) = scenario().await;

@@ -1,33 +1,14 @@
-//! The harness's answering rules: what it answers to one request, and how late.
+//! The harness's answering rules: what it answers to one request, and how late. Pure —
+//! no AWS, no clock, no randomness of its own: the caller passes the draws ([`Draws`]),
+//! so the Lambda function (draws derived from the idempotency key) and the local stack's
+//! simulated service (its own seeded generator) answer by the same rules.
 //!
-//! Pure — no AWS, no clock, no randomness of its own: the caller passes the draws
-//! ([`Draws`]), so the Lambda function (draws derived from the idempotency key) and the
-//! local stack's simulated service (draws from its own seeded generator) can answer by
-//! the same rules.
-//!
-//! **Replies.** A [`Reply`] is an answer with one of the response contract's outcomes
-//! (`SUCCESS`, `CANCELLED`; the Spanish aliases too), or `NONE`: no answer at all (the
-//! service lost the request). Outcomes come from [`domain::Outcome`], so an outcome the
-//! contract gains is a reply the harness can give, in a mix or a script, with no change
-//! here.
-//!
-//! **The mix** ([`Mix`]): without a script, the reply is drawn from configured
-//! probabilities, written `SUCCESS:0.7,CANCELLED:0.2,NONE:0.1` (they must add up to 1).
-//! The delay before the answer is drawn uniformly in `[min, max]` seconds
-//! ([`Latency`]) and becomes the response's SQS `DelaySeconds` (0–900), so no function
-//! sleeps while the service "works".
-//!
-//! **Scripts** ([`Script`]): a transaction can carry its own answers in its payload,
-//! which override the mix — what a verification run needs to be deterministic:
-//!
-//! ```json
-//! {"order": 42, "harness": {"answers": ["CANCELLED", "SUCCESS"], "delay_seconds": 0, "reason": "NOT_AVAILABLE"}}
-//! ```
-//!
-//! Attempt *n* gets `answers[n-1]`; past the end of the list the last answer repeats
-//! (`["CANCELLED"]` cancels every attempt). `delay_seconds` (0–900) replaces the drawn
-//! delay, `reason` the configured reason of a CANCELLED answer. Every other member of
-//! the payload is left alone.
+//! A [`Reply`] is one of the response contract's outcomes (from [`domain::Outcome`], so
+//! an outcome the contract gains is a reply the harness can give) or `NONE`: no answer.
+//! Without a script the reply is drawn from a [`Mix`]; a transaction can carry its own
+//! answers in its payload, a [`Script`], which overrides the mix. The delay becomes the
+//! response's SQS `DelaySeconds` (0–900), so no function sleeps while the service
+//! "works". The formats, with examples: `infra/README.md#the-staging-harness`.
 
 use domain::policy::{RandomSource, SplitMix64};
 use domain::{Attempt, Outcome, Request, Response};
@@ -88,6 +69,9 @@ impl Reply {
 }
 
 /// The replies to draw from, each with its probability.
+///
+/// Written `SUCCESS:0.7,CANCELLED:0.2,NONE:0.1` (the probabilities must add up to 1).
+/// The delay before the answer is drawn uniformly in `[min, max]` seconds ([`Latency`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Mix {
     entries: Vec<(Reply, f64)>,
@@ -227,6 +211,13 @@ pub struct Behaviour {
 }
 
 /// A transaction's own answers, from its payload.
+///
+/// What a verification run needs to be deterministic, e.g. the payload
+/// `{"order": 42, "harness": {"answers": ["CANCELLED", "SUCCESS"], "delay_seconds": 0, "reason": "NOT_AVAILABLE"}}`.
+/// Attempt *n* gets `answers[n-1]`; past the end of the list the last answer repeats
+/// (`["CANCELLED"]` cancels every attempt). `delay_seconds` (0–900) replaces the drawn
+/// delay, `reason` the configured reason of a CANCELLED answer. Every other member of
+/// the payload is left alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Script {
     pub answers: Vec<Reply>,

@@ -1,23 +1,14 @@
 //! The harness on AWS: consumes the request queue (behind Lambda's SQS event source
 //! mapping), records each idempotency key once, and answers on the response queue as
-//! [`crate::rules`] decide, with the answer's delay as the message's `DelaySeconds`.
-//!
-//! Per request:
-//! 1. plan the reply (`rules::plan`: the payload's script, else the mix; draws derived
-//!    from the idempotency key, so a redelivery plans the same reply);
-//! 2. record it: a conditional `PutItem` of the key in the harness table
-//!    (`attribute_not_exists`). The first delivery of a key writes the item; a later
-//!    one fails the condition, gets the recorded item back
-//!    (`ReturnValuesOnConditionCheckFailure = ALL_OLD`, no extra read), counts itself
-//!    (`UpdateItem ADD receive_count 1`) and replays the **recorded** reply — what an
-//!    idempotent service does, so a duplicate request reaches the response handler as a
-//!    duplicate answer, and an answer whose send failed is sent on the redelivery;
-//! 3. answer (`SendMessage` with `DelaySeconds`), unless the reply is `NONE`.
-//!
-//! A body that is not a request, or a script the harness cannot follow, is a
-//! permanent error: the message goes unchanged to the request queue's DLQ (the batch
-//! processor of `runtime::batch`), where a verification run sees it. An AWS error is
-//! retryable: the record is reported as a batch item failure and SQS redelivers it.
+//! [`crate::rules`] decide. Per request: 1. plan the reply (`rules::plan`, draws derived
+//! from the key, so a redelivery plans the same reply); 2. record it with a conditional
+//! `PutItem` (`attribute_not_exists`): a later delivery fails the condition, gets the
+//! recorded item back (`ALL_OLD`, no extra read), counts itself (`ADD receive_count 1`)
+//! and replays the **recorded** reply, as an idempotent service does; 3. answer
+//! (`SendMessage` with `DelaySeconds`) unless the reply is `NONE`. A body that is not a
+//! request, or a script it cannot follow, is permanent: the message goes unchanged to
+//! the request queue's DLQ (`runtime::batch`); an AWS error is retryable (a batch item
+//! failure). See `infra/README.md#the-staging-harness`.
 
 use crate::config::HarnessConfig;
 use crate::rules::{self, Draws, Plan, Reply};

@@ -1,21 +1,14 @@
 //! What the [`crate::proxy::Proxy`] injects: faults at the AWS API boundary, per call,
-//! seeded and reproducible.
-//!
-//! Each call is matched to its rates by `service:Operation` (`dynamodb:UpdateItem`),
-//! else by its service (`sqs`); a call matching neither passes untouched. For each
-//! call the injector draws the same six numbers from a generator of its own operation
-//! (seeded with the run's seed and the operation's name), so one seed gives one
-//! sequence of decisions per operation, however the operations interleave:
-//!
-//! - **throttle** before applying, with the error the service returns
-//!   ([`FaultKind::Throttle`]);
-//! - **5xx** before applying: 500 or 503 ([`FaultKind::ServerError`]);
-//! - **lost response**: forwarded and applied, then the connection is closed without
-//!   an answer, at once or (a [`Faults::stall_share`] of them) after holding it for
-//!   [`Faults::stall`], past the client's attempt timeout
-//!   ([`FaultKind::LostResponse`]);
-//! - **latency** added before forwarding, up to [`Faults::latency`]
-//!   ([`FaultKind::Latency`], on top of any of the above).
+//! seeded and reproducible. Each call is matched to its rates by `service:Operation`
+//! (`dynamodb:UpdateItem`), else by its service (`sqs`); a call matching neither passes
+//! untouched. For each call the injector draws the same six numbers from a generator of
+//! its own operation (seeded with the run's seed and the operation's name), so one seed
+//! gives one sequence of decisions per operation, however operations interleave. Faults
+//! ([`FaultKind`]): **throttle** or **5xx** (500, 503) before applying; **lost
+//! response**: applied, then the connection closed without an answer, at once or (a
+//! [`Faults::stall_share`]) after holding it for [`Faults::stall`], past the client's
+//! attempt timeout; **latency** up to [`Faults::latency`], on top of any of these. See
+//! `docs/verification.md#chaos-at-the-aws-api-boundary`.
 
 use domain::policy::SplitMix64;
 use serde::{Deserialize, Serialize};

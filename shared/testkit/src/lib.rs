@@ -1,25 +1,15 @@
-//! Test and local-stack machinery, kept out of the production crates.
+//! Test and local-stack machinery, kept out of the production crates: the Lambda
+//! binaries depend on `deferred-retry-domain`, `-aws` and `-runtime` only
+//! (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
 //!
-//! The Lambda binaries depend on `deferred-retry-domain`, `-aws` and `-runtime` only;
-//! everything here serves the tests, `retryctl`'s local stack, the verifier and the
-//! benchmarks (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
-//!
-//! - [`moto`]: moto server launcher (`scripts/moto_server_patched.py`) and loopback
-//!   SDK configuration.
-//! - [`provision`]: creates every table, queue and the schedule group of a stack on
-//!   an endpoint, from definitions kept as data (compared with `template.yaml`).
-//! - [`drain`]: reads a table's stream and audits its changes (the local stand-in
-//!   for the audit writer's event source).
-//! - [`memory`]: in-memory adapters of every port, with DynamoDB's conditional
-//!   semantics (handler tests, the simulator, the model checker, the benchmarks).
-//! - [`meter`]: an SDK interceptor counting the API calls of the clients it builds
-//!   and the DynamoDB capacity they consumed (tests of a path's cost, the benchmark).
-//! - [`proxy`]: a recording pass-through in front of moto: every API call with its
-//!   caller (access key id), service, operation and resource ARNs; with [`faults`],
-//!   it injects throttling, 5xx, lost responses and latency, seeded per operation.
-//! - [`trail`]: audit trails as `FROM>TO@attempt` strings, compared whole by tests.
-//! - [`size`]: DynamoDB's size of an item, by its published rule (what the benchmark
-//!   bills and the audit tests bound).
+//! - [`moto`]: the moto server launcher and loopback SDK configuration; [`provision`]:
+//!   every table, queue and schedule group of a stack, as data (compared with
+//!   `template.yaml`); [`drain`]: a table's stream into the audit writer.
+//! - [`memory`]: in-memory adapters of every port, with DynamoDB's conditional semantics;
+//!   [`meter`]: an SDK interceptor counting API calls and consumed capacity.
+//! - [`proxy`]: a recording pass-through in front of moto, injecting [`faults`];
+//!   [`trail`]: audit trails as `FROM>TO@attempt` strings; [`size`]: DynamoDB's item
+//!   size. See `docs/adapters.md#local-server-and-provisioning`.
 
 pub mod drain;
 pub mod faults;

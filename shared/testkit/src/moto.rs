@@ -1,16 +1,14 @@
 //! A real AWS API server on loopback (moto server) for tests and the local stack.
 //!
-//! [`MotoServer::start`] launches `scripts/moto_server_patched.py -H 127.0.0.1 -p
-//! <free port>` (moto's server with fixes; moto is found through the `python3` on
-//! `PATH`, which `. scripts/tools.sh` sets), waits until it answers
-//! and stops it when dropped. The server is started through a small `sh` watchdog that
-//! holds a pipe from this process: when this process ends for any reason — including
-//! a test binary exiting with the shared server still in a `static` — the pipe
+//! [`MotoServer::start`] launches `scripts/moto_server_patched.py -H 127.0.0.1 -p <free
+//! port>` (moto's server with fixes, found through the `python3` on `PATH` that
+//! `. scripts/tools.sh` sets), waits until it answers and stops it when dropped. A small
+//! `sh` watchdog holds a pipe from this process: when the process ends for any reason —
+//! even a test binary exiting with the shared server still in a `static` — the pipe
 //! closes and the watchdog stops moto. No server outlives its owner.
 //!
-//! [`shared_endpoint`] gives every test of one binary the same server (or the one
-//! named by `AWS_ENDPOINT_URL`); tests isolate themselves with [`unique_prefix`]
-//! rather than resetting a server other tests are using.
+//! [`shared_endpoint`] gives every test of one binary the same server (or the one named
+//! by `AWS_ENDPOINT_URL`); tests isolate themselves with [`unique_prefix`].
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_dynamodb::config::{Credentials, SharedCredentialsProvider};

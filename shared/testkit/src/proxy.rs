@@ -1,27 +1,15 @@
-//! A recording HTTP pass-through in front of the local AWS endpoint (moto).
-//!
-//! Every request an SDK client sends to [`Proxy::endpoint`] is forwarded unchanged to
-//! the upstream endpoint, and recorded as one [`Call`]: when it arrived, who signed it
-//! (the access key id in `Authorization: … Credential=<AKID>/…`), the service and
-//! operation (`X-Amz-Target` for the JSON protocols of DynamoDB, DynamoDB Streams and
-//! SQS; method and path for EventBridge Scheduler's REST API), the resources it acts on
-//! as ARNs (from `TableName`, `IndexName`, `QueueUrl`, `QueueName`, `StreamArn`, the
-//! schedule name and group…), and the HTTP status of the answer.
-//!
-//! Sitting on the wire, it sees exactly what an AWS endpoint would: every SDK retry,
-//! every error path, no change to production code. Tests attribute calls to a function
-//! by giving each function's SDK configuration its own access key id ([`sdk_config_as`];
-//! moto accepts any credentials).
-//!
-//! Each request goes through one place, [`Proxy`]'s exchange step: read the request,
-//! parse it into a [`Call`], decide its fault, forward it, read the answer, record.
-//! With [`ProxyOptions::faults`], that step injects what [`crate::faults`] describes:
-//! a throttling error or a 5xx answered without forwarding, a response lost after the
-//! request was applied, added latency; [`Proxy::faults_injected`] tallies them.
-//!
-//! One upstream connection per request (`Connection: close` both ways): simple and
-//! correct for the SDK's HTTP/1.1 requests with a `Content-Length` body; a request
-//! without one (chunked) is piped through and recorded without its body's details.
+//! A recording HTTP pass-through in front of the local AWS endpoint (moto). Every request
+//! sent to [`Proxy::endpoint`] is forwarded unchanged and recorded as one [`Call`]: when
+//! it arrived, who signed it (the access key id of `Authorization`), the service and
+//! operation (`X-Amz-Target`, or method and path for Scheduler's REST API), the resources
+//! as ARNs, and the answer's HTTP status. On the wire, it sees what an AWS endpoint
+//! would: every SDK retry, every error path, no change to production code; tests
+//! attribute calls by giving each function its own access key id ([`sdk_config_as`]).
+//! One exchange step per request (read, parse, decide its fault, forward, record); with
+//! [`ProxyOptions::faults`] it injects what [`crate::faults`] describes, tallied by
+//! [`Proxy::faults_injected`]. One upstream connection per request (`Connection: close`
+//! both ways): a request without a `Content-Length` body (chunked) is piped through and
+//! recorded without its body's details. See `docs/verification.md#chaos-at-the-aws-api-boundary`.
 
 use crate::faults::{error_response, Fault, FaultKind, Faults, Injector};
 use serde_json::Value;
@@ -42,6 +30,11 @@ pub struct Part {
 }
 
 /// One API request as it reached the endpoint.
+///
+/// The service and operation come from `X-Amz-Target` for the JSON protocols of
+/// DynamoDB, DynamoDB Streams and SQS, and from the method and path for EventBridge
+/// Scheduler's REST API; the resources from `TableName`, `IndexName`, `QueueUrl`,
+/// `QueueName`, `StreamArn`, the schedule name and group…
 #[derive(Debug, Clone, PartialEq)]
 pub struct Call {
     /// Wall-clock milliseconds since the epoch when the request had fully arrived.
@@ -617,6 +610,8 @@ impl Shared {
 
 /// SDK configuration for a loopback endpoint signed with `access_key_id`: each
 /// function of a test gets its own, so the proxy can tell their calls apart.
+///
+/// moto accepts any credentials, so the access key id only names the caller.
 pub async fn sdk_config_as(endpoint: &str, access_key_id: &str) -> aws_config::SdkConfig {
     use aws_sdk_sqs::config::{Credentials, SharedCredentialsProvider};
     aws_config::defaults(aws_config::BehaviorVersion::latest())

@@ -1,17 +1,13 @@
 //! `retryctl`: the operator CLI of the deferred retry pattern, and `retryctl demo`, the
-//! whole pipeline on one machine.
+//! whole pipeline on one machine (`docs/operations.md`).
 //!
-//! - [`cli`]: the command line; [`bulk`]: `replay`/`resolve` over many transactions.
-//! - [`local`]: the local stack: emulators of Lambda's SQS event source mapping, of
-//!   EventBridge Scheduler, of the DynamoDB stream feeding the audit writer, the
-//!   reconciler's cron and a simulated external service, all against moto.
-//! - [`report`]: the demo's final report and its checks.
-//! - [`view`], [`table`]: what the operator commands print and read; [`list`]: the
-//!   listing of transactions by status, attempt and time.
-//! - [`run`]: the operator commands' dispatch.
-//! - [`stack`]: `--stack NAME`, the settings read from the deployed stack.
-//! - [`verify`]: `retryctl verify`, the post-deploy check of a stack with the staging
-//!   harness.
+//! - [`cli`]: the command line; [`run`]: the commands' dispatch; [`bulk`]:
+//!   `replay`/`resolve` over many transactions; [`stack`]: `--stack NAME`.
+//! - [`local`]: the local stack — emulators of the SQS event source mapping, EventBridge
+//!   Scheduler, the audit stream, the reconciler's cron and a simulated external
+//!   service, all against moto; [`report`]: the demo's report and its checks.
+//! - [`view`], [`table`], [`list`]: what the commands print and read.
+//! - [`verify`]: `retryctl verify`, the post-deploy check with the staging harness.
 
 pub mod breaker;
 pub mod bulk;

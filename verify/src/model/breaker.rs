@@ -1,21 +1,15 @@
-//! Outages of the external service and its circuit breaker, in the model.
-//!
-//! An outage is a budgeted fault: the service goes down (it answers ERROR, or takes
-//! requests without answering, as the scope's [`OutageMode`] says) and comes up again
-//! at any later moment. The breaker item is part of the model's state and moves only
-//! by the domain's rules ([`domain::breaker`]) the way the functions' gate moves it:
-//! the retry handler and the reconciler (for an unanswered request past its deadline)
-//! ask [`Breaker::admit`] and decide with the verdict as
-//! [`domain::Context::with_hold`] / [`domain::Context::with_probe`]; the response
-//! handler counts each answer it receives and the reconciler each answer deadline it
-//! saw fire, and the breaker moves by [`Breaker::observe_batch`] when
-//! [`Breaker::may_change`] says so.
-//!
-//! The breaker's clock is the latest instant any run asked or told it at (handlers
-//! decide at different instants in the model: the clock, a schedule's instant, a late
-//! reconciler run; real time is past all of them). The settings let one answer open it
-//! and one tick end a cool-down ([`settings`]), so that it opens, half-opens and closes
-//! within small budgets; the resume jitter comes from a fixed source.
+//! Outages of the external service and its circuit breaker, in the model. An outage is
+//! a budgeted fault: the service goes down (ERROR, or silence, as the scope's
+//! [`OutageMode`] says) and comes up at any later moment. The breaker item is part of
+//! the model's state and moves only by the domain's rules ([`domain::breaker`]) the way
+//! the functions' gate moves it: [`Breaker::admit`] gives the verdict
+//! ([`domain::Context::with_hold`] / [`domain::Context::with_probe`]), answers and fired
+//! deadlines are counted, and [`Breaker::observe_batch`] moves it when
+//! [`Breaker::may_change`] says so. Its clock is the latest instant any run asked or
+//! told it at; the settings ([`settings`]) let one answer open it and one tick end a
+//! cool-down, so it opens, half-opens and closes within small budgets; the resume jitter
+//! comes from a fixed source. See
+//! `docs/verification.md#outages-and-the-circuit-breaker-in-the-model`.
 
 use super::scope::TICK_MS;
 use domain::breaker::{self, Admission, Breaker, BreakerSettings, BreakerState, Change, Tally};

@@ -1,20 +1,13 @@
-//! The guarantees of the pattern, written once: what every checker — the model
-//! checker, the simulator, the domain's property tests, the demo's report over a real
-//! run — calls a violation.
-//!
-//! Each guarantee is a [`Violation`]; each check is a pure function of what a checker
-//! observed, at the moment it observes it:
-//!
-//! - a conditional write or a creation applied ([`change`]);
-//! - a request published ([`publish`]) and received by the external service, which
-//!   deduplicates by idempotency key ([`Service`]);
-//! - a one-time schedule created ([`Instants`]);
-//! - a run's disposition ([`disposition`]);
-//! - where a transaction ended ([`lost`], [`alert_missing`]);
-//! - the outbound rate ([`peak_in_window`]).
-//!
-//! [`evidence`] checks a real run after the fact, from the three witnesses it leaves:
-//! the state records, the audit trail and the requests the service saw.
+//! The guarantees of the pattern, written once: what every checker — the model checker,
+//! the simulator, the domain's property tests, the demo's report over a real run —
+//! calls a violation. Each guarantee is a [`Violation`]; each check is a pure function
+//! of what a checker observed, when it observes it: a write or creation applied
+//! ([`change`]); a request published ([`publish`]) and received by the deduplicating
+//! service ([`Service`]); a schedule created ([`Instants`]); a run's disposition
+//! ([`disposition`]); where a transaction ended ([`lost`], [`alert_missing`]); the
+//! outbound rate ([`peak_in_window`]). [`evidence`] checks a real run after the fact,
+//! from its three witnesses: the state records, the audit trail and the requests the
+//! service saw. The guarantees: `docs/design.md#guarantees`.
 
 pub mod evidence;
 

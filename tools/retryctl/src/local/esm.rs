@@ -1,26 +1,14 @@
-//! An emulator of Lambda's SQS event source mapping (ESM).
-//!
-//! What Lambda does for an SQS-triggered function, done here against any SQS endpoint
-//! (moto on loopback) through the real SDK:
-//! - pollers long-poll the queue (`ReceiveMessage`, all system and message attributes);
-//! - a batch is gathered until it holds `BatchSize` records or the
-//!   `MaximumBatchingWindowInSeconds` has passed since its first record;
-//! - the batch becomes an `SqsEvent` built from the very JSON shape Lambda sends
-//!   (`messageId`, `receiptHandle`, `body`, `attributes` with `ApproximateReceiveCount`,
-//!   `messageAttributes`, `eventSourceARN`, `awsRegion`, …) and is deserialized into
-//!   `aws_lambda_events::sqs::SqsEvent`;
-//! - the function is invoked (in process, the same entry point its Lambda `main` serves);
-//! - with `ReportBatchItemFailures`, every record **not** listed in
-//!   `batchItemFailures` is deleted; the listed ones are left alone and reappear after
-//!   the visibility timeout, so the queue's redrive policy moves them to the DLQ after
-//!   `maxReceiveCount` receives (moto implements that redrive on receive, as SQS does);
-//! - an invocation error (or a panic) fails the whole batch; so does a response naming
-//!   a message id that is not in the batch (Lambda's rule);
-//! - at most `MaximumConcurrency` invocations run at once: one poller per unit of
-//!   concurrency, each invoking one batch at a time;
-//! - in a chaos run, an invocation can be killed mid-batch (`kill_probability`), as a
-//!   Lambda timeout or out-of-memory kills it: no batch response, the whole batch
-//!   back after the visibility timeout.
+//! An emulator of Lambda's SQS event source mapping (ESM), against any SQS endpoint
+//! (moto on loopback) through the real SDK: pollers long-poll the queue; a batch is
+//! gathered up to `BatchSize` or `MaximumBatchingWindowInSeconds`, deserialized from the
+//! very JSON shape Lambda sends into `aws_lambda_events::sqs::SqsEvent`, and handed to
+//! the function's own entry point; with `ReportBatchItemFailures`, every record **not**
+//! listed is deleted and the listed ones reappear after the visibility timeout (moto
+//! redrives them to the DLQ on receive, as SQS does); an invocation error, a panic, or a
+//! response naming a message id not in the batch fails the whole batch; one poller per
+//! unit of `MaximumConcurrency`. In a chaos run an invocation can be killed mid-batch
+//! (`kill_probability`), as a Lambda timeout or out-of-memory kills it. In detail:
+//! `docs/operations.md#how-the-emulators-mirror-aws`.
 
 use super::stop::Stop;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};

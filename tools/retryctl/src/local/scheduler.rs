@@ -1,22 +1,14 @@
-//! An emulator of EventBridge Scheduler's delivery of one-time schedules.
-//!
-//! moto stores schedules but never fires them. This emulator does what the service
-//! does for the schedules of one group, through the real Scheduler and SQS APIs:
-//! - lists the group's schedules (`ListSchedules`, paginated) and reads each new or
-//!   modified one once (`GetSchedule`: expression, time zone, target, retry policy,
-//!   dead-letter config, action after completion); a read that fails is made again
-//!   on the next tick;
-//! - fires each ENABLED one-time `at(yyyy-mm-ddThh:mm:ss)` schedule once its instant
-//!   has come, sending its `Target.Input` unchanged to the target queue (ARN → URL);
-//! - on delivery failure, retries up to `RetryPolicy.MaximumRetryAttempts` within
-//!   `MaximumEventAgeInSeconds`, then sends the input to `DeadLetterConfig.Arn` with
-//!   the service's error attributes;
-//! - deletes the schedule when `ActionAfterCompletion` is `DELETE` (a missing one is
-//!   fine), and otherwise never fires it again;
-//! - records the fire-time drift of each delivery (actual send − scheduled instant).
-//!
-//! Only the `UTC` time zone is supported (the one the pattern uses; anything else is
-//! reported and skipped), and only SQS targets.
+//! An emulator of EventBridge Scheduler's delivery of one-time schedules (moto stores
+//! schedules but never fires them), for one group, through the real Scheduler and SQS
+//! APIs: it lists the group's schedules and reads each new or modified one once (a
+//! failed read is made again on the next tick); fires each ENABLED one-time
+//! `at(yyyy-mm-ddThh:mm:ss)` schedule once its instant has come, sending `Target.Input`
+//! unchanged to the target queue; on delivery failure retries within the
+//! `RetryPolicy`, then sends the input to the dead-letter queue; deletes the schedule
+//! when `ActionAfterCompletion` is `DELETE` (a missing one is fine), else never fires it
+//! again; records each delivery's drift. Only the `UTC` time zone (anything else is
+//! reported and skipped) and SQS targets. In detail:
+//! `docs/operations.md#how-the-emulators-mirror-aws`.
 
 use super::stop::Stop;
 use super::SqsDirectory;

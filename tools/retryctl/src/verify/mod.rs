@@ -1,28 +1,15 @@
 //! `retryctl verify`: is a deployed stack the one the code relies on, and does it work
-//! end to end?
-//!
-//! 0. **Parameters** ([`placeholders`]): no deployed parameter still carries a
-//!    documentation placeholder (the accounts and domains `template.yaml`'s
-//!    AllowedPatterns refuse), read from the `Parameters` the outputs files carry.
-//! 1. **Resources** ([`resources`]): the queues' redrive policies (target and
-//!    `maxReceiveCount`) and visibility timeouts, the DLQs' retention, the tables'
-//!    keys, the reconciler index, the stream, the TTLs, the schedule group, a confirmed
-//!    subscription of the alarm topic every alarm publishes to, the
-//!    scheduler role's trust policy, and — with the harness — that the queue policies
-//!    let the harness read and answer. Each expected setting comes from the code's own
-//!    definitions (`testkit::provision`, `harness::service`).
-//! 2. **Transactions** ([`flow`]), only when every resource check passed: three real
-//!    transactions through the real queues, the staging harness answering each by the
-//!    script in its payload — SUCCESS; CANCELLED then SUCCESS; CANCELLED until the
-//!    budget of 3 is exhausted — then their final state and attempt, their audit
-//!    trails transition by transition, what the harness received (each attempt once,
-//!    none past the last), that no retry schedule is left, and that no DLQ holds
-//!    anything.
-//!
-//! The stacks' outputs come from files in the shape `aws cloudformation
-//! describe-stacks` prints ([`outputs`]); the AWS endpoint from the usual settings
-//! (`AWS_ENDPOINT_URL` for the local stack). The report lists every check with what it
-//! found; any failed check makes the command exit 6.
+//! end to end? 0. **Parameters** ([`placeholders`]): no deployed parameter still carries
+//! a documentation placeholder. 1. **Resources** ([`resources`]): redrive policies,
+//! visibility timeouts, DLQ retention, table keys, the reconciler index, the stream,
+//! TTLs, the schedule group, a confirmed subscription of the alarm topic, the scheduler
+//! role's trust policy and, with the harness, the queue policies it needs — each
+//! expected from the code's own definitions. 2. **Transactions** ([`flow`]), only when
+//! every resource check passed: SUCCESS; CANCELLED then SUCCESS; CANCELLED to exhaustion
+//! (budget 3), through the real queues and the staging harness, then their states,
+//! audit trails, what the harness received, no schedule or DLQ message left. Outputs
+//! come from `aws cloudformation describe-stacks` files ([`outputs`]); any failed check
+//! exits 6. See `docs/operations.md` and `docs/deploy.md#deploy-to-staging-and-verify`.
 
 pub mod flow;
 pub mod local;
