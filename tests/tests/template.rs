@@ -1,15 +1,15 @@
 //! `template.yaml` against the code: every function sets exactly the environment
-//! variables its config struct reads (`aws::config::*Config::env_vars()`); tables and
-//! queues are the definitions `testkit::provision` creates locally; function timeouts
-//! are `aws::config::timeouts`, and 6 × timeout fits in the visibility timeout of the
-//! queue each function consumes; no IAM action contains `*`; every DLQ has an alarm at
-//! its first message, and the business alarms read the metrics the code emits; build
-//! metadata, event sources and the scheduler role's trust policy are as the design
-//! requires; the staging harness's template against its code and the main template's
-//! exports, every `samconfig.toml` environment, and every output `retryctl verify`
-//! reads. Each check returns the problems it found; the `*_detects_*` tests break a
-//! copy of the template and assert the check notices, so no check passes vacuously.
-//! See `docs/deploy.md`.
+//! variables its config struct reads (`aws::config::*Config::env_vars()`); tables (keys,
+//! attributes, the reconcile index, stream view, TTL, billing) and queues (redrive,
+//! maxReceiveCount, visibility, retention) are the definitions `testkit::provision`
+//! creates; function timeouts are `aws::config::timeouts`, 6 × timeout within the
+//! consumed queue's visibility timeout; no IAM action contains `*`; every DLQ alarms at
+//! its first message, and business alarms read metrics the code emits (name, `Function`
+//! dimension); build metadata, event sources, the scheduler role's trust policy; the
+//! harness template against its code and the main exports, every `samconfig.toml`
+//! environment, every output `retryctl verify` reads (`docs/deploy.md`). Each check
+//! returns its problems; the `*_detects_*` tests break a copy of the template and
+//! assert the check notices, so no check passes vacuously.
 
 use aws::config::vars;
 use aws::config::{
