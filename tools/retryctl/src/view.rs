@@ -579,6 +579,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "answer_due_at",
                 "created_at",
                 "current_attempt",
                 "last_actor",
