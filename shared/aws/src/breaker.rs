@@ -379,12 +379,12 @@ impl DynamoBreaker {
         self.put(guard, "CORRUPT", new, note).await
     }
 
-    /// The version after an item that did not decode: one past its `version` when
-    /// that is a whole number, else 1.
-    pub fn version_after(version: Option<&AttributeValue>) -> u64 {
+    /// The version an override of an item that did not decode counts from: its
+    /// `version` when that is a whole number, else 0 (the override writes one past it).
+    pub fn stored_version(version: Option<&AttributeValue>) -> u64 {
         match version {
-            Some(AttributeValue::N(v)) => v.parse::<u64>().map_or(1, |v| v.saturating_add(1)),
-            _ => 1,
+            Some(AttributeValue::N(v)) => v.parse().unwrap_or(0),
+            _ => 0,
         }
     }
 

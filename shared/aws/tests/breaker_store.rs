@@ -232,10 +232,9 @@ async fn a_corrupt_breaker_item_is_an_error_and_an_override_repairs_it() {
         };
         assert!(problem.contains(named), "{problem}");
         assert_eq!(found, version);
-        let after = DynamoBreaker::version_after(found.as_ref());
         let (closed, change) = Breaker {
             state: BreakerState::Closed,
-            version: after - 1,
+            version: DynamoBreaker::stored_version(found.as_ref()),
         }
         .force(false, t(1_000), &settings());
         let repair = note(1_000, change, Some("repaired"));

@@ -157,7 +157,7 @@ async fn force(
             Found::Corrupt { problem, version } => {
                 let base = Breaker {
                     state: BreakerState::Closed,
-                    version: DynamoBreaker::version_after(version.as_ref()).saturating_sub(1),
+                    version: DynamoBreaker::stored_version(version.as_ref()),
                 };
                 let (new, change) = base.force(open.is_some(), now, &settings);
                 let note = BreakerNote {
