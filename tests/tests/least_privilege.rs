@@ -974,6 +974,10 @@ async fn operators(
             "ReconcileRequeueMax",
             domain::defaults::RECONCILE_REQUEUE_MAX.to_string(),
         ),
+        (
+            "TransactionDeadlineSeconds",
+            domain::defaults::TRANSACTION_DEADLINE.as_secs().to_string(),
+        ),
     ];
     retryctl::verify::local::register_stack(setup_sdk, endpoint, &entry, &params)
         .await

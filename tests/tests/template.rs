@@ -691,6 +691,10 @@ fn alarmed_emitted_metrics() -> Vec<(&'static str, &'static str)> {
         (names::CONFLICTING_SUCCESS, response),
         // response handler, per ERROR past the technical re-sends.
         (names::TECHNICAL_EXHAUSTED, response),
+        // every function whose decisions meet a transaction past its deadline.
+        (names::TRANSACTIONS_EXPIRED, response),
+        (names::TRANSACTIONS_EXPIRED, retry),
+        (names::TRANSACTIONS_EXPIRED, reconciler),
         // every function that creates schedules, per call refused for the account's
         // limits.
         (names::SCHEDULER_QUOTA_EXCEEDED, response),
@@ -786,6 +790,9 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
         (names::RETRY_EVENTS_PUBLISHED, reconciler),
         (audit_writer::TRANSACTIONS_EXHAUSTED, audit),
         (names::TRANSACTIONS_UNANSWERED, reconciler),
+        (names::TRANSACTIONS_EXPIRED, response),
+        (names::TRANSACTIONS_EXPIRED, retry),
+        (names::TRANSACTIONS_EXPIRED, reconciler),
         (names::CONFLICTING_SUCCESS, response),
         (names::RECONCILE_PARKED, reconciler),
         (names::RECONCILE_EXAMINED, reconciler),

@@ -41,6 +41,9 @@ pub struct Flaws {
     /// technical re-send, so the breaker's probe rounds exhaust the transaction the
     /// probe happens to pick.
     pub probe_spends_resend: bool,
+    /// No transaction deadline: a transaction paused, held or waiting when its
+    /// deadline passes goes on cycling (an outage that never ends keeps it for ever).
+    pub no_transaction_deadline: bool,
 }
 
 impl Flaws {
@@ -55,10 +58,11 @@ impl Flaws {
         pause_consumes_attempt: false,
         error_round_ignored: false,
         probe_spends_resend: false,
+        no_transaction_deadline: false,
     };
 
     /// The known-bad designs by the names the command lines take.
-    pub const NAMES: [&'static str; 10] = [
+    pub const NAMES: [&'static str; 11] = [
         "retry-rejects-scheduling",
         "fire-time-at-create",
         "retry-discards-sending",
@@ -69,6 +73,7 @@ impl Flaws {
         "pause-consumes-attempt",
         "error-round-ignored",
         "probe-spends-resend",
+        "no-transaction-deadline",
     ];
 
     /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
@@ -85,6 +90,7 @@ impl Flaws {
             "pause-consumes-attempt" => &mut self.pause_consumes_attempt,
             "error-round-ignored" => &mut self.error_round_ignored,
             "probe-spends-resend" => &mut self.probe_spends_resend,
+            "no-transaction-deadline" => &mut self.no_transaction_deadline,
             _ => return false,
         };
         *flag = true;
@@ -120,6 +126,16 @@ impl Decide for Flaws {
             input => input,
         };
         let q = Question { input, ..q };
+        // The deadline never reached.
+        let undated;
+        let ctx = if self.no_transaction_deadline {
+            undated = ctx
+                .clone()
+                .with_transaction_deadline(std::time::Duration::from_secs(u64::from(u32::MAX)));
+            &undated
+        } else {
+            ctx
+        };
         // The breaker's hold not consulted; its probe not told.
         let unheld;
         let ctx = match input {

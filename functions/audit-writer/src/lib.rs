@@ -42,12 +42,14 @@ pub fn entered(status: domain::Status) -> String {
 
 /// Whether `entry` is a transaction ending FAILED because its last attempt was
 /// answered CANCELLED with the budget spent (the response handler's write, outcome
-/// CANCELLED) — not a request left unanswered (the reconciler's write) nor a technical
-/// failure past its re-sends (outcome ERROR).
+/// CANCELLED, no mark of another cause) — not a request left unanswered (the
+/// reconciler's write), a technical failure past its re-sends (outcome ERROR) nor a
+/// CANCELLED that found the deadline passed (mark `EXPIRED`).
 pub fn ended_by_cancellations(entry: &AuditEntry) -> bool {
     entry.is_exhaustion()
         && entry.actor == Actor::ResponseHandler
         && entry.outcome == Some(Outcome::Cancelled)
+        && entry.noted_mark().is_none()
 }
 
 /// Counts one audited transition into `metrics`: `Entered<Status>`, and
@@ -223,6 +225,14 @@ mod tests {
                     Some(Outcome::Error),
                     "TECHNICAL_EXHAUSTED",
                 ),
+                0,
+            ),
+            // A CANCELLED with attempts left that found the deadline passed.
+            (
+                AuditEntry {
+                    mark: Some(domain::machine::Mark::Expired),
+                    ..failed(Actor::ResponseHandler, Some(Outcome::Cancelled), "EXPIRED")
+                },
                 0,
             ),
         ];

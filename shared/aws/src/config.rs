@@ -232,6 +232,14 @@ pub mod vars {
         d::TECHNICAL_RESEND_LIMIT,
     );
 
+    /// How long a transaction may stay open (from its creation or its last replay).
+    pub const TRANSACTION_DEADLINE_SECONDS: Var<u64> = Var::between(
+        "TRANSACTION_DEADLINE_SECONDS",
+        d::TRANSACTION_DEADLINE.as_secs(),
+        60,
+        365 * DAY,
+    );
+
     // Throughput, audit and metrics.
     /// Per execution environment; required.
     pub const MAX_REQUESTS_PER_SECOND: Var<f64> = Var {
@@ -577,6 +585,9 @@ pub struct ResponseHandlerConfig {
     /// TECHNICAL_RESEND_MAX: technical re-sends of a transaction before an ERROR ends
     /// it FAILED.
     pub technical_resend_max: u32,
+    /// TRANSACTION_DEADLINE_SECONDS: past it, an answer that would open a wait ends
+    /// the transaction FAILED/EXPIRED.
+    pub transaction_deadline: Duration,
     /// The circuit breaker its answers feed.
     pub breaker: Option<BreakerConfig>,
     pub batch_concurrency: usize,
@@ -598,6 +609,7 @@ impl ResponseHandlerConfig {
             audit_table: env.text(&AUDIT_TABLE),
             audit_retention_days: env.get(&AUDIT_RETENTION_DAYS),
             technical_resend_max: env.get(&TECHNICAL_RESEND_MAX),
+            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
             breaker: BreakerConfig::read(env),
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
@@ -617,6 +629,9 @@ pub struct RetryHandlerConfig {
     pub max_requests_per_second: f64,
     /// ANSWER_TIMEOUT_SECONDS: the deadline of each request this handler publishes.
     pub answer_timeout: Duration,
+    /// TRANSACTION_DEADLINE_SECONDS: past it, a retry event ends the transaction
+    /// FAILED/EXPIRED instead of sending.
+    pub transaction_deadline: Duration,
     /// Schedules of the retries the breaker pauses.
     pub scheduler: SchedulerSettings,
     /// The circuit breaker that holds requests back.
@@ -638,6 +653,7 @@ impl RetryHandlerConfig {
             reconcile_shards: env.get(&RECONCILE_SHARDS),
             max_requests_per_second,
             answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
+            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
             scheduler: SchedulerSettings::read(env),
             breaker: BreakerConfig::read(env),
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
@@ -664,6 +680,9 @@ pub struct ReconcilerConfig {
     pub answer: AnswerDeadline,
     /// RECONCILE_REQUEUE_MAX: requeues without progress before a record is parked.
     pub requeue_max: u32,
+    /// TRANSACTION_DEADLINE_SECONDS: a stuck or unanswered record past it ends
+    /// FAILED/EXPIRED.
+    pub transaction_deadline: Duration,
     pub scheduler: SchedulerSettings,
     pub reconcile_threshold: Duration,
     pub reconcile_max_items: u32,
@@ -688,6 +707,7 @@ impl ReconcilerConfig {
                 republish_max: env.get(&ANSWER_REPUBLISH_MAX),
             },
             requeue_max: env.get(&RECONCILE_REQUEUE_MAX),
+            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
             scheduler: SchedulerSettings::read(env),
             reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
             reconcile_max_items: env.get(&RECONCILE_MAX_ITEMS),

@@ -173,6 +173,18 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         });
     }
 
+    // The transaction deadline still ahead: the replay's `expires_at`, or — none
+    // set — a creation after `now` − the deadline (timestamps sort as text).
+    if let Some(d) = g.live {
+        let expires = b.name(attr::EXPIRES_AT);
+        let created = b.name(attr::CREATED_AT);
+        let now = b.value("g_live_now", s(d.now.to_rfc3339()));
+        let born = b.value("g_live_born", s(d.born_after.to_rfc3339()));
+        cond.push(format!(
+            "({expires} > {now} OR (attribute_not_exists({expires}) AND {created} > {born}))"
+        ));
+    }
+
     // Update.
     let c = &w.set;
     let mut set: Vec<String> = Vec::new();
@@ -314,6 +326,14 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         attr::PAUSES,
         &c.pauses,
         |k| n(*k),
+    );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::EXPIRES_AT,
+        &c.expires_at,
+        |t| s(t.to_rfc3339()),
     );
     change(
         &mut b,

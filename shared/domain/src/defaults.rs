@@ -46,6 +46,13 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// reason `UNANSWERED` (`ANSWER_REPUBLISH_MAX`, `AnswerRepublishMax`).
 pub const ANSWER_REPUBLISH_MAX: u32 = 3;
 
+/// How long a transaction may stay open, from its creation or its last operator
+/// replay, before its next decision ends it FAILED, `EXPIRED`
+/// (`TRANSACTION_DEADLINE_SECONDS`, `TransactionDeadlineSeconds`). Seven days: the
+/// default attempts and technical re-sends fit in under two, and an outage that lasts
+/// a week ends every transaction it holds instead of cycling them for ever.
+pub const TRANSACTION_DEADLINE: Duration = Duration::from_secs(7 * 24 * 3600);
+
 /// Technical re-sends of one transaction's requests (ERROR answers sent again, no
 /// attempt consumed) before the next ERROR ends it FAILED with the reason
 /// `TECHNICAL_EXHAUSTED` (`TECHNICAL_RESEND_MAX`, `TechnicalResendMax`). With the
@@ -121,7 +128,7 @@ pub enum ParameterDefault {
 }
 
 /// `template.yaml`'s parameters whose defaults are the constants above.
-pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 20] = {
+pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 21] = {
     use ParameterDefault::{Number, Text};
     [
         ("BackoffBaseSeconds", Number(BACKOFF_BASE.as_secs_f64())),
@@ -129,6 +136,10 @@ pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 20] = {
         ("AnswerRepublishMax", Number(ANSWER_REPUBLISH_MAX as f64)),
         ("ReconcileRequeueMax", Number(RECONCILE_REQUEUE_MAX as f64)),
         ("TechnicalResendMax", Number(TECHNICAL_RESEND_MAX as f64)),
+        (
+            "TransactionDeadlineSeconds",
+            Number(TRANSACTION_DEADLINE.as_secs_f64()),
+        ),
         ("BackoffFactor", Number(BACKOFF_FACTOR)),
         ("BackoffCapSeconds", Number(BACKOFF_CAP.as_secs_f64())),
         ("BackoffJitter", Number(BACKOFF_JITTER)),

@@ -89,39 +89,38 @@ impl fmt::Display for Status {
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Event {
     Start,
-    ResponseSuccess,
-    ResponseCancelledExhausted,
+    /// The transaction's work is done: the service answered SUCCESS, or (mark
+    /// `RESOLVED`) it was resolved by other means while a retry waited.
+    Success,
+    /// A budget of the transaction is spent: its attempts (CANCELLED for the last),
+    /// its technical re-sends (mark `TECHNICAL_EXHAUSTED`), its republishes (mark
+    /// `UNANSWERED`) or its time (mark `EXPIRED`).
+    Exhausted,
     ResponseCancelledRetry,
     ResponseTechnicalRetry,
-    ResponseTechnicalExhausted,
     ScheduleConfirmed,
     RetryEventAccepted,
     RequestPublished,
-    ResolvedElsewhere,
     OperatorReplay,
     AnswerAwaited,
     AnswerRepublished,
-    AnswerAbandoned,
     ReconcilerRequeued,
     RetryPausedByBreaker,
 }
 
 impl Event {
-    pub const ALL: [Event; 16] = [
+    pub const ALL: [Event; 13] = [
         Event::Start,
-        Event::ResponseSuccess,
-        Event::ResponseCancelledExhausted,
+        Event::Success,
+        Event::Exhausted,
         Event::ResponseCancelledRetry,
         Event::ResponseTechnicalRetry,
-        Event::ResponseTechnicalExhausted,
         Event::ScheduleConfirmed,
         Event::RetryEventAccepted,
         Event::RequestPublished,
-        Event::ResolvedElsewhere,
         Event::OperatorReplay,
         Event::AnswerAwaited,
         Event::AnswerRepublished,
-        Event::AnswerAbandoned,
         Event::ReconcilerRequeued,
         Event::RetryPausedByBreaker,
     ];
@@ -142,25 +141,18 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
     use Status as S;
     match (from, event) {
         (None, E::Start) => Ok(S::InProgress),
-        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseSuccess) => {
-            Ok(S::Succeeded)
-        }
-        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseCancelledExhausted) => {
-            Ok(S::Failed)
-        }
+        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::Success) => Ok(S::Succeeded),
+        (Some(S::InProgress | S::Scheduling | S::Scheduled), E::Exhausted) => Ok(S::Failed),
         (Some(S::InProgress | S::Scheduling | S::Scheduled), E::ResponseCancelledRetry) => {
             Ok(S::Scheduling)
         }
         (Some(S::InProgress), E::ResponseTechnicalRetry) => Ok(S::Scheduling),
-        (Some(S::InProgress), E::ResponseTechnicalExhausted) => Ok(S::Failed),
         (Some(S::Scheduling), E::ScheduleConfirmed) => Ok(S::Scheduled),
-        (Some(S::Scheduling | S::Scheduled | S::Sending), E::RetryEventAccepted) => Ok(S::Sending),
+        (Some(S::Scheduling | S::Scheduled), E::RetryEventAccepted) => Ok(S::Sending),
         (Some(S::Sending), E::RequestPublished) => Ok(S::InProgress),
         (Some(S::Scheduling | S::Scheduled), E::RetryPausedByBreaker) => Ok(S::Scheduling),
-        (Some(S::Scheduling | S::Scheduled), E::ResolvedElsewhere) => Ok(S::Succeeded),
         (Some(S::Failed), E::OperatorReplay) => Ok(S::Scheduling),
         (Some(S::InProgress), E::AnswerAwaited | E::AnswerRepublished) => Ok(S::InProgress),
-        (Some(S::InProgress), E::AnswerAbandoned) => Ok(S::Failed),
         (Some(S::Scheduling), E::ReconcilerRequeued) => Ok(S::Scheduling),
         (Some(S::Scheduled), E::ReconcilerRequeued) => Ok(S::Scheduled),
         (Some(S::Sending), E::ReconcilerRequeued) => Ok(S::Sending),
@@ -355,7 +347,7 @@ impl Arrow {
 }
 
 /// An [`Arrow`] checked at compile time: `arrow!([Status::InProgress],
-/// Event::ResponseSuccess)`. Statuses and an event without an arrow of the machine
+/// Event::Success)`. Statuses and an event without an arrow of the machine
 /// do not compile.
 ///
 /// ```
@@ -366,8 +358,8 @@ impl Arrow {
 ///
 /// ```compile_fail
 /// use domain::machine::{Event, Status};
-/// // SENDING cannot be resolved by other means: the request is in flight.
-/// let a = domain::arrow!([Status::Scheduling, Status::Sending], Event::ResolvedElsewhere);
+/// // SENDING never succeeds but by its publish and then its answer: the request may be out.
+/// let a = domain::arrow!([Status::Scheduling, Status::Sending], Event::Success);
 /// ```
 #[macro_export]
 macro_rules! arrow {
@@ -517,10 +509,25 @@ pub enum Mark {
     Unanswered,
     /// SUCCEEDED by an operator's resolve (resolved by other means).
     Resolved,
+    /// FAILED: the transaction's deadline passed (`TRANSACTION_DEADLINE_SECONDS`).
+    Expired,
 }
 
 impl Mark {
-    pub const ALL: [Mark; 6] = [
+    pub const ALL: [Mark; 7] = [
+        Mark::Probe,
+        Mark::HeldOpen,
+        Mark::HeldHalfOpen,
+        Mark::TechnicalExhausted,
+        Mark::Unanswered,
+        Mark::Resolved,
+        Mark::Expired,
+    ];
+
+    /// The marks the previous release wrote into `last_reason` (before the `mark`
+    /// attribute existed). Later marks were never written there by that release, so a
+    /// `last_reason` equal to one of their names on an old item is the service's text.
+    pub const LEGACY: [Mark; 6] = [
         Mark::Probe,
         Mark::HeldOpen,
         Mark::HeldHalfOpen,
@@ -538,6 +545,7 @@ impl Mark {
             Mark::TechnicalExhausted => "TECHNICAL_EXHAUSTED",
             Mark::Unanswered => "UNANSWERED",
             Mark::Resolved => "RESOLVED",
+            Mark::Expired => "EXPIRED",
         }
     }
 
@@ -556,6 +564,7 @@ impl Mark {
             Mark::TechnicalExhausted => "TECHNICAL_EXHAUSTED",
             Mark::Unanswered => "UNANSWERED",
             Mark::Resolved => "RESOLVED_BY_OTHER_MEANS",
+            Mark::Expired => "EXPIRED",
         }
     }
 
@@ -564,7 +573,9 @@ impl Mark {
     /// record that has the attribute.
     pub fn from_legacy_reason(reason: Option<&str>) -> Option<Mark> {
         let reason = reason?;
-        Mark::ALL.into_iter().find(|m| m.legacy_reason() == reason)
+        Mark::LEGACY
+            .into_iter()
+            .find(|m| m.legacy_reason() == reason)
     }
 
     /// The breaker's marks: a probe, or a hold.
@@ -683,6 +694,10 @@ pub struct TransactionRecord {
     /// passed by value).
     #[serde(default)]
     pub operator: Option<Box<OperatorNote>>,
+    /// The transaction's deadline when an operator replay set one; absent:
+    /// `created_at` + TRANSACTION_DEADLINE_SECONDS ([`Deadline::of`]).
+    #[serde(default)]
+    pub expires_at: Option<Timestamp>,
 }
 
 impl TransactionRecord {
@@ -720,6 +735,7 @@ impl TransactionRecord {
             pauses: 0,
             failed: None,
             operator: None,
+            expires_at: None,
         }
     }
 
@@ -760,6 +776,32 @@ pub struct Guard {
     /// Whether the write expects the request in flight to be the breaker's probe
     /// (the record's mark is [`Mark::Probe`]) or not; `None`: either.
     pub probe: Option<bool>,
+    /// The write expects the transaction's deadline still ahead (see [`Deadline`]).
+    pub live: Option<Deadline>,
+}
+
+/// The transaction deadline as a write's condition sees it at `now`: a record whose
+/// `expires_at` is after `now`, or — without one — created after `born_after`
+/// (`now` − TRANSACTION_DEADLINE_SECONDS), is live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Deadline {
+    pub now: Timestamp,
+    pub born_after: Timestamp,
+}
+
+impl Deadline {
+    /// The instant `rec` expires at under a deadline of `deadline_ms`.
+    pub fn of(rec: &TransactionRecord, deadline_ms: i64) -> Timestamp {
+        rec.expires_at
+            .unwrap_or_else(|| rec.created_at.plus_millis(deadline_ms))
+    }
+
+    pub fn is_live(&self, rec: &TransactionRecord) -> bool {
+        match rec.expires_at {
+            Some(at) => at > self.now,
+            None => rec.created_at > self.born_after,
+        }
+    }
 }
 
 impl Guard {
@@ -778,6 +820,7 @@ impl Guard {
             && self.requeues.is_none_or(|k| rec.requeues == k)
             && self.resends.is_none_or(|k| rec.resends == k)
             && self.probe.is_none_or(|p| rec.is_probing() == p)
+            && self.live.is_none_or(|d| d.is_live(rec))
     }
 }
 
@@ -831,6 +874,8 @@ pub struct Changes {
     pub failed: Change<FailedKey>,
     /// The operator's note: set (or cleared) by operator writes, kept by the others.
     pub operator: Change<OperatorNote>,
+    /// The deadline an operator replay gives (kept by every other write).
+    pub expires_at: Change<Timestamp>,
 }
 
 /// One conditional write: an arrow of the state machine on one transaction.
@@ -898,6 +943,7 @@ impl Write {
                     Change::Keep
                 },
                 operator: Change::Keep,
+                expires_at: Change::Keep,
             },
         }
     }
@@ -1026,7 +1072,9 @@ impl Write {
             && g.resends
                 .is_none_or(|k| s.resends != Change::Keep || rec.resends == k)
             && g.probe
-                .is_none_or(|p| s.mark != Change::Keep || rec.is_probing() == p);
+                .is_none_or(|p| s.mark != Change::Keep || rec.is_probing() == p)
+            && g.live
+                .is_none_or(|d| s.expires_at != Change::Keep || d.is_live(rec));
         guard_kept && self.result_is(rec)
     }
 
@@ -1063,6 +1111,7 @@ impl Write {
             && matches(&s.resends, &(rec.resends > 0).then_some(rec.resends))
             && matches(&s.pauses, &(rec.pauses > 0).then_some(rec.pauses))
             && matches(&s.failed, &rec.failed)
+            && matches(&s.expires_at, &rec.expires_at)
             && match &s.operator {
                 Change::Keep => true,
                 Change::Set(n) => rec.operator.as_deref() == Some(n),
@@ -1110,6 +1159,7 @@ impl Write {
         s.pauses.apply_to(&mut pauses);
         next.pauses = pauses.unwrap_or(0);
         s.failed.apply_to(&mut next.failed);
+        s.expires_at.apply_to(&mut next.expires_at);
         match &s.operator {
             Change::Keep => {}
             Change::Set(n) => next.operator = Some(Box::new(n.clone())),
@@ -1132,18 +1182,16 @@ mod tests {
     fn every_state_times_every_event() {
         let expected: &[(Option<Status>, Event, Option<Status>)] = &[
             (None, E::Start, Some(S::InProgress)),
-            (Some(S::InProgress), E::ResponseSuccess, Some(S::Succeeded)),
-            (Some(S::Scheduling), E::ResponseSuccess, Some(S::Succeeded)),
-            (Some(S::Scheduled), E::ResponseSuccess, Some(S::Succeeded)),
+            (Some(S::InProgress), E::Success, Some(S::Succeeded)),
+            (Some(S::Scheduling), E::Success, Some(S::Succeeded)),
+            (Some(S::Scheduled), E::Success, Some(S::Succeeded)),
+            (Some(S::InProgress), E::Exhausted, Some(S::Failed)),
+            (Some(S::Scheduling), E::Exhausted, Some(S::Failed)),
+            (Some(S::Scheduled), E::Exhausted, Some(S::Failed)),
             (
+                Some(S::InProgress),
+                E::ResponseCancelledRetry,
                 Some(S::Scheduling),
-                E::ResponseCancelledExhausted,
-                Some(S::Failed),
-            ),
-            (
-                Some(S::Scheduled),
-                E::ResponseCancelledExhausted,
-                Some(S::Failed),
             ),
             (
                 Some(S::Scheduling),
@@ -1152,16 +1200,6 @@ mod tests {
             ),
             (
                 Some(S::Scheduled),
-                E::ResponseCancelledRetry,
-                Some(S::Scheduling),
-            ),
-            (
-                Some(S::InProgress),
-                E::ResponseCancelledExhausted,
-                Some(S::Failed),
-            ),
-            (
-                Some(S::InProgress),
                 E::ResponseCancelledRetry,
                 Some(S::Scheduling),
             ),
@@ -1171,25 +1209,13 @@ mod tests {
                 Some(S::Scheduling),
             ),
             (
-                Some(S::InProgress),
-                E::ResponseTechnicalExhausted,
-                Some(S::Failed),
-            ),
-            (
                 Some(S::Scheduling),
                 E::ScheduleConfirmed,
                 Some(S::Scheduled),
             ),
             (Some(S::Scheduling), E::RetryEventAccepted, Some(S::Sending)),
             (Some(S::Scheduled), E::RetryEventAccepted, Some(S::Sending)),
-            (Some(S::Sending), E::RetryEventAccepted, Some(S::Sending)),
             (Some(S::Sending), E::RequestPublished, Some(S::InProgress)),
-            (
-                Some(S::Scheduling),
-                E::ResolvedElsewhere,
-                Some(S::Succeeded),
-            ),
-            (Some(S::Scheduled), E::ResolvedElsewhere, Some(S::Succeeded)),
             (Some(S::Failed), E::OperatorReplay, Some(S::Scheduling)),
             (Some(S::InProgress), E::AnswerAwaited, Some(S::InProgress)),
             (
@@ -1197,7 +1223,6 @@ mod tests {
                 E::AnswerRepublished,
                 Some(S::InProgress),
             ),
-            (Some(S::InProgress), E::AnswerAbandoned, Some(S::Failed)),
             (
                 Some(S::Scheduling),
                 E::ReconcilerRequeued,
@@ -1244,7 +1269,7 @@ mod tests {
             }
         }
         assert_eq!(legal, expected.len());
-        assert_eq!(states.len() * Event::ALL.len(), 112);
+        assert_eq!(states.len() * Event::ALL.len(), 91);
     }
 
     #[test]
@@ -1259,13 +1284,10 @@ mod tests {
 
     #[test]
     fn illegal_transition_message_names_state_and_event() {
-        let e = transition(Some(S::Sending), E::ResolvedElsewhere).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "no transition from SENDING on ResolvedElsewhere"
-        );
-        let e = transition(None, E::ResponseSuccess).unwrap_err();
-        assert_eq!(e.to_string(), "no transition from [*] on ResponseSuccess");
+        let e = transition(Some(S::Sending), E::Success).unwrap_err();
+        assert_eq!(e.to_string(), "no transition from SENDING on Success");
+        let e = transition(None, E::Success).unwrap_err();
+        assert_eq!(e.to_string(), "no transition from [*] on Success");
     }
 
     #[test]
@@ -1310,6 +1332,35 @@ mod tests {
         )
     }
 
+    /// GIVEN a record created at 0 WHEN a write guarded by the deadline is tried
+    /// THEN without `expires_at` it holds while the creation is after `now − deadline`,
+    /// and with one (a replay's) it holds while that instant is ahead.
+    #[test]
+    fn the_deadline_guard_reads_a_replays_deadline_or_the_creation() {
+        let rec = record(S::InProgress, 1, None, 4);
+        let at = |now: i64, deadline: i64| Deadline {
+            now: Timestamp::from_millis(now),
+            born_after: Timestamp::from_millis(now - deadline),
+        };
+        assert!(at(999, 1000).is_live(&rec));
+        assert!(
+            !at(1000, 1000).is_live(&rec),
+            "expired at created + deadline"
+        );
+        let replayed = TransactionRecord {
+            expires_at: Some(Timestamp::from_millis(5000)),
+            ..rec.clone()
+        };
+        assert!(at(4999, 1000).is_live(&replayed));
+        assert!(!at(5000, 1000).is_live(&replayed));
+        assert_eq!(Deadline::of(&rec, 1000), Timestamp::from_millis(1000));
+        assert_eq!(Deadline::of(&replayed, 1000), Timestamp::from_millis(5000));
+        let mut w = write(&[S::InProgress], E::ResponseCancelledRetry);
+        w.guard.live = Some(at(1000, 1000));
+        assert!(!w.holds(&rec));
+        assert!(w.holds(&replayed));
+    }
+
     #[test]
     fn guard_checks_status_attempts_and_budget() {
         let mut w = write(&[S::InProgress], E::ResponseCancelledRetry);
@@ -1321,6 +1372,7 @@ mod tests {
             requeues: None,
             resends: None,
             probe: None,
+            live: None,
         };
         assert!(w.holds(&record(S::InProgress, 2, None, 4)));
         assert!(
@@ -1332,7 +1384,7 @@ mod tests {
             "stale status"
         );
         assert!(!w.holds(&record(S::InProgress, 2, None, 2)), "budget spent");
-        let mut exhausted = write(&[S::InProgress], E::ResponseCancelledExhausted);
+        let mut exhausted = write(&[S::InProgress], E::Exhausted);
         exhausted.guard = Guard {
             budget: Some(BudgetGuard::Exhausted),
             ..w.guard.clone()
@@ -1386,39 +1438,34 @@ mod tests {
             }
         }
         // One per non-empty subset of the sources of each event: Start has none
-        // (it leaves [*]); RetryEventAccepted, ResponseSuccess and the two
-        // ResponseCancelled* 7 each, RetryPausedByBreaker and ResolvedElsewhere 3
-        // each, the rest 1 each.
-        assert_eq!(arrows, 4 * 7 + 2 * 3 + 11);
+        // (it leaves [*]); Success, Exhausted and ResponseCancelledRetry 7 each,
+        // RetryEventAccepted and RetryPausedByBreaker 3 each, ReconcilerRequeued one
+        // per status (its arrows diverge), the rest 1 each.
+        assert_eq!(arrows, 3 * 7 + 2 * 3 + 3 + 6);
     }
 
     #[test]
     fn a_narrowed_arrow_leaves_only_statuses_it_left() {
-        let a = Arrow::new(&[S::Scheduling, S::Scheduled], E::ResolvedElsewhere).unwrap();
+        let a = Arrow::new(&[S::Scheduling, S::Scheduled], E::Success).unwrap();
         let one = a.only_from(&[S::Scheduled]).unwrap();
         assert_eq!(one.to(), S::Succeeded);
         assert_eq!(one.from().single(), Some(S::Scheduled));
         assert_eq!(
             one.only_from(&[S::Scheduling]),
             Err(ArrowError::NotLeft {
-                event: E::ResolvedElsewhere,
+                event: E::Success,
                 status: S::Scheduling
             })
         );
         assert_eq!(
             a.only_from(&[]),
-            Err(ArrowError::NoSource {
-                event: E::ResolvedElsewhere
-            })
+            Err(ArrowError::NoSource { event: E::Success })
         );
         let e = ArrowError::NotLeft {
-            event: E::ResolvedElsewhere,
+            event: E::Success,
             status: S::Sending,
         };
-        assert_eq!(
-            e.to_string(),
-            "the arrow on ResolvedElsewhere does not leave SENDING"
-        );
+        assert_eq!(e.to_string(), "the arrow on Success does not leave SENDING");
     }
 
     #[test]
@@ -1453,11 +1500,11 @@ mod tests {
         let published = write(&[S::Sending], E::RequestPublished);
         assert_eq!(published.set.reconcile, Change::Keep);
         assert_eq!(published.set.answer_due_at, Change::Keep);
-        let succeeded = write(&[S::InProgress], E::ResponseSuccess);
+        let succeeded = write(&[S::InProgress], E::Success);
         assert_eq!(succeeded.set.reconcile, Change::Clear);
         assert_eq!(succeeded.set.answer_due_at, Change::Clear);
         assert_eq!(
-            write(&[S::InProgress], E::AnswerAbandoned).set.reconcile,
+            write(&[S::InProgress], E::Exhausted).set.reconcile,
             Change::Clear
         );
         let replayed = write(&[S::Failed], E::OperatorReplay);

@@ -105,6 +105,15 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
                         "business alert: every technical re-send answered ERROR; transaction FAILED (TECHNICAL_EXHAUSTED)"
                     );
                 }
+                AlertKind::Expired => {
+                    metrics.incr(names::TRANSACTIONS_EXPIRED);
+                    tracing::error!(
+                        alert = a.kind.label(),
+                        transaction_id = %a.transaction_id,
+                        attempt = a.attempts.get(),
+                        "business alert: transaction deadline passed; transaction FAILED (EXPIRED)"
+                    );
+                }
             },
             (Effect::Write(w), Observed::Written(r)) => {
                 tracing::debug!(

@@ -75,6 +75,9 @@ pub mod names {
     /// Every technical re-send answered ERROR again: the transaction ended
     /// FAILED/TECHNICAL_EXHAUSTED (business alert).
     pub const TECHNICAL_EXHAUSTED: &str = "TechnicalExhausted";
+    /// The transaction's deadline passed before it ended: FAILED/EXPIRED (business
+    /// alert; counted by whichever function's decision ended it).
+    pub const TRANSACTIONS_EXPIRED: &str = "TransactionsExpired";
     /// An unanswered request published again by the reconciler (same key).
     pub const REQUESTS_REPUBLISHED: &str = "RequestsRepublished";
     /// A scheduler call throttled past the client's own retries (the message is

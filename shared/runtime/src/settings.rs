@@ -27,6 +27,8 @@ pub struct Settings {
     /// Technical re-sends of a transaction before an ERROR ends it FAILED
     /// (TECHNICAL_RESEND_MAX; only the response handler uses it).
     pub technical_resend_max: u32,
+    /// How long a transaction may stay open (TRANSACTION_DEADLINE_SECONDS).
+    pub transaction_deadline: Duration,
 }
 
 impl Default for Settings {
@@ -39,6 +41,7 @@ impl Default for Settings {
             answer_republish_max: defaults::ANSWER_REPUBLISH_MAX,
             requeue_max: defaults::RECONCILE_REQUEUE_MAX,
             technical_resend_max: defaults::TECHNICAL_RESEND_MAX,
+            transaction_deadline: defaults::TRANSACTION_DEADLINE,
         }
     }
 }
@@ -55,6 +58,7 @@ impl Settings {
         .with_answer_deadline(self.answer_timeout, self.answer_republish_max)
         .with_requeue_max(self.requeue_max)
         .with_technical_resend_max(self.technical_resend_max)
+        .with_transaction_deadline(self.transaction_deadline)
     }
 }
 

@@ -110,6 +110,7 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
         settings: Settings {
             answer_timeout: c.answer_timeout,
             technical_resend_max: c.technical_resend_max,
+            transaction_deadline: c.transaction_deadline,
             ..settings(c.policies.clone(), c.reconcile_shards)
         },
         batch: BatchOptions {
@@ -154,6 +155,7 @@ pub fn retry_handler_on(
         clock: SystemClock,
         settings: Settings {
             answer_timeout: c.answer_timeout,
+            transaction_deadline: c.transaction_deadline,
             ..settings(PolicySet::default(), c.reconcile_shards)
         },
         batch: BatchOptions {
@@ -181,6 +183,7 @@ pub fn reconciler(sdk: &SdkConfig, c: &ReconcilerConfig) -> AwsReconciler {
             answer_timeout: c.answer.timeout,
             answer_republish_max: c.answer.republish_max,
             requeue_max: c.requeue_max,
+            transaction_deadline: c.transaction_deadline,
             ..settings(PolicySet::default(), c.reconcile_shards)
         },
         limits: Limits {

@@ -105,6 +105,10 @@ pub struct TargetArgs {
     /// AnswerTimeoutSeconds): `submit` writes the first answer deadline from it.
     #[arg(long, env = vars::ANSWER_TIMEOUT_SECONDS.name, global = true)]
     pub answer_timeout_seconds: Option<u64>,
+    /// How long a transaction may stay open, in seconds (the stack's
+    /// TransactionDeadlineSeconds): `replay` gives the transaction this long again.
+    #[arg(long, env = vars::TRANSACTION_DEADLINE_SECONDS.name, global = true)]
+    pub transaction_deadline_seconds: Option<u64>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -41,6 +41,8 @@ pub struct Target {
     requeue_max: Option<u32>,
     /// The stack's AnswerTimeoutSeconds, when given: never guessed.
     answer_timeout: Option<Duration>,
+    /// The stack's TransactionDeadlineSeconds, when given: never guessed.
+    transaction_deadline: Option<Duration>,
 }
 
 impl Target {
@@ -100,6 +102,13 @@ impl Target {
                 "must be at least 1",
             ));
         }
+        if let Some(d @ (0..60)) = args.transaction_deadline_seconds {
+            return Err(CliError::bad(
+                "--transaction-deadline-seconds",
+                d.to_string(),
+                "must be at least 60",
+            ));
+        }
         if args.reconcile_requeue_max == Some(0) {
             return Err(CliError::bad(
                 "--reconcile-requeue-max",
@@ -115,6 +124,7 @@ impl Target {
             threshold: args.reconcile_threshold_seconds.map(Duration::from_secs),
             requeue_max: args.reconcile_requeue_max,
             answer_timeout: args.answer_timeout_seconds.map(Duration::from_secs),
+            transaction_deadline: args.transaction_deadline_seconds.map(Duration::from_secs),
         })
     }
 
@@ -162,6 +172,20 @@ impl Target {
                 "set --answer-timeout-seconds (or ANSWER_TIMEOUT_SECONDS) to the stack's \
                  AnswerTimeoutSeconds (stack output `AnswerTimeoutSeconds`): retryctl never \
                  guesses it"
+                    .to_owned(),
+            )
+        })
+    }
+
+    /// The stack's transaction deadline, as given: the deadline a replay gives
+    /// again. Never the built-in default: a longer one than the stack's would keep a
+    /// replayed transaction open past what the stack promises.
+    pub fn transaction_deadline(&self) -> Result<Duration, CliError> {
+        self.transaction_deadline.ok_or_else(|| {
+            CliError::Missing(
+                "set --transaction-deadline-seconds (or TRANSACTION_DEADLINE_SECONDS) to the \
+                 stack's TransactionDeadlineSeconds parameter (or use --stack): retryctl \
+                 never guesses it"
                     .to_owned(),
             )
         })
@@ -644,7 +668,11 @@ pub async fn replay(
         store: &store,
         retries: &retries,
     };
-    let ctx = noted(t.stack_settings(false)?.context(SystemClock.now()), note);
+    let settings = Settings {
+        transaction_deadline: t.transaction_deadline()?,
+        ..t.stack_settings(false)?
+    };
+    let ctx = noted(settings.context(SystemClock.now()), note);
     let done = runtime::ops::replay(&ports, id.clone(), budget, &ctx)
         .await
         .map_err(op_error)?;

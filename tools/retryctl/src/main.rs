@@ -95,14 +95,15 @@ async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliEr
     print(cli.json, Output { text, json });
     eprintln!(
         "\nThe local stack keeps running until Ctrl-C. From another shell:\n  \
-         export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} RECONCILE_SHARDS={} RECONCILE_THRESHOLD_SECONDS={} RECONCILE_REQUEUE_MAX={} ANSWER_TIMEOUT_SECONDS={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
+         export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} RECONCILE_SHARDS={} RECONCILE_THRESHOLD_SECONDS={} RECONCILE_REQUEUE_MAX={} ANSWER_TIMEOUT_SECONDS={} TRANSACTION_DEADLINE_SECONDS={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
          retryctl stats; retryctl list --status FAILED; retryctl show TX-000001; retryctl stuck",
         stack.endpoint,
         stack.names().prefix,
         stack.reconcile_shards(),
         stack.reconcile_threshold_seconds(),
         stack.reconcile_requeue_max(),
-        stack.answer_timeout_seconds()
+        stack.answer_timeout_seconds(),
+        stack.transaction_deadline_seconds()
     );
     let _ = tokio::signal::ctrl_c().await;
     stack.shutdown().await;

@@ -50,6 +50,10 @@ pub const FILLED: &[(&str, Source)] = &[
         "--reconcile-requeue-max",
         Source::Parameter("ReconcileRequeueMax"),
     ),
+    (
+        "--transaction-deadline-seconds",
+        Source::Parameter("TransactionDeadlineSeconds"),
+    ),
 ];
 
 impl Described {
@@ -149,6 +153,11 @@ impl Described {
                     let v = number(value)?;
                     out.answer_timeout_seconds = agree(out.answer_timeout_seconds, v, conflict)?;
                 }
+                "--transaction-deadline-seconds" => {
+                    let v = number(value)?;
+                    out.transaction_deadline_seconds =
+                        agree(out.transaction_deadline_seconds, v, conflict)?;
+                }
                 "--reconcile-threshold-seconds" => {
                     let v = number(value)?;
                     out.reconcile_threshold_seconds =
@@ -225,9 +234,10 @@ mod tests {
                 a.reconcile_shards,
                 a.reconcile_requeue_max,
                 a.answer_timeout_seconds,
-                a.reconcile_threshold_seconds
+                a.reconcile_threshold_seconds,
+                a.transaction_deadline_seconds
             ),
-            (Some(7), Some(7), Some(7), Some(7))
+            (Some(7), Some(7), Some(7), Some(7), Some(7))
         );
         let mut gone = d.clone();
         gone.outputs.remove("AuditDLQUrl");

@@ -582,6 +582,7 @@ mod tests {
                 "answer_due_at",
                 "created_at",
                 "current_attempt",
+                "expires_at",
                 "last_actor",
                 "last_origin",
                 "last_outcome",

@@ -47,12 +47,17 @@ struct Args {
     /// pauses), which bounds the outage's length.
     #[arg(long, default_value_t = 3)]
     rounds: u32,
+    /// The clock may jump past the transactions' deadline once (ten days in the model;
+    /// the reconciler's late run is past it too).
+    #[arg(long)]
+    deadline: bool,
     /// The breaker lets probes out without writing them (a broken gate).
     #[arg(long)]
     uncounted_probes: bool,
     /// Switch on a known-bad design: retry-rejects-scheduling, fire-time-at-create,
     /// retry-discards-sending, attempts-from-zero, no-answer-deadline,
-    /// technical-as-cancelled, ignores-breaker, pause-consumes-attempt.
+    /// technical-as-cancelled, ignores-breaker, pause-consumes-attempt,
+    /// error-round-ignored, probe-spends-resend, no-transaction-deadline.
     #[arg(long)]
     flaw: Vec<String>,
     #[arg(long, default_value_t = 2)]
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
             lost_messages: args.lost_messages,
             technical_answers: args.technical_answers,
             outages: u8::from(args.outage.is_some()),
+            deadlines: u8::from(args.deadline),
         },
         flaws,
         interleave: !args.ordered,

@@ -11,7 +11,7 @@ use testkit::oracle::{self, Violation};
 
 impl ProtocolModel {
     /// The properties checked on every reachable state.
-    pub const SAFETY: [&'static str; 19] = [
+    pub const SAFETY: [&'static str; 20] = [
         Violation::DuplicateAccepted.guarantee(),
         Violation::RetryWithoutCancellation.guarantee(),
         Violation::ExceededMaxAttempts.guarantee(),
@@ -31,6 +31,7 @@ impl ProtocolModel {
         BreakerViolation::ProbesExceeded.guarantee(),
         "an outage ends no transaction FAILED (TECHNICAL_EXHAUSTED or UNANSWERED) when it is the scope's only technical failure",
         "each ERROR answer spends at most one technical re-send (an ERROR delivered twice, late, or decided again spends none)",
+        "past its deadline a transaction ends, whatever holds it: with nothing in flight, the reconciler leaves it terminal, the outage going on",
     ];
 }
 
@@ -194,6 +195,9 @@ impl Model for ProtocolModel {
         } else if b.outages > 0 {
             actions.push(Action::OutageStarts);
         }
+        if b.deadlines > 0 && !s.past_deadline {
+            actions.push(Action::DeadlinePasses);
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -306,6 +310,15 @@ impl Model for ProtocolModel {
                     spent <= u32::from(*errors)
                 })
             }),
+            Property::always(p[19], |m: &ProtocolModel, s: &State| {
+                !s.past_deadline
+                    || m.txs().all(|tx| {
+                        !ProtocolModel::tx_quiescent(s, tx)
+                            || m.reconcile_past_deadline(s, tx).records[usize::from(tx)]
+                                .status
+                                .is_terminal()
+                    })
+            }),
             // Witnesses: the exploration reaches the situations the guarantees are about.
             Property::sometimes(WITNESS[0], |_, s: &State| {
                 s.records.iter().any(|r| {
@@ -378,12 +391,25 @@ impl Model for ProtocolModel {
                     r.status == Status::Scheduled && r.pauses > 0 && r.current_attempt.get() == 1
                 })
             }),
+            Property::sometimes(WITNESS[13], |_, s: &State| {
+                s.records
+                    .iter()
+                    .any(|r| r.status == Status::Failed && r.mark == Some(Mark::Expired))
+            }),
+            Property::sometimes(WITNESS[14], |_, s: &State| {
+                // A handler (not the reconciler) found the deadline passed.
+                s.records.iter().any(|r| {
+                    r.status == Status::Failed
+                        && r.mark == Some(Mark::Expired)
+                        && r.last_actor != domain::machine::Actor::Reconciler
+                })
+            }),
         ]
     }
 }
 
 /// Situations the exploration must reach (otherwise the check would prove little).
-pub const WITNESS: [&str; 13] = [
+pub const WITNESS: [&str; 15] = [
     "a transaction fails after exhausting its attempts",
     "a transaction succeeds on a retry",
     "the retry event overtakes the response handler (arrives while SCHEDULING)",
@@ -397,4 +423,6 @@ pub const WITNESS: [&str; 13] = [
     "a transaction succeeds after the breaker paused its retry",
     "a request goes out as the breaker's HALF_OPEN probe",
     "the breaker paused the re-send of attempt 1 (the attempt kept)",
+    "a transaction ends FAILED/EXPIRED at its deadline",
+    "a handler's decision (not the reconciler's) ends a transaction at its deadline",
 ];

@@ -11,6 +11,13 @@ pub const TICK_MS: i64 = 61_000;
 /// The reconciler's "late" run sees every intermediate record far past any threshold.
 pub(super) const LATE_MS: i64 = 400 * 24 * 3_600_000;
 
+/// The transaction deadline of a scope with a deadline budget: ten days, past every
+/// fire instant the model's backoff computes. The reconciler's late run is past it.
+pub const DEADLINE_MS: i64 = 10 * 24 * 3_600_000;
+
+/// How far the clock jumps when the deadline passes (every later decision past it).
+pub(super) const DEADLINE_JUMP_MS: i64 = 2 * DEADLINE_MS;
+
 /// The scope of a model check: how many transactions, and how many faults of each kind
 /// a single execution may contain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +93,7 @@ impl fmt::Display for Scope {
         let b = &self.faults;
         write!(
             f,
-            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} outages{}",
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} outages, {} deadline jumps{}",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
@@ -100,6 +107,7 @@ impl fmt::Display for Scope {
             b.lost_messages,
             b.technical_answers,
             b.outages,
+            b.deadlines,
             if self.breaker() {
                 format!(
                     " (answering {}, with the circuit breaker; at most {} retry cycles per attempt)",
@@ -144,6 +152,9 @@ pub struct Budgets {
     /// Outages of the service: it goes down (ERROR or silence, as the scope says) and
     /// up again at any later moment.
     pub outages: u8,
+    /// Times the clock jumps past the transactions' deadline (0 or 1): with a budget,
+    /// the model's deadline is [`DEADLINE_MS`]; without, no decision reaches one.
+    pub deadlines: u8,
 }
 
 impl Budgets {
@@ -160,6 +171,7 @@ impl Budgets {
             lost_messages: n,
             technical_answers: n,
             outages: 0,
+            deadlines: 0,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! through the real decisions and checked by the oracle where it happens.
 
 use super::breaker::{BreakerViolation, ModelBreaker, OutageMode, Verdict};
-use super::scope::{Scope, LATE_MS, TICK_MS};
+use super::scope::{Scope, DEADLINE_JUMP_MS, DEADLINE_MS, LATE_MS, TICK_MS};
 use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
 use crate::fixture;
 use domain::breaker::{Signal, Tally};
@@ -55,9 +55,22 @@ impl ProtocolModel {
         Timestamp::from_millis(fixture::EPOCH_MS + i64::from(clock) * TICK_MS)
     }
 
+    /// The time of `s`: its clock, and past the deadline once it has passed.
+    fn now_of(&self, s: &State) -> Timestamp {
+        let jump = if s.past_deadline { DEADLINE_JUMP_MS } else { 0 };
+        self.clock_time(s.clock).plus_millis(jump)
+    }
+
     fn ctx(&self, now: Timestamp) -> Context {
+        // Without a deadline budget, a deadline no run of the model reaches.
+        let deadline_ms = if self.scope.faults.deadlines > 0 {
+            DEADLINE_MS
+        } else {
+            100 * LATE_MS
+        };
         fixture::context(now, &self.policies, Duration::ZERO)
             .with_technical_resend_max(TECHNICAL_RESEND_MAX)
+            .with_transaction_deadline(Duration::from_millis(deadline_ms.unsigned_abs()))
     }
 
     pub(super) fn attempt(n: u32) -> Attempt {
@@ -88,6 +101,7 @@ impl ProtocolModel {
                 .breaker()
                 .then(|| ModelBreaker::new(self.clock_time(0))),
             breaker_violations: BTreeSet::new(),
+            past_deadline: false,
         };
         let now = self.clock_time(0);
         let ctx = self.ctx(now);
@@ -403,7 +417,7 @@ impl ProtocolModel {
     }
 
     fn reconcile_now(&self, s: &State, late: bool) -> Timestamp {
-        let now = self.clock_time(s.clock);
+        let now = self.now_of(s);
         if late {
             now.plus_millis(LATE_MS)
         } else {
@@ -477,7 +491,7 @@ impl ProtocolModel {
                 } else {
                     s.responses.remove(i)
                 };
-                let now = self.clock_time(s.clock);
+                let now = self.now_of(&s);
                 if let Some(b) = s.breaker.as_mut() {
                     let mut batch = Tally::default();
                     batch.add(match r.outcome {
@@ -504,9 +518,7 @@ impl ProtocolModel {
                 } else {
                     s.retries.remove(i)
                 };
-                let now = e.at.map_or(self.clock_time(s.clock), |at| {
-                    at.max(self.clock_time(s.clock))
-                });
+                let now = e.at.map_or(self.now_of(&s), |at| at.max(self.now_of(&s)));
                 let counts = self.scope.counts_probes;
                 let verdict = s
                     .breaker
@@ -607,6 +619,10 @@ impl ProtocolModel {
                 s.down = true;
             }
             Action::OutageEnds => s.down = false,
+            Action::DeadlinePasses => {
+                s.budgets.deadlines -= 1;
+                s.past_deadline = true;
+            }
         }
         s.canonicalize();
         s
@@ -627,6 +643,26 @@ impl ProtocolModel {
             s.budgets.reconciler_runs = s.budgets.reconciler_runs.max(1);
             s = self.apply(&s, &Action::Reconcile { tx, late: true });
             s = self.finish_everything(&s);
+        }
+        s
+    }
+
+    /// Past the deadline, with the outage (if any) going on: the reconciler (late)
+    /// acts on `tx` and everything it causes is delivered, answers included, a few
+    /// times over. A deadline that holds leaves `tx` terminal.
+    pub fn reconcile_past_deadline(&self, start: &State, tx: u8) -> State {
+        let mut s = start.clone();
+        for _round in 0..8 {
+            if s.records[usize::from(tx)].status.is_terminal() {
+                break;
+            }
+            s.budgets.reconciler_runs = s.budgets.reconciler_runs.max(1);
+            s = self.apply(&s, &Action::Reconcile { tx, late: true });
+            s = self.without_faults(
+                s,
+                &[Next::Step, Next::Retry, Next::Request, Next::Response],
+                10_000,
+            );
         }
         s
     }
@@ -666,7 +702,9 @@ impl ProtocolModel {
             Action::DeliverRetry { i, .. } => s.retries.get(i).map(|e| e.tx),
             Action::Step { run } | Action::Crash { run } => s.runs.get(run).map(|r| r.tx),
             Action::Fire { i, .. } => s.schedules.get(i).map(|x| x.tx),
-            Action::Tick | Action::OutageStarts | Action::OutageEnds => None,
+            Action::Tick | Action::OutageStarts | Action::OutageEnds | Action::DeadlinePasses => {
+                None
+            }
         }
     }
 

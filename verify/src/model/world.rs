@@ -239,6 +239,9 @@ pub struct State {
     pub breaker: Option<ModelBreaker>,
     /// Breaches of the breaker's guarantees.
     pub breaker_violations: BTreeSet<BreakerViolation>,
+    /// The clock has passed the transactions' deadline: every later decision is made
+    /// past it.
+    pub past_deadline: bool,
 }
 
 /// One thing that can happen next.
@@ -278,6 +281,8 @@ pub enum Action {
     OutageStarts,
     /// The service comes up again.
     OutageEnds,
+    /// The clock jumps past the transactions' deadline.
+    DeadlinePasses,
 }
 
 /// How a schedule fires.
@@ -323,6 +328,7 @@ fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
 impl Hash for State {
     fn hash<H: Hasher>(&self, h: &mut H) {
         self.clock.hash(h);
+        self.past_deadline.hash(h);
         for r in &self.records {
             record_key(r).hash(h);
         }

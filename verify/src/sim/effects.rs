@@ -166,6 +166,7 @@ impl World<'_> {
                         domain::decide::AlertKind::TechnicalExhausted => {
                             self.report.technical_exhausted += 1
                         }
+                        domain::decide::AlertKind::Expired => self.report.expired += 1,
                         domain::decide::AlertKind::AttemptsExhausted => {}
                     }
                 }

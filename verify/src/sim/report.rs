@@ -64,6 +64,8 @@ pub struct Report {
     pub technical_resends: u64,
     /// Alerts of transactions ended FAILED/TECHNICAL_EXHAUSTED.
     pub technical_exhausted: u64,
+    /// Alerts of transactions ended FAILED/EXPIRED (their deadline passed).
+    pub expired: u64,
     /// Answers ERROR the service gave during an outage window.
     pub outage_errors: u64,
     /// Requests that reached the service during a silent outage (never answered).
@@ -175,6 +177,7 @@ impl Report {
             technical_failures,
             technical_resends,
             technical_exhausted,
+            expired,
             outage_errors,
             outage_unanswered,
             breaker_opened,
@@ -349,6 +352,13 @@ impl fmt::Display for Report {
             "unanswered requests        starts crashed before publishing {}, requests lost {}, answers lost {}; republished {}, ended FAILED/UNANSWERED {}",
             self.start_crashes, self.requests_lost, self.answers_lost, self.republished, self.unanswered
         )?;
+        if self.expired > 0 {
+            writeln!(
+                f,
+                "transaction deadline       ended FAILED/EXPIRED {} (alerts)",
+                self.expired
+            )?;
+        }
         if self.technical_failures > 0 {
             writeln!(
                 f,

@@ -11,6 +11,7 @@
 //! ([`crate::arrow!`]), never the status a write enters. Executors only perform effects.
 //! The rules per handler: `docs/design.md#handler-rules`.
 
+mod expire;
 mod reconcile;
 mod replay;
 mod resolve;
@@ -19,6 +20,7 @@ mod retry;
 mod run;
 mod start;
 
+pub use expire::{expires, EXPIRED_REASON};
 pub use reconcile::{asks_breaker, decide_reconcile, is_stuck, UNANSWERED_REASON};
 pub use replay::decide_replay;
 pub use resolve::decide_resolve;
@@ -54,6 +56,9 @@ pub struct Context {
     pub technical_resend_max: u32,
     /// The backoff of technical re-sends.
     pub technical_policy: RetryPolicy,
+    /// How long a transaction may live before it ends FAILED, `EXPIRED`
+    /// (TRANSACTION_DEADLINE_SECONDS), counted from its creation or its last replay.
+    pub transaction_deadline: Duration,
     /// The operator a decision is made for (replay, resolve), recorded by its write.
     pub operator: Option<crate::machine::OperatorNote>,
     /// The circuit breaker holds requests back (its admission paused them): no
@@ -100,6 +105,7 @@ impl Context {
             requeue_max: crate::defaults::RECONCILE_REQUEUE_MAX,
             technical_resend_max: crate::defaults::TECHNICAL_RESEND_MAX,
             technical_policy: RetryPolicy::technical_default(),
+            transaction_deadline: crate::defaults::TRANSACTION_DEADLINE,
             operator: None,
             hold: None,
             probe: false,
@@ -123,6 +129,32 @@ impl Context {
     pub fn with_technical_resend_max(mut self, max: u32) -> Self {
         self.technical_resend_max = max;
         self
+    }
+
+    /// The same context with this transaction deadline.
+    pub fn with_transaction_deadline(mut self, deadline: Duration) -> Self {
+        self.transaction_deadline = deadline;
+        self
+    }
+
+    /// The instant `r` expires at: its own deadline, or its creation plus the
+    /// deployment's.
+    pub fn expires_at(&self, r: &TransactionRecord) -> Timestamp {
+        crate::machine::Deadline::of(r, millis(self.transaction_deadline))
+    }
+
+    /// True when `r`'s deadline has passed: its next decision ends it FAILED,
+    /// `EXPIRED`, unless it succeeds or another budget ends it first.
+    pub fn expired(&self, r: &TransactionRecord) -> bool {
+        !self.live().is_live(r)
+    }
+
+    /// The condition "the deadline is still ahead", for a write decided blind.
+    pub fn live(&self) -> crate::machine::Deadline {
+        crate::machine::Deadline {
+            now: self.now,
+            born_after: self.now.plus_millis(-millis(self.transaction_deadline)),
+        }
     }
 
     /// The same context with the breaker holding requests back (`None`: it lets them
@@ -225,6 +257,8 @@ pub enum AlertKind {
     Unanswered,
     /// Every technical re-send was answered ERROR again.
     TechnicalExhausted,
+    /// The transaction's deadline passed before it ended.
+    Expired,
 }
 
 impl AlertKind {
@@ -233,6 +267,7 @@ impl AlertKind {
             AlertKind::AttemptsExhausted => "attempts-exhausted",
             AlertKind::Unanswered => "unanswered",
             AlertKind::TechnicalExhausted => "technical-exhausted",
+            AlertKind::Expired => "expired",
         }
     }
 }
@@ -312,6 +347,8 @@ pub enum Ack {
     ReconcilerRepublished,
     /// An unanswered request past its deadline with its republishes spent: FAILED.
     Unanswered,
+    /// The transaction's deadline passed: FAILED, `EXPIRED`.
+    Expired,
     Resolved,
     AlreadyResolved,
     Replayed,
@@ -330,7 +367,7 @@ pub enum Ack {
 }
 
 impl Ack {
-    pub const ALL: [Ack; 21] = [
+    pub const ALL: [Ack; 22] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
@@ -345,6 +382,7 @@ impl Ack {
         Ack::ReconcilerAwaiting,
         Ack::ReconcilerRepublished,
         Ack::Unanswered,
+        Ack::Expired,
         Ack::Resolved,
         Ack::AlreadyResolved,
         Ack::Replayed,
@@ -371,6 +409,7 @@ impl Ack {
             Ack::ReconcilerAwaiting => "reconciler-awaiting",
             Ack::ReconcilerRepublished => "reconciler-republished",
             Ack::Unanswered => "unanswered",
+            Ack::Expired => "expired",
             Ack::Resolved => "resolved",
             Ack::AlreadyResolved => "already-resolved",
             Ack::Replayed => "replayed",

@@ -1,5 +1,6 @@
 //! The reconciler, for a record its index query returned.
 
+use super::expire::{expire, expires};
 use super::response::resume_scheduling;
 use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Plan, RequestHeader};
 use crate::arrow;
@@ -14,7 +15,7 @@ pub const UNANSWERED_REASON: &str = Mark::Unanswered.legacy_reason();
 
 const AWAITED: Arrow = arrow!([Status::InProgress], Event::AnswerAwaited);
 const REPUBLISHED: Arrow = arrow!([Status::InProgress], Event::AnswerRepublished);
-const ABANDONED: Arrow = arrow!([Status::InProgress], Event::AnswerAbandoned);
+const ABANDONED: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 const REQUEUED_SCHEDULING: Arrow = arrow!([Status::Scheduling], Event::ReconcilerRequeued);
 const REQUEUED_SCHEDULED: Arrow = arrow!([Status::Scheduled], Event::ReconcilerRequeued);
 const REQUEUED_SENDING: Arrow = arrow!([Status::Sending], Event::ReconcilerRequeued);
@@ -33,7 +34,10 @@ fn answer_due(r: &TransactionRecord, ctx: &Context) -> crate::ids::Timestamp {
 /// with republishes left (one that has spent them ends FAILED/UNANSWERED whatever the
 /// breaker says: it is not a request the breaker could hold or let out).
 pub fn asks_breaker(r: &TransactionRecord, ctx: &Context) -> bool {
-    r.status == Status::InProgress && is_stuck(r, ctx) && r.republishes < ctx.answer_republish_max
+    r.status == Status::InProgress
+        && is_stuck(r, ctx)
+        && r.republishes < ctx.answer_republish_max
+        && !ctx.expired(r)
 }
 
 /// True when the reconciler should act on this record now: a retry cycle unchanged
@@ -62,6 +66,11 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
     let Some(next) = r.next_attempt else {
         return vec![Effect::Drop(DropReason::NotStuck { status: r.status })];
     };
+    // A stuck cycle past the deadline ends (parked ones too); SENDING is requeued so
+    // that its send completes.
+    if expires(r, ctx) {
+        return expire(r, ctx, Actor::Reconciler);
+    }
     // Each requeue is counted on the record (conditional on the count read, so two
     // runs never both count one), and any other write clears the count: a cycle
     // requeued `requeue_max` times with no progress since is parked — its event keeps
@@ -149,6 +158,10 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     // ever).
     if r.republishes >= ctx.answer_republish_max {
         return abandon(r, ctx);
+    }
+    // Past the transaction's deadline too: no republish, hold or probe any more.
+    if expires(r, ctx) {
+        return expire(r, ctx, Actor::Reconciler);
     }
     // This request went out as the breaker's probe and its own deadline passed
     // unanswered: a failed probe, whose deadline spends a republish as any

@@ -7,10 +7,7 @@ use crate::ids::TransactionId;
 use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, Write};
 
 /// Not from SENDING: there the request is in flight and the service's answer decides.
-const RESOLVE: Arrow = arrow!(
-    [Status::Scheduling, Status::Scheduled],
-    Event::ResolvedElsewhere
-);
+const RESOLVE: Arrow = arrow!([Status::Scheduling, Status::Scheduled], Event::Success);
 
 /// SCHEDULING or SCHEDULED → SUCCEEDED, then delete the schedule (not found is fine).
 pub fn decide_resolve(known: Known<'_>, id: &TransactionId, ctx: &Context) -> Plan {

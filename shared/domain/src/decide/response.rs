@@ -1,5 +1,6 @@
 //! The response handler (A), for a response `(id, n, outcome)`.
 
+use super::expire::{expire, expires};
 use super::retry::in_progress_write;
 use super::{
     Ack, Alert, AlertKind, Context, DropReason, Effect, Known, Plan, Rejection, ScheduleSpec,
@@ -13,24 +14,18 @@ use crate::machine::{
 use crate::message::{Origin, Outcome, Response, RetryEvent};
 use crate::policy::RandomSource;
 
-const SUCCEED: Arrow = arrow!([Status::InProgress], Event::ResponseSuccess);
-const FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledExhausted);
+const SUCCEED: Arrow = arrow!([Status::InProgress], Event::Success);
+const FAIL: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 const SCHEDULE: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledRetry);
 const CONFIRM: Arrow = arrow!([Status::Scheduling], Event::ScheduleConfirmed);
 const RESEND: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalRetry);
-const SUCCEED_WAITING: Arrow = arrow!(
-    [Status::Scheduling, Status::Scheduled],
-    Event::ResponseSuccess
-);
-const FAIL_WAITING: Arrow = arrow!(
-    [Status::Scheduling, Status::Scheduled],
-    Event::ResponseCancelledExhausted
-);
+const SUCCEED_WAITING: Arrow = arrow!([Status::Scheduling, Status::Scheduled], Event::Success);
+const FAIL_WAITING: Arrow = arrow!([Status::Scheduling, Status::Scheduled], Event::Exhausted);
 const SCHEDULE_WAITING: Arrow = arrow!(
     [Status::Scheduling, Status::Scheduled],
     Event::ResponseCancelledRetry
 );
-const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalExhausted);
+const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 
 /// The reason the alert of a transaction that ended because every technical re-send
 /// was answered ERROR again names.
@@ -100,6 +95,24 @@ pub fn decide_response(
             })];
         }
     }
+    // Past the transaction's deadline, an answer that would open another wait (an
+    // ERROR, a CANCELLED with attempts left) ends it instead.
+    if let Some(r) = rec.filter(|r| r.status == Status::InProgress && expires(r, ctx)) {
+        let opens_wait = match resp.outcome {
+            Outcome::Success => false,
+            Outcome::Cancelled => !r.max_attempts.exhausted_by(n),
+            Outcome::Error => true,
+        };
+        if opens_wait {
+            let mut plan = expire(r, ctx, Actor::ResponseHandler);
+            for e in &mut plan {
+                if let Effect::Write(w) = e {
+                    w.set.last_outcome = Some(resp.outcome);
+                }
+            }
+            return plan;
+        }
+    }
     let status = rec.map(|r| r.status);
     // A retry cycle that sends attempt n again: opened by an ERROR for n.
     let resending = rec.is_some_and(|r| r.next_attempt == Some(n));
@@ -137,6 +150,12 @@ pub fn decide_response(
             ctx,
             rng,
         ),
+        // The redelivery of the answer that found the deadline passed: alert again.
+        (Some(Status::Failed), Outcome::Error | Outcome::Cancelled)
+            if rec.is_some_and(|r| r.mark == Some(Mark::Expired)) =>
+        {
+            vec![expired_alert(id, n), Effect::Ack(Ack::Failed)]
+        }
         // The redelivery of the ERROR that spent the re-sends: alert again.
         (Some(Status::Failed), Outcome::Error)
             if rec.is_some_and(|r| r.mark == Some(Mark::TechnicalExhausted)) =>
@@ -245,10 +264,14 @@ fn answered_while_resend_waits(
         ..r.clone()
     };
     let mut plan = decide_response(Known::Record(&as_sent), resp, ctx, rng);
-    if let Some(Effect::Write(w)) = plan.first_mut() {
+    let first_write = plan.iter_mut().find_map(|e| match e {
+        Effect::Write(w) => Some(w),
+        _ => None,
+    });
+    if let Some(w) = first_write {
         let waiting = match w.event() {
-            Event::ResponseSuccess => SUCCEED_WAITING,
-            Event::ResponseCancelledExhausted => FAIL_WAITING,
+            Event::Success => SUCCEED_WAITING,
+            Event::Exhausted => FAIL_WAITING,
             _ => SCHEDULE_WAITING,
         };
         let mut from_wait = Write::new(
@@ -355,6 +378,7 @@ fn technical_failure(
     let name = ScheduleName::for_resend(id, n, seq);
     let mut w = answered(id, RESEND, n, resp, ctx);
     w.guard.resends = Some(resends);
+    w.guard.live = Some(ctx.live());
     w.guard.probe = Some(probe);
     w.set.resends = Change::Set(seq);
     if probe {
@@ -394,6 +418,16 @@ fn open_cycle_plan(
     ]
 }
 
+/// The business alert of a transaction past its deadline, raised again.
+fn expired_alert(id: &TransactionId, n: Attempt) -> Effect {
+    Effect::Alert(Alert {
+        kind: AlertKind::Expired,
+        transaction_id: id.clone(),
+        attempts: n,
+        last_reason: Some(super::EXPIRED_REASON.to_owned()),
+    })
+}
+
 /// The business alert of a transaction whose technical re-sends are spent.
 fn technical_alert(id: &TransactionId, n: Attempt) -> Effect {
     Effect::Alert(Alert {
@@ -421,6 +455,8 @@ fn schedule_retry(
     // Guarded by `max_attempts > n`: when the budget is spent the condition fails,
     // hands back the record, and the re-decision takes rule 3.
     to_scheduling.guard.budget = Some(BudgetGuard::Remaining);
+    // And by the deadline: past it, the re-decision ends the transaction.
+    to_scheduling.guard.live = Some(ctx.live());
     to_scheduling.set.last_outcome = Some(Outcome::Cancelled);
     open_cycle_plan(to_scheduling, next, fire_at, name, ctx, Ack::Scheduled)
 }

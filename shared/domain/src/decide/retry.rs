@@ -1,5 +1,6 @@
 //! The retry handler (B), for a retry event `(id, m)`.
 
+use super::expire::{expire, expires};
 use super::response::{confirm_scheduled, create_schedule, resume_scheduling, Cycle};
 use super::{Ack, Context, DropReason, Effect, Hold, Known, Plan, Rejection, RequestHeader};
 use crate::arrow;
@@ -62,6 +63,11 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                     round,
                     current: r.resends,
                 })];
+            }
+            // Past the transaction's deadline nothing is sent or paused any more (a
+            // send already begun, SENDING, is completed below).
+            if expires(r, ctx) {
+                return expire(r, ctx, Actor::RetryHandler);
             }
             if let Some(hold) = ctx.hold {
                 // A cycle already waiting for a later instant (paused by another
@@ -128,6 +134,7 @@ fn pause(
     );
     w.guard.next_attempt = Some(m);
     w.guard.resends = Some(resends);
+    w.guard.live = Some(ctx.live());
     w.set.resends = Change::Set(seq);
     w.set.pauses = Change::Set(pauses.saturating_add(1));
     let w = w.marked(hold.mark());
@@ -148,8 +155,9 @@ fn send(id: &TransactionId, m: Attempt, ev: &RetryEvent, ctx: &Context) -> Plan 
     // Entered only from the retry cycle: the cycle's index key stays (no index write).
     let mut w = Write::new(id.clone(), ACCEPT, ctx.now, Actor::RetryHandler);
     w.guard.next_attempt = Some(m);
-    // Only in the cycle the event was made for.
+    // Only in the cycle the event was made for, and before the deadline.
     w.guard.resends = ev.round;
+    w.guard.live = Some(ctx.live());
     w.set.origin = Change::Set(ev.origin);
     // Marked before it leaves, so that its answer finds the mark.
     if ctx.probe {

@@ -366,6 +366,9 @@ fn describe(e: &Effect) -> String {
                 Some(false) => s.push_str(" !probing"),
                 None => {}
             }
+            if let Some(d) = g.live {
+                s.push_str(&format!(" live@{}", rel(d.now)));
+            }
             let c = &w.set;
             s.push_str(&format!(" -> {}", w.to()));
             if let Some(a) = c.current_attempt {
@@ -393,6 +396,7 @@ fn describe(e: &Effect) -> String {
             }
             change(&mut s, "rs", &c.resends, |k| k.to_string());
             change(&mut s, "ps", &c.pauses, |k| k.to_string());
+            change(&mut s, "expires", &c.expires_at, |t| rel(*t));
             s.push_str(&format!(" by={}", c.actor.as_str()));
             s
         }
@@ -1079,7 +1083,127 @@ fn all_cases() -> Vec<(String, Plan)> {
             ));
         }
     }
+    expiry_cases(&ctx, &mut out);
     out
+}
+
+/// The transaction deadline: records created at T0−2h under a deadline of one hour
+/// (expired since T0−1h), each decision that would make them wait again.
+fn expiry_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
+    let late = ctx
+        .clone()
+        .with_transaction_deadline(Duration::from_secs(3600));
+    let held = late.clone().with_hold(Some(crate::decide::Hold {
+        until: at(600),
+        state: crate::breaker::BreakerState::Open {
+            until: at(600),
+            cooldown_ms: 600_000,
+        },
+    }));
+    let mut push = |name: String, input: &Input, known: Known<'_>, c: &Context| {
+        let plan = decide(input, known, None, c, &mut FixedRandom(0.5));
+        out.push((format!("expired: {name}"), plan));
+    };
+    let working = rec_in(Status::InProgress, 2, 4);
+    let last = rec_in(Status::InProgress, 2, 2);
+    let mut ended = rec_in(Status::Failed, 2, 4);
+    ended.mark = Some(Mark::Expired);
+    let waiting = rec_resending(Status::Scheduled, 2, 1);
+    for (o, reason) in [
+        (Outcome::Success, None),
+        (Outcome::Cancelled, Some("NOT_AVAILABLE")),
+        (Outcome::Error, Some("HTTP_503")),
+    ] {
+        let input = answer(2, o, reason, None);
+        push(
+            format!("response {o} n=2 / unread"),
+            &input,
+            Known::Unread,
+            &late,
+        );
+        for (name, r) in [
+            ("IN_PROGRESS c=2 max=4", &working),
+            ("IN_PROGRESS c=2 max=2", &last),
+            ("FAILED c=2 EXPIRED", &ended),
+            ("SCHEDULED c=2 n=2 resends=1", &waiting),
+        ] {
+            push(
+                format!("response {o} n=2 / {name}"),
+                &input,
+                Known::Record(r),
+                &late,
+            );
+        }
+    }
+    let retry = Input::Retry(RetryEvent {
+        transaction_id: id(),
+        origin: Origin::RetryScheduler,
+        attempt: a(3),
+        round: None,
+    });
+    for st in [Status::Scheduling, Status::Scheduled, Status::Sending] {
+        let mut r = rec_in(st, 2, 4);
+        r.next_fire_at = Some(at(-60));
+        for (mode, c) in [("closed", &late), ("held", &held)] {
+            push(
+                format!("{mode}: retry m=3 / {st} c=2"),
+                &retry,
+                Known::Record(&r),
+                c,
+            );
+        }
+    }
+    push("retry m=3 / unread".into(), &retry, Known::Unread, &late);
+    push(
+        "held: retry m=3 / unread".into(),
+        &retry,
+        Known::Unread,
+        &held,
+    );
+    // The reconciler: a request before its own answer deadline is left to it; one
+    // past it ends; stuck cycles end (parked ones too); SENDING completes its send.
+    let mut early = working.clone();
+    early.answer_due_at = Some(at(600));
+    early.reconcile = Some(ReconcileKey {
+        partition: ReconcileKey::partition_for(id().shard(8)),
+        at: at(-3600),
+    });
+    let mut parked = rec_in(Status::Scheduled, 2, 4);
+    parked.next_fire_at = Some(at(-3600));
+    parked.requeues = late.requeue_max;
+    let mut stuck = [Status::Scheduling, Status::Sending].map(|st| rec_in(st, 2, 4));
+    for r in &mut stuck {
+        r.updated_at = at(-3600);
+    }
+    for (name, r) in [
+        ("IN_PROGRESS before its answer deadline", &early),
+        ("IN_PROGRESS past its answer deadline", &working),
+        ("SCHEDULED parked", &parked),
+        ("SCHEDULING stuck", &stuck[0]),
+        ("SENDING stuck", &stuck[1]),
+    ] {
+        for (mode, c) in [("closed", &late), ("held", &held)] {
+            let input = Input::Reconcile(r.clone());
+            push(
+                format!("{mode}: reconcile {name}"),
+                &input,
+                Known::Record(r),
+                c,
+            );
+        }
+    }
+    // A replay gives a whole deadline from now.
+    let failed = rec_in(Status::Failed, 2, 2);
+    let replay = Input::Replay {
+        transaction_id: id(),
+        budget: 2,
+    };
+    push(
+        "replay / FAILED c=2".into(),
+        &replay,
+        Known::Record(&failed),
+        &late,
+    );
 }
 
 /// The table, row by row, as one reviewed file

@@ -36,7 +36,7 @@ fn effects() -> Vec<Effect> {
         },
         Effect::Write(Write::new(
             id(),
-            domain::arrow!([Status::InProgress], Event::ResponseSuccess),
+            domain::arrow!([Status::InProgress], Event::Success),
             Timestamp::from_millis(1),
             Actor::ResponseHandler,
         )),

@@ -105,7 +105,7 @@ struct Sim {
     published: Vec<u32>,
     /// Requests the reconciler published again for want of an answer.
     republished: usize,
-    /// Alerts of a request never answered (raised before the write that ends it).
+    /// Alerts raised before the write that ends the transaction (unanswered, expired).
     unanswered_alerts: usize,
     instants: oracle::Instants<()>,
 }
@@ -164,7 +164,10 @@ impl Sim {
         prop_assert_eq!(performed.as_ref(), Some(&effect));
         if let Effect::Alert(a) = &effect {
             self.alerts += 1;
-            if a.kind == domain::decide::AlertKind::Unanswered {
+            if matches!(
+                a.kind,
+                domain::decide::AlertKind::Unanswered | domain::decide::AlertKind::Expired
+            ) {
                 self.unanswered_alerts += 1;
             }
         }
@@ -440,6 +443,12 @@ fn run_ops(max: u32, seed: u64, ops: &[Op], hostile: bool) -> Result<(), TestCas
                 sim.alerts >= 1,
                 "FAILED/UNANSWERED without the business alert"
             );
+        }
+        // Past its deadline: only once the clock reached it.
+        Status::Failed if r.mark == Some(domain::machine::Mark::Expired) => {
+            let ctx = sim.w.ctx();
+            prop_assert!(ctx.now >= ctx.expires_at(&r), "EXPIRED before the deadline");
+            prop_assert!(sim.alerts >= 1, "FAILED/EXPIRED without the business alert");
         }
         Status::Failed => {
             prop_assert_eq!(

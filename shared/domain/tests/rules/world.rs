@@ -74,8 +74,11 @@ impl World {
         }
     }
 
+    /// The context at `now`, with a 30-day transaction deadline: longer than the
+    /// drains' two-day jumps over a whole budget, within reach of a long sequence.
     pub fn ctx(&self) -> Context {
         Context::new(self.now, self.policies.clone(), self.shards, self.threshold)
+            .with_transaction_deadline(Duration::from_secs(30 * 24 * 3600))
     }
 
     pub fn advance_ms(&mut self, ms: i64) {

@@ -93,10 +93,14 @@ fn budget(rec: &TransactionRecord, seen: &BTreeMap<u32, Seen>) -> Vec<Finding> {
 fn requests(rec: &TransactionRecord, seen: &BTreeMap<u32, Seen>) -> Vec<Finding> {
     let (current, max) = (rec.current_attempt.get(), rec.max_attempts.get());
     let answer = |k: u32| seen.get(&k).map(|s| s.outcome);
-    // Ended for want of an answer: its last request may never have reached the
-    // service (that is why it ended), at any attempt, with no answer to agree with.
-    let unanswered =
-        rec.status == Status::Failed && rec.mark == Some(domain::machine::Mark::Unanswered);
+    // Ended for want of an answer, or at its deadline: its last request may never
+    // have reached the service (that is why it ended), at any attempt, with no answer
+    // to agree with.
+    let unanswered = rec.status == Status::Failed
+        && matches!(
+            rec.mark,
+            Some(domain::machine::Mark::Unanswered | domain::machine::Mark::Expired)
+        );
     let mut out: Vec<Finding> = (1..=current)
         .filter(|k| !(seen.contains_key(k) || (unanswered && *k == current)))
         .map(|k| {

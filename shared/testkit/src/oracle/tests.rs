@@ -38,7 +38,7 @@ fn a_change_must_be_an_arrow_within_budget_and_never_a_late_answer() {
     )
     .is_empty());
     assert_eq!(
-        change(Some(&before), Event::ResponseSuccess, &ok, Writer::Other),
+        change(Some(&before), Event::Success, &ok, Writer::Other),
         [V::IllegalTransition]
     );
     assert_eq!(

@@ -247,6 +247,16 @@ impl Stack {
         self.setting("reconciler", vars::RECONCILE_REQUEUE_MAX.name, default)
     }
 
+    /// The transaction deadline the functions were given, in seconds.
+    pub fn transaction_deadline_seconds(&self) -> u64 {
+        let default = domain::defaults::TRANSACTION_DEADLINE.as_secs();
+        self.setting(
+            "reconciler",
+            aws::config::vars::TRANSACTION_DEADLINE_SECONDS.name,
+            default,
+        )
+    }
+
     /// The answer timeout the functions were given, in seconds.
     pub fn answer_timeout_seconds(&self) -> u64 {
         let default = domain::defaults::ANSWER_TIMEOUT.as_secs();

@@ -123,6 +123,10 @@ pub fn parameters(stack: &Stack) -> Vec<(&'static str, String)> {
             "ReconcileRequeueMax",
             stack.reconcile_requeue_max().to_string(),
         ),
+        (
+            "TransactionDeadlineSeconds",
+            stack.transaction_deadline_seconds().to_string(),
+        ),
     ]
 }
 

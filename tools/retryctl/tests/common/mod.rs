@@ -160,6 +160,10 @@ pub async fn retryctl_without(stack: &Running, args: &[&str], unset: &[&str]) ->
             vars::ANSWER_TIMEOUT_SECONDS.name,
             stack.answer_timeout_seconds(),
         )
+        .env(
+            vars::TRANSACTION_DEADLINE_SECONDS.name,
+            domain::defaults::TRANSACTION_DEADLINE.as_secs().to_string(),
+        )
         .env_remove(vars::RECONCILE_THRESHOLD_SECONDS.name)
         .env_remove(vars::TRANSACTIONS_TABLE.name)
         .env_remove(vars::PAYLOADS_TABLE.name)
