@@ -33,7 +33,8 @@ pub mod attr {
     /// Sort key: `AuditEntry::group_key()` = `<attempt:04>#1-send` or
     /// `<attempt:04>#2-answer` (`<attempt:04>.<round:04>#…` after a technical
     /// re-send), one item per handler run (`<attempt:04>#3-notice` for the response
-    /// handler's notices).
+    /// handler's notices); a breaker's hold and a notice have an item each, the key
+    /// followed by `#<at>` (`AuditEntry::stands_alone`).
     pub const AUDIT_KEY: &str = "audit_key";
     /// Prefix of an entry's attribute: `e#<AuditEntry::sort_key()>`.
     pub const ENTRY_PREFIX: &str = "e#";
@@ -595,10 +596,15 @@ impl AuditNotes for AuditWriter {
 
 /// Orders entries as the transitions happened: by `AuditEntry::sort_key()`, which
 /// breaks ties between transitions written at one instant by attempt and then by the
-/// status's place in the lifecycle.
-pub fn in_transition_order(mut rows: Vec<AuditEntry>) -> Vec<AuditEntry> {
-    rows.sort_by_key(AuditEntry::sort_key);
-    rows
+/// status's place in the lifecycle. Entries of one sort key are one entry, kept once:
+/// a change written before its group key moved to an item of its own (a hold, a
+/// notice) and redelivered after is in both items.
+pub fn in_transition_order(rows: Vec<AuditEntry>) -> Vec<AuditEntry> {
+    let mut keyed: Vec<(String, AuditEntry)> =
+        rows.into_iter().map(|e| (e.sort_key(), e)).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    keyed.dedup_by(|a, b| a.0 == b.0);
+    keyed.into_iter().map(|(_, e)| e).collect()
 }
 
 /// One stream record, images flattened.
@@ -922,6 +928,34 @@ mod tests {
             assert!(size < 1024, "{size} bytes: {run:?}");
             assert!(size > 2 * 150, "{size} bytes: both entries are in it");
         }
+    }
+
+    /// A hold written to its request's send item (the key before holds had items of
+    /// their own) and redelivered to its own item: the trail lists it once, in order.
+    #[test]
+    fn a_hold_in_both_its_earlier_and_its_own_item_is_listed_once() {
+        let sent = started(0);
+        let mut held = sent.clone();
+        held.mark = Some(domain::machine::Mark::HeldOpen);
+        held.last_actor = Actor::Reconciler;
+        held.updated_at = Timestamp::from_millis(1_900_000);
+        let creation = entry_from_images(None, Some(&flat_from_dynamodb(&record_to_item(&sent))))
+            .unwrap()
+            .unwrap();
+        let hold = change(&sent, &held);
+        assert!(hold.stands_alone());
+        assert_eq!(hold.group_key(), "0001#1-send#1970-01-01T00:31:40.000Z");
+        // The earlier item: the send's key holding both.
+        let mut earlier = group_item(std::slice::from_ref(&creation), 365);
+        earlier.insert(
+            entry_attribute(&hold),
+            AttributeValue::M(entry_fields(&hold)),
+        );
+        let own = audit_item(&hold, 365);
+        let mut rows = entries_from_item(&earlier).unwrap();
+        rows.extend(entries_from_item(&own).unwrap());
+        assert_eq!(rows.len(), 3);
+        assert_eq!(in_transition_order(rows), vec![creation, hold]);
     }
 
     /// An item of the one-row-per-transition layout (fields at the top level) still

@@ -265,3 +265,145 @@ async fn a_batch_that_failed_to_write_is_read_again() {
     assert_eq!(rows.len(), 6);
     assert_eq!(rows.last().map(|r| r.to), Some(Status::Failed));
 }
+
+/// The largest audit item this test accepts, in bytes: every item holds one handler
+/// run at most (1 KB, 1 WRU), however long the outage or however often the service
+/// answers; DynamoDB refuses an item past 400 KB.
+const ITEM_BOUND: usize = 1024;
+
+/// Every item of `tx` in the audit table, all pages.
+async fn audit_items(
+    s: &Stack,
+    tx: &str,
+) -> Vec<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let out = s
+            .ddb()
+            .query()
+            .table_name(&s.p.names.audit_table)
+            .key_condition_expression("#id = :id")
+            .expression_attribute_names("#id", "transaction_id")
+            .expression_attribute_values(
+                ":id",
+                aws_sdk_dynamodb::types::AttributeValue::S(tx.into()),
+            )
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .unwrap();
+        items.extend(out.items().iter().cloned());
+        match out.last_evaluated_key().filter(|k| !k.is_empty()) {
+            Some(k) => start = Some(k.clone()),
+            None => return items,
+        }
+    }
+}
+
+/// GIVEN a request held by an OPEN circuit breaker 3,000 times (the reconciler's
+/// IN_PROGRESS → IN_PROGRESS, as `decide_reconcile` plans it, once per run at its
+/// default rate of 5 minutes: about 10 days of outage; about 200 bytes each, they
+/// filled the send's item past 400 KB at about the 2,050th) and a service that answers
+/// SUCCESS 1,000 times to an attempt answered CANCELLED, with a reason of the
+/// longest accepted WHEN the audit writer writes the changes in stream batches of
+/// 100 and the response handler its notices THEN every write succeeds, every item
+/// stays under 1 KB, and the history reads every entry back in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_audit_item_of_a_request_stays_bounded_whatever_its_holds() {
+    use aws::item::{flat_from_dynamodb, record_to_item};
+    use domain::breaker::BreakerState;
+    use domain::decide::{decide_reconcile, Hold};
+    use domain::Effect;
+    const HOLDS: usize = 3_000;
+    const NOTICES: i64 = 1_000;
+    const BATCH: usize = 100;
+    let s = stack("ab").await;
+    let tx = "TX-6f1c2a9e-4b7d-4e0a-9c3f-2d8b5e7a1f04";
+    let writer = AuditWriter::new(aws::clients::dynamodb(&s.sdk), &s.p.names.audit_table, 365);
+
+    // The changes the stream carries: the creation, then each hold.
+    let mut r = TransactionRecord::started(
+        id(tx),
+        MaxAttempts::new(5).unwrap(),
+        Timestamp::from_millis(T0),
+    );
+    r.answer_due_at = Some(Timestamp::from_millis(T0 + 1_800_000));
+    let image = |r: &TransactionRecord| flat_from_dynamodb(&record_to_item(r));
+    let mut changes = vec![(None, Some(image(&r)))];
+    for _ in 0..HOLDS {
+        let now = r.answer_due_at.unwrap().plus_millis(1);
+        let held = ctx(now.millis()).with_hold(Some(Hold {
+            until: now.plus_millis(300_000),
+            state: BreakerState::Open {
+                until: now.plus_millis(300_000),
+                cooldown_ms: 300_000,
+            },
+        }));
+        let w = decide_reconcile(&r, &held)
+            .into_iter()
+            .find_map(|e| match e {
+                Effect::Write(w) => Some(w),
+                _ => None,
+            })
+            .unwrap();
+        let new = w.apply(&r).unwrap();
+        assert_eq!(new.status, Status::InProgress);
+        changes.push((Some(image(&r)), Some(image(&new))));
+        r = new;
+    }
+    let mut expected = Vec::new();
+    for batch in changes.chunks(BATCH) {
+        let audit = writer
+            .apply_batch(batch.iter().map(|(o, n)| (o.as_ref(), n.as_ref())))
+            .await;
+        for result in audit.results {
+            match result {
+                Ok(aws::audit::Audited::Written { entry, .. }) => expected.push(entry),
+                other => panic!("every change is written: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(expected.len(), 1 + HOLDS);
+
+    // The service keeps answering SUCCESS to attempt 1, answered CANCELLED: notices.
+    let mut cancelled = r.clone();
+    cancelled.status = Status::Scheduled;
+    cancelled.next_attempt = Some(at(2));
+    let reason = "R".repeat(domain::message::MAX_REASON_CHARS);
+    for i in 0..NOTICES {
+        let notice = domain::audit::AuditEntry::conflicting_success(
+            &cancelled,
+            at(1),
+            Some(reason.clone()),
+            Timestamp::from_millis(T0 + 10_000_000 + i * 250),
+        );
+        writer.note(&notice).await.unwrap();
+        expected.push(notice);
+    }
+
+    let items = audit_items(&s, tx).await;
+    let sizes: Vec<usize> = items.iter().map(testkit::size::item_size).collect();
+    let largest = sizes.iter().copied().max().unwrap();
+    assert!(largest < ITEM_BOUND, "largest item: {largest} bytes");
+    let stored: usize = items
+        .iter()
+        .map(|i| aws::audit::entries_from_item(i).unwrap().len())
+        .sum();
+    assert_eq!(stored, expected.len(), "every entry in one item");
+
+    // Redelivered, a batch of holds rewrites the same items.
+    let again = writer
+        .apply_batch(
+            changes[1..=BATCH]
+                .iter()
+                .map(|(o, n)| (o.as_ref(), n.as_ref())),
+        )
+        .await;
+    assert_eq!(again.items_written, BATCH);
+    assert_eq!(audit_items(&s, tx).await.len(), items.len());
+
+    // The trail reads every entry back, in the order they happened.
+    let history = writer.history(&id(tx)).await.unwrap();
+    assert_eq!(history, aws::audit::in_transition_order(expected));
+}

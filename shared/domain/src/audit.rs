@@ -3,7 +3,8 @@
 //! `NEW_AND_OLD_IMAGES`, an in-memory store) produces the same entries. Each entry has a
 //! deterministic key ([`AuditEntry::sort_key`]): a redelivered change writes the same
 //! entry again. The two transitions of one handler run share an
-//! [`AuditEntry::group_key`], so a store can keep them in one item written once.
+//! [`AuditEntry::group_key`], so a store can keep them in one item written once; an
+//! entry that repeats without bound (a breaker's hold, a notice) has its own.
 //!
 //! A technical re-send sends attempt n again, so the keys also carry the *round*, the
 //! number of re-sends made when the entry's request left ([`AuditEntry::round`]); round
@@ -258,7 +259,34 @@ impl AuditEntry {
     /// Groups sort as text in the order the runs happen: attempt n is sent, then
     /// answered, then sent again after an ERROR and answered again, then attempt n+1
     /// is sent.
+    ///
+    /// An entry that repeats as often as the world makes it — the reconciler's
+    /// IN_PROGRESS → IN_PROGRESS (a request held by the circuit breaker, awaited or
+    /// republished: a long outage holds one request thousands of times) and a
+    /// notice (one per SUCCESS the service sends) — has an item of its own: its
+    /// run's key followed by `#<at>` (`0003#1-send#2026-…Z`, `0003#3-notice#…`),
+    /// which sorts after that key and before the next run's. So no item grows with
+    /// an outage or with the service's answers ([`AuditEntry::stands_alone`]).
     pub fn group_key(&self) -> String {
+        let run = self.run_key();
+        if self.stands_alone() {
+            format!("{run}#{}", self.at.to_rfc3339())
+        } else {
+            run
+        }
+    }
+
+    /// True for an entry stored in an item of its own ([`AuditEntry::group_key`]):
+    /// a notice, or the reconciler's write that leaves a request IN_PROGRESS (same
+    /// attempt, same round), the one transition that repeats without bound.
+    pub fn stands_alone(&self) -> bool {
+        self.notice.is_some()
+            || (self.from == Some(Status::InProgress) && self.to == Status::InProgress)
+    }
+
+    /// The key of the run this entry belongs to, the group key of every entry that
+    /// does not stand alone.
+    fn run_key(&self) -> String {
         if self.notice.is_some() {
             // Apart from the stream's items: a redelivered change rewrites its item's
             // expiry from its own entries, which would shorten a later notice's.
@@ -543,6 +571,164 @@ mod tests {
             sorted.dedup();
             assert_eq!(sorted, entries, "one sort key per entry, in order");
         }
+    }
+
+    /// The most entries one item of the audit table holds, whatever the number of
+    /// holds or notices: the two transitions of one handler run.
+    const MOST_ENTRIES_PER_GROUP: usize = 2;
+
+    /// The entries grouped as the adapter stores them, one item per group key and one
+    /// attribute per sort key, groups in the order they were first written.
+    fn stored_items(entries: &[AuditEntry]) -> Vec<(String, std::collections::BTreeSet<String>)> {
+        let mut items: Vec<(String, std::collections::BTreeSet<String>)> = Vec::new();
+        for e in entries {
+            let key = e.group_key();
+            match items.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, attributes)) => {
+                    attributes.insert(e.sort_key());
+                }
+                None => items.push((key, [e.sort_key()].into())),
+            }
+        }
+        items
+    }
+
+    /// Request 1 sent, then held `holds` times by the circuit breaker (OPEN, then
+    /// HALF_OPEN with every probe out, in turn): each time the reconciler finds it
+    /// past its deadline and moves the deadline to the breaker's resume instant, as
+    /// `decide_reconcile` plans it. Then the breaker lets it out (the republish after
+    /// the hold) and the service answers CANCELLED.
+    fn held_then_answered(holds: usize) -> Vec<AuditEntry> {
+        use crate::breaker::BreakerState;
+        use crate::decide::{decide_reconcile, Context, Effect, Hold};
+        use crate::policy::{PolicySet, RetryPolicy};
+        let ctx = |now: Timestamp| {
+            Context::new(
+                now,
+                PolicySet::uniform(RetryPolicy::article_default()),
+                8,
+                std::time::Duration::from_secs(600),
+            )
+        };
+        let write = |r: &TransactionRecord, ctx: &Context| {
+            let w = decide_reconcile(r, ctx)
+                .into_iter()
+                .find_map(|e| match e {
+                    Effect::Write(w) => Some(w),
+                    _ => None,
+                })
+                .unwrap();
+            let new = w.apply(r).unwrap();
+            let e = AuditEntry::from_change(Some(r), &new).unwrap();
+            (new, e)
+        };
+        let mut r = rec(Status::InProgress, 0);
+        r.answer_due_at = Some(Timestamp::from_millis(1_800_000));
+        let mut entries = vec![AuditEntry::from_change(None, &r).unwrap()];
+        for i in 0..holds {
+            let now = r.answer_due_at.unwrap().plus_millis(1);
+            let state = if i % 2 == 0 {
+                BreakerState::Open {
+                    until: now.plus_millis(30_000),
+                    cooldown_ms: 30_000,
+                }
+            } else {
+                BreakerState::HalfOpen {
+                    since: now,
+                    admitted: 1,
+                    cooldown_ms: 30_000,
+                }
+            };
+            let held = ctx(now).with_hold(Some(Hold {
+                until: now.plus_millis(30_000),
+                state,
+            }));
+            let (new, e) = write(&r, &held);
+            assert_eq!(
+                (e.from, e.to),
+                (Some(Status::InProgress), Status::InProgress)
+            );
+            assert!(e.noted_mark().and_then(Mark::held_by).is_some(), "{e:?}");
+            assert_eq!(new.republishes, 0, "a hold spends no republish");
+            entries.push(e);
+            r = new;
+        }
+        let now = r.answer_due_at.unwrap().plus_millis(1);
+        let (out, e) = write(&r, &ctx(now));
+        assert_eq!(e.to, Status::InProgress);
+        assert_eq!(out.republishes, 1, "let out: the republish after the hold");
+        entries.push(e);
+        let mut answered = out.clone();
+        answered.status = Status::Scheduling;
+        answered.next_attempt = Some(attempt(2));
+        answered.last_actor = Actor::ResponseHandler;
+        answered.updated_at = now.plus_millis(5_000);
+        entries.push(AuditEntry::from_change(Some(&out), &answered).unwrap());
+        entries
+    }
+
+    /// A long outage holds one unanswered request thousands of times: each hold is an
+    /// entry, and an item of the audit table must stay far below DynamoDB's 400 KB
+    /// (a redrive cannot write an item past it).
+    #[test]
+    fn the_audit_item_of_a_request_stays_bounded_whatever_its_holds() {
+        const HOLDS: usize = 2_000;
+        let entries = held_then_answered(HOLDS);
+        assert_eq!(entries.len(), 1 + HOLDS + 2);
+        let items = stored_items(&entries);
+        let stored: usize = items.iter().map(|(_, a)| a.len()).sum();
+        assert_eq!(stored, entries.len(), "every entry kept, none overwritten");
+        for (key, attributes) in &items {
+            assert!(
+                attributes.len() <= MOST_ENTRIES_PER_GROUP,
+                "{key}: {} entries",
+                attributes.len()
+            );
+        }
+        // The send's item keeps its form; the answer's item comes after every hold.
+        assert_eq!(items[0].0, "0001#1-send");
+        assert_eq!(items.last().map(|(k, _)| k.as_str()), Some("0001#2-answer"));
+        // Groups sort as text in the order they were written.
+        let keys: Vec<&String> = items.iter().map(|(k, _)| k).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(sorted, keys);
+        // Every change delivered again lands in the items already written.
+        assert_eq!(stored_items(&[entries.clone(), entries].concat()), items);
+    }
+
+    /// A service that keeps answering SUCCESS to an attempt answered CANCELLED: every
+    /// answer is a notice of that attempt, and their items stay bounded too.
+    #[test]
+    fn the_audit_item_of_an_attempts_notices_stays_bounded_whatever_their_number() {
+        const NOTICES: i64 = 2_000;
+        let mut r = rec(Status::Scheduled, 10);
+        r.next_attempt = Some(attempt(2));
+        let notices: Vec<AuditEntry> = (0..NOTICES)
+            .map(|i| {
+                AuditEntry::conflicting_success(
+                    &r,
+                    attempt(1),
+                    Some("DONE".into()),
+                    Timestamp::from_millis(1_000 + i * 250),
+                )
+            })
+            .collect();
+        let items = stored_items(&notices);
+        let stored: usize = items.iter().map(|(_, a)| a.len()).sum();
+        assert_eq!(stored, notices.len(), "every notice kept");
+        for (key, attributes) in &items {
+            assert!(key.starts_with("0001#3-notice"), "{key}");
+            assert!(
+                attributes.len() <= MOST_ENTRIES_PER_GROUP,
+                "{key}: {} entries",
+                attributes.len()
+            );
+        }
+        let keys: Vec<&String> = items.iter().map(|(k, _)| k).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(sorted, keys, "in the order they were seen");
     }
 
     #[test]
