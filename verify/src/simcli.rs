@@ -103,6 +103,10 @@ pub struct SimArgs {
     /// it FAILED/TECHNICAL_EXHAUSTED.
     #[arg(long, default_value_t = defaults::TECHNICAL_RESEND_MAX)]
     pub technical_resend_max: u32,
+    /// TRANSACTION_DEADLINE_SECONDS: past it, a transaction still open ends
+    /// FAILED/EXPIRED at its next wait.
+    #[arg(long, default_value_t = defaults::TRANSACTION_DEADLINE.as_secs())]
+    pub transaction_deadline_seconds: u64,
     /// An outage window, START+DURATION in seconds from the start of the run
     /// (repeatable, or a comma-separated list): the service answers as --outage-mode
     /// says. Switches the circuit breaker on (unless --no-breaker).
@@ -219,6 +223,7 @@ impl SimArgs {
             backoff_cap_ms: self.backoff_cap_seconds.max(1) * 1000,
             jitter: self.jitter,
             technical_resend_max: self.technical_resend_max,
+            transaction_deadline_ms: self.transaction_deadline_seconds.max(1) * 1000,
             outages,
             outage_mode,
             breaker,
@@ -271,6 +276,7 @@ impl SimArgs {
             backoff_cap_seconds => "--backoff-cap-seconds",
             jitter => "--jitter",
             technical_resend_max => "--technical-resend-max",
+            transaction_deadline_seconds => "--transaction-deadline-seconds",
             outage_mode => "--outage-mode",
         );
         for o in &self.outage {

@@ -83,6 +83,89 @@ fn an_error_outage_breaks_no_guarantee() {
     reached(&r, &[0, 1]);
 }
 
+/// "Past its deadline a transaction ends, whatever holds it".
+const ENDS_PAST_DEADLINE: usize = 19;
+
+/// One transaction, max_attempts 1, the service down answering ERROR, one retry cycle,
+/// one reconciler run (late: past every threshold and answer deadline).
+fn error_scope_reconciled() -> Scope {
+    let mut s = Scope::quiet(1, 1).with_outage(OutageMode::Error);
+    s.faults.reconciler_runs = 1;
+    s.rounds = 1;
+    s
+}
+
+/// The same and the silent scope, with the clock jumping past the transaction's
+/// deadline once (the reconciler's late run is past it too).
+fn with_deadline(mut s: Scope) -> Scope {
+    s.faults.deadlines = 1;
+    s
+}
+
+/// An error outage with a reconciler run. Found by this scope: the reconciler's run
+/// queried a SCHEDULING record (the breaker not asked), its requeue failed on the
+/// record its own requeued event had moved on, and decided again from what came back
+/// — an IN_PROGRESS probe past its deadline — it republished as if the breaker were
+/// CLOSED and cleared the probe's mark, so the probe's ERROR spent the technical
+/// re-send: FAILED/TECHNICAL_EXHAUSTED by the outage. A record that now must ask the
+/// breaker is left to the next run.
+#[test]
+fn a_reconciler_run_in_an_error_outage_breaks_no_guarantee() {
+    let r = run(error_scope_reconciled());
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    reached(&r, &[0, 11]);
+}
+
+/// Past the deadline, the outage going on: every transaction ends, FAILED/EXPIRED —
+/// by a handler's decision or the reconciler's — and every other property holds.
+#[test]
+fn past_its_deadline_every_transaction_ends_in_an_outage() {
+    let r = run(with_deadline(error_scope_reconciled()));
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    reached(&r, &[0, 11, 13, 14]);
+    let r = run(with_deadline(silent_scope()));
+    assert!(r.violations.is_empty(), "{:#?}", r.violations);
+    reached(&r, &[0, 13]);
+}
+
+/// Without a transaction deadline, a transaction held by an outage that never ends
+/// stays open. Scripted (the exhaustive search of the flawed design is slow: every
+/// state past the deadline replays the reconciler's runs without end): the service
+/// down answering ERROR, the re-send paused, then the deadline passes; the property
+/// holds with the deadline and breaks without it. (In a silent outage the republish
+/// bound ends the transaction UNANSWERED either way, so the scope must answer ERROR.)
+#[test]
+fn no_transaction_deadline_is_caught() {
+    assert_eq!(
+        held_when_the_deadline_passes(Flaws::NONE),
+        Vec::<&str>::new()
+    );
+    let broken = held_when_the_deadline_passes(Flaws {
+        no_transaction_deadline: true,
+        ..Flaws::NONE
+    });
+    assert_eq!(broken, [P[ENDS_PAST_DEADLINE]]);
+}
+
+/// The properties a state breaks once the deadline has passed over a transaction
+/// whose re-send the breaker paused.
+fn held_when_the_deadline_passes(flaws: Flaws) -> Vec<&'static str> {
+    use domain::message::Outcome;
+    use verify::model::{Action, Firing, Kind};
+    let m = ProtocolModel::new(with_deadline(error_scope_reconciled()).with_flaws(flaws));
+    let s = m.service_receives_all(m.initial_state());
+    let s = m.apply(&s, &Action::OutageStarts);
+    let s = m.answer(&s, 0, 1, Outcome::Error);
+    let s = m.deliver_response(&s, 0, false);
+    let s = m.finish_run(s, Kind::ResponseHandler, 0);
+    let s = m.fire(&s, 0, Firing::Once);
+    let s = m.deliver_retry(&s, 0, false);
+    let s = m.finish_run(s, Kind::RetryHandler, 0);
+    assert_eq!(s.records[0].pauses, 1, "{}", s.summary());
+    let s = m.apply(&s, &Action::DeadlinePasses);
+    m.broken(&s)
+}
+
 /// The design before answers echoed their round: an ERROR delivered again (or
 /// decided again by a stalled run) after its re-send went out spends a second
 /// re-send, the last one: FAILED/TECHNICAL_EXHAUSTED after one ERROR. One

@@ -182,6 +182,79 @@ fn without_pacing_the_reopening_exceeds_the_rate_limit() {
         .any(|(n, _)| *n == "rate-limit-exceeded-at-reopening"));
 }
 
+/// An outage that outlasts the transaction deadline (an hour here; the service down
+/// from minute 20 for ten days): every transaction still ends, FAILED/EXPIRED within
+/// one wait of its deadline, none failed by the outage before it, both modes.
+fn endless(mode: OutageMode) -> SimConfig {
+    SimConfig {
+        transactions: 1_000,
+        transaction_deadline_ms: 3_600_000,
+        outages: vec![Outage {
+            start_ms: 1_200_000,
+            duration_ms: 10 * 24 * 3_600_000,
+        }],
+        ..if mode == OutageMode::Silent {
+            SimConfig {
+                transactions: 1_000,
+                ..silent()
+            }
+        } else {
+            outage(mode)
+        }
+    }
+}
+
+#[test]
+fn an_outage_longer_than_the_deadline_ends_every_transaction_expired() {
+    let r = simulate(&endless(OutageMode::Error), 1);
+    println!("{r}");
+    valid(&r);
+    assert!(r.expired > 0, "the deadline ended transactions");
+    assert_eq!(r.ended_past_deadline, 0);
+    assert_eq!(r.failed_by_outage, 0);
+    assert_eq!(r.failed, r.expired, "{r}");
+}
+
+/// Silent, every transaction ends by its deadline too; but a request let out as a
+/// half-open round's probe whose answer never comes spends a republish (so that a
+/// request whose answer was lost leaves the probe rotation), and over an outage of
+/// many rounds the requests picked as probes three times end FAILED/UNANSWERED
+/// before their deadline: the one way a silent outage still fails a transaction
+/// early (docs/verification.md, "Outage windows").
+#[test]
+fn a_silent_outage_longer_than_the_deadline_ends_every_transaction() {
+    let r = simulate(&endless(OutageMode::Silent), 1);
+    println!("{r}");
+    assert_eq!(r.stuck, 0, "{r}");
+    assert_eq!(r.attempted, r.succeeded + r.failed);
+    assert!(r.expired > 0, "the deadline ended transactions");
+    assert_eq!(r.ended_past_deadline, 0);
+    // Ended UNANSWERED by the outage (failed probes), or EXPIRED: nothing else.
+    assert_eq!(r.failed, r.expired + r.failed_by_outage, "{r}");
+    let only = r
+        .violations()
+        .into_iter()
+        .all(|(name, _)| name == "failed-by-outage");
+    assert!(only, "{:?}", r.violations());
+}
+
+/// The same without a transaction deadline: transactions held by the outage end only
+/// when it does, long past their deadline.
+#[test]
+fn without_a_deadline_an_endless_outage_holds_transactions_past_it() {
+    let c = SimConfig {
+        flaws: Flaws {
+            no_transaction_deadline: true,
+            ..Flaws::NONE
+        },
+        ..endless(OutageMode::Error)
+    };
+    let r = simulate(&c, 1);
+    assert!(r.ended_past_deadline > 0, "{r}");
+    assert_eq!(r.expired, 0);
+    assert!(!r.is_valid());
+}
+
 #[test]
 fn outage_windows_parse_with_named_errors() {
     assert_eq!(

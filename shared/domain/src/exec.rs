@@ -46,7 +46,7 @@ pub fn performs(input: &Input, effect: &Effect) -> bool {
             Input::Retry(_) => {
                 matches!(
                     effect,
-                    E::Write(_) | E::PublishRequest(_) | E::CreateSchedule(_)
+                    E::Write(_) | E::PublishRequest(_) | E::CreateSchedule(_) | E::Alert(_)
                 )
             }
             Input::Reconcile(_) => {
@@ -230,6 +230,8 @@ bundle! {
 bundle! {
     /// The retry handler's ports: conditional writes, payload reads, request
     /// publishes, and schedule creation for a retry the circuit breaker paused.
+    /// Alerts (a transaction past its deadline) are raised by the caller from the
+    /// run's trail (log + metric).
     ///
     /// A store that cannot read payloads makes no retry handler:
     ///
@@ -260,6 +262,7 @@ bundle! {
         Effect::Write(w) => write(store, w),
         Effect::PublishRequest(h) => publish_request(store, requests, h),
         Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
+        Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
     }
 }
 

@@ -18,6 +18,7 @@ use common::moto::Moto;
 use common::*;
 use domain::decide::{Ack, DropReason, Input};
 use domain::exec::{execute, ExecError};
+use domain::machine::Mark;
 use domain::TransactionRecord;
 use domain::{Attempt, Disposition, MaxAttempts, Origin, Outcome, RetryEvent, Status};
 use runtime::drive::{drive, verdict};
@@ -1014,6 +1015,82 @@ async fn an_unanswered_request_is_republished_then_abandoned<B: Backend>() {
     assert_eq!(w.reconcile().await.examined, 0);
 }
 
+const EXPIRED: &str = "business alert: transaction deadline passed";
+
+/// Just past the transaction's deadline (`created_at` + TRANSACTION_DEADLINE_SECONDS).
+async fn past_transaction_deadline<B: Backend>(w: &World<B>) {
+    let created = w.record(TX).await.created_at;
+    let deadline = i64::try_from(w.settings.transaction_deadline.as_millis()).unwrap();
+    w.set_time(created.plus_millis(deadline + 1_000));
+}
+
+/// A transaction still open at its deadline ends FAILED/EXPIRED with one business
+/// alert, whichever decision meets it — the retry handler's event (a retry that fires
+/// late), the response handler's CANCELLED with attempts left (decided blind: the
+/// write's deadline condition fails on the store, the record comes back and the
+/// expiry is decided from it), the reconciler's request past its answer deadline —
+/// and a SUCCESS arriving after the expiry is kept as a conflicting success.
+async fn a_transaction_past_its_deadline_ends_expired<B: Backend>() {
+    let (logs, _guard) = capture_logs();
+    // The retry handler: the retry fires after the deadline.
+    let w = scheduled_world::<B>(4).await;
+    let fire_at = w.record(TX).await.next_fire_at.unwrap();
+    past_transaction_deadline(&w).await;
+    let mut due = w.fire_due().await;
+    assert_eq!(due.len(), 1, "the schedule fires late");
+    assert!(w.now() > fire_at);
+    assert_eq!(w.retry(&due.remove(0)).await.label(), "expired");
+    let r = w.record(TX).await;
+    assert_eq!((r.status, r.mark), (Status::Failed, Some(Mark::Expired)));
+    assert!(r.reconcile.is_none() && r.next_attempt.is_none() && r.failed.is_some());
+    assert_eq!(
+        w.keys().await,
+        ["TX-100200#1".to_owned()],
+        "nothing sent after it"
+    );
+    assert_eq!(
+        w.audit_path(TX).await.last().map(String::as_str),
+        Some("SCHEDULED>FAILED@1")
+    );
+    // The response handler, decided blind.
+    let w = B::world().await;
+    w.start(TX, 4).await;
+    past_transaction_deadline(&w).await;
+    let v = w.respond(TX, 1, Outcome::Cancelled).await;
+    assert_eq!(v.label(), "expired", "{v:?}");
+    let r = w.record(TX).await;
+    assert_eq!((r.status, r.mark), (Status::Failed, Some(Mark::Expired)));
+    assert_eq!(r.last_outcome, Some(Outcome::Cancelled));
+    assert!(w.live().await.is_empty(), "no retry scheduled");
+    // Redelivered: the alert again (at least once), the record unchanged.
+    assert_eq!(w.respond(TX, 1, Outcome::Cancelled).await.label(), "failed");
+    assert_eq!(w.record(TX).await, r);
+    // The reconciler, for a request unanswered past its answer deadline; then the
+    // service's SUCCESS for it is a conflicting success, never dropped silently.
+    let w = B::world().await;
+    w.start(TX, 4).await;
+    past_transaction_deadline(&w).await;
+    let metrics = Metrics::new("NS", "reconciler");
+    let rep = w.reconcile_with(&Limits::default(), 7, &metrics).await;
+    assert_eq!(
+        rep.count(Status::InProgress, Action::Done(Ack::Expired)),
+        1,
+        "{rep:?}"
+    );
+    assert_eq!(metrics.count(names::TRANSACTIONS_EXPIRED), 1);
+    assert_eq!(metrics.count(names::REQUESTS_REPUBLISHED), 0);
+    assert!(matches!(
+        w.respond(TX, 1, Outcome::Success).await,
+        Verdict::Dropped(DropReason::ConflictingSuccess { .. })
+    ));
+    assert_eq!(w.status(TX).await, Status::Failed);
+    assert_eq!(
+        logs.alerts(EXPIRED).len(),
+        4,
+        "one per expiry, one per redelivery"
+    );
+}
+
 /// A request answered, its answer lost, republished at its deadline: when the lost
 /// answer is redriven it is handled as any answer (the republish consumed no
 /// attempt), and the duplicate answer the republish may draw changes nothing.
@@ -1145,6 +1222,7 @@ rows!(
     a_record_requeued_without_progress_is_parked,
     an_unanswered_request_is_republished_then_abandoned,
     an_answer_after_a_republish_is_handled_once,
+    a_transaction_past_its_deadline_ends_expired,
     // The whole chain.
     a_crash_at_every_step_leaves_the_final_result_unchanged,
 );

@@ -648,8 +648,9 @@ impl ProtocolModel {
     }
 
     /// Past the deadline, with the outage (if any) going on: the reconciler (late)
-    /// acts on `tx` and everything it causes is delivered, answers included, a few
-    /// times over. A deadline that holds leaves `tx` terminal.
+    /// acts on `tx` and everything it causes is delivered — the service answering
+    /// ERROR, as a service that is down does — a few times over. A deadline that holds
+    /// leaves `tx` terminal.
     pub fn reconcile_past_deadline(&self, start: &State, tx: u8) -> State {
         let mut s = start.clone();
         for _round in 0..8 {
@@ -658,11 +659,21 @@ impl ProtocolModel {
             }
             s.budgets.reconciler_runs = s.budgets.reconciler_runs.max(1);
             s = self.apply(&s, &Action::Reconcile { tx, late: true });
-            s = self.without_faults(
-                s,
-                &[Next::Step, Next::Retry, Next::Request, Next::Response],
-                10_000,
-            );
+            // Only a service that is down answers here, and only ERROR (its outage's,
+            // no budget spent); silent, it owes nothing.
+            let answers = s.down && self.scope.outage_mode == OutageMode::Error;
+            let order: &[Next] = if answers {
+                &[
+                    Next::Step,
+                    Next::Retry,
+                    Next::Request,
+                    Next::Answer(Outcome::Error),
+                    Next::Response,
+                ]
+            } else {
+                &[Next::Step, Next::Retry, Next::Request, Next::Response]
+            };
+            s = self.without_faults(s, order, 10_000);
         }
         s
     }

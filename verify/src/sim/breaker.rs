@@ -16,7 +16,7 @@ use domain::breaker::{self, Breaker, BreakerSettings, BreakerState, Change, Tall
 use domain::decide::Hold;
 use domain::ids::Timestamp;
 use domain::RandomSource;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use testkit::oracle;
 
 /// What the simulated service does during an outage window.
@@ -74,8 +74,9 @@ pub(super) struct SimBreaker {
     pub(super) opened: Vec<i64>,
     /// Instants (ms) it closed.
     pub(super) closed: Vec<i64>,
-    /// Retry-handler requests published per HALF_OPEN round (keyed by its start).
-    pub(super) probes: BTreeMap<Timestamp, u64>,
+    /// Distinct retry-handler requests published per HALF_OPEN round (keyed by its
+    /// start).
+    pub(super) probes: BTreeMap<Timestamp, BTreeSet<(usize, u32, u32)>>,
 }
 
 impl SimBreaker {
@@ -145,11 +146,13 @@ impl SimBreaker {
         self.moved(next, change, now);
     }
 
-    /// A request the retry handler published: counted in its round when the breaker
-    /// is HALF_OPEN.
-    pub(super) fn published(&mut self) {
+    /// A request the retry handler published — transaction, attempt and round, what
+    /// the service tells requests apart by — counted in its round when the breaker is
+    /// HALF_OPEN. The same request published again (a run resumed after a crash past
+    /// its publish) is one request.
+    pub(super) fn published(&mut self, request: (usize, u32, u32)) {
         if let BreakerState::HalfOpen { since, .. } = self.item.state {
-            *self.probes.entry(since).or_default() += 1;
+            self.probes.entry(since).or_default().insert(request);
         }
     }
 }
@@ -194,7 +197,8 @@ impl super::world::World<'_> {
         self.report.first_opened_ms = b.opened.first().map(|t| since_start(*t));
         self.report.last_closed_ms = b.closed.last().map(|t| since_start(*t));
         self.report.probe_rounds = b.probes.len() as u64;
-        self.report.max_probes_per_round = b.probes.values().copied().max().unwrap_or(0);
+        self.report.max_probes_per_round =
+            b.probes.values().map(|r| r.len() as u64).max().unwrap_or(0);
         let times = &self.retry_publish_times;
         for c in &b.closed {
             let lo = times.partition_point(|t| t < c);

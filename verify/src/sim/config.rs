@@ -66,6 +66,8 @@ pub struct SimConfig {
     pub jitter: f64,
     /// TECHNICAL_RESEND_MAX: technical re-sends before an ERROR ends it FAILED.
     pub technical_resend_max: u32,
+    /// TRANSACTION_DEADLINE_SECONDS, in ms.
+    pub transaction_deadline_ms: u64,
     /// Windows during which the service is down (answers as `outage_mode` says).
     pub outages: Vec<Outage>,
     pub outage_mode: OutageMode,
@@ -114,6 +116,7 @@ impl Default for SimConfig {
             backoff_cap_ms: defaults::BACKOFF_CAP.as_millis() as u64,
             jitter: defaults::BACKOFF_JITTER,
             technical_resend_max: defaults::TECHNICAL_RESEND_MAX,
+            transaction_deadline_ms: defaults::TRANSACTION_DEADLINE.as_millis() as u64,
             outages: Vec::new(),
             outage_mode: OutageMode::Error,
             breaker: None,
@@ -141,6 +144,18 @@ impl SimConfig {
     /// (no ERROR drawn at random, every request reaches the service, every answer comes
     /// back, every start publishes): then no transaction may end FAILED for anything
     /// but its attempts, all answered CANCELLED.
+    /// How long after its deadline a transaction may still end: the longest wait it
+    /// can be in when the deadline passes (a retry's backoff with jitter, a request's
+    /// answer window, a breaker's hold), plus the reconciler's lag, a late fire and the
+    /// retry queue's redeliveries. A transaction that ends later ignored its deadline.
+    pub fn deadline_slack_ms(&self) -> i64 {
+        let backoff = (self.backoff_cap_ms as f64 * (1.0 + self.jitter.abs())) as i64;
+        let wait = backoff.max(self.answer_timeout_ms).max(2 * 3_600_000);
+        let reconciler = 2 * (self.reconcile_threshold_ms + self.reconciler_interval_ms);
+        let redeliveries = self.retry_visibility_ms * i64::from(self.max_receive_count);
+        wait + reconciler + redeliveries + 3_600_000
+    }
+
     pub fn outages_only(&self) -> bool {
         !self.outages.is_empty()
             && self.technical_rate == 0.0

@@ -112,7 +112,8 @@ impl World<'_> {
                     self.report.retry_requests_published += 1;
                     self.retry_publish_times.push(self.now);
                     if let Some(b) = self.breaker.as_mut() {
-                        b.published();
+                        let round = h.round.unwrap_or(0);
+                        b.published((tx, h.attempt.get(), round));
                     }
                     if self.records[tx]
                         .as_ref()
@@ -166,8 +167,8 @@ impl World<'_> {
                         domain::decide::AlertKind::TechnicalExhausted => {
                             self.report.technical_exhausted += 1
                         }
-                        domain::decide::AlertKind::Expired => self.report.expired += 1,
-                        domain::decide::AlertKind::AttemptsExhausted => {}
+                        domain::decide::AlertKind::Expired
+                        | domain::decide::AlertKind::AttemptsExhausted => {}
                     }
                 }
                 Observed::Alerted

@@ -64,8 +64,10 @@ pub struct Report {
     pub technical_resends: u64,
     /// Alerts of transactions ended FAILED/TECHNICAL_EXHAUSTED.
     pub technical_exhausted: u64,
-    /// Alerts of transactions ended FAILED/EXPIRED (their deadline passed).
+    /// Transactions ended FAILED/EXPIRED (their deadline passed).
     pub expired: u64,
+    /// Transactions that ended later than one wait after their deadline.
+    pub ended_past_deadline: u64,
     /// Answers ERROR the service gave during an outage window.
     pub outage_errors: u64,
     /// Requests that reached the service during a silent outage (never answered).
@@ -178,6 +180,7 @@ impl Report {
             technical_resends,
             technical_exhausted,
             expired,
+            ended_past_deadline,
             outage_errors,
             outage_unanswered,
             breaker_opened,
@@ -226,6 +229,7 @@ impl Report {
             ("alerts-missing", self.alerts_missing),
             ("paused-stuck", self.paused_stuck),
             ("failed-by-outage", self.failed_by_outage),
+            ("ended-past-deadline", self.ended_past_deadline),
         ];
         if self.probe_limit > 0 && self.max_probes_per_round > self.probe_limit {
             v.push(("probes-exceeded", self.max_probes_per_round));
@@ -256,8 +260,8 @@ impl fmt::Display for Report {
         writeln!(f, "  succeeded                {:>12}", self.succeeded)?;
         writeln!(
             f,
-            "  failed                   {:>12}   (exhausted, or unanswered: {})",
-            self.failed, self.unanswered
+            "  failed                   {:>12}   (exhausted, or unanswered: {}, or expired: {})",
+            self.failed, self.unanswered, self.expired
         )?;
         writeln!(
             f,
@@ -352,11 +356,13 @@ impl fmt::Display for Report {
             "unanswered requests        starts crashed before publishing {}, requests lost {}, answers lost {}; republished {}, ended FAILED/UNANSWERED {}",
             self.start_crashes, self.requests_lost, self.answers_lost, self.republished, self.unanswered
         )?;
-        if self.expired > 0 {
+        if self.expired > 0 || self.ended_past_deadline > 0 {
             writeln!(
                 f,
-                "transaction deadline       ended FAILED/EXPIRED {} (alerts)",
-                self.expired
+                "transaction deadline       ended FAILED/EXPIRED {}; ended later than one wait past it {}{}",
+                self.expired,
+                self.ended_past_deadline,
+                flag(self.ended_past_deadline)
             )?;
         }
         if self.technical_failures > 0 {

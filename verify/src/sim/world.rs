@@ -200,6 +200,7 @@ impl<'a> World<'a> {
             self.cfg.answer_republish_max,
         )
         .with_technical_resend_max(self.cfg.technical_resend_max)
+        .with_transaction_deadline(Duration::from_millis(self.cfg.transaction_deadline_ms))
     }
 
     pub(super) fn tx_of(&self, id: &TransactionId) -> Option<usize> {
@@ -721,6 +722,22 @@ impl World<'_> {
                 Some(Status::Succeeded) => self.report.succeeded += 1,
                 Some(Status::Failed) => self.report.failed += 1,
                 _ => self.report.stuck += 1,
+            }
+            if rec.is_some_and(|r| {
+                r.status == Status::Failed && r.mark == Some(domain::machine::Mark::Expired)
+            }) {
+                self.report.expired += 1;
+            }
+            // Every transaction ends within one wait of its deadline (a dead-lettered
+            // one is the DLQ alarm's).
+            if let Some(r) = rec.filter(|r| r.status.is_terminal() && self.dlq_by_tx[tx] == 0) {
+                let latest = self
+                    .ctx(r.updated_at)
+                    .expires_at(r)
+                    .plus_millis(self.cfg.deadline_slack_ms());
+                if r.updated_at > latest {
+                    self.report.ended_past_deadline += 1;
+                }
             }
             // A response that exhausted the budget and then landed in a DLQ (before its
             // alert went out) is covered by the DLQ alarm, and so is a stuck one.

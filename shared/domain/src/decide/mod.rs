@@ -671,6 +671,16 @@ pub fn decide(
         Input::Response(r) => decide_response(known, r, ctx, rng),
         Input::Retry(e) => decide_retry(known, e, ctx),
         Input::Reconcile(r) => match known {
+            // The breaker was asked (or not) for the record the query returned: a
+            // record that has since become one that must ask it (a request due to go
+            // out again) is left to the next run, which asks. Decided with no verdict
+            // it would go out as if the breaker were CLOSED — into an outage, or
+            // clearing the mark of a probe in flight.
+            Known::Record(current) if asks_breaker(current, ctx) && !asks_breaker(r, ctx) => {
+                vec![Effect::Drop(DropReason::NotStuck {
+                    status: current.status,
+                })]
+            }
             Known::Record(current) => decide_reconcile(current, ctx),
             Known::Missing => vec![Effect::Drop(DropReason::NotStuck { status: r.status })],
             Known::Unread => decide_reconcile(r, ctx),

@@ -1083,6 +1083,35 @@ fn all_cases() -> Vec<(String, Plan)> {
             ));
         }
     }
+    // The reconciler decided again from a record that moved on since its query: one
+    // that now must ask the breaker (a request due to go out again) waits for the
+    // next run, which asks; one the query's record already asked for is decided.
+    let queried = rec_in(Status::Scheduling, 2, 4);
+    let mut probing_now = rec_in(Status::InProgress, 2, 4);
+    probing_now.mark = Some(Mark::Probe);
+    let mut overdue = rec_in(Status::InProgress, 2, 4);
+    overdue.republishes = 1;
+    for (name, input, current) in [
+        (
+            "SCHEDULING, now IN_PROGRESS past its deadline probing",
+            &queried,
+            &probing_now,
+        ),
+        (
+            "IN_PROGRESS past its deadline, now rp=1",
+            &probing_now,
+            &overdue,
+        ),
+    ] {
+        let plan = decide(
+            &Input::Reconcile(input.clone()),
+            Known::Record(current),
+            None,
+            &ctx,
+            &mut FixedRandom(0.5),
+        );
+        out.push((format!("reconcile decided again: queried {name}"), plan));
+    }
     expiry_cases(&ctx, &mut out);
     out
 }
@@ -1102,6 +1131,9 @@ fn expiry_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
     }));
     let mut push = |name: String, input: &Input, known: Known<'_>, c: &Context| {
         let plan = decide(input, known, None, c, &mut FixedRandom(0.5));
+        for e in &plan {
+            assert!(crate::exec::performs(input, e), "{name}: {e:?}");
+        }
         out.push((format!("expired: {name}"), plan));
     };
     let working = rec_in(Status::InProgress, 2, 4);
