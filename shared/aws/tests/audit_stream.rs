@@ -22,6 +22,8 @@ use testkit::drain::{drain_into, drain_stream, StreamPosition};
 use testkit::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::ports::AllPorts;
 
+/// The context at `now`, with a deadline (a year) no run here reaches: 3,000 holds
+/// of five minutes span ten days.
 fn ctx(now: i64) -> Context {
     Context::new(
         Timestamp::from_millis(now),
@@ -29,6 +31,7 @@ fn ctx(now: i64) -> Context {
         8,
         Duration::from_secs(900),
     )
+    .with_transaction_deadline(Duration::from_secs(365 * 24 * 3600))
 }
 
 /// The same inputs, in order, for both stores.

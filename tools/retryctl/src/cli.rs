@@ -407,6 +407,11 @@ pub struct DemoArgs {
     /// template's 21600].
     #[arg(long)]
     pub answer_timeout: Option<u64>,
+    /// TRANSACTION_DEADLINE_SECONDS of the local stack (at least 60): with an outage
+    /// longer than it, the transactions it holds end FAILED/EXPIRED, reported
+    /// [default: the template's 604800].
+    #[arg(long)]
+    pub transaction_deadline: Option<u64>,
     /// External service latency, lower bound (ms).
     #[arg(long, default_value_t = 20)]
     pub latency_min_ms: u64,

@@ -159,6 +159,13 @@ impl DemoPlan {
         let cancel = probability("--cancel-probability", a.cancel_probability)?;
         let dup = probability("--duplicate-responses", a.duplicate_responses)?;
         let silent = probability("--silent-probability", a.silent_probability)?;
+        if let Some(d @ 0..60) = a.transaction_deadline {
+            return Err(CliError::bad(
+                "--transaction-deadline",
+                d.to_string(),
+                "must be at least 60 seconds (TRANSACTION_DEADLINE_SECONDS)",
+            ));
+        }
         let answer_timeout = match a.answer_timeout {
             Some(0) => {
                 return Err(CliError::bad(
@@ -276,6 +283,11 @@ impl DemoPlan {
                 answer_timeout.to_string(),
             ),
         ];
+        if let Some(d) = a.transaction_deadline {
+            stack
+                .env
+                .push((vars::TRANSACTION_DEADLINE_SECONDS.name, d.to_string()));
+        }
         let deadline = Duration::from_secs(a.deadline.unwrap_or_else(|| {
             demo_deadline(
                 a.transactions,

@@ -123,6 +123,9 @@ pub struct BreakerReport {
     pub failed_by_outage: Vec<Finding>,
     /// Terminal transactions whose attempts differ from the service's script.
     pub attempts_changed: Vec<Finding>,
+    /// Transactions the outage held past their deadline: FAILED/EXPIRED, with the
+    /// business alert (not failed by the outage: it ended nothing before then).
+    pub expired: Vec<Finding>,
     /// Transactions not terminal at the end.
     pub not_terminal: u64,
     /// Retried requests leaving the retry handlers in any 1 s after the last close.
@@ -603,6 +606,7 @@ fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
     };
     let mut failed_by_outage = Vec::new();
     let mut attempts_changed = Vec::new();
+    let mut expired = Vec::new();
     let (mut paused, mut resumed, mut not_terminal) = (0, 0, 0);
     let mut ids: Vec<&String> = obs.submitted.iter().collect();
     ids.sort();
@@ -637,6 +641,13 @@ fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
             continue;
         }
         let (used, max) = (rec.current_attempt.get(), rec.max_attempts.get());
+        if rec.mark == Some(domain::machine::Mark::Expired) {
+            expired.push(Finding::ours(
+                id,
+                format!("FAILED/EXPIRED at attempt {used}/{max}"),
+            ));
+            continue;
+        }
         let scripted = scripted_attempts(obs.seed, b.cancel_probability, id, max);
         let outage_reason = matches!(
             rec.mark,
@@ -691,6 +702,7 @@ fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
         transactions_resumed: resumed,
         failed_by_outage,
         attempts_changed,
+        expired,
         not_terminal,
         peak_after_close: crate::local::external::max_in_any_second(&after),
         rate_bound: obs.rate_bound,
@@ -750,6 +762,14 @@ fn render_breaker(s: &mut String, b: &BreakerReport) {
         mark(b.attempts_changed.is_empty())
     );
     for f in b.attempts_changed.iter().take(10) {
+        let _ = writeln!(s, "    {}: {}", f.transaction_id, f.why);
+    }
+    let _ = writeln!(
+        s,
+        "  ended EXPIRED at the deadline {} (TransactionsExpired: held past TRANSACTION_DEADLINE_SECONDS)",
+        b.expired.len()
+    );
+    for f in b.expired.iter().take(10) {
         let _ = writeln!(s, "    {}: {}", f.transaction_id, f.why);
     }
     let _ = writeln!(

@@ -179,6 +179,6 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
             }
         }
     }
-    // Response 4, retry 3, reconcile 5, start 2, resolve 3, replay 3.
-    assert_eq!(performed, 20);
+    // Response 4, retry 4, reconcile 5, start 2, resolve 3, replay 3.
+    assert_eq!(performed, 21);
 }
