@@ -731,9 +731,9 @@ impl World<'_> {
             // Every transaction ends within one wait of its deadline (a dead-lettered
             // one is the DLQ alarm's).
             if let Some(r) = rec.filter(|r| r.status.is_terminal() && self.dlq_by_tx[tx] == 0) {
-                let latest = self
-                    .ctx(r.updated_at)
-                    .expires_at(r)
+                let deadline_ms =
+                    i64::try_from(self.cfg.transaction_deadline_ms).unwrap_or(i64::MAX);
+                let latest = domain::machine::Deadline::of(r, deadline_ms)
                     .plus_millis(self.cfg.deadline_slack_ms());
                 if r.updated_at > latest {
                     self.report.ended_past_deadline += 1;

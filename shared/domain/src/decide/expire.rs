@@ -8,6 +8,7 @@
 
 use super::{Ack, Alert, AlertKind, Context, Effect, Plan};
 use crate::arrow;
+use crate::ids::{Attempt, TransactionId};
 use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, TransactionRecord, Write};
 
 const EXPIRE: Arrow = arrow!(
@@ -42,13 +43,19 @@ pub(super) fn expire(r: &TransactionRecord, ctx: &Context, actor: Actor) -> Plan
     w.set.next_fire_at = Change::Clear;
     let w = w.listed_failed(ctx.shards).marked(Mark::Expired);
     vec![
-        Effect::Alert(Alert {
-            kind: AlertKind::Expired,
-            transaction_id: id.clone(),
-            attempts: r.current_attempt,
-            last_reason: Some(EXPIRED_REASON.to_owned()),
-        }),
+        expired_alert(id, r.current_attempt),
         Effect::Write(w),
         Effect::Ack(Ack::Expired),
     ]
+}
+
+/// The business alert of transaction `id` ended (or found ended) past its deadline,
+/// at attempt `n`.
+pub(super) fn expired_alert(id: &TransactionId, n: Attempt) -> Effect {
+    Effect::Alert(Alert {
+        kind: AlertKind::Expired,
+        transaction_id: id.clone(),
+        attempts: n,
+        last_reason: Some(EXPIRED_REASON.to_owned()),
+    })
 }

@@ -54,10 +54,7 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
     w.set.resends = Change::Clear;
     w.set.pauses = Change::Clear;
     // And a whole deadline, counted from now.
-    w.set.expires_at = Change::Set(
-        ctx.now
-            .plus_millis(i64::try_from(ctx.transaction_deadline.as_millis()).unwrap_or(i64::MAX)),
-    );
+    w.set.expires_at = Change::Set(ctx.now.plus_millis(super::millis(ctx.transaction_deadline)));
     let w = w.noted(ctx.operator.as_ref());
     vec![
         Effect::Write(w),

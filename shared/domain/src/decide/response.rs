@@ -1,6 +1,6 @@
 //! The response handler (A), for a response `(id, n, outcome)`.
 
-use super::expire::{expire, expires};
+use super::expire::{expire, expired_alert, expires};
 use super::retry::in_progress_write;
 use super::{
     Ack, Alert, AlertKind, Context, DropReason, Effect, Known, Plan, Rejection, ScheduleSpec,
@@ -416,16 +416,6 @@ fn open_cycle_plan(
         confirm_scheduled(&id, cycle, ctx, Actor::ResponseHandler),
         Effect::Ack(ack),
     ]
-}
-
-/// The business alert of a transaction past its deadline, raised again.
-fn expired_alert(id: &TransactionId, n: Attempt) -> Effect {
-    Effect::Alert(Alert {
-        kind: AlertKind::Expired,
-        transaction_id: id.clone(),
-        attempts: n,
-        last_reason: Some(super::EXPIRED_REASON.to_owned()),
-    })
 }
 
 /// The business alert of a transaction whose technical re-sends are spent.
