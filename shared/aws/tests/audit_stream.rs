@@ -316,7 +316,8 @@ async fn audit_items(
 async fn the_audit_item_of_a_request_stays_bounded_whatever_its_holds() {
     use aws::item::{flat_from_dynamodb, record_to_item};
     use domain::breaker::BreakerState;
-    use domain::decide::{decide_reconcile, Hold};
+    use domain::breaker::Hold;
+    use domain::decide::decide_reconcile;
     use domain::Effect;
     const HOLDS: usize = 3_000;
     const NOTICES: i64 = 1_000;

@@ -122,7 +122,7 @@ fn sample_writes(tx: &str, records: &[domain::TransactionRecord]) -> Vec<Write> 
     let mut writes: Vec<Write> = vec![];
     // As decided with the breaker closed, letting the request out as a probe, and
     // holding it.
-    let hold = domain::decide::Hold {
+    let hold = domain::breaker::Hold {
         until: Timestamp::from_millis(T0 + 600_000),
         state: domain::breaker::BreakerState::Open {
             until: Timestamp::from_millis(T0 + 600_000),

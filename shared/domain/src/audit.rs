@@ -600,7 +600,8 @@ mod tests {
     /// the hold) and the service answers CANCELLED.
     fn held_then_answered(holds: usize) -> Vec<AuditEntry> {
         use crate::breaker::BreakerState;
-        use crate::decide::{decide_reconcile, Context, Effect, Hold};
+        use crate::breaker::Hold;
+        use crate::decide::{decide_reconcile, Context, Effect};
         use crate::policy::{PolicySet, RetryPolicy};
         let ctx = |now: Timestamp| {
             Context::new(

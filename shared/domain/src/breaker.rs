@@ -294,12 +294,12 @@ impl Admission {
         now: Timestamp,
         s: &BreakerSettings,
         rng: &mut dyn RandomSource,
-    ) -> (Option<crate::decide::Hold>, bool) {
+    ) -> (Option<Hold>, bool) {
         match self {
             Admission::Send => (None, false),
             Admission::Probe => (None, true),
             Admission::Pause { .. } => (
-                Some(crate::decide::Hold {
+                Some(Hold {
                     until: breaker.resume_at(now, s, rng),
                     state: breaker.state,
                 }),
@@ -506,6 +506,25 @@ impl Breaker {
         };
         let jitter = (rng.next_unit().clamp(0.0, 1.0) * spread as f64) as i64;
         self.next_probe(now).plus_millis(jitter)
+    }
+}
+
+/// A pause of the circuit breaker, as a decision sees it: requests wait until
+/// `until` (the breaker's next probe instant plus jitter, [`Breaker::resume_at`])
+/// because the breaker is in `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    pub until: Timestamp,
+    pub state: BreakerState,
+}
+
+impl Hold {
+    /// The record's mark while held. Only an OPEN or HALF_OPEN breaker holds.
+    pub fn mark(&self) -> crate::machine::Mark {
+        match self.state {
+            BreakerState::HalfOpen { .. } => crate::machine::Mark::HeldHalfOpen,
+            _ => crate::machine::Mark::HeldOpen,
+        }
     }
 }
 

@@ -10,8 +10,8 @@
 //!   written.
 
 use crate::metrics::{names, Metrics};
+use domain::breaker::Hold;
 use domain::breaker::{Admission, Breaker, BreakerSettings, Change, Tally};
-use domain::decide::Hold;
 use domain::ports::{
     BreakerCounts, BreakerNote, BreakerReads, BreakerView, BreakerWrites, PortError,
 };

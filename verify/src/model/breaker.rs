@@ -12,8 +12,8 @@
 //! `docs/verification.md#outages-and-the-circuit-breaker-in-the-model`.
 
 use super::scope::TICK_MS;
+use domain::breaker::Hold;
 use domain::breaker::{self, Admission, Breaker, BreakerSettings, BreakerState, Change, Tally};
-use domain::decide::Hold;
 use domain::ids::Timestamp;
 use domain::policy::FixedRandom;
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! What one model check covers: the transactions and the fault budgets.
 
-use super::breaker::OutageMode;
+use crate::sim::OutageMode;
 use crate::Flaws;
 use std::fmt;
 

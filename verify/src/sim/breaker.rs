@@ -11,13 +11,11 @@
 //! the batch may move it. The store is one item read fresh by every decision (no
 //! cache): the strictest reading of the functions' gate.
 
-use super::world::ts;
+use domain::breaker::Hold;
 use domain::breaker::{self, Breaker, BreakerSettings, BreakerState, Change, Tally};
-use domain::decide::Hold;
 use domain::ids::Timestamp;
 use domain::RandomSource;
 use std::collections::{BTreeMap, BTreeSet};
-use testkit::oracle;
 
 /// What the simulated service does during an outage window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,11 +107,12 @@ impl SimBreaker {
         count_probes: bool,
         rng: &mut dyn RandomSource,
     ) -> (Option<Hold>, bool) {
-        let (admission, next, change) = self.item.admit(ts(now), &self.settings);
+        let (admission, next, change) =
+            self.item.admit(Timestamp::from_millis(now), &self.settings);
         if count_probes || change != Some(Change::ProbeAdmitted) {
             self.moved(next, change, now);
         }
-        admission.verdict(&self.item, ts(now), &self.settings, rng)
+        admission.verdict(&self.item, Timestamp::from_millis(now), &self.settings, rng)
     }
 
     /// A batch's signals counted into the window at `now`, the breaker moved when
@@ -122,7 +121,7 @@ impl SimBreaker {
         if *batch == Tally::default() {
             return;
         }
-        let at = ts(now);
+        let at = Timestamp::from_millis(now);
         let bucket = self
             .buckets
             .entry(breaker::bucket_of(at, &self.settings))
@@ -132,7 +131,7 @@ impl SimBreaker {
         bucket.deadlines += batch.deadlines;
         // Buckets older than the window count no more.
         let window_ms = i64::try_from(self.settings.window.as_millis()).unwrap_or(i64::MAX);
-        let oldest = ts(now.saturating_sub(window_ms.saturating_mul(2)));
+        let oldest = Timestamp::from_millis(now.saturating_sub(window_ms.saturating_mul(2)));
         self.buckets = self.buckets.split_off(&oldest);
         if !self.item.may_change(batch, at) {
             return;
@@ -159,52 +158,3 @@ impl SimBreaker {
 
 /// How long after the breaker closes the outbound rate is watched (the reopening).
 pub(super) const REOPENING_MS: i64 = 60_000;
-
-impl super::world::World<'_> {
-    /// The breaker's figures and properties, once the run is over.
-    pub(super) fn classify_breaker(&mut self) {
-        let outages_only = self.cfg.outages_only();
-        for tx in 0..self.records.len() {
-            let Some(rec) = self.records[tx].as_ref() else {
-                continue;
-            };
-            let dead_lettered = self.dlq_by_tx[tx] > 0;
-            self.report.max_pauses = self.report.max_pauses.max(u64::from(rec.pauses));
-            if rec.pauses > 0 {
-                self.report.paused_transactions += 1;
-                if !rec.status.is_terminal() && !dead_lettered {
-                    self.report.paused_stuck += 1;
-                }
-            }
-            let technical_end = rec.status == domain::Status::Failed
-                && matches!(
-                    rec.mark,
-                    Some(
-                        domain::machine::Mark::TechnicalExhausted
-                            | domain::machine::Mark::Unanswered
-                    )
-                );
-            if outages_only && technical_end && !dead_lettered {
-                self.report.failed_by_outage += 1;
-            }
-        }
-        let Some(b) = self.breaker.as_ref() else {
-            return;
-        };
-        let since_start = |ms: i64| ms - crate::fixture::EPOCH_MS;
-        self.report.breaker_opened = b.opened.len() as u64;
-        self.report.breaker_closed = b.closed.len() as u64;
-        self.report.first_opened_ms = b.opened.first().map(|t| since_start(*t));
-        self.report.last_closed_ms = b.closed.last().map(|t| since_start(*t));
-        self.report.probe_rounds = b.probes.len() as u64;
-        self.report.max_probes_per_round =
-            b.probes.values().map(|r| r.len() as u64).max().unwrap_or(0);
-        let times = &self.retry_publish_times;
-        for c in &b.closed {
-            let lo = times.partition_point(|t| t < c);
-            let hi = times.partition_point(|t| *t < c + REOPENING_MS);
-            let peak = oracle::peak_in_window(&times[lo..hi], 1000) as u64;
-            self.report.peak_after_reopening = self.report.peak_after_reopening.max(peak);
-        }
-    }
-}

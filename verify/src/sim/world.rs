@@ -1,15 +1,14 @@
 //! The world: the store, the queues, the runs in progress, and the event loop.
 
-use super::breaker::SimBreaker;
+use super::breaker::{SimBreaker, REOPENING_MS};
 pub(super) use super::queue::QueueId;
 use super::queue::{Rng, SimQueue};
 use super::{Report, SimConfig};
 use crate::fixture;
 use crate::Flaws;
+use domain::breaker::Hold;
 use domain::breaker::Tally;
-use domain::decide::{
-    Ack, Context, Disposition, DropReason, Effect, Hold, Input, Known, Run, Step,
-};
+use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known, Run, Step};
 use domain::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use domain::machine::{Status, TransactionRecord};
 use domain::message::{Outcome, Payload, Response, RetryEvent};
@@ -755,5 +754,54 @@ impl World<'_> {
         self.report.max_requests_per_second =
             oracle::peak_in_window(&self.retry_publish_times, 1000) as u64;
         self.classify_breaker();
+    }
+}
+
+impl World<'_> {
+    /// The breaker's figures and properties, once the run is over.
+    pub(super) fn classify_breaker(&mut self) {
+        let outages_only = self.cfg.outages_only();
+        for tx in 0..self.records.len() {
+            let Some(rec) = self.records[tx].as_ref() else {
+                continue;
+            };
+            let dead_lettered = self.dlq_by_tx[tx] > 0;
+            self.report.max_pauses = self.report.max_pauses.max(u64::from(rec.pauses));
+            if rec.pauses > 0 {
+                self.report.paused_transactions += 1;
+                if !rec.status.is_terminal() && !dead_lettered {
+                    self.report.paused_stuck += 1;
+                }
+            }
+            let technical_end = rec.status == domain::Status::Failed
+                && matches!(
+                    rec.mark,
+                    Some(
+                        domain::machine::Mark::TechnicalExhausted
+                            | domain::machine::Mark::Unanswered
+                    )
+                );
+            if outages_only && technical_end && !dead_lettered {
+                self.report.failed_by_outage += 1;
+            }
+        }
+        let Some(b) = self.breaker.as_ref() else {
+            return;
+        };
+        let since_start = |ms: i64| ms - fixture::EPOCH_MS;
+        self.report.breaker_opened = b.opened.len() as u64;
+        self.report.breaker_closed = b.closed.len() as u64;
+        self.report.first_opened_ms = b.opened.first().map(|t| since_start(*t));
+        self.report.last_closed_ms = b.closed.last().map(|t| since_start(*t));
+        self.report.probe_rounds = b.probes.len() as u64;
+        self.report.max_probes_per_round =
+            b.probes.values().map(|r| r.len() as u64).max().unwrap_or(0);
+        let times = &self.retry_publish_times;
+        for c in &b.closed {
+            let lo = times.partition_point(|t| t < c);
+            let hi = times.partition_point(|t| *t < c + REOPENING_MS);
+            let peak = oracle::peak_in_window(&times[lo..hi], 1000) as u64;
+            self.report.peak_after_reopening = self.report.peak_after_reopening.max(peak);
+        }
     }
 }

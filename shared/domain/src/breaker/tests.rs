@@ -297,7 +297,7 @@ fn an_admission_becomes_a_hold_or_a_probe() {
     assert!(!probe);
     assert_eq!(
         hold,
-        Some(crate::decide::Hold {
+        Some(crate::breaker::Hold {
             until: b.resume_at(t(0), &s, &mut FixedRandom(0.5)),
             state: b.state,
         })

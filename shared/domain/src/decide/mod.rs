@@ -11,6 +11,7 @@
 //! ([`crate::arrow!`]), never the status a write enters. Executors only perform effects.
 //! The rules per handler: `docs/design.md#handler-rules`.
 
+mod cycle;
 mod expire;
 mod reconcile;
 mod replay;
@@ -30,6 +31,7 @@ pub use retry::decide_retry;
 pub use run::{Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
 pub use start::decide_start;
 
+use crate::breaker::Hold;
 use crate::ids::{Attempt, MaxAttempts, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Status, TransactionRecord, Write};
 use crate::message::{Outcome, Payload, Response, RetryEvent};
@@ -67,25 +69,6 @@ pub struct Context {
     /// The breaker lets this request out as a half-open round's probe: it tests the
     /// service for everyone, so it spends nothing of the transaction's own.
     pub probe: bool,
-}
-
-/// A pause of the circuit breaker, as a decision sees it: requests wait until
-/// `until` (the breaker's next probe instant plus jitter, [`crate::breaker::Breaker::resume_at`])
-/// because the breaker is in `state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hold {
-    pub until: Timestamp,
-    pub state: crate::breaker::BreakerState,
-}
-
-impl Hold {
-    /// The record's mark while held. Only an OPEN or HALF_OPEN breaker holds.
-    pub fn mark(&self) -> crate::machine::Mark {
-        match self.state {
-            crate::breaker::BreakerState::HalfOpen { .. } => crate::machine::Mark::HeldHalfOpen,
-            _ => crate::machine::Mark::HeldOpen,
-        }
-    }
 }
 
 impl Context {

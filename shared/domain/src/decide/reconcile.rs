@@ -1,7 +1,7 @@
 //! The reconciler, for a record its index query returned.
 
+use super::cycle::resume_scheduling;
 use super::expire::{expire, expires};
-use super::response::resume_scheduling;
 use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Plan, RequestHeader};
 use crate::arrow;
 use crate::machine::{

@@ -1,23 +1,22 @@
 //! The response handler (A), for a response `(id, n, outcome)`.
 
-use super::expire::{expire, expired_alert, expires};
-use super::retry::in_progress_write;
-use super::{
-    Ack, Alert, AlertKind, Context, DropReason, Effect, Known, Plan, Rejection, ScheduleSpec,
+use super::cycle::{
+    confirm_scheduled, create_schedule, in_progress_write, resume_scheduling, Cycle,
 };
+use super::expire::{expire, expired_alert, expires};
+use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Known, Plan, Rejection};
 use crate::arrow;
 use crate::audit::AuditEntry;
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{
     Actor, Arrow, BudgetGuard, Change, Event, Mark, Status, TransactionRecord, Write,
 };
-use crate::message::{Origin, Outcome, Response, RetryEvent};
+use crate::message::{Outcome, Response};
 use crate::policy::RandomSource;
 
 const SUCCEED: Arrow = arrow!([Status::InProgress], Event::Success);
 const FAIL: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 const SCHEDULE: Arrow = arrow!([Status::InProgress], Event::ResponseCancelledRetry);
-const CONFIRM: Arrow = arrow!([Status::Scheduling], Event::ScheduleConfirmed);
 const RESEND: Arrow = arrow!([Status::InProgress], Event::ResponseTechnicalRetry);
 const SUCCEED_WAITING: Arrow = arrow!([Status::Scheduling, Status::Scheduled], Event::Success);
 const FAIL_WAITING: Arrow = arrow!([Status::Scheduling, Status::Scheduled], Event::Exhausted);
@@ -449,98 +448,4 @@ fn schedule_retry(
     to_scheduling.guard.live = Some(ctx.live());
     to_scheduling.set.last_outcome = Some(Outcome::Cancelled);
     open_cycle_plan(to_scheduling, next, fire_at, name, ctx, Ack::Scheduled)
-}
-
-/// The one-time schedule that puts attempt `next`'s retry event on the queue at
-/// `fire_at`.
-///
-/// `round` is the cycle's (`None` after the write that opens it: the run takes it
-/// from the record that write returned).
-pub(super) fn create_schedule(
-    id: &TransactionId,
-    next: Attempt,
-    fire_at: Timestamp,
-    name: ScheduleName,
-    round: Option<u32>,
-) -> Effect {
-    Effect::CreateSchedule(ScheduleSpec {
-        name,
-        fire_at,
-        event: RetryEvent {
-            transaction_id: id.clone(),
-            origin: Origin::RetryScheduler,
-            attempt: next,
-            round,
-        },
-    })
-}
-
-/// What tells one retry cycle from another: the attempt answered, the attempt to
-/// send and, for a technical re-send, its number. A re-send of attempt n has the same
-/// `next_attempt` as the CANCELLED cycle that sent n and as the re-send before it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Cycle {
-    pub(super) current: Option<Attempt>,
-    pub(super) next: Attempt,
-    pub(super) resends: Option<u32>,
-}
-
-/// SCHEDULING → SCHEDULED for `cycle` (the cycle's index key stays): conditional on
-/// all of it, so that a confirmation left over from an earlier cycle never confirms
-/// a later one whose schedule may not exist yet.
-pub(super) fn confirm_scheduled(
-    id: &TransactionId,
-    cycle: Cycle,
-    ctx: &Context,
-    actor: Actor,
-) -> Effect {
-    let mut w = Write::new(id.clone(), CONFIRM, ctx.now, actor);
-    w.guard.current_attempt = cycle.current;
-    w.guard.next_attempt = Some(cycle.next);
-    w.guard.resends = cycle.resends;
-    Effect::Write(w)
-}
-
-/// SCHEDULING found: create the schedule from the **stored** instant, then confirm.
-/// When that instant has already passed (a response redriven from its DLQ after
-/// the fire time), no schedule can be set in the past: the retry event goes on the
-/// retry queue at once, as the schedule would have put it there, then confirm.
-pub(super) fn resume_scheduling(
-    r: &TransactionRecord,
-    ctx: &Context,
-    actor: Actor,
-    ack: Ack,
-) -> Plan {
-    let (Some(next), Some(fire_at)) = (r.next_attempt, r.next_fire_at) else {
-        // A SCHEDULING record always carries both; without them there is nothing to
-        // schedule from, and the reconciler will report it.
-        return vec![Effect::Ack(Ack::AlreadyHandled)];
-    };
-    let id = &r.transaction_id;
-    let cycle = Cycle {
-        current: Some(r.current_attempt),
-        next,
-        resends: Some(r.resends),
-    };
-    if fire_at <= ctx.now {
-        return vec![
-            Effect::PublishRetry(RetryEvent {
-                transaction_id: id.clone(),
-                origin: Origin::RetryScheduler,
-                attempt: next,
-                round: Some(r.resends),
-            }),
-            confirm_scheduled(id, cycle, ctx, actor),
-            Effect::Ack(ack),
-        ];
-    }
-    let name = r
-        .schedule_name
-        .clone()
-        .unwrap_or_else(|| ScheduleName::for_retry(id, next));
-    vec![
-        create_schedule(id, next, fire_at, name, Some(r.resends)),
-        confirm_scheduled(id, cycle, ctx, actor),
-        Effect::Ack(ack),
-    ]
 }

@@ -1,9 +1,12 @@
 //! The retry handler (B), for a retry event `(id, m)`.
 
+use super::cycle::{
+    confirm_scheduled, create_schedule, in_progress_write, resume_scheduling, Cycle,
+};
 use super::expire::{expire, expires};
-use super::response::{confirm_scheduled, create_schedule, resume_scheduling, Cycle};
-use super::{Ack, Context, DropReason, Effect, Hold, Known, Plan, Rejection, RequestHeader};
+use super::{Ack, Context, DropReason, Effect, Known, Plan, Rejection, RequestHeader};
 use crate::arrow;
+use crate::breaker::Hold;
 use crate::ids::{Attempt, ScheduleName, TransactionId};
 use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, Write};
 use crate::message::RetryEvent;
@@ -14,7 +17,6 @@ const ACCEPT: Arrow = arrow!(
     [Status::Scheduling, Status::Scheduled],
     Event::RetryEventAccepted
 );
-const PUBLISHED: Arrow = arrow!([Status::Sending], Event::RequestPublished);
 /// While the breaker holds requests back, the pending attempt's cycle is opened again
 /// later, from wherever the event finds it before its send began. Never from SENDING:
 /// request m may have left, and only its publish's completion or its answer leave
@@ -183,23 +185,4 @@ fn to_in_progress(id: &TransactionId, m: Attempt, ctx: &Context) -> Effect {
         w = w.marked(Mark::Probe);
     }
     Effect::Write(w)
-}
-
-/// SENDING → IN_PROGRESS(m): request m left; `current_attempt = m`, next cleared, the
-/// answer deadline set and the republish count reset. The cycle's index key stays:
-/// request m leaves at about the fire time it holds (no index write).
-pub(super) fn in_progress_write(
-    id: &TransactionId,
-    m: Attempt,
-    ctx: &Context,
-    actor: Actor,
-) -> Write {
-    let mut w = Write::new(id.clone(), PUBLISHED, ctx.now, actor);
-    w.guard.next_attempt = Some(m);
-    w.set.current_attempt = Some(m);
-    w.set.next_attempt = Change::Clear;
-    w.set.next_fire_at = Change::Clear;
-    w.set.answer_due_at = Change::Set(ctx.answer_due());
-    w.set.republishes = Change::Clear;
-    w
 }

@@ -1122,7 +1122,7 @@ fn expiry_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
     let late = ctx
         .clone()
         .with_transaction_deadline(Duration::from_secs(3600));
-    let held = late.clone().with_hold(Some(crate::decide::Hold {
+    let held = late.clone().with_hold(Some(crate::breaker::Hold {
         until: at(600),
         state: crate::breaker::BreakerState::Open {
             until: at(600),
