@@ -923,6 +923,14 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
 
     operators(&endpoint, &p, &setup_sdk, &store).await;
 
+    // The operators' replay opened TX-C again: the audit writer keeps the rows written
+    // before it as long as the replay's own (a Query of TX-C's rows, an UpdateItem each).
+    let report =
+        testkit::drain::drain_into(&writer, &streams, &p.transactions_stream_arn, &mut position)
+            .await
+            .unwrap();
+    assert!(report.items > 0, "the replay's entries: {report:?}");
+
     let calls = proxy.calls();
     drop(proxy);
     moto.stop().await;

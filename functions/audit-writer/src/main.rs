@@ -1,6 +1,9 @@
 //! The audit writer Lambda: DynamoDB stream of the transactions table → audit table.
 //! Everything but the wiring lives in the library (`audit_writer::handle`).
 
+// The batch future nests the SDK call futures deeper than the default limit.
+#![recursion_limit = "256"]
+
 use aws_lambda_events::dynamodb::Event;
 use lambda_runtime::Error;
 
@@ -10,7 +13,7 @@ async fn main() -> Result<(), Error> {
     let writer = aws::audit::AuditWriter::new(
         aws::clients::dynamodb(&sdk),
         &config.audit_table,
-        config.retention_days,
+        config.retention(),
     );
     let (writer, namespace) = (&writer, config.metrics_namespace.as_str());
     runtime::lambda::serve(move |event: Event| async move {

@@ -16,6 +16,7 @@ use crate::item::{
     flat_from_dynamodb, flat_from_streams, record_from_flat, s, CodecError, FlatItem,
 };
 use aws_sdk_dynamodb::operation::query::QueryError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use domain::audit::{AuditEntry, Notice};
@@ -24,6 +25,7 @@ use domain::ports::{AuditNotes, ErrorKind, PortError};
 use domain::{Attempt, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 use thiserror::Error;
 
 /// Attribute names of an audit item and of the Map of each entry in it.
@@ -103,9 +105,47 @@ pub fn entry_from_images(
 
 const DAY_SECONDS: i64 = 86_400;
 
-/// `expires_at` of an entry: the transition time plus the retention.
-pub fn expires_at(entry: &AuditEntry, retention_days: u32) -> i64 {
-    entry.at.epoch_seconds() + i64::from(retention_days) * DAY_SECONDS
+/// How long audit rows are kept: `days` (AUDIT_RETENTION_DAYS) after the last instant
+/// their transaction may still be open. A row written at `at` belongs to a
+/// transaction whose deadline is at most `at` + `transaction_deadline`
+/// (TRANSACTION_DEADLINE_SECONDS: counted from the creation or the last replay, both
+/// before `at`), so no row of an open transaction expires; a replay moves the
+/// deadline, and the writer then keeps the transaction's earlier rows as long
+/// ([`AuditWriter::apply_batch`]). `docs/adapters.md#audit-dynamodb-streams--audit-writer--audit-table`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub days: u32,
+    pub transaction_deadline: Duration,
+}
+
+impl Retention {
+    pub fn new(days: u32, transaction_deadline: Duration) -> Self {
+        Self {
+            days,
+            transaction_deadline,
+        }
+    }
+
+    /// `expires_at` (epoch seconds) of a row written at `at`.
+    pub fn expires_at(&self, at: Timestamp) -> i64 {
+        let deadline = i64::try_from(self.transaction_deadline.as_secs()).unwrap_or(i64::MAX);
+        at.epoch_seconds()
+            .saturating_add(deadline)
+            .saturating_add(i64::from(self.days) * DAY_SECONDS)
+    }
+}
+
+/// Days alone: rows kept `days` after they were written, for readers and tests that
+/// keep no open transaction.
+impl From<u32> for Retention {
+    fn from(days: u32) -> Self {
+        Self::new(days, Duration::ZERO)
+    }
+}
+
+/// `expires_at` of an entry under `retention`.
+pub fn expires_at(entry: &AuditEntry, retention: impl Into<Retention>) -> i64 {
+    retention.into().expires_at(entry.at)
 }
 
 fn n(v: impl ToString) -> AttributeValue {
@@ -170,7 +210,11 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
 /// `group_key`; the key is the first entry's): the key, one `e#<sort_key>` Map per
 /// entry (a repeated entry is one attribute, the last one given) and `expires_at`,
 /// the latest entry's. No entries: an empty map.
-pub fn group_item(entries: &[AuditEntry], retention_days: u32) -> HashMap<String, AttributeValue> {
+pub fn group_item(
+    entries: &[AuditEntry],
+    retention: impl Into<Retention>,
+) -> HashMap<String, AttributeValue> {
+    let retention = retention.into();
     let mut m = HashMap::new();
     let Some(first) = entries.first() else {
         return m;
@@ -185,7 +229,7 @@ pub fn group_item(entries: &[AuditEntry], retention_days: u32) -> HashMap<String
     }
     let expires = entries
         .iter()
-        .map(|e| expires_at(e, retention_days))
+        .map(|e| retention.expires_at(e.at))
         .max()
         .unwrap_or_default();
     m.insert(attr::EXPIRES_AT.into(), n(expires));
@@ -193,8 +237,11 @@ pub fn group_item(entries: &[AuditEntry], retention_days: u32) -> HashMap<String
 }
 
 /// The item of a group of one entry.
-pub fn audit_item(entry: &AuditEntry, retention_days: u32) -> HashMap<String, AttributeValue> {
-    group_item(std::slice::from_ref(entry), retention_days)
+pub fn audit_item(
+    entry: &AuditEntry,
+    retention: impl Into<Retention>,
+) -> HashMap<String, AttributeValue> {
+    group_item(std::slice::from_ref(entry), retention)
 }
 
 /// Every entry of an audit item, in transition order (for `retryctl` and tests). An
@@ -367,19 +414,19 @@ impl BatchAudit {
 pub struct AuditWriter {
     client: aws_sdk_dynamodb::Client,
     table: String,
-    retention_days: u32,
+    retention: Retention,
 }
 
 impl AuditWriter {
     pub fn new(
         client: aws_sdk_dynamodb::Client,
         table: impl Into<String>,
-        retention_days: u32,
+        retention: impl Into<Retention>,
     ) -> Self {
         Self {
             client,
             table: table.into(),
-            retention_days,
+            retention: retention.into(),
         }
     }
 
@@ -402,7 +449,7 @@ impl AuditWriter {
                 "an audit group must hold entries of one transaction and one group key",
             ));
         }
-        let mut item = group_item(entries, self.retention_days);
+        let mut item = group_item(entries, self.retention);
         let mut key = HashMap::new();
         for k in [attr::TRANSACTION_ID, attr::AUDIT_KEY] {
             if let Some(v) = item.remove(k) {
@@ -532,6 +579,23 @@ impl AuditWriter {
                 }
             }
         }
+        // A replay moved its transaction's deadline: the rows written before it are
+        // kept as long as the replay's own (after its group is written, so a retried
+        // batch finds the replay's item and sets the same expiry again).
+        for (i, e) in entries.iter().enumerate() {
+            let Some(e) = e.as_ref().filter(|e| e.reopens()) else {
+                continue;
+            };
+            if failed.contains_key(&i) {
+                continue;
+            }
+            if let Err(err) = self
+                .keep_rows(&e.transaction_id, self.retention.expires_at(e.at))
+                .await
+            {
+                failed.insert(i, err);
+            }
+        }
         let mut results: Vec<Result<Audited, AuditError>> = entries
             .into_iter()
             .enumerate()
@@ -553,13 +617,62 @@ impl AuditWriter {
         }
     }
 
-    /// The entries of one transaction, oldest first (a Query on the table's key,
-    /// every entry of every item).
-    pub async fn history(&self, id: &TransactionId) -> Result<Vec<AuditEntry>, PortError> {
-        let mut rows = Vec::new();
+    /// Raises the expiry of every item of transaction `id` to `expires` (epoch
+    /// seconds) where it is lower: a Query on the key, then one conditional
+    /// `UpdateItem` per item to raise (a lost race with a higher expiry writes
+    /// nothing). Returns the items raised.
+    pub async fn keep_rows(&self, id: &TransactionId, expires: i64) -> Result<usize, PortError> {
+        let mut raised = 0;
+        for item in self.items(id, true).await? {
+            let current = match item.get(attr::EXPIRES_AT) {
+                Some(AttributeValue::N(v)) => v.parse::<i64>().ok(),
+                _ => None,
+            };
+            if current.is_some_and(|c| c >= expires) {
+                continue;
+            }
+            let key: HashMap<String, AttributeValue> = item
+                .into_iter()
+                .filter(|(k, _)| k == attr::TRANSACTION_ID || k == attr::AUDIT_KEY)
+                .collect();
+            let written = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key))
+                .update_expression("SET #x = :x")
+                .condition_expression(
+                    "attribute_exists(#k) AND (attribute_not_exists(#x) OR #x < :x)",
+                )
+                .expression_attribute_names("#x", attr::EXPIRES_AT)
+                .expression_attribute_names("#k", attr::AUDIT_KEY)
+                .expression_attribute_values(":x", n(expires))
+                .send()
+                .await;
+            match written {
+                Ok(_) => raised += 1,
+                Err(e)
+                    if matches!(
+                        e.as_service_error(),
+                        Some(UpdateItemError::ConditionalCheckFailedException(_))
+                    ) => {}
+                Err(e) => return Err(classify("UpdateItem", &e, crate::dynamo::update_item_kind)),
+            }
+        }
+        Ok(raised)
+    }
+
+    /// Every item of transaction `id`, all pages (a consistent Query on the key);
+    /// `keys_only`: the key and `expires_at` of each.
+    async fn items(
+        &self,
+        id: &TransactionId,
+        keys_only: bool,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, PortError> {
+        let mut items = Vec::new();
         let mut start = None;
         loop {
-            let out = self
+            let mut query = self
                 .client
                 .query()
                 .table_name(&self.table)
@@ -567,20 +680,34 @@ impl AuditWriter {
                 .expression_attribute_names("#id", attr::TRANSACTION_ID)
                 .expression_attribute_values(":id", s(id.as_str()))
                 .consistent_read(true)
-                .set_exclusive_start_key(start)
+                .set_exclusive_start_key(start);
+            if keys_only {
+                query = query
+                    .projection_expression("#id, #k, #x")
+                    .expression_attribute_names("#k", attr::AUDIT_KEY)
+                    .expression_attribute_names("#x", attr::EXPIRES_AT);
+            }
+            let out = query
                 .send()
                 .await
                 .map_err(|e| classify("Query", &e, query_kind))?;
-            for item in out.items() {
-                rows.extend(
-                    entries_from_item(item)
-                        .map_err(|e| PortError::permanent("Query", e.to_string()))?,
-                );
-            }
+            items.extend(out.items().iter().cloned());
             match out.last_evaluated_key().filter(|k| !k.is_empty()) {
                 Some(k) => start = Some(k.clone()),
-                None => break,
+                None => return Ok(items),
             }
+        }
+    }
+
+    /// The entries of one transaction, oldest first (a Query on the table's key,
+    /// every entry of every item).
+    pub async fn history(&self, id: &TransactionId) -> Result<Vec<AuditEntry>, PortError> {
+        let mut rows = Vec::new();
+        for item in self.items(id, false).await? {
+            rows.extend(
+                entries_from_item(&item)
+                    .map_err(|e| PortError::permanent("Query", e.to_string()))?,
+            );
         }
         Ok(in_transition_order(rows))
     }
@@ -827,6 +954,13 @@ mod tests {
             item["expires_at"],
             AttributeValue::N((86_401 + 30 * 86_400).to_string())
         );
+        // With a transaction deadline of 7 days: kept 30 days past it.
+        let kept = audit_item(&entry, Retention::new(30, Duration::from_secs(7 * 86_400)));
+        assert_eq!(
+            kept["expires_at"],
+            AttributeValue::N((86_401 + 37 * 86_400).to_string())
+        );
+        assert!(!entry.reopens(), "FAILED is reached, not left");
         assert_eq!(item["audit_key"], s("0001#2-answer"));
         let AttributeValue::M(fields) = &item["e#1970-01-02T00:00:01.500Z#0001#5-FAILED"] else {
             panic!("the entry is a Map: {item:?}");

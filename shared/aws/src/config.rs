@@ -722,6 +722,9 @@ impl ReconcilerConfig {
 pub struct AuditWriterConfig {
     pub audit_table: String,
     pub retention_days: u32,
+    /// TRANSACTION_DEADLINE_SECONDS: rows are kept the retention past the last
+    /// instant their transaction may be open ([`crate::audit::Retention`]).
+    pub transaction_deadline: Duration,
     pub metrics_namespace: String,
 }
 
@@ -732,8 +735,13 @@ impl AuditWriterConfig {
         Self {
             audit_table: env.text(&AUDIT_TABLE),
             retention_days: env.get(&AUDIT_RETENTION_DAYS),
+            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
         }
+    }
+
+    pub fn retention(&self) -> crate::audit::Retention {
+        crate::audit::Retention::new(self.retention_days, self.transaction_deadline)
     }
 }
 
@@ -962,6 +970,7 @@ mod tests {
             [
                 AUDIT_TABLE.name,
                 AUDIT_RETENTION_DAYS.name,
+                TRANSACTION_DEADLINE_SECONDS.name,
                 METRICS_NAMESPACE.name
             ]
         );

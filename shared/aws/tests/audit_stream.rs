@@ -411,3 +411,101 @@ async fn the_audit_item_of_a_request_stays_bounded_whatever_its_holds() {
     let history = writer.history(&id(tx)).await.unwrap();
     assert_eq!(history, aws::audit::in_transition_order(expected));
 }
+
+/// GIVEN audit rows kept 30 days past the last instant their transaction may be open
+/// (a 7-day deadline) and a transaction that started, failed an hour later and was
+/// replayed by an operator 40 days after that WHEN the audit writer writes the changes
+/// THEN each row expires 37 days after it was written, the replay raises every earlier
+/// row to its own expiry (the new deadline plus 30 days: the history of the reopened
+/// transaction outlives it), and the replay redelivered raises nothing again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_keeps_the_rows_before_it_as_long_as_its_own() {
+    use aws::audit::{attr, Retention};
+    use aws::item::{flat_from_dynamodb, record_to_item};
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use domain::decide::decide_replay;
+    use domain::Effect;
+    const DAY_MS: i64 = 86_400_000;
+    let deadline = Duration::from_secs(7 * 86_400);
+    let s = stack("ar").await;
+    let tx = "TX-3a0e9f5c-7d21-4c8b-b6e4-1f2a9d8c0e57";
+    let retention = Retention::new(30, deadline);
+    let writer = AuditWriter::new(
+        aws::clients::dynamodb(&s.sdk),
+        &s.p.names.audit_table,
+        retention,
+    );
+    let image = |r: &TransactionRecord| Some(flat_from_dynamodb(&record_to_item(r)));
+    let expiry = |ms: i64| retention.expires_at(Timestamp::from_millis(ms));
+    let expiries = |items: Vec<std::collections::HashMap<String, AttributeValue>>| {
+        let mut x: Vec<i64> = items
+            .iter()
+            .map(|i| match &i[attr::EXPIRES_AT] {
+                AttributeValue::N(v) => v.parse().unwrap(),
+                other => panic!("expires_at: {other:?}"),
+            })
+            .collect();
+        x.sort();
+        x
+    };
+
+    let started = TransactionRecord::started(
+        id(tx),
+        MaxAttempts::new(1).unwrap(),
+        Timestamp::from_millis(T0),
+    );
+    let mut failed = started.clone();
+    failed.status = Status::Failed;
+    failed.last_outcome = Some(Outcome::Cancelled);
+    failed.updated_at = Timestamp::from_millis(T0 + 3_600_000);
+    let t2 = T0 + 3_600_000 + 40 * DAY_MS;
+    let replay_ctx = ctx(t2).with_transaction_deadline(deadline);
+    let replayed = decide_replay(
+        domain::decide::Known::Record(&failed),
+        &id(tx),
+        1,
+        &replay_ctx,
+    )
+    .into_iter()
+    .find_map(|e| match e {
+        Effect::Write(w) => Some(w.apply(&failed).unwrap()),
+        _ => None,
+    })
+    .unwrap();
+    assert_eq!(replayed.status, Status::Scheduling);
+
+    let first = writer
+        .apply_batch(
+            [(None, image(&started)), (image(&started), image(&failed))]
+                .iter()
+                .map(|(o, n)| (o.as_ref(), n.as_ref())),
+        )
+        .await;
+    assert_eq!(first.entries_written(), 2, "{first:?}");
+    assert_eq!(
+        expiries(audit_items(&s, tx).await),
+        [expiry(T0), expiry(T0 + 3_600_000)],
+        "each row: its write, plus the deadline, plus the retention"
+    );
+
+    let replay = [(image(&failed), image(&replayed))];
+    let second = writer
+        .apply_batch(replay.iter().map(|(o, n)| (o.as_ref(), n.as_ref())))
+        .await;
+    assert_eq!(second.entries_written(), 1, "{second:?}");
+    assert_eq!(
+        expiries(audit_items(&s, tx).await),
+        [expiry(t2); 2],
+        "the rows before the replay (the run that created it among them) kept as long as the replay's own"
+    );
+    assert_eq!(
+        writer.keep_rows(&id(tx), expiry(t2)).await.unwrap(),
+        0,
+        "already kept: nothing raised again"
+    );
+    let again = writer
+        .apply_batch(replay.iter().map(|(o, n)| (o.as_ref(), n.as_ref())))
+        .await;
+    assert!(again.results.iter().all(Result::is_ok), "{again:?}");
+    assert_eq!(expiries(audit_items(&s, tx).await), [expiry(t2); 2]);
+}

@@ -320,6 +320,12 @@ impl AuditEntry {
             && self.to == Status::Failed
             && self.from.is_some_and(|f| f != Status::Failed)
     }
+
+    /// True for the transition that opens a finished transaction again (an operator's
+    /// replay): its deadline moves, and so must its earlier rows' retention.
+    pub fn reopens(&self) -> bool {
+        self.is_transition() && self.from.is_some_and(|f| f.is_terminal()) && !self.to.is_terminal()
+    }
 }
 
 #[cfg(test)]
