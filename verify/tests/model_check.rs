@@ -76,6 +76,31 @@ fn two_transactions_scheduler_fires_twice_or_cannot_deliver_and_clock_moves() {
 }
 
 #[test]
+fn operators_resolving_and_replaying_race_the_handlers_without_breaking_a_guarantee() {
+    // An operator's `resolve` of a transaction waiting for its retry, or `replay` of
+    // one that failed, at any moment: read, then write guarded by what was read,
+    // against handlers that crash between two effects or get a message twice.
+    let operators = |f: fn(&mut Scope)| {
+        let mut s = Scope::quiet(1, 2);
+        s.faults.operator_actions = 1;
+        f(&mut s);
+        s
+    };
+    passes(operators(|s| s.faults.crashes = 1), 10_000, &[0, 1, 15, 16]);
+    passes(
+        operators(|s| s.faults.duplicate_deliveries = 1),
+        30_000,
+        &[0, 1, 15, 16],
+    );
+    // Two commands: a replay, then a resolve of the replayed transaction.
+    passes(
+        operators(|s| s.faults.operator_actions = 2),
+        5_000,
+        &[15, 16],
+    );
+}
+
+#[test]
 fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
     let mut s = Scope::quiet(1, 2);
     s.faults.reconciler_runs = 1;

@@ -51,6 +51,10 @@ struct Args {
     /// the reconciler's late run is past it too).
     #[arg(long)]
     deadline: bool,
+    /// Operator commands per execution: `resolve` of a transaction waiting for its
+    /// retry, `replay` (one more attempt) of one that ended FAILED by cancellations.
+    #[arg(long, default_value_t = 0)]
+    operator_actions: u8,
     /// The breaker lets probes out without writing them (a broken gate).
     #[arg(long)]
     uncounted_probes: bool,
@@ -91,6 +95,7 @@ fn main() -> ExitCode {
             technical_answers: args.technical_answers,
             outages: u8::from(args.outage.is_some()),
             deadlines: u8::from(args.deadline),
+            operator_actions: args.operator_actions,
         },
         flaws,
         interleave: !args.ordered,

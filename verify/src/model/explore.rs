@@ -2,7 +2,7 @@
 
 use super::breaker::{BreakerViolation, OutageMode};
 use super::step::ProtocolModel;
-use super::world::{Action, Firing, Held, Kind, State};
+use super::world::{Action, Firing, Held, Kind, Operator, State};
 use domain::ids::Attempt;
 use domain::machine::{Mark, Status};
 use domain::message::Outcome;
@@ -197,6 +197,20 @@ impl Model for ProtocolModel {
         }
         if b.deadlines > 0 && !s.past_deadline {
             actions.push(Action::DeadlinePasses);
+        }
+        if b.operator_actions > 0 {
+            for (tx, r) in s.records.iter().enumerate() {
+                let Ok(tx) = u8::try_from(tx) else { continue };
+                // What `retryctl list` shows an operator: a transaction waiting for
+                // its retry (resolvable), or one that ended FAILED by its
+                // cancellations (replayable: the service never ran it to the end).
+                let act = match r.status {
+                    Status::Scheduling | Status::Scheduled => Operator::Resolve,
+                    Status::Failed if r.mark.is_none() => Operator::Replay,
+                    _ => continue,
+                };
+                actions.push(Action::Operate { tx, act });
+            }
         }
     }
 
@@ -396,6 +410,19 @@ impl Model for ProtocolModel {
                     .iter()
                     .any(|r| r.status == Status::Failed && r.mark == Some(Mark::Expired))
             }),
+            Property::sometimes(WITNESS[15], |_, s: &State| {
+                // Resolved while a run or a message of the same transaction is out.
+                s.records.iter().enumerate().any(|(tx, r)| {
+                    r.status == Status::Succeeded
+                        && r.mark == Some(Mark::Resolved)
+                        && !ProtocolModel::tx_final(s, u8::try_from(tx).unwrap_or(u8::MAX))
+                })
+            }),
+            Property::sometimes(WITNESS[16], |m: &ProtocolModel, s: &State| {
+                s.records.iter().any(|r| {
+                    r.status == Status::Succeeded && r.current_attempt.get() > m.scope.max_attempts
+                })
+            }),
             Property::sometimes(WITNESS[14], |_, s: &State| {
                 // A handler (not the reconciler) found the deadline passed.
                 s.records.iter().any(|r| {
@@ -409,7 +436,7 @@ impl Model for ProtocolModel {
 }
 
 /// Situations the exploration must reach (otherwise the check would prove little).
-pub const WITNESS: [&str; 15] = [
+pub const WITNESS: [&str; 17] = [
     "a transaction fails after exhausting its attempts",
     "a transaction succeeds on a retry",
     "the retry event overtakes the response handler (arrives while SCHEDULING)",
@@ -425,4 +452,6 @@ pub const WITNESS: [&str; 15] = [
     "the breaker paused the re-send of attempt 1 (the attempt kept)",
     "a transaction ends FAILED/EXPIRED at its deadline",
     "a handler's decision (not the reconciler's) ends a transaction at its deadline",
+    "an operator resolves a transaction while its retry cycle is under way",
+    "a transaction an operator replayed ends SUCCEEDED on the attempt the replay added",
 ];

@@ -93,7 +93,7 @@ impl fmt::Display for Scope {
         let b = &self.faults;
         write!(
             f,
-            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} outages, {} deadline jumps{}",
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} outages, {} deadline jumps, {} operator actions{}",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
@@ -108,6 +108,7 @@ impl fmt::Display for Scope {
             b.technical_answers,
             b.outages,
             b.deadlines,
+            b.operator_actions,
             if self.breaker() {
                 format!(
                     " (answering {}, with the circuit breaker; at most {} retry cycles per attempt)",
@@ -155,6 +156,9 @@ pub struct Budgets {
     /// Times the clock jumps past the transactions' deadline (0 or 1): with a budget,
     /// the model's deadline is [`DEADLINE_MS`]; without, no decision reaches one.
     pub deadlines: u8,
+    /// Operator commands (`resolve` of a waiting transaction, `replay` of one that
+    /// ended FAILED by its cancellations), each racing the handlers.
+    pub operator_actions: u8,
 }
 
 impl Budgets {
@@ -172,6 +176,7 @@ impl Budgets {
             technical_answers: n,
             outages: 0,
             deadlines: 0,
+            operator_actions: 0,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use super::breaker::{BreakerViolation, ModelBreaker, OutageMode, Verdict};
 use super::scope::{Scope, DEADLINE_JUMP_MS, DEADLINE_MS, LATE_MS, TICK_MS};
-use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
+use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Operator, Req, Resp, Sched, State};
 use crate::fixture;
 use domain::breaker::{Signal, Tally};
 use domain::decide::{Ack, Disposition};
@@ -351,11 +351,16 @@ impl ProtocolModel {
                     Held::Retry(e) => Some((e.attempt, e.round)),
                     _ => None,
                 };
-                s.violations.extend(oracle::disposition(
-                    d,
-                    retry,
-                    s.records.get(usize::from(ar.tx)),
-                ));
+                // An operator's command refused (the transaction moved on since it
+                // was read) is the command's answer, not a message dead-lettered.
+                let refused = ar.kind == Kind::Operator && matches!(d, Disposition::Reject(_));
+                if !refused {
+                    s.violations.extend(oracle::disposition(
+                        d,
+                        retry,
+                        s.records.get(usize::from(ar.tx)),
+                    ));
+                }
                 // Ack or drop: the message is deleted (it is not put back).
             }
         }
@@ -405,13 +410,19 @@ impl ProtocolModel {
     }
 
     fn accept(&self, s: &mut State, req: &Req) {
+        // The scope's budget, or the one an operator's replay raised it to.
+        let max = s
+            .records
+            .get(usize::from(req.tx))
+            .map_or(0, |r| r.max_attempts.get())
+            .max(self.scope.max_attempts);
         let receipt = s.service.receive(
             req.tx,
             self.id(req.tx),
             req.attempt,
             &req.key,
             req.round,
-            self.scope.max_attempts,
+            max,
         );
         s.violations.extend(receipt.violations);
     }
@@ -543,6 +554,10 @@ impl ProtocolModel {
                 match ar.held {
                     Held::Response(r) => s.responses.push(r),
                     Held::Retry(e) => s.retries.push(e),
+                    // An operator's command that dies midway is not run again by
+                    // anyone: what it did not do (a replay's retry event) is the
+                    // reconciler's to finish, as a lost message is.
+                    Held::Nothing if ar.kind == Kind::Operator => s.lost[usize::from(ar.tx)] += 1,
                     Held::Nothing => {}
                 }
             }
@@ -622,6 +637,27 @@ impl ProtocolModel {
             Action::DeadlinePasses => {
                 s.budgets.deadlines -= 1;
                 s.past_deadline = true;
+            }
+            Action::Operate { tx, act } => {
+                s.budgets.operator_actions -= 1;
+                let transaction_id = self.id(tx).clone();
+                let input = match act {
+                    Operator::Resolve => Input::Resolve(transaction_id),
+                    Operator::Replay => Input::Replay {
+                        transaction_id,
+                        budget: 1,
+                    },
+                };
+                let now = self.now_of(&s);
+                let ar = self.begin(
+                    Kind::Operator,
+                    tx,
+                    Held::Nothing,
+                    input,
+                    now,
+                    Verdict::default(),
+                );
+                self.settle_run(&mut s, ar);
             }
         }
         s.canonicalize();
@@ -708,7 +744,8 @@ impl ProtocolModel {
             }
             Action::ServiceAnswer { tx, .. }
             | Action::LoseAnswer { tx, .. }
-            | Action::Reconcile { tx, .. } => Some(tx),
+            | Action::Reconcile { tx, .. }
+            | Action::Operate { tx, .. } => Some(tx),
             Action::DeliverResponse { i, .. } => s.responses.get(i).map(|r| r.tx),
             Action::DeliverRetry { i, .. } => s.retries.get(i).map(|e| e.tx),
             Action::Step { run } | Action::Crash { run } => s.runs.get(run).map(|r| r.tx),

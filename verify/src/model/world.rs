@@ -64,6 +64,8 @@ pub enum Kind {
     ResponseHandler,
     RetryHandler,
     Reconciler,
+    /// An operator's `retryctl resolve` or `replay`.
+    Operator,
 }
 
 /// The message a run holds (it goes back to its queue if the run crashes).
@@ -283,6 +285,19 @@ pub enum Action {
     OutageEnds,
     /// The clock jumps past the transactions' deadline.
     DeadlinePasses,
+    /// An operator acts on transaction `tx` as it reads it: resolves it while it
+    /// waits for its retry, or replays it once it failed.
+    Operate { tx: u8, act: Operator },
+}
+
+/// What an operator does ([`Action::Operate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operator {
+    /// `retryctl resolve`: the outcome was settled elsewhere (SCHEDULING or
+    /// SCHEDULED → SUCCEEDED).
+    Resolve,
+    /// `retryctl replay` with one more attempt (FAILED → SCHEDULING).
+    Replay,
 }
 
 /// How a schedule fires.
