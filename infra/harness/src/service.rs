@@ -19,9 +19,10 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 use domain::message::MessageError;
 use domain::ports::{Clock, SystemClock};
 use domain::{Attempt, Request, TransactionId};
-use runtime::batch::PermanentReason;
 use runtime::batch::{process_batch, BatchError};
-use runtime::{BatchOptions, Inbound, Metrics, Permanent, SqsBatchResponse, SqsEvent, Verdict};
+use runtime::{
+    BatchOptions, Inbound, Metrics, Permanent, PermanentReason, SqsBatchResponse, SqsEvent, Verdict,
+};
 use std::collections::HashMap;
 
 /// The binary, and the `Function` of its log lines.

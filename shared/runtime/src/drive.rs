@@ -3,9 +3,9 @@
 //! This is the only place where a plan's outcome becomes a [`Verdict`], metrics and log
 //! lines; it maps names, it decides nothing.
 
-use crate::batch::{Permanent, Verdict};
 use crate::metric::Metric;
 use crate::metrics::{names, Metrics};
+use crate::verdict::{Permanent, Verdict};
 use domain::decide::{AlertKind, DropReason, Input, Rejection};
 use domain::exec::{execute, ExecError, Perform};
 use domain::policy::RandomSource;
@@ -242,7 +242,7 @@ mod tests {
             "ValidationException",
         ))));
         assert!(
-            matches!(verdict(&invalid, &m), Verdict::Permanent(p) if p.reason == crate::batch::PermanentReason::PortError)
+            matches!(verdict(&invalid, &m), Verdict::Permanent(p) if p.reason == crate::verdict::PermanentReason::PortError)
         );
         assert_eq!(m.count("RejectUnknownTransaction"), 1);
         assert_eq!(m.count("RejectTooManyRedecisions"), 1);

@@ -2,8 +2,8 @@
 //! written here: every decision comes from the domain crate as a plan, and this crate
 //! only performs plans and reports what happened (`docs/functions.md`).
 //!
-//! - [`batch`]: the SQS batch processor; [`drive`]: one [`domain::Run`] through
-//!   [`domain::exec::execute`] into a [`batch::Verdict`], logs and metrics.
+//! - [`batch`]: the SQS batch processor; [`verdict`]: what became of a record;
+//!   [`drive`]: one [`domain::Run`] through [`domain::exec::execute`] into a [`Verdict`].
 //! - [`response`], [`retry`], [`reconcile`]: the three functions' cores and entry points
 //!   (the Lambda `main`s and the local stack call the same ones); [`ops`]: start,
 //!   resolve, replay; [`rate`]: the outbound pacing; [`breaker`]: the circuit breaker as
@@ -24,12 +24,14 @@ pub mod response;
 pub mod retry;
 pub mod settings;
 pub mod telemetry;
+pub mod verdict;
 pub mod wiring;
 
-pub use batch::{BatchOptions, Inbound, Permanent, PermanentReason, Verdict};
+pub use batch::{BatchOptions, Inbound};
 pub use domain::ports::DeadLetter;
 pub use metrics::Metrics;
 pub use settings::Settings;
+pub use verdict::{Permanent, PermanentReason, Verdict};
 
 /// Re-exported so the functions and the local stack use the same event types.
 pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};

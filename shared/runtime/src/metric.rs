@@ -1,9 +1,8 @@
 //! The metrics named after what a run ended in: each name is built here, from the
 //! enums that say what happened, and nowhere else.
 
-use crate::batch::PermanentReason;
 use crate::metrics::{pascal, Metrics};
-use crate::reconcile::Action;
+use crate::verdict::PermanentReason;
 use domain::decide::{Ack, DropReason, Rejection};
 use domain::{Disposition, Status};
 
@@ -18,8 +17,9 @@ pub enum Metric<'a> {
     Reject(&'a Rejection),
     /// `PermanentError<Reason>`: `PermanentErrorMalformedBody`.
     PermanentError(&'a PermanentReason),
-    /// `Reconcile<Status><Action>`: `ReconcileSendingRequeued`.
-    Reconciled(Status, Action),
+    /// `Reconcile<Status><Action>`: `ReconcileSendingRequeued`, from the reconciler's
+    /// kebab-case label of what it did with a record (`requeued`, `not-stuck`).
+    Reconciled(Status, &'static str),
 }
 
 impl<'a> Metric<'a> {
@@ -39,7 +39,7 @@ impl<'a> Metric<'a> {
             Metric::Drop(d) => ("Drop", [d.label(), ""]),
             Metric::Reject(r) => ("Reject", [r.label(), ""]),
             Metric::PermanentError(p) => ("PermanentError", [p.label(), ""]),
-            Metric::Reconciled(s, a) => ("Reconcile", [s.as_str(), a.label()]),
+            Metric::Reconciled(s, a) => ("Reconcile", [s.as_str(), *a]),
         };
         parts.iter().fold(prefix.to_owned(), |n, p| n + &pascal(p))
     }
@@ -88,11 +88,11 @@ mod tests {
                 "PermanentErrorMalformedBody",
             ),
             (
-                Metric::Reconciled(Status::InProgress, Action::Done(Ack::ReconcilerRequeued)),
+                Metric::Reconciled(Status::InProgress, "requeued"),
                 "ReconcileInProgressRequeued",
             ),
             (
-                Metric::Reconciled(Status::Sending, Action::NotStuck),
+                Metric::Reconciled(Status::Sending, "not-stuck"),
                 "ReconcileSendingNotStuck",
             ),
         ];

@@ -11,12 +11,12 @@
 //! `docs/design.md#the-reconciler-and-its-index`,
 //! `docs/design.md#the-circuit-breaker-an-outage-pauses-retries`.
 
-use crate::batch::Verdict;
 use crate::breaker::BreakerGate;
 use crate::drive::{drive, run_all, verdict};
 use crate::metric::{invocation, Metric};
 use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
+use crate::verdict::Verdict;
 use domain::breaker::Tally;
 use domain::decide::{Ack, DropReason, Input};
 use domain::exec::ReconcilePorts;
@@ -269,7 +269,7 @@ where
                 metrics.incr(names::RECONCILE_ERRORS);
                 tracing::warn!(status = %status, verdict = ?v, "reconciling a record failed; the next run retries it");
             }
-            metrics.record(Metric::Reconciled(status, act));
+            metrics.record(Metric::Reconciled(status, act.label()));
             *report
                 .actions
                 .entry(status)

@@ -8,12 +8,13 @@
 //! say the service is up, ERROR that it failed technically. They are counted once per
 //! batch (one write), and the breaker moves when they change it.
 
-use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
+use crate::batch::{process_batch, BatchError, BatchOptions};
 use crate::breaker::BreakerGate;
 use crate::drive::{drive, run_all, verdict};
 use crate::metric::invocation;
 use crate::metrics::{names, Metrics};
 use crate::settings::{Seeds, Settings};
+use crate::verdict::Verdict;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::breaker::{Signal, Tally};
 use domain::decide::Input;

@@ -9,13 +9,14 @@
 //! at the breaker's resume instant under a schedule of its own, nothing consumed.
 //! The breaker is read at most once per refresh period per execution environment.
 
-use crate::batch::{process_batch, BatchError, BatchOptions, Verdict};
+use crate::batch::{process_batch, BatchError, BatchOptions};
 use crate::breaker::BreakerGate;
 use crate::drive::{drive, run_all, verdict};
 use crate::metric::invocation;
 use crate::metrics::{names, Metrics};
 use crate::rate::Pacer;
 use crate::settings::{Seeds, Settings};
+use crate::verdict::Verdict;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::decide::Input;
 use domain::exec::RetryPorts;

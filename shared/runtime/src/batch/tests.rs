@@ -1,4 +1,5 @@
 use super::*;
+use domain::decide::{Ack, DropReason};
 use domain::Attempt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use testkit::memory::MemoryDeadLetter;
@@ -236,19 +237,6 @@ async fn a_record_to_retry_without_message_id_fails_the_batch() {
     )
     .await;
     assert_eq!(r, Err(BatchError::MissingMessageId { index: 0 }));
-}
-
-#[test]
-fn malformed_verdict_names_field_and_value() {
-    let body = r#"{"transaction_id":"TX-1","attempt":"two","outcome":"SUCCESS"}"#;
-    let err = Response::parse(body).unwrap_err();
-    let p = Permanent::malformed(&err, body);
-    assert_eq!(p.reason, PermanentReason::MalformedBody);
-    assert_eq!(p.field.as_deref(), Some("attempt"));
-    assert_eq!(p.value.as_deref(), Some("\"two\""));
-    let p = Permanent::malformed(&Response::parse("nope").unwrap_err(), "nope");
-    assert_eq!(p.field.as_deref(), Some("body"));
-    assert_eq!(p.value.as_deref(), Some("nope"));
 }
 
 struct PanickingDeadLetter;
