@@ -1,5 +1,5 @@
 //! The world of the handler tests: the ports of a stack, a manual clock, and helpers
-//! that deliver messages through the runtime's handler cores.
+//! that deliver messages through the functions' cores.
 //!
 //! A world runs over a [`Backend`]: [`Memory`] (every port in memory, the default) or
 //! [`moto::Moto`] (the `shared/aws` adapters against a patched moto server on

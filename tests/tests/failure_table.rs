@@ -1,4 +1,4 @@
-//! The failure table of docs/design.md: every row once, run through the runtime's
+//! The failure table of docs/design.md: every row once, run through the functions'
 //! handler cores (what the Lambda functions run) on two backends — the in-memory
 //! adapters (`memory::…`) and the `shared/aws` adapters against a patched moto
 //! server (`moto::…`). The rows are listed once, in [`rows!`] at the end.

@@ -22,7 +22,7 @@ use testkit::memory::{ManualClock, MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::memory::{MemoryBreaker, MemoryDeadLetter};
 
 fn event(name: &str) -> SqsEvent {
-    let path = format!("{}/../../tests/events/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/events/{name}", env!("CARGO_MANIFEST_DIR"));
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
@@ -280,7 +280,7 @@ async fn the_event_files_through_the_three_functions() {
     };
     let cron: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!(
-            "{}/../../tests/events/{}",
+            "{}/events/{}",
             env!("CARGO_MANIFEST_DIR"),
             "cron.json"
         ))
@@ -719,7 +719,7 @@ async fn unanswered_requests_probe_an_open_breaker() {
 /// Every file of `tests/events` is one the tests above send through the functions.
 #[test]
 fn every_event_file_is_exercised() {
-    let dir = format!("{}/../../tests/events", env!("CARGO_MANIFEST_DIR"));
+    let dir = format!("{}/events", env!("CARGO_MANIFEST_DIR"));
     let mut files: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
