@@ -17,10 +17,10 @@ use domain::breaker::BreakerSettings;
 use domain::exec::{ResponsePorts, RetryPorts, StartPorts};
 use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
+use response_handler::ResponseHandler;
 use retry_bench::cycle::payload_of;
 use runtime::breaker::BreakerGate;
 use runtime::drive::run_all;
-use runtime::response::ResponseHandler;
 use runtime::retry::RetryHandler;
 use runtime::settings::Seeds;
 use runtime::{BatchOptions, Metrics, Settings, SqsEvent, Verdict};
@@ -98,7 +98,7 @@ fn scheduled(n: usize) -> MemoryStore {
         notes: &store,
     };
     for i in 0..n {
-        let v = ready(runtime::response::handle(
+        let v = ready(response_handler::handle(
             &ports,
             &cancelled(i),
             &ctx,
@@ -210,7 +210,7 @@ fn handlers(c: &mut Criterion) {
                     retries: &retries,
                     notes: &store,
                 };
-                let v = ready(runtime::response::handle(
+                let v = ready(response_handler::handle(
                     &ports,
                     &response,
                     &ctx,

@@ -395,8 +395,9 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
 
     // 1. The response handler, as its Lambda main builds it, with metered adapters.
     let response_meter = CallMeter::new().with_breaker_table(&names.breaker_table);
-    let a = runtime::wiring::response_handler_on(&response_meter.clients(sdk), &response_cfg);
-    let metrics = Metrics::new("Bench", runtime::response::FUNCTION);
+    let a =
+        response_handler::wiring::response_handler_on(&response_meter.clients(sdk), &response_cfg);
+    let metrics = Metrics::new("Bench", response_handler::FUNCTION);
     let body = format!(
         r#"{{"transaction_id":"{tx_text}","attempt":1,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}}"#
     );
@@ -843,8 +844,8 @@ pub async fn measure_technical_burst(
         .map_err(|e| step("start", e))?;
     }
     let meter = CallMeter::new().with_breaker_table(&names.breaker_table);
-    let handler = runtime::wiring::response_handler_on(&meter.clients(sdk), &response_cfg);
-    let metrics = Metrics::new("Bench", runtime::response::FUNCTION);
+    let handler = response_handler::wiring::response_handler_on(&meter.clients(sdk), &response_cfg);
+    let metrics = Metrics::new("Bench", response_handler::FUNCTION);
     for (b, chunk) in ids.chunks(batch_size.max(1) as usize).enumerate() {
         let records: Vec<serde_json::Value> = chunk
             .iter()

@@ -517,7 +517,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     let reconciler_sdk = sdk_of("reconciler").await;
     let audit_sdk = sdk_of("audit-writer").await;
     let harness_sdk = sdk_of("harness").await;
-    let response = runtime::wiring::response_handler(
+    let response = response_handler::wiring::response_handler(
         &response_sdk,
         &ResponseHandlerConfig::from_lookup(&env_lookup(&env_of("response-handler"))).unwrap(),
     );

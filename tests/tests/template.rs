@@ -672,7 +672,7 @@ fn alarm_metrics(a: &Value) -> Result<Vec<AlarmMetric>, String> {
 /// The metrics the code emits that an alarm must page on: (metric, function).
 fn alarmed_emitted_metrics() -> Vec<(&'static str, &'static str)> {
     let (response, retry, reconciler) = (
-        runtime::response::FUNCTION,
+        response_handler::FUNCTION,
         runtime::retry::FUNCTION,
         runtime::reconcile::FUNCTION,
     );
@@ -772,7 +772,7 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
         Err(e) => return vec![format!("DashboardBody is not JSON: {e}")],
     };
     let (response, retry, reconciler, audit) = (
-        runtime::response::FUNCTION,
+        response_handler::FUNCTION,
         runtime::retry::FUNCTION,
         runtime::reconcile::FUNCTION,
         audit_writer::FUNCTION,
@@ -2356,7 +2356,7 @@ impl Stage {
             requests: testkit::memory::MemoryQueue::new(),
             retries: testkit::memory::MemoryQueue::new(),
             settings,
-            response: runtime::Metrics::new("DeferredRetry", runtime::response::FUNCTION),
+            response: runtime::Metrics::new("DeferredRetry", response_handler::FUNCTION),
             reconciler: runtime::Metrics::new("DeferredRetry", runtime::reconcile::FUNCTION),
             audit: audit_writer::metrics("DeferredRetry"),
         }
@@ -2401,7 +2401,7 @@ impl Stage {
             round: None,
         };
         let mut rng = domain::policy::FixedRandom(0.5);
-        runtime::response::handle(
+        response_handler::handle(
             &domain::exec::ResponsePorts {
                 store: &self.store,
                 scheduler: &self.scheduler,

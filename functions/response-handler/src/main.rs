@@ -1,5 +1,5 @@
 //! The response handler (A): the external service's responses, from the response
-//! queue. Everything but the wiring lives in `runtime::response`.
+//! queue. Everything else lives in the library (`response_handler`).
 
 // The handler's batch future nests the SDK call futures deeper than the default limit.
 #![recursion_limit = "256"]
@@ -11,6 +11,6 @@ use runtime::SqsEvent;
 async fn main() -> Result<(), Error> {
     let (config, sdk) =
         runtime::lambda::start(aws::config::ResponseHandlerConfig::from_env).await?;
-    let handler = runtime::wiring::response_handler(&sdk, &config);
+    let handler = response_handler::wiring::response_handler(&sdk, &config);
     runtime::lambda::serve(|event: SqsEvent| handler.invoke(event)).await
 }

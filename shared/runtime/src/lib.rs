@@ -4,8 +4,9 @@
 //!
 //! - [`batch`]: the SQS batch processor; [`verdict`]: what became of a record;
 //!   [`drive`]: one [`domain::Run`] through [`domain::exec::execute`] into a [`Verdict`].
-//! - [`response`], [`retry`], [`reconcile`]: the three functions' cores and entry points
-//!   (the Lambda `main`s and the local stack call the same ones); [`ops`]: start,
+//! - [`retry`], [`reconcile`]: two functions' cores and entry points (the Lambda
+//!   `main`s and the local stack call the same ones; the response handler's lives in
+//!   its crate); [`ops`]: start,
 //!   resolve, replay; [`rate`]: the outbound pacing; [`breaker`]: the circuit breaker as
 //!   the functions read, count and move it.
 //! - [`metrics`], [`metric`]: EMF, one JSON line per invocation; [`telemetry`]: tracing;
@@ -20,7 +21,6 @@ pub mod metrics;
 pub mod ops;
 pub mod rate;
 pub mod reconcile;
-pub mod response;
 pub mod retry;
 pub mod settings;
 pub mod telemetry;

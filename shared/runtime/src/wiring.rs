@@ -2,19 +2,19 @@
 //! what the Lambda `main`s call, and what the local stack calls with an SDK
 //! configuration pointed at moto, so both run the very same handlers. Each gets the
 //! adapters of exactly its ports (`docs/functions.md`, "Ports"). The `_on` forms take
-//! the clients (the benchmark passes metered ones).
+//! the clients (the benchmark passes metered ones). The response handler's wiring is
+//! in its crate (`response_handler::wiring`); the breaker and the base settings here
+//! are shared.
 
 use crate::batch::BatchOptions;
 use crate::breaker::BreakerGate;
 use crate::rate::{Paced, Pacer, RateError};
 use crate::reconcile::{Limits, Reconciler};
-use crate::response::ResponseHandler;
 use crate::retry::RetryHandler;
 use crate::settings::{Seeds, Settings};
-use aws::audit::AuditWriter;
 use aws::breaker::DynamoBreaker;
 use aws::clients::Clients;
-use aws::config::{BreakerConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig};
+use aws::config::{BreakerConfig, ReconcilerConfig, RetryHandlerConfig};
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::{SqsDeadLetter, SqsRequestPublisher, SqsRetryPublisher};
@@ -23,15 +23,6 @@ use domain::policy::PolicySet;
 use domain::ports::SystemClock;
 use std::sync::Arc;
 
-/// The response handler on AWS.
-pub type AwsResponseHandler = ResponseHandler<
-    DynamoStore,
-    EventBridgeScheduler,
-    SqsRetryPublisher,
-    AuditWriter,
-    DynamoBreaker,
-    SqsDeadLetter,
->;
 /// The retry handler on AWS (its publisher paced by the handler's own pacer).
 pub type AwsRetryHandler = RetryHandler<
     DynamoStore<PayloadsTable>,
@@ -76,48 +67,13 @@ pub fn breaker_gate(
     })
 }
 
-fn settings(policies: PolicySet, shards: u16) -> Settings {
+/// The settings a function starts from: its backoff policies and the stuck index's
+/// write shards, every other setting at its default.
+pub fn settings(policies: PolicySet, shards: u16) -> Settings {
     Settings {
         policies,
         shards,
         ..Settings::default()
-    }
-}
-
-/// The response handler from its configuration.
-pub fn response_handler(sdk: &SdkConfig, c: &ResponseHandlerConfig) -> AwsResponseHandler {
-    response_handler_on(&Clients::new(sdk), c)
-}
-
-/// The response handler from its configuration, on given clients.
-pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsResponseHandler {
-    ResponseHandler {
-        store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table),
-        scheduler: EventBridgeScheduler::new(clients.scheduler.clone(), c.scheduler.clone()),
-        retries: SqsRetryPublisher::new(clients.sqs.clone(), &c.retry_queue_url),
-        notes: AuditWriter::new(
-            clients.dynamodb.clone(),
-            &c.audit_table,
-            c.audit_retention_days,
-        ),
-        breaker: breaker_gate(
-            &clients.dynamodb,
-            c.breaker.as_ref(),
-            crate::response::FUNCTION,
-        ),
-        dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),
-        clock: SystemClock,
-        settings: Settings {
-            answer_timeout: c.answer_timeout,
-            technical_resend_max: c.technical_resend_max,
-            transaction_deadline: c.transaction_deadline,
-            ..settings(c.policies.clone(), c.reconcile_shards)
-        },
-        batch: BatchOptions {
-            concurrency: c.batch_concurrency,
-        },
-        seeds: Seeds::from_entropy(),
-        namespace: c.metrics_namespace.clone(),
     }
 }
 

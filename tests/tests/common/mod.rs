@@ -285,7 +285,7 @@ impl<B: Backend> World<B> {
         let resp = response(tx, n, outcome);
         let ctx = self.settings.context(self.now());
         let mut rng = self.rng();
-        runtime::response::handle(
+        response_handler::handle(
             &self.response_ports(),
             &resp,
             &ctx,

@@ -574,7 +574,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
 
     let mut functions = BTreeMap::new();
     for (name, esm) in [
-        (runtime::response::FUNCTION, &stack.response_esm),
+        (response_handler::FUNCTION, &stack.response_esm),
         (runtime::retry::FUNCTION, &stack.retry_esm),
     ] {
         let mut m = stack

@@ -357,12 +357,12 @@ impl Stack {
         // Response handler behind its event source mapping.
         let response_metrics = Arc::new(Metrics::new(
             &response_cfg.metrics_namespace,
-            runtime::response::FUNCTION,
+            response_handler::FUNCTION,
         ));
-        metrics.insert(runtime::response::FUNCTION, response_metrics.clone());
+        metrics.insert(response_handler::FUNCTION, response_metrics.clone());
         // One handler per execution environment, built exactly as the Lambda `main` does.
         let make_response = |_: usize| -> SqsFunction {
-            let handler = Arc::new(runtime::wiring::response_handler(
+            let handler = Arc::new(response_handler::wiring::response_handler(
                 &functions_sdk,
                 &response_cfg,
             ));
@@ -375,7 +375,7 @@ impl Stack {
         let (h, response_esm) = esm::spawn(
             sqs.clone(),
             EsmSettings {
-                function: runtime::response::FUNCTION.into(),
+                function: response_handler::FUNCTION.into(),
                 queue_url: provisioned.response.url.clone(),
                 queue_arn: provisioned.response.arn.clone(),
                 region: testkit::moto::LOCAL_REGION.into(),

@@ -7,15 +7,8 @@
 //! With a circuit breaker, the batch's answers are its signals: SUCCESS and CANCELLED
 //! say the service is up, ERROR that it failed technically. They are counted once per
 //! batch (one write), and the breaker moves when they change it.
+//! See `docs/functions.md#response-handler-a`; its AWS wiring: [`wiring`].
 
-use crate::batch::{process_batch, BatchError, BatchOptions};
-use crate::breaker::BreakerGate;
-use crate::drive::{drive, run_all, verdict};
-use crate::metric::invocation;
-use crate::metrics::{names, Metrics};
-use crate::settings::{Seeds, Settings};
-use crate::verdict::Verdict;
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::breaker::{Signal, Tally};
 use domain::decide::Input;
 use domain::exec::ResponsePorts;
@@ -25,7 +18,17 @@ use domain::ports::{
     ScheduleCreator, SystemClock, Transitions,
 };
 use domain::{Context, Effect, Outcome, Response};
+use runtime::batch::{process_batch, BatchError, BatchOptions};
+use runtime::breaker::BreakerGate;
+use runtime::drive::{drive, run_all, verdict};
+use runtime::metric::invocation;
+use runtime::metrics::{names, Metrics};
+use runtime::settings::{Seeds, Settings};
+use runtime::verdict::Verdict;
+use runtime::{SqsBatchResponse, SqsEvent};
 use std::sync::Mutex;
+
+pub mod wiring;
 
 /// The function's name (binary, `cargo lambda` function, metrics dimension).
 pub const FUNCTION: &str = "response-handler";
