@@ -1,6 +1,6 @@
 //! Handler CPU cost per record, in process, with the in-memory adapters (no I/O): what
 //! the response handler (A) and the retry handler (B) spend around their AWS calls.
-//! `response-core` / `retry-core`: one record through `runtime::{response,retry}::handle`;
+//! `response-core` / `retry-core`: one record through `response_handler::handle` / `retry_handler::handle`;
 //! `response-batch10` / `retry-batch10`: an SQS event of 10 records through
 //! `handle_event` (the batch processor), reported per record. Each iteration starts
 //! from fresh state built outside the measurement, so every run takes the happy path.
@@ -19,9 +19,9 @@ use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
 use response_handler::ResponseHandler;
 use retry_bench::cycle::payload_of;
+use retry_handler::RetryHandler;
 use runtime::breaker::BreakerGate;
 use runtime::drive::run_all;
-use runtime::retry::RetryHandler;
 use runtime::settings::Seeds;
 use runtime::{BatchOptions, Metrics, Settings, SqsEvent, Verdict};
 use std::time::Duration;
@@ -241,7 +241,7 @@ fn handlers(c: &mut Criterion) {
                     requests: &requests,
                     scheduler: &scheduler,
                 };
-                let v = ready(runtime::retry::handle(
+                let v = ready(retry_handler::handle(
                     &ports,
                     &retry,
                     &ctx,

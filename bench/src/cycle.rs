@@ -426,9 +426,9 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     let retry_meter = CallMeter::new()
         .with_payloads_table(&retry_cfg.payloads_table)
         .with_breaker_table(&names.breaker_table);
-    let b = runtime::wiring::retry_handler_on(&retry_meter.clients(sdk), &retry_cfg)
+    let b = retry_handler::wiring::retry_handler_on(&retry_meter.clients(sdk), &retry_cfg)
         .map_err(|e| CycleError::Setup(e.to_string()))?;
-    let metrics = Metrics::new("Bench", runtime::retry::FUNCTION);
+    let metrics = Metrics::new("Bench", retry_handler::FUNCTION);
     let body =
         format!(r#"{{"transaction_id":"{tx_text}","origin":"RETRY_SCHEDULER","attempt":2}}"#);
     let mut retry_first = CallCounts::default();

@@ -521,7 +521,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         &response_sdk,
         &ResponseHandlerConfig::from_lookup(&env_lookup(&env_of("response-handler"))).unwrap(),
     );
-    let retry = runtime::wiring::retry_handler(
+    let retry = retry_handler::wiring::retry_handler(
         &retry_sdk,
         &RetryHandlerConfig::from_lookup(&env_lookup(&env_of("retry-handler"))).unwrap(),
     )

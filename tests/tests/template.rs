@@ -673,7 +673,7 @@ fn alarm_metrics(a: &Value) -> Result<Vec<AlarmMetric>, String> {
 fn alarmed_emitted_metrics() -> Vec<(&'static str, &'static str)> {
     let (response, retry, reconciler) = (
         response_handler::FUNCTION,
-        runtime::retry::FUNCTION,
+        retry_handler::FUNCTION,
         runtime::reconcile::FUNCTION,
     );
     vec![
@@ -773,7 +773,7 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
     };
     let (response, retry, reconciler, audit) = (
         response_handler::FUNCTION,
-        runtime::retry::FUNCTION,
+        retry_handler::FUNCTION,
         runtime::reconcile::FUNCTION,
         audit_writer::FUNCTION,
     );

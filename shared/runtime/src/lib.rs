@@ -4,9 +4,8 @@
 //!
 //! - [`batch`]: the SQS batch processor; [`verdict`]: what became of a record;
 //!   [`drive`]: one [`domain::Run`] through [`domain::exec::execute`] into a [`Verdict`].
-//! - [`retry`], [`reconcile`]: two functions' cores and entry points (the Lambda
-//!   `main`s and the local stack call the same ones; the response handler's lives in
-//!   its crate); [`ops`]: start,
+//! - [`reconcile`]: the reconciler's core and entry point (the Lambda `main` and the
+//!   local stack call the same one; the handlers' live in their crates); [`ops`]: start,
 //!   resolve, replay; [`rate`]: the outbound pacing; [`breaker`]: the circuit breaker as
 //!   the functions read, count and move it.
 //! - [`metrics`], [`metric`]: EMF, one JSON line per invocation; [`telemetry`]: tracing;
@@ -21,7 +20,6 @@ pub mod metrics;
 pub mod ops;
 pub mod rate;
 pub mod reconcile;
-pub mod retry;
 pub mod settings;
 pub mod telemetry;
 pub mod verdict;

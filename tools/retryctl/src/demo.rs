@@ -575,7 +575,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     let mut functions = BTreeMap::new();
     for (name, esm) in [
         (response_handler::FUNCTION, &stack.response_esm),
-        (runtime::retry::FUNCTION, &stack.retry_esm),
+        (retry_handler::FUNCTION, &stack.retry_esm),
     ] {
         let mut m = stack
             .metrics

@@ -694,7 +694,7 @@ fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
         final_state: b.state.clone(),
         retries_paused: obs
             .functions
-            .get(runtime::retry::FUNCTION)
+            .get(retry_handler::FUNCTION)
             .and_then(|m| m.get(runtime::metrics::names::RETRIES_PAUSED_BY_BREAKER))
             .copied()
             .unwrap_or(0),

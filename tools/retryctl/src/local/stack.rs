@@ -14,9 +14,9 @@ use aws::config::{
 };
 use domain::ports::SystemClock;
 use domain::ports::{Clock, PortError, RequestPublisher};
+use retry_handler::RetryHandler;
 use runtime::rate::{Paced, Pacer};
 use runtime::reconcile::Reconciler;
-use runtime::retry::RetryHandler;
 use runtime::Metrics;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -395,9 +395,9 @@ impl Stack {
         // Retry handler: one pacer per execution environment (poller).
         let retry_metrics = Arc::new(Metrics::new(
             &retry_cfg.metrics_namespace,
-            runtime::retry::FUNCTION,
+            retry_handler::FUNCTION,
         ));
-        metrics.insert(runtime::retry::FUNCTION, retry_metrics.clone());
+        metrics.insert(retry_handler::FUNCTION, retry_metrics.clone());
         let max_wait = opts
             .visibility_timeout
             .map(|v| Duration::from_secs(u64::try_from(v).unwrap_or(20) / 2))
@@ -415,7 +415,7 @@ impl Stack {
         let publish_times: Arc<Mutex<Vec<i64>>> = Arc::default();
         let make_retry = |i: usize| -> Result<SqsFunction, CliError> {
             let pacer = pacers[i % pacers.len()].clone();
-            let h = runtime::wiring::retry_handler(&functions_sdk, &retry_cfg)
+            let h = retry_handler::wiring::retry_handler(&functions_sdk, &retry_cfg)
                 .map_err(|e| config_error("retry-handler", e))?;
             // The same handler, its publisher wrapped (inside the pacer) to record when
             // each request leaves.
@@ -451,7 +451,7 @@ impl Stack {
         let (h, retry_esm) = esm::spawn(
             sqs.clone(),
             EsmSettings {
-                function: runtime::retry::FUNCTION.into(),
+                function: retry_handler::FUNCTION.into(),
                 queue_url: provisioned.retry.url.clone(),
                 queue_arn: provisioned.retry.arn.clone(),
                 region: testkit::moto::LOCAL_REGION.into(),

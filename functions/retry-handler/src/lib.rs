@@ -1,23 +1,15 @@
 //! The retry handler (B): reads retry events from the retry queue and runs the
 //! domain's retry plans (stale and duplicate events dropped; SCHEDULING accepted;
 //! SENDING resumed; the request published with key `<id>#<m>`; SENDING → IN_PROGRESS).
-//! Its request publisher goes through the outbound pacer ([`crate::rate`]).
+//! Its request publisher goes through the outbound pacer ([`runtime::rate`]).
 //!
 //! With a circuit breaker ([`BreakerGate`]), each record first asks it whether a
 //! request may go out now: while it holds them back (OPEN, or HALF_OPEN with the
 //! round's probes out) the domain pauses the retry instead — its cycle opened again
 //! at the breaker's resume instant under a schedule of its own, nothing consumed.
 //! The breaker is read at most once per refresh period per execution environment.
+//! See `docs/functions.md#retry-handler-b`; its AWS wiring: [`wiring`].
 
-use crate::batch::{process_batch, BatchError, BatchOptions};
-use crate::breaker::BreakerGate;
-use crate::drive::{drive, run_all, verdict};
-use crate::metric::invocation;
-use crate::metrics::{names, Metrics};
-use crate::rate::Pacer;
-use crate::settings::{Seeds, Settings};
-use crate::verdict::Verdict;
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use domain::decide::Input;
 use domain::exec::RetryPorts;
 use domain::policy::RandomSource;
@@ -26,7 +18,18 @@ use domain::ports::{
     ScheduleCreator, SystemClock, Transitions,
 };
 use domain::{Context, Effect, RetryEvent};
+use runtime::batch::{process_batch, BatchError, BatchOptions};
+use runtime::breaker::BreakerGate;
+use runtime::drive::{drive, run_all, verdict};
+use runtime::metric::invocation;
+use runtime::metrics::{names, Metrics};
+use runtime::rate::Pacer;
+use runtime::settings::{Seeds, Settings};
+use runtime::verdict::Verdict;
+use runtime::{SqsBatchResponse, SqsEvent};
 use std::sync::Arc;
+
+pub mod wiring;
 
 /// The function's name (binary, `cargo lambda` function, metrics dimension).
 pub const FUNCTION: &str = "retry-handler";
@@ -48,7 +51,7 @@ pub async fn handle<St: Transitions + Payloads, Rq: RequestPublisher, Sc: Schedu
 }
 
 /// The retry handler with its ports, built once per process. `requests` is normally
-/// a [`crate::rate::Paced`] publisher; `pacer` is the same pacer, for its counters.
+/// a [`runtime::rate::Paced`] publisher; `pacer` is the same pacer, for its counters.
 /// `breaker`: the circuit breaker of the external service (`None`: requests always
 /// go out).
 pub struct RetryHandler<St, Rq, Sc, Br, D, C = SystemClock> {

@@ -1,0 +1,72 @@
+//! The retry handler built from its configuration and the AWS adapters, once per
+//! process: what its Lambda `main` calls, and what the local stack calls with an SDK
+//! configuration pointed at moto, so both run the very same handler. It gets the
+//! adapters of exactly its ports (`docs/functions.md`, "Ports"); the `_on` form takes
+//! the clients (the benchmark passes metered ones).
+
+use crate::{RetryHandler, FUNCTION};
+use aws::breaker::DynamoBreaker;
+use aws::clients::Clients;
+use aws::config::RetryHandlerConfig;
+use aws::dynamo::{DynamoStore, PayloadsTable};
+use aws::scheduler::EventBridgeScheduler;
+use aws::sqs::{SqsDeadLetter, SqsRequestPublisher};
+use aws_config::SdkConfig;
+use domain::policy::PolicySet;
+use domain::ports::SystemClock;
+use runtime::batch::BatchOptions;
+use runtime::rate::{Paced, Pacer, RateError};
+use runtime::settings::{Seeds, Settings};
+use runtime::wiring::{breaker_gate, settings};
+use std::sync::Arc;
+
+/// The retry handler on AWS (its publisher paced by the handler's own pacer).
+pub type AwsRetryHandler = RetryHandler<
+    DynamoStore<PayloadsTable>,
+    Paced<SqsRequestPublisher>,
+    EventBridgeScheduler,
+    DynamoBreaker,
+    SqsDeadLetter,
+>;
+
+/// The retry handler from its configuration, its publisher paced by a [`Pacer`] of
+/// its own at `MAX_REQUESTS_PER_SECOND`: built once per execution environment, the
+/// handler keeps it across warm invocations and shares it among the records a batch
+/// processes concurrently.
+pub fn retry_handler(
+    sdk: &SdkConfig,
+    c: &RetryHandlerConfig,
+) -> Result<AwsRetryHandler, RateError> {
+    retry_handler_on(&Clients::new(sdk), c)
+}
+
+/// The retry handler from its configuration, on given clients.
+pub fn retry_handler_on(
+    clients: &Clients,
+    c: &RetryHandlerConfig,
+) -> Result<AwsRetryHandler, RateError> {
+    let pacer = Arc::new(Pacer::per_second(c.max_requests_per_second)?);
+    Ok(RetryHandler {
+        store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
+            .with_payloads_table(&c.payloads_table),
+        requests: Paced::new(
+            SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
+            Arc::clone(&pacer),
+        ),
+        scheduler: EventBridgeScheduler::new(clients.scheduler.clone(), c.scheduler.clone()),
+        breaker: breaker_gate(&clients.dynamodb, c.breaker.as_ref(), FUNCTION),
+        dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.retry_dlq_url),
+        clock: SystemClock,
+        settings: Settings {
+            answer_timeout: c.answer_timeout,
+            transaction_deadline: c.transaction_deadline,
+            ..settings(PolicySet::default(), c.reconcile_shards)
+        },
+        batch: BatchOptions {
+            concurrency: c.batch_concurrency,
+        },
+        seeds: Seeds::from_entropy(),
+        pacer: Some(pacer),
+        namespace: c.metrics_namespace.clone(),
+    })
+}
