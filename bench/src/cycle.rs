@@ -1,6 +1,6 @@
 //! One retry cycle measured against moto through the real adapters and handlers: a
 //! transaction is started with the library operation; 1. the response handler (built by
-//! `runtime::wiring`) gets the CANCELLED response for attempt 1 as an SQS event,
+//! `response_handler::wiring`) gets the CANCELLED response for attempt 1 as an SQS event,
 //! `deliveries` times (1 = happy path, 2 = delivered twice); 2. the retry handler gets
 //! the retry event for attempt 2 the same way; 3. the table's stream is read and every
 //! change goes through the audit writer, `deliveries` times. Each function runs on

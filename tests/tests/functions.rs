@@ -8,12 +8,12 @@ mod common;
 use common::*;
 use domain::ports::{PortError, RequestPublisher, Transitions, WriteOutcome};
 use domain::{Outcome, Request, RetryEvent, Status, TransactionId, Write};
+use reconciler::{Limits, Reconciler};
 use response_handler::ResponseHandler;
 use retry_handler::RetryHandler;
 use runtime::batch::undeliverable;
 use runtime::metrics::{names, Metrics};
 use runtime::rate::{Paced, Pacer};
-use runtime::reconcile::{Limits, Reconciler};
 use runtime::settings::Seeds;
 use runtime::{BatchOptions, SqsBatchResponse, SqsEvent};
 use std::sync::{Arc, Mutex};
@@ -291,7 +291,7 @@ async fn the_event_files_through_the_three_functions() {
     assert_eq!(
         report.count(
             Status::Scheduled,
-            runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerRequeued)
+            reconciler::Action::Done(domain::decide::Ack::ReconcilerRequeued)
         ),
         1,
         "{report:?}"
@@ -301,7 +301,7 @@ async fn the_event_files_through_the_three_functions() {
     assert_eq!(
         report.count(
             Status::InProgress,
-            runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerAwaiting)
+            reconciler::Action::Done(domain::decide::Ack::ReconcilerAwaiting)
         ),
         1,
         "{report:?}"
@@ -692,11 +692,11 @@ async fn unanswered_requests_probe_an_open_breaker() {
     let report = reconciler.run(&m).await;
     let held = report.count(
         Status::InProgress,
-        runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerHeld),
+        reconciler::Action::Done(domain::decide::Ack::ReconcilerHeld),
     );
     let probed = report.count(
         Status::InProgress,
-        runtime::reconcile::Action::Done(domain::decide::Ack::ReconcilerProbed),
+        reconciler::Action::Done(domain::decide::Ack::ReconcilerProbed),
     );
     assert_eq!((probed, held), (1, 1), "{report:?}");
     assert_eq!(w.keys().await.len(), published + 1, "one probe went out");

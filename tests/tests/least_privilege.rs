@@ -1,6 +1,6 @@
 //! Least privilege, proven: every AWS call each function makes is allowed by its role in
 //! `template.yaml`, and every grant is used by some call (or carries a reason). moto
-//! enforces no IAM, so the functions' real code (built by `runtime::wiring`) runs against
+//! enforces no IAM, so the functions' real code (each built by its `wiring`) runs against
 //! its own moto server through the recording proxy (`testkit::proxy`), each function
 //! signing with its own access key id; what AWS itself does with a role (event source
 //! mappings, Scheduler's delivery, Lambda's log writes) is done the same way under that
@@ -526,7 +526,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         &RetryHandlerConfig::from_lookup(&env_lookup(&env_of("retry-handler"))).unwrap(),
     )
     .unwrap();
-    let reconciler = runtime::wiring::reconciler(
+    let reconciler = reconciler::wiring::reconciler(
         &reconciler_sdk,
         &ReconcilerConfig::from_lookup(&env_lookup(&env_of("reconciler"))).unwrap(),
     );

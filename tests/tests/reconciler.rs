@@ -10,8 +10,8 @@ use domain::ports::{
     Payloads, PortError, StuckIndex, StuckPage, StuckQuery, Transitions, Undecodable, WriteOutcome,
 };
 use domain::{Outcome, Payload, Status, Timestamp, TransactionId, Write};
+use reconciler::{run_once, Action, Limits, Report};
 use runtime::metrics::{names, Metrics};
-use runtime::reconcile::{run_once, Action, Limits, Report};
 use runtime::settings::{Seeds, Settings};
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -674,7 +674,7 @@ fn alarmed_emitted_metrics() -> Vec<(&'static str, &'static str)> {
     let (response, retry, reconciler) = (
         response_handler::FUNCTION,
         retry_handler::FUNCTION,
-        runtime::reconcile::FUNCTION,
+        reconciler::FUNCTION,
     );
     vec![
         // audit-writer, on a transaction ended FAILED by cancellations.
@@ -774,7 +774,7 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
     let (response, retry, reconciler, audit) = (
         response_handler::FUNCTION,
         retry_handler::FUNCTION,
-        runtime::reconcile::FUNCTION,
+        reconciler::FUNCTION,
         audit_writer::FUNCTION,
     );
     let mut emitted: BTreeSet<(String, &str)> = [
@@ -2357,7 +2357,7 @@ impl Stage {
             retries: testkit::memory::MemoryQueue::new(),
             settings,
             response: runtime::Metrics::new("DeferredRetry", response_handler::FUNCTION),
-            reconciler: runtime::Metrics::new("DeferredRetry", runtime::reconcile::FUNCTION),
+            reconciler: runtime::Metrics::new("DeferredRetry", reconciler::FUNCTION),
             audit: audit_writer::metrics("DeferredRetry"),
         }
     }
@@ -2418,7 +2418,7 @@ impl Stage {
     }
 
     async fn reconcile(&self, at: domain::Timestamp) {
-        runtime::reconcile::run_once(
+        reconciler::run_once(
             &domain::exec::ReconcilePorts {
                 store: &self.store,
                 scheduler: &self.scheduler,
@@ -2428,7 +2428,7 @@ impl Stage {
             &self.settings,
             at,
             None::<&runtime::breaker::BreakerGate<testkit::memory::MemoryBreaker>>,
-            &runtime::reconcile::Limits::default(),
+            &reconciler::Limits::default(),
             &runtime::settings::Seeds::fixed(7),
             &self.reconciler,
         )

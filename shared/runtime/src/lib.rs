@@ -1,15 +1,15 @@
 //! What the Lambda functions share, over the domain's ports. No rule of the pattern is
 //! written here: every decision comes from the domain crate as a plan, and this crate
-//! only performs plans and reports what happened (`docs/functions.md`).
+//! only performs plans and reports what happened (`docs/functions.md`). The functions'
+//! cores live in their own crates (`functions/*`).
 //!
 //! - [`batch`]: the SQS batch processor; [`verdict`]: what became of a record;
-//!   [`drive`]: one [`domain::Run`] through [`domain::exec::execute`] into a [`Verdict`].
-//! - [`reconcile`]: the reconciler's core and entry point (the Lambda `main` and the
-//!   local stack call the same one; the handlers' live in their crates); [`ops`]: start,
-//!   resolve, replay; [`rate`]: the outbound pacing; [`breaker`]: the circuit breaker as
-//!   the functions read, count and move it.
+//!   [`drive`]: one [`domain::Run`] through [`domain::exec::execute`] into a
+//!   [`Verdict`], logs and metrics; [`ops`]: start, resolve, replay; [`rate`]: the
+//!   outbound pacing; [`breaker`]: the circuit breaker as the functions read, count
+//!   and move it; [`settings`]: what a handler decides with.
 //! - [`metrics`], [`metric`]: EMF, one JSON line per invocation; [`telemetry`]: tracing;
-//!   [`lambda`]: start-up and event loop; [`wiring`]: each function from its config.
+//!   [`lambda`]: start-up and event loop; [`wiring`]: what the functions' wirings share.
 
 pub mod batch;
 pub mod breaker;
@@ -19,7 +19,6 @@ pub mod metric;
 pub mod metrics;
 pub mod ops;
 pub mod rate;
-pub mod reconcile;
 pub mod settings;
 pub mod telemetry;
 pub mod verdict;

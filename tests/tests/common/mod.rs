@@ -20,8 +20,8 @@ use domain::{
     Attempt, Effect, MaxAttempts, Outcome, Payload, Request, Response, RetryEvent, Status,
     Timestamp, TransactionId, TransactionRecord,
 };
+use reconciler::{Limits, Report};
 use runtime::metrics::Metrics;
-use runtime::reconcile::{Limits, Report};
 use runtime::settings::{Seeds, Settings};
 use runtime::Verdict;
 use std::collections::BTreeSet;
@@ -323,7 +323,7 @@ impl<B: Backend> World<B> {
 
     /// One reconciler run now, within `limits`, drawing from `seed`.
     pub async fn reconcile_with(&self, limits: &Limits, seed: u64, metrics: &Metrics) -> Report {
-        runtime::reconcile::run_once(
+        reconciler::run_once(
             &ReconcilePorts {
                 store: &self.store,
                 scheduler: &self.scheduler,

@@ -56,7 +56,8 @@ fn init_logs(demo: bool) {
     // demo also silences the functions' own logs (they would tear the progress bar);
     // `RUST_LOG=info` shows them.
     let default = if demo {
-        "warn,runtime=off,aws_smithy_runtime=error,aws_config=error"
+        "warn,runtime=off,response_handler=off,retry_handler=off,reconciler=off,\
+         aws_smithy_runtime=error,aws_config=error"
     } else {
         "warn,aws_smithy_runtime=error,aws_config=error"
     };

@@ -14,9 +14,9 @@ use aws::config::{
 };
 use domain::ports::SystemClock;
 use domain::ports::{Clock, PortError, RequestPublisher};
+use reconciler::Reconciler;
 use retry_handler::RetryHandler;
 use runtime::rate::{Paced, Pacer};
-use runtime::reconcile::Reconciler;
 use runtime::Metrics;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -487,10 +487,10 @@ impl Stack {
         // The reconciler on its cron.
         let reconciler_metrics = Arc::new(Metrics::new(
             &reconciler_cfg.metrics_namespace,
-            runtime::reconcile::FUNCTION,
+            reconciler::FUNCTION,
         ));
-        metrics.insert(runtime::reconcile::FUNCTION, reconciler_metrics.clone());
-        let reconciler = runtime::wiring::reconciler(&functions_sdk, &reconciler_cfg);
+        metrics.insert(reconciler::FUNCTION, reconciler_metrics.clone());
+        let reconciler = reconciler::wiring::reconciler(&functions_sdk, &reconciler_cfg);
         let cron = Arc::new(CronStats::default());
         tasks.push(tokio::spawn(reconcile_cron(
             reconciler,

@@ -11,12 +11,6 @@
 //! `docs/design.md#the-reconciler-and-its-index`,
 //! `docs/design.md#the-circuit-breaker-an-outage-pauses-retries`.
 
-use crate::breaker::BreakerGate;
-use crate::drive::{drive, run_all, verdict};
-use crate::metric::{invocation, Metric};
-use crate::metrics::{names, Metrics};
-use crate::settings::{Seeds, Settings};
-use crate::verdict::Verdict;
 use domain::breaker::Tally;
 use domain::decide::{Ack, DropReason, Input};
 use domain::exec::ReconcilePorts;
@@ -27,11 +21,19 @@ use domain::ports::{
 };
 use domain::{Status, Timestamp, TransactionRecord};
 use futures::StreamExt;
+use runtime::breaker::BreakerGate;
+use runtime::drive::{drive, run_all, verdict};
+use runtime::metric::{invocation, Metric};
+use runtime::metrics::{names, Metrics};
+use runtime::settings::{Seeds, Settings};
+use runtime::verdict::Verdict;
 use serde::{Serialize, Serializer};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use thiserror::Error;
 use tracing::Instrument;
+
+pub mod wiring;
 
 /// The function's name (binary, `cargo lambda` function, metrics dimension).
 pub const FUNCTION: &str = "reconciler";
