@@ -668,7 +668,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "Measured through the real adapters and the handlers as their Lambda `main`s build them \
-         (`runtime::wiring`), each SQS message given to the handler as the event source mapping \
+         (`response_handler::wiring`, `retry_handler::wiring`), each SQS message given to the handler as the event source mapping \
          delivers it, every API call counted by `testkit::meter` (an SDK interceptor); the audit writer fed from the table's \
          stream. \"×2 deliveries\" = the response, the retry event and every stream record each \
          delivered twice. DynamoDB units are computed from the item images in the stream with \

@@ -1,8 +1,8 @@
 //! Whole runs through `domain::exec::execute` over the in-memory adapters: the happy
 //! path, a budget of one, repeated starts, technical errors, the reconciler resuming
 //! each intermediate state, resolve and replay, and the bound on re-decisions. The
-//! failure table of docs/design.md is run by one suite, through the runtime's handler
-//! cores on the memory and moto backends: `shared/runtime/tests/failure_table.rs`.
+//! failure table of docs/design.md is run by one suite, through the functions' handler
+//! cores on the memory and moto backends: `tests/tests/failure_table.rs`.
 
 use crate::world::*;
 use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known, Rejection, Run};
