@@ -13,7 +13,7 @@ async fn main() -> Result<(), Error> {
     let writer = aws::audit::AuditWriter::new(
         aws::clients::dynamodb(&sdk),
         &config.audit_table,
-        config.retention(),
+        aws::audit::Retention::new(config.retention_days, config.transaction_deadline),
     );
     let (writer, namespace) = (&writer, config.metrics_namespace.as_str());
     runtime::lambda::serve(move |event: Event| async move {

@@ -5,7 +5,7 @@
 //! the clients (the benchmark passes metered ones).
 
 use crate::{ResponseHandler, FUNCTION};
-use aws::audit::AuditWriter;
+use aws::audit::{AuditWriter, Retention};
 use aws::breaker::DynamoBreaker;
 use aws::clients::Clients;
 use aws::config::ResponseHandlerConfig;
@@ -42,7 +42,7 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
         notes: AuditWriter::new(
             clients.dynamodb.clone(),
             &c.audit_table,
-            c.audit_retention_days,
+            Retention::new(c.audit_retention_days, c.transaction_deadline),
         ),
         breaker: breaker_gate(&clients.dynamodb, c.breaker.as_ref(), FUNCTION),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),

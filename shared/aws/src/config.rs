@@ -723,7 +723,7 @@ pub struct AuditWriterConfig {
     pub audit_table: String,
     pub retention_days: u32,
     /// TRANSACTION_DEADLINE_SECONDS: rows are kept the retention past the last
-    /// instant their transaction may be open ([`crate::audit::Retention`]).
+    /// instant their transaction may be open (`audit::Retention`).
     pub transaction_deadline: Duration,
     pub metrics_namespace: String,
 }
@@ -738,10 +738,6 @@ impl AuditWriterConfig {
             transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
         }
-    }
-
-    pub fn retention(&self) -> crate::audit::Retention {
-        crate::audit::Retention::new(self.retention_days, self.transaction_deadline)
     }
 }
 

@@ -7,7 +7,7 @@ use super::scheduler::{self, SchedulerSettings, SchedulerStats};
 use super::stop::{Stop, StopSource};
 use super::SqsDirectory;
 use crate::error::CliError;
-use aws::audit::AuditWriter;
+use aws::audit::{AuditWriter, Retention};
 use aws::config::vars;
 use aws::config::{
     AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
@@ -507,7 +507,7 @@ impl Stack {
             AuditWriter::new(
                 ddb.clone(),
                 &audit_cfg.audit_table,
-                audit_cfg.retention_days,
+                Retention::new(audit_cfg.retention_days, audit_cfg.transaction_deadline),
             ),
             provisioned.transactions_stream_arn.clone(),
             opts.audit_poll,
