@@ -107,6 +107,11 @@ pub struct SimArgs {
     /// FAILED/EXPIRED at its next wait.
     #[arg(long, default_value_t = defaults::TRANSACTION_DEADLINE.as_secs())]
     pub transaction_deadline_seconds: u64,
+    /// Probability, per transaction, that an operator acts on it once in its first two
+    /// days: `resolve` while it waits for its retry, `replay` once it ended FAILED by
+    /// its cancellations (each reads, then writes guarded by what it read).
+    #[arg(long, default_value_t = 0.0)]
+    pub operator_rate: f64,
     /// An outage window, START+DURATION in seconds from the start of the run
     /// (repeatable, or a comma-separated list): the service answers as --outage-mode
     /// says. Switches the circuit breaker on (unless --no-breaker).
@@ -152,6 +157,7 @@ impl SimArgs {
             ("--start-crash-rate", self.start_crash_rate),
             ("--silent-rate", self.silent_rate),
             ("--lost-answer-rate", self.lost_answer_rate),
+            ("--operator-rate", self.operator_rate),
         ];
         for (name, v) in rates {
             if !(0.0..=1.0).contains(&v) {
@@ -228,6 +234,7 @@ impl SimArgs {
             outage_mode,
             breaker,
             count_probes: true,
+            operator_rate: self.operator_rate,
             flaws,
         })
     }
@@ -277,6 +284,7 @@ impl SimArgs {
             jitter => "--jitter",
             technical_resend_max => "--technical-resend-max",
             transaction_deadline_seconds => "--transaction-deadline-seconds",
+            operator_rate => "--operator-rate",
             outage_mode => "--outage-mode",
         );
         for o in &self.outage {

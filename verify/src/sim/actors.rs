@@ -7,7 +7,7 @@ use crate::fixture;
 use domain::decide::{Input, Known, Run};
 use domain::defaults;
 use domain::ids::{Attempt, ScheduleName};
-use domain::machine::{ReconcileKey, TransactionRecord};
+use domain::machine::{ReconcileKey, Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Response, RetryEvent};
 use std::collections::VecDeque;
 use testkit::oracle::Fate;
@@ -33,14 +33,14 @@ impl World<'_> {
             self.report.requests_lost += 1;
             return;
         }
-        let receipt = self.ledger.receive(
-            tx,
-            &self.ids[tx],
-            attempt,
-            &key,
-            round,
-            self.cfg.max_attempts,
-        );
+        // The configured budget, or the one an operator's replay raised it to.
+        let max = self.records[tx]
+            .as_ref()
+            .map_or(0, |r| r.max_attempts.get())
+            .max(self.cfg.max_attempts);
+        let receipt = self
+            .ledger
+            .receive(tx, &self.ids[tx], attempt, &key, round, max);
         for v in receipt.violations {
             self.report.count(v);
         }
@@ -149,6 +149,48 @@ impl World<'_> {
         } else {
             self.schedules.remove(&name);
         }
+    }
+
+    // -- operators ---------------------------------------------------------
+
+    /// An operator looks at transaction `tx` (as `retryctl list` shows it) and, a
+    /// human while later (1 s to 10 min), runs the command that fits what it saw:
+    /// `resolve` while it waits for its retry, `replay` with one more attempt once it
+    /// ended FAILED by its cancellations. The command reads the record again and
+    /// writes guarded by what it read, racing the handlers; a record that moved on
+    /// meanwhile refuses it.
+    pub(super) fn operate(&mut self, tx: usize) {
+        let Some(r) = self.records[tx].as_ref() else {
+            return;
+        };
+        let transaction_id = self.ids[tx].clone();
+        let input = match r.status {
+            Status::Scheduling | Status::Scheduled => Input::Resolve(transaction_id),
+            Status::Failed if r.mark.is_none() => Input::Replay {
+                transaction_id,
+                budget: 1,
+            },
+            _ => return,
+        };
+        let delay = self.operator.range(1_000, 600_000);
+        let now = ts(self.now + delay);
+        let ctx = self.ctx(now);
+        let run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
+        self.spawn_after(
+            delay,
+            Proc {
+                kind: Kind::Operator,
+                worker: 0,
+                msg: None,
+                tx,
+                attempt: 0,
+                run,
+                now,
+                hold: None,
+                probe: false,
+                backlog: VecDeque::new(),
+            },
+        );
     }
 
     // -- the reconciler ----------------------------------------------------

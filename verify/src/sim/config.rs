@@ -76,8 +76,17 @@ pub struct SimConfig {
     /// The retry handler writes each probe it lets out on the breaker, so a round's
     /// bound holds across instances (switch off to see the bound broken).
     pub count_probes: bool,
+    /// Probability, per transaction, that an operator acts on it once, at an instant
+    /// drawn in its first [`OPERATOR_WINDOW_MS`]: `retryctl resolve` if it is then
+    /// waiting for its retry, `replay` (one more attempt) if it ended FAILED by its
+    /// cancellations; nothing otherwise. 0 draws nothing (the run it always was).
+    pub operator_rate: f64,
     pub flaws: Flaws,
 }
+
+/// The window an operator's command lands in, from the start of the run: two days,
+/// the article's backoff (2 h doubling) of a few attempts.
+pub const OPERATOR_WINDOW_MS: i64 = 2 * 24 * 3_600_000;
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -121,6 +130,7 @@ impl Default for SimConfig {
             outage_mode: OutageMode::Error,
             breaker: None,
             count_probes: true,
+            operator_rate: 0.0,
             flaws: Flaws::NONE,
         }
     }

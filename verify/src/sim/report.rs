@@ -79,6 +79,11 @@ pub struct Report {
     /// over seeds the earliest and the latest).
     pub first_opened_ms: Option<i64>,
     pub last_closed_ms: Option<i64>,
+    /// Operators' commands: resolved, replayed, refused (the transaction had moved on
+    /// since it was read).
+    pub operator_resolved: u64,
+    pub operator_replayed: u64,
+    pub operator_refused: u64,
     /// Retry events the retry handler paused (the breaker held them back).
     pub retries_paused: u64,
     /// Transactions paused at least once, and the most pauses of one of them.
@@ -186,6 +191,9 @@ impl Report {
             breaker_opened,
             breaker_closed,
             retries_paused,
+            operator_resolved,
+            operator_replayed,
+            operator_refused,
             paused_transactions,
             paused_stuck,
             failed_by_outage,
@@ -336,6 +344,13 @@ impl fmt::Display for Report {
             self.max_requests_per_second,
             if over { "   <-- VIOLATION" } else { "" }
         )?;
+        if self.operator_resolved + self.operator_replayed + self.operator_refused > 0 {
+            writeln!(
+                f,
+                "operators                  resolved {}, replayed {}, refused (moved on since read) {}",
+                self.operator_resolved, self.operator_replayed, self.operator_refused
+            )?;
+        }
         writeln!(
             f,
             "requests                   published {} (retries {}), deduplicated by key {}, accepted {}",

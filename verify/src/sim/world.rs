@@ -1,6 +1,7 @@
 //! The world: the store, the queues, the runs in progress, and the event loop.
 
 use super::breaker::{SimBreaker, REOPENING_MS};
+use super::config::OPERATOR_WINDOW_MS;
 pub(super) use super::queue::QueueId;
 use super::queue::{Rng, SimQueue};
 use super::{Report, SimConfig};
@@ -22,6 +23,8 @@ pub(super) enum Kind {
     ResponseHandler,
     RetryHandler,
     Reconciler,
+    /// An operator's `retryctl resolve` or `replay`.
+    Operator,
 }
 
 impl Kind {
@@ -30,6 +33,7 @@ impl Kind {
             Kind::ResponseHandler => "response-handler",
             Kind::RetryHandler => "retry-handler",
             Kind::Reconciler => "reconciler",
+            Kind::Operator => "operator",
         }
     }
 }
@@ -76,6 +80,8 @@ pub(super) enum Ev {
         generation: u64,
     },
     ReconcilerTick,
+    /// An operator looks at transaction `tx` and acts on what it sees.
+    Operate(usize),
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +124,8 @@ pub(super) struct World<'a> {
     pub(super) service: Rng,
     pub(super) jitter: Rng,
     pub(super) queue_rng: Rng,
+    /// Operators' decisions (their own stream: a run without operators draws none).
+    pub(super) operator: Rng,
     pub(super) report: Report,
     pub(super) breaker: Option<SimBreaker>,
 }
@@ -169,6 +177,7 @@ impl<'a> World<'a> {
             service: Rng::new(seed, 3),
             jitter: Rng::new(seed, 4),
             queue_rng: Rng::new(seed, 5),
+            operator: Rng::new(seed, 6),
             report: Report {
                 seeds: 1,
                 rate_limit: cfg.fleet_limit(),
@@ -220,6 +229,7 @@ impl<'a> World<'a> {
             Ev::Answer { tx, attempt, .. } => 5 ^ (*tx as u64) << 8 ^ u64::from(*attempt) << 40,
             Ev::Fire { generation, .. } => 6 ^ generation << 8,
             Ev::ReconcilerTick => 7,
+            Ev::Operate(tx) => 8 ^ (*tx as u64) << 8,
         };
         let mut h = self.report.digest;
         for v in [tag, self.now as u64] {
@@ -246,11 +256,16 @@ impl World<'_> {
     // -- processes ---------------------------------------------------------
 
     pub(super) fn spawn(&mut self, p: Proc) {
+        let first = self.latency.range(1, 20);
+        self.spawn_after(first, p);
+    }
+
+    /// A run whose first step is `delay_ms` from now.
+    pub(super) fn spawn_after(&mut self, delay_ms: i64, p: Proc) {
         self.next_proc += 1;
         let pid = self.next_proc;
-        let first = self.now + self.latency.range(1, 20);
         self.procs.insert(pid, p);
-        self.at(first, Ev::Step(pid));
+        self.at(self.now + delay_ms, Ev::Step(pid));
     }
 
     pub(super) fn step(&mut self, pid: u64) {
@@ -353,7 +368,12 @@ impl World<'_> {
                 Input::Retry(ev) => Some((ev.attempt.get(), ev.round)),
                 _ => None,
             };
-            if let Some(v) = oracle::disposition(d, retry, self.records[p.tx].as_ref()) {
+            // An operator's command refused (the transaction moved on since it was
+            // read) is the command's answer, not a message dead-lettered.
+            let refused = p.kind == Kind::Operator && matches!(d, Disposition::Reject(_));
+            if refused {
+                self.report.operator_refused += 1;
+            } else if let Some(v) = oracle::disposition(d, retry, self.records[p.tx].as_ref()) {
                 self.report.count(v);
                 if v == Violation::MessageRejected {
                     self.dlq_by_tx[p.tx] += 1;
@@ -403,6 +423,17 @@ impl World<'_> {
                     self.schedule_wake(q);
                 }
                 self.poll_soon(q);
+            }
+            // A command that dies midway is not run again: the reconciler finishes
+            // what it did not do (a replay's retry event).
+            Kind::Operator => {
+                if let Some(Disposition::Ack(ack)) = &done {
+                    match ack {
+                        Ack::Resolved => self.report.operator_resolved += 1,
+                        Ack::Replayed => self.report.operator_replayed += 1,
+                        _ => {}
+                    }
+                }
             }
             Kind::Reconciler => {
                 if done.is_none() {
@@ -656,6 +687,14 @@ impl World<'_> {
                 Ev::ReconcilerTick,
             );
         }
+        if cfg.operator_rate > 0.0 {
+            for tx in 0..cfg.transactions {
+                if self.operator.chance(cfg.operator_rate) {
+                    let at = fixture::EPOCH_MS + self.operator.range(0, OPERATOR_WINDOW_MS);
+                    self.at(at, Ev::Operate(tx));
+                }
+            }
+        }
         while let Some(((time, _), ev)) = self.events.pop_first() {
             if time > fixture::EPOCH_MS + END_MS {
                 break;
@@ -683,6 +722,7 @@ impl World<'_> {
                     round,
                 } => self.answer(tx, attempt, outcome, round),
                 Ev::Fire { name, generation } => self.fire(name, generation),
+                Ev::Operate(tx) => self.operate(tx),
                 Ev::ReconcilerTick => {
                     self.reconciler_tick();
                     if self.idle() && !self.reconciler_busy {
