@@ -1065,7 +1065,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "Publish instants are taken where requests reach the AWS endpoint: every client of the local \
-         stack talks to moto through a recording pass-through (`bench/src/tap.rs` over `shared/testkit`'s proxy). The limit is a pacing \
+         stack talks to moto through a recording pass-through (`bench/src/tap.rs` over `tools/testkit`'s proxy). The limit is a pacing \
          limiter per execution environment (`runtime::rate::Pacer`): one publish at a time, starts at \
          least 1/rate apart, and none until one second after the end of the publish ⌊rate⌋ places \
          before it; a request reaches the endpoint between its start and its end, so the bound is judged \
