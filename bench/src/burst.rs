@@ -18,7 +18,7 @@ use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Request, Status, TransactionId, TransactionRecord};
 use futures::StreamExt;
-use retryctl::local::stack::{Stack, StackOptions};
+use sandbox::local::stack::{Stack, StackOptions};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -380,7 +380,7 @@ async fn drive(
     let deadline = injected_at + spec.deadline;
     let retried = |seen: &std::collections::BTreeMap<
         (String, u32),
-        retryctl::local::external::Seen,
+        sandbox::local::external::Seen,
     >| { seen.keys().filter(|(_, attempt)| *attempt == 2).count() as u64 };
     let mut drain = None;
     let mut all_fired: Option<(Duration, i64)> = None;
@@ -398,7 +398,7 @@ async fn drive(
     let mut all_succeeded = None;
     let mut succeeded = 0;
     while Instant::now() < deadline {
-        let records = retryctl::demo::scan_records(&ddb, &names.transactions_table)
+        let records = sandbox::demo::scan_records(&ddb, &names.transactions_table)
             .await
             .map_err(err)?;
         succeeded = records
@@ -418,7 +418,7 @@ async fn drive(
     while Instant::now() < settle_until {
         in_queues = 0;
         for url in [&p.response.url, &p.retry.url, &p.request.url] {
-            in_queues += retryctl::demo::queue_depth(&sqs, url).await.map_err(err)?;
+            in_queues += sandbox::demo::queue_depth(&sqs, url).await.map_err(err)?;
         }
         if in_queues == 0 {
             break;
@@ -433,7 +433,7 @@ async fn drive(
         &p.scheduler_dlq,
         &p.request_dlq,
     ] {
-        dead_lettered += retryctl::demo::queue_depth(&sqs, &q.url)
+        dead_lettered += sandbox::demo::queue_depth(&sqs, &q.url)
             .await
             .map_err(err)?;
     }

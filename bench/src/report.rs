@@ -889,7 +889,7 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(
             s,
             "{n} CANCELLED responses put on the response queue at once (in {}), through the local stack \
-             (`retryctl::local::stack`: moto, the handlers behind the event source mapping emulator, the \
+             (`sandbox::local::stack`: moto, the handlers behind the event source mapping emulator, the \
              scheduler emulator, the audit stream, the reconciler cron, the simulated external service). \
              Backoff {} s for every retry (no jitter), so all retries fall due together; retry \
              MaximumConcurrency {} × MAX_REQUESTS_PER_SECOND {} = a limit of {}/s; the other settings are \

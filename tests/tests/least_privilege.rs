@@ -391,7 +391,7 @@ where
             return records;
         }
         records += messages.len();
-        let event = retryctl::local::esm::event_for(&messages, arn, LOCAL_REGION).unwrap();
+        let event = sandbox::local::esm::event_for(&messages, arn, LOCAL_REGION).unwrap();
         let response = invoke(event).await;
         let failed: BTreeSet<String> = response
             .batch_item_failures
@@ -947,7 +947,7 @@ async fn operators(
     setup_sdk: &aws_config::SdkConfig,
     store: &aws::dynamo::DynamoStore<aws::dynamo::PayloadsTable>,
 ) {
-    let mut entry = retryctl::verify::outputs::local(p, domain::defaults::RECONCILE_SHARDS, 3600);
+    let mut entry = sandbox::outputs::local(p, domain::defaults::RECONCILE_SHARDS, 3600);
     // The alarm topic (as the template names it here), with a destination: verify
     // reads its subscriptions.
     let sns = aws_sdk_sns::Client::new(setup_sdk);
@@ -987,7 +987,7 @@ async fn operators(
             domain::defaults::TRANSACTION_DEADLINE.as_secs().to_string(),
         ),
     ];
-    retryctl::verify::local::register_stack(setup_sdk, endpoint, &entry, &params)
+    sandbox::outputs::register_stack(setup_sdk, endpoint, &entry, &params)
         .await
         .unwrap();
     // One message in every DLQ, so that each redrive sends one back; the audit DLQ's

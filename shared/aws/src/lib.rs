@@ -12,5 +12,6 @@ pub mod config;
 pub mod dynamo;
 pub mod errors;
 pub mod item;
+pub mod scan;
 pub mod scheduler;
 pub mod sqs;

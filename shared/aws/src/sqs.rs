@@ -2,6 +2,8 @@
 //! `idempotency_key`), the retry-event publisher (body `RetryEvent::to_json()`), and
 //! the dead-letter adapter [`SqsDeadLetter`], which the handlers use to park a message
 //! that can never succeed (body and attributes unchanged) before acknowledging it.
+//! [`SqsDirectory`] resolves queue ARNs to URLs (`retryctl redrive`, the local
+//! stack's Scheduler emulator); no function needs it.
 
 use crate::errors::classify;
 use aws_sdk_sqs::operation::send_message::SendMessageError;
@@ -14,6 +16,7 @@ use domain::ports::{
 };
 use domain::{Request, RetryEvent};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The message attribute carrying the idempotency key on request messages.
 pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "idempotency_key";
@@ -170,6 +173,58 @@ impl DeadLetter for SqsDeadLetter {
             Some(attributes),
         )
         .await
+    }
+}
+
+/// An SQS client that also resolves queue ARNs to URLs (cached), as services that
+/// target a queue by ARN must.
+#[derive(Debug, Clone)]
+pub struct SqsDirectory {
+    client: aws_sdk_sqs::Client,
+    urls: Arc<tokio::sync::Mutex<HashMap<String, String>>>,
+}
+
+impl SqsDirectory {
+    pub fn new(client: aws_sdk_sqs::Client) -> Self {
+        Self {
+            client,
+            urls: Arc::default(),
+        }
+    }
+
+    pub fn client(&self) -> &aws_sdk_sqs::Client {
+        &self.client
+    }
+
+    /// `arn:aws:sqs:<region>:<account>:<name>` → queue URL.
+    pub async fn url_for_arn(&self, arn: &str) -> Result<String, String> {
+        if let Some(u) = self.urls.lock().await.get(arn) {
+            return Ok(u.clone());
+        }
+        let parts: Vec<&str> = arn.split(':').collect();
+        let (account, name) = match parts.as_slice() {
+            ["arn", _, "sqs", _, account, name] => (*account, *name),
+            _ => return Err(format!("`{arn}` is not an SQS queue ARN")),
+        };
+        let out = self
+            .client
+            .get_queue_url()
+            .queue_name(name)
+            .queue_owner_aws_account_id(account)
+            .send()
+            .await
+            .map_err(|e| {
+                format!(
+                    "GetQueueUrl for `{arn}`: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(e)
+                )
+            })?;
+        let url = out
+            .queue_url()
+            .ok_or_else(|| format!("GetQueueUrl for `{arn}` returned no URL"))?
+            .to_owned();
+        self.urls.lock().await.insert(arn.to_owned(), url.clone());
+        Ok(url)
     }
 }
 

@@ -4,7 +4,6 @@
 
 use crate::cli::{QueueName, TargetArgs};
 use crate::error::{CliError, Whereabouts};
-use crate::local::SqsDirectory;
 use crate::table::scan_stats;
 use crate::view;
 use aws::config::vars;
@@ -21,6 +20,10 @@ use runtime::Settings;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// The region of an endpoint given without one: the local stack's moto answers in
+/// us-east-1.
+const LOCAL_REGION: &str = "us-east-1";
 
 /// What a command printed: text for people, JSON for scripts.
 pub struct Output {
@@ -55,11 +58,10 @@ impl Target {
             if let Some(e) = &args.endpoint_url {
                 loader = loader.endpoint_url(e);
             }
-            let region = args.region.clone().or_else(|| {
-                args.endpoint_url
-                    .as_ref()
-                    .map(|_| testkit::moto::LOCAL_REGION.to_owned())
-            });
+            let region = args
+                .region
+                .clone()
+                .or_else(|| args.endpoint_url.as_ref().map(|_| LOCAL_REGION.to_owned()));
             if let Some(r) = region {
                 loader = loader.region(aws_config::Region::new(r));
             }
@@ -732,7 +734,7 @@ async fn dlq_of(t: &Target, q: QueueName) -> Result<(String, String), CliError> 
                 .map(str::to_owned)
         })
         .ok_or_else(|| CliError::Aws(format!("unreadable redrive policy on {source}: {policy}")))?;
-    let dlq = SqsDirectory::new(sqs)
+    let dlq = aws::sqs::SqsDirectory::new(sqs)
         .url_for_arn(&arn)
         .await
         .map_err(CliError::Aws)?;

@@ -172,6 +172,31 @@ impl From<PortError> for CliError {
     }
 }
 
+/// The local stack's and the demo's errors, as the same kinds of `retryctl` error.
+#[cfg(feature = "demo")]
+impl From<sandbox::Error> for CliError {
+    fn from(e: sandbox::Error) -> Self {
+        match e {
+            sandbox::Error::BadArgument {
+                name,
+                value,
+                reason,
+            } => CliError::BadArgument {
+                name,
+                value,
+                reason,
+            },
+            sandbox::Error::Missing(m) => CliError::Missing(m),
+            sandbox::Error::Aws(m) => CliError::Aws(m),
+            sandbox::Error::AwsCall { resource, error } => CliError::AwsCall(AwsFailure {
+                resource: Some(resource),
+                ..error.into()
+            }),
+            sandbox::Error::Interrupted => CliError::Interrupted,
+        }
+    }
+}
+
 /// A failed SDK call, classified ([`aws::errors::classify`]), naming the resource it
 /// was about.
 pub fn sdk_error<E>(

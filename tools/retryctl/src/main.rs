@@ -1,7 +1,9 @@
 //! `retryctl`: see `docs/operations.md`.
 
 use clap::Parser;
-use retryctl::cli::{Cli, Command};
+use retryctl::cli::Cli;
+#[cfg(any(feature = "demo", feature = "verify"))]
+use retryctl::cli::Command;
 use retryctl::commands::{Output, Target};
 use retryctl::error::CliError;
 use std::process::ExitCode;
@@ -70,9 +72,10 @@ fn init_logs(demo: bool) {
 }
 
 /// `retryctl demo`: the report on stdout; with `--keep`, the stack stays up until Ctrl-C.
-async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliError> {
-    let (report, kept) = retryctl::demo::run(args).await?;
-    let text = retryctl::report::render(&report);
+#[cfg(feature = "demo")]
+async fn demo(cli: &Cli, args: &sandbox::DemoArgs) -> Result<Output, CliError> {
+    let (report, kept) = sandbox::demo::run(args).await?;
+    let text = sandbox::report::render(&report);
     let json = serde_json::to_value(&report).unwrap_or_default();
     if let Some(path) = &args.report_json {
         std::fs::write(
@@ -119,6 +122,7 @@ async fn demo(cli: &Cli, args: &retryctl::cli::DemoArgs) -> Result<Output, CliEr
 }
 
 /// `retryctl verify`: the report on stdout (text or JSON), exit 6 when a check failed.
+#[cfg(feature = "verify")]
 async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, CliError> {
     let mut outputs = retryctl::verify::outputs::StackOutputs::default();
     for path in &args.outputs {
@@ -164,10 +168,13 @@ async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, C
 }
 
 async fn run(cli: &Cli) -> Result<Output, CliError> {
-    match &cli.command {
-        Command::Demo(args) => return demo(cli, args).await,
-        Command::Verify(args) => return verify(cli, args).await,
-        _ => {}
+    #[cfg(feature = "demo")]
+    if let Command::Demo(args) = &cli.command {
+        return demo(cli, args).await;
+    }
+    #[cfg(feature = "verify")]
+    if let Command::Verify(args) = &cli.command {
+        return verify(cli, args).await;
     }
     let target = Target::from_args(&cli.target).await?;
     match retryctl::run::execute(cli, &target).await {
@@ -232,7 +239,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    init_logs(matches!(cli.command, Command::Demo(_)));
+    #[cfg(feature = "demo")]
+    let demo = matches!(cli.command, Command::Demo(_));
+    #[cfg(not(feature = "demo"))]
+    let demo = false;
+    init_logs(demo);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

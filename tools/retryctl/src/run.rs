@@ -108,9 +108,15 @@ pub async fn execute(cli: &Cli, target: &Target) -> Result<Output, Ended> {
             let action = crate::bulk::Action::Replay { budget: *budget };
             return operator(target, bulk, action).await;
         }
-        Command::Demo(_) | Command::Verify(_) => Err(CliError::Missing(
-            "demo and verify run from the retryctl binary".to_owned(),
-        )),
+        #[cfg(feature = "demo")]
+        Command::Demo(_) => Err(binary_only()),
+        #[cfg(feature = "verify")]
+        Command::Verify(_) => Err(binary_only()),
     };
     Ok(out?)
+}
+
+#[cfg(any(feature = "demo", feature = "verify"))]
+fn binary_only() -> CliError {
+    CliError::Missing("demo and verify run from the retryctl binary".to_owned())
 }

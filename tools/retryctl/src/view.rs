@@ -1,6 +1,5 @@
 //! How operator commands print: a text form for people and a JSON form for scripts.
 
-use crate::report::chain;
 use domain::audit::AuditEntry;
 use domain::machine::Actor;
 use domain::{Status, TransactionRecord};
@@ -8,6 +7,11 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+/// A transaction's audit rows in transition order.
+pub fn chain(rows: &[AuditEntry]) -> Vec<AuditEntry> {
+    aws::audit::in_transition_order(rows.to_vec())
+}
 
 /// Attributes of the record that are bookkeeping of the protocol, not shown: the
 /// index keys, the answer deadline, and the operator note (shown as

@@ -5,8 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use clap::Parser;
-use retryctl::cli::{Cli, Command, DemoArgs};
-use retryctl::report::render;
+use retryctl::cli::{Cli, Command};
+use sandbox::report::render;
+use sandbox::DemoArgs;
 
 /// `retryctl demo` on the shared moto server with a stack of its own, no progress
 /// bar, retries after 1 s (at most 4 s), and `extra` flags.
@@ -46,7 +47,7 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
             "11",
         ],
     );
-    let (r, kept) = retryctl::demo::run(&args).await.expect("demo runs");
+    let (r, kept) = sandbox::demo::run(&args).await.expect("demo runs");
     assert!(kept.is_none());
     let text = render(&r);
     assert!(r.ok(), "{text}");
@@ -259,7 +260,7 @@ async fn chaos_run(seed: u64) {
             &seed_text,
         ],
     );
-    let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
+    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
     let text = render(&r);
     assert!(r.ok(), "chaos seed {seed}:\n{text}");
     assert_eq!(
@@ -309,7 +310,7 @@ async fn a_silent_service_is_rescued_by_the_answer_deadline() {
             "5",
         ],
     );
-    let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
+    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
     let text = render(&r);
     assert!(r.ok(), "{text}");
     assert!(r.dropped_silently > 0, "{text}");
@@ -334,7 +335,7 @@ async fn a_silent_service_is_rescued_by_the_answer_deadline() {
             "1",
         ],
     );
-    let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
+    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
     let text = render(&r);
     assert!(r.ok(), "{text}");
     assert_eq!(r.count(domain::Status::Failed), 3, "{text}");
@@ -376,7 +377,7 @@ async fn an_outage_opens_the_breaker_and_fails_nothing() {
     );
     args.backoff_base = 10.0;
     args.backoff_cap = 20.0;
-    let (r, _) = retryctl::demo::run(&args).await.expect("demo runs");
+    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
     let text = render(&r);
     let b = r.breaker.as_ref().expect("breaker section");
     assert!(b.outage_errors > 0, "{text}");

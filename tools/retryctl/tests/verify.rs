@@ -8,7 +8,7 @@ mod common;
 
 use aws_sdk_sqs::types::QueueAttributeName;
 use common::{retryctl, start_stack_with_harness, Running};
-use retryctl::local::stack::StackOptions;
+use sandbox::local::stack::StackOptions;
 use serde_json::Value;
 
 /// Retries wait 1 s; the harness is the only consumer of the request queue.

@@ -12,7 +12,6 @@
 //! exits 6. See `docs/operations.md` and `docs/deploy.md#deploy-to-staging-and-verify`.
 
 pub mod flow;
-pub mod local;
 pub mod outputs;
 pub mod placeholders;
 pub mod resources;

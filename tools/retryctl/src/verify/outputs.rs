@@ -1,13 +1,12 @@
 //! The stacks' outputs, read from JSON in the shape `aws cloudformation
 //! describe-stacks` prints (`{"Stacks":[{"StackName":…,"Outputs":[{"OutputKey":…,
 //! "OutputValue":…}]}]}`): `infra/verify-deploy.sh` writes it in AWS, the local stack
-//! ([`local`]) writes the same shape, so `retryctl verify` needs no CloudFormation
-//! client of its own.
+//! (`sandbox::outputs`) writes the same shape, so `retryctl verify` needs no
+//! CloudFormation client of its own.
 
 use crate::error::CliError;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
-use testkit::provision::Provisioned;
 
 /// Outputs of the main stack that `retryctl verify` reads (`template.yaml` declares
 /// each; `tests/template.rs` checks it).
@@ -141,51 +140,11 @@ impl StackOutputs {
     }
 }
 
-/// One stack in the shape `describe-stacks` prints.
-pub fn describe_stacks_entry(stack_name: &str, outputs: &[(&str, String)]) -> Value {
-    json!({
-        "StackName": stack_name,
-        "Outputs": outputs
-            .iter()
-            .map(|(k, v)| json!({"OutputKey": k, "OutputValue": v}))
-            .collect::<Vec<_>>(),
-    })
-}
-
-/// The main stack's outputs on the local stack (its name is the prefix).
-pub fn local(p: &Provisioned, reconcile_shards: u16, answer_timeout_seconds: u64) -> Value {
-    let n = &p.names;
-    let mut o: Vec<(&str, String)> = vec![];
-    for (url, arn, q) in [
-        ("RequestQueueUrl", "RequestQueueArn", &p.request),
-        ("ResponseQueueUrl", "ResponseQueueArn", &p.response),
-        ("RetryQueueUrl", "RetryQueueArn", &p.retry),
-        ("RequestDLQUrl", "RequestDLQArn", &p.request_dlq),
-        ("ResponseDLQUrl", "ResponseDLQArn", &p.response_dlq),
-        ("RetryDLQUrl", "RetryDLQArn", &p.retry_dlq),
-        ("SchedulerDLQUrl", "SchedulerDLQArn", &p.scheduler_dlq),
-        ("AuditDLQUrl", "AuditDLQArn", &p.audit_dlq),
-    ] {
-        o.push((url, q.url.clone()));
-        o.push((arn, q.arn.clone()));
-    }
-    o.extend([
-        ("TransactionsTableName", n.transactions_table.clone()),
-        ("PayloadsTableName", n.payloads_table.clone()),
-        ("AuditTableName", n.audit_table.clone()),
-        ("BreakerTableName", n.breaker_table.clone()),
-        ("ScheduleGroupName", n.schedule_group.clone()),
-        ("SchedulerRoleArn", p.scheduler_role_arn.clone()),
-        ("ReconcileShards", reconcile_shards.to_string()),
-        ("AnswerTimeoutSeconds", answer_timeout_seconds.to_string()),
-    ]);
-    describe_stacks_entry(&n.prefix, &o)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn stacks_merge_and_a_conflict_names_both() {
@@ -232,7 +191,7 @@ mod tests {
             url: format!("http://x/{n}"),
             arn: format!("arn:aws:sqs:us-east-1:1:{n}"),
         };
-        let p = Provisioned {
+        let p = testkit::provision::Provisioned {
             endpoint: String::new(),
             transactions_table_arn: String::new(),
             transactions_stream_arn: String::new(),
@@ -249,8 +208,11 @@ mod tests {
             names,
         };
         let mut o = StackOutputs::default();
-        o.add("local", &json!({"Stacks": [local(&p, 8, 2)]}).to_string())
-            .unwrap();
+        o.add(
+            "local",
+            &json!({"Stacks": [sandbox::outputs::local(&p, 8, 2)]}).to_string(),
+        )
+        .unwrap();
         for k in MAIN_OUTPUTS {
             assert!(o.get(k).is_some_and(|v| !v.is_empty()), "{k}");
         }

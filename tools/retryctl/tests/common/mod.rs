@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use aws::config::vars;
-use retryctl::local::stack::{Stack, StackOptions};
+use sandbox::local::stack::{Stack, StackOptions};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -61,10 +61,8 @@ pub fn start_stack_with_harness(
                     let outputs = match harness {
                         None => serde_json::Value::Null,
                         Some(env) => {
-                            let h = retryctl::verify::local::start_harness(&stack, &env)
-                                .await
-                                .unwrap();
-                            retryctl::verify::local::outputs_document(&stack, Some(&h))
+                            let h = sandbox::outputs::start_harness(&stack, &env).await.unwrap();
+                            sandbox::outputs::outputs_document(&stack, Some(&h))
                         }
                     };
                     tx.send(Ok((

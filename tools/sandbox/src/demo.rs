@@ -1,12 +1,11 @@
 //! `retryctl demo`: the whole pipeline on this machine, a workload, a live progress
 //! bar and the final report.
 
-use crate::cli::DemoArgs;
-use crate::error::CliError;
+use crate::args::DemoArgs;
+use crate::error::Error;
 use crate::local::external::{Outage, OutageMode};
 use crate::local::stack::{AuditSnapshot, ExternalOptions, Stack, StackOptions};
 use crate::report::{self, AuditWait, ChaosReport, Observations, Report};
-use crate::table::scan_stats;
 use aws::config::vars;
 use aws::dynamo::DynamoStore;
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -57,12 +56,12 @@ pub const OUTAGE_BREAKER_ENV: [(&str, &str); 8] = [
 
 /// Parses `--outage START+DURATION` (seconds from the start of the run); the window
 /// must end within `deadline`, the run's.
-pub fn parse_outage(raw: &str, mode: OutageMode, deadline: Duration) -> Result<Outage, CliError> {
-    let bad = |why: String| CliError::bad("--outage", raw, why);
+pub fn parse_outage(raw: &str, mode: OutageMode, deadline: Duration) -> Result<Outage, Error> {
+    let bad = |why: String| Error::bad("--outage", raw, why);
     let (start, duration) = raw
         .split_once('+')
         .ok_or_else(|| bad("expected START+DURATION in seconds, e.g. 20+60".into()))?;
-    let secs = |what: &str, v: &str| -> Result<f64, CliError> {
+    let secs = |what: &str, v: &str| -> Result<f64, Error> {
         match v.trim().parse::<f64>() {
             Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
             _ => Err(bad(format!("{what} `{v}` is not a number of seconds >= 0"))),
@@ -97,7 +96,7 @@ pub struct Chaos {
 impl Chaos {
     /// A named profile or a JSON or TOML file of probabilities, seeded with `seed`;
     /// every error names `--chaos`, the value and, for a file, the field.
-    pub fn parse(profile: &str, seed: u64) -> Result<Self, CliError> {
+    pub fn parse(profile: &str, seed: u64) -> Result<Self, Error> {
         if let Some(faults) = Faults::profile(profile, seed) {
             return Ok(Self {
                 profile: profile.to_owned(),
@@ -110,7 +109,7 @@ impl Chaos {
                 Some("json") => Faults::from_json,
                 Some("toml") => Faults::from_toml,
                 _ => {
-                    return Err(CliError::bad(
+                    return Err(Error::bad(
                         "--chaos",
                         profile,
                         format!(
@@ -120,10 +119,9 @@ impl Chaos {
                     ))
                 }
             };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| CliError::bad("--chaos", profile, e))?;
+        let text = std::fs::read_to_string(path).map_err(|e| Error::bad("--chaos", profile, e))?;
         let faults = read(&text, seed).map_err(|e| {
-            CliError::bad(
+            Error::bad(
                 "--chaos",
                 format!("{profile}: {} = {}", e.field, e.value),
                 e.why,
@@ -136,31 +134,27 @@ impl Chaos {
     }
 }
 
-fn probability(name: &'static str, v: f64) -> Result<f64, CliError> {
+fn probability(name: &'static str, v: f64) -> Result<f64, Error> {
     if v.is_finite() && (0.0..=1.0).contains(&v) {
         Ok(v)
     } else {
-        Err(CliError::bad(
-            name,
-            v.to_string(),
-            "must be between 0 and 1",
-        ))
+        Err(Error::bad(name, v.to_string(), "must be between 0 and 1"))
     }
 }
 
 impl DemoPlan {
     /// Validates the flags; every error names the flag and the value.
-    pub fn from_args(a: &DemoArgs) -> Result<Self, CliError> {
+    pub fn from_args(a: &DemoArgs) -> Result<Self, Error> {
         if a.transactions == 0 {
-            return Err(CliError::bad("--transactions", "0", "must be at least 1"));
+            return Err(Error::bad("--transactions", "0", "must be at least 1"));
         }
         let max_attempts = MaxAttempts::new(a.max_attempts)
-            .map_err(|e| CliError::bad("--max-attempts", a.max_attempts.to_string(), e))?;
+            .map_err(|e| Error::bad("--max-attempts", a.max_attempts.to_string(), e))?;
         let cancel = probability("--cancel-probability", a.cancel_probability)?;
         let dup = probability("--duplicate-responses", a.duplicate_responses)?;
         let silent = probability("--silent-probability", a.silent_probability)?;
         if let Some(d @ 0..60) = a.transaction_deadline {
-            return Err(CliError::bad(
+            return Err(Error::bad(
                 "--transaction-deadline",
                 d.to_string(),
                 "must be at least 60 seconds (TRANSACTION_DEADLINE_SECONDS)",
@@ -168,7 +162,7 @@ impl DemoPlan {
         }
         let answer_timeout = match a.answer_timeout {
             Some(0) => {
-                return Err(CliError::bad(
+                return Err(Error::bad(
                     "--answer-timeout",
                     "0",
                     "must be at least 1 second",
@@ -182,7 +176,7 @@ impl DemoPlan {
             None => domain::defaults::ANSWER_TIMEOUT.as_secs(),
         };
         if a.latency_min_ms > a.latency_max_ms {
-            return Err(CliError::bad(
+            return Err(Error::bad(
                 "--latency-min-ms",
                 a.latency_min_ms.to_string(),
                 format!("must not exceed --latency-max-ms ({})", a.latency_max_ms),
@@ -192,7 +186,7 @@ impl DemoPlan {
             if v.is_finite() && v > 0.0 {
                 Ok(Duration::from_secs_f64(v))
             } else {
-                Err(CliError::bad(
+                Err(Error::bad(
                     name,
                     v.to_string(),
                     "must be a number of seconds > 0",
@@ -214,17 +208,17 @@ impl DemoPlan {
                 ),
                 domain::policy::PolicyError::Overrides { .. } => ("--backoff-base", String::new()),
             };
-            CliError::bad(name, value, e)
+            Error::bad(name, value, e)
         })?;
         if !(a.max_requests_per_second.is_finite() && a.max_requests_per_second > 0.0) {
-            return Err(CliError::bad(
+            return Err(Error::bad(
                 "--max-requests-per-second",
                 a.max_requests_per_second.to_string(),
                 "must be > 0",
             ));
         }
         if !(a.submit_rate.is_finite() && a.submit_rate > 0.0) {
-            return Err(CliError::bad(
+            return Err(Error::bad(
                 "--submit-rate",
                 a.submit_rate.to_string(),
                 "must be > 0",
@@ -236,11 +230,11 @@ impl DemoPlan {
             ("--deadline", a.deadline.unwrap_or(1)),
         ] {
             if v == 0 {
-                return Err(CliError::bad(name, "0", "must be at least 1 second"));
+                return Err(Error::bad(name, "0", "must be at least 1 second"));
             }
         }
         if a.visibility_timeout < 1 {
-            return Err(CliError::bad(
+            return Err(Error::bad(
                 "--visibility-timeout",
                 a.visibility_timeout.to_string(),
                 "must be at least 1 second",
@@ -251,8 +245,11 @@ impl DemoPlan {
             .clone()
             .unwrap_or_else(|| format!("demo{}", std::process::id()));
         let mut stack = StackOptions::new(prefix);
-        if let Some(e) = &a.moto_endpoint {
-            CliError::require_url("--moto-endpoint", e, " of a running moto server")?;
+        if let Some(e) = a.moto_endpoint.as_deref() {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                let why = "must be an http:// or https:// URL of a running moto server";
+                return Err(Error::bad("--moto-endpoint", e, why));
+            }
         }
         stack.moto_endpoint = a.moto_endpoint.clone();
         // One moto server per service, unless the stack is kept for the CLI, which
@@ -369,7 +366,7 @@ fn status_line(by_status: &BTreeMap<Status, u64>) -> String {
 }
 
 /// Starts the workload, follows it to the end and gathers what every witness saw.
-pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
+pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
     let started = Instant::now();
     // The outage window counts from here.
     stack
@@ -418,12 +415,12 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
     for n in 1..=plan.transactions {
         let id_text = transaction_id(n);
         let id = TransactionId::parse(&id_text)
-            .map_err(|e| CliError::bad("transaction id", id_text.clone(), e))?;
+            .map_err(|e| Error::bad("transaction id", id_text.clone(), e))?;
         let payload = Payload::from_json(&format!(
             r#"{{"order":"{id_text}","amount_cents":{},"currency":"EUR"}}"#,
             1_000 + n
         ))
-        .map_err(|e| CliError::bad("payload", id_text.clone(), e))?;
+        .map_err(|e| Error::bad("payload", id_text.clone(), e))?;
         submitted.push(id_text);
         let ctx = settings.context(SystemClock.now());
         let max = plan.max_attempts;
@@ -445,7 +442,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
                 {
                     Ok(_) => return Ok(()),
                     Err(e) if e.is_retryable() && tries < 5 => tries += 1,
-                    Err(e) => return Err(CliError::Aws(format!("start {id}: {e}"))),
+                    Err(e) => return Err(Error::Aws(format!("start {id}: {e}"))),
                 }
             }
         });
@@ -495,12 +492,12 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
                 .await;
         }
         let scan_started = Instant::now();
-        let st = scan_stats(&ddb, &names.transactions_table).await?;
+        let by_status = status_counts(&ddb, &names.transactions_table).await?;
         let poll = status_poll(scan_started.elapsed());
-        let terminal = st.by_status.get(&Status::Succeeded).copied().unwrap_or(0)
-            + st.by_status.get(&Status::Failed).copied().unwrap_or(0);
+        let terminal = by_status.get(&Status::Succeeded).copied().unwrap_or(0)
+            + by_status.get(&Status::Failed).copied().unwrap_or(0);
         bar.set_position(terminal);
-        bar.set_message(status_line(&st.by_status));
+        bar.set_message(status_line(&by_status));
         if terminal >= u64::from(plan.transactions) || watch.expired(terminal, Instant::now()) {
             break;
         }
@@ -566,7 +563,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, CliError> {
         .await
         .map(|o| o.schedules().len() as u64)
         .map_err(|e| {
-            CliError::Aws(format!(
+            Error::Aws(format!(
                 "ListSchedules: {}",
                 aws_sdk_scheduler::error::DisplayErrorContext(e)
             ))
@@ -654,7 +651,7 @@ async fn breaker_observed(
     plan: &DemoPlan,
     outage: &Outage,
     started: Instant,
-) -> Result<report::BreakerObserved, CliError> {
+) -> Result<report::BreakerObserved, Error> {
     let b = aws::breaker::DynamoBreaker::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
         &stack.names().breaker_table,
@@ -662,7 +659,7 @@ async fn breaker_observed(
         domain::breaker::BreakerSettings::default(),
         1,
     );
-    let aws = |e: domain::ports::PortError| CliError::Aws(format!("breaker: {e}"));
+    let aws = |e: domain::ports::PortError| Error::Aws(format!("breaker: {e}"));
     use domain::ports::BreakerReads;
     let state = b
         .load(SystemClock.now(), false)
@@ -942,13 +939,13 @@ pub fn demo_deadline(
         .max(240)
 }
 
-pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, CliError> {
+pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, Error> {
     let (visible, in_flight) = queue_counts(sqs, url).await?;
     Ok(visible + in_flight)
 }
 
 /// A queue's approximate messages: visible, and in flight (received, not deleted).
-pub async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<(u64, u64), CliError> {
+pub async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<(u64, u64), Error> {
     let out = sqs
         .get_queue_attributes()
         .queue_url(url)
@@ -957,7 +954,7 @@ pub async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<(u64, 
         .send()
         .await
         .map_err(|e| {
-            CliError::Aws(format!(
+            Error::Aws(format!(
                 "GetQueueAttributes {url}: {}",
                 aws_sdk_sqs::error::DisplayErrorContext(e)
             ))
@@ -975,23 +972,42 @@ pub async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<(u64, 
     ))
 }
 
+/// Transactions by status, for the progress bar: a Scan projecting `status` only.
+async fn status_counts(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<BTreeMap<Status, u64>, Error> {
+    let mut by_status = BTreeMap::new();
+    aws::scan::scan_each(ddb, table, &["status"], false, |item| {
+        let status = item.get("status").and_then(|v| v.as_s().ok());
+        if let Some(s) = status.and_then(|s| Status::parse(s)) {
+            *by_status.entry(s).or_insert(0) += 1;
+        }
+    })
+    .await
+    .map_err(|e| Error::call(table, e))?;
+    Ok(by_status)
+}
+
 async fn scan_all(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
-) -> Result<Vec<crate::table::Item>, CliError> {
+) -> Result<Vec<aws::scan::Item>, Error> {
     let mut items = Vec::new();
-    crate::table::scan_each(ddb, table, &[], true, |item| items.push(item.clone())).await?;
+    aws::scan::scan_each(ddb, table, &[], true, |item| items.push(item.clone()))
+        .await
+        .map_err(|e| Error::call(table, e))?;
     Ok(items)
 }
 
 pub async fn scan_records(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
-) -> Result<HashMap<String, domain::TransactionRecord>, CliError> {
+) -> Result<HashMap<String, domain::TransactionRecord>, Error> {
     let mut out = HashMap::new();
     for item in scan_all(ddb, table).await? {
         let rec = aws::item::record_from_flat(&aws::item::flat_from_dynamodb(&item))
-            .map_err(|e| CliError::Aws(format!("undecodable item in `{table}`: {e}")))?;
+            .map_err(|e| Error::Aws(format!("undecodable item in `{table}`: {e}")))?;
         out.insert(rec.transaction_id.as_str().to_owned(), rec);
     }
     Ok(out)
@@ -1000,11 +1016,11 @@ pub async fn scan_records(
 pub async fn scan_audit(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
-) -> Result<HashMap<String, Vec<domain::audit::AuditEntry>>, CliError> {
+) -> Result<HashMap<String, Vec<domain::audit::AuditEntry>>, Error> {
     let mut out: HashMap<String, Vec<domain::audit::AuditEntry>> = HashMap::new();
     for item in scan_all(ddb, table).await? {
         let entries = aws::audit::entries_from_item(&item)
-            .map_err(|e| CliError::Aws(format!("undecodable item in `{table}`: {e}")))?;
+            .map_err(|e| Error::Aws(format!("undecodable item in `{table}`: {e}")))?;
         for e in entries {
             out.entry(e.transaction_id.as_str().to_owned())
                 .or_default()
@@ -1015,7 +1031,7 @@ pub async fn scan_audit(
 }
 
 /// The whole demo: stack up, workload, report, stack down (also on Ctrl-C).
-pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
+pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), Error> {
     let plan = DemoPlan::from_args(args)?;
     eprintln!(
         "demo: starting moto and the local stack `{}` ({} transactions, max {} attempts, cancel probability {}, seed {})",
@@ -1027,7 +1043,7 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
     );
     let stack = tokio::select! {
         s = Stack::start(plan.stack.clone()) => s?,
-        _ = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
+        _ = tokio::signal::ctrl_c() => return Err(Error::Interrupted),
     };
     eprintln!("demo: local stack up at {}", stack.endpoints);
     if let Some(o) = &plan.outage {
@@ -1054,7 +1070,7 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), CliError> {
     }
     let result = tokio::select! {
         r = drive(&stack, &plan) => r,
-        _ = tokio::signal::ctrl_c() => Err(CliError::Interrupted),
+        _ = tokio::signal::ctrl_c() => Err(Error::Interrupted),
     };
     match result {
         Ok(report) if args.keep => Ok((report, Some(stack))),

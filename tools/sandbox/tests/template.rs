@@ -1,6 +1,6 @@
 //! The local stack's event source mapping settings are the template's defaults.
 
-use retryctl::local::stack::template;
+use sandbox::local::stack::template;
 use serde_yaml::Value;
 
 fn default_of(t: &Value, name: &str) -> f64 {

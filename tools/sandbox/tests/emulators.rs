@@ -11,11 +11,11 @@ use aws_sdk_scheduler::types::{
 };
 use aws_sdk_sqs::types::MessageAttributeValue;
 use domain::ports::{Clock, SystemClock};
-use retryctl::local::esm::{self, EsmSettings, SqsFunction};
-use retryctl::local::external::{self, ExternalSettings};
-use retryctl::local::scheduler::{self, SchedulerSettings};
-use retryctl::local::stop::StopSource;
-use retryctl::local::SqsDirectory;
+use sandbox::local::esm::{self, EsmSettings, SqsFunction};
+use sandbox::local::external::{self, ExternalSettings};
+use sandbox::local::scheduler::{self, SchedulerSettings};
+use sandbox::local::stop::StopSource;
+use sandbox::local::SqsDirectory;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use testkit::moto;
@@ -30,7 +30,7 @@ async fn stack(tag: &str) -> (aws_config::SdkConfig, Provisioned) {
 }
 
 async fn depth(sqs: &aws_sdk_sqs::Client, url: &str) -> (u64, u64) {
-    retryctl::demo::queue_counts(sqs, url).await.unwrap()
+    sandbox::demo::queue_counts(sqs, url).await.unwrap()
 }
 
 async fn wait_until<F, Fut>(limit: Duration, mut f: F) -> bool

@@ -7,8 +7,7 @@
 //! Start the local stack with `StackOptions::external_service = false`, so that the
 //! harness is the only consumer of the request queue.
 
-use super::outputs::{self, describe_stacks_entry};
-use crate::error::CliError;
+use crate::error::Error;
 use crate::local::esm::{self, EsmSettings, EsmStats, SqsFunction};
 use crate::local::stack::Stack;
 use harness::{Harness, HarnessConfig};
@@ -16,6 +15,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use testkit::provision::Provisioned;
 
 /// The harness running on a local stack until the stack stops.
 pub struct LocalHarness {
@@ -27,10 +27,7 @@ pub struct LocalHarness {
 
 /// Creates the harness table and starts the harness on `stack`'s request queue.
 /// `env` overrides its configuration (`HARNESS_MIX`, `HARNESS_*_DELAY_SECONDS`, …).
-pub async fn start_harness(
-    stack: &Stack,
-    env: &[(&str, String)],
-) -> Result<LocalHarness, CliError> {
+pub async fn start_harness(stack: &Stack, env: &[(&str, String)]) -> Result<LocalHarness, Error> {
     let p = &stack.provisioned;
     let table = format!("{}-harness", p.names.prefix);
     testkit::provision::create_table(
@@ -38,7 +35,7 @@ pub async fn start_harness(
         &testkit::provision::harness_table_definition(&table),
     )
     .await
-    .map_err(|e| CliError::Aws(e.to_string()))?;
+    .map_err(|e| Error::Aws(e.to_string()))?;
     let mut vars: HashMap<String, String> = HashMap::from([
         ("HARNESS_TABLE".to_owned(), table.clone()),
         ("RESPONSE_QUEUE_URL".to_owned(), p.response.url.clone()),
@@ -46,7 +43,7 @@ pub async fn start_harness(
     ]);
     vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
     let config = HarnessConfig::from_lookup(&|k| vars.get(k).cloned())
-        .map_err(|e| CliError::Missing(format!("harness configuration: {e}")))?;
+        .map_err(|e| Error::Missing(format!("harness configuration: {e}")))?;
     let harness = Arc::new(Harness::new(&stack.sdk, config));
     let function: SqsFunction = Arc::new(move |event| {
         let h = harness.clone();
@@ -82,11 +79,52 @@ pub async fn start_harness(
     })
 }
 
+/// One stack in the shape `describe-stacks` prints.
+pub fn describe_stacks_entry(stack_name: &str, outputs: &[(&str, String)]) -> Value {
+    json!({
+        "StackName": stack_name,
+        "Outputs": outputs
+            .iter()
+            .map(|(k, v)| json!({"OutputKey": k, "OutputValue": v}))
+            .collect::<Vec<_>>(),
+    })
+}
+
+/// The main stack's outputs on the local stack (its name is the prefix).
+pub fn local(p: &Provisioned, reconcile_shards: u16, answer_timeout_seconds: u64) -> Value {
+    let n = &p.names;
+    let mut o: Vec<(&str, String)> = vec![];
+    for (url, arn, q) in [
+        ("RequestQueueUrl", "RequestQueueArn", &p.request),
+        ("ResponseQueueUrl", "ResponseQueueArn", &p.response),
+        ("RetryQueueUrl", "RetryQueueArn", &p.retry),
+        ("RequestDLQUrl", "RequestDLQArn", &p.request_dlq),
+        ("ResponseDLQUrl", "ResponseDLQArn", &p.response_dlq),
+        ("RetryDLQUrl", "RetryDLQArn", &p.retry_dlq),
+        ("SchedulerDLQUrl", "SchedulerDLQArn", &p.scheduler_dlq),
+        ("AuditDLQUrl", "AuditDLQArn", &p.audit_dlq),
+    ] {
+        o.push((url, q.url.clone()));
+        o.push((arn, q.arn.clone()));
+    }
+    o.extend([
+        ("TransactionsTableName", n.transactions_table.clone()),
+        ("PayloadsTableName", n.payloads_table.clone()),
+        ("AuditTableName", n.audit_table.clone()),
+        ("BreakerTableName", n.breaker_table.clone()),
+        ("ScheduleGroupName", n.schedule_group.clone()),
+        ("SchedulerRoleArn", p.scheduler_role_arn.clone()),
+        ("ReconcileShards", reconcile_shards.to_string()),
+        ("AnswerTimeoutSeconds", answer_timeout_seconds.to_string()),
+    ]);
+    describe_stacks_entry(&n.prefix, &o)
+}
+
 /// Both stacks' outputs, `{"Stacks": [main, harness]}`.
 pub fn outputs_document(stack: &Stack, harness: Option<&LocalHarness>) -> Value {
     let shards = stack.reconcile_shards();
     let prefix = &stack.names().prefix;
-    let mut main = outputs::local(&stack.provisioned, shards, stack.answer_timeout_seconds());
+    let mut main = local(&stack.provisioned, shards, stack.answer_timeout_seconds());
     // With its parameters, as `aws cloudformation describe-stacks` prints them.
     main["Parameters"] = parameters(stack)
         .into_iter()
@@ -133,8 +171,8 @@ pub fn parameters(stack: &Stack) -> Vec<(&'static str, String)> {
 /// Registers the local stack in moto's CloudFormation under its prefix, as
 /// `template.yaml` would have created it: DescribeStacks answers with its outputs and
 /// parameters, so `retryctl --stack PREFIX` reaches it as it reaches a deployed one.
-pub async fn register(stack: &Stack) -> Result<(), CliError> {
-    let entry = outputs::local(
+pub async fn register(stack: &Stack) -> Result<(), Error> {
+    let entry = local(
         &stack.provisioned,
         stack.reconcile_shards(),
         stack.answer_timeout_seconds(),
@@ -149,7 +187,7 @@ pub async fn register_stack(
     endpoint: &str,
     entry: &Value,
     params: &[(&'static str, String)],
-) -> Result<(), CliError> {
+) -> Result<(), Error> {
     let name = entry["StackName"].as_str().unwrap_or_default();
     let mut template = json!({
         "Parameters": {},
@@ -186,6 +224,6 @@ pub async fn register_stack(
         ))
         .send()
         .await
-        .map_err(|e| crate::error::sdk_error("CreateStack", name, e))?;
+        .map_err(|e| Error::call(name, aws::errors::classify("CreateStack", &e, |_| None)))?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use super::external::{self, ExternalSettings, ExternalStats};
 use super::scheduler::{self, SchedulerSettings, SchedulerStats};
 use super::stop::{Stop, StopSource};
 use super::SqsDirectory;
-use crate::error::CliError;
+use crate::error::Error;
 use aws::audit::{AuditWriter, Retention};
 use aws::config::vars;
 use aws::config::{
@@ -210,8 +210,8 @@ fn lookup(map: &HashMap<String, String>) -> impl Fn(&str) -> Option<String> + '_
     move |k| map.get(k).cloned()
 }
 
-fn config_error(function: &str, e: impl std::fmt::Display) -> CliError {
-    CliError::Missing(format!("{function} configuration: {e}"))
+fn config_error(function: &str, e: impl std::fmt::Display) -> Error {
+    Error::Missing(format!("{function} configuration: {e}"))
 }
 
 impl Stack {
@@ -269,7 +269,7 @@ impl Stack {
 
     /// Starts moto (unless an endpoint is given), provisions every resource and starts
     /// every component.
-    pub async fn start(opts: StackOptions) -> Result<Stack, CliError> {
+    pub async fn start(opts: StackOptions) -> Result<Stack, Error> {
         let (moto, endpoints) = match &opts.moto_endpoint {
             Some(e) => (vec![], Endpoints::single(e)),
             None if opts.split_services && opts.faults.is_none() => {
@@ -278,7 +278,7 @@ impl Stack {
                     MotoServer::launch(MotoServer::PROGRAM),
                     MotoServer::launch(MotoServer::PROGRAM)
                 );
-                let aws = |e: testkit::moto::LocalError| CliError::Aws(e.to_string());
+                let aws = |e: testkit::moto::LocalError| Error::Aws(e.to_string());
                 let servers = vec![d.map_err(aws)?, q.map_err(aws)?, s.map_err(aws)?];
                 let endpoints = Endpoints {
                     dynamodb: servers[0].endpoint_url(),
@@ -290,7 +290,7 @@ impl Stack {
             None => {
                 let server = MotoServer::launch(MotoServer::PROGRAM)
                     .await
-                    .map_err(|e| CliError::Aws(e.to_string()))?;
+                    .map_err(|e| Error::Aws(e.to_string()))?;
                 let e = Endpoints::single(&server.endpoint_url());
                 (vec![server], e)
             }
@@ -300,7 +300,7 @@ impl Stack {
         let names = StackNames::new(&opts.prefix);
         let provisioned = testkit::provision::provision(&sdk, &names)
             .await
-            .map_err(|e| CliError::Aws(e.to_string()))?;
+            .map_err(|e| Error::Aws(e.to_string()))?;
 
         let (process, seed) = opts
             .faults
@@ -311,7 +311,7 @@ impl Stack {
             Some(f) => {
                 let proxy = Proxy::with_faults(&endpoint, f.clone())
                     .await
-                    .map_err(|e| CliError::Aws(format!("fault proxy: {e}")))?;
+                    .map_err(|e| Error::Aws(format!("fault proxy: {e}")))?;
                 let through = testkit::moto::sdk_config(&proxy.endpoint).await;
                 (Some(proxy), through)
             }
@@ -413,7 +413,7 @@ impl Stack {
         // its own pacer (in Lambda each environment is its own process; here they
         // share one, so the process-wide pacer is replaced per environment).
         let publish_times: Arc<Mutex<Vec<i64>>> = Arc::default();
-        let make_retry = |i: usize| -> Result<SqsFunction, CliError> {
+        let make_retry = |i: usize| -> Result<SqsFunction, Error> {
             let pacer = pacers[i % pacers.len()].clone();
             let h = retry_handler::wiring::retry_handler(&functions_sdk, &retry_cfg)
                 .map_err(|e| config_error("retry-handler", e))?;
@@ -447,7 +447,7 @@ impl Stack {
         };
         let retry_functions = (0..opts.retry_esm.max_concurrency.max(1))
             .map(make_retry)
-            .collect::<Result<Vec<SqsFunction>, CliError>>()?;
+            .collect::<Result<Vec<SqsFunction>, Error>>()?;
         let (h, retry_esm) = esm::spawn(
             sqs.clone(),
             EsmSettings {
@@ -561,7 +561,7 @@ impl Stack {
             tasks,
         };
         // DescribeStacks of the prefix answers as for a deployed stack (`--stack`).
-        crate::verify::local::register(&stack).await?;
+        crate::outputs::register(&stack).await?;
         Ok(stack)
     }
 

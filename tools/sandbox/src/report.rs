@@ -326,11 +326,6 @@ pub fn percentiles(sorted: &[i64]) -> Option<Percentiles> {
     })
 }
 
-/// A transaction's audit rows in transition order.
-pub fn chain(rows: &[AuditEntry]) -> Vec<AuditEntry> {
-    aws::audit::in_transition_order(rows.to_vec())
-}
-
 /// Checks one transaction against the three witnesses with the guarantees every
 /// checker shares ([`evidence::check`]), and files each finding under the report's
 /// heading for its violation.

@@ -1,0 +1,16 @@
+//! The local stack: emulators of what AWS runs around the functions, against moto.
+//!
+//! - [`esm`]: Lambda's SQS event source mapping (batches, partial batch failures,
+//!   visibility timeouts, maximum concurrency).
+//! - [`scheduler`]: EventBridge Scheduler delivering one-time schedules.
+//! - [`external`]: the external service on the request and response queues.
+//! - [`stack`]: all of them wired together with the handlers, the audit stream and
+//!   the reconciler's cron.
+
+pub mod esm;
+pub mod external;
+pub mod scheduler;
+pub mod stack;
+pub mod stop;
+
+pub use aws::sqs::SqsDirectory;
