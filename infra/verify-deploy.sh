@@ -11,7 +11,8 @@
 #
 # Needs the AWS CLI and credentials allowed to read the stacks and the role, and to do
 # what `retryctl verify` does (docs/deploy.md lists the permissions). Uses `retryctl`
-# from PATH, else builds it from this checkout with cargo. For the local stack, run
+# from PATH when it has `verify` (the operator build, `--no-default-features`, has
+# not), else builds it from this checkout with cargo. For the local stack, run
 # `retryctl verify` directly with the outputs file the local stack writes.
 set -euo pipefail
 
@@ -33,7 +34,7 @@ command -v aws >/dev/null || {
   echo "verify-deploy: the AWS CLI is needed (aws cloudformation describe-stacks, aws iam get-role)" >&2
   exit 2
 }
-if command -v retryctl >/dev/null; then
+if command -v retryctl >/dev/null && retryctl verify --help >/dev/null 2>&1; then
   retryctl=(retryctl)
 else
   root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
