@@ -12,49 +12,9 @@ const TEST_TOOLING: [&str; 3] = [
     "deferred-retry-sandbox",
 ];
 
-#[test]
-fn the_operator_build_links_no_test_tooling() {
-    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml");
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--manifest-path",
-            manifest,
-            "-e",
-            "normal",
-            "-p",
-            "retryctl",
-        ])
-        .args([
-            "--no-default-features",
-            "--prefix",
-            "none",
-            "--format",
-            "{p}",
-        ])
-        .output()
-        .expect("cargo tree runs");
-    let tree = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "cargo tree failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(tree.lines().any(|l| l.starts_with("retryctl ")), "{tree}");
-    let linked: Vec<&str> = tree
-        .lines()
-        .filter(|l| TEST_TOOLING.iter().any(|p| l.starts_with(&format!("{p} "))))
-        .collect();
-    assert!(
-        linked.is_empty(),
-        "the operator build links test tooling: {linked:?}"
-    );
-}
-
-/// The default build still has `demo` and `verify`: the check above looks at the
-/// build it means to.
-#[test]
-fn the_default_build_links_the_sandbox() {
+/// The packages `retryctl` links (normal dependencies only), one `name version` line
+/// each, built with these extra cargo flags.
+fn linked(flags: &[&str]) -> Vec<String> {
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml");
     let out = Command::new(env!("CARGO"))
         .args([
@@ -67,13 +27,42 @@ fn the_default_build_links_the_sandbox() {
             "retryctl",
         ])
         .args(["--prefix", "none", "--format", "{p}"])
+        .args(flags)
         .output()
         .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(tree.lines().any(|l| l.starts_with("retryctl ")), "{tree}");
+    tree.lines().map(str::to_owned).collect()
+}
+
+fn links(tree: &[String], package: &str) -> bool {
+    tree.iter().any(|l| l.starts_with(&format!("{package} ")))
+}
+
+#[test]
+fn the_operator_build_links_no_test_tooling() {
+    let tree = linked(&["--no-default-features"]);
+    let found: Vec<&str> = TEST_TOOLING
+        .into_iter()
+        .filter(|p| links(&tree, p))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the operator build links test tooling: {found:?}"
+    );
+}
+
+/// The default build has `demo` and `verify`, so it links all three: the check above
+/// reads the names as `cargo tree` prints them.
+#[test]
+fn the_default_build_links_the_sandbox() {
+    let tree = linked(&[]);
     for p in TEST_TOOLING {
-        assert!(
-            tree.lines().any(|l| l.starts_with(&format!("{p} "))),
-            "{p}: {tree}"
-        );
+        assert!(links(&tree, p), "{p}: {tree:?}");
     }
 }
