@@ -4,8 +4,8 @@
 //!
 //! - [`local`]: the local stack — emulators of the SQS event source mapping, EventBridge
 //!   Scheduler, the audit stream, the reconciler's cron and a simulated external
-//!   service; [`outputs`]: its outputs as CloudFormation describes a stack, and the
-//!   staging harness on it.
+//!   service; [`outputs`]: its outputs as CloudFormation describes a stack;
+//!   [`staging`]: the staging harness on it.
 //! - [`demo`]: the workload and its run ([`args`]: its flags); [`report`]: the
 //!   demo's report and its checks. [`error`]: what they fail with.
 
@@ -15,6 +15,7 @@ pub mod error;
 pub mod local;
 pub mod outputs;
 pub mod report;
+pub mod staging;
 
 pub use args::DemoArgs;
 pub use error::Error;

@@ -1,83 +1,10 @@
-//! The staging harness on the local stack, and the stacks' outputs as `retryctl
-//! verify` reads them: the harness table in moto, the harness function (the same
-//! `harness::Harness` its Lambda `main` runs) behind the SQS event source mapping
-//! emulator on the request queue, and both stacks' outputs in the shape `aws
-//! cloudformation describe-stacks` prints.
-//!
-//! Start the local stack with `StackOptions::external_service = false`, so that the
-//! harness is the only consumer of the request queue.
+//! The stacks' outputs as `retryctl verify` reads them, in the shape `aws
+//! cloudformation describe-stacks` prints, and their registration in moto's
+//! CloudFormation (so `--stack NAME` finds a local stack as it finds a deployed one).
 
 use crate::error::Error;
-use crate::local::esm::{self, EsmSettings, EsmStats, SqsFunction};
-use crate::local::stack::Stack;
-use harness::{Harness, HarnessConfig};
 use serde_json::{json, Value};
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
 use testkit::provision::Provisioned;
-
-/// The harness running on a local stack until the stack stops.
-pub struct LocalHarness {
-    pub table: String,
-    /// The ARN its role would have (`<MainStackName>-harness`; moto checks no IAM).
-    pub role_arn: String,
-    pub esm: Arc<EsmStats>,
-}
-
-/// Creates the harness table and starts the harness on `stack`'s request queue.
-/// `env` overrides its configuration (`HARNESS_MIX`, `HARNESS_*_DELAY_SECONDS`, …).
-pub async fn start_harness(stack: &Stack, env: &[(&str, String)]) -> Result<LocalHarness, Error> {
-    let p = &stack.provisioned;
-    let table = format!("{}-harness", p.names.prefix);
-    testkit::provision::create_table(
-        &aws::clients::dynamodb(&stack.sdk),
-        &testkit::provision::harness_table_definition(&table),
-    )
-    .await
-    .map_err(|e| Error::Aws(e.to_string()))?;
-    let mut vars: HashMap<String, String> = HashMap::from([
-        ("HARNESS_TABLE".to_owned(), table.clone()),
-        ("RESPONSE_QUEUE_URL".to_owned(), p.response.url.clone()),
-        ("REQUEST_DLQ_URL".to_owned(), p.request_dlq.url.clone()),
-    ]);
-    vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
-    let config = HarnessConfig::from_lookup(&|k| vars.get(k).cloned())
-        .map_err(|e| Error::Missing(format!("harness configuration: {e}")))?;
-    let harness = Arc::new(Harness::new(&stack.sdk, config));
-    let function: SqsFunction = Arc::new(move |event| {
-        let h = harness.clone();
-        Box::pin(async move { h.invoke(event).await.map_err(|e| e.to_string()) })
-    });
-    // The template's event source: batches of 10, no window, MaximumConcurrency 2.
-    let (_detached, stats) = esm::spawn(
-        aws::clients::sqs(&stack.sdk),
-        EsmSettings {
-            function: harness::service::FUNCTION.into(),
-            queue_url: p.request.url.clone(),
-            queue_arn: p.request.arn.clone(),
-            region: testkit::moto::LOCAL_REGION.into(),
-            batch_size: 10,
-            batching_window: Duration::ZERO,
-            max_concurrency: 2,
-            poll_wait_seconds: 1,
-            visibility_timeout: None,
-            kill_probability: 0.0,
-            seed: 0,
-        },
-        |_| function.clone(),
-        stack.stop_token(),
-    );
-    Ok(LocalHarness {
-        role_arn: format!(
-            "arn:aws:iam::{}:role/{}-harness",
-            testkit::moto::LOCAL_ACCOUNT,
-            p.names.prefix
-        ),
-        table,
-        esm: stats,
-    })
-}
 
 /// One stack in the shape `describe-stacks` prints.
 pub fn describe_stacks_entry(stack_name: &str, outputs: &[(&str, String)]) -> Value {
@@ -118,66 +45,6 @@ pub fn local(p: &Provisioned, reconcile_shards: u16, answer_timeout_seconds: u64
         ("AnswerTimeoutSeconds", answer_timeout_seconds.to_string()),
     ]);
     describe_stacks_entry(&n.prefix, &o)
-}
-
-/// Both stacks' outputs, `{"Stacks": [main, harness]}`.
-pub fn outputs_document(stack: &Stack, harness: Option<&LocalHarness>) -> Value {
-    let shards = stack.reconcile_shards();
-    let prefix = &stack.names().prefix;
-    let mut main = local(&stack.provisioned, shards, stack.answer_timeout_seconds());
-    // With its parameters, as `aws cloudformation describe-stacks` prints them.
-    main["Parameters"] = parameters(stack)
-        .into_iter()
-        .map(|(k, v)| json!({"ParameterKey": k, "ParameterValue": v}))
-        .collect();
-    let mut stacks = vec![main];
-    if let Some(h) = harness {
-        stacks.push(describe_stacks_entry(
-            &format!("{prefix}-harness"),
-            &[
-                ("HarnessTableName", h.table.clone()),
-                ("HarnessRoleArn", h.role_arn.clone()),
-                ("MainStackName", prefix.clone()),
-            ],
-        ));
-    }
-    json!({ "Stacks": stacks })
-}
-
-/// The settings of the local stack as DescribeStacks lists a deployed stack's
-/// parameters (the values its functions were given).
-pub fn parameters(stack: &Stack) -> Vec<(&'static str, String)> {
-    vec![
-        ("ReconcileShards", stack.reconcile_shards().to_string()),
-        (
-            "AnswerTimeoutSeconds",
-            stack.answer_timeout_seconds().to_string(),
-        ),
-        (
-            "ReconcileThresholdSeconds",
-            stack.reconcile_threshold_seconds().to_string(),
-        ),
-        (
-            "ReconcileRequeueMax",
-            stack.reconcile_requeue_max().to_string(),
-        ),
-        (
-            "TransactionDeadlineSeconds",
-            stack.transaction_deadline_seconds().to_string(),
-        ),
-    ]
-}
-
-/// Registers the local stack in moto's CloudFormation under its prefix, as
-/// `template.yaml` would have created it: DescribeStacks answers with its outputs and
-/// parameters, so `retryctl --stack PREFIX` reaches it as it reaches a deployed one.
-pub async fn register(stack: &Stack) -> Result<(), Error> {
-    let entry = local(
-        &stack.provisioned,
-        stack.reconcile_shards(),
-        stack.answer_timeout_seconds(),
-    );
-    register_stack(&stack.sdk, &stack.endpoint, &entry, &parameters(stack)).await
 }
 
 /// Creates the stack `entry` describes (`StackName`, `Outputs` in the shape

@@ -61,8 +61,8 @@ pub fn start_stack_with_harness(
                     let outputs = match harness {
                         None => serde_json::Value::Null,
                         Some(env) => {
-                            let h = sandbox::outputs::start_harness(&stack, &env).await.unwrap();
-                            sandbox::outputs::outputs_document(&stack, Some(&h))
+                            let h = sandbox::staging::start_harness(&stack, &env).await.unwrap();
+                            sandbox::staging::outputs_document(&stack, Some(&h))
                         }
                     };
                     tx.send(Ok((

@@ -561,8 +561,44 @@ impl Stack {
             tasks,
         };
         // DescribeStacks of the prefix answers as for a deployed stack (`--stack`).
-        crate::outputs::register(&stack).await?;
+        stack.register().await?;
         Ok(stack)
+    }
+
+    /// The settings of the local stack as DescribeStacks lists a deployed stack's
+    /// parameters (the values its functions were given).
+    pub fn parameters(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("ReconcileShards", self.reconcile_shards().to_string()),
+            (
+                "AnswerTimeoutSeconds",
+                self.answer_timeout_seconds().to_string(),
+            ),
+            (
+                "ReconcileThresholdSeconds",
+                self.reconcile_threshold_seconds().to_string(),
+            ),
+            (
+                "ReconcileRequeueMax",
+                self.reconcile_requeue_max().to_string(),
+            ),
+            (
+                "TransactionDeadlineSeconds",
+                self.transaction_deadline_seconds().to_string(),
+            ),
+        ]
+    }
+
+    /// Registers the local stack in moto's CloudFormation under its prefix, as
+    /// `template.yaml` would have created it: DescribeStacks answers with its outputs and
+    /// parameters, so `retryctl --stack PREFIX` reaches it as it reaches a deployed one.
+    pub async fn register(&self) -> Result<(), Error> {
+        let entry = crate::outputs::local(
+            &self.provisioned,
+            self.reconcile_shards(),
+            self.answer_timeout_seconds(),
+        );
+        crate::outputs::register_stack(&self.sdk, &self.endpoint, &entry, &self.parameters()).await
     }
 
     pub fn names(&self) -> &StackNames {
