@@ -34,7 +34,10 @@ fn crate_sources(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("readable source directory").flatten() {
+    for entry in std::fs::read_dir(dir)
+        .expect("readable source directory")
+        .flatten()
+    {
         let path = entry.path();
         if path.is_dir() {
             if path.file_name().is_some_and(|n| n != "bin") {
@@ -282,7 +285,11 @@ fn no_two_modules_of_a_crate_use_each_other() {
             ));
         }
     }
-    assert!(found.is_empty(), "modules that use each other:\n{}", found.join("\n"));
+    assert!(
+        found.is_empty(),
+        "modules that use each other:\n{}",
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -293,7 +300,11 @@ fn a_circle_of_modules_is_found() {
     std::fs::write(src.join("lib.rs"), "mod a;\nmod b;\nmod c;\n").unwrap();
     std::fs::write(src.join("a.rs"), "use crate::b::{inner::X, Y};\n").unwrap();
     std::fs::write(src.join("b/mod.rs"), "mod inner;\npub struct Y;\n").unwrap();
-    std::fs::write(src.join("b/inner.rs"), "pub struct X;\nuse super::super::c::Z;\n").unwrap();
+    std::fs::write(
+        src.join("b/inner.rs"),
+        "pub struct X;\nuse super::super::c::Z;\n",
+    )
+    .unwrap();
     std::fs::write(
         src.join("c.rs"),
         "// use crate::a; in a comment is no use\npub struct Z;\nfn f() { crate::a::g() }\n#[cfg(test)]\nmod tests { use crate::b::Y; }\n",
@@ -304,7 +315,11 @@ fn a_circle_of_modules_is_found() {
     std::fs::remove_dir_all(&dir).unwrap();
     let m = |s: &str| s.split("::").map(str::to_owned).collect::<Module>();
     assert_eq!(g[&m("a")], BTreeSet::from([m("b::inner"), m("b")]));
-    assert_eq!(g[&m("c")], BTreeSet::from([m("a")]), "comments and tests are not uses");
+    assert_eq!(
+        g[&m("c")],
+        BTreeSet::from([m("a")]),
+        "comments and tests are not uses"
+    );
     assert_eq!(found.len(), 1, "{found:?}");
     let members: BTreeSet<Module> = found[0].iter().cloned().collect();
     assert_eq!(members, BTreeSet::from([m("a"), m("b::inner"), m("c")]));
