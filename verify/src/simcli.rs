@@ -112,6 +112,15 @@ pub struct SimArgs {
     /// its cancellations (each reads, then writes guarded by what it read).
     #[arg(long, default_value_t = 0.0)]
     pub operator_rate: f64,
+    /// BREAKER_REFRESH_SECONDS: how long each execution environment trusts its last
+    /// read of the breaker (0: every admission reads it). At most the breaker's
+    /// cool-down, as the functions require.
+    #[arg(long, default_value_t = 0)]
+    pub breaker_refresh_seconds: u64,
+    /// Each execution environment's clock is off by a constant drawn in ± this many
+    /// milliseconds (0: every clock agrees).
+    #[arg(long, default_value_t = 0)]
+    pub clock_skew_ms: u64,
     /// An outage window, START+DURATION in seconds from the start of the run
     /// (repeatable, or a comma-separated list): the service answers as --outage-mode
     /// says. Switches the circuit breaker on (unless --no-breaker).
@@ -194,6 +203,15 @@ impl SimArgs {
         };
         let breaker = ((self.breaker || !outages.is_empty()) && !self.no_breaker)
             .then(domain::breaker::BreakerSettings::default);
+        if let Some(b) = &breaker {
+            if std::time::Duration::from_secs(self.breaker_refresh_seconds) > b.cooldown {
+                return Err(format!(
+                    "--breaker-refresh-seconds = {} must be at most the breaker's cool-down ({} s): a cached CLOSED view would outlive an opening",
+                    self.breaker_refresh_seconds,
+                    b.cooldown.as_secs()
+                ));
+            }
+        }
         Ok(SimConfig {
             transactions: self.transactions,
             max_attempts: self.max_attempts,
@@ -235,6 +253,9 @@ impl SimArgs {
             breaker,
             count_probes: true,
             operator_rate: self.operator_rate,
+            breaker_refresh_ms: i64::try_from(self.breaker_refresh_seconds.saturating_mul(1000))
+                .unwrap_or(i64::MAX),
+            clock_skew_ms: i64::try_from(self.clock_skew_ms).unwrap_or(i64::MAX),
             flaws,
         })
     }
@@ -285,6 +306,8 @@ impl SimArgs {
             technical_resend_max => "--technical-resend-max",
             transaction_deadline_seconds => "--transaction-deadline-seconds",
             operator_rate => "--operator-rate",
+            breaker_refresh_seconds => "--breaker-refresh-seconds",
+            clock_skew_ms => "--clock-skew-ms",
             outage_mode => "--outage-mode",
         );
         for o in &self.outage {

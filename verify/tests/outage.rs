@@ -269,3 +269,68 @@ fn outage_windows_parse_with_named_errors() {
         assert!(e.contains("--outage") && e.contains(bad), "{e}");
     }
 }
+
+/// Each execution environment as the functions run it: its view of the breaker
+/// trusted for BREAKER_REFRESH_SECONDS (5 s, the default), its clock off by up to 3 s,
+/// operators resolving and replaying, every other fault on (duplicates and double
+/// fires included), both outage modes: no guarantee breaks, the probes of a round stay
+/// within their bound. With a view trusted past the cool-down (what the functions
+/// refuse at start-up) environments let requests out of an OPEN breaker on a stale
+/// CLOSED view, and the probe bound or the paused requests show it.
+#[test]
+fn cached_breaker_views_skewed_clocks_and_operators_break_no_guarantee() {
+    let every_fault = |mode: OutageMode| SimConfig {
+        transactions: 4_000,
+        outages: vec![Outage {
+            start_ms: 1_200_000,
+            duration_ms: 1_200_000,
+        }],
+        outage_mode: mode,
+        breaker: Some(domain::breaker::BreakerSettings::default()),
+        breaker_refresh_ms: 5_000,
+        clock_skew_ms: 3_000,
+        operator_rate: 0.1,
+        ..SimConfig::default()
+    };
+    for mode in [OutageMode::Error, OutageMode::Silent] {
+        let c = every_fault(mode);
+        let r = simulate(&c, 3);
+        println!("{r}");
+        assert!(r.is_valid(), "violations {:?}\n{r}", r.violations());
+        assert_eq!(r.stuck, 0, "{r}");
+        assert!(r.breaker_cached_admissions > 0, "views were cached: {r}");
+        assert!(
+            r.operator_resolved > 0 && r.operator_replayed > 0,
+            "operators acted: {r}"
+        );
+    }
+    // Trusted for an hour, far past the 60 s cool-down, with retries due every few
+    // seconds (a 10 s backoff) so that environments hold a CLOSED view when it opens.
+    let stale = SimConfig {
+        breaker_refresh_ms: 3_600_000,
+        clock_skew_ms: 0,
+        operator_rate: 0.0,
+        backoff_base_ms: 10_000,
+        backoff_cap_ms: 60_000,
+        max_attempts: 10,
+        ..every_fault(OutageMode::Error)
+    };
+    let fresh = SimConfig {
+        breaker_refresh_ms: 0,
+        ..stale.clone()
+    };
+    let (a, b) = (simulate(&stale, 3), simulate(&fresh, 3));
+    println!("stale:\n{a}\nfresh:\n{b}");
+    assert!(
+        a.outage_errors > 2 * b.outage_errors,
+        "a view trusted past the cool-down lets requests into the outage: {} ERROR answers against {}",
+        a.outage_errors,
+        b.outage_errors
+    );
+    assert!(
+        a.retries_paused * 10 < b.retries_paused,
+        "and pauses almost none: {} against {}",
+        a.retries_paused,
+        b.retries_paused
+    );
+}

@@ -226,8 +226,9 @@ impl World<'_> {
             return;
         };
         self.report.reconciler_actions += 1;
-        let now = ts(self.now);
-        let (hold, probe) = self.reconcile_verdict(&first);
+        let local = self.now + self.skew.of(Kind::Reconciler, 0);
+        let now = ts(local);
+        let (hold, probe) = self.reconcile_verdict(&first, local);
         let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
         let tx = self.tx_of(&first.transaction_id).unwrap_or(0);
         let attempt = first.next_attempt.map(Attempt::get).unwrap_or(0);

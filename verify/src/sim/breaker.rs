@@ -75,10 +75,19 @@ pub(super) struct SimBreaker {
     /// Distinct retry-handler requests published per HALF_OPEN round (keyed by its
     /// start).
     pub(super) probes: BTreeMap<Timestamp, BTreeSet<(usize, u32, u32)>>,
+    /// How long an execution environment trusts its last read (BREAKER_REFRESH_SECONDS;
+    /// 0: every admission reads the item).
+    refresh_ms: i64,
+    /// Each environment's last read: when (its own clock) and what.
+    cache: BTreeMap<usize, (i64, Breaker)>,
+    /// Admissions decided from a cached view, and conditional writes of a cached view
+    /// that lost to a newer item (decided again on a fresh read).
+    pub(super) cached_admissions: u64,
+    pub(super) stale_writes: u64,
 }
 
 impl SimBreaker {
-    pub(super) fn new(settings: BreakerSettings) -> Self {
+    pub(super) fn new(settings: BreakerSettings, refresh_ms: i64) -> Self {
         Self {
             settings,
             item: Breaker::default(),
@@ -86,6 +95,10 @@ impl SimBreaker {
             opened: Vec::new(),
             closed: Vec::new(),
             probes: BTreeMap::new(),
+            refresh_ms,
+            cache: BTreeMap::new(),
+            cached_admissions: 0,
+            stale_writes: 0,
         }
     }
 
@@ -98,21 +111,47 @@ impl SimBreaker {
         }
     }
 
-    /// The retry handler's question for a request due at `now`: `None` lets it out
-    /// (CLOSED, or a probe counted: `true`), `Some` pauses it until the resume
-    /// instant. `count_probes` false: a probe let out is not written (a broken gate).
+    /// The question of execution environment `env` for a request due at `now` (its
+    /// own clock): `None` lets it out (CLOSED, or a probe counted: `true`), `Some`
+    /// pauses it until the resume instant. As the functions' gate: a view read less
+    /// than the refresh period ago is trusted; a change (OPEN past its cool-down, a
+    /// probe counted) is written conditional on the item the view holds, and a view
+    /// older than the item loses and is decided again on a fresh read. `count_probes`
+    /// false: a probe let out is not written (a broken gate).
     pub(super) fn admission(
         &mut self,
+        env: usize,
         now: i64,
         count_probes: bool,
         rng: &mut dyn RandomSource,
     ) -> (Option<Hold>, bool) {
-        let (admission, next, change) =
-            self.item.admit(Timestamp::from_millis(now), &self.settings);
+        let at = Timestamp::from_millis(now);
+        let cached = self
+            .cache
+            .get(&env)
+            .filter(|(read, _)| self.refresh_ms > 0 && now >= *read && now - read < self.refresh_ms)
+            .map(|(_, b)| *b);
+        if let Some(view) = cached {
+            let (admission, next, change) = view.admit(at, &self.settings);
+            if change.is_none() {
+                self.cached_admissions += 1;
+                return admission.verdict(&view, at, &self.settings, rng);
+            }
+            if view == self.item {
+                if count_probes || change != Some(Change::ProbeAdmitted) {
+                    self.moved(next, change, now);
+                    self.cache.insert(env, (now, next));
+                }
+                return admission.verdict(&self.item, at, &self.settings, rng);
+            }
+            self.stale_writes += 1;
+        }
+        let (admission, next, change) = self.item.admit(at, &self.settings);
         if count_probes || change != Some(Change::ProbeAdmitted) {
             self.moved(next, change, now);
         }
-        admission.verdict(&self.item, Timestamp::from_millis(now), &self.settings, rng)
+        self.cache.insert(env, (now, self.item));
+        admission.verdict(&self.item, at, &self.settings, rng)
     }
 
     /// A batch's signals counted into the window at `now`, the breaker moved when

@@ -81,6 +81,14 @@ pub struct SimConfig {
     /// waiting for its retry, `replay` (one more attempt) if it ended FAILED by its
     /// cancellations; nothing otherwise. 0 draws nothing (the run it always was).
     pub operator_rate: f64,
+    /// BREAKER_REFRESH_SECONDS, in ms: how long each execution environment (a retry
+    /// handler's worker, the reconciler) trusts its last read of the breaker. 0: every
+    /// admission reads the item (the strictest reading).
+    pub breaker_refresh_ms: i64,
+    /// Each execution environment's clock is off by a constant drawn in
+    /// ±`clock_skew_ms` (0: every clock agrees): its decisions, its breaker reads and
+    /// its writes' instants use its own time.
+    pub clock_skew_ms: i64,
     pub flaws: Flaws,
 }
 
@@ -131,6 +139,8 @@ impl Default for SimConfig {
             breaker: None,
             count_probes: true,
             operator_rate: 0.0,
+            breaker_refresh_ms: 0,
+            clock_skew_ms: 0,
             flaws: Flaws::NONE,
         }
     }

@@ -84,6 +84,10 @@ pub struct Report {
     pub operator_resolved: u64,
     pub operator_replayed: u64,
     pub operator_refused: u64,
+    /// Breaker admissions decided from an environment's cached view, and cached views
+    /// whose write lost to a newer item (decided again on a fresh read).
+    pub breaker_cached_admissions: u64,
+    pub breaker_stale_writes: u64,
     /// Retry events the retry handler paused (the breaker held them back).
     pub retries_paused: u64,
     /// Transactions paused at least once, and the most pauses of one of them.
@@ -194,6 +198,8 @@ impl Report {
             operator_resolved,
             operator_replayed,
             operator_refused,
+            breaker_cached_admissions,
+            breaker_stale_writes,
             paused_transactions,
             paused_stuck,
             failed_by_outage,
@@ -344,6 +350,13 @@ impl fmt::Display for Report {
             self.max_requests_per_second,
             if over { "   <-- VIOLATION" } else { "" }
         )?;
+        if self.breaker_cached_admissions + self.breaker_stale_writes > 0 {
+            writeln!(
+                f,
+                "breaker cache              admissions from a cached view {}, cached views that lost to a newer item {}",
+                self.breaker_cached_admissions, self.breaker_stale_writes
+            )?;
+        }
         if self.operator_resolved + self.operator_replayed + self.operator_refused > 0 {
             writeln!(
                 f,

@@ -126,11 +126,55 @@ pub(super) struct World<'a> {
     pub(super) queue_rng: Rng,
     /// Operators' decisions (their own stream: a run without operators draws none).
     pub(super) operator: Rng,
+    /// Each execution environment's clock offset (ms): response workers, retry
+    /// workers, the reconciler; all 0 without skew (no draw).
+    pub(super) skew: Skew,
     pub(super) report: Report,
     pub(super) breaker: Option<SimBreaker>,
 }
 
 pub(super) const END_MS: i64 = 90 * 24 * 3_600_000;
+
+/// The clock offsets of the execution environments (`SimConfig::clock_skew_ms`).
+#[derive(Debug, Default)]
+pub(super) struct Skew {
+    response: Vec<i64>,
+    retry: Vec<i64>,
+    reconciler: i64,
+}
+
+impl Skew {
+    fn draw(cfg: &SimConfig, seed: u64) -> Self {
+        if cfg.clock_skew_ms <= 0 {
+            return Self::default();
+        }
+        let mut rng = Rng::new(seed, 7);
+        let mut offsets = |n: usize| -> Vec<i64> {
+            (0..n)
+                .map(|_| rng.range(-cfg.clock_skew_ms, cfg.clock_skew_ms))
+                .collect()
+        };
+        let response = offsets(cfg.response_concurrency);
+        let retry = offsets(cfg.retry_concurrency);
+        let reconciler = offsets(1).first().copied().unwrap_or(0);
+        Self {
+            response,
+            retry,
+            reconciler,
+        }
+    }
+
+    /// The offset of `kind`'s environment `worker`.
+    pub(super) fn of(&self, kind: Kind, worker: usize) -> i64 {
+        let at = |v: &Vec<i64>| v.get(worker).copied().unwrap_or(0);
+        match kind {
+            Kind::ResponseHandler => at(&self.response),
+            Kind::RetryHandler => at(&self.retry),
+            Kind::Reconciler => self.reconciler,
+            Kind::Operator => 0,
+        }
+    }
+}
 
 pub(super) fn ts(ms: i64) -> Timestamp {
     Timestamp::from_millis(ms)
@@ -178,6 +222,7 @@ impl<'a> World<'a> {
             jitter: Rng::new(seed, 4),
             queue_rng: Rng::new(seed, 5),
             operator: Rng::new(seed, 6),
+            skew: Skew::draw(cfg, seed),
             report: Report {
                 seeds: 1,
                 rate_limit: cfg.fleet_limit(),
@@ -185,7 +230,9 @@ impl<'a> World<'a> {
                 probe_limit: cfg.breaker.map_or(0, |b| u64::from(b.probes)),
                 ..Report::default()
             },
-            breaker: cfg.breaker.map(SimBreaker::new),
+            breaker: cfg
+                .breaker
+                .map(|b| SimBreaker::new(b, cfg.breaker_refresh_ms)),
         }
     }
 
@@ -443,8 +490,9 @@ impl World<'_> {
                 match p.backlog.pop_front() {
                     Some(rec) => {
                         self.report.reconciler_actions += 1;
-                        let now = ts(self.now);
-                        let (hold, probe) = self.reconcile_verdict(&rec);
+                        let local = self.now + self.skew.of(Kind::Reconciler, 0);
+                        let now = ts(local);
+                        let (hold, probe) = self.reconcile_verdict(&rec, local);
                         (p.hold, p.probe) = (hold, probe);
                         let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
                         p.tx = self.tx_of(&rec.transaction_id).unwrap_or(0);
@@ -544,8 +592,9 @@ impl World<'_> {
                 QueueId::Response => self.responses.idle_workers.remove(&worker),
                 QueueId::Retry => self.retries.idle_workers.remove(&worker),
             };
-            let now = ts(self.now);
-            let (hold, probe) = self.breaker_verdict(&input);
+            let local = self.now + self.skew.of(kind, worker);
+            let now = ts(local);
+            let (hold, probe) = self.breaker_verdict(&input, worker, local);
             let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
             let run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
             self.spawn(Proc {
@@ -569,13 +618,12 @@ impl World<'_> {
     /// What the breaker says about a message a handler received: the retry handler's
     /// request waits (`Some`) or goes out (`true`: as a probe); the response handler's
     /// answer is counted.
-    fn breaker_verdict(&mut self, input: &Input) -> (Option<Hold>, bool) {
-        let now = self.now;
+    fn breaker_verdict(&mut self, input: &Input, worker: usize, now: i64) -> (Option<Hold>, bool) {
         let Some(b) = self.breaker.as_mut() else {
             return (None, false);
         };
         match input {
-            Input::Retry(_) => b.admission(now, self.cfg.count_probes, &mut self.jitter),
+            Input::Retry(_) => b.admission(worker, now, self.cfg.count_probes, &mut self.jitter),
             Input::Response(r) => {
                 let mut batch = Tally::default();
                 batch.add(match r.outcome {
@@ -594,13 +642,16 @@ impl World<'_> {
     /// What the breaker says about a record the reconciler is about to act on: only an
     /// unanswered request past its deadline asks (it would go out again), as the
     /// functions' reconciler does; `true`: let out as a probe.
-    pub(super) fn reconcile_verdict(&mut self, rec: &TransactionRecord) -> (Option<Hold>, bool) {
-        let now = self.now;
+    pub(super) fn reconcile_verdict(
+        &mut self,
+        rec: &TransactionRecord,
+        now: i64,
+    ) -> (Option<Hold>, bool) {
         let ctx = self.ctx(ts(now));
         let count_probes = self.cfg.count_probes;
         match self.breaker.as_mut() {
             Some(b) if domain::decide::asks_breaker(rec, &ctx) => {
-                b.admission(now, count_probes, &mut self.jitter)
+                b.admission(usize::MAX, now, count_probes, &mut self.jitter)
             }
             _ => (None, false),
         }
@@ -834,6 +885,8 @@ impl World<'_> {
         self.report.first_opened_ms = b.opened.first().map(|t| since_start(*t));
         self.report.last_closed_ms = b.closed.last().map(|t| since_start(*t));
         self.report.probe_rounds = b.probes.len() as u64;
+        self.report.breaker_cached_admissions = b.cached_admissions;
+        self.report.breaker_stale_writes = b.stale_writes;
         self.report.max_probes_per_round =
             b.probes.values().map(|r| r.len() as u64).max().unwrap_or(0);
         let times = &self.retry_publish_times;
