@@ -4,7 +4,7 @@
 use verify::model::{check, CheckReport, OutageMode, ProtocolModel, Scope};
 use verify::Flaws;
 
-const P: [&str; 20] = ProtocolModel::SAFETY;
+const P: [&str; 21] = ProtocolModel::SAFETY;
 
 /// "An outage ends no transaction FAILED".
 const FAILED_BY_OUTAGE: usize = 17;

@@ -11,7 +11,7 @@ use testkit::oracle::{self, Violation};
 
 impl ProtocolModel {
     /// The properties checked on every reachable state.
-    pub const SAFETY: [&'static str; 20] = [
+    pub const SAFETY: [&'static str; 21] = [
         Violation::DuplicateAccepted.guarantee(),
         Violation::RetryWithoutCancellation.guarantee(),
         Violation::ExceededMaxAttempts.guarantee(),
@@ -32,6 +32,7 @@ impl ProtocolModel {
         "an outage ends no transaction FAILED (TECHNICAL_EXHAUSTED or UNANSWERED) when it is the scope's only technical failure",
         "each ERROR answer spends at most one technical re-send (an ERROR delivered twice, late, or decided again spends none)",
         "past its deadline a transaction ends, whatever holds it: with nothing in flight, the reconciler leaves it terminal, the outage going on",
+        Violation::RecordInconsistent.guarantee(),
     ];
 }
 
@@ -333,6 +334,7 @@ impl Model for ProtocolModel {
                                 .is_terminal()
                     })
             }),
+            Property::always(p[20], |_, s: &State| !has(s, Violation::RecordInconsistent)),
             // Witnesses: the exploration reaches the situations the guarantees are about.
             Property::sometimes(WITNESS[0], |_, s: &State| {
                 s.records.iter().any(|r| {

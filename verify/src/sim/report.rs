@@ -81,6 +81,8 @@ pub struct Report {
     pub last_closed_ms: Option<i64>,
     /// Operators' commands: resolved, replayed, refused (the transaction had moved on
     /// since it was read).
+    /// Writes that left a record contradicting its status (`oracle::inconsistency`).
+    pub inconsistent_records: u64,
     pub operator_resolved: u64,
     pub operator_replayed: u64,
     pub operator_refused: u64,
@@ -137,6 +139,7 @@ impl Report {
             Violation::Lost => &mut self.lost,
             Violation::AlertMissing => &mut self.alerts_missing,
             Violation::Stuck => &mut self.stuck,
+            Violation::RecordInconsistent => &mut self.inconsistent_records,
             // Judged from the whole run (`max_requests_per_second`), or not something a
             // simulation can show.
             Violation::RateExceeded | Violation::Disagreement | Violation::AuditGap => return,
@@ -196,6 +199,7 @@ impl Report {
             breaker_closed,
             retries_paused,
             operator_resolved,
+            inconsistent_records,
             operator_replayed,
             operator_refused,
             breaker_cached_admissions,
@@ -237,6 +241,7 @@ impl Report {
             ("exceeded-max", self.exceeded_max),
             ("late-applied", self.late_applied),
             ("illegal-transitions", self.illegal_transitions),
+            ("inconsistent-records", self.inconsistent_records),
             ("instant-mismatches", self.instant_mismatches),
             ("pending-retries-dropped", self.pending_retries_dropped),
             ("rejected", self.rejected),
@@ -312,6 +317,12 @@ impl fmt::Display for Report {
             "illegal transitions        {:>12}{}",
             self.illegal_transitions,
             flag(self.illegal_transitions)
+        )?;
+        writeln!(
+            f,
+            "inconsistent records       {:>12}{}",
+            self.inconsistent_records,
+            flag(self.inconsistent_records)
         )?;
         writeln!(
             f,

@@ -53,6 +53,9 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
     // A fresh budget of technical re-sends too.
     w.set.resends = Change::Clear;
     w.set.pauses = Change::Clear;
+    // Open again: how it ended (TECHNICAL_EXHAUSTED, UNANSWERED, EXPIRED) no longer
+    // says what it is.
+    w.set.mark = Change::Clear;
     // And a whole deadline, counted from now.
     w.set.expires_at = Change::Set(ctx.now.plus_millis(super::millis(ctx.transaction_deadline)));
     let w = w.noted(ctx.operator.as_ref());

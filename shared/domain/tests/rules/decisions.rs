@@ -15,7 +15,7 @@ use crate::world::*;
 use domain::decide::{decide, Context, Disposition, Effect, Input, Known, Rejection, Run};
 use domain::exec::execute;
 use domain::ids::{MaxAttempts, ScheduleName, Timestamp};
-use domain::machine::{transition, FailedKey, ReconcileKey, Status, TransactionRecord};
+use domain::machine::{transition, FailedKey, Mark, ReconcileKey, Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{FixedRandom, PolicySet, RetryPolicy, SplitMix64};
 use proptest::prelude::*;
@@ -120,6 +120,17 @@ fn well_formed_record() -> impl Strategy<Value = TransactionRecord> {
             }
             r.reconcile = ReconcileKey::derive(status, &id, 4, r.updated_at, r.next_fire_at);
             r.failed = FailedKey::derive(status, &id, 4);
+            // How an ended transaction ended, as its mark says.
+            r.mark = match status {
+                Status::Failed => [
+                    None,
+                    Some(Mark::TechnicalExhausted),
+                    Some(Mark::Unanswered),
+                    Some(Mark::Expired),
+                ][(seed % 4) as usize],
+                Status::Succeeded => [None, Some(Mark::Resolved)][(seed % 2) as usize],
+                _ => None,
+            };
             r
         },
     )

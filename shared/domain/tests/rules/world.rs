@@ -5,7 +5,7 @@
 use domain::decide::{Context, Disposition, Effect, Input, Known, Run, Step};
 use domain::exec::{execute, ExecError, Perform};
 use domain::ids::{Attempt, IdempotencyKey, MaxAttempts, Timestamp, TransactionId};
-use domain::machine::{Status, TransactionRecord};
+use domain::machine::TransactionRecord;
 use domain::message::{Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{PolicySet, RetryPolicy, SplitMix64};
 use domain::ports::{StuckIndex, StuckQuery};
@@ -270,45 +270,14 @@ pub fn step_once(
     Some(effect)
 }
 
-/// The shape every record written by the handlers has: current <= max; in an
-/// intermediate state next = current + 1 <= max with its fire time; the index key in
-/// every non-terminal state and none in a terminal one; an answer deadline only in
-/// IN_PROGRESS.
+/// The shape every record written by the handlers has: what its status implies of
+/// its other fields and its budget, as every checker states them
+/// (`testkit::oracle::inconsistency`, `record_over_budget`).
 pub fn well_formed(r: &TransactionRecord) -> Result<(), String> {
-    let inter = r.status.is_intermediate();
-    let checks = [
-        (
-            r.current_attempt.get() <= r.max_attempts.get(),
-            "current_attempt <= max_attempts",
-        ),
-        (
-            inter == r.next_attempt.is_some(),
-            "next_attempt iff intermediate",
-        ),
-        (
-            inter == r.next_fire_at.is_some(),
-            "next_fire_at iff intermediate",
-        ),
-        (
-            r.status.is_watched() == r.reconcile.is_some(),
-            "index key iff non-terminal",
-        ),
-        (
-            r.answer_due_at.is_none() || r.status == Status::InProgress,
-            "answer deadline only in IN_PROGRESS",
-        ),
-        (
-            (r.status == Status::Failed) == r.failed.is_some(),
-            "failed-listing key iff FAILED",
-        ),
-        (
-            r.next_attempt
-                .is_none_or(|n| n == r.current_attempt.next() && n.get() <= r.max_attempts.get()),
-            "next_attempt = current_attempt + 1 <= max_attempts",
-        ),
-    ];
-    match checks.iter().find(|(ok, _)| !ok) {
+    use testkit::oracle::{inconsistency, record_over_budget};
+    match inconsistency(r) {
+        None if record_over_budget(r) => Err(format!("an attempt past max_attempts: {r:?}")),
         None => Ok(()),
-        Some((_, rule)) => Err(format!("{rule}: {r:?}")),
+        Some(rule) => Err(format!("{rule}: {r:?}")),
     }
 }

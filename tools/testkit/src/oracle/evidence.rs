@@ -51,6 +51,12 @@ pub fn check(
         )];
     };
     let mut out = budget(rec, seen);
+    if let Some(why) = super::inconsistency(rec) {
+        out.push(finding(
+            Violation::RecordInconsistent,
+            format!("{} {why}", rec.status),
+        ));
+    }
     if !rec.status.is_terminal() {
         out.push(finding(
             Violation::Stuck,

@@ -58,10 +58,12 @@ pub enum Violation {
     Disagreement,
     /// The audit trail is not one unbroken chain ending in the current state.
     AuditGap,
+    /// A record whose fields contradict its status ([`inconsistency`]).
+    RecordInconsistent,
 }
 
 impl Violation {
-    pub const ALL: [Violation; 16] = [
+    pub const ALL: [Violation; 17] = [
         Violation::DuplicateAccepted,
         Violation::RetryWithoutCancellation,
         Violation::ExceededMaxAttempts,
@@ -78,6 +80,7 @@ impl Violation {
         Violation::Stuck,
         Violation::Disagreement,
         Violation::AuditGap,
+        Violation::RecordInconsistent,
     ];
 
     /// The guarantee, as a sentence.
@@ -111,6 +114,9 @@ impl Violation {
             Violation::AuditGap => {
                 "the audit trail is one unbroken chain ending in the current state"
             }
+            Violation::RecordInconsistent => {
+                "every record says what it is: its fields agree with its status"
+            }
         }
     }
 }
@@ -137,6 +143,72 @@ pub enum Writer {
 
 /// The violations of one change: `before` (`None` for a creation, then `event` is
 /// [`Event::Start`]) became `after` by `event`, written by `writer`.
+/// What each status implies of the record's other fields (`docs/design.md`, "The
+/// transaction item"), the first that does not hold: a retry cycle (SCHEDULING,
+/// SCHEDULED, SENDING) names the attempt it sends (the current one or the next) and
+/// its instant, and waits on no answer; IN_PROGRESS waits on one answer and names no
+/// next attempt; an ended record names neither and is out of the reconciler's index;
+/// a live record carries no mark of how a transaction ended, an ended one no mark of
+/// a request in flight; pauses are rounds, never more than them. The budget is
+/// [`record_over_budget`]'s.
+pub fn inconsistency(r: &TransactionRecord) -> Option<&'static str> {
+    use domain::machine::Mark;
+    let cycle = matches!(
+        r.status,
+        domain::Status::Scheduling | domain::Status::Scheduled | domain::Status::Sending
+    );
+    let ended = r.status.is_terminal();
+    let ending_mark = matches!(
+        r.mark,
+        Some(Mark::TechnicalExhausted | Mark::Unanswered | Mark::Expired | Mark::Resolved)
+    );
+    if cycle && (r.next_attempt.is_none() || r.next_fire_at.is_none()) {
+        return Some("a retry cycle without its next attempt or instant");
+    }
+    if let Some(next) = r.next_attempt {
+        if next.get() != r.current_attempt.get() && next.get() != r.current_attempt.get() + 1 {
+            return Some("a next attempt neither the current one nor the one after");
+        }
+    }
+    if !cycle && (r.next_attempt.is_some() || r.next_fire_at.is_some()) {
+        return Some("a next attempt or instant outside a retry cycle");
+    }
+    if (r.status == domain::Status::InProgress) != r.answer_due_at.is_some() {
+        return Some(
+            "an answer deadline on a record not waiting for an answer, or none on one that is",
+        );
+    }
+    if ended == r.reconcile.is_some() {
+        return Some("a live record out of the reconciler's index, or an ended one in it");
+    }
+    if (r.status == domain::Status::Failed) != r.failed.is_some() {
+        return Some("a FAILED record out of the failed listing, or another one in it");
+    }
+    if !ended && ending_mark {
+        return Some("a live record marked with how it ended");
+    }
+    if ended
+        && matches!(
+            r.mark,
+            Some(Mark::Probe | Mark::HeldOpen | Mark::HeldHalfOpen)
+        )
+    {
+        return Some("an ended record marked with a request in flight");
+    }
+    if r.pauses > r.resends {
+        return Some("more pauses than rounds");
+    }
+    None
+}
+
+/// The record names an attempt past its budget: its current one, or the next one its
+/// retry cycle will send.
+pub fn record_over_budget(r: &TransactionRecord) -> bool {
+    let max = r.max_attempts.get();
+    over_budget(r.current_attempt.get(), max)
+        || r.next_attempt.is_some_and(|n| over_budget(n.get(), max))
+}
+
 pub fn change(
     before: Option<&TransactionRecord>,
     event: Event,
@@ -144,6 +216,9 @@ pub fn change(
     writer: Writer,
 ) -> Vec<Violation> {
     let mut v = Vec::new();
+    if inconsistency(after).is_some() {
+        v.push(Violation::RecordInconsistent);
+    }
     if transition(before.map(|b| b.status), event) != Ok(after.status) {
         v.push(Violation::IllegalTransition);
     }
@@ -152,7 +227,7 @@ pub fn change(
             v.push(Violation::LateResponseApplied);
         }
     }
-    if over_budget(after.current_attempt.get(), after.max_attempts.get()) {
+    if record_over_budget(after) {
         v.push(Violation::ExceededMaxAttempts);
     }
     v

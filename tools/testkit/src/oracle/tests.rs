@@ -16,13 +16,22 @@ fn a(n: u32) -> Attempt {
     Attempt::new(n).unwrap()
 }
 
+/// A record in `status` with the fields that status implies (its instant, its answer
+/// deadline, its index and listing keys).
 fn rec(status: Status, current: u32, next: Option<u32>, max: u32) -> TransactionRecord {
+    use domain::machine::{FailedKey, ReconcileKey};
     let max = MaxAttempts::new(max).unwrap();
+    let t = Timestamp::from_millis(0);
+    let next_fire_at = next.map(|_| t);
     TransactionRecord {
         status,
         current_attempt: a(current),
         next_attempt: next.map(a),
-        ..TransactionRecord::started(id(), max, Timestamp::from_millis(0))
+        next_fire_at,
+        answer_due_at: (status == Status::InProgress).then_some(t),
+        reconcile: ReconcileKey::derive(status, &id(), 4, t, next_fire_at),
+        failed: FailedKey::derive(status, &id(), 4),
+        ..TransactionRecord::started(id(), max, t)
     }
 }
 
@@ -488,4 +497,47 @@ fn a_resolved_transaction_is_no_disagreement() {
         violations(&evidence::check(Some(&r), &trail, &seen(&[C]))),
         [V::Disagreement]
     );
+}
+
+#[test]
+fn a_record_that_contradicts_its_status_is_found() {
+    use domain::machine::Mark;
+    let live = [
+        rec(Status::InProgress, 1, None, 3),
+        rec(Status::Scheduling, 1, Some(2), 3),
+        rec(Status::Scheduled, 2, Some(2), 3),
+        rec(Status::Sending, 1, Some(2), 3),
+    ];
+    let ended = [
+        rec(Status::Succeeded, 2, None, 3),
+        rec(Status::Failed, 3, None, 3),
+    ];
+    for r in live.iter().chain(&ended) {
+        assert_eq!(inconsistency(r), None, "{r:?}");
+    }
+    let broken = |r: &TransactionRecord, f: fn(&mut TransactionRecord)| {
+        let mut r = r.clone();
+        f(&mut r);
+        inconsistency(&r)
+    };
+    for r in &live[1..] {
+        assert!(broken(r, |r| r.next_fire_at = None).is_some(), "{r:?}");
+        assert!(broken(r, |r| r.next_attempt = Some(a(r.current_attempt.get() + 2))).is_some());
+        assert!(broken(r, |r| r.mark = Some(Mark::Expired)).is_some());
+    }
+    assert!(broken(&live[0], |r| r.answer_due_at = None).is_some());
+    assert!(broken(&live[0], |r| r.next_attempt = Some(a(2))).is_some());
+    assert!(broken(&live[0], |r| r.reconcile = None).is_some());
+    assert!(broken(&live[0], |r| r.mark = Some(Mark::TechnicalExhausted)).is_some());
+    assert!(
+        broken(&live[0], |r| r.pauses = 1).is_some(),
+        "pauses past resends"
+    );
+    assert_eq!(broken(&live[0], |r| r.mark = Some(Mark::Probe)), None);
+    assert!(broken(&ended[1], |r| r.failed = None).is_some());
+    assert!(broken(&ended[1], |r| r.mark = Some(Mark::HeldOpen)).is_some());
+    assert_eq!(broken(&ended[1], |r| r.mark = Some(Mark::Unanswered)), None);
+    assert!(broken(&ended[0], |r| r.answer_due_at = Some(r.updated_at)).is_some());
+    assert!(record_over_budget(&rec(Status::Scheduling, 3, Some(4), 3)));
+    assert!(!record_over_budget(&live[1]));
 }
