@@ -23,6 +23,9 @@ pub use breaker::{Outage, OutageMode};
 pub use config::SimConfig;
 pub use report::Report;
 
+/// The seed's randomness, one stream per use: shared with the backoff study.
+pub(crate) use queue::Rng;
+
 use world::World;
 
 /// Runs one seed.

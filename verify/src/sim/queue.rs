@@ -5,15 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// A stream of the seed's randomness.
 #[derive(Debug, Clone)]
-pub(super) struct Rng(SplitMix64);
+pub(crate) struct Rng(SplitMix64);
 
 impl Rng {
-    pub(super) fn new(seed: u64, stream: u64) -> Self {
+    pub(crate) fn new(seed: u64, stream: u64) -> Self {
         let mut mix = SplitMix64::new(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F));
         Self(SplitMix64::new(mix.next_u64()))
     }
 
-    pub(super) fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         self.0.next_unit()
     }
 
