@@ -29,6 +29,16 @@ struct Args {
     /// Transactions start uniformly over this many days.
     #[arg(long, default_value_t = 14.0)]
     days: f64,
+    /// The adaptive policy's exploration rate (default: `AdaptiveConfig::default()`).
+    #[arg(long)]
+    epsilon: Option<f64>,
+    /// The adaptive policy's window, outcomes per reason and candidate.
+    #[arg(long)]
+    window: Option<usize>,
+    /// The adaptive policy's last attempt goes wherever its curve puts it, instead of
+    /// no earlier than the configured curve's latest last attempt.
+    #[arg(long)]
+    adaptive_without_horizon: bool,
     /// Write the section into this Markdown file (between its markers).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -36,17 +46,33 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let cfg = StudyConfig {
+    let mut cfg = StudyConfig {
         seed_start: args.seed_start,
         seeds: args.seeds,
         transactions: args.transactions,
         days: args.days,
         ..StudyConfig::default()
     };
+    cfg.adaptive.keep_horizon = !args.adaptive_without_horizon;
+    if let Some(e) = args.epsilon {
+        cfg.adaptive.epsilon = e;
+    }
+    if let Some(w) = args.window {
+        cfg.adaptive.window = w;
+    }
     let mut command = format!(
         "cargo run --release -p deferred-retry-verify --bin backoff-study -- --seed-start {} --seeds {} --transactions {} --days {}",
         args.seed_start, args.seeds, args.transactions, args.days
     );
+    if let Some(e) = args.epsilon {
+        command.push_str(&format!(" --epsilon {e}"));
+    }
+    if let Some(w) = args.window {
+        command.push_str(&format!(" --window {w}"));
+    }
+    if args.adaptive_without_horizon {
+        command.push_str(" --adaptive-without-horizon");
+    }
     if let Some(out) = &args.out {
         command.push_str(&format!(" --out {}", out.display()));
     }

@@ -11,11 +11,13 @@ use std::time::Duration;
 
 /// Plays `tx` with `policy`: attempt 1 at `start`, each CANCELLED attempt `k` followed
 /// by attempt `k + 1` after `policy.wait(k)`, until one lands at or after the recovery
-/// or `max_attempts` were sent.
+/// or `max_attempts` were sent. The last attempt is sent no earlier than `horizon`
+/// seconds after the start (0: wherever the curve puts it).
 pub fn play(
     tx: &Tx,
     policy: &RetryPolicy,
     max_attempts: u32,
+    horizon: f64,
     rng: &mut dyn RandomSource,
 ) -> Outcome {
     let mut at = tx.start;
@@ -35,9 +37,25 @@ pub fn play(
                 requests: attempt.get(),
             };
         }
-        at += policy.wait(attempt, rng).as_secs_f64();
+        let mut wait = policy.wait(attempt, rng).as_secs_f64();
+        if attempt.get() + 1 == max_attempts {
+            wait = wait.max(horizon - (at - tx.start));
+        }
+        at += wait;
         attempt = attempt.next();
     }
+}
+
+/// The latest instant, in seconds after the start, at which `policy` can send its last
+/// attempt (every wait at the top of its jitter range).
+pub fn latest_last_attempt(policy: &RetryPolicy, max_attempts: u32) -> f64 {
+    let mut attempt = Attempt::FIRST;
+    let mut after = 0.0;
+    while attempt.get() < max_attempts {
+        after += policy.bounds(attempt).1.as_secs_f64();
+        attempt = attempt.next();
+    }
+    after
 }
 
 /// The jitter stream of one transaction: the same draws whatever the policy, so two
@@ -73,6 +91,11 @@ pub struct AdaptiveConfig {
     pub window: usize,
     /// A candidate with fewer outcomes in its window is not chosen greedily.
     pub min_observations: usize,
+    /// Send the last attempt no earlier than the configured curve's latest possible last
+    /// attempt: whatever the candidate, a transaction the configured curve would bring
+    /// to SUCCEEDED still gets an attempt after its recovery, so neither exploration nor
+    /// a wrong guess can add a FAILED.
+    pub keep_horizon: bool,
 }
 
 impl Default for AdaptiveConfig {
@@ -83,6 +106,7 @@ impl Default for AdaptiveConfig {
             epsilon: 0.1,
             window: 40,
             min_observations: 10,
+            keep_horizon: true,
         }
     }
 }
@@ -99,9 +123,10 @@ pub struct Played {
 
 /// Epsilon-greedy over candidate bases, per reason. At a transaction's first CANCELLED
 /// it picks a candidate for its whole curve: with probability `epsilon` one drawn
-/// uniformly, otherwise the candidate whose window of outcomes has the shortest median
+/// uniformly, otherwise the candidate whose window of outcomes has the shortest mean
 /// time to SUCCEEDED among those that keep the objective's constraints against the
-/// configured candidate's window (the configured one while it has too few outcomes).
+/// configured candidate's window (the configured one while it has too few outcomes);
+/// with `keep_horizon`, its last attempt waits for the configured curve's horizon.
 /// A transaction's outcome enters the windows only once it has ended: the policy sees
 /// what the waits it chose produced, when they produced it, and nothing else.
 pub fn run_adaptive(
@@ -122,6 +147,11 @@ pub fn run_adaptive(
             with_base(configured, base, configured.factor()).unwrap_or_else(|| configured.clone())
         })
         .collect();
+    let horizon = if cfg.keep_horizon {
+        latest_last_attempt(configured, max_attempts)
+    } else {
+        0.0
+    };
     let mut windows: Vec<Vec<VecDeque<Outcome>>> =
         vec![vec![VecDeque::new(); candidates.len()]; reasons];
     // Ended transactions not yet seen: (end instant in ms, transaction index).
@@ -151,6 +181,7 @@ pub fn run_adaptive(
             tx,
             &candidates[candidate],
             max_attempts,
+            horizon,
             &mut jitter_stream(seed, i),
         );
         let end = tx.start + outcome.ended_after;
@@ -174,14 +205,14 @@ fn greedy(
         return baseline;
     }
     let base = Figures::of(&windows[baseline]);
-    let mut best = (baseline, base.p50);
+    let mut best = (baseline, base.mean);
     for (c, w) in windows.iter().enumerate() {
         if c == baseline || w.len() < cfg.min_observations {
             continue;
         }
         let f = Figures::of(w);
-        if objective.feasible(&f, &base) && f.p50 < best.1 {
-            best = (c, f.p50);
+        if objective.feasible(&f, &base) && f.mean < best.1 {
+            best = (c, f.mean);
         }
     }
     best.0
