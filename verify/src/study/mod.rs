@@ -220,15 +220,18 @@ pub fn go(objective: &Objective, results: &[ProfileResult]) -> bool {
 pub const SECTION_START: &str = "<!-- backoff-study:start -->";
 pub const SECTION_END: &str = "<!-- backoff-study:end -->";
 
-/// `doc` with its study section (between the markers) replaced by `section`, or with
-/// `section` appended when it has none.
+/// `doc` with its study section (between the markers, and the line end after them)
+/// replaced by `section`, or with `section` appended when it has none: splicing the
+/// same section twice changes nothing.
 pub fn splice(doc: &str, section: &str) -> String {
     if let (Some(a), Some(b)) = (doc.find(SECTION_START), doc.find(SECTION_END)) {
         if a < b {
-            return format!("{}{}{}", &doc[..a], section, &doc[b + SECTION_END.len()..]);
+            let rest = &doc[b + SECTION_END.len()..];
+            let rest = rest.strip_prefix('\n').unwrap_or(rest);
+            return format!("{}{}{}", &doc[..a], section, rest);
         }
     }
-    format!("{}\n{}\n", doc.trim_end(), section)
+    format!("{}\n\n{}", doc.trim_end(), section)
 }
 
 fn duration(secs: f64) -> String {
