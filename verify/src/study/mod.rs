@@ -278,8 +278,8 @@ pub fn render(cfg: &StudyConfig, command: &str, results: &[ProfileResult]) -> St
     ));
     s.push_str(&format!(
         "**Objective**: minimise the mean time to SUCCEEDED (from the first CANCELLED), \
-         subject to a FAILED share at most {:.1} points and requests per SUCCEEDED (every request sent, \
-         FAILED transactions' included) at most {:.0} % above the configured curve's. *beats*: keeps both and a shorter mean; \
+         subject to a FAILED share at most {:.1} points above the configured curve's and requests per SUCCEEDED (every request sent, \
+         FAILED transactions' included) at most {:.0} % above it. *beats*: keeps both and a shorter mean; \
          *holds*: keeps both and a mean at most {:.0} % longer; *loses*: keeps both, mean longer than that.\n\n",
         100.0 * o.failed_share_tolerance,
         100.0 * o.requests_tolerance,
@@ -360,7 +360,7 @@ pub fn render(cfg: &StudyConfig, command: &str, results: &[ProfileResult]) -> St
             .iter()
             .zip(&r.greedy_choices)
             .filter(|(_, share)| **share > 0.0)
-            .map(|(m, share)| format!("{m}×: {:.0} %", 100.0 * share))
+            .map(|(m, share)| format!("{m}×: {:.1} %", 100.0 * share))
             .collect::<Vec<_>>()
             .join(", ");
         s.push_str(&format!(
@@ -379,7 +379,7 @@ pub fn render(cfg: &StudyConfig, command: &str, results: &[ProfileResult]) -> St
         "**NO-GO**"
     };
     s.push_str(&format!(
-        "\n**Verdict by the rule** (adaptive beats the configured curve on every non-stationary profile — {} — and holds on every stationary one — {}): {verdict}.\n",
+        "\n**Verdict by the rule** (adaptive beats the configured curve on every non-stationary profile — {} — and holds on every stationary one — {}): {verdict}.\n\n",
         results.iter().filter(|r| !r.profile.stationary()).map(|r| format!("`{}`", r.profile.name())).collect::<Vec<_>>().join(", "),
         results.iter().filter(|r| r.profile.stationary()).map(|r| format!("`{}`", r.profile.name())).collect::<Vec<_>>().join(", "),
     ));
@@ -397,10 +397,13 @@ pub fn render(cfg: &StudyConfig, command: &str, results: &[ProfileResult]) -> St
         }
     };
     s.push_str(&format!(
-        "The goal on a go, the adaptive mean within 10 % of the oracle's: met on {}; missed on {}.\n",
+        "The goal on a go, the adaptive mean within 10 % of the oracle's: met on {}; missed on {}.\n\n",
         names(&met),
         names(&missed)
     ));
+    s.push_str(
+        "What the figures mean for the feature: [design.md](design.md#adaptive-waits-the-studys-answer-is-no-go).\n",
+    );
     s.push_str(SECTION_END);
     s.push('\n');
     s
