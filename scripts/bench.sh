@@ -8,7 +8,8 @@
 #      sleeping process, binary sizes and cold init, and a burst of 10,000 CANCELLED
 #      responses through the local stack, on scripts/moto_server_patched.py (moto with
 #      speed fixes to its SQS backend; stock moto never drains a 10,000 backlog).
-# At the end the summary block is copied into README.md (scripts/sync-readme-bench.sh).
+# Then the adaptive backoff study writes its own section (`backoff-study`, a few seconds),
+# and the summary block is copied into README.md (scripts/sync-readme-bench.sh).
 # BENCH_BURST=N sets the burst size (default 10000; 0 skips it). At the template's
 # fleet limit of 10 requests/s the burst alone needs 1,000 s of drain. Extra arguments
 # are passed to `bench` (see `bench --help`). About 30 minutes after the build on 2
@@ -43,5 +44,8 @@ if [ "$#" -gt 0 ]; then command="$command $*"; fi
   --burst-moto-server scripts/moto_server_patched.py \
   --command "$command" \
   "$@"
+echo "== backoff-study (its section of docs/benchmarks.md)" >&2
+cargo run --release -p deferred-retry-verify --bin backoff-study -- \
+  --seed-start 1 --seeds 100 --transactions 2000 --days 14 --out docs/benchmarks.md >/dev/null
 bash scripts/sync-readme-bench.sh
 echo "bench: done in $(( $(date +%s) - started )) s (build included)" >&2
