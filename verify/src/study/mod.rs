@@ -319,7 +319,7 @@ pub fn render(cfg: &StudyConfig, command: &str, results: &[ProfileResult]) -> St
         a.min_observations,
         if a.keep_horizon {
             "Its last attempt is never sent before the configured curve's latest possible last attempt (the sum of the configured waits at +jitter), \
-             so a transaction the configured curve brings to SUCCEEDED still gets an attempt after its recovery: exploring a short base costs requests, not FAILED."
+             so a transaction the configured curve brings to SUCCEEDED still gets an attempt after its recovery: exploring a short base costs requests and time (up to that horizon), not FAILED."
         } else {
             "Its last attempt goes wherever the candidate's curve puts it (`--adaptive-without-horizon`)."
         },
