@@ -1023,14 +1023,23 @@ mod tests {
     use domain::Outcome;
     use domain::{Attempt, MaxAttempts, Timestamp, TransactionId};
 
+    /// A record in `status` with the fields that status implies.
     fn rec(id: &str, status: Status, current: u32, max: u32) -> TransactionRecord {
-        let mut r = TransactionRecord::started(
-            TransactionId::parse(id).unwrap(),
-            MaxAttempts::new(max).unwrap(),
-            Timestamp::from_millis(0),
-        );
+        use domain::machine::{FailedKey, ReconcileKey};
+        let tx = TransactionId::parse(id).unwrap();
+        let t0 = Timestamp::from_millis(0);
+        let mut r = TransactionRecord::started(tx.clone(), MaxAttempts::new(max).unwrap(), t0);
         r.status = status;
         r.current_attempt = Attempt::new(current).unwrap();
+        if status.is_intermediate() {
+            r.next_attempt = Some(r.current_attempt.next());
+            r.next_fire_at = Some(t0);
+        }
+        if status != Status::InProgress {
+            r.answer_due_at = None;
+        }
+        r.reconcile = ReconcileKey::derive(status, &tx, 4, t0, r.next_fire_at);
+        r.failed = FailedKey::derive(status, &tx, 4);
         r
     }
 
