@@ -132,19 +132,17 @@ impl SimBreaker {
             .filter(|(read, _)| self.refresh_ms > 0 && now >= *read && now - read < self.refresh_ms)
             .map(|(_, b)| *b);
         if let Some(view) = cached {
-            let (admission, next, change) = view.admit(at, &self.settings);
+            let (admission, _, change) = view.admit(at, &self.settings);
             if change.is_none() {
                 self.cached_admissions += 1;
                 return admission.verdict(&view, at, &self.settings, rng);
             }
-            if view == self.item {
-                if count_probes || change != Some(Change::ProbeAdmitted) {
-                    self.moved(next, change, now);
-                    self.cache.insert(env, (now, next));
-                }
-                return admission.verdict(&self.item, at, &self.settings, rng);
+            // A change is written conditional on the item the view holds: the same
+            // write as from a fresh read when it is the current item, decided again
+            // on a fresh read when it is not.
+            if view != self.item {
+                self.stale_writes += 1;
             }
-            self.stale_writes += 1;
         }
         let (admission, next, change) = self.item.admit(at, &self.settings);
         if count_probes || change != Some(Change::ProbeAdmitted) {
