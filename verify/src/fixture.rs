@@ -1,9 +1,10 @@
 //! Values the model checker, the simulator and the tests share: transaction ids, the
 //! payload, the epoch of virtual time and the decision context.
 
-use domain::decide::Context;
+use domain::decide::{Context, Input};
 use domain::defaults;
 use domain::ids::{MaxAttempts, Timestamp, TransactionId};
+use domain::machine::{Status, TransactionRecord};
 use domain::message::Payload;
 use domain::policy::{PolicySet, RetryPolicy};
 use std::time::Duration;
@@ -40,4 +41,44 @@ pub fn context(now: Timestamp, policies: &PolicySet, threshold: Duration) -> Con
 /// The article's policy (base 2 h, factor 2, cap 24 h, jitter ±10 %).
 pub fn article_policies() -> PolicySet {
     PolicySet::uniform(RetryPolicy::article_default())
+}
+
+/// An operator's command, as the model and the simulator run it: chosen from what
+/// `retryctl list` shows of a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Command {
+    /// `retryctl resolve`: the outcome was settled elsewhere (SCHEDULING or
+    /// SCHEDULED → SUCCEEDED).
+    Resolve,
+    /// `retryctl replay` with one more attempt (FAILED → SCHEDULING).
+    Replay,
+}
+
+impl Command {
+    /// `resolve` while `r` waits for its retry, `replay` once it ended FAILED by its
+    /// cancellations (the service never ran it to the end); nothing otherwise.
+    pub fn for_record(r: &TransactionRecord) -> Option<Self> {
+        match r.status {
+            Status::Scheduling | Status::Scheduled => Some(Command::Resolve),
+            Status::Failed if r.mark.is_none() => Some(Command::Replay),
+            _ => None,
+        }
+    }
+
+    /// The command's input for transaction `id`.
+    pub fn input(self, id: TransactionId) -> Input {
+        match self {
+            Command::Resolve => Input::Resolve(id),
+            Command::Replay => Input::Replay {
+                transaction_id: id,
+                budget: 1,
+            },
+        }
+    }
+}
+
+/// The attempt budget the service checks a request against: the configured one, or
+/// the one an operator's replay raised the record's to.
+pub fn budget(record: Option<&TransactionRecord>, configured: u32) -> u32 {
+    record.map_or(0, |r| r.max_attempts.get()).max(configured)
 }

@@ -2,7 +2,8 @@
 
 use super::breaker::{BreakerViolation, OutageMode};
 use super::step::ProtocolModel;
-use super::world::{Action, Firing, Held, Kind, Operator, State};
+use super::world::{Action, Firing, Held, Kind, State};
+use crate::fixture::Command;
 use domain::ids::Attempt;
 use domain::machine::{Mark, Status};
 use domain::message::Outcome;
@@ -202,15 +203,9 @@ impl Model for ProtocolModel {
         if b.operator_actions > 0 {
             for (tx, r) in s.records.iter().enumerate() {
                 let Ok(tx) = u8::try_from(tx) else { continue };
-                // What `retryctl list` shows an operator: a transaction waiting for
-                // its retry (resolvable), or one that ended FAILED by its
-                // cancellations (replayable: the service never ran it to the end).
-                let act = match r.status {
-                    Status::Scheduling | Status::Scheduled => Operator::Resolve,
-                    Status::Failed if r.mark.is_none() => Operator::Replay,
-                    _ => continue,
-                };
-                actions.push(Action::Operate { tx, act });
+                if let Some(act) = Command::for_record(r) {
+                    actions.push(Action::Operate { tx, act });
+                }
             }
         }
     }

@@ -3,7 +3,7 @@
 
 use super::breaker::{BreakerViolation, ModelBreaker, OutageMode, Verdict};
 use super::scope::{Scope, DEADLINE_JUMP_MS, DEADLINE_MS, LATE_MS, TICK_MS};
-use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Operator, Req, Resp, Sched, State};
+use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
 use crate::fixture;
 use domain::breaker::{Signal, Tally};
 use domain::decide::{Ack, Disposition};
@@ -410,12 +410,7 @@ impl ProtocolModel {
     }
 
     fn accept(&self, s: &mut State, req: &Req) {
-        // The scope's budget, or the one an operator's replay raised it to.
-        let max = s
-            .records
-            .get(usize::from(req.tx))
-            .map_or(0, |r| r.max_attempts.get())
-            .max(self.scope.max_attempts);
+        let max = fixture::budget(s.records.get(usize::from(req.tx)), self.scope.max_attempts);
         let receipt = s.service.receive(
             req.tx,
             self.id(req.tx),
@@ -640,14 +635,7 @@ impl ProtocolModel {
             }
             Action::Operate { tx, act } => {
                 s.budgets.operator_actions -= 1;
-                let transaction_id = self.id(tx).clone();
-                let input = match act {
-                    Operator::Resolve => Input::Resolve(transaction_id),
-                    Operator::Replay => Input::Replay {
-                        transaction_id,
-                        budget: 1,
-                    },
-                };
+                let input = act.input(self.id(tx).clone());
                 let now = self.now_of(&s);
                 let ar = self.begin(
                     Kind::Operator,

@@ -3,6 +3,7 @@
 
 use super::breaker::{BreakerViolation, ModelBreaker, Verdict};
 use super::scope::Budgets;
+use crate::fixture::Command;
 use crate::Flaws;
 use domain::decide::{Effect, Run, Step};
 use domain::ids::{ScheduleName, Timestamp};
@@ -287,17 +288,7 @@ pub enum Action {
     DeadlinePasses,
     /// An operator acts on transaction `tx` as it reads it: resolves it while it
     /// waits for its retry, or replays it once it failed.
-    Operate { tx: u8, act: Operator },
-}
-
-/// What an operator does ([`Action::Operate`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operator {
-    /// `retryctl resolve`: the outcome was settled elsewhere (SCHEDULING or
-    /// SCHEDULED → SUCCEEDED).
-    Resolve,
-    /// `retryctl replay` with one more attempt (FAILED → SCHEDULING).
-    Replay,
+    Operate { tx: u8, act: Command },
 }
 
 /// How a schedule fires.

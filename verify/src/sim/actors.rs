@@ -7,7 +7,7 @@ use crate::fixture;
 use domain::decide::{Input, Known, Run};
 use domain::defaults;
 use domain::ids::{Attempt, ScheduleName};
-use domain::machine::{ReconcileKey, Status, TransactionRecord};
+use domain::machine::{ReconcileKey, TransactionRecord};
 use domain::message::{Origin, Outcome, Response, RetryEvent};
 use std::collections::VecDeque;
 use testkit::oracle::Fate;
@@ -33,11 +33,7 @@ impl World<'_> {
             self.report.requests_lost += 1;
             return;
         }
-        // The configured budget, or the one an operator's replay raised it to.
-        let max = self.records[tx]
-            .as_ref()
-            .map_or(0, |r| r.max_attempts.get())
-            .max(self.cfg.max_attempts);
+        let max = fixture::budget(self.records[tx].as_ref(), self.cfg.max_attempts);
         let receipt = self
             .ledger
             .receive(tx, &self.ids[tx], attempt, &key, round, max);
@@ -163,15 +159,10 @@ impl World<'_> {
         let Some(r) = self.records[tx].as_ref() else {
             return;
         };
-        let transaction_id = self.ids[tx].clone();
-        let input = match r.status {
-            Status::Scheduling | Status::Scheduled => Input::Resolve(transaction_id),
-            Status::Failed if r.mark.is_none() => Input::Replay {
-                transaction_id,
-                budget: 1,
-            },
-            _ => return,
+        let Some(command) = fixture::Command::for_record(r) else {
+            return;
         };
+        let input = command.input(self.ids[tx].clone());
         let delay = self.operator.range(1_000, 600_000);
         let now = ts(self.now + delay);
         let ctx = self.ctx(now);
