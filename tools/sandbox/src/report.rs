@@ -1021,26 +1021,17 @@ fn render_chaos(s: &mut String, c: &ChaosReport) {
 mod tests {
     use super::*;
     use domain::Outcome;
-    use domain::{Attempt, MaxAttempts, Timestamp, TransactionId};
+    use domain::{Attempt, Timestamp, TransactionId};
 
-    /// A record in `status` with the fields that status implies.
     fn rec(id: &str, status: Status, current: u32, max: u32) -> TransactionRecord {
-        use domain::machine::{FailedKey, ReconcileKey};
-        let tx = TransactionId::parse(id).unwrap();
-        let t0 = Timestamp::from_millis(0);
-        let mut r = TransactionRecord::started(tx.clone(), MaxAttempts::new(max).unwrap(), t0);
-        r.status = status;
-        r.current_attempt = Attempt::new(current).unwrap();
-        if status.is_intermediate() {
-            r.next_attempt = Some(r.current_attempt.next());
-            r.next_fire_at = Some(t0);
-        }
-        if status != Status::InProgress {
-            r.answer_due_at = None;
-        }
-        r.reconcile = ReconcileKey::derive(status, &tx, 4, t0, r.next_fire_at);
-        r.failed = FailedKey::derive(status, &tx, 4);
-        r
+        let next = status.is_intermediate().then_some(current + 1);
+        testkit::trail::record(
+            TransactionId::parse(id).unwrap(),
+            status,
+            current,
+            next,
+            max,
+        )
     }
 
     fn row(id: &str, at: i64, from: Option<Status>, to: Status, attempt: u32) -> AuditEntry {

@@ -3,7 +3,7 @@
 
 use domain::audit::AuditEntry;
 use domain::machine::Actor;
-use domain::{Attempt, Status, Timestamp, TransactionId};
+use domain::{Attempt, MaxAttempts, Status, Timestamp, TransactionId, TransactionRecord};
 
 /// An audit entry of `id` at `at` (ms) for the arrow `from` → `to` leaving
 /// `attempt` current, written by the response handler, budget 4, nothing else set:
@@ -46,6 +46,33 @@ pub const TO_ATTEMPT_2: [&str; 5] = [
     "SENDING>IN_PROGRESS@2",
 ];
 
+/// A record of `id` in `status` at instant 0, attempt `current` of `max`, with the
+/// fields that status implies (`next` and its instant in a retry cycle, the answer
+/// deadline in IN_PROGRESS, the index and failed-listing keys): what tests of the
+/// checks on final records build them from.
+pub fn record(
+    id: TransactionId,
+    status: Status,
+    current: u32,
+    next: Option<u32>,
+    max: u32,
+) -> TransactionRecord {
+    use domain::machine::{FailedKey, ReconcileKey};
+    let t = Timestamp::from_millis(0);
+    let attempt = |n: u32| Attempt::new(n).unwrap_or_else(|e| panic!("attempt {n}: {e}"));
+    let max = MaxAttempts::new(max).unwrap_or_else(|e| panic!("max_attempts {max}: {e}"));
+    let next_fire_at = next.map(|_| t);
+    TransactionRecord {
+        status,
+        current_attempt: attempt(current),
+        next_attempt: next.map(attempt),
+        next_fire_at,
+        answer_due_at: (status == Status::InProgress).then_some(t),
+        reconcile: ReconcileKey::derive(status, &id, 4, t, next_fire_at),
+        failed: FailedKey::derive(status, &id, 4),
+        ..TransactionRecord::started(id, max, t)
+    }
+}
 /// One entry as `FROM>TO@attempt`.
 pub fn arrow(e: &AuditEntry) -> String {
     format!(

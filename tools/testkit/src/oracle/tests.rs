@@ -4,7 +4,7 @@ use domain::audit::AuditEntry;
 use domain::decide::{DropReason, Rejection};
 use domain::machine::Status;
 use domain::message::{Origin, RetryEvent};
-use domain::{MaxAttempts, ScheduleName};
+use domain::ScheduleName;
 use std::time::{Duration, Instant};
 use Violation as V;
 
@@ -16,23 +16,8 @@ fn a(n: u32) -> Attempt {
     Attempt::new(n).unwrap()
 }
 
-/// A record in `status` with the fields that status implies (its instant, its answer
-/// deadline, its index and listing keys).
 fn rec(status: Status, current: u32, next: Option<u32>, max: u32) -> TransactionRecord {
-    use domain::machine::{FailedKey, ReconcileKey};
-    let max = MaxAttempts::new(max).unwrap();
-    let t = Timestamp::from_millis(0);
-    let next_fire_at = next.map(|_| t);
-    TransactionRecord {
-        status,
-        current_attempt: a(current),
-        next_attempt: next.map(a),
-        next_fire_at,
-        answer_due_at: (status == Status::InProgress).then_some(t),
-        reconcile: ReconcileKey::derive(status, &id(), 4, t, next_fire_at),
-        failed: FailedKey::derive(status, &id(), 4),
-        ..TransactionRecord::started(id(), max, t)
-    }
+    crate::trail::record(id(), status, current, next, max)
 }
 
 #[test]
