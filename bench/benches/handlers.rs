@@ -168,12 +168,17 @@ fn gate(by: &str) -> BreakerGate<MemoryBreaker> {
 
 fn retry_handler(
     store: MemoryStore,
-) -> RetryHandler<MemoryStore, MemoryQueue<Request>, MemoryScheduler, MemoryBreaker, MemoryDeadLetter>
-{
+) -> RetryHandler<
+    MemoryStore,
+    MemoryQueue<Request>,
+    MemoryQueue<RetryEvent>,
+    MemoryBreaker,
+    MemoryDeadLetter,
+> {
     RetryHandler {
         store,
         requests: MemoryQueue::new(),
-        scheduler: MemoryScheduler::new(),
+        retries: MemoryQueue::new(),
         breaker: Some(gate("retry-handler")),
         dead_letter: MemoryDeadLetter::new(),
         clock: SystemClock,
@@ -235,11 +240,11 @@ fn handlers(c: &mut Criterion) {
             },
             |(store, requests, ctx)| {
                 let mut rng = domain::policy::SplitMix64::new(7);
-                let scheduler = MemoryScheduler::new();
+                let retries = MemoryQueue::<RetryEvent>::new();
                 let ports = RetryPorts {
                     store: &store,
                     requests: &requests,
-                    scheduler: &scheduler,
+                    retries: &retries,
                 };
                 let v = ready(retry_handler::handle(
                     &ports,

@@ -45,7 +45,7 @@ type A<'a> = ResponseHandler<
 type B<'a, Rq> = RetryHandler<
     &'a MemoryStore,
     Rq,
-    &'a MemoryScheduler,
+    &'a MemoryQueue<RetryEvent>,
     Arc<MemoryBreaker>,
     &'a MemoryDeadLetter,
     &'a ManualClock,
@@ -75,7 +75,7 @@ fn retry_handler<'a, Rq: RequestPublisher>(
     RetryHandler {
         store: &w.store,
         requests,
-        scheduler: &w.scheduler,
+        retries: &w.retries,
         breaker: None,
         dead_letter: dlq,
         clock: &w.clock,
@@ -375,11 +375,11 @@ async fn the_technical_error_event_files_through_the_response_handler() {
 
 /// An outage through the functions with a circuit breaker: the response handler's
 /// batch of two ERROR answers opens it (min 2 answers, half of them technical); the
-/// retry events of the two re-sends, due while it is open, are paused — each cycle
-/// opened again for the same attempt under a schedule of its own, at the end of the
-/// cool-down or later, nothing published, nothing consumed; a copy of an event
-/// arriving before its paused cycle is due changes nothing; once the cool-down is
-/// over, a retry event is a probe and goes out; its SUCCESS closes the breaker.
+/// retry events of the two re-sends, due while it is open, are held — each back on
+/// the retry queue delayed to the end of the cool-down or later, the record
+/// untouched, nothing published, nothing consumed; a copy of an event is held the
+/// same way; once the cool-down is over, a retry event is a probe and goes out; its
+/// SUCCESS closes the breaker.
 #[tokio::test]
 async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     let w = World::new();
@@ -436,55 +436,50 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     // The re-sends come due (the service asked 120 s for one), the breaker still open.
     w.advance(Duration::from_secs(130));
     for tx in ["TX-100600", "TX-100700"] {
+        let before = w.record(tx).await;
         let m = Metrics::new("DeferredRetry", "retry-handler");
         let r = handler_b.handle_event(retry_of(tx), &m).await.unwrap();
         assert!(failures(&r).is_empty());
         assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1, "{tx}");
-        let rec = w.record(tx).await;
         assert_eq!(
-            (
-                rec.status,
-                rec.current_attempt,
-                rec.next_attempt,
-                rec.resends,
-                rec.pauses
-            ),
-            (Status::Scheduled, a(1), Some(a(1)), 2, 1),
-            "{tx}: paused, the attempt kept"
+            w.record(tx).await,
+            before,
+            "{tx}: held, the record untouched"
         );
-        assert_eq!(rec.last_reason.as_deref(), Some("BREAKER_OPEN"));
-        assert_eq!(
-            rec.schedule_name.unwrap().as_str(),
-            format!("retry-{tx}-1.2")
-        );
-        assert!(
-            rec.next_fire_at.unwrap() >= until,
-            "{tx}: not before the probe"
-        );
+        assert_eq!(before.status, Status::Scheduled);
     }
     assert_eq!(
         w.keys().await.len(),
         published,
         "nothing published while open"
     );
-    // A copy of the event before its paused cycle is due: nothing changes.
+    // A copy of an event while the breaker is still open: deferred too, nothing
+    // changes.
     let before = w.record("TX-100600").await;
     let m = Metrics::new("DeferredRetry", "retry-handler");
     handler_b
         .handle_event(retry_of("TX-100600"), &m)
         .await
         .unwrap();
-    assert_eq!(m.count("AckAlreadyHandled"), 1, "{:?}", m.snapshot());
+    assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1);
     assert_eq!(w.record("TX-100600").await, before);
-
-    // The cool-down is over and the paused cycles are due: the next retry event is
-    // the round's one probe.
-    let mut due = None;
-    for tx in ["TX-100600", "TX-100700"] {
-        due = due.max(w.record(tx).await.next_fire_at);
+    // Each held event is back on the retry queue, delayed to the probe instant or
+    // later (within SQS's 15 minutes), the same attempt and round.
+    let held = w.retries.delayed();
+    assert_eq!(held.len(), 3);
+    let now = w.now();
+    for (ev, delay) in &held {
+        assert_eq!((ev.attempt, ev.round), (a(1), None));
+        assert!(
+            now.plus_millis(i64::from(*delay) * 1_000) >= until,
+            "{delay} s"
+        );
+        assert!(*delay <= 900);
     }
-    let due = due.unwrap();
-    w.set_time(due.max(until).plus_millis(1_000));
+
+    // The cool-down is over and the held events are delivered: the first is the
+    // round's one probe, the second is held again.
+    w.set_time(until.plus_millis(1_000));
     let m = Metrics::new("DeferredRetry", "retry-handler");
     handler_b
         .handle_event(retry_of("TX-100600"), &m)

@@ -862,15 +862,20 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         .unwrap()
         .breaker;
     assert_eq!(opened.state.name(), "OPEN", "{opened:?}");
-    // While it is open, TX-E's requeued retry event is paused: its cycle opened
-    // again under a schedule of its own.
+    // While it is open, TX-E's requeued retry event is held: put back on the retry
+    // queue, delayed (SendMessage under the retry handler's role), the record
+    // untouched.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
         retry.handle_event(e, retry_metrics).await.unwrap()
     })
     .await;
     let e = store.get(&id("TX-E")).await.unwrap().unwrap();
-    assert_eq!((e.status, e.pauses), (Status::Scheduled, 1), "{e:?}");
+    assert_eq!(
+        (e.status, e.pauses, e.requeues, e.last_actor),
+        (Status::Scheduled, 0, 1, domain::machine::Actor::Reconciler),
+        "{e:?}"
+    );
     // After the cool-down the next retry event is the half-open round's probe
     // (counted on the breaker) and goes out.
     if let domain::breaker::BreakerState::Open { until, .. } = opened.state {
@@ -1429,7 +1434,7 @@ fn the_retry_queue_denies_principals_it_does_not_list() {
             .evaluate(&stack.request(p, "sqs:SendMessage", &retry))
             .unwrap()
     };
-    for id in ["RetryHandlerRole", "AuditWriterRole"] {
+    for id in ["AuditWriterRole"] {
         match send(&stack.role(id)) {
             Decision::Denied(by) => {
                 assert!(by.contains("DenyRetryEventsFromAnybodyElse"), "{id}: {by}")
@@ -1443,6 +1448,8 @@ fn the_retry_queue_denies_principals_it_does_not_list() {
     ));
     assert!(send(&stack.role("ReconcilerRole")).is_allowed());
     assert!(send(&stack.role("SchedulerRole")).is_allowed());
+    // The retry handler puts back an event the breaker holds.
+    assert!(send(&stack.role("RetryHandlerRole")).is_allowed());
     // A retry whose instant has passed: the response handler sends it itself.
     assert!(send(&stack.role("ResponseHandlerRole")).is_allowed());
     assert!(send(&Principal::Arn(outside_arn(OPERATOR))).is_allowed());

@@ -31,9 +31,10 @@ pub struct Flaws {
     /// The retry handler ignores the circuit breaker: a retry due while the service is
     /// down is sent into it instead of paused.
     pub ignores_breaker: bool,
-    /// A pause by the breaker taken for an attempt made: the pause moves
-    /// `current_attempt` past the paused attempt, so an outage consumes attempts.
-    pub pause_consumes_attempt: bool,
+    /// A retry event the breaker holds back begins its send before it is deferred
+    /// (SCHEDULED → SENDING written): the record says a request may be out though
+    /// none left, and the hold has become an arrow that meets every other.
+    pub held_event_begins_send: bool,
     /// The answer's `round` not read: an ERROR delivered late or twice, or decided
     /// again by a run whose re-send already went out, spends a second re-send.
     pub error_round_ignored: bool,
@@ -55,7 +56,7 @@ impl Flaws {
         no_answer_deadline: false,
         technical_as_cancelled: false,
         ignores_breaker: false,
-        pause_consumes_attempt: false,
+        held_event_begins_send: false,
         error_round_ignored: false,
         probe_spends_resend: false,
         no_transaction_deadline: false,
@@ -70,7 +71,7 @@ impl Flaws {
         "no-answer-deadline",
         "technical-as-cancelled",
         "ignores-breaker",
-        "pause-consumes-attempt",
+        "held-event-begins-send",
         "error-round-ignored",
         "probe-spends-resend",
         "no-transaction-deadline",
@@ -87,7 +88,7 @@ impl Flaws {
             "no-answer-deadline" => &mut self.no_answer_deadline,
             "technical-as-cancelled" => &mut self.technical_as_cancelled,
             "ignores-breaker" => &mut self.ignores_breaker,
-            "pause-consumes-attempt" => &mut self.pause_consumes_attempt,
+            "held-event-begins-send" => &mut self.held_event_begins_send,
             "error-round-ignored" => &mut self.error_round_ignored,
             "probe-spends-resend" => &mut self.probe_spends_resend,
             "no-transaction-deadline" => &mut self.no_transaction_deadline,
@@ -194,15 +195,26 @@ impl Decide for Flaws {
             if self.attempts_from_zero {
                 w.guard.budget = None;
             }
-            if self.pause_consumes_attempt && w.event() == Event::RetryPausedByBreaker {
-                w.set.current_attempt = w
-                    .guard
-                    .next_attempt
-                    .and_then(|m| domain::Attempt::new(m.get() + 1).ok());
-            }
             if self.retry_rejects_scheduling && w.event() == Event::RetryEventAccepted {
                 if let Ok(narrow) = w.clone().only_from(&[Status::Scheduled]) {
                     *w = narrow;
+                }
+            }
+        }
+        if let (true, Input::Retry(ev), Some(_)) = (self.held_event_begins_send, input, ctx.hold) {
+            if matches!(plan.first(), Some(Effect::DeferRetry(_))) {
+                if let Ok(arrow) = domain::machine::Arrow::new(
+                    &[Status::Scheduling, Status::Scheduled],
+                    Event::RetryEventAccepted,
+                ) {
+                    let mut w = domain::machine::Write::new(
+                        ev.transaction_id.clone(),
+                        arrow,
+                        ctx.now,
+                        domain::machine::Actor::RetryHandler,
+                    );
+                    w.guard.next_attempt = Some(ev.attempt);
+                    plan.insert(0, Effect::Write(w));
                 }
             }
         }

@@ -129,11 +129,13 @@ fn retry_handler_discarding_a_redelivery_in_sending_is_caught() {
     let mut scope = Scope::quiet(1, 3);
     scope.faults.crashes = 1;
     model_finds(flaws, scope, 9);
+    // With the reconciler, which completes a stuck SENDING itself, nothing is lost in
+    // the end: the dropped pending retry is what gives the flaw away.
     sim_finds(
         flaws,
         sim_cfg(),
-        |r| r.lost > 0 && r.pending_retries_dropped > 0,
-        "lost transactions",
+        |r| r.pending_retries_dropped > 0,
+        "pending retries dropped",
     );
 }
 

@@ -5,8 +5,9 @@
 //!
 //! With a circuit breaker ([`BreakerGate`]), each record first asks it whether a
 //! request may go out now: while it holds them back (OPEN, or HALF_OPEN with the
-//! round's probes out) the domain pauses the retry instead — its cycle opened again
-//! at the breaker's resume instant under a schedule of its own, nothing consumed.
+//! round's probes out) the domain defers the retry event instead — back on the retry
+//! queue until the breaker's resume instant (SQS `DelaySeconds`), the record
+//! untouched, nothing consumed.
 //! The breaker is read at most once per refresh period per execution environment.
 //! See `docs/functions.md#retry-handler-b`; its AWS wiring: [`wiring`].
 
@@ -15,7 +16,7 @@ use domain::exec::RetryPorts;
 use domain::policy::RandomSource;
 use domain::ports::{
     BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, Payloads, RequestPublisher,
-    ScheduleCreator, SystemClock, Transitions,
+    RetryPublisher, SystemClock, Transitions,
 };
 use domain::{Context, Effect, RetryEvent};
 use runtime::batch::{process_batch, BatchError, BatchOptions};
@@ -35,11 +36,11 @@ pub mod wiring;
 pub const FUNCTION: &str = "retry-handler";
 
 /// Handles one parsed retry event: the core, over the ports B has (conditional
-/// writes, payload reads, request publishes, schedules for a paused retry). `ctx`
+/// writes, payload reads, request publishes, the retry queue for a held event). `ctx`
 /// carries the breaker's hold, if any. `hook` may stop the plan before an effect
 /// (tests).
-pub async fn handle<St: Transitions + Payloads, Rq: RequestPublisher, Sc: ScheduleCreator>(
-    ports: &RetryPorts<'_, St, Rq, Sc>,
+pub async fn handle<St: Transitions + Payloads, Rq: RequestPublisher, Rt: RetryPublisher>(
+    ports: &RetryPorts<'_, St, Rq, Rt>,
     event: &RetryEvent,
     ctx: &Context,
     rng: &mut (dyn RandomSource + Send),
@@ -54,11 +55,11 @@ pub async fn handle<St: Transitions + Payloads, Rq: RequestPublisher, Sc: Schedu
 /// a [`runtime::rate::Paced`] publisher; `pacer` is the same pacer, for its counters.
 /// `breaker`: the circuit breaker of the external service (`None`: requests always
 /// go out).
-pub struct RetryHandler<St, Rq, Sc, Br, D, C = SystemClock> {
+pub struct RetryHandler<St, Rq, Rt, Br, D, C = SystemClock> {
     pub store: St,
     pub requests: Rq,
-    /// EventBridge Scheduler, for the schedule of a retry the breaker paused.
-    pub scheduler: Sc,
+    /// The retry queue, for an event the breaker holds back (deferred).
+    pub retries: Rt,
     pub breaker: Option<BreakerGate<Br>>,
     pub dead_letter: D,
     pub clock: C,
@@ -70,11 +71,11 @@ pub struct RetryHandler<St, Rq, Sc, Br, D, C = SystemClock> {
     pub namespace: String,
 }
 
-impl<St, Rq, Sc, Br, D, C> RetryHandler<St, Rq, Sc, Br, D, C>
+impl<St, Rq, Rt, Br, D, C> RetryHandler<St, Rq, Rt, Br, D, C>
 where
     St: Transitions + Payloads,
     Rq: RequestPublisher,
-    Sc: ScheduleCreator,
+    Rt: RetryPublisher,
     Br: BreakerReads + BreakerWrites + BreakerCounts,
     D: DeadLetter,
     C: Clock,
@@ -102,7 +103,7 @@ where
                 let ports = RetryPorts {
                     store: &self.store,
                     requests: &self.requests,
-                    scheduler: &self.scheduler,
+                    retries: &self.retries,
                 };
                 handle(&ports, &retry, &ctx, &mut rng, &mut run_all, metrics).await
             },

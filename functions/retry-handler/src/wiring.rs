@@ -9,8 +9,7 @@ use aws::breaker::DynamoBreaker;
 use aws::clients::Clients;
 use aws::config::RetryHandlerConfig;
 use aws::dynamo::{DynamoStore, PayloadsTable};
-use aws::scheduler::EventBridgeScheduler;
-use aws::sqs::{SqsDeadLetter, SqsRequestPublisher};
+use aws::sqs::{SqsDeadLetter, SqsRequestPublisher, SqsRetryPublisher};
 use aws_config::SdkConfig;
 use domain::policy::PolicySet;
 use domain::ports::SystemClock;
@@ -24,7 +23,7 @@ use std::sync::Arc;
 pub type AwsRetryHandler = RetryHandler<
     DynamoStore<PayloadsTable>,
     Paced<SqsRequestPublisher>,
-    EventBridgeScheduler,
+    SqsRetryPublisher,
     DynamoBreaker,
     SqsDeadLetter,
 >;
@@ -53,7 +52,7 @@ pub fn retry_handler_on(
             SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
             Arc::clone(&pacer),
         ),
-        scheduler: EventBridgeScheduler::new(clients.scheduler.clone(), c.scheduler.clone()),
+        retries: SqsRetryPublisher::new(clients.sqs.clone(), &c.retry_queue_url),
         breaker: breaker_gate(&clients.dynamodb, c.breaker.as_ref(), FUNCTION),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.retry_dlq_url),
         clock: SystemClock,

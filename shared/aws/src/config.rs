@@ -632,8 +632,8 @@ pub struct RetryHandlerConfig {
     /// TRANSACTION_DEADLINE_SECONDS: past it, a retry event ends the transaction
     /// FAILED/EXPIRED instead of sending.
     pub transaction_deadline: Duration,
-    /// Schedules of the retries the breaker pauses.
-    pub scheduler: SchedulerSettings,
+    /// The retry queue: an event the breaker holds back goes back on it, delayed.
+    pub retry_queue_url: String,
     /// The circuit breaker that holds requests back.
     pub breaker: Option<BreakerConfig>,
     pub batch_concurrency: usize,
@@ -654,7 +654,7 @@ impl RetryHandlerConfig {
             max_requests_per_second,
             answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
             transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
-            scheduler: SchedulerSettings::read(env),
+            retry_queue_url: env.text(&RETRY_QUEUE_URL),
             breaker: BreakerConfig::read(env),
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
@@ -978,10 +978,7 @@ mod tests {
             (PAYLOADS_TABLE.name, "p"),
             (REQUEST_QUEUE_URL.name, "u"),
             (RETRY_DLQ_URL.name, "d"),
-            (SCHEDULE_GROUP.name, "g"),
-            (RETRY_QUEUE_ARN.name, "arn:q"),
-            (SCHEDULER_ROLE_ARN.name, "arn:r"),
-            (SCHEDULER_DLQ_ARN.name, "arn:d"),
+            (RETRY_QUEUE_URL.name, "q"),
             (MAX_REQUESTS_PER_SECOND.name, "4"),
         ]
     }

@@ -55,12 +55,16 @@ async fn send(
     queue_url: &str,
     body: &str,
     attributes: Option<HashMap<String, MessageAttributeValue>>,
+    delay_seconds: u32,
 ) -> Result<(), PortError> {
     client
         .send_message()
         .queue_url(queue_url)
         .message_body(body)
         .set_message_attributes(attributes.filter(|a| !a.is_empty()))
+        .set_delay_seconds(
+            (delay_seconds > 0).then(|| i32::try_from(delay_seconds).unwrap_or(i32::MAX)),
+        )
         .send()
         .await
         .map(|_| ())
@@ -94,12 +98,14 @@ impl RequestPublisher for SqsRequestPublisher {
             &self.queue_url,
             &request.to_json(),
             Some(attrs),
+            0,
         )
         .await
     }
 }
 
-/// Puts retry events on the retry queue (reconciler, operator).
+/// Puts retry events on the retry queue (reconciler, operator; the retry handler's
+/// events held by the breaker, with a delay).
 #[derive(Debug, Clone)]
 pub struct SqsRetryPublisher {
     client: Client,
@@ -116,8 +122,15 @@ impl SqsRetryPublisher {
 }
 
 impl RetryPublisher for SqsRetryPublisher {
-    async fn publish(&self, event: &RetryEvent) -> Result<(), PortError> {
-        send(&self.client, &self.queue_url, &event.to_json(), None).await
+    async fn publish(&self, event: &RetryEvent, delay_seconds: u32) -> Result<(), PortError> {
+        send(
+            &self.client,
+            &self.queue_url,
+            &event.to_json(),
+            None,
+            delay_seconds,
+        )
+        .await
     }
 }
 
@@ -171,6 +184,7 @@ impl DeadLetter for SqsDeadLetter {
             &self.queue_url,
             &message.body,
             Some(attributes),
+            0,
         )
         .await
     }

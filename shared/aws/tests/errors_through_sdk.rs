@@ -124,7 +124,7 @@ async fn server_errors_are_retryable_and_validation_is_permanent() {
         format!("{}/123456789012/q", server.endpoint),
     );
     let ev = spec().event;
-    let err = publisher.publish(&ev).await.unwrap_err();
+    let err = publisher.publish(&ev, 0).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Permanent, "{err}");
 }
 

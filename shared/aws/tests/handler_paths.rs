@@ -122,7 +122,7 @@ async fn happy_path_call_counts() {
     let ports = RetryPorts {
         store: &store,
         requests: &requests,
-        scheduler: &scheduler,
+        retries: &retries,
     };
     execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
         .await

@@ -183,11 +183,11 @@ async fn a_lost_send_answer_publishes_twice_under_one_key() {
     let (proxy, sdk) = losing_once("sqs:SendMessage").await;
     let store = store_on(&s, &sdk);
     let requests = SqsRequestPublisher::new(aws::clients::sqs(&sdk), &s.p.request.url);
-    let scheduler = EventBridgeScheduler::new(s.scheduler(), s.scheduler_settings());
+    let retries = SqsRetryPublisher::new(aws::clients::sqs(&sdk), &s.p.retry.url);
     let ports = RetryPorts {
         store: &store,
         requests: &requests,
-        scheduler: &scheduler,
+        retries: &retries,
     };
     let (ctx, mut rng) = (ctx(), FixedRandom(0.5));
     let event = RetryEvent {

@@ -188,13 +188,27 @@ async fn request_retry_and_dlq_messages_round_trip() {
         attempt: at(3),
         round: None,
     };
-    retries.publish(&event).await.unwrap();
+    retries.publish(&event, 0).await.unwrap();
     let m = receive_one(&s, &s.p.retry.url).await;
     assert_eq!(RetryEvent::parse(m.body().unwrap()).unwrap(), event);
     assert_eq!(
         m.body(),
         Some(r#"{"transaction_id":"TX-7","origin":"RECONCILER","attempt":3}"#)
     );
+    // Held by the breaker: the same body, invisible until its delay has passed.
+    retries.publish(&event, 3).await.unwrap();
+    let early = s
+        .sqs()
+        .receive_message()
+        .queue_url(&s.p.retry.url)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    assert!(early.messages().is_empty(), "delivered before its delay");
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    let m = receive_one(&s, &s.p.retry.url).await;
+    assert_eq!(RetryEvent::parse(m.body().unwrap()).unwrap(), event);
 
     let body = "{not json at all";
     let string = |v: &str| MessageAttribute {

@@ -46,7 +46,7 @@ pub fn performs(input: &Input, effect: &Effect) -> bool {
             Input::Retry(_) => {
                 matches!(
                     effect,
-                    E::Write(_) | E::PublishRequest(_) | E::CreateSchedule(_) | E::Alert(_)
+                    E::Write(_) | E::PublishRequest(_) | E::DeferRetry(_) | E::Alert(_)
                 )
             }
             Input::Reconcile(_) => {
@@ -169,8 +169,9 @@ async fn publish_request<P: Payloads, R: RequestPublisher>(
 async fn publish_retry<Q: RetryPublisher>(
     retries: &Q,
     event: &RetryEvent,
+    delay_seconds: u32,
 ) -> Result<Observed, PortError> {
-    retries.publish(event).await?;
+    retries.publish(event, delay_seconds).await?;
     Ok(Observed::Published)
 }
 
@@ -221,7 +222,7 @@ bundle! {
     {
         Effect::Write(w) => write(store, w),
         Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
-        Effect::PublishRetry(event) => publish_retry(retries, event),
+        Effect::PublishRetry(event) => publish_retry(retries, event, 0),
         Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
         Effect::Note(entry) => note(notes, entry),
     }
@@ -229,19 +230,19 @@ bundle! {
 
 bundle! {
     /// The retry handler's ports: conditional writes, payload reads, request
-    /// publishes, and schedule creation for a retry the circuit breaker paused.
-    /// Alerts (a transaction past its deadline) are raised by the caller from the
-    /// run's trail (log + metric).
+    /// publishes, and the retry queue for an event the circuit breaker holds back
+    /// (deferred). Alerts (a transaction past its deadline) are raised by the caller
+    /// from the run's trail (log + metric).
     ///
     /// A store that cannot read payloads makes no retry handler:
     ///
     /// ```
     /// use domain::exec::{Perform, RetryPorts};
-    /// use testkit::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
+    /// use testkit::memory::{MemoryQueue, MemoryStore};
     /// fn performer<P: Perform>(_: &P) {}
     /// let (store, requests) = (MemoryStore::new(), MemoryQueue::<domain::Request>::new());
-    /// let scheduler = MemoryScheduler::new();
-    /// performer(&RetryPorts { store: &store, requests: &requests, scheduler: &scheduler });
+    /// let retries = MemoryQueue::<domain::RetryEvent>::new();
+    /// performer(&RetryPorts { store: &store, requests: &requests, retries: &retries });
     /// ```
     ///
     /// ```compile_fail
@@ -249,19 +250,19 @@ bundle! {
     /// use testkit::memory::{MemoryQueue, MemoryScheduler};
     /// fn performer<P: Perform>(_: &P) {}
     /// let (store, requests) = (MemoryScheduler::new(), MemoryQueue::<domain::Request>::new());
-    /// let scheduler = MemoryScheduler::new();
-    /// performer(&RetryPorts { store: &store, requests: &requests, scheduler: &scheduler });
+    /// let retries = MemoryQueue::<domain::RetryEvent>::new();
+    /// performer(&RetryPorts { store: &store, requests: &requests, retries: &retries });
     /// ```
     RetryPorts, "retry handler",
     {
         store: St: Transitions + Payloads,
         requests: Rq: RequestPublisher,
-        scheduler: Sc: ScheduleCreator,
+        retries: Rt: RetryPublisher,
     }
     {
         Effect::Write(w) => write(store, w),
         Effect::PublishRequest(h) => publish_request(store, requests, h),
-        Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
+        Effect::DeferRetry(d) => publish_retry(retries, &d.event, d.delay_seconds),
         Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
     }
 }
@@ -282,7 +283,7 @@ bundle! {
     {
         Effect::Write(w) => write(store, w),
         Effect::CreateSchedule(spec) => create_schedule(scheduler, spec),
-        Effect::PublishRetry(event) => publish_retry(retries, event),
+        Effect::PublishRetry(event) => publish_retry(retries, event, 0),
         Effect::PublishRequest(h) => publish_request(store, requests, h),
         Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
     }
@@ -317,7 +318,7 @@ bundle! {
     {
         Effect::Read(id) => read(store, id),
         Effect::Write(w) => write(store, w),
-        Effect::PublishRetry(event) => publish_retry(retries, event),
+        Effect::PublishRetry(event) => publish_retry(retries, event, 0),
     }
 }
 

@@ -105,11 +105,10 @@ pub enum Event {
     AnswerAwaited,
     AnswerRepublished,
     ReconcilerRequeued,
-    RetryPausedByBreaker,
 }
 
 impl Event {
-    pub const ALL: [Event; 13] = [
+    pub const ALL: [Event; 12] = [
         Event::Start,
         Event::Success,
         Event::Exhausted,
@@ -122,7 +121,6 @@ impl Event {
         Event::AnswerAwaited,
         Event::AnswerRepublished,
         Event::ReconcilerRequeued,
-        Event::RetryPausedByBreaker,
     ];
 }
 
@@ -150,12 +148,10 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
         (Some(S::Scheduling), E::ScheduleConfirmed) => Ok(S::Scheduled),
         (Some(S::Scheduling | S::Scheduled), E::RetryEventAccepted) => Ok(S::Sending),
         (Some(S::Sending), E::RequestPublished) => Ok(S::InProgress),
-        (Some(S::Scheduling | S::Scheduled), E::RetryPausedByBreaker) => Ok(S::Scheduling),
         (Some(S::Failed), E::OperatorReplay) => Ok(S::Scheduling),
         (Some(S::InProgress), E::AnswerAwaited | E::AnswerRepublished) => Ok(S::InProgress),
         (Some(S::Scheduling), E::ReconcilerRequeued) => Ok(S::Scheduling),
         (Some(S::Scheduled), E::ReconcilerRequeued) => Ok(S::Scheduled),
-        (Some(S::Sending), E::ReconcilerRequeued) => Ok(S::Sending),
         (from, event) => Err(IllegalTransition { from, event }),
     }
 }
@@ -499,7 +495,8 @@ pub enum Mark {
     /// The request in flight went out as a half-open round's probe: its ERROR or its
     /// silence spends nothing of the transaction's own budgets.
     Probe,
-    /// The breaker, OPEN, held the retry cycle (a pause) or the unanswered request.
+    /// The breaker, OPEN, held the unanswered request (or, in a record written by a
+    /// release before holds stopped writing the record, a retry cycle).
     HeldOpen,
     /// The breaker, HALF_OPEN with every probe of the round out, held it.
     HeldHalfOpen,
@@ -1233,17 +1230,6 @@ mod tests {
                 E::ReconcilerRequeued,
                 Some(S::Scheduled),
             ),
-            (Some(S::Sending), E::ReconcilerRequeued, Some(S::Sending)),
-            (
-                Some(S::Scheduling),
-                E::RetryPausedByBreaker,
-                Some(S::Scheduling),
-            ),
-            (
-                Some(S::Scheduled),
-                E::RetryPausedByBreaker,
-                Some(S::Scheduling),
-            ),
         ];
         let mut states = vec![None];
         states.extend(Status::ALL.map(Some));
@@ -1269,7 +1255,7 @@ mod tests {
             }
         }
         assert_eq!(legal, expected.len());
-        assert_eq!(states.len() * Event::ALL.len(), 91);
+        assert_eq!(states.len() * Event::ALL.len(), 84);
     }
 
     #[test]
@@ -1439,9 +1425,9 @@ mod tests {
         }
         // One per non-empty subset of the sources of each event: Start has none
         // (it leaves [*]); Success, Exhausted and ResponseCancelledRetry 7 each,
-        // RetryEventAccepted and RetryPausedByBreaker 3 each, ReconcilerRequeued one
-        // per status (its arrows diverge), the rest 1 each.
-        assert_eq!(arrows, 3 * 7 + 2 * 3 + 3 + 6);
+        // RetryEventAccepted 3, ReconcilerRequeued one per status (its arrows
+        // diverge), the rest 1 each.
+        assert_eq!(arrows, 3 * 7 + 3 + 2 + 6);
     }
 
     #[test]

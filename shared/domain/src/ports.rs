@@ -260,10 +260,11 @@ port! {
 }
 
 port! {
-    /// Puts retry events on the retry queue (reconciler and operator;
-    /// `sqs:SendMessage`).
+    /// Puts retry events on the retry queue (`sqs:SendMessage`), delivered
+    /// `delay_seconds` later (0 to 900): the reconciler's requeue and the operator's
+    /// replay at once, the retry handler's event held by the breaker later.
     pub trait RetryPublisher {
-        fn publish(&self, event: &RetryEvent) -> Result<(), PortError>;
+        fn publish(&self, event: &RetryEvent, delay_seconds: u32) -> Result<(), PortError>;
     }
 }
 

@@ -243,11 +243,11 @@ impl<B: Backend> World<B> {
     }
 
     /// The retry handler's ports.
-    pub fn retry_ports(&self) -> RetryPorts<'_, B::Store, B::Requests, B::Scheduler> {
+    pub fn retry_ports(&self) -> RetryPorts<'_, B::Store, B::Requests, B::Retries> {
         RetryPorts {
             store: &self.store,
             requests: &self.requests,
-            scheduler: &self.scheduler,
+            retries: &self.retries,
         }
     }
 

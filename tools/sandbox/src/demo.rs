@@ -677,6 +677,7 @@ async fn breaker_observed(
         .lock()
         .map(|t| t.clone())
         .unwrap_or_default();
+    let held = stack.held.lock().map(|h| h.clone()).unwrap_or_default();
     let e = &stack.external;
     Ok(report::BreakerObserved {
         outage: *outage,
@@ -684,6 +685,7 @@ async fn breaker_observed(
         changes,
         state,
         publish_ms,
+        held,
         cancel_probability: plan.stack.external.cancel_probability,
         outage_errors: e.get(&e.outage_errors),
         outage_silenced: e.get(&e.outage_silenced),

@@ -76,6 +76,9 @@ pub struct BreakerObserved {
     pub state: String,
     /// When each retried request left a retry handler (ms since the epoch).
     pub publish_ms: Vec<i64>,
+    /// Each retry event the breaker held back (deferred on the retry queue): its
+    /// transaction, and when (ms since the epoch).
+    pub held: Vec<(String, i64)>,
     /// The service's probability of CANCELLED (with the seed: its script).
     pub cancel_probability: f64,
     /// Requests answered ERROR, and taken unanswered, during the outage.
@@ -610,21 +613,22 @@ fn breaker_report(b: &BreakerObserved, obs: &Observations) -> BreakerReport {
         let Some(rec) = obs.records.get(id.as_str()) else {
             continue;
         };
-        if rec.pauses > 0 {
+        // Held: a retry event of it deferred while the breaker held requests back;
+        // resumed: it went IN_PROGRESS (its request out) after its first hold.
+        let first_hold = b
+            .held
+            .iter()
+            .filter(|(t, _)| t == id)
+            .map(|(_, at)| *at)
+            .min();
+        if let Some(first) = first_hold {
             paused += 1;
             let rows = obs.audit.get(id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-            let first_pause = rows
+            if rows
                 .iter()
-                .filter(|e| {
-                    e.noted_mark()
-                        .is_some_and(domain::machine::Mark::is_breakers)
-                })
-                .map(|e| e.at)
-                .min();
-            if let Some(p) = first_pause {
-                if rows.iter().any(|e| e.to == Status::InProgress && e.at > p) {
-                    resumed += 1;
-                }
+                .any(|e| e.to == Status::InProgress && e.at.millis() > first)
+            {
+                resumed += 1;
             }
         }
         if !rec.status.is_terminal() {
@@ -731,7 +735,7 @@ fn render_breaker(s: &mut String, b: &BreakerReport) {
     );
     let _ = writeln!(
         s,
-        "  retries paused   {} (RetriesPausedByBreaker), {} transactions paused, {} of them resumed (IN_PROGRESS again)",
+        "  retries held     {} (RetriesPausedByBreaker), {} transactions held, {} of them resumed (IN_PROGRESS again)",
         b.retries_paused, b.transactions_paused, b.transactions_resumed
     );
     let _ = writeln!(

@@ -314,16 +314,19 @@ impl ScheduleDeleter for MemoryScheduler {
     }
 }
 
-/// A queue in memory (requests or retry events), in publish order.
+/// A queue in memory (requests or retry events), in publish order. A retry event
+/// deferred by the breaker is kept with its delay ([`MemoryQueue::delayed`]).
 #[derive(Debug)]
 pub struct MemoryQueue<T> {
     messages: Mutex<Vec<T>>,
+    delayed: Mutex<Vec<(T, u32)>>,
 }
 
 impl<T> Default for MemoryQueue<T> {
     fn default() -> Self {
         Self {
             messages: Mutex::new(Vec::new()),
+            delayed: Mutex::new(Vec::new()),
         }
     }
 }
@@ -339,6 +342,18 @@ impl<T: Clone> MemoryQueue<T> {
 
     pub fn drain(&self) -> Vec<T> {
         std::mem::take(&mut *lock(&self.messages))
+    }
+
+    /// The messages published with a delay, with it (seconds), in order; they are
+    /// not among [`Self::messages`] until [`Self::deliver_delayed`].
+    pub fn delayed(&self) -> Vec<(T, u32)> {
+        lock(&self.delayed).clone()
+    }
+
+    /// The delayed messages' delays have passed: they join the queue.
+    pub fn deliver_delayed(&self) {
+        let due = std::mem::take(&mut *lock(&self.delayed));
+        lock(&self.messages).extend(due.into_iter().map(|(m, _)| m));
     }
 
     pub fn len(&self) -> usize {
@@ -358,8 +373,12 @@ impl RequestPublisher for MemoryQueue<Request> {
 }
 
 impl RetryPublisher for MemoryQueue<RetryEvent> {
-    async fn publish(&self, event: &RetryEvent) -> Result<(), PortError> {
-        lock(&self.messages).push(event.clone());
+    async fn publish(&self, event: &RetryEvent, delay_seconds: u32) -> Result<(), PortError> {
+        if delay_seconds == 0 {
+            lock(&self.messages).push(event.clone());
+        } else {
+            lock(&self.delayed).push((event.clone(), delay_seconds));
+        }
         Ok(())
     }
 }

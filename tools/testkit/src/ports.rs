@@ -41,11 +41,11 @@ where
                 ResolvePorts { store, scheduler }.perform(effect).await
             }
             Effect::Create { .. } => StartPorts { store, requests }.perform(effect).await,
-            Effect::PublishRequest(_) => {
+            Effect::PublishRequest(_) | Effect::DeferRetry(_) => {
                 RetryPorts {
                     store,
                     requests,
-                    scheduler,
+                    retries,
                 }
                 .perform(effect)
                 .await

@@ -277,7 +277,7 @@ impl Provisioned {
                     vars::MAX_REQUESTS_PER_SECOND.name,
                     domain::defaults::MAX_REQUESTS_PER_SECOND.to_string(),
                 ));
-                v.extend(sched());
+                v.push((vars::RETRY_QUEUE_URL.name, self.retry.url.clone()));
                 v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
             }
             "reconciler" => {

@@ -60,7 +60,7 @@ struct Args {
     uncounted_probes: bool,
     /// Switch on a known-bad design: retry-rejects-scheduling, fire-time-at-create,
     /// retry-discards-sending, attempts-from-zero, no-answer-deadline,
-    /// technical-as-cancelled, ignores-breaker, pause-consumes-attempt,
+    /// technical-as-cancelled, ignores-breaker, held-event-begins-send,
     /// error-round-ignored, probe-spends-resend, no-transaction-deadline.
     #[arg(long)]
     flaw: Vec<String>,

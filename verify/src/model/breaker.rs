@@ -62,8 +62,8 @@ impl Verdict {
 /// A breach of the breaker's guarantees, found where it happens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BreakerViolation {
-    /// A pause changed `current_attempt`, `next_attempt` or `max_attempts`.
-    PauseChangedAttempt,
+    /// A retry event the breaker held back began a send (wrote its record).
+    HeldRunWrote,
     /// A request went out from a run the breaker held back.
     HeldRequestSent,
     /// More requests went out as probes in one HALF_OPEN round than its `probes`.
@@ -74,8 +74,8 @@ impl BreakerViolation {
     /// The guarantee it breaks (the property's name).
     pub const fn guarantee(self) -> &'static str {
         match self {
-            BreakerViolation::PauseChangedAttempt => {
-                "a pause by the breaker never changes current_attempt, next_attempt or max_attempts"
+            BreakerViolation::HeldRunWrote => {
+                "a retry event the breaker holds back writes nothing: it is deferred, its record untouched"
             }
             BreakerViolation::HeldRequestSent => {
                 "no request goes out from a run the breaker held back"
@@ -135,6 +135,14 @@ impl ModelBreaker {
     pub fn clock(&mut self, now: Timestamp) -> Timestamp {
         self.at = self.at.max(now);
         self.at
+    }
+
+    /// Time passes to the breaker's next probe instant (the end of its cool-down, or
+    /// of its half-open round): what the reconciler's fixpoint assumes once the
+    /// outage is over, as a held event's instant was once written on its record.
+    pub fn pass_cooldown(&mut self) {
+        let next = self.item.next_probe(self.at);
+        self.clock(next);
     }
 
     /// The verdict for a request due at `now`. `counts_probes` false: a probe let out

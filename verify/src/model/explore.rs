@@ -27,7 +27,7 @@ impl ProtocolModel {
         Violation::ImpossibleObservation.guarantee(),
         Violation::PendingRetryDropped.guarantee(),
         "a technical failure never consumes an attempt: every attempt after the first follows one the service answered CANCELLED",
-        BreakerViolation::PauseChangedAttempt.guarantee(),
+        BreakerViolation::HeldRunWrote.guarantee(),
         BreakerViolation::HeldRequestSent.guarantee(),
         BreakerViolation::ProbesExceeded.guarantee(),
         "an outage ends no transaction FAILED (TECHNICAL_EXHAUSTED or UNANSWERED) when it is the scope's only technical failure",
@@ -219,9 +219,15 @@ impl Model for ProtocolModel {
             }
         }
         let next = self.apply(last, &action);
-        // The outage's length bound: executions past it are not explored.
-        let beyond =
-            self.scope.breaker() && next.records.iter().any(|r| r.resends > self.scope.rounds);
+        // The outage's length bound: executions past it are not explored. A hold
+        // writes nothing, so its count is the model's own (each a cycle of waiting,
+        // as a re-send's round is).
+        let beyond = self.scope.breaker()
+            && next
+                .records
+                .iter()
+                .zip(&next.held)
+                .any(|(r, held)| r.resends + u32::from(*held) > self.scope.rounds);
         (!beyond).then_some(next)
     }
 
@@ -289,7 +295,7 @@ impl Model for ProtocolModel {
             }),
             Property::always(p[14], |_, s: &State| {
                 !s.breaker_violations
-                    .contains(&BreakerViolation::PauseChangedAttempt)
+                    .contains(&BreakerViolation::HeldRunWrote)
             }),
             Property::always(p[15], |_, s: &State| {
                 !s.breaker_violations
@@ -392,14 +398,19 @@ impl Model for ProtocolModel {
             Property::sometimes(WITNESS[10], |_, s: &State| {
                 s.records
                     .iter()
-                    .any(|r| r.status == Status::Succeeded && r.pauses > 0)
+                    .zip(&s.held)
+                    .any(|(r, held)| r.status == Status::Succeeded && *held > 0)
             }),
             Property::sometimes(WITNESS[11], |_, s: &State| {
                 s.breaker.as_ref().is_some_and(|b| !b.probes.is_empty())
             }),
             Property::sometimes(WITNESS[12], |_, s: &State| {
-                s.records.iter().any(|r| {
-                    r.status == Status::Scheduled && r.pauses > 0 && r.current_attempt.get() == 1
+                // Its re-send's event deferred, the record still waits for attempt 1.
+                s.records.iter().zip(&s.held).any(|(r, held)| {
+                    *held > 0
+                        && r.status == Status::Scheduled
+                        && r.next_attempt.map(Attempt::get) == Some(1)
+                        && r.current_attempt.get() == 1
                 })
             }),
             Property::sometimes(WITNESS[13], |_, s: &State| {
@@ -444,9 +455,9 @@ pub const WITNESS: [&str; 17] = [
     "the reconciler acts on a SCHEDULING transaction",
     "a transaction succeeds after a technical re-send",
     "a transaction ends FAILED with its technical re-sends spent",
-    "a transaction succeeds after the breaker paused its retry",
+    "a transaction succeeds after the breaker held its retry",
     "a request goes out as the breaker's HALF_OPEN probe",
-    "the breaker paused the re-send of attempt 1 (the attempt kept)",
+    "the breaker held the re-send of attempt 1 (the attempt kept)",
     "a transaction ends FAILED/EXPIRED at its deadline",
     "a handler's decision (not the reconciler's) ends a transaction at its deadline",
     "an operator resolves a transaction while its retry cycle is under way",

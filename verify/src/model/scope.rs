@@ -39,10 +39,10 @@ pub struct Scope {
     /// The breaker writes each probe it lets out (false: a broken gate whose
     /// HALF_OPEN rounds let out more than their probes).
     pub counts_probes: bool,
-    /// With the breaker: explore only executions whose transactions each open at most
-    /// this many retry cycles for one attempt (technical re-sends and pauses, the
-    /// record's `resends`). Pauses, each a new cycle at a later instant, are not
-    /// bounded otherwise: this bounds the outage's length.
+    /// With the breaker: explore only executions whose transactions each wait at most
+    /// this many times for one attempt (technical re-sends, the record's `resends`,
+    /// and holds of their retry event). Holds, each a wait until a later instant,
+    /// are not bounded otherwise: this bounds the outage's length.
     pub rounds: u32,
 }
 

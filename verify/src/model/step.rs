@@ -90,6 +90,7 @@ impl ProtocolModel {
             service: Service::new(),
             instants: Instants::new(),
             alerted: vec![false; usize::from(self.scope.transactions.max(1))],
+            held: vec![0; usize::from(self.scope.transactions.max(1))],
             scheduler_dlq: vec![0; usize::from(self.scope.transactions.max(1))],
             lost: vec![0; usize::from(self.scope.transactions.max(1))],
             errors: vec![0; usize::from(self.scope.transactions.max(1))],
@@ -179,17 +180,6 @@ impl ProtocolModel {
                             &next,
                             writer,
                         ));
-                        if w.event() == Event::RetryPausedByBreaker
-                            && (next.current_attempt, next.next_attempt, next.max_attempts)
-                                != (
-                                    current.current_attempt,
-                                    current.next_attempt,
-                                    current.max_attempts,
-                                )
-                        {
-                            s.breaker_violations
-                                .insert(BreakerViolation::PauseChangedAttempt);
-                        }
                         s.records[usize::from(tx)] = next.clone();
                         Observed::Written(next)
                     }
@@ -266,6 +256,9 @@ impl ProtocolModel {
                 });
                 Observed::Published
             }
+            // Not delivered before it was sent (when the breaker is modelled, the
+            // run that receives it decides no earlier: a reconciler's late run puts
+            // it on the queue at its own, late, time).
             Effect::PublishRetry(ev) => {
                 if let Some(tx) = self.tx_of(&ev.transaction_id) {
                     s.retries.push(Ev {
@@ -273,7 +266,31 @@ impl ProtocolModel {
                         attempt: ev.attempt.get(),
                         origin: ev.origin,
                         round: ev.round,
-                        at: None,
+                        at: s.breaker.is_some().then_some(run.now),
+                    });
+                }
+                Observed::Published
+            }
+            // Held by the breaker: the same event, delivered no earlier than its delay.
+            Effect::DeferRetry(d) => {
+                // Deferred, so held: its run must not have written the record.
+                if run
+                    .run
+                    .trail()
+                    .iter()
+                    .any(|(e, _)| matches!(e, Effect::Write(_)))
+                {
+                    s.breaker_violations.insert(BreakerViolation::HeldRunWrote);
+                }
+                if let Some(tx) = self.tx_of(&d.event.transaction_id) {
+                    s.held[usize::from(tx)] = s.held[usize::from(tx)].saturating_add(1);
+                    let ms = i64::from(d.delay_seconds) * 1_000;
+                    s.retries.push(Ev {
+                        tx,
+                        attempt: d.event.attempt.get(),
+                        origin: d.event.origin,
+                        round: d.event.round,
+                        at: Some(run.now.plus_millis(ms)),
                     });
                 }
                 Observed::Published
@@ -525,6 +542,8 @@ impl ProtocolModel {
                     s.retries.remove(i)
                 };
                 let now = e.at.map_or(self.now_of(&s), |at| at.max(self.now_of(&s)));
+                // Real time is past the breaker's clock too (a late run moved it).
+                let now = s.breaker.as_mut().map_or(now, |b| b.clock(now));
                 let counts = self.scope.counts_probes;
                 let verdict = s
                     .breaker
@@ -601,9 +620,7 @@ impl ProtocolModel {
                 // asks the breaker (it would go out again), as the functions'
                 // reconciler does.
                 let counts = self.scope.counts_probes;
-                if let Some(b) = s.breaker.as_mut() {
-                    b.clock(now);
-                }
+                let now = s.breaker.as_mut().map_or(now, |b| b.clock(now));
                 let verdict = match s.breaker.as_mut() {
                     Some(b) if domain::decide::asks_breaker(&rec, &self.ctx(now)) => {
                         b.admission(now, counts)
@@ -665,6 +682,10 @@ impl ProtocolModel {
                 break;
             }
             s.budgets.reconciler_runs = s.budgets.reconciler_runs.max(1);
+            // Time passes: a breaker still holding lets requests out again.
+            if let Some(b) = s.breaker.as_mut() {
+                b.pass_cooldown();
+            }
             s = self.apply(&s, &Action::Reconcile { tx, late: true });
             s = self.finish_everything(&s);
         }

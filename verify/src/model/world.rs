@@ -228,6 +228,9 @@ pub struct State {
     /// The instant of the first schedule created for each (tx, attempt).
     pub instants: Instants<u8>,
     pub alerted: Vec<bool>,
+    /// The retry events of each transaction the breaker held back (each deferred on
+    /// the retry queue; the record is not written).
+    pub held: Vec<u8>,
     /// Events the scheduler could not deliver, per transaction (scheduler DLQ).
     pub scheduler_dlq: Vec<u8>,
     /// Requests or answers of each transaction lost on the way.
@@ -348,6 +351,7 @@ impl Hash for State {
         self.service.hash(h);
         self.instants.hash(h);
         self.alerted.hash(h);
+        self.held.hash(h);
         self.scheduler_dlq.hash(h);
         self.lost.hash(h);
         self.errors.hash(h);

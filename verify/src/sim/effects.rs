@@ -158,6 +158,18 @@ impl World<'_> {
                 self.poll_soon(QueueId::Retry);
                 Observed::Published
             }
+            // Held by the breaker: visible on the retry queue once its delay passes.
+            Effect::DeferRetry(d) => {
+                self.seq += 1;
+                let id = self.seq;
+                let visible = self.now + i64::from(d.delay_seconds) * 1_000;
+                self.retries.send(id, d.event.clone(), visible);
+                if let Some(tx) = self.tx_of(&d.event.transaction_id) {
+                    self.held_by_tx[tx] += 1;
+                }
+                self.schedule_wake(QueueId::Retry);
+                Observed::Published
+            }
             Effect::Alert(a) => {
                 if let Some(tx) = self.tx_of(&a.transaction_id) {
                     self.alerts[tx] += 1;

@@ -90,12 +90,13 @@ pub struct Report {
     /// whose write lost to a newer item (decided again on a fresh read).
     pub breaker_cached_admissions: u64,
     pub breaker_stale_writes: u64,
-    /// Retry events the retry handler paused (the breaker held them back).
+    /// Retry events the retry handler held back for the breaker (deferred on the
+    /// retry queue).
     pub retries_paused: u64,
-    /// Transactions paused at least once, and the most pauses of one of them.
+    /// Transactions held at least once, and the most holds of one of them.
     pub paused_transactions: u64,
     pub max_pauses: u64,
-    /// Paused transactions not terminal at the end with nothing in a DLQ for them.
+    /// Held transactions not terminal at the end with nothing in a DLQ for them.
     pub paused_stuck: u64,
     /// Transactions ended FAILED/TECHNICAL_EXHAUSTED or FAILED/UNANSWERED in a run
     /// whose only technical failures are the outage windows (counted then only).
@@ -432,7 +433,7 @@ impl fmt::Display for Report {
             )?;
             writeln!(
                 f,
-                "retries paused             {} ({} transactions, at most {} pauses each); paused and stuck {}{}",
+                "retries held               {} ({} transactions, at most {} holds each); held and stuck {}{}",
                 self.retries_paused, self.paused_transactions, self.max_pauses, self.paused_stuck, flag(self.paused_stuck)
             )?;
             let over = self.probe_limit > 0 && self.max_probes_per_round > self.probe_limit;

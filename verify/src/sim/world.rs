@@ -119,6 +119,8 @@ pub(super) struct World<'a> {
     pub(super) last_tick_found: usize,
     pub(super) alerts: Vec<u32>,
     pub(super) dlq_by_tx: Vec<u32>,
+    /// Retry events of each transaction the breaker held back (deferred).
+    pub(super) held_by_tx: Vec<u32>,
     pub(super) faults: Rng,
     pub(super) latency: Rng,
     pub(super) service: Rng,
@@ -216,6 +218,7 @@ impl<'a> World<'a> {
             last_tick_found: 0,
             alerts: vec![0; n],
             dlq_by_tx: vec![0; n],
+            held_by_tx: vec![0; n],
             faults: Rng::new(seed, 1),
             latency: Rng::new(seed, 2),
             service: Rng::new(seed, 3),
@@ -857,8 +860,9 @@ impl World<'_> {
                 continue;
             };
             let dead_lettered = self.dlq_by_tx[tx] > 0;
-            self.report.max_pauses = self.report.max_pauses.max(u64::from(rec.pauses));
-            if rec.pauses > 0 {
+            let held = self.held_by_tx[tx];
+            self.report.max_pauses = self.report.max_pauses.max(u64::from(held));
+            if held > 0 {
                 self.report.paused_transactions += 1;
                 if !rec.status.is_terminal() && !dead_lettered {
                     self.report.paused_stuck += 1;

@@ -221,6 +221,32 @@ impl ScheduleSpec {
     }
 }
 
+/// The longest SQS holds a message back before delivering it (`DelaySeconds`, 15 min).
+pub const MAX_DEFER_SECONDS: u32 = 900;
+
+/// A retry event put back on the retry queue, delivered again `delay_seconds` later
+/// (SQS `DelaySeconds`): how the circuit breaker holds a retry without writing its
+/// record. Holds longer than [`MAX_DEFER_SECONDS`] are deferred again when they come
+/// back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Deferred {
+    pub event: RetryEvent,
+    pub delay_seconds: u32,
+}
+
+impl Deferred {
+    /// `event` deferred from `now` until `until`: at least one second, at most
+    /// [`MAX_DEFER_SECONDS`].
+    pub fn until(event: RetryEvent, now: Timestamp, until: Timestamp) -> Self {
+        let ms = until.millis().saturating_sub(now.millis()).max(0);
+        let seconds = u32::try_from(ms.saturating_add(999) / 1_000).unwrap_or(u32::MAX);
+        Self {
+            event,
+            delay_seconds: seconds.clamp(1, MAX_DEFER_SECONDS),
+        }
+    }
+}
+
 /// A business alert: the transaction ended FAILED.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Alert {
@@ -271,6 +297,8 @@ pub enum Effect {
     DeleteSchedule(ScheduleName),
     PublishRequest(RequestHeader),
     PublishRetry(RetryEvent),
+    /// The retry event handled now, back on the retry queue for later.
+    DeferRetry(Deferred),
     Alert(Alert),
     /// Append an audit entry for an event that changes no record (a notice).
     Note(crate::audit::AuditEntry),
@@ -297,6 +325,7 @@ impl Effect {
             Effect::DeleteSchedule(_) => "delete-schedule",
             Effect::PublishRequest(_) => "publish-request",
             Effect::PublishRetry(_) => "publish-retry",
+            Effect::DeferRetry(_) => "defer-retry",
             Effect::Alert(_) => "alert",
             Effect::Note(_) => "note",
             Effect::Ack(_) => "ack",
@@ -335,8 +364,8 @@ pub enum Ack {
     Resolved,
     AlreadyResolved,
     Replayed,
-    /// The circuit breaker held the request back: its retry cycle opened again later
-    /// for the same attempt.
+    /// The circuit breaker held the request back: its retry event is back on the
+    /// retry queue until the breaker's resume instant, the record untouched.
     Paused,
     /// The circuit breaker held an unanswered request back: its deadline moved to
     /// the breaker's resume instant, nothing republished.
@@ -456,6 +485,10 @@ pub enum DropReason {
     /// The reconciler requeued this retry cycle `requeues` times and nothing moved:
     /// it is parked (not requeued again) until something makes progress; reported.
     Parked { status: Status, requeues: u32 },
+    /// The reconciler found a retry cycle past its instant while the circuit breaker
+    /// holds requests back: its event waits on the retry queue (held), nothing is
+    /// requeued or counted.
+    HeldByBreaker { status: Status },
 }
 
 impl DropReason {
@@ -471,6 +504,7 @@ impl DropReason {
             DropReason::DuplicateRetry { .. } => "duplicate-retry",
             DropReason::NotStuck { .. } => "not-stuck",
             DropReason::Parked { .. } => "parked",
+            DropReason::HeldByBreaker { .. } => "held-by-breaker",
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use super::cycle::resume_scheduling;
 use super::expire::{expire, expires};
+use super::retry::resume_sending;
 use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Plan, RequestHeader};
 use crate::arrow;
 use crate::machine::{
@@ -18,7 +19,6 @@ const REPUBLISHED: Arrow = arrow!([Status::InProgress], Event::AnswerRepublished
 const ABANDONED: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 const REQUEUED_SCHEDULING: Arrow = arrow!([Status::Scheduling], Event::ReconcilerRequeued);
 const REQUEUED_SCHEDULED: Arrow = arrow!([Status::Scheduled], Event::ReconcilerRequeued);
-const REQUEUED_SENDING: Arrow = arrow!([Status::Sending], Event::ReconcilerRequeued);
 
 /// The answer deadline of an IN_PROGRESS record: the stored one, or (a record written
 /// before deadlines existed) its last write plus the answer timeout.
@@ -32,12 +32,17 @@ fn answer_due(r: &TransactionRecord, ctx: &Context) -> crate::ids::Timestamp {
 /// True when the reconciler's plan for this record may send its request again, so it
 /// asks the circuit breaker first: an IN_PROGRESS record past its answer deadline
 /// with republishes left (one that has spent them ends FAILED/UNANSWERED whatever the
-/// breaker says: it is not a request the breaker could hold or let out).
+/// breaker says: it is not a request the breaker could hold or let out), or a retry
+/// cycle past its instant that it would requeue (while the breaker holds, its event
+/// is deferred on the retry queue, not lost).
 pub fn asks_breaker(r: &TransactionRecord, ctx: &Context) -> bool {
-    r.status == Status::InProgress
-        && is_stuck(r, ctx)
-        && r.republishes < ctx.answer_republish_max
-        && !ctx.expired(r)
+    let sends = match r.status {
+        Status::InProgress => r.republishes < ctx.answer_republish_max,
+        Status::Scheduling => r.next_fire_at.is_none_or(|f| f <= ctx.now),
+        Status::Scheduled => true,
+        _ => false,
+    };
+    sends && is_stuck(r, ctx) && !ctx.expired(r)
 }
 
 /// True when the reconciler should act on this record now: a retry cycle unchanged
@@ -66,10 +71,20 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
     let Some(next) = r.next_attempt else {
         return vec![Effect::Drop(DropReason::NotStuck { status: r.status })];
     };
-    // A stuck cycle past the deadline ends (parked ones too); SENDING is requeued so
-    // that its send completes.
+    // A stuck cycle past the deadline ends (parked ones too).
     if expires(r, ctx) {
         return expire(r, ctx, Actor::Reconciler);
+    }
+    // SENDING: its send began and its request may be out; the reconciler completes it
+    // as the retry handler's redelivered event would (same key), breaker or not.
+    if r.status == Status::Sending {
+        return resume_sending(&r.transaction_id, next, r.resends, ctx, Actor::Reconciler);
+    }
+    // A cycle past its instant while the breaker holds: its event is deferred on the
+    // retry queue (or will be, once requeued after the hold); requeueing it now would
+    // only be deferred too, and would count a requeue the cycle did not need.
+    if ctx.hold.is_some() && r.next_fire_at.is_none_or(|f| f <= ctx.now) {
+        return vec![Effect::Drop(DropReason::HeldByBreaker { status: r.status })];
     }
     // Each requeue is counted on the record (conditional on the count read, so two
     // runs never both count one), and any other write clears the count: a cycle
@@ -85,8 +100,7 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
         }
         let arrow = match r.status {
             Status::Scheduling => REQUEUED_SCHEDULING,
-            Status::Scheduled => REQUEUED_SCHEDULED,
-            _ => REQUEUED_SENDING,
+            _ => REQUEUED_SCHEDULED,
         };
         let mut w = Write::new(r.transaction_id.clone(), arrow, ctx.now, Actor::Reconciler);
         w.guard.next_attempt = Some(next);
@@ -113,9 +127,9 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
             }
             _ => requeue(),
         },
-        // SCHEDULED long past its fire time, or SENDING: put the retry event back so B
-        // resumes through its usual idempotent path.
-        Status::Scheduled | Status::Sending => requeue(),
+        // SCHEDULED long past its fire time: put the retry event back so B sends
+        // through its usual idempotent path.
+        Status::Scheduled => requeue(),
         status => vec![Effect::Drop(DropReason::NotStuck { status })],
     }
 }

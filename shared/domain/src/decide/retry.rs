@@ -1,13 +1,11 @@
 //! The retry handler (B), for a retry event `(id, m)`.
 
-use super::cycle::{
-    confirm_scheduled, create_schedule, in_progress_write, resume_scheduling, Cycle,
-};
+use super::cycle::in_progress_write;
 use super::expire::{expire, expires};
-use super::{Ack, Context, DropReason, Effect, Known, Plan, Rejection, RequestHeader};
+use super::{Ack, Context, Deferred, DropReason, Effect, Known, Plan, Rejection, RequestHeader};
 use crate::arrow;
 use crate::breaker::Hold;
-use crate::ids::{Attempt, ScheduleName, TransactionId};
+use crate::ids::{Attempt, TransactionId};
 use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, Write};
 use crate::message::RetryEvent;
 
@@ -17,18 +15,11 @@ const ACCEPT: Arrow = arrow!(
     [Status::Scheduling, Status::Scheduled],
     Event::RetryEventAccepted
 );
-/// While the breaker holds requests back, the pending attempt's cycle is opened again
-/// later, from wherever the event finds it before its send began. Never from SENDING:
-/// request m may have left, and only its publish's completion or its answer leave
-/// SENDING (a pause would drop that answer as late).
-const PAUSE: Arrow = arrow!(
-    [Status::Scheduling, Status::Scheduled],
-    Event::RetryPausedByBreaker
-);
 
 /// The plan for a retry event, decided on what is known of the record. While the
-/// circuit breaker holds requests back (`ctx.hold`), the pending attempt is paused
-/// instead of sent.
+/// circuit breaker holds requests back (`ctx.hold`), the event is deferred instead of
+/// sent: back on the retry queue until the breaker's resume instant, the record
+/// untouched (a hold is no arrow of the machine, so it meets no other).
 pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
     let id = &ev.transaction_id;
     let m = ev.attempt;
@@ -36,9 +27,10 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
         Known::Missing => vec![Effect::Reject(Rejection::UnknownTransaction {
             transaction_id: id.clone(),
         })],
-        // Paused blind on no earlier rounds: a failed condition hands back the record.
+        // Held blind: nothing read, nothing written; the event comes back later and
+        // is decided then on whatever the record has become.
         Known::Unread => match ctx.hold {
-            Some(hold) => pause(id, m, (0, 0), hold, ctx),
+            Some(hold) => defer(ev, hold, ctx),
             None => send(id, m, ev, ctx),
         },
         Known::Record(r) => {
@@ -57,8 +49,8 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                 };
             }
             // An event of an earlier retry cycle of the pending attempt (redelivered,
-            // or decided again after its cycle moved on to a re-send or a pause):
-            // the cycle in force has its own schedule and instant.
+            // or decided again after its cycle moved on to a re-send): the cycle in
+            // force has its own schedule and instant.
             if let Some(round) = ev.round.filter(|k| *k < r.resends) {
                 return vec![Effect::Drop(DropReason::StaleCycle {
                     attempt: m,
@@ -66,44 +58,19 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                     current: r.resends,
                 })];
             }
-            // Past the transaction's deadline nothing is sent or paused any more (a
-            // send already begun, SENDING, is completed below).
+            // Past the transaction's deadline nothing is sent any more (a send
+            // already begun, SENDING, is completed below).
             if expires(r, ctx) {
                 return expire(r, ctx, Actor::RetryHandler);
             }
-            if let Some(hold) = ctx.hold {
-                // A cycle already waiting for a later instant (paused by another
-                // delivery of this event, or a backoff not yet due) is left to it: the
-                // breaker is asked again when it comes due. Pausing it once more would
-                // open a new cycle under every concurrent delivery's conditions, and
-                // they would keep re-pausing each other.
-                let waits = r.next_fire_at.is_some_and(|f| f > ctx.now);
-                match r.status {
-                    Status::Scheduling if waits => {
-                        return resume_scheduling(r, ctx, Actor::RetryHandler, Ack::Paused);
-                    }
-                    Status::Scheduled if waits => return vec![Effect::Ack(Ack::AlreadyHandled)],
-                    s if PAUSE.from().contains(s) => {
-                        return pause(id, m, (r.resends, r.pauses), hold, ctx);
-                    }
-                    _ => {}
-                }
-            }
-            match r.status {
-                s if ACCEPT.from().contains(s) => send(id, m, ev, ctx),
+            match (r.status, ctx.hold) {
+                (s, Some(hold)) if ACCEPT.from().contains(s) => defer(ev, hold, ctx),
+                (s, None) if ACCEPT.from().contains(s) => send(id, m, ev, ctx),
                 // SENDING with next_attempt = m: resume (publish again, same key),
                 // held or not: the send began before any hold, and request m may
                 // already be out.
-                Status::Sending => vec![
-                    Effect::PublishRequest(RequestHeader {
-                        transaction_id: id.clone(),
-                        attempt: m,
-                        round: Some(r.resends),
-                    }),
-                    to_in_progress(id, m, ctx),
-                    Effect::Ack(Ack::Resumed),
-                ],
-                status => vec![Effect::Drop(DropReason::DuplicateRetry {
+                (Status::Sending, _) => resume_sending(id, m, r.resends, ctx, Actor::RetryHandler),
+                (status, _) => vec![Effect::Drop(DropReason::DuplicateRetry {
                     attempt: m,
                     status,
                 })],
@@ -112,43 +79,32 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
     }
 }
 
-/// Attempt `m` paused by the breaker on a record of `(resends, pauses)` rounds: its
-/// cycle opened again with the next round's schedule name at the hold's instant
-/// (persisted first, as every cycle), the schedule created, then confirmed. The
-/// attempt and the technical re-send budget are untouched; `last_reason` names the
-/// breaker state, for the audit trail.
-fn pause(
+/// SENDING(m) resumed: request m published again under the same key, then SENDING →
+/// IN_PROGRESS(m). The retry handler's redelivered event and the reconciler's stuck
+/// SENDING both take it: no arrow leaves SENDING but this completion or an answer.
+pub(super) fn resume_sending(
     id: &TransactionId,
     m: Attempt,
-    (resends, pauses): (u32, u32),
-    hold: Hold,
+    round: u32,
     ctx: &Context,
+    actor: Actor,
 ) -> Plan {
-    let seq = resends.saturating_add(1);
-    // A schedule is never set in the past, and has second resolution.
-    let fire_at = hold.until.max(ctx.now.plus_millis(1_000)).ceil_to_second();
-    let name = ScheduleName::for_resend(id, m, seq);
-    let mut w = Write::new(id.clone(), PAUSE, ctx.now, Actor::RetryHandler).open_cycle(
-        m,
-        fire_at,
-        name.clone(),
-        ctx.shards,
-    );
-    w.guard.next_attempt = Some(m);
-    w.guard.resends = Some(resends);
-    w.guard.live = Some(ctx.live());
-    w.set.resends = Change::Set(seq);
-    w.set.pauses = Change::Set(pauses.saturating_add(1));
-    let w = w.marked(hold.mark());
-    let cycle = Cycle {
-        current: None,
-        next: m,
-        resends: Some(seq),
-    };
     vec![
-        Effect::Write(w),
-        create_schedule(id, m, fire_at, name, Some(seq)),
-        confirm_scheduled(id, cycle, ctx, Actor::RetryHandler),
+        Effect::PublishRequest(RequestHeader {
+            transaction_id: id.clone(),
+            attempt: m,
+            round: Some(round),
+        }),
+        to_in_progress(id, m, ctx, actor),
+        Effect::Ack(Ack::Resumed),
+    ]
+}
+
+/// The event held by the breaker: back on the retry queue until the hold's instant
+/// (same attempt, same round, same origin), acknowledged here.
+fn defer(ev: &RetryEvent, hold: Hold, ctx: &Context) -> Plan {
+    vec![
+        Effect::DeferRetry(Deferred::until(ev.clone(), ctx.now, hold.until)),
         Effect::Ack(Ack::Paused),
     ]
 }
@@ -173,13 +129,13 @@ fn send(id: &TransactionId, m: Attempt, ev: &RetryEvent, ctx: &Context) -> Plan 
             attempt: m,
             round: None,
         }),
-        to_in_progress(id, m, ctx),
+        to_in_progress(id, m, ctx, Actor::RetryHandler),
         Effect::Ack(Ack::Published),
     ]
 }
 
-fn to_in_progress(id: &TransactionId, m: Attempt, ctx: &Context) -> Effect {
-    let mut w = in_progress_write(id, m, ctx, Actor::RetryHandler);
+fn to_in_progress(id: &TransactionId, m: Attempt, ctx: &Context, actor: Actor) -> Effect {
+    let mut w = in_progress_write(id, m, ctx, actor);
     // A request resumed from SENDING as the breaker's probe.
     if ctx.probe {
         w = w.marked(Mark::Probe);

@@ -157,7 +157,10 @@ impl<D: Decide> Run<D> {
                 Observed::ScheduleCreated | Observed::ScheduleAlreadyExists,
             )
             | (Effect::DeleteSchedule(_), Observed::ScheduleDeleted | Observed::ScheduleNotFound)
-            | (Effect::PublishRequest(_) | Effect::PublishRetry(_), Observed::Published)
+            | (
+                Effect::PublishRequest(_) | Effect::PublishRetry(_) | Effect::DeferRetry(_),
+                Observed::Published,
+            )
             | (Effect::Alert(_), Observed::Alerted)
             | (Effect::Note(_), Observed::Noted) => None,
             (e, o) => {

@@ -426,6 +426,17 @@ fn describe(e: &Effect) -> String {
             ev.origin,
             ev.round.map(|k| format!(" round={k}")).unwrap_or_default()
         ),
+        Effect::DeferRetry(d) => format!(
+            "defer-retry {}/{}/{}{} delay={}s",
+            d.event.transaction_id,
+            d.event.attempt,
+            d.event.origin,
+            d.event
+                .round
+                .map(|k| format!(" round={k}"))
+                .unwrap_or_default(),
+            d.delay_seconds
+        ),
         Effect::Alert(a) => format!(
             "alert {} attempts={} reason={}",
             a.transaction_id,
@@ -478,6 +489,7 @@ fn describe(e: &Effect) -> String {
             DropReason::Parked { status, requeues } => {
                 format!("drop parked {status} requeues={requeues}")
             }
+            DropReason::HeldByBreaker { status } => format!("drop held-by-breaker {status}"),
         },
         Effect::Reject(r) => format!("reject {}", r.label()),
     }

@@ -1,7 +1,7 @@
 //! Each function's bundle performs exactly the effects [`performs`] allows its input.
 
 use domain::decide::{Ack, Alert, AlertKind};
-use domain::decide::{Effect, Input, RequestHeader, ScheduleSpec};
+use domain::decide::{Deferred, Effect, Input, RequestHeader, ScheduleSpec};
 use domain::exec::*;
 use domain::ids::{Attempt, MaxAttempts, Timestamp};
 use domain::ids::{ScheduleName, TransactionId};
@@ -51,7 +51,11 @@ fn effects() -> Vec<Effect> {
             attempt: Attempt::FIRST,
             round: Some(0),
         }),
-        Effect::PublishRetry(event),
+        Effect::PublishRetry(event.clone()),
+        Effect::DeferRetry(Deferred {
+            event,
+            delay_seconds: 30,
+        }),
         Effect::Alert(Alert {
             kind: AlertKind::AttemptsExhausted,
             transaction_id: id(),
@@ -128,7 +132,7 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
                     RetryPorts {
                         store: &store,
                         requests: &requests,
-                        scheduler: &scheduler,
+                        retries: &retries,
                     }
                     .perform(&effect),
                 ),

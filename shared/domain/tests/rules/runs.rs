@@ -455,6 +455,53 @@ fn reconciler_resumes_scheduling() {
     assert_eq!(summary(&w, &id), (InProgress, 2, None));
 }
 
+/// GIVEN a retry event due while the circuit breaker holds requests back WHEN its
+/// handler defers it and dies before SQS deletes it (so SQS delivers it again, and
+/// that delivery is deferred too) THEN the record was never written, both copies
+/// come back after the hold, and exactly one request 2 goes out: a hold is no arrow,
+/// so there is no half-done pause for a crash to leave behind.
+#[test]
+fn a_held_event_crashed_before_its_ack_is_held_again_and_sent_once() {
+    let mut w = World::new();
+    let id = tx("TX-R9");
+    let ev = scheduled_and_due(&mut w, &id);
+    let before = w.record(&id);
+    w.hold = Some(domain::breaker::Hold {
+        until: w.now.plus_millis(120_000),
+        state: domain::breaker::BreakerState::Open {
+            until: w.now.plus_millis(120_000),
+            cooldown_ms: 120_000,
+        },
+    });
+    // The first delivery deferred its event, then its handler died before SQS deleted
+    // it: the same event is delivered again, and deferred again.
+    assert_eq!(
+        w.run(retry_input(ev.clone())),
+        Disposition::Ack(Ack::Paused)
+    );
+    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Paused));
+    assert_eq!(w.record(&id), before, "a hold writes nothing");
+    let held = w.retries.delayed();
+    assert_eq!(held.len(), 2);
+    assert!(held
+        .iter()
+        .all(|(e, delay)| e.round == Some(0) && *delay == 120));
+    // Past the hold, the breaker lets requests out: both copies are delivered.
+    w.hold = None;
+    w.advance_ms(120_000);
+    w.retries.deliver_delayed();
+    let outcomes: Vec<_> = w
+        .retries
+        .drain()
+        .into_iter()
+        .map(|e| w.run(retry_input(e)))
+        .collect();
+    assert_eq!(outcomes[0], Disposition::Ack(Ack::Published));
+    assert_eq!(outcomes[1].label(), "duplicate-retry");
+    assert_eq!(w.published(&id), [1, 2]);
+    assert_eq!(summary(&w, &id), (InProgress, 2, None));
+}
+
 #[test]
 fn reconciler_resumes_sending() {
     let mut w = World::new();
@@ -463,11 +510,12 @@ fn reconciler_resumes_sending() {
     let _ = w.run_crashing(retry_input(ev), Some(1)); // SENDING; event lost to its DLQ
     assert!(w.reconcile().is_empty());
     past_threshold(&mut w);
-    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::ReconcilerRequeued)]);
-    let ev = w.retries.drain().pop().unwrap();
-    assert_eq!(ev.origin, Origin::Reconciler);
-    assert_eq!(w.run(retry_input(ev)), Disposition::Ack(Ack::Resumed));
+    // The reconciler completes the send itself (same key): no arrow leaves SENDING
+    // but the publish's completion or an answer, and no requeue is counted.
+    assert_eq!(w.reconcile(), [Disposition::Ack(Ack::Resumed)]);
+    assert!(w.retries.drain().is_empty());
     assert_eq!(summary(&w, &id), (InProgress, 2, None));
+    assert_eq!(w.record(&id).requeues, 0);
     assert_eq!(w.published(&id), [1, 2]);
     // IN_PROGRESS keeps the cycle's index entry (no index write) for its answer
     // deadline; found before it, the entry only moves to the deadline.
@@ -684,11 +732,11 @@ fn redecisions_are_bounded() {
     };
     store.inner.put(r, Some(payload()));
     let requests = MemoryQueue::<Request>::new();
-    let scheduler = testkit::memory::MemoryScheduler::new();
+    let retries = MemoryQueue::<RetryEvent>::new();
     let ports = RetryPorts {
         store: &store,
         requests: &requests,
-        scheduler: &scheduler,
+        retries: &retries,
     };
     let ctx: Context = w.ctx();
     let mut rng = SplitMix64::new(1);

@@ -48,6 +48,9 @@ pub struct World {
     pub shards: u16,
     pub threshold: Duration,
     pub rng: SplitMix64,
+    /// The circuit breaker's hold every run decides under (`None`: it lets requests
+    /// out).
+    pub hold: Option<domain::breaker::Hold>,
     /// Every effect performed by every run, in order (terminal ones excluded).
     pub performed: Vec<Effect>,
     /// Idempotency keys the external service has answered (it answers a key once).
@@ -68,6 +71,7 @@ impl World {
             shards: 4,
             threshold: Duration::from_secs(900),
             rng: SplitMix64::new(7),
+            hold: None,
             performed: Vec::new(),
             answered: BTreeSet::new(),
             served: 0,
@@ -79,6 +83,7 @@ impl World {
     pub fn ctx(&self) -> Context {
         Context::new(self.now, self.policies.clone(), self.shards, self.threshold)
             .with_transaction_deadline(Duration::from_secs(30 * 24 * 3600))
+            .with_hold(self.hold)
     }
 
     pub fn advance_ms(&mut self, ms: i64) {

@@ -13,7 +13,8 @@ use aws::config::{
     AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
 };
 use domain::ports::SystemClock;
-use domain::ports::{Clock, PortError, RequestPublisher};
+use domain::ports::{Clock, PortError, RequestPublisher, RetryPublisher};
+use domain::RetryEvent;
 use reconciler::Reconciler;
 use retry_handler::RetryHandler;
 use runtime::rate::{Paced, Pacer};
@@ -202,6 +203,8 @@ pub struct Stack {
     pub rate_bound: f64,
     /// When each retried request left a retry handler (ms, after its pacer).
     pub publish_times: Arc<Mutex<Vec<i64>>>,
+    /// Each retry event the breaker held back: its transaction, and when (ms).
+    pub held: Arc<Mutex<Vec<(String, i64)>>>,
     source: StopSource,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -413,6 +416,7 @@ impl Stack {
         // its own pacer (in Lambda each environment is its own process; here they
         // share one, so the process-wide pacer is replaced per environment).
         let publish_times: Arc<Mutex<Vec<i64>>> = Arc::default();
+        let held: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
         let make_retry = |i: usize| -> Result<SqsFunction, Error> {
             let pacer = pacers[i % pacers.len()].clone();
             let h = retry_handler::wiring::retry_handler(&functions_sdk, &retry_cfg)
@@ -429,7 +433,10 @@ impl Stack {
                     pacer: pacer.clone(),
                     max_wait,
                 },
-                scheduler: h.scheduler,
+                retries: Held {
+                    inner: h.retries,
+                    held: held.clone(),
+                },
                 breaker: h.breaker,
                 dead_letter: h.dead_letter,
                 clock: h.clock,
@@ -557,6 +564,7 @@ impl Stack {
             metrics,
             rate_bound,
             publish_times,
+            held,
             source,
             tasks,
         };
@@ -688,6 +696,24 @@ async fn audit_stream(
 
 /// A request publisher that records when each request is published (the instant the
 /// pacer let it through), then publishes it.
+/// A retry publisher that notes each event the breaker holds back (published with a
+/// delay), for the demo's report.
+pub struct Held<P> {
+    pub inner: P,
+    pub held: Arc<Mutex<Vec<(String, i64)>>>,
+}
+
+impl<P: RetryPublisher> RetryPublisher for Held<P> {
+    async fn publish(&self, event: &RetryEvent, delay_seconds: u32) -> Result<(), PortError> {
+        if delay_seconds > 0 {
+            if let Ok(mut h) = self.held.lock() {
+                h.push((event.transaction_id.to_string(), SystemClock.now().millis()));
+            }
+        }
+        self.inner.publish(event, delay_seconds).await
+    }
+}
+
 pub struct Timed<P> {
     pub inner: P,
     pub times: Arc<Mutex<Vec<i64>>>,
