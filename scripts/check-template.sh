@@ -123,7 +123,7 @@ case "$mode" in
   debug) export SAM_BUILD_MODE=debug ;;
   *) fail "CHECK_TEMPLATE_BUILD must be release, debug or skip, not '$mode'" ;;
 esac
-# The main stack's four functions, then the harness's one (its MainStackName only
+# The main stack's five functions, then the harness's one (its MainStackName only
 # names the imports; nothing is resolved at build time).
 builds=(
   "template.yaml|.aws-sam/check-x86_64|Architecture=x86_64"
@@ -134,6 +134,7 @@ binaries=(
   ".aws-sam/check-x86_64|RetryHandlerFunction|retry-handler"
   ".aws-sam/check-x86_64|ReconcilerFunction|reconciler"
   ".aws-sam/check-x86_64|AuditWriterFunction|audit-writer"
+  ".aws-sam/check-x86_64|StarterFunction|starter"
   ".aws-sam/check-harness-x86_64|HarnessFunction|harness"
 )
 start=$(date +%s)

@@ -16,11 +16,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The function binaries, as `template.yaml` and `cargo lambda` name them.
-pub const FUNCTIONS: [&str; 4] = [
+pub const FUNCTIONS: [&str; 5] = [
     "response-handler",
     "retry-handler",
     "reconciler",
     "audit-writer",
+    "starter",
 ];
 
 /// The request the runtime client makes first.

@@ -13,7 +13,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use aws::config::vars;
-use aws::config::{ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
+use aws::config::{
+    ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames, StarterConfig,
+};
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
 use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
@@ -34,11 +36,12 @@ use testkit::moto::{MotoServer, LOCAL_ACCOUNT, LOCAL_REGION};
 use testkit::provision::{provision, Provisioned};
 use testkit::proxy::{sdk_config_as, Call, Proxy};
 
-const FUNCTIONS: [&str; 5] = [
+const FUNCTIONS: [&str; 6] = [
     "response-handler",
     "retry-handler",
     "reconciler",
     "audit-writer",
+    "starter",
     "harness",
 ];
 /// Access keys of the principals that are not functions.
@@ -157,6 +160,8 @@ fn physical(template: &Value, p: &Provisioned) -> Physical {
         ("RetryDLQ", &p.retry_dlq),
         ("SchedulerDLQ", &p.scheduler_dlq),
         ("AuditDLQ", &p.audit_dlq),
+        ("IntakeQueue", &p.intake),
+        ("IntakeDLQ", &p.intake_dlq),
     ] {
         ph.set_ref(lid, &q.url)
             .set_att(lid, "Arn", &q.arn)
@@ -516,6 +521,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     let retry_sdk = sdk_of("retry-handler").await;
     let reconciler_sdk = sdk_of("reconciler").await;
     let audit_sdk = sdk_of("audit-writer").await;
+    let starter_sdk = sdk_of("starter").await;
     let harness_sdk = sdk_of("harness").await;
     let response = response_handler::wiring::response_handler(
         &response_sdk,
@@ -926,6 +932,44 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     )
     .await;
 
+    // A service starts transactions through the intake queue (with its own IAM
+    // policy); the intake's event source mapping hands them to the starter: one
+    // starts, its repeat is acknowledged, a message without a payload goes to the
+    // intake DLQ.
+    let starter = starter::wiring::starter(
+        &starter_sdk,
+        &StarterConfig::from_lookup(&env_lookup(&env_of("starter"))).unwrap(),
+    )
+    .unwrap();
+    let start = domain::intake::StartMessage {
+        transaction_id: id("TX-I"),
+        payload: payload("TX-I", "SUCCESS"),
+        max_attempts: None,
+        correlation_id: Some("lp-intake".into()),
+    }
+    .to_json();
+    for body in [
+        start.as_str(),
+        start.as_str(),
+        r#"{"schema_version":1,"transaction_id":"TX-J"}"#,
+    ] {
+        send(&setup_sqs, &p.intake.url, body).await;
+    }
+    let starter_sqs = aws::clients::sqs(&starter_sdk);
+    let starter_metrics = Metrics::new("DeferredRetry", "starter");
+    let (starter, starter_metrics) = (&starter, &starter_metrics);
+    let n = event_source(&starter_sqs, &p.intake.url, &p.intake.arn, |e| async move {
+        starter.handle_event(e, starter_metrics).await.unwrap()
+    })
+    .await;
+    assert_eq!(n, 3);
+    assert_eq!(store_status(&store, "TX-I").await, Status::InProgress);
+    assert_eq!(
+        starter_metrics.count(runtime::metrics::names::DEAD_LETTERED),
+        1,
+        "{starter_metrics:?}"
+    );
+
     operators(&endpoint, &p, &setup_sdk, &store).await;
 
     // The operators' replay opened TX-C again: the audit writer keeps the rows written
@@ -1306,6 +1350,8 @@ fn offline(text: &str) -> Stack {
         retry_dlq: queue("retry-dlq"),
         scheduler_dlq: queue("scheduler-dlq"),
         audit_dlq: queue("audit-dlq"),
+        intake: queue("intake"),
+        intake_dlq: queue("intake-dlq"),
         schedule_group_arn: format!("arn:aws:scheduler:{LOCAL_REGION}:{LOCAL_ACCOUNT}:schedule-group/lp-retries"),
         scheduler_role_arn: String::new(),
         names,

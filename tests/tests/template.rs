@@ -14,7 +14,7 @@
 use aws::config::vars;
 use aws::config::{
     timeouts, AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig,
-    StackNames,
+    StackNames, StarterConfig,
 };
 use deferred_retry_tests::cfn::*;
 use runtime::metrics::{names, DIMENSION};
@@ -52,6 +52,10 @@ fn functions() -> BTreeMap<&'static str, (Vec<&'static str>, u32)> {
                 AuditWriterConfig::env_vars(),
                 timeouts::AUDIT_WRITER_SECONDS,
             ),
+        ),
+        (
+            "starter",
+            (StarterConfig::env_vars(), timeouts::STARTER_SECONDS),
         ),
     ])
 }
@@ -494,9 +498,9 @@ fn dead_letter_queues(t: &Value) -> BTreeSet<String> {
 fn dlq_alarm_problems(t: &Value) -> Vec<String> {
     let dlqs = dead_letter_queues(t);
     let mut p = vec![];
-    // request, response, retry, scheduler, audit stream.
-    if dlqs.len() != 5 {
-        p.push(format!("expected 5 DLQs, found {dlqs:?}"));
+    // request, response, retry, scheduler, audit stream, intake.
+    if dlqs.len() != 6 {
+        p.push(format!("expected 6 DLQs, found {dlqs:?}"));
     }
     let alarms = of_type(t, "AWS::CloudWatch::Alarm");
     for q in &dlqs {
@@ -1835,7 +1839,7 @@ fn queues_and_the_alarm_topic_refuse_plain_http() {
         .expect("resources")
         .remove("AlarmTopicPolicy");
     let p = transport_problems(&t);
-    assert_eq!(p.len(), 6, "five DLQs and the topic: {p:?}");
+    assert_eq!(p.len(), 7, "six DLQs and the topic: {p:?}");
 }
 
 #[test]

@@ -38,6 +38,7 @@ pub mod timeouts {
     pub const RETRY_HANDLER_SECONDS: u32 = 60;
     pub const RECONCILER_SECONDS: u32 = 120;
     pub const AUDIT_WRITER_SECONDS: u32 = 60;
+    pub const STARTER_SECONDS: u32 = 30;
     pub const VISIBILITY_FACTOR: u32 = 6;
 }
 
@@ -165,6 +166,7 @@ pub mod vars {
     pub const RETRY_QUEUE_URL: Text = Text::required("RETRY_QUEUE_URL");
     pub const RESPONSE_DLQ_URL: Text = Text::required("RESPONSE_DLQ_URL");
     pub const RETRY_DLQ_URL: Text = Text::required("RETRY_DLQ_URL");
+    pub const INTAKE_DLQ_URL: Text = Text::required("INTAKE_DLQ_URL");
     /// Empty or unset: no circuit breaker, requests always go out.
     pub const BREAKER_TABLE: Text = Text::or("BREAKER_TABLE", "");
 
@@ -239,6 +241,14 @@ pub mod vars {
         60,
         365 * DAY,
     );
+
+    /// The attempt budget of a transaction started without one (the starter);
+    /// required: the deployment's `DefaultMaxAttempts`, never a built-in value.
+    pub const DEFAULT_MAX_ATTEMPTS: Var<u32> = Var {
+        name: "DEFAULT_MAX_ATTEMPTS",
+        default: None,
+        accepts: Accepts::Between(1, domain::ids::MAX_ATTEMPTS_LIMIT),
+    };
 
     // Throughput, audit and metrics.
     /// Per execution environment; required.
@@ -741,6 +751,51 @@ impl AuditWriterConfig {
     }
 }
 
+/// The starter: start messages from the intake queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StarterConfig {
+    pub transactions_table: String,
+    /// PAYLOADS_TABLE: the payload is stored with the record.
+    pub payloads_table: String,
+    /// REQUEST_QUEUE_URL: where attempt 1 is published.
+    pub request_queue_url: String,
+    /// INTAKE_DLQ_URL: where a message that can never start goes.
+    pub intake_dlq_url: String,
+    /// DEFAULT_MAX_ATTEMPTS: the budget of a message without `max_attempts`.
+    pub default_max_attempts: u32,
+    /// RECONCILE_SHARDS and RECONCILE_THRESHOLD_SECONDS: the new record's index entry
+    /// (watched from its answer deadline minus the threshold).
+    pub reconcile_shards: u16,
+    pub reconcile_threshold: Duration,
+    /// ANSWER_TIMEOUT_SECONDS: the deadline of attempt 1.
+    pub answer_timeout: Duration,
+    /// MAX_REQUESTS_PER_SECOND: first requests one execution environment publishes
+    /// at most (the template's IntakeStartsPerSecond).
+    pub max_requests_per_second: f64,
+    pub batch_concurrency: usize,
+    pub metrics_namespace: String,
+}
+
+read_from_env!(StarterConfig);
+
+impl StarterConfig {
+    fn read(env: &Env<'_>) -> Self {
+        Self {
+            transactions_table: env.text(&TRANSACTIONS_TABLE),
+            payloads_table: env.text(&PAYLOADS_TABLE),
+            request_queue_url: env.text(&REQUEST_QUEUE_URL),
+            intake_dlq_url: env.text(&INTAKE_DLQ_URL),
+            default_max_attempts: env.get(&DEFAULT_MAX_ATTEMPTS),
+            reconcile_shards: env.get(&RECONCILE_SHARDS),
+            reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
+            answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
+            max_requests_per_second: env.get(&MAX_REQUESTS_PER_SECOND),
+            batch_concurrency: env.get(&BATCH_CONCURRENCY),
+            metrics_namespace: env.text(&METRICS_NAMESPACE),
+        }
+    }
+}
+
 /// Name of the reconciler index on the transactions table.
 pub const RECONCILE_INDEX: &str = "reconcile-index";
 
@@ -765,6 +820,9 @@ pub struct StackNames {
     pub retry_dlq: String,
     pub scheduler_dlq: String,
     pub audit_dlq: String,
+    /// Start messages from services (the starter's queue) and its DLQ.
+    pub intake_queue: String,
+    pub intake_dlq: String,
     pub schedule_group: String,
     /// The role the scheduler assumes (only its ARN is used locally).
     pub scheduler_role: String,
@@ -787,6 +845,8 @@ impl StackNames {
             retry_dlq: n("retry-dlq"),
             scheduler_dlq: n("scheduler-dlq"),
             audit_dlq: n("audit-dlq"),
+            intake_queue: n("intake"),
+            intake_dlq: n("intake-dlq"),
             schedule_group: n("retries"),
             scheduler_role: n("scheduler"),
         }
@@ -962,6 +1022,10 @@ mod tests {
             owned(AuditWriterConfig::env_vars())
         );
         assert_eq!(
+            asked(&|l| drop(StarterConfig::from_lookup(l))),
+            owned(StarterConfig::env_vars())
+        );
+        assert_eq!(
             AuditWriterConfig::env_vars(),
             [
                 AUDIT_TABLE.name,
@@ -1080,6 +1144,39 @@ mod tests {
         );
     }
 
+    /// The starter takes the deployment's default budget and answer timeout: none is
+    /// a built-in value, a missing or bad one is refused naming the variable.
+    #[test]
+    fn the_starter_reads_the_deployments_settings() {
+        let base = vec![
+            (TRANSACTIONS_TABLE.name, "t"),
+            (PAYLOADS_TABLE.name, "p"),
+            (REQUEST_QUEUE_URL.name, "u"),
+            (INTAKE_DLQ_URL.name, "d"),
+            (DEFAULT_MAX_ATTEMPTS.name, "6"),
+            (MAX_REQUESTS_PER_SECOND.name, "4"),
+            (ANSWER_TIMEOUT_SECONDS.name, "60"),
+        ];
+        let c = StarterConfig::from_lookup(&lookup(&base)).unwrap();
+        assert_eq!(c.default_max_attempts, 6);
+        assert_eq!(c.answer_timeout, Duration::from_secs(60));
+        assert_eq!(c.intake_dlq_url, "d");
+        for gone in [
+            DEFAULT_MAX_ATTEMPTS.name,
+            MAX_REQUESTS_PER_SECOND.name,
+            INTAKE_DLQ_URL.name,
+        ] {
+            let without: Vec<_> = base.iter().copied().filter(|(k, _)| *k != gone).collect();
+            let e = StarterConfig::from_lookup(&lookup(&without)).unwrap_err();
+            assert_eq!(e, ConfigError::Missing { name: gone });
+        }
+        let mut bad = base.clone();
+        bad.push((DEFAULT_MAX_ATTEMPTS.name, "0"));
+        bad.retain(|(k, v)| *k != DEFAULT_MAX_ATTEMPTS.name || *v == "0");
+        let e = StarterConfig::from_lookup(&lookup(&bad)).unwrap_err();
+        assert!(e.to_string().contains("DEFAULT_MAX_ATTEMPTS=\"0\""), "{e}");
+    }
+
     #[test]
     fn stack_names_follow_the_prefix() {
         let n = StackNames::new("dr");
@@ -1087,5 +1184,9 @@ mod tests {
         assert_eq!(n.request_dlq, "dr-request-dlq");
         assert_eq!(n.schedule_group, "dr-retries");
         assert_eq!(n.audit_dlq, "dr-audit-dlq");
+        assert_eq!(
+            (n.intake_queue.as_str(), n.intake_dlq.as_str()),
+            ("dr-intake", "dr-intake-dlq")
+        );
     }
 }

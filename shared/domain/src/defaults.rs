@@ -83,8 +83,17 @@ pub const MAX_REQUESTS_PER_SECOND: f64 = 5.0;
 /// `ScalingConfig.MaximumConcurrency` (`RetryHandlerMaxConcurrency`).
 pub const RETRY_HANDLER_MAX_CONCURRENCY: u32 = 2;
 
+/// First requests one starter execution environment publishes per second at most
+/// (its `MAX_REQUESTS_PER_SECOND`, `IntakeStartsPerSecond`); the fleet bound is this ×
+/// [`INTAKE_MAX_CONCURRENCY`].
+pub const INTAKE_STARTS_PER_SECOND: f64 = 5.0;
+/// Starter execution environments at once: the intake queue's event source
+/// `ScalingConfig.MaximumConcurrency` (`IntakeMaxConcurrency`).
+pub const INTAKE_MAX_CONCURRENCY: u32 = 2;
+
 /// Attempt budget, counting the original request, for a transaction started without
-/// one (`DefaultMaxAttempts`; `retryctl submit --max-attempts`).
+/// one (`DefaultMaxAttempts`: the starter's `DEFAULT_MAX_ATTEMPTS`; `retryctl submit
+/// --max-attempts`).
 pub const MAX_ATTEMPTS: u32 = 4;
 
 /// Schedule `RetryPolicy.MaximumRetryAttempts` (`SCHEDULER_RETRY_ATTEMPTS`,
@@ -128,7 +137,7 @@ pub enum ParameterDefault {
 }
 
 /// `template.yaml`'s parameters whose defaults are the constants above.
-pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 21] = {
+pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 23] = {
     use ParameterDefault::{Number, Text};
     [
         ("BackoffBaseSeconds", Number(BACKOFF_BASE.as_secs_f64())),
@@ -160,6 +169,11 @@ pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 21] = {
             Number(RETRY_HANDLER_MAX_CONCURRENCY as f64),
         ),
         ("DefaultMaxAttempts", Number(MAX_ATTEMPTS as f64)),
+        ("IntakeStartsPerSecond", Number(INTAKE_STARTS_PER_SECOND)),
+        (
+            "IntakeMaxConcurrency",
+            Number(INTAKE_MAX_CONCURRENCY as f64),
+        ),
         (
             "SchedulerRetryAttempts",
             Number(SCHEDULER_RETRY_ATTEMPTS as f64),

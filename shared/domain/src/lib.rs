@@ -3,7 +3,8 @@
 //! *execute* what it decides; none restates a rule (`docs/design.md#pieces-and-their-single-responsibilities`).
 //!
 //! - [`ids`]: validated identifiers and UTC timestamps; [`message`]: the three message
-//!   contracts and their parsers; [`defaults`]: every default of a deployment.
+//!   contracts and their parsers; [`intake`]: the start message of the intake queue;
+//!   [`defaults`]: every default of a deployment.
 //! - [`machine`]: **the whole state machine in one file**; [`policy`]: the backoff
 //!   `wait(k) = min(base × factor^(k−1), cap) × (1 + u)`.
 //! - [`decide`]: what each handler, the reconciler and the library operations do, as
@@ -16,6 +17,7 @@ pub mod breaker;
 pub mod decide;
 pub mod defaults;
 pub mod ids;
+pub mod intake;
 pub mod machine;
 pub mod message;
 pub mod policy;

@@ -338,14 +338,18 @@ impl MessageError {
 /// (kept, so that the error names it).
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum Given<T> {
+pub(crate) enum Given<T> {
     Expected(T),
     Other(Value),
 }
 
 impl<T> Given<T> {
     /// The value, or the error that names the field, the type expected and the value.
-    fn expect(self, field: &'static str, expected: &'static str) -> Result<T, MessageError> {
+    pub(crate) fn expect(
+        self,
+        field: &'static str,
+        expected: &'static str,
+    ) -> Result<T, MessageError> {
         match self {
             Self::Expected(v) => Ok(v),
             Self::Other(other) => Err(wrong_type(field, expected, &other)),
@@ -396,7 +400,7 @@ struct RetryEventBody {
 }
 
 /// A field present with any value, `null` included.
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+pub(crate) fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
     Box::<RawValue>::deserialize(d).map(Some)
 }
 
@@ -407,7 +411,7 @@ fn by_name<'a, T: Deserialize<'a>>(raw: &'a str) -> Option<T> {
 }
 
 /// Reads a body no larger than [`MAX_BODY_BYTES`] that is a JSON object.
-fn read_body<'a, T: Deserialize<'a>>(body: &'a str) -> Result<T, MessageError> {
+pub(crate) fn read_body<'a, T: Deserialize<'a>>(body: &'a str) -> Result<T, MessageError> {
     if body.len() > MAX_BODY_BYTES {
         return Err(MessageError::TooLarge {
             what: "body",
@@ -437,7 +441,7 @@ fn string(field: &'static str, v: Option<Given<String>>) -> Result<String, Messa
     required(field, v)?.expect(field, "a string")
 }
 
-fn transaction_id(v: Option<Given<String>>) -> Result<TransactionId, MessageError> {
+pub(crate) fn transaction_id(v: Option<Given<String>>) -> Result<TransactionId, MessageError> {
     const FIELD: &str = "transaction_id";
     let raw = string(FIELD, v)?;
     TransactionId::parse(&raw).map_err(|e| MessageError::InvalidValue {
@@ -497,7 +501,11 @@ fn round(v: Option<Given<u32>>) -> Result<Option<u32>, MessageError> {
     whole("round", v, u32::MAX, "a whole number")
 }
 
-fn wrong_type(field: &'static str, expected: &'static str, found: &Value) -> MessageError {
+pub(crate) fn wrong_type(
+    field: &'static str,
+    expected: &'static str,
+    found: &Value,
+) -> MessageError {
     MessageError::WrongType {
         field,
         expected,
@@ -518,7 +526,7 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 /// Values echoed in errors are cut to 80 characters so a hostile body cannot flood logs.
-fn truncate(s: &str) -> String {
+pub(crate) fn truncate(s: &str) -> String {
     if s.chars().count() <= 80 {
         s.to_owned()
     } else {

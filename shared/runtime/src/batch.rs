@@ -1,4 +1,4 @@
-//! The SQS batch processor both SQS-triggered functions use. It takes [`SqsEvent`] (not
+//! The SQS batch processor the SQS-triggered functions use. It takes [`SqsEvent`] (not
 //! `SqsEventObj<T>`, which fails the whole batch on one bad body) and parses each body on
 //! its own with the domain's parser; processes records concurrently, at most
 //! [`BatchOptions::concurrency`] at a time, each in one tracing span (`message_id`,
@@ -68,6 +68,19 @@ impl Inbound for RetryEvent {
     }
     fn attempt(&self) -> Attempt {
         self.attempt
+    }
+}
+
+impl Inbound for domain::intake::StartMessage {
+    fn parse(body: &str) -> Result<Self, MessageError> {
+        domain::intake::StartMessage::parse(body)
+    }
+    fn transaction_id(&self) -> &TransactionId {
+        &self.transaction_id
+    }
+    /// A start is always about attempt 1.
+    fn attempt(&self) -> Attempt {
+        Attempt::FIRST
     }
 }
 

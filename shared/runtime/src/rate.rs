@@ -1,4 +1,5 @@
-//! The retry handler's outbound rate bound: a per-process pacing limiter.
+//! The outbound rate bound of the functions that publish requests (the retry handler
+//! for retries, the starter for first requests): a per-process pacing limiter.
 //!
 //! [`Pacer`] lets one publish run at a time, starts them at least
 //! `1 / MAX_REQUESTS_PER_SECOND` apart, and starts none until one second after the
@@ -11,6 +12,7 @@
 //! record is redelivered) instead of running into the invocation's timeout. Why:
 //! `docs/functions.md#outbound-rate-bound`.
 
+use crate::metrics::{names, Metrics};
 use domain::message::Request;
 use domain::ports::{PortError, RequestPublisher};
 use std::collections::VecDeque;
@@ -155,6 +157,16 @@ impl Pacer {
         self.refused.load(Ordering::Relaxed)
     }
 
+    /// Its counters now: [`PacerTally::count`] at the end of an invocation counts what
+    /// that invocation waited for and was refused (one invocation at a time per
+    /// execution environment: the difference is the invocation's).
+    pub fn tally(&self) -> PacerTally {
+        PacerTally {
+            waited: self.waited(),
+            refused: self.refused(),
+        }
+    }
+
     /// The earliest start the pacer would grant at `now` to the next publish in line.
     pub fn earliest(&self, state: &PaceState, now: Instant) -> Instant {
         state.earliest(now, self.interval, self.window, self.burst)
@@ -224,6 +236,29 @@ impl Drop for Turn<'_> {
     fn drop(&mut self) {
         let end = Instant::now().max(self.started);
         self.state.finished(end, self.pacer.burst);
+    }
+}
+
+/// A pacer's counters at one instant ([`Pacer::tally`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacerTally {
+    waited: u64,
+    refused: u64,
+}
+
+impl PacerTally {
+    /// Counts into `metrics` the publishes `pacer` paced (`PacedPublishes`) and
+    /// refused (`RateLimited`) since this tally.
+    pub fn count(self, pacer: &Pacer, metrics: &Metrics) {
+        let now = pacer.tally();
+        metrics.add(
+            names::PACED_PUBLISHES,
+            now.waited.saturating_sub(self.waited),
+        );
+        metrics.add(
+            names::RATE_LIMITED,
+            now.refused.saturating_sub(self.refused),
+        );
     }
 }
 

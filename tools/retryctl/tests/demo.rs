@@ -95,6 +95,52 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
     assert!(text.contains("result             OK"));
 }
 
+/// The same workload and the same seeded service, started once through the library
+/// and once through the intake queue (`--start-via intake`): every transaction ends
+/// the same way after the same attempts, the report's checks (records with the fields
+/// their status implies, no duplicate or lost request) pass for both, and through the
+/// intake the starter started each transaction exactly once, nothing dead-lettered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_demo_started_through_the_intake_ends_as_one_started_by_the_library() {
+    let run = |via: &'static str| async move {
+        let args = demo_args(
+            "via",
+            &[
+                "--transactions",
+                "20",
+                "--duplicate-responses",
+                "0",
+                "--seed",
+                "23",
+                "--start-via",
+                via,
+            ],
+        );
+        let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
+        let text = render(&r);
+        assert!(r.ok(), "{via}: {text}");
+        assert_eq!(r.statuses.values().sum::<u64>(), 20, "{via}: {text}");
+        assert!(r.dlq.values().all(|n| *n == 0), "{via}: {text}");
+        r
+    };
+    let library = run("library").await;
+    let intake = run("intake").await;
+    assert_eq!(intake.statuses, library.statuses, "{}", render(&intake));
+    assert_eq!(
+        intake.retries_histogram,
+        library.retries_histogram,
+        "{}",
+        render(&intake)
+    );
+    assert_eq!(intake.requests_deduped, library.requests_deduped);
+    let started = |r: &sandbox::report::Report, name: &str| {
+        r.functions["starter"].get(name).copied().unwrap_or(0)
+    };
+    assert_eq!(started(&intake, "AckStarted"), 20, "{}", render(&intake));
+    assert_eq!(started(&intake, "PermanentErrors"), 0);
+    assert_eq!(started(&library, "AckStarted"), 0, "the library path");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn demo_flags_are_validated_naming_the_flag_and_value() {
     let dir = std::env::temp_dir().join(testkit::moto::unique_prefix("chaosfile"));

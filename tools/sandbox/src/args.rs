@@ -6,6 +6,16 @@ use clap::Args;
 use domain::defaults;
 use std::path::PathBuf;
 
+/// How the demo's workload starts its transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StartVia {
+    /// The library operation (`runtime::ops::start_transaction`), as a Rust service.
+    Library,
+    /// One SendMessage of an intake message per transaction to the intake queue, as a
+    /// service in any language; the starter on the intake queue starts them.
+    Intake,
+}
+
 // The demo's flags, as `retryctl demo` takes them (the subcommand's help is retryctl's).
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -71,6 +81,12 @@ pub struct DemoArgs {
     /// Workload: transactions started per second.
     #[arg(long, default_value_t = 100.0)]
     pub submit_rate: f64,
+    /// How the workload starts its transactions: `library` (the library operation)
+    /// or `intake` (an intake message on the intake queue, started by the starter:
+    /// at most IntakeMaxConcurrency × MAX_REQUESTS_PER_SECOND starts per second, the
+    /// rest wait on the queue).
+    #[arg(long, value_enum, default_value_t = StartVia::Library)]
+    pub start_via: StartVia,
     /// Give up waiting for terminal states after this many seconds (then: stuck): a
     /// hard ceiling. Without it, the default — 240, or when longer the submission
     /// time plus twice the time the fleet needs to send one retry per transaction,

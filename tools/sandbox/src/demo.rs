@@ -1,7 +1,7 @@
 //! `retryctl demo`: the whole pipeline on this machine, a workload, a live progress
 //! bar and the final report.
 
-use crate::args::DemoArgs;
+use crate::args::{DemoArgs, StartVia};
 use crate::error::Error;
 use crate::local::external::{Outage, OutageMode};
 use crate::local::stack::{AuditSnapshot, ExternalOptions, Stack, StackOptions};
@@ -25,6 +25,8 @@ pub struct DemoPlan {
     pub transactions: u32,
     pub max_attempts: MaxAttempts,
     pub submit_rate: f64,
+    /// The library operation, or the intake queue.
+    pub start_via: StartVia,
     /// The run's deadline (see [`DeadlineWatch`]).
     pub deadline: Duration,
     /// `--deadline` was given: the deadline is a hard ceiling. Else it is the
@@ -337,6 +339,7 @@ impl DemoPlan {
             transactions: a.transactions,
             max_attempts,
             submit_rate: a.submit_rate,
+            start_via: a.start_via,
             deadline,
             deadline_is_hard: a.deadline.is_some(),
             stack,
@@ -349,6 +352,42 @@ impl DemoPlan {
             },
             outage,
         })
+    }
+}
+
+/// Sends the intake message that starts `id` (schema version 1), as a service in any
+/// language would: one SendMessage, repeated on failure (a repeat is harmless).
+async fn send_start(
+    (sqs, url): &(aws_sdk_sqs::Client, String),
+    id: TransactionId,
+    payload: Payload,
+    max_attempts: MaxAttempts,
+) -> Result<(), Error> {
+    let body = domain::intake::StartMessage {
+        transaction_id: id.clone(),
+        payload,
+        max_attempts: Some(max_attempts),
+        correlation_id: None,
+    }
+    .to_json();
+    let mut tries = 0;
+    loop {
+        match sqs
+            .send_message()
+            .queue_url(url)
+            .message_body(&body)
+            .send()
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(_) if tries < 5 => tries += 1,
+            Err(e) => {
+                return Err(Error::Aws(format!(
+                    "SendMessage of the start of {id}: {}",
+                    aws_sdk_sqs::error::DisplayErrorContext(e)
+                )))
+            }
+        }
     }
 }
 
@@ -390,8 +429,9 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
     );
     bar.enable_steady_tick(Duration::from_millis(200));
 
-    // The workload: start every transaction through the library operation, as a
-    // service would (through the fault proxy in a chaos run).
+    // The workload: start every transaction through the library operation, or with
+    // one intake message each on the intake queue, as a service would (through the
+    // fault proxy in a chaos run).
     let clients = aws::clients::Clients::new(&stack.functions_sdk);
     let store = DynamoStore::new(clients.dynamodb.clone(), &names.transactions_table)
         .with_payloads_table(&names.payloads_table);
@@ -407,6 +447,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
         shards: stack.reconcile_shards(),
         ..plan.settings.clone()
     };
+    let intake = (clients.sqs.clone(), stack.provisioned.intake.url.clone());
     let mut submitted = Vec::with_capacity(plan.transactions as usize);
     let interval = Duration::from_secs_f64(1.0 / plan.submit_rate);
     let mut next_at = Instant::now();
@@ -426,7 +467,11 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
         let max = plan.max_attempts;
         let answer_timeout = settings.answer_timeout;
         let ports = &ports;
+        let (via, intake) = (plan.start_via, &intake);
         pending.push(async move {
+            if via == StartVia::Intake {
+                return send_start(intake, id, payload, max).await;
+            }
             // Starting is idempotent: repeat on a retryable failure.
             let mut tries = 0;
             loop {
@@ -544,6 +589,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
         ("retry", &stack.provisioned.retry_dlq),
         ("scheduler", &stack.provisioned.scheduler_dlq),
         ("audit", &stack.provisioned.audit_dlq),
+        ("intake", &stack.provisioned.intake_dlq),
     ] {
         dlq.insert(name.to_owned(), queue_depth(&sqs, &q.url).await?);
     }
@@ -573,6 +619,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
     for (name, esm) in [
         (response_handler::FUNCTION, &stack.response_esm),
         (retry_handler::FUNCTION, &stack.retry_esm),
+        (starter::FUNCTION, &stack.intake_esm),
     ] {
         let mut m = stack
             .metrics

@@ -35,6 +35,12 @@ fn esm_and_rate_settings_match_template_yaml() {
             template::RETRY_MAX_CONCURRENCY as f64,
         ),
         ("MaxRequestsPerSecond", template::MAX_REQUESTS_PER_SECOND),
+        ("IntakeBatchSize", template::INTAKE_BATCH_SIZE as f64),
+        (
+            "IntakeMaxConcurrency",
+            template::INTAKE_MAX_CONCURRENCY as f64,
+        ),
+        ("IntakeStartsPerSecond", template::INTAKE_STARTS_PER_SECOND),
     ];
     for (name, ours) in pairs {
         assert_eq!(default_of(&t, name), ours, "{name}");

@@ -2,7 +2,7 @@
 //! definitions kept as data so that a test can compare them with `template.yaml`.
 //!
 //! Tables: transactions (stream NEW_AND_OLD_IMAGES, sparse GSI `reconcile-index`),
-//! payloads, audit (TTL on `expires_at`). Queues: request, response and retry, each
+//! payloads, audit (TTL on `expires_at`). Queues: request, response, retry and intake, each
 //! with a DLQ through a redrive policy (maxReceiveCount 5) and a visibility timeout of
 //! 6 × its consumer's timeout; the scheduler DLQ and the audit-stream failure DLQ.
 //! The schedule group.
@@ -187,6 +187,7 @@ pub fn queue_definitions(names: &StackNames) -> Vec<QueueDef> {
         dlq("RetryDLQ", &names.retry_dlq),
         dlq("SchedulerDLQ", &names.scheduler_dlq),
         dlq("AuditDLQ", &names.audit_dlq),
+        dlq("IntakeDLQ", &names.intake_dlq),
         QueueDef {
             logical_id: "RequestQueue",
             name: names.request_queue.clone(),
@@ -208,6 +209,13 @@ pub fn queue_definitions(names: &StackNames) -> Vec<QueueDef> {
             visibility_timeout_seconds: six_x(timeouts::RETRY_HANDLER_SECONDS),
             message_retention_seconds: None,
             redrive: redrive("RetryDLQ"),
+        },
+        QueueDef {
+            logical_id: "IntakeQueue",
+            name: names.intake_queue.clone(),
+            visibility_timeout_seconds: six_x(timeouts::STARTER_SECONDS),
+            message_retention_seconds: None,
+            redrive: redrive("IntakeDLQ"),
         },
     ]
 }
@@ -236,6 +244,9 @@ pub struct Provisioned {
     pub retry_dlq: QueueRef,
     pub scheduler_dlq: QueueRef,
     pub audit_dlq: QueueRef,
+    /// The starter's queue and its DLQ.
+    pub intake: QueueRef,
+    pub intake_dlq: QueueRef,
     pub schedule_group_arn: String,
     /// Local stand-in for the scheduler role (moto does not check it).
     pub scheduler_role_arn: String,
@@ -243,8 +254,9 @@ pub struct Provisioned {
 
 impl Provisioned {
     /// Environment variables of a function for this stack (names as in `config`).
-    /// `function` is `response-handler`, `retry-handler`, `reconciler` or
-    /// `audit-writer`; anything else gets an empty list.
+    /// `function` is `response-handler`, `retry-handler`, `reconciler`,
+    /// `audit-writer` or `starter`; anything else gets an empty list. The settings the
+    /// template passes from a parameter are given their defaults.
     pub fn env_for(&self, function: &str) -> Vec<(&'static str, String)> {
         let n = &self.names;
         let sched = || {
@@ -289,6 +301,20 @@ impl Provisioned {
                 v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
             }
             "audit-writer" => v.push((vars::AUDIT_TABLE.name, n.audit_table.clone())),
+            "starter" => {
+                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
+                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
+                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
+                v.push((vars::INTAKE_DLQ_URL.name, self.intake_dlq.url.clone()));
+                v.push((
+                    vars::DEFAULT_MAX_ATTEMPTS.name,
+                    domain::defaults::MAX_ATTEMPTS.to_string(),
+                ));
+                v.push((
+                    vars::MAX_REQUESTS_PER_SECOND.name,
+                    domain::defaults::INTAKE_STARTS_PER_SECOND.to_string(),
+                ));
+            }
             _ => {}
         }
         v
@@ -512,6 +538,8 @@ pub async fn provision(sdk: &SdkConfig, names: &StackNames) -> Result<Provisione
         retry_dlq: take("RetryDLQ")?,
         scheduler_dlq: take("SchedulerDLQ")?,
         audit_dlq: take("AuditDLQ")?,
+        intake: take("IntakeQueue")?,
+        intake_dlq: take("IntakeDLQ")?,
         schedule_group_arn: group.schedule_group_arn().to_owned(),
         scheduler_role_arn: format!("arn:aws:iam::{LOCAL_ACCOUNT}:role/{}", names.scheduler_role),
     })
@@ -527,7 +555,8 @@ mod tests {
         let get = |id: &str| q.iter().find(|d| d.logical_id == id).unwrap().clone();
         assert_eq!(get("ResponseQueue").visibility_timeout_seconds, Some(180));
         assert_eq!(get("RetryQueue").visibility_timeout_seconds, Some(360));
-        for id in ["RequestQueue", "ResponseQueue", "RetryQueue"] {
+        assert_eq!(get("IntakeQueue").visibility_timeout_seconds, Some(180));
+        for id in ["RequestQueue", "ResponseQueue", "RetryQueue", "IntakeQueue"] {
             assert_eq!(get(id).redrive.unwrap().max_receive_count, 5);
         }
         // DLQs come before the queues that name them.

@@ -203,6 +203,8 @@ mod tests {
             retry_dlq: q("retry-dlq"),
             scheduler_dlq: q("scheduler-dlq"),
             audit_dlq: q("audit-dlq"),
+            intake: q("intake"),
+            intake_dlq: q("intake-dlq"),
             schedule_group_arn: String::new(),
             scheduler_role_arn: "arn:role".into(),
             names,

@@ -1,5 +1,6 @@
 //! The whole local stack: moto, every resource, the functions in process behind the
-//! emulators, the reconciler on its cron, the audit stream and the external service.
+//! emulators (the starter on the intake queue among them), the reconciler on its cron,
+//! the audit stream and the external service.
 
 use super::esm::{self, EsmSettings, EsmStats, SqsFunction};
 use super::external::{self, ExternalSettings, ExternalStats};
@@ -11,6 +12,7 @@ use aws::audit::{AuditWriter, Retention};
 use aws::config::vars;
 use aws::config::{
     AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
+    StarterConfig,
 };
 use domain::ports::SystemClock;
 use domain::ports::{Clock, PortError, RequestPublisher, RetryPublisher};
@@ -40,6 +42,11 @@ pub mod template {
     pub const RETRY_BATCHING_WINDOW_SECONDS: u64 = 1;
     pub const RETRY_MAX_CONCURRENCY: usize = 2;
     pub const MAX_REQUESTS_PER_SECOND: f64 = 5.0;
+    pub const INTAKE_BATCH_SIZE: usize = 10;
+    /// The intake's event source has no batching window.
+    pub const INTAKE_BATCHING_WINDOW_SECONDS: u64 = 0;
+    pub const INTAKE_MAX_CONCURRENCY: usize = 2;
+    pub const INTAKE_STARTS_PER_SECOND: f64 = 5.0;
 }
 
 /// One event source mapping's tuning.
@@ -66,6 +73,8 @@ pub struct StackOptions {
     pub env: Vec<(&'static str, String)>,
     pub response_esm: EsmTuning,
     pub retry_esm: EsmTuning,
+    /// The starter's event source mapping on the intake queue.
+    pub intake_esm: EsmTuning,
     /// Visibility timeout of received messages; `None` = each queue's own.
     pub visibility_timeout: Option<i32>,
     pub reconcile_every: Duration,
@@ -112,6 +121,11 @@ impl StackOptions {
                 batch_size: template::RETRY_BATCH_SIZE,
                 batching_window: Duration::from_secs(template::RETRY_BATCHING_WINDOW_SECONDS),
                 max_concurrency: template::RETRY_MAX_CONCURRENCY,
+            },
+            intake_esm: EsmTuning {
+                batch_size: template::INTAKE_BATCH_SIZE,
+                batching_window: Duration::from_secs(template::INTAKE_BATCHING_WINDOW_SECONDS),
+                max_concurrency: template::INTAKE_MAX_CONCURRENCY,
             },
             visibility_timeout: None,
             reconcile_every: Duration::from_secs(300),
@@ -192,6 +206,7 @@ pub struct Stack {
     pub env: HashMap<&'static str, HashMap<String, String>>,
     pub response_esm: Arc<EsmStats>,
     pub retry_esm: Arc<EsmStats>,
+    pub intake_esm: Arc<EsmStats>,
     pub scheduler: Arc<SchedulerStats>,
     pub external: Arc<ExternalStats>,
     pub reconciler: Arc<CronStats>,
@@ -327,6 +342,7 @@ impl Stack {
             "retry-handler",
             "reconciler",
             "audit-writer",
+            starter::FUNCTION,
         ] {
             let mut m: HashMap<String, String> = provisioned
                 .env_for(f)
@@ -348,6 +364,8 @@ impl Stack {
             .map_err(|e| config_error("reconciler", e))?;
         let audit_cfg = AuditWriterConfig::from_lookup(&lookup(env_of("audit-writer")))
             .map_err(|e| config_error("audit-writer", e))?;
+        let starter_cfg = StarterConfig::from_lookup(&lookup(env_of(starter::FUNCTION)))
+            .map_err(|e| config_error(starter::FUNCTION, e))?;
 
         let ddb = aws_sdk_dynamodb::Client::new(&sdk);
         let sqs = aws_sdk_sqs::Client::new(&sdk);
@@ -477,6 +495,48 @@ impl Stack {
         let rate_bound = pacers.first().map(|p| p.burst()).unwrap_or(1) as f64
             * opts.retry_esm.max_concurrency.max(1) as f64;
 
+        // The starter on the intake queue: one per execution environment (each with
+        // its own pacer), built exactly as the Lambda `main` does.
+        let starter_metrics = Arc::new(Metrics::new(
+            &starter_cfg.metrics_namespace,
+            starter::FUNCTION,
+        ));
+        metrics.insert(starter::FUNCTION, starter_metrics.clone());
+        let starters = (0..opts.intake_esm.max_concurrency.max(1))
+            .map(|_| -> Result<SqsFunction, Error> {
+                let handler = Arc::new(
+                    starter::wiring::starter(&functions_sdk, &starter_cfg)
+                        .map_err(|e| config_error(starter::FUNCTION, e))?,
+                );
+                let m = starter_metrics.clone();
+                Ok(Arc::new(move |event| {
+                    let (h, m) = (handler.clone(), m.clone());
+                    Box::pin(
+                        async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) },
+                    )
+                }))
+            })
+            .collect::<Result<Vec<SqsFunction>, Error>>()?;
+        let (h, intake_esm) = esm::spawn(
+            sqs.clone(),
+            EsmSettings {
+                function: starter::FUNCTION.into(),
+                queue_url: provisioned.intake.url.clone(),
+                queue_arn: provisioned.intake.arn.clone(),
+                region: testkit::moto::LOCAL_REGION.into(),
+                batch_size: opts.intake_esm.batch_size,
+                batching_window: opts.intake_esm.batching_window,
+                max_concurrency: opts.intake_esm.max_concurrency,
+                poll_wait_seconds: 1,
+                visibility_timeout: opts.visibility_timeout,
+                kill_probability: process.kill_invocation,
+                seed: seed ^ 0x5eed_e5a3,
+            },
+            |i| starters[i % starters.len()].clone(),
+            stop.clone(),
+        );
+        tasks.extend(h);
+
         // The scheduler, delivering one-time schedules to the retry queue.
         let (h, scheduler_stats) = scheduler::spawn(
             sched.clone(),
@@ -557,6 +617,7 @@ impl Stack {
             env,
             response_esm,
             retry_esm,
+            intake_esm,
             scheduler: scheduler_stats,
             external: external_stats,
             reconciler: cron,

@@ -1,0 +1,74 @@
+//! The starter built from its configuration and the AWS adapters, once per process:
+//! what its Lambda `main` calls, and what the local stack calls with an SDK
+//! configuration pointed at moto, so both run the very same function. Every setting
+//! it decides with is the deployment's (`StarterConfig`): the default budget, the
+//! answer timeout, the index's shards and threshold, the rate of first requests.
+
+use crate::Starter;
+use aws::clients::Clients;
+use aws::config::StarterConfig;
+use aws::dynamo::{DynamoStore, PayloadsTable};
+use aws::sqs::{SqsDeadLetter, SqsRequestPublisher};
+use aws_config::SdkConfig;
+use domain::ids::IdError;
+use domain::policy::PolicySet;
+use domain::ports::SystemClock;
+use domain::MaxAttempts;
+use runtime::batch::BatchOptions;
+use runtime::rate::{Paced, Pacer, RateError};
+use runtime::settings::{Seeds, Settings};
+use runtime::wiring::settings;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// The starter on AWS (its publisher paced by its own pacer).
+pub type AwsStarter =
+    Starter<DynamoStore<PayloadsTable>, Paced<SqsRequestPublisher>, SqsDeadLetter>;
+
+/// A configuration the starter cannot be built with.
+#[derive(Debug, Error)]
+pub enum WiringError {
+    #[error(transparent)]
+    Rate(#[from] RateError),
+    #[error("DEFAULT_MAX_ATTEMPTS={value}: {source}")]
+    DefaultMaxAttempts { value: u32, source: IdError },
+}
+
+/// The starter from its configuration, its publisher paced by a [`Pacer`] of its own
+/// at `MAX_REQUESTS_PER_SECOND`, kept across warm invocations.
+pub fn starter(sdk: &SdkConfig, c: &StarterConfig) -> Result<AwsStarter, WiringError> {
+    starter_on(&Clients::new(sdk), c)
+}
+
+/// The starter from its configuration, on given clients.
+pub fn starter_on(clients: &Clients, c: &StarterConfig) -> Result<AwsStarter, WiringError> {
+    let pacer = Arc::new(Pacer::per_second(c.max_requests_per_second)?);
+    let default_max_attempts = MaxAttempts::new(c.default_max_attempts).map_err(|source| {
+        WiringError::DefaultMaxAttempts {
+            value: c.default_max_attempts,
+            source,
+        }
+    })?;
+    Ok(Starter {
+        store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
+            .with_payloads_table(&c.payloads_table),
+        requests: Paced::new(
+            SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
+            Arc::clone(&pacer),
+        ),
+        dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.intake_dlq_url),
+        clock: SystemClock,
+        settings: Settings {
+            reconcile_threshold: c.reconcile_threshold,
+            answer_timeout: c.answer_timeout,
+            ..settings(PolicySet::default(), c.reconcile_shards)
+        },
+        default_max_attempts,
+        batch: BatchOptions {
+            concurrency: c.batch_concurrency,
+        },
+        seeds: Seeds::from_entropy(),
+        pacer: Some(pacer),
+        namespace: c.metrics_namespace.clone(),
+    })
+}
