@@ -23,7 +23,7 @@ use runtime::batch::{process_batch, BatchError, BatchOptions};
 use runtime::breaker::BreakerGate;
 use runtime::drive::{drive, run_all, verdict};
 use runtime::metric::invocation;
-use runtime::metrics::{names, Metrics};
+use runtime::metrics::Metrics;
 use runtime::rate::Pacer;
 use runtime::settings::{Seeds, Settings};
 use runtime::verdict::Verdict;
@@ -86,7 +86,7 @@ where
         event: SqsEvent,
         metrics: &Metrics,
     ) -> Result<SqsBatchResponse, BatchError> {
-        let before = self.pacer.as_ref().map(|p| (p.waited(), p.refused()));
+        let before = self.pacer.as_ref().map(|p| p.tally());
         let result = process_batch(
             event,
             &self.batch,
@@ -112,10 +112,9 @@ where
         if let Some(gate) = &self.breaker {
             gate.gauge(self.clock.now(), metrics).await;
         }
-        if let (Some(p), Some((waited, refused))) = (&self.pacer, before) {
+        if let (Some(p), Some(tally)) = (&self.pacer, before) {
             // One invocation at a time per execution environment: the difference is ours.
-            metrics.add(names::PACED_PUBLISHES, p.waited().saturating_sub(waited));
-            metrics.add(names::RATE_LIMITED, p.refused().saturating_sub(refused));
+            tally.count(p, metrics);
         }
         result
     }
