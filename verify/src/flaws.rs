@@ -45,6 +45,10 @@ pub struct Flaws {
     /// No transaction deadline: a transaction paused, held or waiting when its
     /// deadline passes goes on cycling (an outage that never ends keeps it for ever).
     pub no_transaction_deadline: bool,
+    /// Any answer closes a HALF_OPEN breaker (the design before signals were tied to
+    /// the probe): a late answer, or one redriven from the response DLQ, closes it
+    /// while the service may still be down.
+    pub any_answer_closes: bool,
 }
 
 impl Flaws {
@@ -60,10 +64,11 @@ impl Flaws {
         error_round_ignored: false,
         probe_spends_resend: false,
         no_transaction_deadline: false,
+        any_answer_closes: false,
     };
 
     /// The known-bad designs by the names the command lines take.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "retry-rejects-scheduling",
         "fire-time-at-create",
         "retry-discards-sending",
@@ -75,6 +80,7 @@ impl Flaws {
         "error-round-ignored",
         "probe-spends-resend",
         "no-transaction-deadline",
+        "any-answer-closes",
     ];
 
     /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
@@ -92,6 +98,7 @@ impl Flaws {
             "error-round-ignored" => &mut self.error_round_ignored,
             "probe-spends-resend" => &mut self.probe_spends_resend,
             "no-transaction-deadline" => &mut self.no_transaction_deadline,
+            "any-answer-closes" => &mut self.any_answer_closes,
             _ => return false,
         };
         *flag = true;
@@ -218,14 +225,26 @@ impl Decide for Flaws {
                 }
             }
         }
+        if self.any_answer_closes {
+            for effect in &mut plan {
+                if let Effect::Signal(s @ domain::breaker::Signal::Answered) = effect {
+                    *s = domain::breaker::Signal::ProbeAnswered;
+                }
+            }
+        }
         if self.fire_time_at_create {
             // The schedule is created before its instant is persisted.
             let persist = plan.iter().position(
                 |e| matches!(e, Effect::Write(w) if w.event() == Event::ResponseCancelledRetry),
             );
+            // (The breaker's signal after the write stays after it.)
             if let Some(i) = persist {
-                if matches!(plan.get(i + 1), Some(Effect::CreateSchedule(_))) {
-                    plan.swap(i, i + 1);
+                let create = (i + 1..plan.len())
+                    .find(|&j| !matches!(plan[j], Effect::Signal(_)))
+                    .filter(|&j| matches!(plan[j], Effect::CreateSchedule(_)));
+                if let Some(j) = create {
+                    let schedule = plan.remove(j);
+                    plan.insert(i, schedule);
                 }
             }
         }

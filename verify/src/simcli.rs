@@ -138,7 +138,7 @@ pub struct SimArgs {
     pub no_breaker: bool,
     /// Switch on a known-bad design (repeatable): retry-rejects-scheduling,
     /// fire-time-at-create, retry-discards-sending, attempts-from-zero,
-    /// no-answer-deadline, technical-as-cancelled, ignores-breaker, held-event-begins-send.
+    /// no-answer-deadline, technical-as-cancelled, ignores-breaker, held-event-begins-send, any-answer-closes.
     #[arg(long)]
     pub flaw: Vec<String>,
     /// Worker threads (seeds run in parallel; the report does not depend on this).

@@ -4,7 +4,7 @@
 use verify::model::{check, CheckReport, OutageMode, ProtocolModel, Scope};
 use verify::Flaws;
 
-const P: [&str; 21] = ProtocolModel::SAFETY;
+const P: [&str; 22] = ProtocolModel::SAFETY;
 
 /// "An outage ends no transaction FAILED".
 const FAILED_BY_OUTAGE: usize = 17;
@@ -86,12 +86,14 @@ fn an_error_outage_breaks_no_guarantee() {
 /// "Past its deadline a transaction ends, whatever holds it".
 const ENDS_PAST_DEADLINE: usize = 19;
 
-/// One transaction, max_attempts 1, the service down answering ERROR, one retry cycle,
-/// one reconciler run (late: past every threshold and answer deadline).
+/// One transaction, max_attempts 1, the service down answering ERROR, two waits for
+/// the attempt (its re-send and one hold, so that the held event comes back as the
+/// half-open probe), one reconciler run (late: past every threshold and answer
+/// deadline).
 fn error_scope_reconciled() -> Scope {
     let mut s = Scope::quiet(1, 1).with_outage(OutageMode::Error);
     s.faults.reconciler_runs = 1;
-    s.rounds = 1;
+    s.rounds = 2;
     s
 }
 
@@ -120,11 +122,7 @@ fn a_reconciler_run_in_an_error_outage_breaks_no_guarantee() {
 /// by a handler's decision or the reconciler's — and every other property holds.
 #[test]
 fn past_its_deadline_every_transaction_ends_in_an_outage() {
-    // Two waits for the attempt: its re-send and one hold, so that the held event
-    // comes back as the half-open probe.
-    let mut error = with_deadline(error_scope_reconciled());
-    error.rounds = 2;
-    let r = run(error);
+    let r = run(with_deadline(error_scope_reconciled()));
     assert!(r.violations.is_empty(), "{:#?}", r.violations);
     reached(&r, &[0, 11, 13, 14]);
     let r = run(with_deadline(silent_scope()));
@@ -314,4 +312,16 @@ fn probe_answered_error(flaws: Flaws) -> domain::TransactionRecord {
     // Decided and written; the next round's schedule left for the run to create.
     let s = m.step_until(s, Kind::ResponseHandler, 0, "create-schedule");
     s.records[0].clone()
+}
+
+/// The design before signals were tied to the probe: any SUCCESS or CANCELLED closed
+/// a HALF_OPEN breaker. Caught where the breaker is told of a probe's answer for a
+/// record the store found unmarked.
+#[test]
+fn any_answer_closing_the_breaker_is_caught() {
+    let flaws = Flaws {
+        any_answer_closes: true,
+        ..Flaws::NONE
+    };
+    model_finds(flaws, error_scope_two_attempts(), 21);
 }

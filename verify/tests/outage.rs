@@ -141,10 +141,13 @@ fn ignoring_the_breaker_fails_transactions_because_of_the_outage() {
 /// keeps the breaker HALF_OPEN: its probes' deadlines are held, not counted).
 #[test]
 fn uncounted_probes_exceed_the_round_bound() {
-    // Retries due during the outage: a one-minute backoff.
+    // Retries due during the outage: a half-minute backoff, 10,000 transactions, and
+    // a ten-minute answer deadline (holds, not failed probes, fill the rounds).
     let c = SimConfig {
-        backoff_base_ms: 60_000,
+        transactions: 10_000,
+        backoff_base_ms: 30_000,
         backoff_cap_ms: 600_000,
+        answer_timeout_ms: 600_000,
         ..silent()
     };
     let good = simulate(&c, 5);

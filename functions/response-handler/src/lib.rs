@@ -4,12 +4,14 @@
 //! "already exists" and a failed condition on the way to SCHEDULED are success;
 //! FAILED raises the business alert).
 //!
-//! With a circuit breaker, the batch's answers are its signals: SUCCESS and CANCELLED
-//! say the service is up, ERROR that it failed technically. They are counted once per
-//! batch (one write), and the breaker moves when they change it.
+//! With a circuit breaker, the batch's answers are its signals, as the domain's plans
+//! give them (`Effect::Signal`: only an answer its record takes; SUCCESS and CANCELLED
+//! say the service is up — the probe's answer alone closes a half-open breaker —,
+//! ERROR that it failed technically). They are counted once per batch (one write),
+//! and the breaker moves when they change it.
 //! See `docs/functions.md#response-handler-a`; its AWS wiring: [`wiring`].
 
-use domain::breaker::{Signal, Tally};
+use domain::breaker::Tally;
 use domain::decide::Input;
 use domain::exec::ResponsePorts;
 use domain::policy::RandomSource;
@@ -17,7 +19,7 @@ use domain::ports::{
     AuditNotes, BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, RetryPublisher,
     ScheduleCreator, SystemClock, Transitions,
 };
-use domain::{Context, Effect, Outcome, Response};
+use domain::{Context, Effect, Observed, Outcome, Response};
 use runtime::batch::{process_batch, BatchError, BatchOptions};
 use runtime::breaker::BreakerGate;
 use runtime::drive::{drive, run_all, verdict};
@@ -44,12 +46,36 @@ pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher, Nt
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
     metrics: &Metrics,
 ) -> Verdict {
+    let signals = Mutex::new(Tally::default());
+    handle_counted(ports, response, ctx, rng, hook, metrics, &signals).await
+}
+
+/// [`handle`], adding the breaker signals its plan gave to `signals`.
+pub async fn handle_counted<
+    St: Transitions,
+    Sc: ScheduleCreator,
+    Rt: RetryPublisher,
+    Nt: AuditNotes,
+>(
+    ports: &ResponsePorts<'_, St, Sc, Rt, Nt>,
+    response: &Response,
+    ctx: &Context,
+    rng: &mut (dyn RandomSource + Send),
+    hook: &mut (dyn FnMut(&Effect) -> bool + Send),
+    metrics: &Metrics,
+    signals: &Mutex<Tally>,
+) -> Verdict {
     metrics.incr(match response.outcome {
         Outcome::Success => names::RESPONSE_SUCCESS,
         Outcome::Cancelled => names::RESPONSE_CANCELLED,
         Outcome::Error => names::TECHNICAL_FAILURES,
     });
     let driven = drive(Input::Response(response.clone()), ports, ctx, rng, hook).await;
+    for (effect, observed) in driven.run.trail() {
+        if let (Effect::Signal(s), Observed::Signalled) = (effect, observed) {
+            signals.lock().unwrap_or_else(|e| e.into_inner()).add(*s);
+        }
+    }
     verdict(&driven, metrics)
 }
 
@@ -96,13 +122,6 @@ where
             &self.dead_letter,
             metrics,
             |response: Response| async move {
-                signals
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .add(match response.outcome {
-                        Outcome::Success | Outcome::Cancelled => Signal::Answered,
-                        Outcome::Error => Signal::Technical,
-                    });
                 let ctx = self.settings.context(self.clock.now());
                 let mut rng = self.seeds.next();
                 let ports = ResponsePorts {
@@ -111,7 +130,16 @@ where
                     retries: &self.retries,
                     notes: &self.notes,
                 };
-                handle(&ports, &response, &ctx, &mut rng, &mut run_all, metrics).await
+                handle_counted(
+                    &ports,
+                    &response,
+                    &ctx,
+                    &mut rng,
+                    &mut run_all,
+                    metrics,
+                    signals,
+                )
+                .await
             },
         )
         .await;

@@ -295,6 +295,7 @@ impl BreakerReads for DynamoBreaker {
                         answered: count(item, attr::ANSWERED)?,
                         technical: count(item, attr::TECHNICAL)?,
                         deadlines: count(item, attr::DEADLINES)?,
+                        probes_answered: 0,
                     },
                 ));
             }
@@ -551,6 +552,7 @@ impl DynamoBreaker {
                             answered: count(item, attr::ANSWERED)?,
                             technical: count(item, attr::TECHNICAL)?,
                             deadlines: count(item, attr::DEADLINES)?,
+                            probes_answered: 0,
                         })
                     } else {
                         None

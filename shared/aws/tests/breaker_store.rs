@@ -138,7 +138,8 @@ async fn counts_add_up_without_conflict_within_the_window() {
         Tally {
             answered: 10,
             technical: 30,
-            deadlines: 4
+            deadlines: 4,
+            probes_answered: 0,
         }
     );
     assert!(w.trips(&settings()), "30 of 40 technical");

@@ -26,6 +26,10 @@ pub const BUCKETS: u32 = 6;
 pub enum Signal {
     /// A business answer (SUCCESS or CANCELLED): the service is up.
     Answered,
+    /// A business answer to the request a half-open round let out as its probe: the
+    /// only answer that closes a HALF_OPEN breaker (any other was asked before the
+    /// round, and says nothing of the service now). Counted as an answer too.
+    ProbeAnswered,
     /// A technical failure answered by the service (its ERROR outcome).
     Technical,
     /// An answer deadline fired: the service said nothing in time.
@@ -140,12 +144,20 @@ pub struct Tally {
     pub answered: u32,
     pub technical: u32,
     pub deadlines: u32,
+    /// Of `answered`, the answers to a half-open round's probe (a batch's count: the
+    /// window does not keep it).
+    #[serde(default)]
+    pub probes_answered: u32,
 }
 
 impl Tally {
     pub fn add(&mut self, signal: Signal) {
         let n = match signal {
             Signal::Answered => &mut self.answered,
+            Signal::ProbeAnswered => {
+                self.probes_answered = self.probes_answered.saturating_add(1);
+                &mut self.answered
+            }
             Signal::Technical => &mut self.technical,
             Signal::DeadlineFired => &mut self.deadlines,
         };
@@ -157,6 +169,7 @@ impl Tally {
             answered: self.answered.saturating_add(o.answered),
             technical: self.technical.saturating_add(o.technical),
             deadlines: self.deadlines.saturating_add(o.deadlines),
+            probes_answered: self.probes_answered.saturating_add(o.probes_answered),
         }
     }
 
@@ -170,12 +183,14 @@ impl Tally {
 }
 
 /// The signal a batch's counts stand for: a failure if it holds any (technical
-/// first), else an answer; `None` for an empty batch.
+/// first), else a probe's answer, else an answer; `None` for an empty batch.
 pub fn strongest(batch: &Tally) -> Option<Signal> {
     if batch.technical > 0 {
         Some(Signal::Technical)
     } else if batch.deadlines > 0 {
         Some(Signal::DeadlineFired)
+    } else if batch.probes_answered > 0 {
+        Some(Signal::ProbeAnswered)
     } else if batch.answered > 0 {
         Some(Signal::Answered)
     } else {
@@ -405,7 +420,7 @@ impl Breaker {
     }
 
     /// The breaker after a signal at `now`, given the window's counts including it.
-    /// CLOSED opens when the window trips; HALF_OPEN closes on an answer and reopens,
+    /// CLOSED opens when the window trips; HALF_OPEN closes on an answer to its probe and reopens,
     /// with the cool-down doubled up to its maximum, on a technical failure or a
     /// deadline; OPEN ignores signals (answers to requests sent before it opened).
     pub fn observe(
@@ -427,9 +442,12 @@ impl Breaker {
                     Some(Change::Opened(*window)),
                 )
             }
-            (BreakerState::HalfOpen { .. }, Signal::Answered) => {
+            (BreakerState::HalfOpen { .. }, Signal::ProbeAnswered) => {
                 (b.to(BreakerState::Closed), Some(Change::Closed))
             }
+            // An answer to a request sent before the round (late, redriven): not the
+            // probe's, so it says nothing of the service now.
+            (BreakerState::HalfOpen { .. }, Signal::Answered) => (b, ticked),
             (BreakerState::HalfOpen { cooldown_ms, .. }, _) => {
                 let longer = cooldown_ms.saturating_mul(2).min(millis(s.cooldown_max));
                 (

@@ -41,6 +41,7 @@ pub fn performs(input: &Input, effect: &Effect) -> bool {
                         | E::PublishRetry(_)
                         | E::Alert(_)
                         | E::Note(_)
+                        | E::Signal(_)
                 )
             }
             Input::Retry(_) => {
@@ -225,6 +226,8 @@ bundle! {
         Effect::PublishRetry(event) => publish_retry(retries, event, 0),
         Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
         Effect::Note(entry) => note(notes, entry),
+        // Counted by the caller from the run's trail, once per batch.
+        Effect::Signal(_) => std::future::ready(Ok(Observed::Signalled)),
     }
 }
 

@@ -68,6 +68,10 @@ pub enum BreakerViolation {
     HeldRequestSent,
     /// More requests went out as probes in one HALF_OPEN round than its `probes`.
     ProbesExceeded,
+    /// The breaker was told of a probe's answer for an answer whose record was not
+    /// the probe (the store checked its mark): an answer that may close a HALF_OPEN
+    /// breaker though it says nothing of the service now.
+    ProbeSignalForAnother,
 }
 
 impl BreakerViolation {
@@ -82,6 +86,9 @@ impl BreakerViolation {
             }
             BreakerViolation::ProbesExceeded => {
                 "at most `probes` requests go out as probes per HALF_OPEN round"
+            }
+            BreakerViolation::ProbeSignalForAnother => {
+                "only the answer to a half-open round's probe closes the breaker: the breaker is told of a probe's answer only for a record the store found marked PROBE"
             }
         }
     }
@@ -238,9 +245,14 @@ mod tests {
         assert!(b.admission(t1, true).hold.is_some());
         assert!(!b.probe_published(t1));
         assert!(b.probe_published(t1));
+        // Another answer leaves it HALF_OPEN; the probe's closes it.
         let mut answered = Tally::default();
         answered.add(breaker::Signal::Answered);
         b.observe(&answered, t1);
+        assert!(matches!(b.item.state, BreakerState::HalfOpen { .. }));
+        let mut probe_answered = Tally::default();
+        probe_answered.add(breaker::Signal::ProbeAnswered);
+        b.observe(&probe_answered, t1);
         assert_eq!(b.item.state, BreakerState::Closed);
     }
 }

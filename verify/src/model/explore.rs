@@ -12,7 +12,7 @@ use testkit::oracle::{self, Violation};
 
 impl ProtocolModel {
     /// The properties checked on every reachable state.
-    pub const SAFETY: [&'static str; 21] = [
+    pub const SAFETY: [&'static str; 22] = [
         Violation::DuplicateAccepted.guarantee(),
         Violation::RetryWithoutCancellation.guarantee(),
         Violation::ExceededMaxAttempts.guarantee(),
@@ -34,6 +34,7 @@ impl ProtocolModel {
         "each ERROR answer spends at most one technical re-send (an ERROR delivered twice, late, or decided again spends none)",
         "past its deadline a transaction ends, whatever holds it: with nothing in flight, the reconciler leaves it terminal, the outage going on",
         Violation::RecordInconsistent.guarantee(),
+        BreakerViolation::ProbeSignalForAnother.guarantee(),
     ];
 }
 
@@ -336,6 +337,10 @@ impl Model for ProtocolModel {
                     })
             }),
             Property::always(p[20], |_, s: &State| !has(s, Violation::RecordInconsistent)),
+            Property::always(p[21], |_, s: &State| {
+                !s.breaker_violations
+                    .contains(&BreakerViolation::ProbeSignalForAnother)
+            }),
             // Witnesses: the exploration reaches the situations the guarantees are about.
             Property::sometimes(WITNESS[0], |_, s: &State| {
                 s.records.iter().any(|r| {

@@ -5,7 +5,7 @@ use super::breaker::{BreakerViolation, ModelBreaker, OutageMode, Verdict};
 use super::scope::{Scope, DEADLINE_JUMP_MS, DEADLINE_MS, LATE_MS, TICK_MS};
 use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
 use crate::fixture;
-use domain::breaker::{Signal, Tally};
+use domain::breaker::Tally;
 use domain::decide::{Ack, Disposition};
 use domain::decide::{Context, Effect, Input, Known, Observed, Run, Step};
 use domain::ids::{Attempt, Timestamp, TransactionId};
@@ -271,6 +271,31 @@ impl ProtocolModel {
                 }
                 Observed::Published
             }
+            // An answer the record took: counted by the breaker when its run gets here.
+            Effect::Signal(sig) => {
+                // The answer's own write, just performed: its guard is what the store
+                // found of the probe's mark.
+                let probe_write = run
+                    .run
+                    .trail()
+                    .iter()
+                    .rev()
+                    .find_map(|(e, o)| match (e, o) {
+                        (Effect::Write(w), Observed::Written(_)) => Some(w.guard.probe),
+                        _ => None,
+                    });
+                if *sig == domain::breaker::Signal::ProbeAnswered && probe_write != Some(Some(true))
+                {
+                    s.breaker_violations
+                        .insert(BreakerViolation::ProbeSignalForAnother);
+                }
+                if let Some(b) = s.breaker.as_mut() {
+                    let mut batch = Tally::default();
+                    batch.add(*sig);
+                    b.observe(&batch, run.now);
+                }
+                Observed::Signalled
+            }
             // Held by the breaker: the same event, delivered no earlier than its delay.
             Effect::DeferRetry(d) => {
                 // Deferred, so held: its run must not have written the record.
@@ -401,6 +426,20 @@ impl ProtocolModel {
             s.violations.insert(Violation::ImpossibleObservation);
             return;
         }
+        // An answer's signal is counted with the write that records it: the response
+        // handler counts its batch's signals within its timeout (30 s), before the
+        // earliest re-send the write may have scheduled can fire (the technical
+        // backoff's first wait, 60 s less 10 % jitter).
+        if matches!(e, Effect::Write(_)) {
+            if let Step::Perform(next @ Effect::Signal(_)) = ar.run.step() {
+                let next = next.clone();
+                let obs = self.perform(s, &ar, &next);
+                if ar.run.observe(obs, &ctx, &mut FixedRandom(0.5)).is_err() {
+                    s.violations.insert(Violation::ImpossibleObservation);
+                    return;
+                }
+            }
+        }
         ar.performed = ar.performed.saturating_add(1);
         ar.rekey();
         self.settle_run(s, ar);
@@ -515,14 +554,6 @@ impl ProtocolModel {
                     s.responses.remove(i)
                 };
                 let now = self.now_of(&s);
-                if let Some(b) = s.breaker.as_mut() {
-                    let mut batch = Tally::default();
-                    batch.add(match r.outcome {
-                        Outcome::Success | Outcome::Cancelled => Signal::Answered,
-                        Outcome::Error => Signal::Technical,
-                    });
-                    b.observe(&batch, now);
-                }
                 let input = self.response_input(r);
                 let ar = self.begin(
                     Kind::ResponseHandler,

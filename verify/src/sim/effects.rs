@@ -158,6 +158,15 @@ impl World<'_> {
                 self.poll_soon(QueueId::Retry);
                 Observed::Published
             }
+            // An answer the record took: counted by the breaker.
+            Effect::Signal(sig) => {
+                if let Some(b) = self.breaker.as_mut() {
+                    let mut batch = domain::breaker::Tally::default();
+                    batch.add(*sig);
+                    b.observe(&batch, p.now.millis());
+                }
+                Observed::Signalled
+            }
             // Held by the breaker: visible on the retry queue once its delay passes.
             Effect::DeferRetry(d) => {
                 self.seq += 1;

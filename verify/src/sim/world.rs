@@ -619,25 +619,14 @@ impl World<'_> {
     // -- the circuit breaker -----------------------------------------------
 
     /// What the breaker says about a message a handler received: the retry handler's
-    /// request waits (`Some`) or goes out (`true`: as a probe); the response handler's
-    /// answer is counted.
+    /// request waits (`Some`) or goes out (`true`: as a probe). (An answer is counted
+    /// when its plan gives its signal.)
     fn breaker_verdict(&mut self, input: &Input, worker: usize, now: i64) -> (Option<Hold>, bool) {
         let Some(b) = self.breaker.as_mut() else {
             return (None, false);
         };
         match input {
             Input::Retry(_) => b.admission(worker, now, self.cfg.count_probes, &mut self.jitter),
-            Input::Response(r) => {
-                let mut batch = Tally::default();
-                batch.add(match r.outcome {
-                    domain::message::Outcome::Success | domain::message::Outcome::Cancelled => {
-                        domain::breaker::Signal::Answered
-                    }
-                    domain::message::Outcome::Error => domain::breaker::Signal::Technical,
-                });
-                b.observe(&batch, now);
-                (None, false)
-            }
             _ => (None, false),
         }
     }

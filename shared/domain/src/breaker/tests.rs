@@ -25,6 +25,15 @@ fn tally(answered: u32, technical: u32, deadlines: u32) -> Tally {
         answered,
         technical,
         deadlines,
+        probes_answered: 0,
+    }
+}
+
+/// `answered` answers, `probes` of them to a half-open round's probe.
+fn with_probes(answered: u32, probes: u32) -> Tally {
+    Tally {
+        probes_answered: probes,
+        ..tally(answered, 0, 0)
     }
 }
 
@@ -139,7 +148,12 @@ fn every_state_times_every_signal() {
     let closed = Breaker::default();
     let tripping = tally(0, 10, 0);
     let calm = tally(10, 0, 0);
-    let signals = [Signal::Answered, Signal::Technical, Signal::DeadlineFired];
+    let signals = [
+        Signal::Answered,
+        Signal::ProbeAnswered,
+        Signal::Technical,
+        Signal::DeadlineFired,
+    ];
     for signal in signals {
         // CLOSED: opens only when the window trips, whatever the signal.
         let (b, c) = closed.observe(signal, &calm, t(now), &s);
@@ -157,12 +171,18 @@ fn every_state_times_every_signal() {
         // OPEN before its end: signals (answers to earlier requests) change nothing.
         let o = open(now + 1, 30_000);
         assert_eq!(o.observe(signal, &tripping, t(now), &s), (o, None));
-        // HALF_OPEN: an answer closes, a failure reopens with twice the cool-down.
+        // HALF_OPEN: its probe's answer closes, a failure reopens with twice the
+        // cool-down, another answer (to a request sent before the round) changes
+        // nothing.
         let h = half(now - 10, 1, 30_000);
         let (b, c) = h.observe(signal, &tripping, t(now), &s);
         match signal {
-            Signal::Answered => {
+            Signal::ProbeAnswered => {
                 assert_eq!((b.state, c), (BreakerState::Closed, Some(Change::Closed)));
+            }
+            Signal::Answered => {
+                assert_eq!((b, c), (h, None));
+                continue;
             }
             Signal::Technical | Signal::DeadlineFired => {
                 assert_eq!(
@@ -316,6 +336,7 @@ fn a_batch_stands_for_its_strongest_signal() {
     let s = s();
     assert_eq!(strongest(&tally(0, 0, 0)), None);
     assert_eq!(strongest(&tally(9, 0, 0)), Some(Signal::Answered));
+    assert_eq!(strongest(&with_probes(9, 1)), Some(Signal::ProbeAnswered));
     assert_eq!(strongest(&tally(9, 0, 1)), Some(Signal::DeadlineFired));
     assert_eq!(strongest(&tally(9, 1, 1)), Some(Signal::Technical));
     let closed = Breaker::default();
@@ -337,7 +358,10 @@ fn a_batch_stands_for_its_strongest_signal() {
         })
     );
     assert!(matches!(b.state, BreakerState::Open { .. }));
+    // Answers that none of them is the probe's: HALF_OPEN stays; the probe's closes.
     let (b, c) = h.observe_batch(&tally(3, 0, 0), &tally(3, 0, 0), t(5), &s);
+    assert_eq!((b, c), (h, None));
+    let (b, c) = h.observe_batch(&with_probes(3, 1), &tally(3, 0, 0), t(5), &s);
     assert_eq!((b.state, c), (BreakerState::Closed, Some(Change::Closed)));
     assert_eq!(
         h.observe_batch(&tally(0, 0, 0), &tally(0, 0, 0), t(5), &s),
@@ -357,6 +381,7 @@ fn step() -> impl Strategy<Value = Step> {
         (0i64..40_000).prop_map(Step::Wait),
         prop_oneof![
             Just(Signal::Answered),
+            Just(Signal::ProbeAnswered),
             Just(Signal::Technical),
             Just(Signal::DeadlineFired)
         ]
@@ -384,7 +409,7 @@ proptest! {
             match st {
                 Step::Wait(ms) => now += ms,
                 Step::Signal(sig) => {
-                    if sig != Signal::Answered { failures += 1; }
+                    if !matches!(sig, Signal::Answered | Signal::ProbeAnswered) { failures += 1; }
                     buckets.entry(bucket_of(t(now), &s)).or_default().add(sig);
                     let w = window_total(buckets.iter().map(|(k, v)| (*k, v)), t(now), &s);
                     b = b.observe(sig, &w, t(now), &s).0;

@@ -299,6 +299,9 @@ pub enum Effect {
     PublishRetry(RetryEvent),
     /// The retry event handled now, back on the retry queue for later.
     DeferRetry(Deferred),
+    /// What this answer tells the circuit breaker: given only by an answer the
+    /// decision takes as the one in flight (never a late, stale or duplicate one).
+    Signal(crate::breaker::Signal),
     Alert(Alert),
     /// Append an audit entry for an event that changes no record (a notice).
     Note(crate::audit::AuditEntry),
@@ -326,6 +329,7 @@ impl Effect {
             Effect::PublishRequest(_) => "publish-request",
             Effect::PublishRetry(_) => "publish-retry",
             Effect::DeferRetry(_) => "defer-retry",
+            Effect::Signal(_) => "signal",
             Effect::Alert(_) => "alert",
             Effect::Note(_) => "note",
             Effect::Ack(_) => "ack",
@@ -616,6 +620,8 @@ pub enum Observed {
     Published,
     Alerted,
     Noted,
+    /// A signal handed to the breaker's tally.
+    Signalled,
 }
 
 /// The input a run decides on.

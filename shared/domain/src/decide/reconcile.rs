@@ -178,24 +178,20 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         return expire(r, ctx, Actor::Reconciler);
     }
     // This request went out as the breaker's probe and its own deadline passed
-    // unanswered: a failed probe, whose deadline spends a republish as any
-    // unanswered one (the probe's send was free, its silence is not: a request whose
-    // answer never comes — lost on the way — would otherwise be every round's free
-    // probe for ever, and keep the breaker from closing).
-    let spent = if r.is_probing() {
-        Change::Set(r.republishes.saturating_add(1))
-    } else {
-        Change::Keep
-    };
+    // unanswered: a failed probe. Its silence is the outage's, not the request's: it
+    // spends nothing while the breaker holds or probes again (a silent outage would
+    // otherwise end FAILED/UNANSWERED the transactions its probes happen to pick
+    // several times). A request whose answer is lost while the service is up is no
+    // free probe for ever: any other probe's answer closes the breaker, after which
+    // its deadline spends a republish as any other; on a stack with nothing else in
+    // flight, its transaction's deadline ends it.
     // The breaker holds requests back: republishing into a service that is down
     // helps nothing. The deadline moves to the breaker's resume instant, the
-    // republish count untouched (an outage spends no republish; a failed probe's
-    // deadline, above, does); the reason names
+    // republish count untouched (an outage spends no republish); the reason names
     // the hold, so that the republish after it is not taken for a fresh silence.
     if let Some(hold) = ctx.hold {
         let held = hold.until.max(ctx.now.plus_millis(1_000));
         let mut w = guarded(AWAITED);
-        w.set.republishes = spent;
         w.set.answer_due_at = Change::Set(held);
         w.set.reconcile = Change::Set(watch_from(held));
         let w = w.marked(hold.mark());
@@ -207,7 +203,6 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     // reason says so, so that its own deadline is no fresh silence either.
     if ctx.probe {
         let mut w = guarded(REPUBLISHED);
-        w.set.republishes = spent;
         let next_due = ctx.answer_due();
         w.set.answer_due_at = Change::Set(next_due);
         w.set.reconcile = Change::Set(watch_from(next_due));

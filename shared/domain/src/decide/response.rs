@@ -7,6 +7,7 @@ use super::expire::{expire, expired_alert, expires};
 use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Known, Plan, Rejection};
 use crate::arrow;
 use crate::audit::AuditEntry;
+use crate::breaker::Signal;
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{
     Actor, Arrow, BudgetGuard, Change, Event, Mark, Status, TransactionRecord, Write,
@@ -30,8 +31,50 @@ const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 /// was answered ERROR again names.
 pub const TECHNICAL_EXHAUSTED_REASON: &str = Mark::TechnicalExhausted.legacy_reason();
 
-/// The plan for a response, decided on what is known of the record.
+/// The writes that record an answer for the request in flight.
+const ANSWER_EVENTS: [Event; 4] = [
+    Event::Success,
+    Event::Exhausted,
+    Event::ResponseCancelledRetry,
+    Event::ResponseTechnicalRetry,
+];
+
+/// The plan for a response, decided on what is known of the record, with what it
+/// tells the circuit breaker ([`Effect::Signal`]) right after the write that records
+/// it. Only an answer that write records is a signal: a late, stale or duplicate one
+/// (dropped, or finding its work done) says nothing of the service now. The write is
+/// conditional on the probe's mark as decided (unread: not the probe), so the answer
+/// to a half-open round's probe is known as such — the only one that closes the
+/// breaker — even when decided blind: its condition fails and the record comes back.
 pub fn decide_response(
+    known: Known<'_>,
+    resp: &Response,
+    ctx: &Context,
+    rng: &mut dyn RandomSource,
+) -> Plan {
+    let probing = matches!(known, Known::Record(r) if r.is_probing());
+    let mut plan = decide_answer(known, resp, ctx, rng);
+    let Some(at) = plan
+        .iter()
+        .position(|e| matches!(e, Effect::Write(w) if ANSWER_EVENTS.contains(&w.event())))
+    else {
+        return plan;
+    };
+    let probe = match &mut plan[at] {
+        Effect::Write(w) => *w.guard.probe.get_or_insert(probing),
+        _ => probing,
+    };
+    let signal = match (resp.outcome, probe) {
+        (Outcome::Error, _) => Signal::Technical,
+        (_, true) => Signal::ProbeAnswered,
+        (_, false) => Signal::Answered,
+    };
+    plan.insert(at + 1, Effect::Signal(signal));
+    plan
+}
+
+/// [`decide_response`] without the breaker's signal.
+fn decide_answer(
     known: Known<'_>,
     resp: &Response,
     ctx: &Context,
@@ -77,7 +120,7 @@ pub fn decide_response(
             let published = in_progress_write(id, n, ctx, Actor::ResponseHandler);
             if let Ok(after) = published.apply(r) {
                 let mut plan = vec![Effect::Write(published)];
-                plan.extend(decide_response(Known::Record(&after), resp, ctx, rng));
+                plan.extend(decide_answer(Known::Record(&after), resp, ctx, rng));
                 return plan;
             }
         }
@@ -262,7 +305,7 @@ fn answered_while_resend_waits(
         next_fire_at: None,
         ..r.clone()
     };
-    let mut plan = decide_response(Known::Record(&as_sent), resp, ctx, rng);
+    let mut plan = decide_answer(Known::Record(&as_sent), resp, ctx, rng);
     let first_write = plan.iter_mut().find_map(|e| match e {
         Effect::Write(w) => Some(w),
         _ => None,

@@ -162,7 +162,8 @@ impl<D: Decide> Run<D> {
                 Observed::Published,
             )
             | (Effect::Alert(_), Observed::Alerted)
-            | (Effect::Note(_), Observed::Noted) => None,
+            | (Effect::Note(_), Observed::Noted)
+            | (Effect::Signal(_), Observed::Signalled) => None,
             (e, o) => {
                 let err = UnexpectedObservation {
                     effect: e.label(),

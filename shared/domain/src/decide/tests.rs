@@ -64,9 +64,13 @@ fn cancelled_unread_persists_the_instant_before_creating_the_schedule() {
         &ctx_at(0),
         &mut FixedRandom(0.5),
     );
-    // THEN: write SCHEDULING, create the schedule from that instant, confirm, ack.
-    assert_eq!(labels(&plan), ["write", "create-schedule", "write", "ack"]);
-    let (Effect::Write(w), Effect::CreateSchedule(s)) = (&plan[0], &plan[1]) else {
+    // THEN: write SCHEDULING (the breaker told of an answer), create the schedule
+    // from that instant, confirm, ack.
+    assert_eq!(
+        labels(&plan),
+        ["write", "signal", "create-schedule", "write", "ack"]
+    );
+    let (Effect::Write(w), Effect::CreateSchedule(s)) = (&plan[0], &plan[2]) else {
         panic!("{plan:?}")
     };
     assert_eq!(w.to(), Status::Scheduling);
@@ -156,7 +160,7 @@ fn run_redecides_when_the_budget_is_spent() {
         .unwrap();
     // THEN the run writes FAILED and raises the business alert.
     let rest: Vec<_> = run.remaining().map(Effect::label).collect();
-    assert_eq!(rest, ["write", "alert", "ack"]);
+    assert_eq!(rest, ["write", "signal", "alert", "ack"]);
     let Step::Perform(Effect::Write(w)) = run.step() else {
         panic!()
     };
@@ -210,9 +214,78 @@ fn an_error_decided_again_after_its_resend_left_is_dropped() {
     );
 }
 
+/// Hole 5: breaker signals not tied to the probe. GIVEN answers of every kind WHEN
+/// decided THEN only an answer the record takes is a signal (a late answer, a
+/// duplicate, a stale ERROR give none — before, every answer in a batch counted), and
+/// only the answer to the probe's request (its record marked PROBE) is the probe's —
+/// the one signal that closes a HALF_OPEN breaker. Decided blind, the answer's write
+/// is conditional on no probe mark, so a probe's answer is decided again from its
+/// record.
+#[test]
+fn only_an_answer_the_record_takes_is_a_signal_and_only_the_probes_closes() {
+    use crate::breaker::Signal;
+    let signals = |known: Known<'_>, resp: Response| -> Vec<Signal> {
+        decide_response(known, &resp, &ctx_at(0), &mut FixedRandom(0.5))
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Signal(s) => Some(*s),
+                _ => None,
+            })
+            .collect()
+    };
+    let in_flight = record(Status::InProgress, 2, None, 3);
+    let mut probing = in_flight.clone();
+    probing.mark = Some(Mark::Probe);
+    for outcome in [Outcome::Success, Outcome::Cancelled] {
+        assert_eq!(
+            signals(Known::Unread, response(2, outcome)),
+            [Signal::Answered]
+        );
+        assert_eq!(
+            signals(Known::Record(&in_flight), response(2, outcome)),
+            [Signal::Answered]
+        );
+        assert_eq!(
+            signals(Known::Record(&probing), response(2, outcome)),
+            [Signal::ProbeAnswered]
+        );
+        let blind = decide_response(
+            Known::Unread,
+            &response(2, outcome),
+            &ctx_at(0),
+            &mut FixedRandom(0.5),
+        );
+        let Effect::Write(w) = &blind[0] else {
+            panic!("{blind:?}")
+        };
+        assert!(
+            w.holds(&in_flight) && !w.holds(&probing),
+            "{outcome}: {w:?}"
+        );
+        // Late (attempt 1 while 2 is in flight): no signal.
+        assert!(signals(Known::Record(&in_flight), response(1, outcome)).is_empty());
+    }
+    assert_eq!(
+        signals(Known::Record(&probing), response(2, Outcome::Error)),
+        [Signal::Technical]
+    );
+    // A duplicate of an answer already recorded: no signal.
+    let done = record(Status::Succeeded, 2, None, 3);
+    assert!(signals(Known::Record(&done), response(2, Outcome::Success)).is_empty());
+    // An ERROR of an earlier send (round 0 while round 1 is in flight): no signal.
+    let mut resent = in_flight.clone();
+    resent.resends = 1;
+    let stale = Response {
+        round: Some(0),
+        ..response(2, Outcome::Error)
+    };
+    assert!(signals(Known::Record(&resent), stale).is_empty());
+}
+
 /// Hole: a CANCELLED cycle's confirmation without its round. GIVEN the response
 /// handler opened attempt 3's cycle blind (round 2 as its write returned) and created
-/// its schedule, then stalled WHEN the retry handler paused that cycle meanwhile
+/// its schedule, then stalled WHEN a pause of an earlier release (whose retry handler
+/// still runs while the stack upgrades) opened that cycle again meanwhile
 /// (SCHEDULING, round 3, its own schedule not yet created) THEN the stalled
 /// confirmation does not hold on the paused record: confirmed, it would leave it
 /// SCHEDULED with no schedule for its instant.
@@ -226,6 +299,7 @@ fn a_stalled_confirmation_never_confirms_a_later_cycle() {
     opened.resends = 2;
     run.observe(Observed::Written(opened.clone()), &ctx, &mut rng)
         .unwrap();
+    run.observe(Observed::Signalled, &ctx, &mut rng).unwrap();
     run.observe(Observed::ScheduleCreated, &ctx, &mut rng)
         .unwrap();
     let Step::Perform(Effect::Write(confirm)) = run.step() else {
@@ -437,6 +511,7 @@ fn describe(e: &Effect) -> String {
                 .unwrap_or_default(),
             d.delay_seconds
         ),
+        Effect::Signal(s) => format!("signal {s:?}"),
         Effect::Alert(a) => format!(
             "alert {} attempts={} reason={}",
             a.transaction_id,

@@ -56,6 +56,7 @@ fn effects() -> Vec<Effect> {
             event,
             delay_seconds: 30,
         }),
+        Effect::Signal(domain::breaker::Signal::Answered),
         Effect::Alert(Alert {
             kind: AlertKind::AttemptsExhausted,
             transaction_id: id(),
@@ -183,6 +184,6 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
             }
         }
     }
-    // Response 4, retry 4, reconcile 5, start 2, resolve 3, replay 3.
-    assert_eq!(performed, 21);
+    // Response 5, retry 4, reconcile 5, start 2, resolve 3, replay 3.
+    assert_eq!(performed, 22);
 }

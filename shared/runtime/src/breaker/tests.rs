@@ -122,8 +122,12 @@ async fn an_outage_opens_pauses_probes_and_closes() {
         Admission::Pause { until: t(61_000) },
         "the round's two probes are out"
     );
+    // An answer that is not the probe's changes nothing; the probe's closes it.
+    assert_eq!(g.observe(&batch(1, 0), t(31_500)).await.unwrap(), None);
+    let mut probe_answer = Tally::default();
+    probe_answer.add(Signal::ProbeAnswered);
     assert_eq!(
-        g.observe(&batch(1, 0), t(32_000)).await.unwrap(),
+        g.observe(&probe_answer, t(32_000)).await.unwrap(),
         Some(Change::Closed)
     );
     assert_eq!(g.admit(t(32_001)).await.unwrap().0, Admission::Send);
