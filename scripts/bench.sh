@@ -25,7 +25,7 @@ host="$(rustc -vV | sed -n 's/^host: //p')"
 
 echo "== cargo build --release: the function binaries and bench" >&2
 cargo build --release -p deferred-retry-bench \
-  -p response-handler -p retry-handler -p reconciler -p audit-writer -p starter
+  -p response-handler -p retry-handler -p reconciler -p audit-writer -p starter -p http-bridge
 
 echo "== cargo bench --bench handlers (criterion)" >&2
 cargo bench -p deferred-retry-bench --bench handlers

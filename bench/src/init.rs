@@ -16,12 +16,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The function binaries, as `template.yaml` and `cargo lambda` name them.
-pub const FUNCTIONS: [&str; 5] = [
+pub const FUNCTIONS: [&str; 6] = [
     "response-handler",
     "retry-handler",
     "reconciler",
     "audit-writer",
     "starter",
+    "http-bridge",
 ];
 
 /// The request the runtime client makes first.

@@ -1334,6 +1334,32 @@ fn queue(name: &str) -> testkit::provision::QueueRef {
 }
 
 /// A stack's physical names without a server.
+/// The offline stack with these parameters as well.
+fn offline_with(text: &str, parameters: &[(&'static str, String)]) -> Stack {
+    let template: Value = serde_yaml::from_str(text).unwrap();
+    let mut ph = offline(text).physical;
+    for (k, v) in parameters {
+        ph.parameters.insert((*k).to_owned(), v.clone());
+    }
+    Stack::from_template(&template, text, ph).unwrap()
+}
+
+const SECRET_ARN: &str = "arn:aws:secretsmanager:us-east-1:210987654321:secret:psp-AbCdEf";
+const PARAMETER_ARN: &str = "arn:aws:ssm:us-east-1:210987654321:parameter/psp/key";
+
+/// The parameters that put the HTTP bridge in the stack, its auth from a secret or a
+/// parameter.
+fn bridge_parameters(secret: &str, parameter: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "HttpEndpoint",
+            "https://api.psp.example/pay/{transaction_id}".into(),
+        ),
+        ("HttpAuthSecretArn", secret.to_owned()),
+        ("HttpAuthParameterArn", parameter.to_owned()),
+    ]
+}
+
 fn offline(text: &str) -> Stack {
     let names = StackNames::new("lp");
     let p = Provisioned {
@@ -1469,6 +1495,82 @@ fn a_removed_grant_fails_naming_function_action_and_resource() {
     );
 }
 
+/// The HTTP bridge's role, with its auth from Secrets Manager or from SSM: each call
+/// the bridge makes (the event source's on the request queue, the answer, the
+/// operator case, the secret's read, its logs) is allowed, each grant is used, the
+/// other store's read is not granted; the service restriction admits it; without an
+/// endpoint there is no bridge.
+#[test]
+fn the_http_bridge_role_is_exactly_its_calls() {
+    let text = template_text();
+    let (request, response, dlq) = (queue("request"), queue("response"), queue("request-dlq"));
+    for (secret, parameter, read, other) in [
+        (
+            SECRET_ARN,
+            "",
+            call(
+                "http-bridge",
+                "secretsmanager",
+                "GetSecretValue",
+                SECRET_ARN,
+            ),
+            ("ssm:GetParameter", PARAMETER_ARN),
+        ),
+        (
+            "",
+            PARAMETER_ARN,
+            call("http-bridge", "ssm", "GetParameter", PARAMETER_ARN),
+            ("secretsmanager:GetSecretValue", SECRET_ARN),
+        ),
+    ] {
+        let mut params = bridge_parameters(secret, parameter);
+        params.push(("ServicePrincipalArns", outside_arn(EXTERNAL)));
+        let stack = offline_with(&text, &params);
+        let calls = [
+            call("http-bridge", "sqs", "GetQueueAttributes", &request.arn),
+            call("http-bridge", "sqs", "ReceiveMessage", &request.arn),
+            call("http-bridge", "sqs", "DeleteMessageBatch", &request.arn),
+            call("http-bridge", "sqs", "SendMessage", &response.arn),
+            call("http-bridge", "sqs", "SendMessage", &dlq.arn),
+            read,
+        ];
+        let mut requests = requests_of(&stack, &calls, "");
+        requests.extend(
+            stack
+                .log_requests("http-bridge")
+                .into_iter()
+                .map(|r| ("http-bridge".to_owned(), r)),
+        );
+        let problems: Vec<String> = check(&stack, &requests)
+            .problems
+            .into_iter()
+            .filter(|p| p.starts_with("http-bridge:") || p.contains("HttpBridgeRole"))
+            .collect();
+        assert_eq!(
+            problems,
+            Vec::<String>::new(),
+            "auth from {secret}{parameter}"
+        );
+        let bridge = stack.role("HttpBridgeRole");
+        let not_granted = stack.request(&bridge, other.0, other.1);
+        assert_eq!(
+            stack.evaluate(&not_granted).unwrap(),
+            Decision::NotAllowed,
+            "{other:?}"
+        );
+        for (action, q) in [("sqs:SendMessage", "retry"), ("sqs:SendMessage", "request")] {
+            let elsewhere = stack.request(&bridge, action, &queue(q).arn);
+            let d = stack.evaluate(&elsewhere).unwrap();
+            assert!(!matches!(d, Decision::Allowed(_)), "{action} on {q}: {d:?}");
+        }
+    }
+    let without = offline(&text);
+    assert!(
+        !without.function_roles.contains_key("http-bridge"),
+        "no endpoint, no bridge"
+    );
+}
+
 /// The retry queue's policy denies a principal it does not list, even one whose own
 /// policy would allow it; the listed ones pass.
 #[test]
@@ -1563,14 +1665,14 @@ fn queue_policies_deny_plain_http_and_unlisted_service_principals() {
 }
 
 /// CloudWatch alarms of this account publish to the encrypted alarm topic (topic
-/// policy and key policy); an alarm of another account cannot.
+/// policy and key policy); an alarm of another account cannot. (The HTTP bridge is
+/// in the stack, so its alarms are counted too.)
 #[test]
 fn alarms_of_this_account_and_only_they_publish() {
-    let stack = offline(&template_text());
+    let text = template_text();
+    let stack = offline_with(&text, &bridge_parameters(SECRET_ARN, ""));
     let requests = stack.alarm_requests();
-    let alarms = template_text()
-        .matches("Type: AWS::CloudWatch::Alarm")
-        .count();
+    let alarms = text.matches("Type: AWS::CloudWatch::Alarm").count();
     assert!(alarms >= 20, "{alarms} alarms in the template");
     assert_eq!(
         requests.len(),

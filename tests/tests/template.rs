@@ -13,8 +13,8 @@
 
 use aws::config::vars;
 use aws::config::{
-    timeouts, AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig,
-    StackNames, StarterConfig,
+    timeouts, AuditWriterConfig, HttpBridgeConfig, ReconcilerConfig, ResponseHandlerConfig,
+    RetryHandlerConfig, StackNames, StarterConfig,
 };
 use deferred_retry_tests::cfn::*;
 use runtime::metrics::{names, DIMENSION};
@@ -56,6 +56,10 @@ fn functions() -> BTreeMap<&'static str, (Vec<&'static str>, u32)> {
         (
             "starter",
             (StarterConfig::env_vars(), timeouts::STARTER_SECONDS),
+        ),
+        (
+            "http-bridge",
+            (HttpBridgeConfig::env_vars(), timeouts::HTTP_BRIDGE_SECONDS),
         ),
     ])
 }

@@ -8,7 +8,7 @@ use domain::ports::{Clock, PortError, RequestPublisher};
 use domain::{MaxAttempts, Payload, Request, Status, Timestamp, TransactionId};
 use runtime::metrics::{names, Metrics};
 use runtime::settings::{Seeds, Settings};
-use runtime::{BatchOptions, SqsEvent, SqsMessage};
+use runtime::BatchOptions;
 use starter::Starter;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -45,21 +45,6 @@ fn starter<'a, Rq: RequestPublisher>(
     }
 }
 
-fn event(bodies: &[&str]) -> SqsEvent {
-    let mut e = SqsEvent::default();
-    e.records = bodies
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            let mut m = SqsMessage::default();
-            m.message_id = Some(format!("m{i}"));
-            m.body = Some((*b).to_owned());
-            m
-        })
-        .collect();
-    e
-}
-
 fn id(s: &str) -> TransactionId {
     TransactionId::parse(s).unwrap()
 }
@@ -85,7 +70,7 @@ async fn a_message_starts_the_transaction_as_the_library_does() {
     let m = Metrics::new("NS", starter::FUNCTION);
     let r = s
         .handle_event(
-            event(&[
+            testkit::events::sqs(&[
                 &start("TX-1", ""),
                 &start("TX-2", r#","max_attempts":2,"correlation_id":"req-9""#),
             ]),
@@ -147,10 +132,16 @@ async fn a_repeated_message_is_harmless() {
     let s = starter(&store, &requests, &dlq, &clock);
     let m = Metrics::new("NS", starter::FUNCTION);
     let body = start("TX-1", "");
-    let r = s.handle_event(event(&[&body]), &m).await.unwrap();
+    let r = s
+        .handle_event(testkit::events::sqs(&[&body]), &m)
+        .await
+        .unwrap();
     assert!(r.batch_item_failures.is_empty());
     clock.advance_millis(5_000);
-    let r = s.handle_event(event(&[&body, &body]), &m).await.unwrap();
+    let r = s
+        .handle_event(testkit::events::sqs(&[&body, &body]), &m)
+        .await
+        .unwrap();
     assert!(r.batch_item_failures.is_empty(), "{r:?}");
     assert_eq!(m.count("AckStarted"), 1, "{m:?}");
     assert_eq!(m.count("AckAlreadyStarted"), 2, "{m:?}");
@@ -193,9 +184,15 @@ async fn a_poison_message_goes_to_the_dlq_and_its_neighbours_start() {
         start("TX-4", ""),
     ];
     let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
-    let r = s.handle_event(event(&refs), &m).await.unwrap();
+    let r = s
+        .handle_event(testkit::events::sqs(&refs), &m)
+        .await
+        .unwrap();
     assert!(r.batch_item_failures.is_empty(), "{r:?}");
-    let r = s.handle_event(event(&[other_payload]), &m).await.unwrap();
+    let r = s
+        .handle_event(testkit::events::sqs(&[other_payload]), &m)
+        .await
+        .unwrap();
     assert!(r.batch_item_failures.is_empty(), "{r:?}");
 
     let dead: Vec<String> = dlq.messages().into_iter().map(|u| u.body).collect();
@@ -258,7 +255,10 @@ async fn a_transient_failure_is_redelivered_and_the_redelivery_publishes() {
     let s = starter(&store, &flaky, &dlq, &clock);
     let m = Metrics::new("NS", starter::FUNCTION);
     let body = start("TX-1", "");
-    let r = s.handle_event(event(&[&body]), &m).await.unwrap();
+    let r = s
+        .handle_event(testkit::events::sqs(&[&body]), &m)
+        .await
+        .unwrap();
     let failed: Vec<&str> = r
         .batch_item_failures
         .iter()
@@ -272,7 +272,10 @@ async fn a_transient_failure_is_redelivered_and_the_redelivery_publishes() {
         Status::InProgress
     );
     flaky.down.store(false, Ordering::SeqCst);
-    let r = s.handle_event(event(&[&body]), &m).await.unwrap();
+    let r = s
+        .handle_event(testkit::events::sqs(&[&body]), &m)
+        .await
+        .unwrap();
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(queue.messages().len(), 1);
     assert_eq!(m.count("AckAlreadyStarted"), 1, "{m:?}");

@@ -39,6 +39,7 @@ pub mod timeouts {
     pub const RECONCILER_SECONDS: u32 = 120;
     pub const AUDIT_WRITER_SECONDS: u32 = 60;
     pub const STARTER_SECONDS: u32 = 30;
+    pub const HTTP_BRIDGE_SECONDS: u32 = 30;
     pub const VISIBILITY_FACTOR: u32 = 6;
 }
 
@@ -167,6 +168,8 @@ pub mod vars {
     pub const RESPONSE_DLQ_URL: Text = Text::required("RESPONSE_DLQ_URL");
     pub const RETRY_DLQ_URL: Text = Text::required("RETRY_DLQ_URL");
     pub const INTAKE_DLQ_URL: Text = Text::required("INTAKE_DLQ_URL");
+    pub const RESPONSE_QUEUE_URL: Text = Text::required("RESPONSE_QUEUE_URL");
+    pub const REQUEST_DLQ_URL: Text = Text::required("REQUEST_DLQ_URL");
     /// Empty or unset: no circuit breaker, requests always go out.
     pub const BREAKER_TABLE: Text = Text::or("BREAKER_TABLE", "");
 
@@ -249,6 +252,25 @@ pub mod vars {
         default: None,
         accepts: Accepts::Between(1, domain::ids::MAX_ATTEMPTS_LIMIT),
     };
+
+    // The HTTP bridge (checked further when the bridge is built: URL, JSON).
+    /// `https://…` (`http://` only on loopback); the path may hold `{transaction_id}`.
+    pub const HTTP_ENDPOINT: Text = Text::required("HTTP_ENDPOINT");
+    pub const HTTP_METHOD: Text = Text::or("HTTP_METHOD", "POST");
+    /// Static headers, a JSON object of strings; empty: none.
+    pub const HTTP_HEADERS: Text = Text::or("HTTP_HEADERS", "");
+    pub const HTTP_IDEMPOTENCY_HEADER: Text =
+        Text::or("HTTP_IDEMPOTENCY_HEADER", "Idempotency-Key");
+    pub const HTTP_AUTH_HEADER: Text = Text::or("HTTP_AUTH_HEADER", "Authorization");
+    /// A Secrets Manager secret ARN, or an SSM parameter ARN or name; empty: no auth
+    /// header.
+    pub const HTTP_AUTH_SECRET: Text = Text::or("HTTP_AUTH_SECRET", "");
+    /// The classification overrides, JSON; empty: the defaults.
+    pub const HTTP_CLASSIFICATION: Text = Text::or("HTTP_CLASSIFICATION", "");
+    pub const HTTP_CONNECT_TIMEOUT_SECONDS: Var<u64> =
+        Var::between("HTTP_CONNECT_TIMEOUT_SECONDS", 3, 1, 20);
+    /// The whole call, answer body included; below the function's timeout.
+    pub const HTTP_TIMEOUT_SECONDS: Var<u64> = Var::between("HTTP_TIMEOUT_SECONDS", 10, 1, 25);
 
     // Throughput, audit and metrics.
     /// Per execution environment; required.
@@ -392,6 +414,21 @@ impl<'a> Env<'a> {
     fn seconds(&self, var: &Var<u64>) -> Duration {
         Duration::from_secs(self.get(var))
     }
+
+    /// Refuses `value` of `var` above `bound` of `bound_var`.
+    fn at_most(&self, var: &Var<u64>, value: Duration, bound_var: &Var<u64>, bound: Duration) {
+        if value > bound {
+            self.fail(ConfigError::Invalid {
+                name: var.name,
+                value: value.as_secs().to_string(),
+                reason: format!(
+                    "must be at most {}={:?}",
+                    bound_var.name,
+                    bound.as_secs().to_string()
+                ),
+            });
+        }
+    }
 }
 
 fn process_env(name: &str) -> Option<String> {
@@ -480,20 +517,15 @@ impl BreakerConfig {
             });
             BreakerSettings::default()
         });
+        // A state read less often than it can change would keep a closed breaker's
+        // requests held back past its cool-down.
         let refresh = env.seconds(&BREAKER_REFRESH_SECONDS);
-        if refresh > settings.cooldown {
-            // A state read less often than it can change would keep a closed
-            // breaker's requests held back past its cool-down.
-            env.fail(ConfigError::Invalid {
-                name: BREAKER_REFRESH_SECONDS.name,
-                value: refresh.as_secs().to_string(),
-                reason: format!(
-                    "must be at most {}={:?}",
-                    BREAKER_COOLDOWN_SECONDS.name,
-                    settings.cooldown.as_secs().to_string()
-                ),
-            });
-        }
+        env.at_most(
+            &BREAKER_REFRESH_SECONDS,
+            refresh,
+            &BREAKER_COOLDOWN_SECONDS,
+            settings.cooldown,
+        );
         let table = env.text(&BREAKER_TABLE);
         (!table.is_empty()).then_some(Self {
             table,
@@ -790,6 +822,58 @@ impl StarterConfig {
             reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
             answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
             max_requests_per_second: env.get(&MAX_REQUESTS_PER_SECOND),
+            batch_concurrency: env.get(&BATCH_CONCURRENCY),
+            metrics_namespace: env.text(&METRICS_NAMESPACE),
+        }
+    }
+}
+
+/// The HTTP bridge: requests from the request queue to an HTTP endpoint, answers to
+/// the response queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpBridgeConfig {
+    /// RESPONSE_QUEUE_URL: where each classified answer goes.
+    pub response_queue_url: String,
+    /// REQUEST_DLQ_URL: where a request the endpoint says can never succeed goes.
+    pub request_dlq_url: String,
+    pub endpoint: String,
+    pub method: String,
+    pub headers_json: String,
+    pub idempotency_header: String,
+    pub auth_header: String,
+    pub auth_secret: String,
+    pub classification_json: String,
+    pub connect_timeout: Duration,
+    /// At most the function's timeout minus 5 s (checked here).
+    pub timeout: Duration,
+    pub batch_concurrency: usize,
+    pub metrics_namespace: String,
+}
+
+read_from_env!(HttpBridgeConfig);
+
+impl HttpBridgeConfig {
+    fn read(env: &Env<'_>) -> Self {
+        let connect_timeout = env.seconds(&HTTP_CONNECT_TIMEOUT_SECONDS);
+        let timeout = env.seconds(&HTTP_TIMEOUT_SECONDS);
+        env.at_most(
+            &HTTP_CONNECT_TIMEOUT_SECONDS,
+            connect_timeout,
+            &HTTP_TIMEOUT_SECONDS,
+            timeout,
+        );
+        Self {
+            response_queue_url: env.text(&RESPONSE_QUEUE_URL),
+            request_dlq_url: env.text(&REQUEST_DLQ_URL),
+            endpoint: env.text(&HTTP_ENDPOINT),
+            method: env.text(&HTTP_METHOD),
+            headers_json: env.text(&HTTP_HEADERS),
+            idempotency_header: env.text(&HTTP_IDEMPOTENCY_HEADER),
+            auth_header: env.text(&HTTP_AUTH_HEADER),
+            auth_secret: env.text(&HTTP_AUTH_SECRET),
+            classification_json: env.text(&HTTP_CLASSIFICATION),
+            connect_timeout,
+            timeout,
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
         }

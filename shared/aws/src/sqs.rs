@@ -1,5 +1,6 @@
 //! SQS adapters: the request publisher (body `Request::to_json()`, message attribute
-//! `idempotency_key`), the retry-event publisher (body `RetryEvent::to_json()`), and
+//! `idempotency_key`), the retry-event publisher (body `RetryEvent::to_json()`), the
+//! response publisher of the HTTP bridge (body `Response::to_json()`), and
 //! the dead-letter adapter [`SqsDeadLetter`], which the handlers use to park a message
 //! that can never succeed (body and attributes unchanged) before acknowledging it.
 //! [`SqsDirectory`] resolves queue ARNs to URLs (`retryctl redrive`, the local
@@ -14,7 +15,7 @@ use domain::ports::{
     DeadLetter, ErrorKind, MessageAttribute, PortError, RequestPublisher, RetryPublisher,
     Undeliverable,
 };
-use domain::{Request, RetryEvent};
+use domain::{Request, Response, RetryEvent};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -131,6 +132,27 @@ impl RetryPublisher for SqsRetryPublisher {
             delay_seconds,
         )
         .await
+    }
+}
+
+/// Puts answers on the response queue, as the external service does (the HTTP
+/// bridge).
+#[derive(Debug, Clone)]
+pub struct SqsResponsePublisher {
+    client: Client,
+    queue_url: String,
+}
+
+impl SqsResponsePublisher {
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+        }
+    }
+
+    pub async fn publish(&self, response: &Response) -> Result<(), PortError> {
+        send(&self.client, &self.queue_url, &response.to_json(), None, 0).await
     }
 }
 

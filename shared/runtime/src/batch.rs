@@ -16,7 +16,7 @@ use crate::verdict::{Permanent, Verdict};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use domain::message::MessageError;
 use domain::ports::{DeadLetter, MessageAttribute, PortError, Undeliverable};
-use domain::{Attempt, Response, RetryEvent, TransactionId};
+use domain::{Attempt, Request, Response, RetryEvent, TransactionId};
 use futures::{FutureExt, StreamExt};
 use std::any::Any;
 use std::future::Future;
@@ -50,6 +50,18 @@ pub trait Inbound: Sized + Send {
 impl Inbound for Response {
     fn parse(body: &str) -> Result<Self, MessageError> {
         Response::parse(body)
+    }
+    fn transaction_id(&self) -> &TransactionId {
+        &self.transaction_id
+    }
+    fn attempt(&self) -> Attempt {
+        self.attempt
+    }
+}
+
+impl Inbound for Request {
+    fn parse(body: &str) -> Result<Self, MessageError> {
+        Request::parse(body)
     }
     fn transaction_id(&self) -> &TransactionId {
         &self.transaction_id

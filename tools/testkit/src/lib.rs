@@ -9,9 +9,11 @@
 //!   [`meter`]: an SDK interceptor counting API calls and consumed capacity.
 //! - [`proxy`]: a recording pass-through in front of moto, injecting [`faults`];
 //!   [`trail`]: audit trails as `FROM>TO@attempt` strings; [`size`]: DynamoDB's item
-//!   size. See `docs/adapters.md#local-server-and-provisioning`.
+//!   size; [`events`]: the SQS events Lambda delivers. See
+//!   `docs/adapters.md#local-server-and-provisioning`.
 
 pub mod drain;
+pub mod events;
 pub mod faults;
 pub mod memory;
 pub mod meter;

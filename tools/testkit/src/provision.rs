@@ -255,7 +255,9 @@ pub struct Provisioned {
 impl Provisioned {
     /// Environment variables of a function for this stack (names as in `config`).
     /// `function` is `response-handler`, `retry-handler`, `reconciler`,
-    /// `audit-writer` or `starter`; anything else gets an empty list. The settings the
+    /// `audit-writer`, `starter` or `http-bridge` (its endpoint a loopback stand-in,
+    /// [`LOCAL_HTTP_ENDPOINT`], that callers replace with their server's); anything
+    /// else gets an empty list. The settings the
     /// template passes from a parameter are given their defaults.
     pub fn env_for(&self, function: &str) -> Vec<(&'static str, String)> {
         let n = &self.names;
@@ -315,11 +317,19 @@ impl Provisioned {
                     domain::defaults::INTAKE_STARTS_PER_SECOND.to_string(),
                 ));
             }
+            "http-bridge" => {
+                v.push((vars::RESPONSE_QUEUE_URL.name, self.response.url.clone()));
+                v.push((vars::REQUEST_DLQ_URL.name, self.request_dlq.url.clone()));
+                v.push((vars::HTTP_ENDPOINT.name, LOCAL_HTTP_ENDPOINT.to_owned()));
+            }
             _ => {}
         }
         v
     }
 }
+
+/// The HTTP bridge's endpoint in [`Provisioned::env_for`]: loopback, discard port.
+pub const LOCAL_HTTP_ENDPOINT: &str = "http://127.0.0.1:9/{transaction_id}";
 
 /// A resource could not be created.
 #[derive(Debug, Error)]
