@@ -121,8 +121,9 @@ async fn every_message_twice_costs_one_failed_condition_per_duplicate_and_no_sec
     )
     .await
     .unwrap();
-    // The duplicate response: one conditional write that fails, and its batch's
-    // count on the circuit breaker (one per batch).
+    // The duplicate response: one conditional write that fails, and no count on the
+    // circuit breaker (a duplicate is no signal: only the first delivery's batch
+    // writes there).
     assert_eq!(
         (
             c.response.writes,
@@ -130,7 +131,7 @@ async fn every_message_twice_costs_one_failed_condition_per_duplicate_and_no_sec
             c.response.schedule_creates,
             c.response.breaker_writes
         ),
-        (3, 1, 1, 2)
+        (3, 1, 1, 1)
     );
     assert_eq!(round_trips(&c.response_first), 3);
     // The duplicate retry event: one failed conditional write, no second payload read
