@@ -98,7 +98,7 @@ fn scheduled(n: usize) -> MemoryStore {
         notes: &store,
     };
     for i in 0..n {
-        let v = ready(response_handler::handle(
+        let (v, _) = ready(response_handler::handle(
             &ports,
             &cancelled(i),
             &ctx,
@@ -215,7 +215,7 @@ fn handlers(c: &mut Criterion) {
                     retries: &retries,
                     notes: &store,
                 };
-                let v = ready(response_handler::handle(
+                let (v, _) = ready(response_handler::handle(
                     &ports,
                     &response,
                     &ctx,

@@ -37,7 +37,8 @@ pub const FUNCTION: &str = "response-handler";
 
 /// Handles one parsed response: the core, over the ports A has (conditional writes,
 /// schedule creation, the retry queue for an instant already past). `hook` may stop
-/// the plan before an effect (tests simulate crashes).
+/// the plan before an effect (tests simulate crashes). Returns the verdict and the
+/// breaker signals the plan gave (counted once per batch by the caller).
 pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher, Nt: AuditNotes>(
     ports: &ResponsePorts<'_, St, Sc, Rt, Nt>,
     response: &Response,
@@ -45,38 +46,20 @@ pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher, Nt
     rng: &mut (dyn RandomSource + Send),
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
     metrics: &Metrics,
-) -> Verdict {
-    let signals = Mutex::new(Tally::default());
-    handle_counted(ports, response, ctx, rng, hook, metrics, &signals).await
-}
-
-/// [`handle`], adding the breaker signals its plan gave to `signals`.
-pub async fn handle_counted<
-    St: Transitions,
-    Sc: ScheduleCreator,
-    Rt: RetryPublisher,
-    Nt: AuditNotes,
->(
-    ports: &ResponsePorts<'_, St, Sc, Rt, Nt>,
-    response: &Response,
-    ctx: &Context,
-    rng: &mut (dyn RandomSource + Send),
-    hook: &mut (dyn FnMut(&Effect) -> bool + Send),
-    metrics: &Metrics,
-    signals: &Mutex<Tally>,
-) -> Verdict {
+) -> (Verdict, Tally) {
     metrics.incr(match response.outcome {
         Outcome::Success => names::RESPONSE_SUCCESS,
         Outcome::Cancelled => names::RESPONSE_CANCELLED,
         Outcome::Error => names::TECHNICAL_FAILURES,
     });
     let driven = drive(Input::Response(response.clone()), ports, ctx, rng, hook).await;
+    let mut signals = Tally::default();
     for (effect, observed) in driven.run.trail() {
         if let (Effect::Signal(s), Observed::Signalled) = (effect, observed) {
-            signals.lock().unwrap_or_else(|e| e.into_inner()).add(*s);
+            signals.add(*s);
         }
     }
-    verdict(&driven, metrics)
+    (verdict(&driven, metrics), signals)
 }
 
 /// The response handler with its ports, built once per process.
@@ -130,16 +113,11 @@ where
                     retries: &self.retries,
                     notes: &self.notes,
                 };
-                handle_counted(
-                    &ports,
-                    &response,
-                    &ctx,
-                    &mut rng,
-                    &mut run_all,
-                    metrics,
-                    signals,
-                )
-                .await
+                let (verdict, given) =
+                    handle(&ports, &response, &ctx, &mut rng, &mut run_all, metrics).await;
+                let mut tally = signals.lock().unwrap_or_else(|e| e.into_inner());
+                *tally = tally.plus(given);
+                verdict
             },
         )
         .await;

@@ -24,7 +24,7 @@ use runtime::breaker::BreakerGate;
 use runtime::drive::{drive, run_all, verdict};
 use runtime::metric::invocation;
 use runtime::metrics::Metrics;
-use runtime::rate::Pacer;
+use runtime::rate::{self, Pacer};
 use runtime::settings::{Seeds, Settings};
 use runtime::verdict::Verdict;
 use runtime::{SqsBatchResponse, SqsEvent};
@@ -86,8 +86,7 @@ where
         event: SqsEvent,
         metrics: &Metrics,
     ) -> Result<SqsBatchResponse, BatchError> {
-        let before = self.pacer.as_ref().map(|p| p.tally());
-        let result = process_batch(
+        let batch = process_batch(
             event,
             &self.batch,
             &self.dead_letter,
@@ -107,14 +106,10 @@ where
                 };
                 handle(&ports, &retry, &ctx, &mut rng, &mut run_all, metrics).await
             },
-        )
-        .await;
+        );
+        let result = rate::counted(self.pacer.as_deref(), metrics, batch).await;
         if let Some(gate) = &self.breaker {
             gate.gauge(self.clock.now(), metrics).await;
-        }
-        if let (Some(p), Some(tally)) = (&self.pacer, before) {
-            // One invocation at a time per execution environment: the difference is ours.
-            tally.count(p, metrics);
         }
         result
     }

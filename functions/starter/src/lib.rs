@@ -21,7 +21,7 @@ use runtime::batch::{process_batch, BatchError, BatchOptions};
 use runtime::drive::{drive, run_all, verdict};
 use runtime::metric::invocation;
 use runtime::metrics::Metrics;
-use runtime::rate::Pacer;
+use runtime::rate::{self, Pacer};
 use runtime::settings::{Seeds, Settings};
 use runtime::verdict::Verdict;
 use runtime::{SqsBatchResponse, SqsEvent};
@@ -89,8 +89,7 @@ where
         event: SqsEvent,
         metrics: &Metrics,
     ) -> Result<SqsBatchResponse, BatchError> {
-        let before = self.pacer.as_ref().map(|p| p.tally());
-        let result = process_batch(
+        let batch = process_batch(
             event,
             &self.batch,
             &self.dead_letter,
@@ -105,12 +104,8 @@ where
                 let max = self.default_max_attempts;
                 handle(&ports, &message, max, &ctx, &mut rng, &mut run_all, metrics).await
             },
-        )
-        .await;
-        if let (Some(p), Some(tally)) = (&self.pacer, before) {
-            tally.count(p, metrics);
-        }
-        result
+        );
+        rate::counted(self.pacer.as_deref(), metrics, batch).await
     }
 
     /// One invocation: the batch, then the metrics line on stdout.

@@ -164,7 +164,8 @@ impl Tally {
         *n = n.saturating_add(1);
     }
 
-    fn plus(self, o: Tally) -> Tally {
+    /// These counts and `o`'s together.
+    pub fn plus(self, o: Tally) -> Tally {
         Tally {
             answered: self.answered.saturating_add(o.answered),
             technical: self.technical.saturating_add(o.technical),

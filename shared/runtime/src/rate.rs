@@ -262,6 +262,22 @@ impl PacerTally {
     }
 }
 
+/// Runs `work`, then counts into `metrics` the publishes `pacer` paced and refused
+/// meanwhile. One invocation at a time per execution environment: the difference is
+/// the invocation's own.
+pub async fn counted<T>(
+    pacer: Option<&Pacer>,
+    metrics: &Metrics,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    let before = pacer.map(Pacer::tally);
+    let out = work.await;
+    if let (Some(p), Some(tally)) = (pacer, before) {
+        tally.count(p, metrics);
+    }
+    out
+}
+
 /// A request publisher whose publishes go through a [`Pacer`].
 #[derive(Debug)]
 pub struct Paced<P> {

@@ -289,7 +289,7 @@ impl<B: Backend> World<B> {
         let resp = response(tx, n, outcome);
         let ctx = self.settings.context(self.now());
         let mut rng = self.rng();
-        response_handler::handle(
+        let (verdict, _) = response_handler::handle(
             &self.response_ports(),
             &resp,
             &ctx,
@@ -297,7 +297,8 @@ impl<B: Backend> World<B> {
             hook,
             &self.metrics,
         )
-        .await
+        .await;
+        verdict
     }
 
     pub async fn respond(&self, tx: &str, n: u32, outcome: Outcome) -> Verdict {

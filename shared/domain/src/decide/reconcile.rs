@@ -38,11 +38,17 @@ fn answer_due(r: &TransactionRecord, ctx: &Context) -> crate::ids::Timestamp {
 pub fn asks_breaker(r: &TransactionRecord, ctx: &Context) -> bool {
     let sends = match r.status {
         Status::InProgress => r.republishes < ctx.answer_republish_max,
-        Status::Scheduling => r.next_fire_at.is_none_or(|f| f <= ctx.now),
+        Status::Scheduling => past_instant(r, ctx),
         Status::Scheduled => true,
         _ => false,
     };
     sends && is_stuck(r, ctx) && !ctx.expired(r)
+}
+
+/// True when the record's retry cycle is past its instant (or has none): its event is
+/// due, or held.
+fn past_instant(r: &TransactionRecord, ctx: &Context) -> bool {
+    r.next_fire_at.is_none_or(|f| f <= ctx.now)
 }
 
 /// True when the reconciler should act on this record now: a retry cycle unchanged
@@ -83,7 +89,7 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
     // A cycle past its instant while the breaker holds: its event is deferred on the
     // retry queue (or will be, once requeued after the hold); requeueing it now would
     // only be deferred too, and would count a requeue the cycle did not need.
-    if ctx.hold.is_some() && r.next_fire_at.is_none_or(|f| f <= ctx.now) {
+    if ctx.hold.is_some() && past_instant(r, ctx) {
         return vec![Effect::Drop(DropReason::HeldByBreaker { status: r.status })];
     }
     // Each requeue is counted on the record (conditional on the count read, so two
