@@ -18,6 +18,7 @@ use common::moto::Moto;
 use common::*;
 use domain::decide::{Ack, DropReason, Input};
 use domain::exec::{execute, ExecError};
+use domain::machine::Counter;
 use domain::machine::Mark;
 use domain::TransactionRecord;
 use domain::{Attempt, Disposition, MaxAttempts, Origin, Outcome, RetryEvent, Status};
@@ -868,7 +869,11 @@ async fn a_start_that_crashed_before_its_publish_is_rescued_at_the_deadline<B: B
     assert_eq!(w.keys().await, vec!["TX-100200#1"]);
     let r = w.record(TX).await;
     assert_eq!(
-        (r.status, r.current_attempt.get(), r.republishes),
+        (
+            r.status,
+            r.current_attempt.get(),
+            r.counts[Counter::Republishes]
+        ),
         (Status::InProgress, 1, 1)
     );
     assert_eq!(
@@ -899,7 +904,7 @@ async fn a_record_requeued_without_progress_is_parked<B: Backend>() {
             1,
             "round {k}: {r:?}"
         );
-        assert_eq!(w.record(TX).await.requeues, k);
+        assert_eq!(w.record(TX).await.counts[Counter::Requeues], k);
         assert_eq!(
             w.take_retries().await.len(),
             1,
@@ -930,7 +935,10 @@ async fn a_record_requeued_without_progress_is_parked<B: Backend>() {
     // The cause fixed, the event redriven from the DLQ: progress clears the count.
     assert_eq!(w.retry(&ev).await.label(), "published");
     let r = w.record(TX).await;
-    assert_eq!((r.status, r.requeues), (Status::InProgress, 0));
+    assert_eq!(
+        (r.status, r.counts[Counter::Requeues]),
+        (Status::InProgress, 0)
+    );
 }
 
 /// A request the service never answers: past each answer deadline the reconciler
@@ -953,7 +961,7 @@ async fn an_unanswered_request_is_republished_then_abandoned<B: Backend>() {
             1,
             "round {k}: {r:?}"
         );
-        assert_eq!(w.record(TX).await.republishes, k);
+        assert_eq!(w.record(TX).await.counts[Counter::Republishes], k);
         // Every run until the next deadline leaves it alone.
         past_threshold(&w);
         assert_eq!(w.reconcile().await.examined, 0, "round {k}");
@@ -1115,7 +1123,8 @@ async fn an_answer_after_a_republish_is_handled_once<B: Backend>() {
         (Status::Scheduled, a(1), Some(a(2)))
     );
     assert_eq!(
-        r.republishes, 1,
+        r.counts[Counter::Republishes],
+        1,
         "kept through the cycle, reset by the next request"
     );
     assert!(r.answer_due_at.is_none());

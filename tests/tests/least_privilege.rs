@@ -20,6 +20,7 @@ use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
 use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
 use domain::exec::StartPorts;
+use domain::machine::Counter;
 use domain::machine::ReconcileKey;
 use domain::ports::{BreakerReads, Clock, Records, ScheduleCreator, SystemClock};
 use domain::{
@@ -589,7 +590,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             id(tx),
             payload(tx, answer),
             MaxAttempts::new(max).unwrap(),
-            ctx.answer_timeout,
+            ctx.rules.answer_timeout,
             &ctx,
         )
         .await
@@ -804,7 +805,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         id("TX-G"),
         payload("TX-G", "SUCCESS"),
         MaxAttempts::new(3).unwrap(),
-        ctx.answer_timeout,
+        ctx.rules.answer_timeout,
         &ctx,
     )
     .await
@@ -853,7 +854,11 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     assert!(report.examined >= 2, "{report:?}");
     assert_eq!(store_status(&store, "TX-F").await, Status::Scheduled);
     let g = store.get(&id("TX-G")).await.unwrap().unwrap();
-    assert_eq!((g.status, g.republishes), (Status::InProgress, 1), "{g:?}");
+    assert_eq!(
+        (g.status, g.counts[Counter::Republishes]),
+        (Status::InProgress, 1),
+        "{g:?}"
+    );
     // TX-G's deadline fired: one is a burst here, so the reconciler opened the
     // circuit breaker (window read, change written with its log entry).
     let breaker = aws::breaker::DynamoBreaker::new(
@@ -878,7 +883,12 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     .await;
     let e = store.get(&id("TX-E")).await.unwrap().unwrap();
     assert_eq!(
-        (e.status, e.pauses, e.requeues, e.last_actor),
+        (
+            e.status,
+            e.counts[Counter::ProbeErrors],
+            e.counts[Counter::Requeues],
+            e.last_actor
+        ),
         (Status::Scheduled, 0, 1, domain::machine::Actor::Reconciler),
         "{e:?}"
     );

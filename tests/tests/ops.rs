@@ -26,12 +26,13 @@ async fn start_is_idempotent_and_never_publishes_a_different_payload() {
     let ctx = w.settings.context(w.now());
     let max = MaxAttempts::new(4).unwrap();
     let p = payload(r#"{"sku":"A-1","qty":2}"#);
-    let first = start_transaction(&ports, id("TX-7"), p.clone(), max, ctx.answer_timeout, &ctx)
+    let timeout = ctx.rules.answer_timeout;
+    let first = start_transaction(&ports, id("TX-7"), p.clone(), max, timeout, &ctx)
         .await
         .unwrap();
     assert_eq!(first.ack, Ack::Started);
     assert!(first.published());
-    let again = start_transaction(&ports, id("TX-7"), p.clone(), max, ctx.answer_timeout, &ctx)
+    let again = start_transaction(&ports, id("TX-7"), p.clone(), max, timeout, &ctx)
         .await
         .unwrap();
     assert_eq!(again.ack, Ack::AlreadyStarted);
@@ -40,7 +41,7 @@ async fn start_is_idempotent_and_never_publishes_a_different_payload() {
         id("TX-7"),
         payload(r#"{"sku":"B-2"}"#),
         max,
-        ctx.answer_timeout,
+        timeout,
         &ctx,
     )
     .await

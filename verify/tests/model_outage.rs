@@ -1,6 +1,7 @@
 //! The exhaustive model check with an outage of the service and its circuit breaker
 //! (docs/verification.md, "Outages and the circuit breaker in the model").
 
+use domain::machine::Counter;
 use verify::model::{check, CheckReport, OutageMode, ProtocolModel, Scope};
 use verify::Flaws;
 
@@ -257,7 +258,14 @@ fn a_probe_answered_error_is_counted_a_pause() {
         (paused.status, paused.current_attempt.get()),
         (domain::Status::Scheduling, 1)
     );
-    assert_eq!((paused.resends, paused.pauses), (2, 1), "{paused:?}");
+    assert_eq!(
+        (
+            paused.counts[Counter::Round],
+            paused.counts[Counter::ProbeErrors]
+        ),
+        (2, 1),
+        "{paused:?}"
+    );
     let spent = probe_answered_error(Flaws {
         probe_spends_resend: true,
         ..Flaws::NONE
@@ -270,7 +278,13 @@ fn a_probe_answered_error_is_counted_a_pause() {
         ),
         "{spent:?}"
     );
-    assert_eq!((spent.current_attempt.get(), spent.pauses), (1, 0));
+    assert_eq!(
+        (
+            spent.current_attempt.get(),
+            spent.counts[Counter::ProbeErrors]
+        ),
+        (1, 0)
+    );
 }
 
 /// The record after the probe's ERROR was decided (the run stopped before creating
@@ -284,7 +298,7 @@ fn probe_answered_error(flaws: Flaws) -> domain::TransactionRecord {
     let s = m.answer(&s, 0, 1, Outcome::Error);
     let s = m.deliver_response(&s, 0, false);
     let s = m.finish_run(s, Kind::ResponseHandler, 0);
-    assert_eq!(s.records[0].resends, 1, "{}", s.summary());
+    assert_eq!(s.records[0].counts[Counter::Round], 1, "{}", s.summary());
     // The re-send's schedule fires while the breaker is OPEN: held, the event
     // deferred, the record untouched.
     let before = s.records[0].clone();

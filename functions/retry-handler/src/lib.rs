@@ -3,22 +3,23 @@
 //! SENDING resumed; the request published with key `<id>#<m>`; SENDING → IN_PROGRESS).
 //! Its request publisher goes through the outbound pacer ([`runtime::rate`]).
 //!
-//! With a circuit breaker ([`BreakerGate`]), each record first asks it whether a
+//! With a circuit breaker ([`BreakerGate`]), each event first asks it whether a
 //! request may go out now: while it holds them back (OPEN, or HALF_OPEN with the
 //! round's probes out) the domain defers the retry event instead — back on the retry
 //! queue until the breaker's resume instant (SQS `DelaySeconds`), the record
-//! untouched, nothing consumed.
+//! untouched, nothing consumed. When it may hand out a probe, the record is read first
+//! and only an event that would publish asks ([`domain::decide::retry_asks_breaker`]).
 //! The breaker is read at most once per refresh period per execution environment.
 //! See `docs/functions.md#retry-handler-b`; its AWS wiring: [`wiring`].
 
-use domain::decide::Input;
+use domain::decide::{retry_asks_breaker, Input, Rules};
 use domain::exec::RetryPorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, Payloads, RequestPublisher,
-    RetryPublisher, SystemClock, Transitions,
+    BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, Payloads, Records,
+    RequestPublisher, RetryPublisher, SystemClock, Transitions,
 };
-use domain::{Context, Effect, RetryEvent};
+use domain::{Context, Effect, RetryEvent, Timestamp};
 use runtime::batch::{process_batch, BatchError, BatchOptions};
 use runtime::breaker::BreakerGate;
 use runtime::drive::{drive, run_all, verdict};
@@ -73,13 +74,29 @@ pub struct RetryHandler<St, Rq, Rt, Br, D, C = SystemClock> {
 
 impl<St, Rq, Rt, Br, D, C> RetryHandler<St, Rq, Rt, Br, D, C>
 where
-    St: Transitions + Payloads,
+    St: Transitions + Payloads + Records,
     Rq: RequestPublisher,
     Rt: RetryPublisher,
     Br: BreakerReads + BreakerWrites + BreakerCounts,
     D: DeadLetter,
     C: Clock,
 {
+    /// Whether `event` asks the breaker: always, but when the breaker may let it out as
+    /// a probe, only if the record says it would publish — a stale or duplicate event,
+    /// or one past its deadline, spends no probe of the round. (Not asked, the event is
+    /// decided as usual, its writes conditional on the record.)
+    async fn asks(&self, gate: &BreakerGate<Br>, event: &RetryEvent, now: Timestamp) -> bool {
+        if !gate.may_probe(now).await {
+            return true;
+        }
+        match self.store.get(&event.transaction_id).await {
+            Ok(Some(r)) => retry_asks_breaker(&Rules, &r, event, &self.settings.context(now)),
+            Ok(None) => false,
+            // Unread: asked, as before the record could be read.
+            Err(_) => true,
+        }
+    }
+
     /// Processes one SQS batch, counting into `metrics`.
     pub async fn handle_event(
         &self,
@@ -95,8 +112,10 @@ where
                 let now = self.clock.now();
                 let mut rng = self.seeds.next();
                 let (hold, probe) = match &self.breaker {
-                    Some(gate) => gate.admission(now, &mut rng, metrics).await,
-                    None => (None, false),
+                    Some(gate) if self.asks(gate, &retry, now).await => {
+                        gate.admission(now, &mut rng, metrics).await
+                    }
+                    _ => (None, false),
                 };
                 let ctx = self.settings.context(now).with_hold(hold).with_probe(probe);
                 let ports = RetryPorts {

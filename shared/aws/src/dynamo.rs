@@ -141,12 +141,9 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
     }
 
     // A count whose absent attribute means 0.
-    for (a, expected) in [
-        (attr::REPUBLISHES, g.republishes),
-        (attr::REQUEUES, g.requeues),
-        (attr::RESENDS, g.resends),
-    ] {
-        if let Some(k) = expected {
+    for (c, expected) in g.counts.iter() {
+        let a = c.attribute();
+        if let Some(k) = *expected {
             let name = b.name(a);
             let v = b.value(&format!("g_{a}"), n(k));
             cond.push(if k == 0 {
@@ -295,38 +292,16 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         &c.answer_due_at,
         |t| s(t.to_rfc3339()),
     );
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::REPUBLISHES,
-        &c.republishes,
-        |k| n(*k),
-    );
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::REQUEUES,
-        &c.requeues,
-        |k| n(*k),
-    );
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::RESENDS,
-        &c.resends,
-        |k| n(*k),
-    );
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::PAUSES,
-        &c.pauses,
-        |k| n(*k),
-    );
+    for (counter, count) in c.counts.iter() {
+        change(
+            &mut b,
+            &mut set,
+            &mut remove,
+            counter.attribute(),
+            count,
+            |k| n(*k),
+        );
+    }
     change(
         &mut b,
         &mut set,

@@ -10,7 +10,7 @@
 //! decoded once.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use domain::machine::{Actor, FailedKey, Mark, OperatorNote, ReconcileKey};
+use domain::machine::{Actor, Counter, FailedKey, Mark, OperatorNote, PerCounter, ReconcileKey};
 use domain::{
     Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
     TransactionRecord,
@@ -38,10 +38,6 @@ pub mod attr {
     pub const RECONCILE_PK: &str = "reconcile_pk";
     pub const RECONCILE_AT: &str = "reconcile_at";
     pub const ANSWER_DUE_AT: &str = "answer_due_at";
-    pub const REPUBLISHES: &str = "republishes";
-    pub const REQUEUES: &str = "requeues";
-    pub const RESENDS: &str = "resends";
-    pub const PAUSES: &str = "pauses";
     /// Partition key of the sparse `failed-index` (its sort key is `updated_at`).
     pub const FAILED_PK: &str = "failed_pk";
     /// Who made the last operator write (`OperatorNote::caller`).
@@ -54,8 +50,9 @@ pub mod attr {
     pub const PAYLOAD: &str = "payload";
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
-    /// Every attribute a transaction item may carry.
-    pub const ALL: [&str; 25] = [
+    /// Every attribute a transaction item may carry besides its counters (their
+    /// attributes are `domain::machine::Counter::attribute`).
+    pub const ALL: [&str; 21] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -73,10 +70,6 @@ pub mod attr {
         RECONCILE_PK,
         RECONCILE_AT,
         ANSWER_DUE_AT,
-        REPUBLISHES,
-        REQUEUES,
-        RESENDS,
-        PAUSES,
         FAILED_PK,
         OPERATOR_CALLER,
         OPERATOR_REASON,
@@ -301,10 +294,13 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
         answer_due_at: get_s(item, ANSWER_DUE_AT)?
             .map(|s| ts(ANSWER_DUE_AT, s))
             .transpose()?,
-        republishes: get_n(item, REPUBLISHES)?.unwrap_or(0),
-        requeues: get_n(item, REQUEUES)?.unwrap_or(0),
-        resends: get_n(item, RESENDS)?.unwrap_or(0),
-        pauses: get_n(item, PAUSES)?.unwrap_or(0),
+        counts: {
+            let mut counts = PerCounter::default();
+            for c in Counter::ALL {
+                counts[c] = get_n(item, c.attribute())?.unwrap_or(0);
+            }
+            counts
+        },
         failed: get_s(item, FAILED_PK)?.map(|pk| FailedKey {
             partition: pk.to_owned(),
         }),
@@ -386,17 +382,8 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     if let Some(t) = r.expires_at {
         m.insert(EXPIRES_AT.to_owned(), s(t.to_rfc3339()));
     }
-    if r.republishes > 0 {
-        m.insert(REPUBLISHES.to_owned(), n(r.republishes));
-    }
-    if r.resends > 0 {
-        m.insert(RESENDS.to_owned(), n(r.resends));
-    }
-    if r.pauses > 0 {
-        m.insert(PAUSES.to_owned(), n(r.pauses));
-    }
-    if r.requeues > 0 {
-        m.insert(REQUEUES.to_owned(), n(r.requeues));
+    for (c, k) in r.counts.iter().filter(|(_, k)| **k > 0) {
+        m.insert(c.attribute().to_owned(), n(*k));
     }
     if let Some(k) = &r.failed {
         m.insert(FAILED_PK.to_owned(), s(k.partition.clone()));

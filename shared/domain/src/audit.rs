@@ -12,7 +12,7 @@
 //! `docs/adapters.md#audit-dynamodb-streams--audit-writer--audit-table`.
 
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
-use crate::machine::{Actor, Mark, OperatorNote, Status, TransactionRecord};
+use crate::machine::{Actor, Counter, Mark, OperatorNote, Status, TransactionRecord};
 use crate::message::{Origin, Outcome};
 use serde::{Deserialize, Serialize};
 
@@ -110,7 +110,7 @@ impl AuditEntry {
                 None
             },
             notice: None,
-            resends: new.resends,
+            resends: new.counts[Counter::Round],
         })
     }
 
@@ -141,7 +141,7 @@ impl AuditEntry {
             origin: None,
             operator: None,
             notice: Some(Notice::ConflictingSuccess),
-            resends: record.resends,
+            resends: record.counts[Counter::Round],
         }
     }
 
@@ -536,7 +536,7 @@ mod tests {
                 let (a, e1) = step(&r, &|x| {
                     x.status = Status::Scheduling;
                     x.next_attempt = Some(attempt(next));
-                    x.resends = resends;
+                    x.counts[Counter::Round] = resends;
                 });
                 let (b, e2) = step(&a, &|x| x.status = Status::Scheduled);
                 let (c, e3) = step(&b, &|x| x.status = Status::Sending);
@@ -656,14 +656,22 @@ mod tests {
                 (Some(Status::InProgress), Status::InProgress)
             );
             assert!(e.noted_mark().and_then(Mark::held_by).is_some(), "{e:?}");
-            assert_eq!(new.republishes, 0, "a hold spends no republish");
+            assert_eq!(
+                new.counts[Counter::Republishes],
+                0,
+                "a hold spends no republish"
+            );
             entries.push(e);
             r = new;
         }
         let now = r.answer_due_at.unwrap().plus_millis(1);
         let (out, e) = write(&r, &ctx(now));
         assert_eq!(e.to, Status::InProgress);
-        assert_eq!(out.republishes, 1, "let out: the republish after the hold");
+        assert_eq!(
+            out.counts[Counter::Republishes],
+            1,
+            "let out: the republish after the hold"
+        );
         entries.push(e);
         let mut answered = out.clone();
         answered.status = Status::Scheduling;

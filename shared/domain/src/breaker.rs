@@ -406,6 +406,13 @@ impl Breaker {
     }
 
     /// OPEN past its cool-down becomes HALF_OPEN.
+    /// True when a request due at `now` may be let out as a half-open round's probe
+    /// (HALF_OPEN, or OPEN past its cool-down): only then does asking the breaker spend
+    /// something, so only then is the record read first ([`crate::decide::retry_asks_breaker`]).
+    pub fn may_probe(self, now: Timestamp) -> bool {
+        matches!(self.tick(now).0.state, BreakerState::HalfOpen { .. })
+    }
+
     pub fn tick(self, now: Timestamp) -> (Breaker, Option<Change>) {
         match self.state {
             BreakerState::Open { until, cooldown_ms } if now >= until => (

@@ -631,6 +631,141 @@ impl OperatorNote {
     }
 }
 
+/// Declares the record's counters: a counter is one line — its variant with what it
+/// counts, its attribute, and what a write that says nothing of it does (`Keep`, or
+/// `Clear` for a count that every other write resets). Guards, writes, the store's
+/// encoding and the views all go through [`Counter::ALL`].
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $v:ident = $attr:literal, $untouched:ident; )+) => {
+        /// One of the record's counters ([`PerCounter`]).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum Counter { $( $(#[$doc])* $v, )+ }
+
+        impl Counter {
+            /// How many counters the record has.
+            pub const N: usize = [$($attr),+].len();
+            pub const ALL: [Counter; Counter::N] = [$(Counter::$v),+];
+
+            /// Its attribute name, in the table and in JSON views.
+            pub const fn attribute(self) -> &'static str {
+                match self { $(Counter::$v => $attr,)+ }
+            }
+
+            /// What a write that does not name it does to it.
+            pub const fn untouched(self) -> Change<u32> {
+                match self { $(Counter::$v => Change::$untouched,)+ }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Times request `current_attempt` was published again for want of an answer; a
+    /// new request resets it. At ANSWER_REPUBLISH_MAX the next deadline ends the
+    /// transaction FAILED/UNANSWERED.
+    Republishes = "republishes", Keep;
+    /// Times the reconciler requeued this retry cycle's event with no progress since
+    /// (every other write is progress). At RECONCILE_REQUEUE_MAX the record is parked.
+    Requeues = "requeues", Clear;
+    /// The round: retry cycles opened by an ERROR answer since the start or the last
+    /// replay. It numbers each re-send's schedule and audit rows, and travels in
+    /// requests, answers and retry events as `round`.
+    Round = "resends", Keep;
+    /// Rounds opened by an ERROR that answered the breaker's probe: they test the
+    /// service for everyone and spend no technical re-send (see
+    /// [`PerCounter::technical_resends`]). Stored as `pauses`, the name the
+    /// attribute has had since breaker holds were written on the record.
+    ProbeErrors = "pauses", Keep;
+}
+
+/// One value per [`Counter`]: the record's counts, a guard's expected counts, a
+/// write's changes. Shown as an object keyed by attribute names (flattened into the
+/// record's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PerCounter<T>([T; Counter::N]);
+
+impl<T: Default> Default for PerCounter<T> {
+    fn default() -> Self {
+        Self(std::array::from_fn(|_| T::default()))
+    }
+}
+
+impl<T> PerCounter<T> {
+    pub fn from_fn(mut f: impl FnMut(Counter) -> T) -> Self {
+        Self(std::array::from_fn(|i| f(Counter::ALL[i])))
+    }
+
+    /// Each counter with its value.
+    pub fn iter(&self) -> impl Iterator<Item = (Counter, &T)> {
+        Counter::ALL.into_iter().zip(self.0.iter())
+    }
+}
+
+impl<T> std::ops::Index<Counter> for PerCounter<T> {
+    type Output = T;
+    fn index(&self, c: Counter) -> &T {
+        &self.0[c as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<Counter> for PerCounter<T> {
+    fn index_mut(&mut self, c: Counter) -> &mut T {
+        &mut self.0[c as usize]
+    }
+}
+
+impl PerCounter<u32> {
+    /// Technical re-sends spent: the rounds not opened by a probe's ERROR. At
+    /// TECHNICAL_RESEND_MAX the next ERROR that is not a probe's ends the transaction
+    /// FAILED, `TECHNICAL_EXHAUSTED`. Derived, not stored: the releases that can run
+    /// side by side all keep the round and the probe ERRORs, so it never falls out of
+    /// step with them.
+    pub fn technical_resends(&self) -> u32 {
+        self[Counter::Round].saturating_sub(self[Counter::ProbeErrors])
+    }
+}
+
+impl<T: Serialize> Serialize for PerCounter<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(Counter::N))?;
+        for (c, v) in self.iter() {
+            m.serialize_entry(c.attribute(), v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for PerCounter<T> {
+    /// From an object keyed by attribute names, other keys ignored (the record's own,
+    /// when flattened into it); a missing counter takes its default.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Default> serde::de::Visitor<'de> for Visit<T> {
+            type Value = PerCounter<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object keyed by counter attributes")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = PerCounter::<T>::default();
+                while let Some(key) = a.next_key::<String>()? {
+                    match Counter::ALL.into_iter().find(|c| c.attribute() == key) {
+                        Some(c) => out[c] = a.next_value()?,
+                        None => {
+                            a.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
+}
+
 /// One item per transaction: the state the handlers agree on. Small on purpose: the
 /// request payload lives apart, written once.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -665,25 +800,9 @@ pub struct TransactionRecord {
     /// unanswered (sent + ANSWER_TIMEOUT_SECONDS).
     #[serde(default)]
     pub answer_due_at: Option<Timestamp>,
-    /// Times request `current_attempt` was published again for want of an answer
-    /// (absent = 0).
-    #[serde(default)]
-    pub republishes: u32,
-    /// Times the reconciler requeued this retry cycle's event with no progress since
-    /// (absent = 0); at RECONCILE_REQUEUE_MAX the record is parked.
-    #[serde(default)]
-    pub requeues: u32,
-    /// Technical re-sends of the transaction's requests: retry cycles opened by an
-    /// ERROR answer (absent = 0). Numbers each re-send's schedule; at
-    /// TECHNICAL_RESEND_MAX the next ERROR ends the transaction FAILED. Only an
-    /// operator replay clears it.
-    #[serde(default)]
-    pub resends: u32,
-    /// Retry cycles opened again because the circuit breaker held the request back
-    /// (absent = 0); counted in `resends` too (they number schedules and audit
-    /// rounds) but never as technical failures.
-    #[serde(default)]
-    pub pauses: u32,
+    /// Its counters ([`Counter`]), each one count of one thing.
+    #[serde(flatten)]
+    pub counts: PerCounter<u32>,
     /// Failed-listing key; present only in FAILED.
     #[serde(default)]
     pub failed: Option<FailedKey>,
@@ -726,10 +845,7 @@ impl TransactionRecord {
             last_origin: None,
             reconcile: None,
             answer_due_at: None,
-            republishes: 0,
-            requeues: 0,
-            resends: 0,
-            pauses: 0,
+            counts: PerCounter::default(),
             failed: None,
             operator: None,
             expires_at: None,
@@ -764,12 +880,8 @@ pub struct Guard {
     pub current_attempt: Option<Attempt>,
     pub next_attempt: Option<Attempt>,
     pub budget: Option<BudgetGuard>,
-    /// The republish count the write expects (an absent attribute is 0).
-    pub republishes: Option<u32>,
-    /// The requeue count the write expects (an absent attribute is 0).
-    pub requeues: Option<u32>,
-    /// The technical re-send count the write expects (an absent attribute is 0).
-    pub resends: Option<u32>,
+    /// The counts the write expects (an absent attribute is 0).
+    pub counts: PerCounter<Option<u32>>,
     /// Whether the write expects the request in flight to be the breaker's probe
     /// (the record's mark is [`Mark::Probe`]) or not; `None`: either.
     pub probe: Option<bool>,
@@ -813,17 +925,19 @@ impl Guard {
                 Some(BudgetGuard::Remaining) => !rec.max_attempts.exhausted_by(rec.current_attempt),
                 Some(BudgetGuard::Exhausted) => rec.max_attempts.exhausted_by(rec.current_attempt),
             }
-            && self.republishes.is_none_or(|k| rec.republishes == k)
-            && self.requeues.is_none_or(|k| rec.requeues == k)
-            && self.resends.is_none_or(|k| rec.resends == k)
+            && self
+                .counts
+                .iter()
+                .all(|(c, k)| k.is_none_or(|k| rec.counts[c] == k))
             && self.probe.is_none_or(|p| rec.is_probing() == p)
             && self.live.is_none_or(|d| d.is_live(rec))
     }
 }
 
 /// How a write changes an optional attribute.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Change<T> {
+    #[default]
     Keep,
     Set(T),
     Clear,
@@ -858,15 +972,9 @@ pub struct Changes {
     pub reconcile: Change<ReconcileKey>,
     /// The answer deadline (`Clear` when leaving IN_PROGRESS).
     pub answer_due_at: Change<Timestamp>,
-    /// The republish count (`Clear` = 0, when a new request leaves).
-    pub republishes: Change<u32>,
-    /// The reconciler's requeue count (`Clear` = 0: every write but a requeue is
-    /// progress).
-    pub requeues: Change<u32>,
-    /// The technical re-send count (`Clear` = 0, by an operator replay).
-    pub resends: Change<u32>,
-    /// The breaker pause count (`Clear` = 0, by an operator replay).
-    pub pauses: Change<u32>,
+    /// The counters (`Clear` = 0; see [`Counter::untouched`] for a write that does
+    /// not name one).
+    pub counts: PerCounter<Change<u32>>,
     /// Failed-listing key after the write (`Set` entering FAILED, `Clear` leaving it).
     pub failed: Change<FailedKey>,
     /// The operator's note: set (or cleared) by operator writes, kept by the others.
@@ -930,10 +1038,7 @@ impl Write {
                 } else {
                     Change::Clear
                 },
-                republishes: Change::Keep,
-                requeues: Change::Clear,
-                resends: Change::Keep,
-                pauses: Change::Keep,
+                counts: PerCounter::from_fn(Counter::untouched),
                 failed: if arrow.from().contains(Status::Failed) {
                     Change::Clear
                 } else {
@@ -1062,12 +1167,9 @@ impl Write {
                 }
                 _ => true,
             }
-            && g.republishes
-                .is_none_or(|k| s.republishes != Change::Keep || rec.republishes == k)
-            && g.requeues
-                .is_none_or(|k| s.requeues != Change::Keep || rec.requeues == k)
-            && g.resends
-                .is_none_or(|k| s.resends != Change::Keep || rec.resends == k)
+            && g.counts
+                .iter()
+                .all(|(c, k)| k.is_none_or(|k| s.counts[c] != Change::Keep || rec.counts[c] == k))
             && g.probe
                 .is_none_or(|p| s.mark != Change::Keep || rec.is_probing() == p)
             && g.live
@@ -1100,13 +1202,9 @@ impl Write {
             && matches(&s.origin, &rec.last_origin)
             && matches(&s.reconcile, &rec.reconcile)
             && matches(&s.answer_due_at, &rec.answer_due_at)
-            && matches(
-                &s.republishes,
-                &(rec.republishes > 0).then_some(rec.republishes),
-            )
-            && matches(&s.requeues, &(rec.requeues > 0).then_some(rec.requeues))
-            && matches(&s.resends, &(rec.resends > 0).then_some(rec.resends))
-            && matches(&s.pauses, &(rec.pauses > 0).then_some(rec.pauses))
+            && s.counts
+                .iter()
+                .all(|(c, change)| matches(change, &Some(rec.counts[c]).filter(|n| *n > 0)))
             && matches(&s.failed, &rec.failed)
             && matches(&s.expires_at, &rec.expires_at)
             && match &s.operator {
@@ -1143,18 +1241,11 @@ impl Write {
         s.origin.apply_to(&mut next.last_origin);
         s.reconcile.apply_to(&mut next.reconcile);
         s.answer_due_at.apply_to(&mut next.answer_due_at);
-        let mut republishes = (next.republishes > 0).then_some(next.republishes);
-        s.republishes.apply_to(&mut republishes);
-        next.republishes = republishes.unwrap_or(0);
-        let mut requeues = (next.requeues > 0).then_some(next.requeues);
-        s.requeues.apply_to(&mut requeues);
-        next.requeues = requeues.unwrap_or(0);
-        let mut resends = (next.resends > 0).then_some(next.resends);
-        s.resends.apply_to(&mut resends);
-        next.resends = resends.unwrap_or(0);
-        let mut pauses = (next.pauses > 0).then_some(next.pauses);
-        s.pauses.apply_to(&mut pauses);
-        next.pauses = pauses.unwrap_or(0);
+        for (c, change) in s.counts.iter() {
+            let mut n = Some(next.counts[c]).filter(|n| *n > 0);
+            change.apply_to(&mut n);
+            next.counts[c] = n.unwrap_or(0);
+        }
         s.failed.apply_to(&mut next.failed);
         s.expires_at.apply_to(&mut next.expires_at);
         match &s.operator {
@@ -1172,6 +1263,58 @@ mod tests {
     use std::collections::BTreeSet;
     use Event as E;
     use Status as S;
+
+    /// GIVEN each counter WHEN a write expects it, sets it and clears it THEN the guard,
+    /// the change and `produced` treat it as every other, and no other counter moves
+    /// but those a write clears when it does not name them: a new counter is its line
+    /// of `counters!` and needs nothing here.
+    #[test]
+    fn every_counter_is_guarded_set_and_cleared_alike() {
+        let arrow = Arrow::new(&[S::InProgress], E::AnswerRepublished).unwrap();
+        let id = crate::TransactionId::parse("TX-C").unwrap();
+        let mut rec = TransactionRecord::started(
+            id.clone(),
+            MaxAttempts::new(3).unwrap(),
+            Timestamp::from_millis(0),
+        );
+        rec.counts = PerCounter::from_fn(|c| c as u32 + 1);
+        for c in Counter::ALL {
+            let mut w = Write::new(
+                id.clone(),
+                arrow,
+                Timestamp::from_millis(5),
+                Actor::Reconciler,
+            );
+            w.guard.counts[c] = Some(rec.counts[c]);
+            w.set.counts[c] = Change::Set(40);
+            let next = w.apply(&rec).unwrap();
+            assert!(w.produced(&next), "{c:?}");
+            for other in Counter::ALL {
+                let expected = match (other == c, other.untouched()) {
+                    (true, _) => 40,
+                    (false, Change::Clear) => 0,
+                    (false, _) => rec.counts[other],
+                };
+                assert_eq!(next.counts[other], expected, "{c:?} moved {other:?}");
+            }
+            assert_eq!(
+                w.apply(&next),
+                Err(ConditionFailed),
+                "{c:?}: guard on the old count"
+            );
+            let mut clear = w.clone();
+            clear.guard.counts[c] = Some(40);
+            clear.set.counts[c] = Change::Clear;
+            let cleared = clear.apply(&next).unwrap();
+            assert_eq!(cleared.counts[c], 0, "{c:?}");
+            assert!(clear.produced(&cleared) && !clear.produced(&next), "{c:?}");
+            // Shown under its attribute, and read back.
+            let json = serde_json::to_value(&next).unwrap();
+            assert_eq!(json[c.attribute()], 40, "{c:?}");
+            let back: TransactionRecord = serde_json::from_value(json).unwrap();
+            assert_eq!(back.counts, next.counts, "{c:?}");
+        }
+    }
 
     /// GIVEN every state (and `[*]`) WHEN every event arrives THEN the result is
     /// exactly the arrow of the diagram, or an IllegalTransition naming both.
@@ -1354,9 +1497,7 @@ mod tests {
             current_attempt: Some(Attempt::new(2).unwrap()),
             next_attempt: None,
             budget: Some(BudgetGuard::Remaining),
-            republishes: None,
-            requeues: None,
-            resends: None,
+            counts: PerCounter::default(),
             probe: None,
             live: None,
         };

@@ -172,6 +172,13 @@ impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
         Ok(None)
     }
 
+    /// True when the breaker, as last read, may let a request out as a probe now (see
+    /// `domain::breaker::Breaker::may_probe`); an unreadable breaker lets requests out
+    /// without counting them, so it hands out no probe.
+    pub async fn may_probe(&self, now: Timestamp) -> bool {
+        self.current(now).await.is_ok_and(|b| b.may_probe(now))
+    }
+
     /// The breaker as last read (the `BreakerState` gauge).
     pub async fn current(&self, now: Timestamp) -> Result<Breaker, PortError> {
         Ok(self.view(now, false).await?.breaker)

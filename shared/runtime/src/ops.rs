@@ -109,7 +109,7 @@ where
     };
     let ctx = ctx
         .clone()
-        .with_answer_deadline(answer_timeout, ctx.answer_republish_max);
+        .with_answer_deadline(answer_timeout, ctx.rules.answer_republish_max);
     run_op(input, ports, &ctx).await
 }
 

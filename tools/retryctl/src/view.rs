@@ -450,6 +450,7 @@ pub fn stats_text(st: &Stats) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domain::machine::Counter;
     use domain::{MaxAttempts, Timestamp, TransactionId};
 
     /// GIVEN a record and its trail WHEN the trail holds its last write THEN the audit
@@ -538,8 +539,8 @@ mod tests {
         r.updated_at = Timestamp::from_millis(5_000);
         r.last_actor = Actor::RetryHandler;
         r.last_reason = Some("BREAKER_OPEN".into());
-        r.resends = 1;
-        r.pauses = 1;
+        r.counts[Counter::Round] = 1;
+        r.counts[Counter::ProbeErrors] = 1;
         let pause = AuditEntry::from_change(Some(&scheduled), &r).unwrap();
         assert_eq!(pause.paused_by(), Some("OPEN"));
         let compact = compact_timeline(std::slice::from_ref(&pause));
@@ -570,10 +571,10 @@ mod tests {
             MaxAttempts::new(3).unwrap(),
             Timestamp::from_millis(1_000),
         );
-        r.republishes = 1;
-        r.requeues = 2;
-        r.resends = 3;
-        r.pauses = 1;
+        r.counts[Counter::Republishes] = 1;
+        r.counts[Counter::Requeues] = 2;
+        r.counts[Counter::Round] = 3;
+        r.counts[Counter::ProbeErrors] = 1;
         r.operator = Some(Box::new(domain::machine::OperatorNote {
             caller: "arn:aws:iam::1:user/ops".into(),
             reason: Some("ticket 7".into()),

@@ -152,6 +152,11 @@ impl ModelBreaker {
         self.clock(next);
     }
 
+    /// True when a request due at `now` may be let out as a probe.
+    pub fn may_probe(&self, now: Timestamp) -> bool {
+        self.item.may_probe(now.max(self.at))
+    }
+
     /// The verdict for a request due at `now`. `counts_probes` false: a probe let out
     /// is not written on the breaker (a broken gate).
     pub fn admission(&mut self, now: Timestamp, counts_probes: bool) -> Verdict {

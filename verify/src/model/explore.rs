@@ -5,6 +5,7 @@ use super::step::ProtocolModel;
 use super::world::{Action, Firing, Held, Kind, State};
 use crate::fixture::Command;
 use domain::ids::Attempt;
+use domain::machine::Counter;
 use domain::machine::{Mark, Status};
 use domain::message::Outcome;
 use stateright::{Model, Property};
@@ -223,12 +224,11 @@ impl Model for ProtocolModel {
         // The outage's length bound: executions past it are not explored. A hold
         // writes nothing, so its count is the model's own (each a cycle of waiting,
         // as a re-send's round is).
-        let beyond = self.scope.breaker()
-            && next
-                .records
-                .iter()
-                .zip(&next.held)
-                .any(|(r, held)| r.resends + u32::from(*held) > self.scope.rounds);
+        let beyond =
+            self.scope.breaker()
+                && next.records.iter().zip(&next.held).any(|(r, held)| {
+                    r.counts[Counter::Round] + u32::from(*held) > self.scope.rounds
+                });
         (!beyond).then_some(next)
     }
 
@@ -321,8 +321,8 @@ impl Model for ProtocolModel {
                     let exhausted =
                         r.status == Status::Failed && r.mark == Some(Mark::TechnicalExhausted);
                     let spent = r
-                        .resends
-                        .saturating_sub(r.pauses)
+                        .counts
+                        .technical_resends()
                         .saturating_add(u32::from(exhausted));
                     spent <= u32::from(*errors)
                 })
@@ -393,7 +393,7 @@ impl Model for ProtocolModel {
             Property::sometimes(WITNESS[8], |_, s: &State| {
                 s.records
                     .iter()
-                    .any(|r| r.status == Status::Succeeded && r.resends > 0)
+                    .any(|r| r.status == Status::Succeeded && r.counts[Counter::Round] > 0)
             }),
             Property::sometimes(WITNESS[9], |_, s: &State| {
                 s.records

@@ -576,12 +576,29 @@ impl ProtocolModel {
                 // Real time is past the breaker's clock too (a late run moved it).
                 let now = s.breaker.as_mut().map_or(now, |b| b.clock(now));
                 let counts = self.scope.counts_probes;
-                let verdict = s
-                    .breaker
-                    .as_mut()
-                    .map(|b| b.admission(now, counts))
-                    .unwrap_or_default();
                 let input = self.retry_input(e);
+                // While the breaker may hand out a probe, the record is read first and
+                // only an event that would publish a request asks.
+                let asks = |b: &ModelBreaker| {
+                    !b.may_probe(now)
+                        || match (&input, s.records.get(usize::from(e.tx))) {
+                            (Input::Retry(ev), Some(r)) => domain::decide::retry_asks_breaker(
+                                &self.scope.flaws,
+                                r,
+                                ev,
+                                &self.ctx(now),
+                            ),
+                            _ => false,
+                        }
+                };
+                let verdict = match s.breaker.as_ref().map(asks) {
+                    Some(true) => s
+                        .breaker
+                        .as_mut()
+                        .map(|b| b.admission(now, counts))
+                        .unwrap_or_default(),
+                    _ => Verdict::default(),
+                };
                 let ar = self.begin(
                     Kind::RetryHandler,
                     e.tx,

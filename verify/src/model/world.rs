@@ -7,6 +7,7 @@ use crate::fixture::Command;
 use crate::Flaws;
 use domain::decide::{Effect, Run, Step};
 use domain::ids::{ScheduleName, Timestamp};
+use domain::machine::Counter;
 use domain::machine::TransactionRecord;
 use domain::message::{Origin, Outcome};
 use std::collections::BTreeSet;
@@ -131,9 +132,9 @@ impl ActiveRun {
                     w.guard.next_attempt,
                     (
                         w.guard.budget,
-                        w.guard.republishes,
-                        w.guard.requeues,
-                        w.guard.resends
+                        w.guard.counts[Counter::Republishes],
+                        w.guard.counts[Counter::Requeues],
+                        w.guard.counts[Counter::Round]
                     ),
                     w.to(),
                     w.set.current_attempt,
@@ -144,7 +145,11 @@ impl ActiveRun {
                     (
                         w.set.updated_at,
                         &w.set.answer_due_at,
-                        (&w.set.republishes, &w.set.requeues, &w.set.resends),
+                        (
+                            &w.set.counts[Counter::Republishes],
+                            &w.set.counts[Counter::Requeues],
+                            &w.set.counts[Counter::Round]
+                        ),
                         (&w.set.last_reason, &w.set.mark),
                         &w.set.reconcile
                     )
@@ -321,7 +326,12 @@ fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
         ),
         (
             r.answer_due_at,
-            (r.republishes, r.requeues, r.resends, r.pauses),
+            (
+                r.counts[Counter::Republishes],
+                r.counts[Counter::Requeues],
+                r.counts[Counter::Round],
+                r.counts[Counter::ProbeErrors],
+            ),
             // The mark is read by decisions (an ERROR redelivered to a FAILED record
             // alerts again only when its re-sends ended it); the reason, by none, is
             // kept in the key so that the count of states stays comparable.
@@ -378,11 +388,11 @@ impl State {
                     r.next_attempt
                         .map(|a| a.get().to_string())
                         .unwrap_or("-".into()),
-                    if r.resends > 0 || r.pauses > 0 {
+                    if r.counts[Counter::Round] > 0 || r.counts[Counter::ProbeErrors] > 0 {
                         format!(
                             " resends={} pauses={} reason={}",
-                            r.resends,
-                            r.pauses,
+                            r.counts[Counter::Round],
+                            r.counts[Counter::ProbeErrors],
                             r.last_reason.as_deref().unwrap_or("-")
                         )
                     } else {

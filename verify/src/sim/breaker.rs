@@ -111,6 +111,21 @@ impl SimBreaker {
         }
     }
 
+    /// True when environment `env`'s view (cached while fresh, else read and cached)
+    /// may let a request out as a probe at `now`.
+    pub(super) fn may_probe(&mut self, env: usize, now: i64) -> bool {
+        let cached = self
+            .cache
+            .get(&env)
+            .filter(|(read, _)| self.refresh_ms > 0 && now >= *read && now - read < self.refresh_ms)
+            .map(|(_, b)| *b);
+        let view = cached.unwrap_or_else(|| {
+            self.cache.insert(env, (now, self.item));
+            self.item
+        });
+        view.may_probe(Timestamp::from_millis(now))
+    }
+
     /// The question of execution environment `env` for a request due at `now` (its
     /// own clock): `None` lets it out (CLOSED, or a probe counted: `true`), `Some`
     /// pauses it until the resume instant. As the functions' gate: a view read less

@@ -621,12 +621,24 @@ impl World<'_> {
     /// What the breaker says about a message a handler received: the retry handler's
     /// request waits (`Some`) or goes out (`true`: as a probe). (An answer is counted
     /// when its plan gives its signal.)
+    /// While the environment's view may hand out a probe, the record is read first
+    /// and only an event that would publish a request asks (`domain::decide::retry_asks_breaker`).
     fn breaker_verdict(&mut self, input: &Input, worker: usize, now: i64) -> (Option<Hold>, bool) {
-        let Some(b) = self.breaker.as_mut() else {
+        let Input::Retry(ev) = input else {
             return (None, false);
         };
-        match input {
-            Input::Retry(_) => b.admission(worker, now, self.cfg.count_probes, &mut self.jitter),
+        let Some(may_probe) = self.breaker.as_mut().map(|b| b.may_probe(worker, now)) else {
+            return (None, false);
+        };
+        let asks = !may_probe
+            || self
+                .tx_of(&ev.transaction_id)
+                .and_then(|tx| self.records[tx].as_ref())
+                .is_some_and(|r| {
+                    domain::decide::retry_asks_breaker(&self.cfg.flaws, r, ev, &self.ctx(ts(now)))
+                });
+        match self.breaker.as_mut() {
+            Some(b) if asks => b.admission(worker, now, self.cfg.count_probes, &mut self.jitter),
             _ => (None, false),
         }
     }

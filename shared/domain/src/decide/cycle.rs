@@ -5,7 +5,7 @@
 use super::{Ack, Context, Effect, Plan, ScheduleSpec};
 use crate::arrow;
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
-use crate::machine::{Actor, Arrow, Change, Event, Status, TransactionRecord, Write};
+use crate::machine::{Actor, Arrow, Change, Counter, Event, Status, TransactionRecord, Write};
 use crate::message::{Origin, RetryEvent};
 
 const CONFIRM: Arrow = arrow!([Status::Scheduling], Event::ScheduleConfirmed);
@@ -42,7 +42,7 @@ pub(super) fn create_schedule(
 pub(super) struct Cycle {
     pub(super) current: Option<Attempt>,
     pub(super) next: Attempt,
-    pub(super) resends: Option<u32>,
+    pub(super) round: Option<u32>,
 }
 
 /// SCHEDULING → SCHEDULED for `cycle` (the cycle's index key stays): conditional on
@@ -57,7 +57,7 @@ pub(super) fn confirm_scheduled(
     let mut w = Write::new(id.clone(), CONFIRM, ctx.now, actor);
     w.guard.current_attempt = cycle.current;
     w.guard.next_attempt = Some(cycle.next);
-    w.guard.resends = cycle.resends;
+    w.guard.counts[Counter::Round] = cycle.round;
     Effect::Write(w)
 }
 
@@ -80,7 +80,7 @@ pub(super) fn resume_scheduling(
     let cycle = Cycle {
         current: Some(r.current_attempt),
         next,
-        resends: Some(r.resends),
+        round: Some(r.counts[Counter::Round]),
     };
     if fire_at <= ctx.now {
         return vec![
@@ -88,7 +88,7 @@ pub(super) fn resume_scheduling(
                 transaction_id: id.clone(),
                 origin: Origin::RetryScheduler,
                 attempt: next,
-                round: Some(r.resends),
+                round: Some(r.counts[Counter::Round]),
             }),
             confirm_scheduled(id, cycle, ctx, actor),
             Effect::Ack(ack),
@@ -99,7 +99,7 @@ pub(super) fn resume_scheduling(
         .clone()
         .unwrap_or_else(|| ScheduleName::for_retry(id, next));
     vec![
-        create_schedule(id, next, fire_at, name, Some(r.resends)),
+        create_schedule(id, next, fire_at, name, Some(r.counts[Counter::Round])),
         confirm_scheduled(id, cycle, ctx, actor),
         Effect::Ack(ack),
     ]
@@ -120,6 +120,6 @@ pub(super) fn in_progress_write(
     w.set.next_attempt = Change::Clear;
     w.set.next_fire_at = Change::Clear;
     w.set.answer_due_at = Change::Set(ctx.answer_due());
-    w.set.republishes = Change::Clear;
+    w.set.counts[Counter::Republishes] = Change::Clear;
     w
 }

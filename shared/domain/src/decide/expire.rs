@@ -9,7 +9,9 @@
 use super::{Ack, Alert, AlertKind, Context, Effect, Plan};
 use crate::arrow;
 use crate::ids::{Attempt, TransactionId};
-use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, TransactionRecord, Write};
+use crate::machine::{
+    Actor, Arrow, Change, Counter, Event, Mark, Status, TransactionRecord, Write,
+};
 
 const EXPIRE: Arrow = arrow!(
     [Status::InProgress, Status::Scheduling, Status::Scheduled],
@@ -37,11 +39,11 @@ pub(super) fn expire(r: &TransactionRecord, ctx: &Context, actor: Actor) -> Plan
     let mut w = Write::new(id.clone(), arrow, ctx.now, actor);
     w.guard.current_attempt = Some(r.current_attempt);
     w.guard.next_attempt = r.next_attempt;
-    w.guard.resends = Some(r.resends);
-    w.guard.republishes = Some(r.republishes);
+    w.guard.counts[Counter::Round] = Some(r.counts[Counter::Round]);
+    w.guard.counts[Counter::Republishes] = Some(r.counts[Counter::Republishes]);
     w.set.next_attempt = Change::Clear;
     w.set.next_fire_at = Change::Clear;
-    let w = w.listed_failed(ctx.shards).marked(Mark::Expired);
+    let w = w.listed_failed(ctx.rules.shards).marked(Mark::Expired);
     vec![
         expired_alert(id, r.current_attempt),
         Effect::Write(w),

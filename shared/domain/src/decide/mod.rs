@@ -28,7 +28,9 @@ pub use resolve::decide_resolve;
 pub use response::decide_response;
 pub use response::TECHNICAL_EXHAUSTED_REASON;
 pub use retry::decide_retry;
-pub use run::{Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS};
+pub use run::{
+    retry_asks_breaker, Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS,
+};
 pub use start::decide_start;
 
 use crate::breaker::Hold;
@@ -39,10 +41,10 @@ use crate::policy::{PolicySet, RandomSource, RetryPolicy};
 use serde::Serialize;
 use std::time::Duration;
 
-/// Everything a decision needs besides the record and the message.
+/// The deployment's rules: the bounds and policies one deployment is configured
+/// with, the same for every decision it makes.
 #[derive(Debug, Clone)]
-pub struct Context {
-    pub now: Timestamp,
+pub struct Deployment {
     pub policies: PolicySet,
     /// Write shards of the reconciler index.
     pub shards: u16,
@@ -61,6 +63,49 @@ pub struct Context {
     /// How long a transaction may live before it ends FAILED, `EXPIRED`
     /// (TRANSACTION_DEADLINE_SECONDS), counted from its creation or its last replay.
     pub transaction_deadline: Duration,
+}
+
+impl Default for Deployment {
+    /// Every setting at its default (`crate::defaults`).
+    fn default() -> Self {
+        Self::new(
+            PolicySet::default(),
+            crate::defaults::RECONCILE_SHARDS,
+            crate::defaults::RECONCILE_THRESHOLD,
+        )
+    }
+}
+
+impl Deployment {
+    /// The context of one decision made at `now` under these rules.
+    pub fn context(&self, now: Timestamp) -> Context {
+        Context::at(self.clone(), now)
+    }
+
+    /// These policies, shards and reconcile threshold, every other bound at its
+    /// default (`crate::defaults`).
+    pub fn new(policies: PolicySet, shards: u16, reconcile_threshold: Duration) -> Self {
+        Self {
+            policies,
+            shards: shards.max(1),
+            reconcile_threshold,
+            answer_timeout: crate::defaults::ANSWER_TIMEOUT,
+            answer_republish_max: crate::defaults::ANSWER_REPUBLISH_MAX,
+            requeue_max: crate::defaults::RECONCILE_REQUEUE_MAX,
+            technical_resend_max: crate::defaults::TECHNICAL_RESEND_MAX,
+            technical_policy: RetryPolicy::technical_default(),
+            transaction_deadline: crate::defaults::TRANSACTION_DEADLINE,
+        }
+    }
+}
+
+/// Everything a decision needs besides the record and the message: the deployment's
+/// rules, and the facts of this one call — when it is made, for which operator, and
+/// what the circuit breaker said.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub rules: Deployment,
+    pub now: Timestamp,
     /// The operator a decision is made for (replay, resolve), recorded by its write.
     pub operator: Option<crate::machine::OperatorNote>,
     /// The circuit breaker holds requests back (its admission paused them): no
@@ -72,58 +117,56 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(
-        now: Timestamp,
-        policies: PolicySet,
-        shards: u16,
-        reconcile_threshold: Duration,
-    ) -> Self {
+    /// A call at `now` under `rules`, for no operator, the breaker saying nothing.
+    pub fn at(rules: Deployment, now: Timestamp) -> Self {
         Self {
+            rules,
             now,
-            policies,
-            shards: shards.max(1),
-            reconcile_threshold,
-            answer_timeout: crate::defaults::ANSWER_TIMEOUT,
-            answer_republish_max: crate::defaults::ANSWER_REPUBLISH_MAX,
-            requeue_max: crate::defaults::RECONCILE_REQUEUE_MAX,
-            technical_resend_max: crate::defaults::TECHNICAL_RESEND_MAX,
-            technical_policy: RetryPolicy::technical_default(),
-            transaction_deadline: crate::defaults::TRANSACTION_DEADLINE,
             operator: None,
             hold: None,
             probe: false,
         }
     }
 
+    /// A call at `now` under [`Deployment::new`]`(policies, shards, reconcile_threshold)`.
+    pub fn new(
+        now: Timestamp,
+        policies: PolicySet,
+        shards: u16,
+        reconcile_threshold: Duration,
+    ) -> Self {
+        Self::at(Deployment::new(policies, shards, reconcile_threshold), now)
+    }
+
     /// The same context with this answer deadline and republish bound.
     pub fn with_answer_deadline(mut self, timeout: Duration, republish_max: u32) -> Self {
-        self.answer_timeout = timeout;
-        self.answer_republish_max = republish_max;
+        self.rules.answer_timeout = timeout;
+        self.rules.answer_republish_max = republish_max;
         self
     }
 
     /// The same context with this bound on requeues without progress.
     pub fn with_requeue_max(mut self, requeue_max: u32) -> Self {
-        self.requeue_max = requeue_max;
+        self.rules.requeue_max = requeue_max;
         self
     }
 
     /// The same context with this bound on technical re-sends.
     pub fn with_technical_resend_max(mut self, max: u32) -> Self {
-        self.technical_resend_max = max;
+        self.rules.technical_resend_max = max;
         self
     }
 
     /// The same context with this transaction deadline.
     pub fn with_transaction_deadline(mut self, deadline: Duration) -> Self {
-        self.transaction_deadline = deadline;
+        self.rules.transaction_deadline = deadline;
         self
     }
 
     /// The instant `r` expires at: its own deadline, or its creation plus the
     /// deployment's.
     pub fn expires_at(&self, r: &TransactionRecord) -> Timestamp {
-        crate::machine::Deadline::of(r, millis(self.transaction_deadline))
+        crate::machine::Deadline::of(r, millis(self.rules.transaction_deadline))
     }
 
     /// True when `r`'s deadline has passed: its next decision ends it FAILED,
@@ -136,7 +179,9 @@ impl Context {
     pub fn live(&self) -> crate::machine::Deadline {
         crate::machine::Deadline {
             now: self.now,
-            born_after: self.now.plus_millis(-millis(self.transaction_deadline)),
+            born_after: self
+                .now
+                .plus_millis(-millis(self.rules.transaction_deadline)),
         }
     }
 
@@ -160,12 +205,12 @@ impl Context {
     }
 
     fn threshold_ms(&self) -> i64 {
-        millis(self.reconcile_threshold)
+        millis(self.rules.reconcile_threshold)
     }
 
     /// The answer deadline of a request that leaves now.
     pub fn answer_due(&self) -> Timestamp {
-        self.now.plus_millis(millis(self.answer_timeout))
+        self.now.plus_millis(millis(self.rules.answer_timeout))
     }
 }
 

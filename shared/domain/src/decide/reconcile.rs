@@ -6,7 +6,7 @@ use super::retry::resume_sending;
 use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Plan, RequestHeader};
 use crate::arrow;
 use crate::machine::{
-    Actor, Arrow, Change, Event, Mark, ReconcileKey, Status, TransactionRecord, Write,
+    Actor, Arrow, Change, Counter, Event, Mark, ReconcileKey, Status, TransactionRecord, Write,
 };
 use crate::message::{Origin, RetryEvent};
 
@@ -25,7 +25,7 @@ const REQUEUED_SCHEDULED: Arrow = arrow!([Status::Scheduled], Event::ReconcilerR
 fn answer_due(r: &TransactionRecord, ctx: &Context) -> crate::ids::Timestamp {
     r.answer_due_at.unwrap_or_else(|| {
         r.updated_at
-            .plus_millis(i64::try_from(ctx.answer_timeout.as_millis()).unwrap_or(i64::MAX))
+            .plus_millis(i64::try_from(ctx.rules.answer_timeout.as_millis()).unwrap_or(i64::MAX))
     })
 }
 
@@ -37,7 +37,7 @@ fn answer_due(r: &TransactionRecord, ctx: &Context) -> crate::ids::Timestamp {
 /// is deferred on the retry queue, not lost).
 pub fn asks_breaker(r: &TransactionRecord, ctx: &Context) -> bool {
     let sends = match r.status {
-        Status::InProgress => r.republishes < ctx.answer_republish_max,
+        Status::InProgress => r.counts[Counter::Republishes] < ctx.rules.answer_republish_max,
         Status::Scheduling => past_instant(r, ctx),
         Status::Scheduled => true,
         _ => false,
@@ -84,7 +84,13 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
     // SENDING: its send began and its request may be out; the reconciler completes it
     // as the retry handler's redelivered event would (same key), breaker or not.
     if r.status == Status::Sending {
-        return resume_sending(&r.transaction_id, next, r.resends, ctx, Actor::Reconciler);
+        return resume_sending(
+            &r.transaction_id,
+            next,
+            r.counts[Counter::Round],
+            ctx,
+            Actor::Reconciler,
+        );
     }
     // A cycle past its instant while the breaker holds: its event is deferred on the
     // retry queue (or will be, once requeued after the hold); requeueing it now would
@@ -98,10 +104,10 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
     // failing where the reconciler cannot help (say its payload is gone), and
     // requeueing it again would only fill the retry DLQ.
     let requeue = || {
-        if r.requeues >= ctx.requeue_max {
+        if r.counts[Counter::Requeues] >= ctx.rules.requeue_max {
             return vec![Effect::Drop(DropReason::Parked {
                 status: r.status,
-                requeues: r.requeues,
+                requeues: r.counts[Counter::Requeues],
             })];
         }
         let arrow = match r.status {
@@ -110,8 +116,9 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
         };
         let mut w = Write::new(r.transaction_id.clone(), arrow, ctx.now, Actor::Reconciler);
         w.guard.next_attempt = Some(next);
-        w.guard.requeues = Some(r.requeues);
-        w.set.requeues = Change::Set(r.requeues.saturating_add(1));
+        w.guard.counts[Counter::Requeues] = Some(r.counts[Counter::Requeues]);
+        w.set.counts[Counter::Requeues] =
+            Change::Set(r.counts[Counter::Requeues].saturating_add(1));
         vec![
             Effect::Write(w),
             Effect::PublishRetry(RetryEvent {
@@ -153,11 +160,11 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     let guarded = |arrow: Arrow| {
         let mut w = Write::new(id.clone(), arrow, ctx.now, Actor::Reconciler);
         w.guard.current_attempt = Some(n);
-        w.guard.republishes = Some(r.republishes);
+        w.guard.counts[Counter::Republishes] = Some(r.counts[Counter::Republishes]);
         w
     };
     let watch_from = |due: crate::ids::Timestamp| ReconcileKey {
-        partition: ReconcileKey::partition_for(id.shard(ctx.shards)),
+        partition: ReconcileKey::partition_for(id.shard(ctx.rules.shards)),
         at: due.plus_millis(-ctx.threshold_ms()),
     };
     if ctx.now < due {
@@ -176,7 +183,7 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     // out, before any hold or probe (a breaker that never closes — its probes
     // unanswered too — would otherwise keep it waiting, or probing for free, for
     // ever).
-    if r.republishes >= ctx.answer_republish_max {
+    if r.counts[Counter::Republishes] >= ctx.rules.answer_republish_max {
         return abandon(r, ctx);
     }
     // Past the transaction's deadline too: no republish, hold or probe any more.
@@ -217,7 +224,7 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
             Effect::PublishRequest(RequestHeader {
                 transaction_id: id.clone(),
                 attempt: n,
-                round: Some(r.resends),
+                round: Some(r.counts[Counter::Round]),
             }),
             Effect::Write(w),
             Effect::Ack(Ack::ReconcilerProbed),
@@ -225,7 +232,8 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     }
     let mut w = guarded(REPUBLISHED);
     let next_due = ctx.answer_due();
-    w.set.republishes = Change::Set(r.republishes.saturating_add(1));
+    w.set.counts[Counter::Republishes] =
+        Change::Set(r.counts[Counter::Republishes].saturating_add(1));
     w.set.answer_due_at = Change::Set(next_due);
     w.set.reconcile = Change::Set(watch_from(next_due));
     // A request held back by the breaker goes out now that it lets requests out:
@@ -241,7 +249,7 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         Effect::PublishRequest(RequestHeader {
             transaction_id: id.clone(),
             attempt: n,
-            round: Some(r.resends),
+            round: Some(r.counts[Counter::Round]),
         }),
         Effect::Write(w),
         Effect::Ack(if after_hold {
@@ -262,8 +270,8 @@ fn abandon(r: &TransactionRecord, ctx: &Context) -> Plan {
     let n = r.current_attempt;
     let mut w = Write::new(id.clone(), ABANDONED, ctx.now, Actor::Reconciler);
     w.guard.current_attempt = Some(n);
-    w.guard.republishes = Some(r.republishes);
-    let w = w.listed_failed(ctx.shards);
+    w.guard.counts[Counter::Republishes] = Some(r.counts[Counter::Republishes]);
+    let w = w.listed_failed(ctx.rules.shards);
     let w = w.marked(Mark::Unanswered);
     vec![
         Effect::Alert(Alert {

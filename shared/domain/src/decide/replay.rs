@@ -3,7 +3,7 @@
 use super::{read_first, Ack, Context, Effect, Known, Plan, Rejection};
 use crate::arrow;
 use crate::ids::{MaxAttempts, ScheduleName, TransactionId, MAX_ATTEMPTS_LIMIT};
-use crate::machine::{Actor, Arrow, Change, Event, Status, Write};
+use crate::machine::{Actor, Arrow, Change, Counter, Event, Status, Write};
 use crate::message::{Origin, RetryEvent};
 
 const REPLAY: Arrow = arrow!([Status::Failed], Event::OperatorReplay);
@@ -43,21 +43,24 @@ pub fn decide_replay(known: Known<'_>, id: &TransactionId, budget: u32, ctx: &Co
         next,
         ctx.now,
         ScheduleName::for_retry(id, next),
-        ctx.shards,
+        ctx.rules.shards,
     );
     w.guard.current_attempt = Some(r.current_attempt);
     // The round read: an operator's write never lands on a record that moved on.
-    w.guard.resends = Some(r.resends);
+    w.guard.counts[Counter::Round] = Some(r.counts[Counter::Round]);
     w.set.max_attempts = Some(max);
     w.set.origin = Change::Set(Origin::Operator);
     // A fresh budget of technical re-sends too.
-    w.set.resends = Change::Clear;
-    w.set.pauses = Change::Clear;
+    w.set.counts[Counter::Round] = Change::Clear;
+    w.set.counts[Counter::ProbeErrors] = Change::Clear;
     // Open again: how it ended (TECHNICAL_EXHAUSTED, UNANSWERED, EXPIRED) no longer
     // says what it is.
     w.set.mark = Change::Clear;
     // And a whole deadline, counted from now.
-    w.set.expires_at = Change::Set(ctx.now.plus_millis(super::millis(ctx.transaction_deadline)));
+    w.set.expires_at = Change::Set(
+        ctx.now
+            .plus_millis(super::millis(ctx.rules.transaction_deadline)),
+    );
     let w = w.noted(ctx.operator.as_ref());
     vec![
         Effect::Write(w),

@@ -4,7 +4,7 @@
 use super::{read_first, Ack, Context, Effect, Known, Plan, Rejection};
 use crate::arrow;
 use crate::ids::TransactionId;
-use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, Write};
+use crate::machine::{Actor, Arrow, Change, Counter, Event, Mark, Status, Write};
 
 /// Not from SENDING: there the request is in flight and the service's answer decides.
 const RESOLVE: Arrow = arrow!([Status::Scheduling, Status::Scheduled], Event::Success);
@@ -30,7 +30,7 @@ pub fn decide_resolve(known: Known<'_>, id: &TransactionId, ctx: &Context) -> Pl
     let mut w = Write::new(id.clone(), arrow, ctx.now, Actor::Operator);
     w.guard.current_attempt = Some(r.current_attempt);
     w.guard.next_attempt = r.next_attempt;
-    w.guard.resends = Some(r.resends);
+    w.guard.counts[Counter::Round] = Some(r.counts[Counter::Round]);
     let mut w = w.marked(Mark::Resolved);
     // next_attempt is absent outside SCHEDULING/SCHEDULED/SENDING (DESIGN glossary);
     // the fire time goes with it. The schedule name stays: it names the schedule

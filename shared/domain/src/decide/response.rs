@@ -10,7 +10,8 @@ use crate::audit::AuditEntry;
 use crate::breaker::Signal;
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{
-    Actor, Arrow, BudgetGuard, Change, Event, Mark, Status, TransactionRecord, Write,
+    Actor, Arrow, BudgetGuard, Change, Counter, Event, Mark, PerCounter, Status, TransactionRecord,
+    Write,
 };
 use crate::message::{Outcome, Response};
 use crate::policy::RandomSource;
@@ -99,11 +100,11 @@ fn decide_answer(
         let in_flight = (r.status == Status::InProgress && r.current_attempt == n)
             || (r.status == Status::Sending && r.next_attempt == Some(n));
         if let (Outcome::Error, Some(round), true) = (resp.outcome, resp.round, in_flight) {
-            if round < r.resends {
+            if round < r.counts[Counter::Round] {
                 return vec![Effect::Drop(DropReason::StaleError {
                     attempt: n,
                     round,
-                    current: r.resends,
+                    current: r.counts[Counter::Round],
                 })];
             }
         }
@@ -186,7 +187,7 @@ fn decide_answer(
         (None | Some(Status::InProgress), Outcome::Error) => technical_failure(
             id,
             n,
-            rec.map_or((0, 0), |r| (r.resends, r.pauses)),
+            rec.map(|r| r.counts).unwrap_or_default(),
             rec.is_some_and(TransactionRecord::is_probing),
             resp,
             ctx,
@@ -324,7 +325,7 @@ fn answered_while_resend_waits(
         );
         from_wait.guard = w.guard.clone();
         from_wait.guard.next_attempt = Some(resp.attempt);
-        from_wait.guard.resends = Some(r.resends);
+        from_wait.guard.counts[Counter::Round] = Some(r.counts[Counter::Round]);
         from_wait.set = w.set.clone();
         if from_wait.set.next_attempt == Change::Keep {
             from_wait.set.next_attempt = Change::Clear;
@@ -350,7 +351,7 @@ fn answered(id: &TransactionId, arrow: Arrow, n: Attempt, resp: &Response, ctx: 
 }
 
 fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan {
-    let mut w = answered(id, FAIL, n, resp, ctx).listed_failed(ctx.shards);
+    let mut w = answered(id, FAIL, n, resp, ctx).listed_failed(ctx.rules.shards);
     w.guard.budget = Some(BudgetGuard::Exhausted);
     w.set.last_outcome = Some(Outcome::Cancelled);
     vec![
@@ -365,31 +366,31 @@ fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan 
     ]
 }
 
-/// ERROR for attempt `n` of a record with `rounds = (resends, pauses)`: retry cycles
-/// opened again, and those of them the breaker caused (0 when unread: the writes are
-/// conditional on the count, and a failed condition hands back the record to decide
-/// again). Only the technical ones count against the bound. With re-sends left:
+/// ERROR for attempt `n` of a record with these `counts` (0 when unread: the writes
+/// are conditional on the round, and a failed condition hands back the record to
+/// decide again). Only its technical re-sends count against the bound. With re-sends left:
 /// SCHEDULING with `next_attempt = n` (the attempt is not consumed), the re-send's own
 /// schedule name and its instant — the later of the technical backoff's and the
 /// service's `retry_after_seconds` — persisted before the schedule is created. Spent:
 /// FAILED, `TECHNICAL_EXHAUSTED`.
 ///
 /// An ERROR answering the breaker's probe (`probe`: the record carries the probe's
-/// mark) spends nothing: its round is counted a pause, as the breaker's other holds.
+/// mark) spends nothing: it opens a round, no technical re-send.
 /// Every write is conditional on the mark as decided (unread: no mark), so an answer
 /// decided blind for a probe's request is decided again from the record.
 fn technical_failure(
     id: &TransactionId,
     n: Attempt,
-    (resends, pauses): (u32, u32),
+    counts: PerCounter<u32>,
     probe: bool,
     resp: &Response,
     ctx: &Context,
     rng: &mut dyn RandomSource,
 ) -> Plan {
-    if !probe && resends.saturating_sub(pauses) >= ctx.technical_resend_max {
-        let mut w = answered(id, TECHNICAL_FAIL, n, resp, ctx).listed_failed(ctx.shards);
-        w.guard.resends = Some(resends);
+    let (round, technical) = (counts[Counter::Round], counts.technical_resends());
+    if !probe && technical >= ctx.rules.technical_resend_max {
+        let mut w = answered(id, TECHNICAL_FAIL, n, resp, ctx).listed_failed(ctx.rules.shards);
+        w.guard.counts[Counter::Round] = Some(round);
         w.guard.probe = Some(false);
         w.set.last_outcome = Some(Outcome::Error);
         let w = w.marked(Mark::TechnicalExhausted);
@@ -399,15 +400,15 @@ fn technical_failure(
             Effect::Ack(Ack::Failed),
         ];
     }
-    let seq = resends.saturating_add(1);
-    let pauses = if probe {
-        pauses.saturating_add(1)
+    let seq = round.saturating_add(1);
+    // The backoff grows with the technical failures alone, not the probes' ERRORs.
+    let failures = if probe {
+        technical
     } else {
-        pauses
-    };
-    // The backoff grows with the technical failures alone, not the breaker's pauses.
-    let failures = seq.saturating_sub(pauses).max(1);
-    let backoff = ctx.technical_policy.fire_at(
+        technical.saturating_add(1)
+    }
+    .max(1);
+    let backoff = ctx.rules.technical_policy.fire_at(
         ctx.now,
         Attempt::new(failures).unwrap_or(Attempt::FIRST),
         rng,
@@ -419,12 +420,13 @@ fn technical_failure(
     let fire_at = backoff.max(asked);
     let name = ScheduleName::for_resend(id, n, seq);
     let mut w = answered(id, RESEND, n, resp, ctx);
-    w.guard.resends = Some(resends);
+    w.guard.counts[Counter::Round] = Some(round);
     w.guard.live = Some(ctx.live());
     w.guard.probe = Some(probe);
-    w.set.resends = Change::Set(seq);
+    w.set.counts[Counter::Round] = Change::Set(seq);
     if probe {
-        w.set.pauses = Change::Set(pauses);
+        let probes = counts[Counter::ProbeErrors].saturating_add(1);
+        w.set.counts[Counter::ProbeErrors] = Change::Set(probes);
     }
     w.set.last_outcome = Some(Outcome::Error);
     open_cycle_plan(w, n, fire_at, name, ctx, Ack::Resend)
@@ -442,12 +444,12 @@ fn open_cycle_plan(
     ack: Ack,
 ) -> Plan {
     let id = w.transaction_id.clone();
-    let mut w = w.open_cycle(next, fire_at, name.clone(), ctx.shards);
+    let mut w = w.open_cycle(next, fire_at, name.clone(), ctx.rules.shards);
     w.set.origin = Change::Clear;
     let cycle = Cycle {
         current: w.guard.current_attempt,
         next,
-        resends: match w.set.resends {
+        round: match w.set.counts[Counter::Round] {
             Change::Set(k) => Some(k),
             _ => None,
         },
@@ -479,6 +481,7 @@ fn schedule_retry(
 ) -> Plan {
     let next = n.next();
     let fire_at = ctx
+        .rules
         .policies
         .for_reason(resp.reason.as_deref())
         .fire_at(ctx.now, n, rng);

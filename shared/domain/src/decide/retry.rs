@@ -6,7 +6,7 @@ use super::{Ack, Context, Deferred, DropReason, Effect, Known, Plan, Rejection, 
 use crate::arrow;
 use crate::breaker::Hold;
 use crate::ids::{Attempt, TransactionId};
-use crate::machine::{Actor, Arrow, Change, Event, Mark, Status, Write};
+use crate::machine::{Actor, Arrow, Change, Counter, Event, Mark, Status, Write};
 use crate::message::RetryEvent;
 
 /// B accepts the event of the pending attempt in SCHEDULING too: the event may
@@ -51,11 +51,11 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
             // An event of an earlier retry cycle of the pending attempt (redelivered,
             // or decided again after its cycle moved on to a re-send): the cycle in
             // force has its own schedule and instant.
-            if let Some(round) = ev.round.filter(|k| *k < r.resends) {
+            if let Some(round) = ev.round.filter(|k| *k < r.counts[Counter::Round]) {
                 return vec![Effect::Drop(DropReason::StaleCycle {
                     attempt: m,
                     round,
-                    current: r.resends,
+                    current: r.counts[Counter::Round],
                 })];
             }
             // Past the transaction's deadline nothing is sent any more (a send
@@ -69,7 +69,9 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                 // SENDING with next_attempt = m: resume (publish again, same key),
                 // held or not: the send began before any hold, and request m may
                 // already be out.
-                (Status::Sending, _) => resume_sending(id, m, r.resends, ctx, Actor::RetryHandler),
+                (Status::Sending, _) => {
+                    resume_sending(id, m, r.counts[Counter::Round], ctx, Actor::RetryHandler)
+                }
                 (status, _) => vec![Effect::Drop(DropReason::DuplicateRetry {
                     attempt: m,
                     status,
@@ -114,7 +116,7 @@ fn send(id: &TransactionId, m: Attempt, ev: &RetryEvent, ctx: &Context) -> Plan 
     let mut w = Write::new(id.clone(), ACCEPT, ctx.now, Actor::RetryHandler);
     w.guard.next_attempt = Some(m);
     // Only in the cycle the event was made for, and before the deadline.
-    w.guard.resends = ev.round;
+    w.guard.counts[Counter::Round] = ev.round;
     w.guard.live = Some(ctx.live());
     w.set.origin = Change::Set(ev.origin);
     // Marked before it leaves, so that its answer finds the mark.

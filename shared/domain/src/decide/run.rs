@@ -4,6 +4,8 @@
 use super::{
     decide, Ack, Context, Disposition, DropReason, Effect, Input, Known, Observed, Plan, Rejection,
 };
+use crate::machine::{Counter, TransactionRecord};
+use crate::message::RetryEvent;
 use crate::policy::RandomSource;
 use std::collections::VecDeque;
 
@@ -37,6 +39,35 @@ impl Decide for Rules {
     fn decide(&self, q: Question<'_>, ctx: &Context, rng: &mut dyn RandomSource) -> Plan {
         decide(q.input, q.known, q.payload_matches, ctx, rng)
     }
+}
+
+/// True when the retry event `ev`, decided by `rules` on the record `r` with no
+/// breaker verdict, would publish a request (its cycle pending and in force before the
+/// deadline, or a send to resume): the only events the retry handler asks the breaker
+/// about once it has read the record. A stale or duplicate event, or one past its
+/// deadline, publishes nothing and spends no half-open round's probe.
+pub fn retry_asks_breaker<D: Decide>(
+    rules: &D,
+    r: &TransactionRecord,
+    ev: &RetryEvent,
+    ctx: &Context,
+) -> bool {
+    let unheld = Context {
+        hold: None,
+        probe: false,
+        ..ctx.clone()
+    };
+    let input = Input::Retry(ev.clone());
+    let question = Question {
+        input: &input,
+        known: Known::Record(r),
+        payload_matches: None,
+    };
+    // A retry's decision draws no jitter.
+    rules
+        .decide(question, &unheld, &mut crate::policy::FixedRandom(0.5))
+        .iter()
+        .any(|e| matches!(e, Effect::PublishRequest(_)))
 }
 
 /// What the executor must do next.
@@ -182,8 +213,10 @@ impl<D: Decide> Run<D> {
             for e in self.plan.iter_mut() {
                 let (id, round) = match e {
                     Effect::Write(w) if w.event() == crate::machine::Event::ScheduleConfirmed => {
-                        if w.guard.resends.is_none() && w.transaction_id == rec.transaction_id {
-                            w.guard.resends = Some(rec.resends);
+                        if w.guard.counts[Counter::Round].is_none()
+                            && w.transaction_id == rec.transaction_id
+                        {
+                            w.guard.counts[Counter::Round] = Some(rec.counts[Counter::Round]);
                         }
                         break;
                     }
@@ -196,7 +229,7 @@ impl<D: Decide> Run<D> {
                     _ => continue,
                 };
                 if round.is_none() && *id == rec.transaction_id {
-                    *round = Some(rec.resends);
+                    *round = Some(rec.counts[Counter::Round]);
                 }
             }
         }

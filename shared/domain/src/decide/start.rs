@@ -2,7 +2,7 @@
 
 use super::{Ack, Context, Effect, Known, Plan, Rejection, RequestHeader};
 use crate::ids::{Attempt, MaxAttempts, TransactionId};
-use crate::machine::{Status, TransactionRecord};
+use crate::machine::{Counter, Status, TransactionRecord};
 use crate::message::Payload;
 
 /// Conditional create of IN_PROGRESS attempt 1 with its payload and its answer
@@ -29,7 +29,7 @@ pub fn decide_start(
                 record: TransactionRecord::started(id.clone(), max_attempts, ctx.now).awaiting(
                     ctx.answer_due(),
                     ctx.threshold_ms(),
-                    ctx.shards,
+                    ctx.rules.shards,
                 ),
                 payload: payload.clone(),
             },
@@ -45,7 +45,10 @@ pub fn decide_start(
         Known::Record(r)
             if r.status == Status::InProgress && r.current_attempt == Attempt::FIRST =>
         {
-            vec![first(r.resends), Effect::Ack(Ack::AlreadyStarted)]
+            vec![
+                first(r.counts[Counter::Round]),
+                Effect::Ack(Ack::AlreadyStarted),
+            ]
         }
         Known::Record(_) => vec![Effect::Ack(Ack::AlreadyStarted)],
     }

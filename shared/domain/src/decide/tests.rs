@@ -3,7 +3,7 @@
 use super::*;
 use crate::breaker::BreakerState;
 use crate::ids::MaxAttempts;
-use crate::machine::{BudgetGuard, Change, Event, FailedKey, Mark, ReconcileKey};
+use crate::machine::{BudgetGuard, Change, Counter, Event, FailedKey, Mark, ReconcileKey};
 use crate::message::Origin;
 use crate::policy::{FixedRandom, RetryPolicy};
 
@@ -181,7 +181,7 @@ fn a_blind_request_carries_the_round_its_write_returned() {
     };
     let mut run = Run::new(Input::Retry(ev), Known::Unread, &ctx, &mut rng);
     let mut written = record(Status::Sending, 1, Some(2), 3);
-    written.resends = 4;
+    written.counts[Counter::Round] = 4;
     run.observe(Observed::Written(written), &ctx, &mut rng)
         .unwrap();
     let Step::Perform(Effect::PublishRequest(h)) = run.step() else {
@@ -201,7 +201,7 @@ fn an_error_decided_again_after_its_resend_left_is_dropped() {
     resp.round = Some(0);
     let mut run = Run::new(Input::Response(resp), Known::Unread, &ctx, &mut rng);
     let mut resent = record(Status::InProgress, 2, None, 3);
-    resent.resends = 1;
+    resent.counts[Counter::Round] = 1;
     run.observe(Observed::ConditionFailed(Some(resent)), &ctx, &mut rng)
         .unwrap();
     assert_eq!(
@@ -274,7 +274,7 @@ fn only_an_answer_the_record_takes_is_a_signal_and_only_the_probes_closes() {
     assert!(signals(Known::Record(&done), response(2, Outcome::Success)).is_empty());
     // An ERROR of an earlier send (round 0 while round 1 is in flight): no signal.
     let mut resent = in_flight.clone();
-    resent.resends = 1;
+    resent.counts[Counter::Round] = 1;
     let stale = Response {
         round: Some(0),
         ..response(2, Outcome::Error)
@@ -296,7 +296,7 @@ fn a_stalled_confirmation_never_confirms_a_later_cycle() {
     let resp = response(2, Outcome::Cancelled);
     let mut run = Run::new(Input::Response(resp), Known::Unread, &ctx, &mut rng);
     let mut opened = record(Status::Scheduling, 2, Some(3), 4);
-    opened.resends = 2;
+    opened.counts[Counter::Round] = 2;
     run.observe(Observed::Written(opened.clone()), &ctx, &mut rng)
         .unwrap();
     run.observe(Observed::Signalled, &ctx, &mut rng).unwrap();
@@ -307,8 +307,8 @@ fn a_stalled_confirmation_never_confirms_a_later_cycle() {
     };
     assert!(confirm.holds(&opened), "it confirms its own cycle");
     let mut paused = opened.clone();
-    paused.resends = 3;
-    paused.pauses = 1;
+    paused.counts[Counter::Round] = 3;
+    paused.counts[Counter::ProbeErrors] = 1;
     paused.schedule_name = Some(ScheduleName::for_resend(&id(), a(3), 3));
     assert!(!confirm.holds(&paused), "{confirm:?}");
 }
@@ -324,7 +324,7 @@ fn operator_writes_are_guarded_by_the_round_they_read() {
         .for_operator(crate::machine::OperatorNote::new("arn:aws:iam::1:user/a", None).unwrap());
     let round = |status, next, k| {
         let mut r = record(status, 1, next, 4);
-        r.resends = k;
+        r.counts[Counter::Round] = k;
         r
     };
     let resolve = |r: &TransactionRecord| decide_resolve(Known::Record(r), &id(), &ctx);
@@ -426,13 +426,13 @@ fn describe(e: &Effect) -> String {
             if let Some(b) = g.budget {
                 s.push_str(&format!(" {b:?}"));
             }
-            if let Some(k) = g.republishes {
+            if let Some(k) = g.counts[Counter::Republishes] {
                 s.push_str(&format!(" rp={k}"));
             }
-            if let Some(k) = g.requeues {
+            if let Some(k) = g.counts[Counter::Requeues] {
                 s.push_str(&format!(" rq={k}"));
             }
-            if let Some(k) = g.resends {
+            if let Some(k) = g.counts[Counter::Round] {
                 s.push_str(&format!(" rs={k}"));
             }
             match g.probe {
@@ -464,12 +464,16 @@ fn describe(e: &Effect) -> String {
                 format!("{}@{}", k.partition, rel(k.at))
             });
             change(&mut s, "due", &c.answer_due_at, |t| rel(*t));
-            change(&mut s, "rp", &c.republishes, |k| k.to_string());
-            if let Change::Set(k) = &c.requeues {
+            change(&mut s, "rp", &c.counts[Counter::Republishes], |k| {
+                k.to_string()
+            });
+            if let Change::Set(k) = &c.counts[Counter::Requeues] {
                 s.push_str(&format!(" rq={k}"));
             }
-            change(&mut s, "rs", &c.resends, |k| k.to_string());
-            change(&mut s, "ps", &c.pauses, |k| k.to_string());
+            change(&mut s, "rs", &c.counts[Counter::Round], |k| k.to_string());
+            change(&mut s, "ps", &c.counts[Counter::ProbeErrors], |k| {
+                k.to_string()
+            });
             change(&mut s, "expires", &c.expires_at, |t| rel(*t));
             s.push_str(&format!(" by={}", c.actor.as_str()));
             s
@@ -616,7 +620,7 @@ fn answer(
 fn rec_resending(status: Status, current: u32, resends: u32) -> TransactionRecord {
     let mut r = rec_in(status, current, 4);
     r.next_attempt = Some(a(current));
-    r.resends = resends;
+    r.counts[Counter::Round] = resends;
     r.last_outcome = Some(Outcome::Error);
     r.schedule_name = Some(ScheduleName::for_resend(&id(), a(current), resends));
     r
@@ -712,18 +716,18 @@ fn all_cases() -> Vec<(String, Plan)> {
         }
     }
     let mut spent = rec_in(Status::InProgress, 2, 4);
-    spent.resends = ctx.technical_resend_max;
+    spent.counts[Counter::Round] = ctx.rules.technical_resend_max;
     push(
         format!(
             "response ERROR n=2 / IN_PROGRESS c=2 max=4 resends={}",
-            spent.resends
+            spent.counts[Counter::Round]
         ),
         &answer(2, Outcome::Error, Some("HTTP_503"), None),
         Known::Record(&spent),
         None,
     );
     let mut exhausted = rec_in(Status::Failed, 2, 4);
-    exhausted.resends = ctx.technical_resend_max;
+    exhausted.counts[Counter::Round] = ctx.rules.technical_resend_max;
     exhausted.last_outcome = Some(Outcome::Error);
     exhausted.mark = Some(Mark::TechnicalExhausted);
     for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
@@ -736,7 +740,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         );
     }
     let mut twice = rec_in(Status::InProgress, 2, 4);
-    twice.resends = 1;
+    twice.counts[Counter::Round] = 1;
     for after in [10, 7_200] {
         push(
             format!("response ERROR n=2 retry-after={after} / IN_PROGRESS c=2 max=4 resends=1"),
@@ -775,7 +779,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         );
     }
     let mut resent = rec_in(Status::InProgress, 2, 4);
-    resent.resends = 1;
+    resent.counts[Counter::Round] = 1;
     push(
         "retry m=2 RETRY_SCHEDULER / IN_PROGRESS c=2 max=4 resends=1".into(),
         &resend_event,
@@ -844,7 +848,7 @@ fn all_cases() -> Vec<(String, Plan)> {
             // Requeued as often as allowed with no progress since: parked.
             let mut parked = rec_in(s, 2, 4);
             parked.next_fire_at = Some(at(-3600));
-            parked.requeues = 5;
+            parked.counts[Counter::Requeues] = 5;
             variants.push(("parked", parked));
         }
         if s == Status::InProgress {
@@ -856,10 +860,10 @@ fn all_cases() -> Vec<(String, Plan)> {
             waiting.reconcile = ReconcileKey::derive(s, &id(), 8, at(600), None);
             variants.push(("answer-due-later key-moved", waiting));
             let mut once = rec_in(s, 2, 4);
-            once.republishes = 2;
+            once.counts[Counter::Republishes] = 2;
             variants.push(("answer-overdue republished-2", once));
             let mut spent = rec_in(s, 2, 4);
-            spent.republishes = 3;
+            spent.counts[Counter::Republishes] = 3;
             variants.push(("answer-overdue republished-3", spent));
         }
         for (variant, r) in &variants {
@@ -952,7 +956,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     // Let out again, the request the breaker held back is republished; its deadline
     // is marked as the hold's, not a fresh silence.
     let mut after_hold = rec_in(Status::InProgress, 2, 4);
-    after_hold.republishes = 1;
+    after_hold.counts[Counter::Republishes] = 1;
     after_hold.mark = Some(Mark::HeldOpen);
     push(
         "reconcile IN_PROGRESS past deadline rp=1 after a hold / current".into(),
@@ -1020,8 +1024,8 @@ fn all_cases() -> Vec<(String, Plan)> {
         );
     }
     let mut paused = rec_in(Status::Scheduled, 2, 4);
-    paused.resends = 2;
-    paused.pauses = 2;
+    paused.counts[Counter::Round] = 2;
+    paused.counts[Counter::ProbeErrors] = 2;
     paused.mark = Some(Mark::HeldOpen);
     paused.next_fire_at = Some(at(-1));
     push_held(
@@ -1035,19 +1039,19 @@ fn all_cases() -> Vec<(String, Plan)> {
         Known::Record(&paused),
     );
     let mut unanswered = rec_in(Status::InProgress, 2, 4);
-    unanswered.republishes = 1;
+    unanswered.counts[Counter::Republishes] = 1;
     push_held(
         "reconcile IN_PROGRESS past deadline rp=1 / current".into(),
         &Input::Reconcile(unanswered.clone()),
         Known::Record(&unanswered),
     );
     let mut rounds = rec_in(Status::InProgress, 2, 4);
-    rounds.resends = held.technical_resend_max + 3;
-    rounds.pauses = 4;
+    rounds.counts[Counter::Round] = held.rules.technical_resend_max + 3;
+    rounds.counts[Counter::ProbeErrors] = 4;
     push_held(
         format!(
             "response ERROR n=2 / IN_PROGRESS c=2 max=4 resends={} pauses=4",
-            rounds.resends
+            rounds.counts[Counter::Round]
         ),
         &answer(2, Outcome::Error, Some("HTTP_503"), None),
         Known::Record(&rounds),
@@ -1072,7 +1076,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     let mut failed_probe = unanswered.clone();
     failed_probe.mark = Some(Mark::Probe);
     let mut spent = unanswered.clone();
-    spent.republishes = ctx.answer_republish_max;
+    spent.counts[Counter::Republishes] = ctx.rules.answer_republish_max;
     for (name, r) in [("probing rp=1", &failed_probe), ("rp=3", &spent)] {
         for (mode, c) in [("held", &held), ("probe", &probing), ("closed", &ctx)] {
             let plan = decide(
@@ -1110,14 +1114,14 @@ fn all_cases() -> Vec<(String, Plan)> {
     }
     // An ERROR answering the probe: a pause, whatever the technical count.
     let mut probed = rec_in(Status::InProgress, 2, 4);
-    probed.resends = ctx.technical_resend_max + 3;
-    probed.pauses = 3;
+    probed.counts[Counter::Round] = ctx.rules.technical_resend_max + 3;
+    probed.counts[Counter::ProbeErrors] = 3;
     probed.mark = Some(Mark::Probe);
     for k in [Known::Unread, Known::Record(&probed)] {
         let name = match k {
             Known::Record(_) => format!(
                 "IN_PROGRESS c=2 max=4 probing resends={} pauses=3",
-                probed.resends
+                probed.counts[Counter::Round]
             ),
             _ => known_name(&k),
         };
@@ -1157,7 +1161,7 @@ fn all_cases() -> Vec<(String, Plan)> {
             r.current_attempt = a(1);
             r.next_attempt = Some(a(2));
         }
-        r.resends = 1;
+        r.counts[Counter::Round] = 1;
         for round in [0, 1] {
             let mut input = answer(2, Outcome::Error, None, None);
             if let Input::Response(resp) = &mut input {
@@ -1177,7 +1181,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     let mut probing_now = rec_in(Status::InProgress, 2, 4);
     probing_now.mark = Some(Mark::Probe);
     let mut overdue = rec_in(Status::InProgress, 2, 4);
-    overdue.republishes = 1;
+    overdue.counts[Counter::Republishes] = 1;
     for (name, input, current) in [
         (
             "SCHEDULING, now IN_PROGRESS past its deadline probing",
@@ -1289,7 +1293,7 @@ fn expiry_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
     });
     let mut parked = rec_in(Status::Scheduled, 2, 4);
     parked.next_fire_at = Some(at(-3600));
-    parked.requeues = late.requeue_max;
+    parked.counts[Counter::Requeues] = late.rules.requeue_max;
     let mut stuck = [Status::Scheduling, Status::Sending].map(|st| rec_in(st, 2, 4));
     for r in &mut stuck {
         r.updated_at = at(-3600);
@@ -1393,7 +1397,7 @@ fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
                     w.to() != Status::InProgress,
                     "{name}: the answer deadline exists exactly in IN_PROGRESS"
                 );
-                let listed = matches!(&w.set.failed, Change::Set(k) if k.partition == FailedKey::partition_for(id().shard(ctx.shards)));
+                let listed = matches!(&w.set.failed, Change::Set(k) if k.partition == FailedKey::partition_for(id().shard(ctx.rules.shards)));
                 assert_eq!(
                     listed,
                     w.to() == Status::Failed,
@@ -1622,9 +1626,9 @@ mod free_text {
         if resend && status.is_intermediate() {
             r = rec_resending(status, current, resends.max(1));
         }
-        r.resends = r.resends.max(resends);
-        r.pauses = pauses.min(r.resends);
-        r.republishes = republishes;
+        r.counts[Counter::Round] = r.counts[Counter::Round].max(resends);
+        r.counts[Counter::ProbeErrors] = pauses.min(r.counts[Counter::Round]);
+        r.counts[Counter::Republishes] = republishes;
         r.mark = mark;
         r
     }

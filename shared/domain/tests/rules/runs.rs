@@ -8,6 +8,7 @@ use crate::world::*;
 use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known, Rejection, Run};
 use domain::decide::{Step, MAX_REDECISIONS};
 use domain::exec::{execute, ExecError, RetryPorts};
+use domain::machine::Counter;
 use domain::machine::{Status, TransactionRecord, Write};
 use domain::message::{Origin, Outcome, Payload, Request, RetryEvent};
 use domain::policy::SplitMix64;
@@ -266,7 +267,7 @@ fn technical_errors_never_consume_an_attempt() {
     );
     let r = w.record(&id);
     assert_eq!(
-        (r.status, r.current_attempt.get(), r.resends),
+        (r.status, r.current_attempt.get(), r.counts[Counter::Round]),
         (Succeeded, 2, 5)
     );
     assert_eq!(w.published(&id), [1, 1, 1, 1, 2, 2, 2]);
@@ -322,14 +323,14 @@ fn technical_errors_never_consume_an_attempt() {
 fn technical_errors_past_the_bound_end_failed_with_an_alert() {
     let mut w = World::new();
     let id = tx("TX-T2");
-    let max = w.ctx().technical_resend_max;
+    let max = w.ctx().rules.technical_resend_max;
     w.start(&id, 4);
     for _ in 0..=max {
         answer_each_and_fire(&mut w, Outcome::Error);
     }
     let r = w.record(&id);
     assert_eq!(
-        (r.status, r.current_attempt.get(), r.resends),
+        (r.status, r.current_attempt.get(), r.counts[Counter::Round]),
         (Failed, 1, max)
     );
     assert_eq!(r.last_reason.as_deref(), Some("TECHNICAL_EXHAUSTED"));
@@ -378,7 +379,7 @@ fn a_redelivered_error_schedules_nothing_twice() {
     assert_eq!(w.published(&id), [1, 1]);
     assert_eq!(w.run(Input::Response(resp)), Disposition::Ack(Ack::Resend));
     assert_eq!(w.scheduler.created(), 2);
-    assert_eq!(w.record(&id).resends, 2);
+    assert_eq!(w.record(&id).counts[Counter::Round], 2);
 }
 
 /// GIVEN attempt 1 answered ERROR, its re-send waiting (SCHEDULED) WHEN the service's
@@ -417,7 +418,7 @@ fn an_answer_while_the_re_send_waits_is_taken() {
             ));
         }
         assert_eq!(w.published(&id), [1], "{outcome}");
-        assert_eq!(w.record(&id).resends, 1);
+        assert_eq!(w.record(&id).counts[Counter::Round], 1);
     }
 }
 
@@ -515,7 +516,7 @@ fn reconciler_resumes_sending() {
     assert_eq!(w.reconcile(), [Disposition::Ack(Ack::Resumed)]);
     assert!(w.retries.drain().is_empty());
     assert_eq!(summary(&w, &id), (InProgress, 2, None));
-    assert_eq!(w.record(&id).requeues, 0);
+    assert_eq!(w.record(&id).counts[Counter::Requeues], 0);
     assert_eq!(w.published(&id), [1, 2]);
     // IN_PROGRESS keeps the cycle's index entry (no index write) for its answer
     // deadline; found before it, the entry only moves to the deadline.
@@ -583,7 +584,11 @@ fn reconciler_acting_on_a_stale_record_is_harmless() {
     assert_eq!(w.store.change_count(), changes + 1);
     let after = w.record(&id);
     assert_eq!(
-        (after.status, after.current_attempt, after.requeues),
+        (
+            after.status,
+            after.current_attempt,
+            after.counts[Counter::Requeues]
+        ),
         (settled.status, settled.current_attempt, 0)
     );
     assert_eq!(w.published(&id), published);

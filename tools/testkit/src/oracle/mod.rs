@@ -13,6 +13,7 @@ pub mod evidence;
 
 use domain::decide::{Disposition, ScheduleSpec};
 use domain::ids::{Attempt, IdempotencyKey, Timestamp, TransactionId};
+use domain::machine::Counter;
 use domain::machine::{transition, Event, TransactionRecord};
 use domain::message::Outcome;
 use std::collections::{BTreeMap, BTreeSet};
@@ -195,7 +196,7 @@ pub fn inconsistency(r: &TransactionRecord) -> Option<&'static str> {
     {
         return Some("an ended record marked with a request in flight");
     }
-    if r.pauses > r.resends {
+    if r.counts[Counter::ProbeErrors] > r.counts[Counter::Round] {
         return Some("more pauses than rounds");
     }
     None
@@ -253,7 +254,7 @@ pub fn disposition(
         (Disposition::Drop(_), Some((m, round)), Some(r))
             if r.status.is_intermediate()
                 && r.next_attempt.map(Attempt::get) == Some(m)
-                && round.is_none_or(|k| k >= r.resends) =>
+                && round.is_none_or(|k| k >= r.counts[Counter::Round]) =>
         {
             Some(Violation::PendingRetryDropped)
         }

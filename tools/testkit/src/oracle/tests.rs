@@ -219,7 +219,7 @@ fn a_rejection_or_the_pending_event_dropped_is_a_violation() {
     assert_eq!(disposition(&drop, None, Some(&pending)), None);
     // An event of an earlier retry cycle of the pending attempt is not pending.
     let mut resent = pending.clone();
-    resent.resends = 2;
+    resent.counts[Counter::Round] = 2;
     assert_eq!(disposition(&drop, Some((2, Some(1))), Some(&resent)), None);
     assert_eq!(
         disposition(&drop, Some((2, Some(2))), Some(&resent)),
@@ -515,7 +515,7 @@ fn a_record_that_contradicts_its_status_is_found() {
     assert!(broken(&live[0], |r| r.reconcile = None).is_some());
     assert!(broken(&live[0], |r| r.mark = Some(Mark::TechnicalExhausted)).is_some());
     assert!(
-        broken(&live[0], |r| r.pauses = 1).is_some(),
+        broken(&live[0], |r| r.counts[Counter::ProbeErrors] = 1).is_some(),
         "pauses past resends"
     );
     assert_eq!(broken(&live[0], |r| r.mark = Some(Mark::Probe)), None);
