@@ -68,18 +68,7 @@ impl Deployment {
             path: "template".into(),
             source,
         })?;
-        let default = |name: &'static str| -> Result<String, TemplateError> {
-            let v = doc
-                .get("Parameters")
-                .and_then(|p| p.get(name))
-                .and_then(|p| p.get("Default"))
-                .ok_or(TemplateError::Missing(name))?;
-            match v {
-                Value::String(s) => Ok(s.clone()),
-                Value::Number(n) => Ok(n.to_string()),
-                _ => Err(TemplateError::Missing(name)),
-            }
-        };
+        let default = |name: &'static str| parameter_default(&doc, name);
         let num = |name: &'static str| -> Result<f64, TemplateError> {
             default(name)?
                 .trim()
@@ -104,6 +93,20 @@ impl Deployment {
             backoff_base_seconds: num("BackoffBaseSeconds")?,
             breaker_refresh_seconds: num("BreakerRefreshSeconds")?,
         })
+    }
+}
+
+/// A parameter's `Default` as text (a number as written).
+pub fn parameter_default(doc: &Value, name: &'static str) -> Result<String, TemplateError> {
+    let v = doc
+        .get("Parameters")
+        .and_then(|p| p.get(name))
+        .and_then(|p| p.get("Default"))
+        .ok_or(TemplateError::Missing(name))?;
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) => Ok(n.to_string()),
+        _ => Err(TemplateError::Missing(name)),
     }
 }
 

@@ -1925,3 +1925,101 @@ fn principal_lists_hold_no_empty_arn() {
         Some(&vec![service, ext])
     );
 }
+
+/// CodeDeploy, shifting each function's `live` alias under CodeDeployRole, reads the
+/// rollback alarms the functions name and moves their aliases: every such request is
+/// allowed, every grant of the role is used by one, and another function's alias,
+/// another alarm or another service assuming the role is not allowed.
+#[test]
+fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
+    let text = template_text();
+    let template: Value = serde_yaml::from_str(&text).unwrap();
+    let stack = offline_with(&text, &bridge_parameters(SECRET_ARN, ""));
+    let role = stack.role("CodeDeployRole");
+    let arn = |rest: String| format!("arn:aws:{rest}");
+    let mut allowed = vec![stack.request(
+        &Principal::Service("codedeploy.amazonaws.com".into()),
+        "sts:AssumeRole",
+        &stack.physical.role_arn("CodeDeployRole"),
+    )];
+    let functions = cfn::of_type(&template, "AWS::Serverless::Function");
+    assert_eq!(functions.len(), 6, "the bridge is in this stack");
+    for (id, f) in &functions {
+        let function = arn(format!(
+            "lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{MAIN}-{id}"
+        ));
+        // Which of the two Lambda authorizes an alias action against is not
+        // documented: both are granted, and both are asked here.
+        for resource in [function.clone(), format!("{function}:live")] {
+            for action in [
+                "lambda:GetAlias",
+                "lambda:UpdateAlias",
+                "lambda:GetProvisionedConcurrencyConfig",
+            ] {
+                allowed.push(stack.request(&role, action, &resource));
+            }
+        }
+        let alarms = cfn::path(f, &["Properties", "DeploymentPreference", "Alarms"])
+            .and_then(Value::as_sequence)
+            .unwrap();
+        for a in alarms {
+            let alarm = cfn::ref_name(a)
+                .or_else(|| match cfn::intrinsic(a) {
+                    Some((_, Value::Sequence(branches))) => cfn::ref_name(&branches[1]),
+                    _ => None,
+                })
+                .unwrap();
+            allowed.push(stack.request(
+                &role,
+                "cloudwatch:DescribeAlarms",
+                &arn(format!(
+                    "cloudwatch:{LOCAL_REGION}:{LOCAL_ACCOUNT}:alarm:{MAIN}-{alarm}"
+                )),
+            ));
+        }
+    }
+    for r in &allowed {
+        assert!(stack.evaluate(r).unwrap().is_allowed(), "{r:?}");
+    }
+    for (grant, st) in stack.grants(&role) {
+        assert!(
+            allowed
+                .iter()
+                .any(|r| deferred_retry_tests::iam::Stack::covers(&grant, st, r).unwrap()),
+            "unused grant of CodeDeployRole: {} on {}",
+            grant.action,
+            grant.resource
+        );
+    }
+    let refused = [
+        stack.request(
+            &role,
+            "lambda:UpdateAlias",
+            &arn(format!(
+                "lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:other-stack-Function:live"
+            )),
+        ),
+        stack.request(
+            &role,
+            "lambda:UpdateFunctionCode",
+            &arn(format!(
+                "lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{MAIN}-RetryHandlerFunction"
+            )),
+        ),
+        stack.request(
+            &role,
+            "cloudwatch:DescribeAlarms",
+            &arn(format!(
+                "cloudwatch:{LOCAL_REGION}:{LOCAL_ACCOUNT}:alarm:{MAIN}-TransactionsExhaustedAlarm"
+            )),
+        ),
+        stack.request(
+            &Principal::Service("lambda.amazonaws.com".into()),
+            "sts:AssumeRole",
+            &stack.physical.role_arn("CodeDeployRole"),
+        ),
+    ];
+    for r in &refused {
+        assert_eq!(stack.evaluate(r).unwrap(), Decision::NotAllowed, "{r:?}");
+    }
+}

@@ -451,6 +451,20 @@ fn has_key(v: &Value, key: &str) -> bool {
     }
 }
 
+/// The queue a stream event source reports a failing batch to.
+fn on_failure_destination(event: &Value) -> Option<String> {
+    path(
+        event,
+        &[
+            "Properties",
+            "DestinationConfig",
+            "OnFailure",
+            "Destination",
+        ],
+    )
+    .and_then(target)
+}
+
 /// The DLQs: redrive targets, on-failure destinations and the scheduler's DLQ.
 fn dead_letter_queues(t: &Value) -> BTreeSet<String> {
     let mut dlqs = BTreeSet::new();
@@ -468,17 +482,7 @@ fn dead_letter_queues(t: &Value) -> BTreeSet<String> {
             .into_iter()
             .flat_map(Mapping::values)
         {
-            if let Some(q) = path(
-                ev,
-                &[
-                    "Properties",
-                    "DestinationConfig",
-                    "OnFailure",
-                    "Destination",
-                ],
-            )
-            .and_then(target)
-            {
+            if let Some(q) = on_failure_destination(ev) {
                 dlqs.insert(q);
             }
         }
@@ -2542,4 +2546,300 @@ async fn each_ending_in_failed_raises_only_its_own_alarm() {
         raised(&template(), &stage.emitted()),
         vec![("TechnicalExhaustedAlarm".to_owned(), 1)]
     );
+}
+
+// ---------------------------------------------------------------------------------
+// Safe upgrades: the `live` alias, CodeDeploy's shift and its rollback alarms
+// ---------------------------------------------------------------------------------
+
+/// The alias every function is published behind (`docs/deploy.md`).
+const LIVE_ALIAS: &str = "live";
+
+/// The logical ids a `DeploymentPreference.Alarms` list names: `!Ref X`, or
+/// `!If [cond, !Ref X, !Ref AWS::NoValue]` for an alarm that exists under a condition.
+fn listed_alarms(v: Option<&Value>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for a in v.and_then(Value::as_sequence).into_iter().flatten() {
+        match intrinsic(a) {
+            Some((name, Value::Sequence(branches))) if name == "If" => {
+                out.extend(branches.iter().skip(1).filter_map(ref_name));
+            }
+            _ => out.extend(ref_name(a)),
+        }
+    }
+    out.remove("AWS::NoValue");
+    out
+}
+
+/// The alarm on a function's `Errors`, and the alarm at the first message of the DLQ
+/// behind each of its event sources (an SQS queue's redrive target, a stream's
+/// on-failure destination): what must roll a bad release back.
+fn rollback_alarms_expected(t: &Value, id: &str, function: &Value) -> BTreeSet<String> {
+    let alarms = of_type(t, "AWS::CloudWatch::Alarm");
+    let mut out = BTreeSet::new();
+    for (aid, a) in &alarms {
+        if props(a, "Namespace").and_then(Value::as_str) == Some("AWS/Lambda")
+            && props(a, "MetricName").and_then(Value::as_str) == Some("Errors")
+            && dimensions(props(a, "Dimensions"))
+                == vec![("FunctionName".to_owned(), format!("!Ref {id}"))]
+        {
+            out.insert(aid.clone());
+        }
+    }
+    for ev in props(function, "Events")
+        .and_then(Value::as_mapping)
+        .into_iter()
+        .flat_map(Mapping::values)
+    {
+        let dlq = path(ev, &["Properties", "Queue"])
+            .and_then(target)
+            .and_then(|q| {
+                path(t, &["Resources", &q, "Properties", "RedrivePolicy"])
+                    .and_then(|rp| get(rp, "deadLetterTargetArn"))
+                    .and_then(target)
+            })
+            .or_else(|| on_failure_destination(ev));
+        let Some(dlq) = dlq else { continue };
+        for (aid, a) in &alarms {
+            if props(a, "Namespace").and_then(Value::as_str) == Some("AWS/SQS")
+                && props(a, "Dimensions")
+                    .and_then(Value::as_sequence)
+                    .is_some_and(|d| {
+                        d.iter().any(|x| {
+                            get(x, "Value").and_then(get_att)
+                                == Some((dlq.clone(), "QueueName".to_owned()))
+                        })
+                    })
+            {
+                out.insert(aid.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Every function published behind `live` with a `DeploymentPreference` of the
+/// `DeploymentType` parameter, CodeDeploy's role, and its rollback alarms (its errors,
+/// its DLQs); the parameter defaults to a canary and allows `AllAtOnce`.
+fn upgrade_problems(t: &Value) -> Vec<String> {
+    let mut p = vec![];
+    let param = path(t, &["Parameters", "DeploymentType"]);
+    let default = param
+        .and_then(|v| get(v, "Default"))
+        .and_then(Value::as_str);
+    if !default.is_some_and(|d| d.starts_with("Canary")) {
+        p.push(format!(
+            "parameter DeploymentType: default {default:?}, expected a canary"
+        ));
+    }
+    let allowed = str_list(param.and_then(|v| get(v, "AllowedValues")));
+    if !allowed.iter().any(|v| v == "AllAtOnce") {
+        p.push(format!(
+            "parameter DeploymentType: AllowedValues {allowed:?} lack AllAtOnce"
+        ));
+    }
+    for (bin, id, r) in function_resources(t) {
+        if props(r, "AutoPublishAlias").and_then(Value::as_str) != Some(LIVE_ALIAS) {
+            p.push(format!(
+                "{id} ({bin}): AutoPublishAlias is not {LIVE_ALIAS}"
+            ));
+        }
+        let pref = props(r, "DeploymentPreference");
+        let ty = pref.and_then(|d| get(d, "Type")).and_then(ref_name);
+        if ty.as_deref() != Some("DeploymentType") {
+            p.push(format!(
+                "{id} ({bin}): DeploymentPreference.Type is {ty:?}, not !Ref DeploymentType"
+            ));
+        }
+        let role = pref.and_then(|d| get(d, "Role")).and_then(get_att);
+        if role != Some(("CodeDeployRole".to_owned(), "Arn".to_owned())) {
+            p.push(format!(
+                "{id} ({bin}): DeploymentPreference.Role is {role:?}, not CodeDeployRole"
+            ));
+        }
+        let listed = listed_alarms(pref.and_then(|d| get(d, "Alarms")));
+        let expected = rollback_alarms_expected(t, &id, r);
+        if expected.is_empty() || listed != expected {
+            p.push(format!(
+                "{id} ({bin}): rollback alarms {listed:?}, expected {expected:?}"
+            ));
+        }
+    }
+    p
+}
+
+/// The SAM translator (the one `sam validate` runs, from `.venv`) on `template`: the
+/// CloudFormation template SAM deploys, with the parameters' defaults.
+fn transformed(template: &Value) -> serde_json::Value {
+    // SAM's own YAML loader reads the tags (!Ref, !GetAtt, ...); a date the YAML
+    // writer left unquoted (a policy's Version) goes back to its text.
+    const TRANSFORM: &str = r#"
+import json, sys
+from samtranslator.translator.transform import transform
+from samtranslator.yaml_helper import yaml_parse
+class NoManagedPolicies:
+    def load(self):
+        return {}
+doc = json.loads(json.dumps(yaml_parse(sys.stdin.read()), default=str))
+for r in doc["Resources"].values():
+    if r.get("Type") == "AWS::Serverless::Function":
+        r["Properties"]["CodeUri"] = "s3://bucket/code.zip"
+print(json.dumps(transform(doc, {}, NoManagedPolicies())))
+"#;
+    use std::io::Write;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let python = format!("{root}/.venv/bin/python3");
+    let yaml = serde_yaml::to_string(template).unwrap_or_else(|e| panic!("template: {e}"));
+    let out = std::process::Command::new(&python)
+        .args(["-c", TRANSFORM])
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            if let Some(mut stdin) = c.stdin.take() {
+                stdin.write_all(yaml.as_bytes())?;
+            }
+            c.wait_with_output()
+        })
+        .unwrap_or_else(|e| panic!("{python}: {e} (. scripts/tools.sh)"));
+    assert!(
+        out.status.success(),
+        "the SAM translator failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("the translator's output: {e}"))
+}
+
+/// In the transformed template: every event source mapping, schedule rule target and
+/// invoke permission points at a function's `live` alias, never at the function
+/// itself; every alias shifts through a CodeDeploy deployment group that rolls back on
+/// its alarms, under CodeDeployRole.
+fn transformed_upgrade_problems(cfn: &serde_json::Value, functions: usize) -> Vec<String> {
+    use serde_json::Value as J;
+    let mut p = vec![];
+    let empty = serde_json::Map::new();
+    let resources = cfn["Resources"].as_object().unwrap_or(&empty);
+    let ty = |id: &str| resources.get(id).and_then(|r| r["Type"].as_str());
+    let is_live_alias = |v: &J| {
+        v["Ref"].as_str().is_some_and(|a| {
+            ty(a) == Some("AWS::Lambda::Alias") && resources[a]["Properties"]["Name"] == LIVE_ALIAS
+        })
+    };
+    let aliases: Vec<(&String, &J)> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::Lambda::Alias")
+        .collect();
+    if aliases.len() != functions {
+        p.push(format!(
+            "{} aliases for {functions} functions",
+            aliases.len()
+        ));
+    }
+    for (id, r) in resources {
+        let props = &r["Properties"];
+        match r["Type"].as_str().unwrap_or_default() {
+            "AWS::Lambda::EventSourceMapping" | "AWS::Lambda::Permission"
+                if !is_live_alias(&props["FunctionName"]) =>
+            {
+                p.push(format!(
+                    "{id}: FunctionName {} is not a {LIVE_ALIAS} alias",
+                    props["FunctionName"]
+                ));
+            }
+            "AWS::Events::Rule" => {
+                for target in props["Targets"].as_array().into_iter().flatten() {
+                    if !is_live_alias(&target["Arn"]) {
+                        p.push(format!(
+                            "{id}: target {} is not a {LIVE_ALIAS} alias",
+                            target["Arn"]
+                        ));
+                    }
+                }
+            }
+            "AWS::Lambda::Alias" => {
+                let group = r["UpdatePolicy"]["CodeDeployLambdaAliasUpdate"]["DeploymentGroupName"]
+                    ["Ref"]
+                    .as_str()
+                    .unwrap_or_default();
+                let g = resources.get(group).map(|g| &g["Properties"]);
+                let rolls_back = g.is_some_and(|g| {
+                    g["AutoRollbackConfiguration"]["Enabled"] == J::Bool(true)
+                        && g["AutoRollbackConfiguration"]["Events"]
+                            .as_array()
+                            .is_some_and(|e| e.contains(&J::from("DEPLOYMENT_STOP_ON_ALARM")))
+                        && g["AlarmConfiguration"]["Enabled"] == J::Bool(true)
+                        && g["AlarmConfiguration"]["Alarms"]
+                            .as_array()
+                            .is_some_and(|a| !a.is_empty())
+                        && g["ServiceRoleArn"]["Fn::GetAtt"][0] == "CodeDeployRole"
+                });
+                if !rolls_back {
+                    p.push(format!(
+                        "{id}: no CodeDeploy group rolling back on alarms under CodeDeployRole ({group:?})"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    p.sort();
+    p
+}
+
+#[test]
+fn every_function_is_published_behind_live_and_rolled_back_by_its_alarms() {
+    let t = template();
+    assert_none(upgrade_problems(&t));
+    assert_eq!(function_resources(&t).len(), 6);
+
+    // A function without its alias, one without its DLQ alarm, a default that is not
+    // a canary: each is named.
+    let mut broken = template();
+    props_mut(&mut broken, "StarterFunction").remove("AutoPublishAlias");
+    let alarms = props_mut(&mut broken, "RetryHandlerFunction")
+        .get_mut("DeploymentPreference")
+        .and_then(|d| d.get_mut("Alarms"))
+        .and_then(Value::as_sequence_mut)
+        .unwrap();
+    alarms.retain(|a| ref_name(a).as_deref() != Some("RetryDLQAlarm"));
+    broken["Parameters"]["DeploymentType"]["Default"] = Value::from("AllAtOnce");
+    let p = upgrade_problems(&broken);
+    assert_eq!(p.len(), 3, "{p:?}");
+    assert!(p[0].contains("DeploymentType"), "{p:?}");
+    assert!(
+        p.iter()
+            .any(|x| x.starts_with("StarterFunction") && x.contains("AutoPublishAlias")),
+        "{p:?}"
+    );
+    assert!(
+        p.iter()
+            .any(|x| x.starts_with("RetryHandlerFunction") && x.contains("RetryDLQAlarm")),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn event_sources_point_at_the_live_alias_once_transformed() {
+    let t = template();
+    let functions = function_resources(&t).len();
+    assert_none(transformed_upgrade_problems(&transformed(&t), functions));
+
+    // Without AutoPublishAlias SAM wires the event sources to the function itself:
+    // the check sees it.
+    let mut broken = template();
+    for id in ["ReconcilerFunction", "RetryHandlerFunction"] {
+        props_mut(&mut broken, id).remove("AutoPublishAlias");
+        props_mut(&mut broken, id).remove("DeploymentPreference");
+    }
+    let p = transformed_upgrade_problems(&transformed(&broken), functions);
+    for needle in [
+        "4 aliases for 6 functions",
+        "RetryHandlerFunctionRetryEvents: FunctionName",
+        "ReconcilerFunctionTick: target",
+        "ReconcilerFunctionTickPermission: FunctionName",
+    ] {
+        assert!(p.iter().any(|x| x.contains(needle)), "{needle}: {p:?}");
+    }
 }
