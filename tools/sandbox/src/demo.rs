@@ -320,10 +320,11 @@ impl DemoPlan {
         };
         // Through the HTTP bridge, a lost answer and a call held past the bridge's
         // timeout come back as ERROR: the same key is sent again after the technical
-        // backoff (60 s, then 120 s), which the default deadline also covers.
+        // backoff, which grows with the transaction's re-sends; the default deadline
+        // also covers those of one unlucky transaction.
         let technical_resends = a.service == ServiceVia::Http && (dup > 0.0 || silent > 0.0);
         let deadline = match a.deadline {
-            None if technical_resends => deadline + Duration::from_secs(OUTAGE_EXTRA_SECONDS),
+            None if technical_resends => deadline + technical_resends_extra(),
             _ => deadline,
         };
         stack.service = a.service;
@@ -964,10 +965,25 @@ fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
 /// (`--silent-probability`): short enough that the deadlines fire within the run.
 pub const DEMO_ANSWER_TIMEOUT_SECONDS: u64 = 10;
 
-/// What the default deadline of a run with `--outage` adds past the outage's end, and
-/// of a run through the HTTP bridge with lost answers or silence: the technical
-/// back-offs of the ERROR answers (60 s, then 120 s) and a margin.
+/// What the default deadline of a run with `--outage` adds past the outage's end: the
+/// technical back-offs of the ERROR answers (60 s, then 120 s) and a margin.
 pub const OUTAGE_EXTRA_SECONDS: u64 = 300;
+
+/// The re-sends of one transaction the default deadline of a run through the HTTP
+/// bridge with lost answers or silence covers: with 5 % of the answers lost, a
+/// transaction of four attempts loses five with a probability near 1 in 100,000.
+pub const TECHNICAL_RESENDS_COVERED: u32 = 4;
+
+/// What that default deadline adds: the longest technical waits of that many re-sends
+/// (the technical backoff's bounds: 60 s doubling, +10 %), and a minute.
+pub fn technical_resends_extra() -> Duration {
+    let policy = RetryPolicy::technical_default();
+    (1..=TECHNICAL_RESENDS_COVERED)
+        .filter_map(|k| domain::Attempt::new(k).ok())
+        .map(|k| policy.bounds(k).1)
+        .sum::<Duration>()
+        + Duration::from_secs(60)
+}
 
 pub fn demo_threshold(transactions: u32, max_concurrency: usize, max_rps: f64) -> u64 {
     fleet_drain_seconds(transactions, max_concurrency, max_rps).max(20)
@@ -1260,7 +1276,9 @@ mod tests {
     #[test]
     fn lost_http_answers_extend_the_default_deadline() {
         let base = plan(&["--duplicate-responses", "0.05"]).deadline;
-        let extra = Duration::from_secs(OUTAGE_EXTRA_SECONDS);
+        let extra = technical_resends_extra();
+        // 60 + 120 + 240 + 480 s, each +10 %, and a minute.
+        assert_eq!(extra, Duration::from_secs(1050));
         let http = |f: &[&str]| plan(&[&["--service", "http"], f].concat()).deadline;
         assert_eq!(http(&["--duplicate-responses", "0.05"]), base + extra);
         assert_eq!(
