@@ -76,6 +76,11 @@ struct Args {
     /// Use this moto endpoint instead of starting one (cycles and cold init).
     #[arg(long)]
     moto_endpoint: Option<String>,
+    /// Measure only the release binary size and cold init of these functions
+    /// (comma-separated, e.g. `starter,http-bridge`), print their rows of the table and
+    /// write no report: for a function whose release build is the only one at hand.
+    #[arg(long, value_delimiter = ',')]
+    init_only: Vec<String>,
 }
 
 fn target_dir() -> PathBuf {
@@ -87,6 +92,45 @@ fn target_dir() -> PathBuf {
 fn fail(what: &str, e: impl std::fmt::Display) -> ! {
     eprintln!("bench: {what}: {e}");
     std::process::exit(1)
+}
+
+/// The release binary size and cold init of each of `functions` (`runs` each),
+/// configured for a stack provisioned on the moto at `endpoint`.
+async fn sizes_and_inits(
+    functions: &[&'static str],
+    bin_dir: &std::path::Path,
+    sdk: &aws_config::SdkConfig,
+    endpoint: &str,
+    deployment: &Deployment,
+    runs: usize,
+) -> (Vec<init::BinarySize>, Vec<init::InitTimes>) {
+    let sizes = init::sizes(bin_dir)
+        .into_iter()
+        .filter(|b| functions.contains(&b.function.as_str()))
+        .collect();
+    let names = aws::config::StackNames::new(&testkit::moto::unique_prefix("init"));
+    let provisioned = testkit::provision::provision(sdk, &names)
+        .await
+        .unwrap_or_else(|e| fail("provisioning for cold init", e));
+    let mut inits = Vec::new();
+    for &f in functions {
+        eprintln!("bench: cold init of {f}, {runs} runs");
+        let mut env = init::lambda_env(f, deployment.memory_mb);
+        env.push(("AWS_ENDPOINT_URL".into(), endpoint.to_owned()));
+        env.extend(
+            provisioned
+                .env_for(f)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v)),
+        );
+        let binary = bin_dir.join(f);
+        inits.push(
+            tokio::task::spawn_blocking(move || init::cold_init(&binary, f, &env, runs))
+                .await
+                .unwrap_or_else(|e| fail("cold init", e)),
+        );
+    }
+    (sizes, inits)
 }
 
 #[tokio::main]
@@ -111,7 +155,43 @@ async fn main() {
         .unwrap_or_default();
     let sdk = testkit::moto::sdk_config(&endpoint).await;
 
-    // 1. Retry cycles against moto.
+    let bin_dir = args
+        .bin_dir
+        .clone()
+        .unwrap_or_else(|| target_dir().join("release"));
+    let unknown: Vec<&String> = args
+        .init_only
+        .iter()
+        .filter(|f| !init::FUNCTIONS.contains(&f.as_str()))
+        .collect();
+    if !unknown.is_empty() {
+        fail(
+            "--init-only",
+            format!("{unknown:?}: not one of {}", init::FUNCTIONS.join(", ")),
+        );
+    }
+    let measured: Vec<&'static str> = init::FUNCTIONS
+        .into_iter()
+        .filter(|f| args.init_only.is_empty() || args.init_only.iter().any(|o| o == f))
+        .collect();
+
+    // 1. Binary sizes and cold init (configuration of a stack on the same moto).
+    let (sizes, inits) = sizes_and_inits(
+        &measured,
+        &bin_dir,
+        &sdk,
+        &endpoint,
+        &deployment,
+        args.init_runs,
+    )
+    .await;
+    if !args.init_only.is_empty() {
+        print!("{}", report::init_rows(&sizes, &inits));
+        drop(moto);
+        return;
+    }
+
+    // 2. Retry cycles against moto.
     let mut cycles = Vec::new();
     for deliveries in [1, 2] {
         for &payload_bytes in &args.payloads {
@@ -153,35 +233,6 @@ async fn main() {
         }
     }
 
-    // 2. Binary sizes and cold init (configuration of a stack on the same moto).
-    let bin_dir = args
-        .bin_dir
-        .clone()
-        .unwrap_or_else(|| target_dir().join("release"));
-    let sizes = init::sizes(&bin_dir);
-    let names = aws::config::StackNames::new(&testkit::moto::unique_prefix("init"));
-    let provisioned = testkit::provision::provision(&sdk, &names)
-        .await
-        .unwrap_or_else(|e| fail("provisioning for cold init", e));
-    let mut inits = Vec::new();
-    for f in init::FUNCTIONS {
-        eprintln!("bench: cold init of {f}, {} runs", args.init_runs);
-        let mut env = init::lambda_env(f, deployment.memory_mb);
-        env.push(("AWS_ENDPOINT_URL".into(), endpoint.clone()));
-        env.extend(
-            provisioned
-                .env_for(f)
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v)),
-        );
-        let binary = bin_dir.join(f);
-        let runs = args.init_runs;
-        inits.push(
-            tokio::task::spawn_blocking(move || init::cold_init(&binary, f, &env, runs))
-                .await
-                .unwrap_or_else(|e| fail("cold init", e)),
-        );
-    }
     drop(moto);
 
     // 3. criterion's results (written by `cargo bench --bench handlers` before this).

@@ -860,24 +860,7 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(s, "| function | size | cold init, median | min – max |");
     let _ = writeln!(s, "|---|---:|---:|---:|");
-    for b in &r.sizes {
-        let init = r.init.iter().find(|i| i.function == b.function);
-        let size = b
-            .bytes
-            .map(|n| format!("{} bytes ({:.1} MiB)", thousands(n), n as f64 / 1_048_576.0))
-            .unwrap_or_else(|| "not built".into());
-        let (median, range) = match init {
-            Some(i) => match (i.median(), i.min(), i.max()) {
-                (Some(m), Some(lo), Some(hi)) => (ms(m), format!("{} – {}", ms(lo), ms(hi))),
-                _ => (
-                    "failed".into(),
-                    i.error.clone().unwrap_or_default().replace('|', "/"),
-                ),
-            },
-            None => ("–".into(), String::new()),
-        };
-        let _ = writeln!(s, "| `{}` | {size} | {median} | {range} |", b.function);
-    }
+    s.push_str(&init_rows(&r.sizes, &r.init));
     let _ = writeln!(s);
 
     let _ = writeln!(s, "## Burst\n");
@@ -1116,4 +1099,29 @@ impl Report {
             usd(audit * wru),
         )
     }
+}
+
+/// The rows of the size and cold init table: one per binary of `sizes`, with its
+/// cold init times from `init`.
+pub fn init_rows(sizes: &[BinarySize], init: &[InitTimes]) -> String {
+    let mut s = String::new();
+    for b in sizes {
+        let init = init.iter().find(|i| i.function == b.function);
+        let size = b
+            .bytes
+            .map(|n| format!("{} bytes ({:.1} MiB)", thousands(n), n as f64 / 1_048_576.0))
+            .unwrap_or_else(|| "not built".into());
+        let (median, range) = match init {
+            Some(i) => match (i.median(), i.min(), i.max()) {
+                (Some(m), Some(lo), Some(hi)) => (ms(m), format!("{} – {}", ms(lo), ms(hi))),
+                _ => (
+                    "failed".into(),
+                    i.error.clone().unwrap_or_default().replace('|', "/"),
+                ),
+            },
+            None => ("–".into(), String::new()),
+        };
+        let _ = writeln!(s, "| `{}` | {size} | {median} | {range} |", b.function);
+    }
+    s
 }

@@ -1513,44 +1513,24 @@ fn a_removed_grant_fails_naming_function_action_and_resource() {
 #[test]
 fn the_http_bridge_role_is_exactly_its_calls() {
     let text = template_text();
-    let (request, response, dlq) = (queue("request"), queue("response"), queue("request-dlq"));
     for (secret, parameter, read, other) in [
         (
             SECRET_ARN,
             "",
-            call(
-                "http-bridge",
-                "secretsmanager",
-                "GetSecretValue",
-                SECRET_ARN,
-            ),
+            secret_read(),
             ("ssm:GetParameter", PARAMETER_ARN),
         ),
         (
             "",
             PARAMETER_ARN,
-            call("http-bridge", "ssm", "GetParameter", PARAMETER_ARN),
+            parameter_read(),
             ("secretsmanager:GetSecretValue", SECRET_ARN),
         ),
     ] {
         let mut params = bridge_parameters(secret, parameter);
         params.push(("ServicePrincipalArns", outside_arn(EXTERNAL)));
         let stack = offline_with(&text, &params);
-        let calls = [
-            call("http-bridge", "sqs", "GetQueueAttributes", &request.arn),
-            call("http-bridge", "sqs", "ReceiveMessage", &request.arn),
-            call("http-bridge", "sqs", "DeleteMessageBatch", &request.arn),
-            call("http-bridge", "sqs", "SendMessage", &response.arn),
-            call("http-bridge", "sqs", "SendMessage", &dlq.arn),
-            read,
-        ];
-        let mut requests = requests_of(&stack, &calls, "");
-        requests.extend(
-            stack
-                .log_requests("http-bridge")
-                .into_iter()
-                .map(|r| ("http-bridge".to_owned(), r)),
-        );
+        let requests = bridge_requests(&stack, read);
         let problems: Vec<String> = check(&stack, &requests)
             .problems
             .into_iter()
@@ -1579,6 +1559,175 @@ fn the_http_bridge_role_is_exactly_its_calls() {
         !without.function_roles.contains_key("http-bridge"),
         "no endpoint, no bridge"
     );
+}
+
+/// The bridge's read of its auth secret, from Secrets Manager or from SSM.
+fn secret_read() -> Call {
+    call(
+        "http-bridge",
+        "secretsmanager",
+        "GetSecretValue",
+        SECRET_ARN,
+    )
+}
+
+fn parameter_read() -> Call {
+    call("http-bridge", "ssm", "GetParameter", PARAMETER_ARN)
+}
+
+/// The requests of the HTTP bridge's calls: the event source's on the request queue,
+/// the answer, the operator case, `read` (the auth secret's), its logs.
+fn bridge_requests(stack: &Stack, read: Call) -> Vec<(String, Request)> {
+    let (request, response, dlq) = (queue("request"), queue("response"), queue("request-dlq"));
+    let calls = [
+        call("http-bridge", "sqs", "GetQueueAttributes", &request.arn),
+        call("http-bridge", "sqs", "ReceiveMessage", &request.arn),
+        call("http-bridge", "sqs", "DeleteMessageBatch", &request.arn),
+        call("http-bridge", "sqs", "SendMessage", &response.arn),
+        call("http-bridge", "sqs", "SendMessage", &dlq.arn),
+        read,
+    ];
+    let mut requests = requests_of(stack, &calls, "");
+    requests.extend(
+        stack
+            .log_requests("http-bridge")
+            .into_iter()
+            .map(|r| ("http-bridge".to_owned(), r)),
+    );
+    requests
+}
+
+/// The customer managed key of the bridge's auth secret, made outside the stack.
+fn auth_key_arn() -> String {
+    format!("arn:aws:kms:{LOCAL_REGION}:{LOCAL_ACCOUNT}:key/0f1e2d3c-4b5a-6978-8695-a4b3c2d1e0f9")
+}
+
+/// The stack with the auth key's own key policy joined: it lets the account's IAM
+/// policies grant `kms:Decrypt` (the key's owner writes it; docs/http-bridge.md).
+fn with_auth_key(mut stack: Stack) -> Stack {
+    let text = format!(
+        "Resources:\n  AuthKey:\n    Type: AWS::KMS::Key\n    Properties:\n      KeyPolicy:\n        Version: \"2012-10-17\"\n        Statement:\n          - Sid: AccountPolicies\n            Effect: Allow\n            Principal:\n              AWS: arn:aws:iam::{LOCAL_ACCOUNT}:root\n            Action: kms:Decrypt\n            Resource: \"*\"\n"
+    );
+    let template: Value = serde_yaml::from_str(&text).unwrap();
+    let mut physical = Physical::new(LOCAL_ACCOUNT, LOCAL_REGION, "key-owner");
+    physical.atts.insert("AuthKey.Arn".into(), auth_key_arn());
+    stack.merge(Stack::from_template(&template, &text, physical).unwrap());
+    stack
+}
+
+/// The bridge's auth secret under a customer managed key, and the bridge in a VPC:
+/// with `HttpAuthKmsKeyArn`, the role may `kms:Decrypt` that key only through the
+/// service that holds the secret and only for that secret (its encryption context);
+/// with `HttpBridgeSubnetIds`, Lambda may manage the function's network interfaces
+/// in this account and region. Every such grant is used; without the parameters,
+/// neither exists.
+#[test]
+fn the_http_bridge_gets_key_and_vpc_grants_only_when_given() {
+    let text = template_text();
+    let eni = format!("arn:aws:ec2:{LOCAL_REGION}:{LOCAL_ACCOUNT}:network-interface/eni-0123");
+    let subnet = format!("arn:aws:ec2:{LOCAL_REGION}:{LOCAL_ACCOUNT}:subnet/subnet-0a1");
+    let group = format!("arn:aws:ec2:{LOCAL_REGION}:{LOCAL_ACCOUNT}:security-group/sg-0c3");
+    let decrypt = |stack: &Stack, via: &str, context: (&str, &str)| {
+        let mut r = stack.request(
+            &stack.role("HttpBridgeRole"),
+            "kms:Decrypt",
+            &auth_key_arn(),
+        );
+        r.context.insert(
+            "kms:ViaService".to_owned(),
+            vec![format!("{via}.{LOCAL_REGION}.amazonaws.com")],
+        );
+        r.context.insert(
+            format!("kms:EncryptionContext:{}", context.0),
+            vec![context.1.to_owned()],
+        );
+        r
+    };
+    for (secret, parameter, read, via, context, other_via) in [
+        (
+            SECRET_ARN,
+            "",
+            secret_read(),
+            "secretsmanager",
+            ("SecretARN", SECRET_ARN),
+            "ssm",
+        ),
+        (
+            "",
+            PARAMETER_ARN,
+            parameter_read(),
+            "ssm",
+            ("PARAMETER_ARN", PARAMETER_ARN),
+            "secretsmanager",
+        ),
+    ] {
+        let mut params = bridge_parameters(secret, parameter);
+        params.extend([
+            ("HttpAuthKmsKeyArn", auth_key_arn()),
+            ("HttpBridgeSubnetIds", "subnet-0a1,subnet-0b2".to_owned()),
+            ("HttpBridgeSecurityGroupIds", "sg-0c3".to_owned()),
+        ]);
+        let stack = with_auth_key(offline_with(&text, &params));
+        let bridge = stack.role("HttpBridgeRole");
+        let mut requests = bridge_requests(&stack, read);
+        requests.push(("http-bridge".to_owned(), decrypt(&stack, via, context)));
+        for (action, resource) in [
+            ("ec2:CreateNetworkInterface", eni.as_str()),
+            ("ec2:CreateNetworkInterface", subnet.as_str()),
+            ("ec2:CreateNetworkInterface", group.as_str()),
+            ("ec2:DeleteNetworkInterface", eni.as_str()),
+            ("ec2:AssignPrivateIpAddresses", eni.as_str()),
+            ("ec2:UnassignPrivateIpAddresses", eni.as_str()),
+            ("ec2:DescribeNetworkInterfaces", "*"),
+            ("ec2:DescribeSubnets", "*"),
+        ] {
+            requests.push((
+                "http-bridge".to_owned(),
+                stack.request(&bridge, action, resource),
+            ));
+        }
+        let problems: Vec<String> = check(&stack, &requests)
+            .problems
+            .into_iter()
+            .filter(|p| p.starts_with("http-bridge:") || p.contains("HttpBridgeRole"))
+            .collect();
+        assert_eq!(problems, Vec::<String>::new(), "auth from {via}");
+        // The key through the other service, for another secret, or directly: no.
+        let other_secret = (
+            context.0,
+            "arn:aws:secretsmanager:us-east-1:210987654321:secret:other-AbCdEf",
+        );
+        let mut direct = stack.request(&bridge, "kms:Decrypt", &auth_key_arn());
+        direct.context.insert(
+            format!("kms:EncryptionContext:{}", context.0),
+            vec![context.1.to_owned()],
+        );
+        for r in [
+            decrypt(&stack, other_via, context),
+            decrypt(&stack, via, other_secret),
+            direct,
+        ] {
+            assert_eq!(stack.evaluate(&r).unwrap(), Decision::NotAllowed, "{r:?}");
+        }
+        // Network interfaces in another account: no.
+        let elsewhere = stack.request(
+            &bridge,
+            "ec2:CreateNetworkInterface",
+            "arn:aws:ec2:us-east-1:999999999999:subnet/subnet-0a1",
+        );
+        assert_eq!(stack.evaluate(&elsewhere).unwrap(), Decision::NotAllowed);
+
+        // Without the key and the subnets: neither grant.
+        let stack = with_auth_key(offline_with(&text, &bridge_parameters(secret, parameter)));
+        let bridge = stack.role("HttpBridgeRole");
+        for r in [
+            decrypt(&stack, via, context),
+            stack.request(&bridge, "ec2:DescribeSubnets", "*"),
+            stack.request(&bridge, "ec2:CreateNetworkInterface", &subnet),
+        ] {
+            assert_eq!(stack.evaluate(&r).unwrap(), Decision::NotAllowed, "{r:?}");
+        }
+    }
 }
 
 /// The retry queue's policy denies a principal it does not list, even one whose own

@@ -1060,6 +1060,52 @@ fn harness_problems(main: &Value, h: &Value) -> Vec<String> {
     p
 }
 
+/// The HTTP bridge's VPC settings exist only when subnets are given: its `VpcConfig`
+/// is `!If [HasHttpBridgeVpc, {SubnetIds, SecurityGroupIds}, AWS::NoValue]`, and that
+/// condition needs the bridge and `HttpBridgeSubnetIds`.
+fn bridge_vpc_problems(t: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let vpc = path(
+        t,
+        &["Resources", "HttpBridgeFunction", "Properties", "VpcConfig"],
+    );
+    match vpc.and_then(intrinsic) {
+        Some((f, inner)) if f == "If" => {
+            let s = inner.as_sequence().cloned().unwrap_or_default();
+            if s.first().and_then(Value::as_str) != Some("HasHttpBridgeVpc") {
+                out.push(format!("VpcConfig's condition is {:?}", s.first()));
+            }
+            let given = s.get(1);
+            for (key, param) in [
+                ("SubnetIds", "HttpBridgeSubnetIds"),
+                ("SecurityGroupIds", "HttpBridgeSecurityGroupIds"),
+            ] {
+                if given
+                    .and_then(|g| get(g, key))
+                    .and_then(ref_name)
+                    .as_deref()
+                    != Some(param)
+                {
+                    out.push(format!("VpcConfig.{key} is not Ref {param}"));
+                }
+            }
+            if s.get(2).and_then(ref_name).as_deref() != Some("AWS::NoValue") {
+                out.push("VpcConfig without subnets is not AWS::NoValue".into());
+            }
+        }
+        _ => out.push("HttpBridgeFunction's VpcConfig is not conditional".into()),
+    }
+    let condition = format!("{:?}", path(t, &["Conditions", "HasHttpBridgeVpc"]));
+    for needed in ["HasHttpBridge", "HttpBridgeSubnetIds"] {
+        if !condition.contains(needed) {
+            out.push(format!(
+                "HasHttpBridgeVpc does not read {needed}: {condition}"
+            ));
+        }
+    }
+    out
+}
+
 fn assert_none(problems: Vec<String>) {
     assert!(
         problems.is_empty(),
@@ -1071,6 +1117,27 @@ fn assert_none(problems: Vec<String>) {
 // ---------------------------------------------------------------------------------
 // The template as it is
 // ---------------------------------------------------------------------------------
+
+#[test]
+fn the_http_bridge_is_in_a_vpc_only_when_given_subnets() {
+    let t = template();
+    assert_none(bridge_vpc_problems(&t));
+    let mut always = t.clone();
+    props_mut(&mut always, "HttpBridgeFunction").insert(
+        "VpcConfig".into(),
+        path(
+            &t,
+            &["Resources", "HttpBridgeFunction", "Properties", "VpcConfig"],
+        )
+        .and_then(intrinsic)
+        .and_then(|(_, inner)| inner.as_sequence().and_then(|s| s.get(1)).cloned())
+        .unwrap(),
+    );
+    assert_eq!(
+        bridge_vpc_problems(&always),
+        vec!["HttpBridgeFunction's VpcConfig is not conditional".to_owned()]
+    );
+}
 
 #[test]
 fn environment_variables_are_exactly_what_the_code_reads() {

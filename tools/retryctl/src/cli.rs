@@ -251,9 +251,10 @@ pub enum Command {
     /// Run the whole pipeline on this machine and print a report.
     #[cfg(feature = "demo")]
     #[command(
-        after_help = "Examples:\n  retryctl demo\n  retryctl demo --transactions 1000 --duplicate-responses 0.05\n  retryctl demo --transactions 30 --keep"
+        after_help = "Examples:\n  retryctl demo\n  retryctl demo --transactions 1000 --duplicate-responses 0.05\n  retryctl demo --transactions 30 --keep\n  retryctl demo --service http --outage 20+60"
     )]
-    Demo(sandbox::DemoArgs),
+    // Boxed: the demo's flags outweigh every other command's.
+    Demo(Box<sandbox::DemoArgs>),
     /// Check a deployed stack: every resource the code relies on, then real
     /// transactions through the staging harness (docs/deploy.md). Exit 6 when a check
     /// fails.

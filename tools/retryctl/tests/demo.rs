@@ -31,7 +31,21 @@ fn demo_args(tag: &str, extra: &[&str]) -> DemoArgs {
     let Command::Demo(args) = Cli::parse_from(argv).command else {
         unreachable!()
     };
-    args
+    *args
+}
+
+/// 20 transactions answered by the service seeded 23, with `extra` flags: every check
+/// of the report passes, every transaction ends, nothing is dead-lettered.
+async fn twenty_of_seed_23(tag: &str, extra: &[&str]) -> sandbox::report::Report {
+    let mut flags = vec!["--transactions", "20", "--seed", "23"];
+    flags.extend_from_slice(extra);
+    let args = demo_args(tag, &flags);
+    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
+    let text = render(&r);
+    assert!(r.ok(), "{extra:?}: {text}");
+    assert_eq!(r.statuses.values().sum::<u64>(), 20, "{extra:?}: {text}");
+    assert!(r.dlq.values().all(|n| *n == 0), "{extra:?}: {text}");
+    r
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -102,29 +116,16 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
 /// intake the starter started each transaction exactly once, nothing dead-lettered.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_demo_started_through_the_intake_ends_as_one_started_by_the_library() {
-    let run = |via: &'static str| async move {
-        let args = demo_args(
-            "via",
-            &[
-                "--transactions",
-                "20",
-                "--duplicate-responses",
-                "0",
-                "--seed",
-                "23",
-                "--start-via",
-                via,
-            ],
-        );
-        let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
-        let text = render(&r);
-        assert!(r.ok(), "{via}: {text}");
-        assert_eq!(r.statuses.values().sum::<u64>(), 20, "{via}: {text}");
-        assert!(r.dlq.values().all(|n| *n == 0), "{via}: {text}");
-        r
-    };
-    let library = run("library").await;
-    let intake = run("intake").await;
+    let library = twenty_of_seed_23(
+        "via",
+        &["--duplicate-responses", "0", "--start-via", "library"],
+    )
+    .await;
+    let intake = twenty_of_seed_23(
+        "via",
+        &["--duplicate-responses", "0", "--start-via", "intake"],
+    )
+    .await;
     assert_eq!(intake.statuses, library.statuses, "{}", render(&intake));
     assert_eq!(
         intake.retries_histogram,
@@ -395,19 +396,18 @@ async fn a_silent_service_is_rescued_by_the_answer_deadline() {
     assert_eq!(r.reconciler["IN_PROGRESS/unanswered"], 3, "{text}");
 }
 
-/// An outage (every request answered ERROR for 20 s): the breaker opens,
-/// pauses the retries, closes after the outage; no transaction FAILED by it, every
-/// transaction used the attempts the service's script gives, and the rate after the
-/// close stays within the bound.
+/// An outage (every request answered ERROR for 20 s) with the service reached by
+/// `service`: the breaker opens, pauses the retries, closes after the outage; no
+/// transaction FAILED by it, every transaction used the attempts the service's script
+/// gives, and the rate after the close stays within the bound.
 ///
 /// The retries that must meet the open breaker are those of the CANCELLED answers
 /// given in the 6 s before the outage: a backoff of 10–20 s makes them fire inside
 /// the window (the breaker opens about 3 s into it, once BREAKER_MIN_CALLS answers
 /// are in), whatever the machine's speed; a 1–4 s backoff fired them before it opened.
-#[tokio::test(flavor = "multi_thread")]
-async fn an_outage_opens_the_breaker_and_fails_nothing() {
+async fn outage_run(tag: &str, service: &str) -> (sandbox::report::Report, String) {
     let mut args = demo_args(
-        "outage",
+        tag,
         &[
             "--transactions",
             "60",
@@ -419,6 +419,8 @@ async fn an_outage_opens_the_breaker_and_fails_nothing() {
             "3",
             "--outage",
             "6+20",
+            "--service",
+            service,
         ],
     );
     args.backoff_base = 10.0;
@@ -444,5 +446,84 @@ async fn an_outage_opens_the_breaker_and_fails_nothing() {
         "{text}"
     );
     assert!(text.contains("result             OK"), "{text}");
+    (r, text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_opens_the_breaker_and_fails_nothing() {
+    let (_, text) = outage_run("outage", "queue").await;
+    eprintln!("{text}");
+}
+
+/// The same seeded workload answered by the queue service and, with `--service
+/// http`, by the same service as an HTTP API behind the HTTP bridge that loses a
+/// fifth of its answers after processing the request: every transaction ends the same
+/// way after the same attempts; each lost answer came back as the bridge's ERROR and
+/// one re-send of the same `Idempotency-Key`, which the service answered with its
+/// first result; nothing went to a dead-letter queue.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_demo_through_the_http_bridge_ends_as_one_on_the_queues() {
+    let queue = twenty_of_seed_23(
+        "http",
+        &["--duplicate-responses", "0", "--service", "queue"],
+    )
+    .await;
+    let http = twenty_of_seed_23(
+        "http",
+        &["--duplicate-responses", "0.2", "--service", "http"],
+    )
+    .await;
+    let text = render(&http);
+    assert_eq!(http.statuses, queue.statuses, "{text}");
+    assert_eq!(http.retries_histogram, queue.retries_histogram, "{text}");
+    assert_eq!(http.requests_deduped, queue.requests_deduped, "{text}");
+    let bridge = |name: &str| {
+        http.functions["http-bridge"]
+            .get(name)
+            .copied()
+            .unwrap_or(0)
+    };
+    // One answered call per key, one ERROR per lost answer, each followed by a re-send.
+    assert_eq!(
+        bridge("HttpSuccess") + bridge("HttpCancelled"),
+        http.requests_deduped,
+        "{text}"
+    );
+    assert!(http.requests_raw > http.requests_deduped, "{text}");
+    assert_eq!(
+        bridge("HttpError"),
+        http.requests_raw - http.requests_deduped,
+        "{text}"
+    );
+    assert_eq!(bridge("HttpOperatorCases"), 0, "{text}");
+    assert_eq!(bridge("HttpTimeouts"), 0, "{text}");
+    assert!(bridge("Invocations") > 0, "{text}");
+    assert!(!queue.functions.contains_key("http-bridge"));
+}
+
+/// A 5xx storm through the HTTP bridge (`--service http --outage 6+20`: the endpoint
+/// answers every call 503 with `Retry-After` for 20 s), on top of the outage checks:
+/// every 503 became one ERROR answer of the bridge, which reached the response
+/// handler; the breaker's first change is CLOSED → OPEN inside the storm and its last
+/// a close after it; no transaction is left open.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_5xx_storm_through_the_http_bridge_opens_the_breaker_and_fails_nothing() {
+    let (r, text) = outage_run("http-storm", "http").await;
+    let b = r.breaker.as_ref().expect("breaker section");
+    assert_eq!(
+        r.functions["http-bridge"]["HttpError"], b.outage_errors,
+        "{text}"
+    );
+    let first = b.changes.first().expect("the breaker changed state");
+    assert_eq!(
+        (first.from.as_str(), first.to.as_str()),
+        ("CLOSED", "OPEN"),
+        "{text}"
+    );
+    assert!(first.at_seconds >= b.outage_start_seconds, "{text}");
+    let last = b.changes.last().expect("the breaker changed state");
+    assert_eq!(last.to, "CLOSED", "{text}");
+    assert!(last.at_seconds >= b.outage_end_seconds, "{text}");
+    assert_eq!(b.not_terminal, 0, "{text}");
     eprintln!("{text}");
 }

@@ -16,6 +16,18 @@ pub enum StartVia {
     Intake,
 }
 
+/// What stands for the external service in the demo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServiceVia {
+    /// The simulated service reads the request queue and writes the response queue
+    /// itself, with the queues' JSON contract.
+    Queue,
+    /// The simulated service is an HTTP server on loopback, and the HTTP bridge
+    /// (`functions/http-bridge`, configured through its environment as the template
+    /// configures it) runs between the queues and it.
+    Http,
+}
+
 // The demo's flags, as `retryctl demo` takes them (the subcommand's help is retryctl's).
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -87,6 +99,16 @@ pub struct DemoArgs {
     /// rest wait on the queue).
     #[arg(long, value_enum, default_value_t = StartVia::Library)]
     pub start_via: StartVia,
+    /// How the requests reach the simulated external service: `queue` (it reads the
+    /// request queue and answers on the response queue) or `http` (it is an HTTP
+    /// server on 127.0.0.1 and the HTTP bridge calls it: CANCELLED is a 200 whose
+    /// body the bridge's classification reads, an outage answers 503 with
+    /// `Retry-After`, `--duplicate-responses` loses the HTTP answer after the service
+    /// processed the request, so the bridge sends the same `Idempotency-Key` again,
+    /// `--silent-probability` and `--outage-mode silent` hold the call past the
+    /// bridge's timeout).
+    #[arg(long, value_enum, default_value_t = ServiceVia::Queue)]
+    pub service: ServiceVia,
     /// Give up waiting for terminal states after this many seconds (then: stuck): a
     /// hard ceiling. Without it, the default — 240, or when longer the submission
     /// time plus twice the time the fleet needs to send one retry per transaction,

@@ -1,7 +1,7 @@
 //! `retryctl demo`: the whole pipeline on this machine, a workload, a live progress
 //! bar and the final report.
 
-use crate::args::{DemoArgs, StartVia};
+use crate::args::{DemoArgs, ServiceVia, StartVia};
 use crate::error::Error;
 use crate::local::external::{Outage, OutageMode};
 use crate::local::stack::{AuditSnapshot, ExternalOptions, Stack, StackOptions};
@@ -318,6 +318,16 @@ impl DemoPlan {
             (Some(o), None) => deadline.max(o.end()) + Duration::from_secs(OUTAGE_EXTRA_SECONDS),
             _ => deadline,
         };
+        // Through the HTTP bridge, a lost answer and a call held past the bridge's
+        // timeout come back as ERROR: the same key is sent again after the technical
+        // backoff, which grows with the transaction's re-sends; the default deadline
+        // also covers those of one unlucky transaction.
+        let technical_resends = a.service == ServiceVia::Http && (dup > 0.0 || silent > 0.0);
+        let deadline = match a.deadline {
+            None if technical_resends => deadline + technical_resends_extra(),
+            _ => deadline,
+        };
+        stack.service = a.service;
         stack.visibility_timeout = Some(a.visibility_timeout);
         stack.reconcile_every = Duration::from_secs(a.reconcile_every);
         stack.external = ExternalOptions {
@@ -616,11 +626,15 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
         })?;
 
     let mut functions = BTreeMap::new();
-    for (name, esm) in [
+    let mut esms = vec![
         (response_handler::FUNCTION, &stack.response_esm),
         (retry_handler::FUNCTION, &stack.retry_esm),
         (starter::FUNCTION, &stack.intake_esm),
-    ] {
+    ];
+    if let Some(esm) = &stack.http_esm {
+        esms.push((http_bridge::FUNCTION, esm));
+    }
+    for (name, esm) in esms {
         let mut m = stack
             .metrics
             .get(name)
@@ -951,9 +965,25 @@ fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
 /// (`--silent-probability`): short enough that the deadlines fire within the run.
 pub const DEMO_ANSWER_TIMEOUT_SECONDS: u64 = 10;
 
-/// What the default deadline of a run with `--outage` adds past the outage's end:
-/// the technical back-offs of the ERROR answers (60 s, then 120 s) and a margin.
+/// What the default deadline of a run with `--outage` adds past the outage's end: the
+/// technical back-offs of the ERROR answers (60 s, then 120 s) and a margin.
 pub const OUTAGE_EXTRA_SECONDS: u64 = 300;
+
+/// The re-sends of one transaction the default deadline of a run through the HTTP
+/// bridge with lost answers or silence covers: with 5 % of the answers lost, a
+/// transaction of four attempts loses five with a probability near 1 in 100,000.
+pub const TECHNICAL_RESENDS_COVERED: u32 = 4;
+
+/// What that default deadline adds: the longest technical waits of that many re-sends
+/// (the technical backoff's bounds: 60 s doubling, +10 %), and a minute.
+pub fn technical_resends_extra() -> Duration {
+    let policy = RetryPolicy::technical_default();
+    (1..=TECHNICAL_RESENDS_COVERED)
+        .filter_map(|k| domain::Attempt::new(k).ok())
+        .map(|k| policy.bounds(k).1)
+        .sum::<Duration>()
+        + Duration::from_secs(60)
+}
 
 pub fn demo_threshold(transactions: u32, max_concurrency: usize, max_rps: f64) -> u64 {
     fleet_drain_seconds(transactions, max_concurrency, max_rps).max(20)
@@ -1095,6 +1125,9 @@ pub async fn run(args: &DemoArgs) -> Result<(Report, Option<Stack>), Error> {
         _ = tokio::signal::ctrl_c() => return Err(Error::Interrupted),
     };
     eprintln!("demo: local stack up at {}", stack.endpoints);
+    if let Some(e) = &stack.http_endpoint {
+        eprintln!("demo: the external service is an HTTP API at {e}, called by the HTTP bridge on the request queue");
+    }
     if let Some(o) = &plan.outage {
         eprintln!(
             "demo: outage of the external service from {:.0} s to {:.0} s of the run ({}); the breaker runs with {}",
@@ -1225,6 +1258,38 @@ mod tests {
         let mut w = DeadlineWatch::new(t0, s(100), true, s(120));
         assert!(!w.expired(10, t0 + s(100)));
         assert!(w.expired(20, t0 + s(101)));
+    }
+
+    fn plan(flags: &[&str]) -> DemoPlan {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            demo: DemoArgs,
+        }
+        let argv = std::iter::once("demo").chain(flags.iter().copied());
+        let flags = <Flags as clap::Parser>::try_parse_from(argv).unwrap();
+        DemoPlan::from_args(&flags.demo).unwrap()
+    }
+
+    /// Through the HTTP bridge a lost answer is an ERROR whose re-send waits the
+    /// technical backoff: the default deadline covers it; an explicit one is kept.
+    #[test]
+    fn lost_http_answers_extend_the_default_deadline() {
+        let base = plan(&["--duplicate-responses", "0.05"]).deadline;
+        let extra = technical_resends_extra();
+        // 60 + 120 + 240 + 480 s, each +10 %, and a minute.
+        assert_eq!(extra, Duration::from_secs(1050));
+        let http = |f: &[&str]| plan(&[&["--service", "http"], f].concat()).deadline;
+        assert_eq!(http(&["--duplicate-responses", "0.05"]), base + extra);
+        assert_eq!(
+            http(&["--duplicate-responses", "0", "--silent-probability", "0.1"]),
+            base + extra
+        );
+        assert_eq!(http(&["--duplicate-responses", "0"]), base);
+        assert_eq!(
+            http(&["--duplicate-responses", "0.05", "--deadline", "90"]),
+            Duration::from_secs(90)
+        );
     }
 
     #[test]

@@ -41,8 +41,23 @@ fn esm_and_rate_settings_match_template_yaml() {
             template::INTAKE_MAX_CONCURRENCY as f64,
         ),
         ("IntakeStartsPerSecond", template::INTAKE_STARTS_PER_SECOND),
+        (
+            "HttpBridgeBatchSize",
+            template::HTTP_BRIDGE_BATCH_SIZE as f64,
+        ),
+        (
+            "HttpBridgeMaxConcurrency",
+            template::HTTP_BRIDGE_MAX_CONCURRENCY as f64,
+        ),
     ];
     for (name, ours) in pairs {
         assert_eq!(default_of(&t, name), ours, "{name}");
     }
+    let bridge = &t["Resources"]["HttpBridgeFunction"]["Properties"]["Events"]["Requests"]
+        ["Properties"]["MaximumBatchingWindowInSeconds"];
+    assert_eq!(
+        bridge.as_f64(),
+        Some(template::HTTP_BRIDGE_BATCHING_WINDOW_SECONDS as f64),
+        "the HTTP bridge's batching window"
+    );
 }

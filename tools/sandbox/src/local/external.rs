@@ -126,7 +126,8 @@ pub use testkit::oracle::evidence::Seen;
 #[derive(Debug, Default)]
 pub struct ExternalStats {
     by_key: Mutex<BTreeMap<(String, u32), Seen>>,
-    /// `SentTimestamp` (ms) of each unique request: when it was published.
+    /// `SentTimestamp` (ms) of each unique request: when it was published (through
+    /// the HTTP bridge: when it reached the service).
     sent_ms: Mutex<Vec<i64>>,
     /// The same, for retried requests (attempt >= 2) only.
     retried_sent_ms: Mutex<Vec<i64>>,
@@ -141,7 +142,7 @@ pub struct ExternalStats {
     /// Requests taken and never answered during the outage window.
     pub outage_silenced: AtomicU64,
     /// The start of the run, the origin of the outage window (unset: no outage yet).
-    run_started: std::sync::OnceLock<tokio::time::Instant>,
+    pub(crate) run_started: std::sync::OnceLock<tokio::time::Instant>,
 }
 
 impl ExternalStats {
@@ -192,17 +193,129 @@ impl ExternalStats {
     }
 }
 
-struct Shared {
-    sqs: aws_sdk_sqs::Client,
-    settings: ExternalSettings,
-    stats: Arc<ExternalStats>,
+/// The service's behaviour, whatever carries its requests and answers: the SQS
+/// consumer below ([`spawn`]) or the HTTP server ([`super::http_service`]).
+pub(crate) struct Behaviour {
+    pub(crate) settings: ExternalSettings,
+    pub(crate) stats: Arc<ExternalStats>,
     rng: Mutex<SplitMix64>,
 }
 
-impl Shared {
+/// What the service does with one request it read.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Reply {
+    /// Taken and never answered (`silent_probability`, or a silent outage).
+    Silent,
+    /// Answered `outcome` with `reason`; `twice`: the answer is delivered twice
+    /// (`duplicate_response_probability`). During an outage `retry_after` is the
+    /// time left until its end.
+    Answer {
+        outcome: Outcome,
+        reason: Option<String>,
+        twice: bool,
+        retry_after: Option<Duration>,
+    },
+}
+
+impl Behaviour {
+    pub(crate) fn new(settings: ExternalSettings, stats: Arc<ExternalStats>) -> Self {
+        Self {
+            rng: Mutex::new(SplitMix64::new(settings.seed)),
+            settings,
+            stats,
+        }
+    }
+
     fn draw(&self) -> f64 {
         self.rng.lock().map(|mut r| r.next_unit()).unwrap_or(0.5)
     }
+
+    /// The service at work on `attempt` of `transaction_id`, published at `sent_ms`:
+    /// its latency, then silence, or the answer already given for that key (an
+    /// idempotent service replays its result), or the scripted one; during an
+    /// outage, ERROR or nothing. Counts the request.
+    pub(crate) async fn reply(
+        &self,
+        transaction_id: &str,
+        attempt: u32,
+        sent_ms: Option<i64>,
+    ) -> Reply {
+        let s = &self.settings;
+        let stats = &self.stats;
+        // Read during the outage window: ERROR, or nothing at all.
+        let outage = stats.in_outage(s.outage.as_ref());
+
+        // Latency first: the service "works" on it.
+        let span = s.latency_max.saturating_sub(s.latency_min);
+        let latency = s.latency_min + span.mul_f64(self.draw());
+        tokio::time::sleep(latency).await;
+
+        // A silent service: the request is taken and forgotten, never answered (no
+        // draw unless asked for, so the other answers of a seed stay the same).
+        if s.silent_probability > 0.0 && self.draw() < s.silent_probability {
+            stats.dropped_silently.fetch_add(1, Ordering::Relaxed);
+            return Reply::Silent;
+        }
+
+        let outcome = {
+            let fresh = scripted_outcome(s.seed, s.cancel_probability, transaction_id, attempt);
+            let Ok(mut by_key) = stats.by_key.lock() else {
+                return Reply::Silent;
+            };
+            let entry = by_key
+                .entry((transaction_id.to_owned(), attempt))
+                .or_insert(Seen {
+                    raw: 0,
+                    outcome: fresh,
+                });
+            entry.raw += 1;
+            if entry.raw == 1 {
+                if let Some(t) = sent_ms {
+                    if let Ok(mut v) = stats.sent_ms.lock() {
+                        v.push(t);
+                    }
+                    if attempt >= 2 {
+                        if let Ok(mut v) = stats.retried_sent_ms.lock() {
+                            v.push(t);
+                        }
+                    }
+                }
+            }
+            entry.outcome
+        };
+        // The request reached the service (counted above, its scripted answer kept for
+        // after the outage), but the service is down.
+        let (outcome, reason, retry_after) = match outage {
+            Some(OutageMode::Silent) => {
+                stats.outage_silenced.fetch_add(1, Ordering::Relaxed);
+                return Reply::Silent;
+            }
+            Some(OutageMode::Error) => {
+                stats.outage_errors.fetch_add(1, Ordering::Relaxed);
+                let left = match (s.outage.as_ref(), stats.run_started.get()) {
+                    (Some(o), Some(started)) => o.end().saturating_sub(started.elapsed()),
+                    _ => Duration::ZERO,
+                };
+                (Outcome::Error, Some(OUTAGE_REASON.to_owned()), Some(left))
+            }
+            None => (
+                outcome,
+                (outcome == Outcome::Cancelled).then(|| s.cancel_reason.clone()),
+                None,
+            ),
+        };
+        Reply::Answer {
+            outcome,
+            reason,
+            twice: self.draw() < s.duplicate_response_probability,
+            retry_after,
+        }
+    }
+}
+
+struct Shared {
+    sqs: aws_sdk_sqs::Client,
+    behaviour: Behaviour,
 }
 
 pub fn spawn(
@@ -211,13 +324,12 @@ pub fn spawn(
     stop: Stop,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Arc<ExternalStats>) {
     let stats = Arc::new(ExternalStats::default());
+    let consumers = settings.consumers.max(1);
     let shared = Arc::new(Shared {
         sqs,
-        rng: Mutex::new(SplitMix64::new(settings.seed)),
-        settings,
-        stats: stats.clone(),
+        behaviour: Behaviour::new(settings, stats.clone()),
     });
-    let handles = (0..shared.settings.consumers.max(1))
+    let handles = (0..consumers)
         .map(|_| {
             let (shared, stop) = (shared.clone(), stop.clone());
             tokio::spawn(async move { consume(shared, stop).await })
@@ -227,12 +339,13 @@ pub fn spawn(
 }
 
 async fn consume(shared: Arc<Shared>, mut stop: Stop) {
+    let s = &shared.behaviour.settings;
     while !stop.is_stopped() {
         let received = tokio::select! {
             r = shared
                 .sqs
                 .receive_message()
-                .queue_url(&shared.settings.request_queue_url)
+                .queue_url(&s.request_queue_url)
                 .max_number_of_messages(10)
                 .wait_time_seconds(1)
                 .message_attribute_names("All")
@@ -259,8 +372,8 @@ async fn consume(shared: Arc<Shared>, mut stop: Stop) {
 }
 
 async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
-    let s = &shared.settings;
-    let stats = &shared.stats;
+    let s = &shared.behaviour.settings;
+    let stats = &shared.behaviour.stats;
     let body = m.body().unwrap_or_default();
     let delete = || async {
         if let Some(rh) = m.receipt_handle() {
@@ -297,66 +410,23 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
         .attributes()
         .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
         .and_then(|v| v.parse().ok());
-    let key = (
-        request.transaction_id.as_str().to_owned(),
-        request.attempt.get(),
-    );
-    // Read during the outage window: ERROR, or nothing at all.
-    let outage = stats.in_outage(s.outage.as_ref());
-
-    // Latency first: the service "works" on it.
-    let span = s.latency_max.saturating_sub(s.latency_min);
-    let latency = s.latency_min + span.mul_f64(shared.draw());
-    tokio::time::sleep(latency).await;
-
-    // A silent service: the request is taken and forgotten, never answered (no
-    // draw unless asked for, so the other answers of a seed stay the same).
-    if s.silent_probability > 0.0 && shared.draw() < s.silent_probability {
-        stats.dropped_silently.fetch_add(1, Ordering::Relaxed);
+    let reply = shared
+        .behaviour
+        .reply(
+            request.transaction_id.as_str(),
+            request.attempt.get(),
+            sent_ms,
+        )
+        .await;
+    let Reply::Answer {
+        outcome,
+        reason,
+        twice,
+        ..
+    } = reply
+    else {
         delete().await;
         return;
-    }
-
-    let outcome = {
-        let fresh = scripted_outcome(s.seed, s.cancel_probability, &key.0, key.1);
-        let Ok(mut by_key) = stats.by_key.lock() else {
-            return;
-        };
-        let entry = by_key.entry(key).or_insert(Seen {
-            raw: 0,
-            outcome: fresh,
-        });
-        entry.raw += 1;
-        if entry.raw == 1 {
-            if let Some(t) = sent_ms {
-                if let Ok(mut v) = stats.sent_ms.lock() {
-                    v.push(t);
-                }
-                if request.attempt.get() >= 2 {
-                    if let Ok(mut v) = stats.retried_sent_ms.lock() {
-                        v.push(t);
-                    }
-                }
-            }
-        }
-        entry.outcome
-    };
-    // The request reached the service (counted above, its scripted answer kept for
-    // after the outage), but the service is down.
-    let (outcome, reason) = match outage {
-        Some(OutageMode::Silent) => {
-            stats.outage_silenced.fetch_add(1, Ordering::Relaxed);
-            delete().await;
-            return;
-        }
-        Some(OutageMode::Error) => {
-            stats.outage_errors.fetch_add(1, Ordering::Relaxed);
-            (Outcome::Error, Some(OUTAGE_REASON.to_owned()))
-        }
-        None => (
-            outcome,
-            (outcome == Outcome::Cancelled).then(|| s.cancel_reason.clone()),
-        ),
     };
     let response = Response {
         transaction_id: request.transaction_id.clone(),
@@ -367,11 +437,7 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
         // The send answered, echoed as the contract asks.
         round: request.round,
     };
-    let copies = if shared.draw() < s.duplicate_response_probability {
-        2
-    } else {
-        1
-    };
+    let copies = if twice { 2 } else { 1 };
     for _ in 0..copies {
         match shared
             .sqs

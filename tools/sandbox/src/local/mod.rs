@@ -4,11 +4,14 @@
 //!   visibility timeouts, maximum concurrency).
 //! - [`scheduler`]: EventBridge Scheduler delivering one-time schedules.
 //! - [`external`]: the external service on the request and response queues.
+//! - [`http_service`]: the same service as an HTTP API on loopback, for the HTTP
+//!   bridge.
 //! - [`stack`]: all of them wired together with the handlers, the audit stream and
 //!   the reconciler's cron.
 
 pub mod esm;
 pub mod external;
+pub mod http_service;
 pub mod scheduler;
 pub mod stack;
 pub mod stop;

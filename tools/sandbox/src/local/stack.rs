@@ -4,15 +4,17 @@
 
 use super::esm::{self, EsmSettings, EsmStats, SqsFunction};
 use super::external::{self, ExternalSettings, ExternalStats};
+use super::http_service;
 use super::scheduler::{self, SchedulerSettings, SchedulerStats};
 use super::stop::{Stop, StopSource};
 use super::SqsDirectory;
+use crate::args::ServiceVia;
 use crate::error::Error;
 use aws::audit::{AuditWriter, Retention};
 use aws::config::vars;
 use aws::config::{
-    AuditWriterConfig, ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
-    StarterConfig,
+    AuditWriterConfig, HttpBridgeConfig, ReconcilerConfig, ResponseHandlerConfig,
+    RetryHandlerConfig, StackNames, StarterConfig,
 };
 use domain::ports::SystemClock;
 use domain::ports::{Clock, PortError, RequestPublisher, RetryPublisher};
@@ -47,6 +49,10 @@ pub mod template {
     pub const INTAKE_BATCHING_WINDOW_SECONDS: u64 = 0;
     pub const INTAKE_MAX_CONCURRENCY: usize = 2;
     pub const INTAKE_STARTS_PER_SECOND: f64 = 5.0;
+    pub const HTTP_BRIDGE_BATCH_SIZE: usize = 10;
+    /// The HTTP bridge's event source has no batching window.
+    pub const HTTP_BRIDGE_BATCHING_WINDOW_SECONDS: u64 = 0;
+    pub const HTTP_BRIDGE_MAX_CONCURRENCY: usize = 2;
 }
 
 /// One event source mapping's tuning.
@@ -75,6 +81,9 @@ pub struct StackOptions {
     pub retry_esm: EsmTuning,
     /// The starter's event source mapping on the intake queue.
     pub intake_esm: EsmTuning,
+    /// The HTTP bridge's event source mapping on the request queue
+    /// (`service: Http`).
+    pub http_esm: EsmTuning,
     /// Visibility timeout of received messages; `None` = each queue's own.
     pub visibility_timeout: Option<i32>,
     pub reconcile_every: Duration,
@@ -84,6 +93,9 @@ pub struct StackOptions {
     /// Run the simulated external service on the request queue (`false`: something
     /// else answers, e.g. the staging harness in `retryctl verify`'s tests).
     pub external_service: bool,
+    /// How the simulated service is reached: it reads the request queue itself, or
+    /// it is an HTTP server on loopback and the HTTP bridge calls it.
+    pub service: ServiceVia,
     /// Faults injected between the functions (and the workload's starts) and the
     /// AWS endpoint, by the fault proxy. The emulators of what AWS runs (event source
     /// mappings, scheduler, stream) talk to the endpoint directly.
@@ -127,6 +139,11 @@ impl StackOptions {
                 batching_window: Duration::from_secs(template::INTAKE_BATCHING_WINDOW_SECONDS),
                 max_concurrency: template::INTAKE_MAX_CONCURRENCY,
             },
+            http_esm: EsmTuning {
+                batch_size: template::HTTP_BRIDGE_BATCH_SIZE,
+                batching_window: Duration::from_secs(template::HTTP_BRIDGE_BATCHING_WINDOW_SECONDS),
+                max_concurrency: template::HTTP_BRIDGE_MAX_CONCURRENCY,
+            },
             visibility_timeout: None,
             reconcile_every: Duration::from_secs(300),
             scheduler_tick: Duration::from_millis(100),
@@ -141,6 +158,7 @@ impl StackOptions {
                 outage: None,
             },
             external_service: true,
+            service: ServiceVia::Queue,
             faults: None,
         }
     }
@@ -207,6 +225,10 @@ pub struct Stack {
     pub response_esm: Arc<EsmStats>,
     pub retry_esm: Arc<EsmStats>,
     pub intake_esm: Arc<EsmStats>,
+    /// The HTTP bridge's event source mapping, when the service is reached over HTTP.
+    pub http_esm: Option<Arc<EsmStats>>,
+    /// The simulated service's URL template, when it is reached over HTTP.
+    pub http_endpoint: Option<String>,
     pub scheduler: Arc<SchedulerStats>,
     pub external: Arc<ExternalStats>,
     pub reconciler: Arc<CronStats>,
@@ -502,21 +524,15 @@ impl Stack {
             starter::FUNCTION,
         ));
         metrics.insert(starter::FUNCTION, starter_metrics.clone());
-        let starters = (0..opts.intake_esm.max_concurrency.max(1))
-            .map(|_| -> Result<SqsFunction, Error> {
-                let handler = Arc::new(
-                    starter::wiring::starter(&functions_sdk, &starter_cfg)
-                        .map_err(|e| config_error(starter::FUNCTION, e))?,
-                );
-                let m = starter_metrics.clone();
-                Ok(Arc::new(move |event| {
-                    let (h, m) = (handler.clone(), m.clone());
-                    Box::pin(
-                        async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) },
-                    )
-                }))
-            })
-            .collect::<Result<Vec<SqsFunction>, Error>>()?;
+        let starters = per_environment(
+            opts.intake_esm.max_concurrency,
+            || {
+                starter::wiring::starter(&functions_sdk, &starter_cfg)
+                    .map_err(|e| config_error(starter::FUNCTION, e))
+            },
+            starter_metrics,
+            |h, event, m| async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) },
+        )?;
         let (h, intake_esm) = esm::spawn(
             sqs.clone(),
             EsmSettings {
@@ -582,29 +598,88 @@ impl Stack {
             stop.clone(),
         )));
 
-        // The external service.
-        let (h, external_stats) = if !opts.external_service {
-            (vec![], Arc::default())
-        } else {
-            external::spawn(
-                sqs.clone(),
-                ExternalSettings {
-                    request_queue_url: provisioned.request.url.clone(),
-                    response_queue_url: provisioned.response.url.clone(),
-                    cancel_probability: opts.external.cancel_probability,
-                    latency_min: opts.external.latency_min,
-                    latency_max: opts.external.latency_max,
-                    duplicate_response_probability: opts.external.duplicate_response_probability,
-                    silent_probability: opts.external.silent_probability,
-                    cancel_reason: "NOT_AVAILABLE".into(),
-                    consumers: 4,
-                    seed: opts.external.seed,
-                    outage: opts.external.outage,
-                },
-                stop,
-            )
+        // The external service: on the request queue, or over HTTP behind the bridge.
+        let service_settings = ExternalSettings {
+            request_queue_url: provisioned.request.url.clone(),
+            response_queue_url: provisioned.response.url.clone(),
+            cancel_probability: opts.external.cancel_probability,
+            latency_min: opts.external.latency_min,
+            latency_max: opts.external.latency_max,
+            duplicate_response_probability: opts.external.duplicate_response_probability,
+            silent_probability: opts.external.silent_probability,
+            cancel_reason: CANCEL_REASON.into(),
+            consumers: 4,
+            seed: opts.external.seed,
+            outage: opts.external.outage,
         };
-        tasks.extend(h);
+        let (mut http_esm, mut http_endpoint) = (None, None);
+        let external_stats = match (opts.external_service, opts.service) {
+            (false, _) => Arc::default(),
+            (true, ServiceVia::Queue) => {
+                let (h, stats) = external::spawn(sqs.clone(), service_settings, stop);
+                tasks.extend(h);
+                stats
+            }
+            (true, ServiceVia::Http) => {
+                let (addr, h, stats) = http_service::spawn(service_settings, stop.clone())
+                    .await
+                    .map_err(|e| Error::Aws(format!("the HTTP service on 127.0.0.1: {e}")))?;
+                tasks.push(h);
+                let endpoint = format!("http://{addr}{}", http_service::PATH_TEMPLATE);
+                let bridge_env = http_bridge_env(&provisioned, &opts, &endpoint);
+                let config = HttpBridgeConfig::from_lookup(&lookup(&bridge_env))
+                    .map_err(|e| config_error(http_bridge::FUNCTION, e))?;
+                env.insert(http_bridge::FUNCTION, bridge_env);
+                let bridge_metrics = Arc::new(Metrics::new(
+                    &config.metrics_namespace,
+                    http_bridge::FUNCTION,
+                ));
+                metrics.insert(http_bridge::FUNCTION, bridge_metrics.clone());
+                // One bridge per execution environment, built exactly as the Lambda
+                // `main` does.
+                let bridges = per_environment(
+                    opts.http_esm.max_concurrency,
+                    || {
+                        http_bridge::wiring::bridge(&functions_sdk, &config)
+                            .map_err(|e| config_error(http_bridge::FUNCTION, e))
+                    },
+                    bridge_metrics,
+                    |b, event, m| async move {
+                        b.handle_event(event, &m).await.map_err(|e| e.to_string())
+                    },
+                )?;
+                let (h, esm_stats) = esm::spawn(
+                    sqs.clone(),
+                    EsmSettings {
+                        function: http_bridge::FUNCTION.into(),
+                        queue_url: provisioned.request.url.clone(),
+                        queue_arn: provisioned.request.arn.clone(),
+                        region: testkit::moto::LOCAL_REGION.into(),
+                        batch_size: opts.http_esm.batch_size,
+                        batching_window: opts.http_esm.batching_window,
+                        max_concurrency: opts.http_esm.max_concurrency,
+                        poll_wait_seconds: 1,
+                        // A call may take the whole function timeout: a compressed
+                        // visibility timeout shorter than it would redeliver requests
+                        // still being sent.
+                        visibility_timeout: opts.visibility_timeout.map(|v| {
+                            v.max(
+                                i32::try_from(aws::config::timeouts::HTTP_BRIDGE_SECONDS)
+                                    .unwrap_or(30),
+                            )
+                        }),
+                        kill_probability: process.kill_invocation,
+                        seed: seed ^ 0x5eed_e5a4,
+                    },
+                    |i| bridges[i % bridges.len()].clone(),
+                    stop,
+                );
+                tasks.extend(h);
+                http_esm = Some(esm_stats);
+                http_endpoint = Some(endpoint);
+                stats
+            }
+        };
 
         let stack = Stack {
             moto,
@@ -618,6 +693,8 @@ impl Stack {
             response_esm,
             retry_esm,
             intake_esm,
+            http_esm,
+            http_endpoint,
             scheduler: scheduler_stats,
             external: external_stats,
             reconciler: cron,
@@ -688,6 +765,57 @@ impl Stack {
             moto.stop().await;
         }
     }
+}
+
+/// One function per execution environment (`n` of them, at least one), each with
+/// its own handler built by `build` as the Lambda `main` builds it, invoked by
+/// `invoke` with the function's shared metrics.
+fn per_environment<H, Fut>(
+    n: usize,
+    build: impl Fn() -> Result<H, Error>,
+    metrics: Arc<Metrics>,
+    invoke: impl Fn(Arc<H>, runtime::SqsEvent, Arc<Metrics>) -> Fut + Clone + Send + Sync + 'static,
+) -> Result<Vec<SqsFunction>, Error>
+where
+    H: Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<runtime::SqsBatchResponse, String>> + Send + 'static,
+{
+    (0..n.max(1))
+        .map(|_| -> Result<SqsFunction, Error> {
+            let handler = Arc::new(build()?);
+            let (m, invoke) = (metrics.clone(), invoke.clone());
+            Ok(Arc::new(move |event| {
+                Box::pin(invoke(handler.clone(), event, m.clone()))
+            }))
+        })
+        .collect()
+}
+
+/// The `reason` of the simulated service's CANCELLED answers.
+pub const CANCEL_REASON: &str = "NOT_AVAILABLE";
+
+/// The HTTP bridge's environment as the template sets it (the stack's queues, the
+/// parameters' defaults), with the simulated service as `HTTP_ENDPOINT`, its
+/// classification as `HTTP_CLASSIFICATION`, and the local stack's overrides.
+fn http_bridge_env(
+    provisioned: &Provisioned,
+    opts: &StackOptions,
+    endpoint: &str,
+) -> HashMap<String, String> {
+    let mut m: HashMap<String, String> = provisioned
+        .env_for(http_bridge::FUNCTION)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    m.insert(vars::HTTP_ENDPOINT.name.to_owned(), endpoint.to_owned());
+    m.insert(
+        vars::HTTP_CLASSIFICATION.name.to_owned(),
+        http_service::classification(CANCEL_REASON),
+    );
+    for (k, v) in &opts.env {
+        m.insert((*k).to_owned(), v.clone());
+    }
+    m
 }
 
 async fn reconcile_cron<St, Sc, Rt, Rq, Br>(
