@@ -396,6 +396,9 @@ pub struct DynamoStore<P = NoPayloads> {
     client: Client,
     transactions_table: String,
     payloads_table: P,
+    /// RETENTION_DAYS: a terminal write sets the record's TTL
+    /// (`retention::with_purge`); `None`: it sets none.
+    retention: Option<domain::retention::Retention>,
 }
 
 /// A [`DynamoStore`] that knows no payloads table.
@@ -429,6 +432,7 @@ impl DynamoStore {
             client,
             transactions_table: transactions_table.into(),
             payloads_table: NoPayloads,
+            retention: None,
         }
     }
 
@@ -439,11 +443,19 @@ impl DynamoStore {
             client: self.client,
             transactions_table: self.transactions_table,
             payloads_table: PayloadsTable(name.into()),
+            retention: self.retention,
         }
     }
 }
 
 impl<P> DynamoStore<P> {
+    /// The same store keeping finished transactions `retention` (RETENTION_DAYS):
+    /// each terminal write sets the record's TTL (`retention::with_purge`).
+    pub fn retaining(mut self, retention: domain::retention::Retention) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -663,7 +675,7 @@ impl Creates for DynamoStore<PayloadsTable> {
 
 impl<P: Send + Sync> Transitions for DynamoStore<P> {
     async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
-        let x = update_expression(write);
+        let x = crate::retention::with_purge(update_expression(write), write, self.retention);
         let attempts = Attempts::default();
         let result = self
             .client

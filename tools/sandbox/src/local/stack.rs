@@ -575,7 +575,8 @@ impl Stack {
                 ddb.clone(),
                 &audit_cfg.audit_table,
                 Retention::new(audit_cfg.retention_days, audit_cfg.transaction_deadline),
-            ),
+            )
+            .with_payloads(&audit_cfg.payloads_table, audit_cfg.retention),
             provisioned.transactions_stream_arn.clone(),
             opts.audit_poll,
             audit.clone(),
