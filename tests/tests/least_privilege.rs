@@ -919,10 +919,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     let streams = aws::clients::dynamodbstreams(&audit_sdk);
     let writer =
         aws::audit::AuditWriter::new(aws::clients::dynamodb(&audit_sdk), &names.audit_table, 365)
-            .with_payloads(
-                &names.payloads_table,
-                domain::retention::Retention::DEFAULT,
-            );
+            .with_payloads(&names.payloads_table, domain::retention::Retention::DEFAULT);
     let mut position = testkit::drain::StreamPosition::default();
     let report =
         testkit::drain::drain_into(&writer, &streams, &p.transactions_stream_arn, &mut position)
@@ -1039,7 +1036,10 @@ async fn operators(
             "TransactionDeadlineSeconds",
             domain::defaults::TRANSACTION_DEADLINE.as_secs().to_string(),
         ),
-        ("RetentionDays", domain::defaults::RETENTION_DAYS.to_string()),
+        (
+            "RetentionDays",
+            domain::defaults::RETENTION_DAYS.to_string(),
+        ),
     ];
     sandbox::outputs::register_stack(setup_sdk, endpoint, &entry, &params)
         .await

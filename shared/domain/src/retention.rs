@@ -183,10 +183,7 @@ mod tests {
         assert_eq!(Retention::days(3650).unwrap().get(), 3650);
         for bad in [0, 3651] {
             let e = Retention::days(bad).unwrap_err();
-            assert!(
-                e.contains("1–3650") && e.contains(&bad.to_string()),
-                "{e}"
-            );
+            assert!(e.contains("1–3650") && e.contains(&bad.to_string()), "{e}");
         }
     }
 
