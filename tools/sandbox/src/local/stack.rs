@@ -275,6 +275,12 @@ impl Stack {
         )
     }
 
+    /// The retention of finished transactions the functions were given, in days.
+    pub fn retention_days(&self) -> u32 {
+        let default = domain::defaults::RETENTION_DAYS;
+        self.setting("reconciler", vars::RETENTION_DAYS.name, default)
+    }
+
     /// The answer timeout the functions were given, in seconds.
     pub fn answer_timeout_seconds(&self) -> u64 {
         let default = domain::defaults::ANSWER_TIMEOUT.as_secs();
@@ -656,6 +662,7 @@ impl Stack {
                 "TransactionDeadlineSeconds",
                 self.transaction_deadline_seconds().to_string(),
             ),
+            ("RetentionDays", self.retention_days().to_string()),
         ]
     }
 
