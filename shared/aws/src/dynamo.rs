@@ -397,7 +397,7 @@ pub struct DynamoStore<P = NoPayloads> {
     transactions_table: String,
     payloads_table: P,
     /// RETENTION_DAYS: a terminal write sets the record's TTL
-    /// (`retention::with_purge`); `None`: it sets none.
+    /// (`purge::with_purge`); `None`: it sets none.
     retention: Option<domain::retention::Retention>,
 }
 
@@ -450,7 +450,7 @@ impl DynamoStore {
 
 impl<P> DynamoStore<P> {
     /// The same store keeping finished transactions `retention` (RETENTION_DAYS):
-    /// each terminal write sets the record's TTL (`retention::with_purge`).
+    /// each terminal write sets the record's TTL (`purge::with_purge`).
     pub fn retaining(mut self, retention: domain::retention::Retention) -> Self {
         self.retention = Some(retention);
         self
@@ -675,7 +675,14 @@ impl Creates for DynamoStore<PayloadsTable> {
 
 impl<P: Send + Sync> Transitions for DynamoStore<P> {
     async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
-        let x = crate::retention::with_purge(update_expression(write), write, self.retention);
+        let mut x = update_expression(write);
+        crate::purge::with_purge(
+            &mut x.update,
+            &mut x.names,
+            &mut x.values,
+            write,
+            self.retention,
+        );
         let attempts = Attempts::default();
         let result = self
             .client

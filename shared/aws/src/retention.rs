@@ -1,10 +1,10 @@
 //! Retention and erasure in DynamoDB (the rule: `domain::retention`).
 //!
 //! - The record's TTL attribute [`PURGE_AT`] (epoch seconds) is set by the terminal
-//!   write itself — the same conditional `UpdateItem` ([`with_purge`], applied by
-//!   `DynamoStore::transition` when the store has a retention) — and removed by the
-//!   write that reopens a transaction (an operator replay), so a live record never
-//!   carries it.
+//!   write itself — the same conditional `UpdateItem` (`purge::with_purge`, applied
+//!   by `DynamoStore::transition` when the store has a retention) — and removed by
+//!   the write that reopens a transaction (an operator replay), so a live record
+//!   never carries it.
 //! - The payload's is set by the audit writer when the table's stream shows the
 //!   terminal transition, and removed when it shows the reopening
 //!   ([`set_payload_purge`]): the payload can only expire after its transaction ended,
@@ -15,48 +15,18 @@
 //!
 //! `docs/deploy.md#data-we-keep`.
 
-use crate::dynamo::UpdateExpr;
 use crate::errors::classify;
 use crate::item::{attr, s};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
-use domain::machine::Write;
 use domain::ports::{ErrorKind, PortError};
-use domain::retention::{purge_at, Erased, ErasedSet, Retention};
+use domain::retention::{Erased, ErasedSet};
 use domain::{Status, Timestamp, TransactionId};
 use std::collections::HashMap;
 
-/// TTL attribute (Number, epoch seconds) of a transaction item and of its payload
-/// item: the instant a finished transaction may be deleted. Absent while it is live.
-pub const PURGE_AT: &str = "purge_at";
-
-/// `expr`, the expression of `w`, with the record's TTL: set to
-/// [`domain::retention::purge_at`] of the write's instant when the write ends the
-/// transaction and `retention` is given; removed when the write leaves a terminal
-/// status for a live one. Any other write does not touch it.
-pub fn with_purge(mut expr: UpdateExpr, w: &Write, retention: Option<Retention>) -> UpdateExpr {
-    let name = format!("#{PURGE_AT}");
-    let to = w.to();
-    if let Some(at) = retention.and_then(|r| purge_at(to, w.set.updated_at, r)) {
-        let value = format!(":v_{PURGE_AT}");
-        expr.names.insert(name.clone(), PURGE_AT.to_owned());
-        expr.values.insert(value.clone(), epoch(at));
-        expr.update = match expr.update.strip_prefix("SET ") {
-            Some(rest) => format!("SET {name} = {value}, {rest}"),
-            None => format!("SET {name} = {value} {}", expr.update),
-        };
-    } else if !to.is_terminal() && w.from().iter().any(Status::is_terminal) {
-        expr.names.insert(name.clone(), PURGE_AT.to_owned());
-        if expr.update.contains(" REMOVE ") {
-            expr.update.push_str(&format!(", {name}"));
-        } else {
-            expr.update.push_str(&format!(" REMOVE {name}"));
-        }
-    }
-    expr
-}
+pub use crate::purge::{with_purge, PURGE_AT};
 
 /// A Number attribute of epoch seconds.
 fn epoch(t: Timestamp) -> AttributeValue {
@@ -118,10 +88,9 @@ pub async fn delete_payload(
 
 /// Removes the reason texts (the service's `last_reason`, the operator's
 /// `operator_reason`) from the record of `id` in `table`, only while the record is
-/// finished (the condition: SUCCEEDED or FAILED). Returns what it removed; a
-/// record that is live or gone removes nothing and is `Err`/`Ok(vec![])` as the
-/// caller checked before: a failed condition is reported as a permanent error
-/// naming the transaction.
+/// finished (the condition: SUCCEEDED or FAILED). Returns what it removed. A record
+/// that is gone or live again fails the condition: a permanent error naming the
+/// transaction, nothing removed.
 pub async fn scrub_record(
     client: &Client,
     table: &str,
@@ -183,11 +152,19 @@ fn delete_item_kind(e: &DeleteItemError) -> Option<ErrorKind> {
 mod tests {
     use super::*;
     use crate::dynamo::update_expression;
-    use domain::machine::Actor;
+    use domain::machine::{Actor, Write};
+    use domain::retention::Retention;
     use domain::{arrow, Event};
 
     fn id() -> TransactionId {
         TransactionId::parse("TX-1").unwrap()
+    }
+
+    /// The expression of `w` as the store sends it.
+    fn sent(w: &Write, r: Option<Retention>) -> crate::dynamo::UpdateExpr {
+        let mut x = update_expression(w);
+        with_purge(&mut x.update, &mut x.names, &mut x.values, w, r);
+        x
     }
 
     #[test]
@@ -200,7 +177,7 @@ mod tests {
             at,
             Actor::ResponseHandler,
         );
-        let x = with_purge(update_expression(&end), &end, r);
+        let x = sent(&end, r);
         assert!(
             x.update.starts_with("SET #purge_at = :v_purge_at, "),
             "{}",
@@ -211,10 +188,7 @@ mod tests {
             AttributeValue::N((86_400 * 31).to_string())
         );
         // Without a retention the terminal write is unchanged.
-        assert_eq!(
-            with_purge(update_expression(&end), &end, None),
-            update_expression(&end)
-        );
+        assert_eq!(sent(&end, None), update_expression(&end));
 
         let live = Write::new(
             id(),
@@ -222,10 +196,7 @@ mod tests {
             at,
             Actor::ResponseHandler,
         );
-        assert_eq!(
-            with_purge(update_expression(&live), &live, r),
-            update_expression(&live)
-        );
+        assert_eq!(sent(&live, r), update_expression(&live));
 
         let replay = Write::new(
             id(),
@@ -233,7 +204,7 @@ mod tests {
             at,
             Actor::Operator,
         );
-        let x = with_purge(update_expression(&replay), &replay, r);
+        let x = sent(&replay, r);
         assert!(
             x.update.contains(" REMOVE ") && x.update.ends_with("#purge_at"),
             "{}",
