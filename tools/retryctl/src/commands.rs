@@ -687,6 +687,18 @@ pub async fn replay(
     }
     let store = t.store()?;
     let rec = read_record(&store, &id).await?;
+    // An erased (or expired) transaction has no payload left to send again.
+    if rec.status == domain::Status::Failed
+        && store
+            .payload(&id)
+            .await
+            .map_err(|e| CliError::Aws(e.to_string()))?
+            .is_none()
+    {
+        return Err(CliError::Refused(format!(
+            "transaction `{id}` has no payload any more (erased by `retryctl erase`, or past its retention): nothing to send again, not replayed"
+        )));
+    }
     let budget = budget.unwrap_or(rec.max_attempts.get());
     let retries = aws::sqs::SqsRetryPublisher::new(t.sqs(), t.queue_url(QueueName::Retry).await?);
     let ports = ReplayPorts {

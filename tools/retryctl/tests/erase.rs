@@ -1,8 +1,8 @@
 //! `retryctl erase` on a running local stack, through the binary: a live transaction
 //! is refused naming its status; a FAILED one loses its payload and every reason text
 //! (record and audit trail) and gains an audit entry naming what was erased, by whom
-//! and why; erasing again is harmless and says so; `--force` resolves a live one
-//! first, which then carries its TTL.
+//! and why; it can no longer be replayed; erasing again is harmless and says so;
+//! `--force` resolves a live one first, which then carries its TTL.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
@@ -122,6 +122,17 @@ async fn erase_removes_the_payload_and_reasons_records_it_and_refuses_a_live_one
     assert_eq!(
         last["erased"],
         serde_json::json!(["PAYLOAD", "SERVICE_REASON"])
+    );
+
+    // Its payload gone, it cannot be replayed.
+    let r = retryctl(&s, &["replay", "TX-ER-F", "--reason", "service back"]).await;
+    assert_eq!(r.code, 4, "{r:?}");
+    assert!(r.stderr.contains("no payload any more"), "{r:?}");
+    assert_eq!(
+        item(&ddb, &names.transactions_table, "TX-ER-F")
+            .await
+            .unwrap()["status"],
+        AttributeValue::S("FAILED".into())
     );
 
     // Again: nothing left, nothing written, said so.
