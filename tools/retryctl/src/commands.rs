@@ -913,11 +913,14 @@ async fn redrive_audit(t: &Target, max: Option<u64>) -> Result<Output, CliError>
     let dlq_url = t.queue_url(QueueName::Audit).await?;
     let sqs = t.sqs();
     let streams = aws_sdk_dynamodbstreams::Client::new(&t.sdk);
+    // As the audit writer does: a transaction the range shows ending gets its
+    // payload's TTL, one it shows reopened loses it.
     let writer = aws::audit::AuditWriter::new(
         aws_sdk_dynamodb::Client::new(&t.sdk),
         t.audit_table()?,
         domain::defaults::AUDIT_RETENTION_DAYS,
-    );
+    )
+    .with_payloads(t.payloads_table()?, t.retention()?);
     let limit = max.unwrap_or(u64::MAX);
     let (mut done, mut entries) = (0u64, 0usize);
     let mut unread: Vec<Value> = Vec::new();
