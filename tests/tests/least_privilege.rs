@@ -928,7 +928,8 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     // on-failure record.
     let streams = aws::clients::dynamodbstreams(&audit_sdk);
     let writer =
-        aws::audit::AuditWriter::new(aws::clients::dynamodb(&audit_sdk), &names.audit_table, 365);
+        aws::audit::AuditWriter::new(aws::clients::dynamodb(&audit_sdk), &names.audit_table, 365)
+            .with_payloads(&names.payloads_table, domain::retention::Retention::DEFAULT);
     let mut position = testkit::drain::StreamPosition::default();
     let report =
         testkit::drain::drain_into(&writer, &streams, &p.transactions_stream_arn, &mut position)
@@ -1045,6 +1046,10 @@ async fn operators(
             "TransactionDeadlineSeconds",
             domain::defaults::TRANSACTION_DEADLINE.as_secs().to_string(),
         ),
+        (
+            "RetentionDays",
+            domain::defaults::RETENTION_DAYS.to_string(),
+        ),
     ];
     sandbox::outputs::register_stack(setup_sdk, endpoint, &entry, &params)
         .await
@@ -1081,6 +1086,8 @@ async fn operators(
         &["submit", "TX-OP", "--payload", "{}"],
         &["replay", "TX-C", "--reason", "service back"],
         &["resolve", scheduled, "--reason", "settled by hand"],
+        // TX-E ended SUCCEEDED and its trail was written above.
+        &["erase", "TX-E", "--reason", "customer request"],
         &["breaker", "open", "--for", "60", "--reason", "maintenance"],
         &["breaker", "close", "--reason", "maintenance over"],
         &["redrive", "request"],

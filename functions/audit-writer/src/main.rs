@@ -14,7 +14,8 @@ async fn main() -> Result<(), Error> {
         aws::clients::dynamodb(&sdk),
         &config.audit_table,
         aws::audit::Retention::new(config.retention_days, config.transaction_deadline),
-    );
+    )
+    .with_payloads(&config.payloads_table, config.retention);
     let (writer, namespace) = (&writer, config.metrics_namespace.as_str());
     runtime::lambda::serve(move |event: Event| async move {
         let metrics = audit_writer::metrics(namespace);

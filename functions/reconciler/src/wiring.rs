@@ -30,7 +30,8 @@ pub fn reconciler(sdk: &SdkConfig, c: &ReconcilerConfig) -> AwsReconciler {
     Reconciler {
         breaker: breaker_gate(&dynamodb, c.breaker.as_ref(), FUNCTION),
         store: DynamoStore::new(dynamodb, &c.transactions_table)
-            .with_payloads_table(&c.payloads_table),
+            .with_payloads_table(&c.payloads_table)
+            .retaining(c.retention),
         scheduler: EventBridgeScheduler::new(aws::clients::scheduler(sdk), c.scheduler.clone()),
         retries: SqsRetryPublisher::new(aws::clients::sqs(sdk), &c.retry_queue_url),
         requests: SqsRequestPublisher::new(aws::clients::sqs(sdk), &c.request_queue_url),

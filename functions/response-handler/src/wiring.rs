@@ -36,7 +36,8 @@ pub fn response_handler(sdk: &SdkConfig, c: &ResponseHandlerConfig) -> AwsRespon
 /// The response handler from its configuration, on given clients.
 pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsResponseHandler {
     ResponseHandler {
-        store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table),
+        store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
+            .retaining(c.retention),
         scheduler: EventBridgeScheduler::new(clients.scheduler.clone(), c.scheduler.clone()),
         retries: SqsRetryPublisher::new(clients.sqs.clone(), &c.retry_queue_url),
         notes: AuditWriter::new(

@@ -47,7 +47,8 @@ pub fn retry_handler_on(
     let pacer = Arc::new(Pacer::per_second(c.max_requests_per_second)?);
     Ok(RetryHandler {
         store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
-            .with_payloads_table(&c.payloads_table),
+            .with_payloads_table(&c.payloads_table)
+            .retaining(c.retention),
         requests: Paced::new(
             SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
             Arc::clone(&pacer),

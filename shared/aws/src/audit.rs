@@ -22,6 +22,7 @@ use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use domain::audit::{AuditEntry, Notice};
 use domain::machine::Actor;
 use domain::ports::{AuditNotes, ErrorKind, PortError};
+use domain::retention::{Erased, ErasedSet};
 use domain::{Attempt, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId};
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -67,6 +68,8 @@ pub mod attr {
     pub const NOTICE: &str = "notice";
     /// The record's technical re-send count (absent = 0).
     pub const RESENDS: &str = "resends";
+    /// What an erasure removed (`Notice::Erased`): the names, comma-separated.
+    pub const ERASED: &str = "erased";
 }
 
 /// Why a change could not be audited.
@@ -202,6 +205,9 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     }
     if let Some(x) = entry.notice {
         m.insert(NOTICE.into(), s(x.as_str()));
+    }
+    if !entry.erased.is_empty() {
+        m.insert(ERASED.into(), s(entry.erased.names().join(",")));
     }
     m
 }
@@ -357,6 +363,16 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
             .map(|v| num(RESENDS, v))
             .transpose()?
             .unwrap_or(0),
+        erased: get(ERASED)
+            .map(|v| {
+                v.split(',')
+                    .map(|name| {
+                        Erased::parse(name).ok_or_else(|| bad(ERASED, Some(v), "unknown field"))
+                    })
+                    .collect::<Result<ErasedSet, _>>()
+            })
+            .transpose()?
+            .unwrap_or_default(),
     })
 }
 
@@ -415,6 +431,10 @@ pub struct AuditWriter {
     client: aws_sdk_dynamodb::Client,
     table: String,
     retention: Retention,
+    /// The payloads table and RETENTION_DAYS: the payload of a transaction the
+    /// stream shows ending gets its TTL, one it shows reopened loses it
+    /// ([`AuditWriter::with_payloads`]).
+    payloads: Option<(String, domain::retention::Retention)>,
 }
 
 impl AuditWriter {
@@ -427,7 +447,21 @@ impl AuditWriter {
             client,
             table: table.into(),
             retention: retention.into(),
+            payloads: None,
         }
+    }
+
+    /// The same writer keeping payloads as long as their records: when a change
+    /// ends a transaction it sets the payload's TTL in `table` to the record's
+    /// (`domain::retention::purge_at` of the terminal write), and when a change
+    /// reopens one it removes it. Stream order per item makes the last change win.
+    pub fn with_payloads(
+        mut self,
+        table: impl Into<String>,
+        retention: domain::retention::Retention,
+    ) -> Self {
+        self.payloads = Some((table.into(), retention));
+        self
     }
 
     /// Writes the entries of one group (one transaction, one `group_key`) with one
@@ -596,6 +630,35 @@ impl AuditWriter {
                 failed.insert(i, err);
             }
         }
+        // The payload expires with its record: its TTL follows the stream's terminal
+        // and reopening transitions, in stream order.
+        if let Some((table, retention)) = &self.payloads {
+            for (i, e) in entries.iter().enumerate() {
+                let Some(e) = e.as_ref().filter(|e| e.is_transition()) else {
+                    continue;
+                };
+                let purge = if e.to.is_terminal() {
+                    domain::retention::purge_at(e.to, e.at, *retention)
+                } else if e.reopens() {
+                    None
+                } else {
+                    continue;
+                };
+                if failed.contains_key(&i) {
+                    continue;
+                }
+                if let Err(err) = crate::retention::set_payload_purge(
+                    &self.client,
+                    table,
+                    &e.transaction_id,
+                    purge,
+                )
+                .await
+                {
+                    failed.insert(i, err);
+                }
+            }
+        }
         let mut results: Vec<Result<Audited, AuditError>> = entries
             .into_iter()
             .enumerate()
@@ -697,6 +760,58 @@ impl AuditWriter {
                 None => return Ok(items),
             }
         }
+    }
+
+    /// Removes the reason texts (`reason`, `operator_reason`) from every entry of
+    /// transaction `id` but the erasures' own (an erasure's reason says why, and is
+    /// the erasing operator's): one `UpdateItem` per item that holds any. Returns
+    /// what it removed.
+    pub async fn erase_reasons(&self, id: &TransactionId) -> Result<ErasedSet, PortError> {
+        let mut erased = ErasedSet::default();
+        for item in self.items(id, false).await? {
+            let mut names = HashMap::new();
+            let mut removes = Vec::new();
+            for (name, value) in &item {
+                let AttributeValue::M(fields) = value else {
+                    continue;
+                };
+                if !name.starts_with(attr::ENTRY_PREFIX)
+                    || fields.get(attr::NOTICE).and_then(|v| v.as_s().ok())
+                        == Some(&Notice::Erased.as_str().to_owned())
+                {
+                    continue;
+                }
+                let e = format!("#e{}", names.len());
+                names.insert(e.clone(), name.clone());
+                for (field, kind) in [
+                    (attr::REASON, Erased::ServiceReason),
+                    (attr::OPERATOR_REASON, Erased::OperatorReason),
+                ] {
+                    if fields.contains_key(field) {
+                        removes.push(format!("{e}.#{field}"));
+                        names.insert(format!("#{field}"), field.to_owned());
+                        erased.insert(kind);
+                    }
+                }
+            }
+            if removes.is_empty() {
+                continue;
+            }
+            let key: HashMap<String, AttributeValue> = item
+                .into_iter()
+                .filter(|(k, _)| k == attr::TRANSACTION_ID || k == attr::AUDIT_KEY)
+                .collect();
+            self.client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key))
+                .update_expression(format!("REMOVE {}", removes.join(", ")))
+                .set_expression_attribute_names(Some(names))
+                .send()
+                .await
+                .map_err(|e| classify("UpdateItem", &e, crate::dynamo::update_item_kind))?;
+        }
+        Ok(erased)
     }
 
     /// The entries of one transaction, oldest first (a Query on the table's key,

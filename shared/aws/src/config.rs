@@ -284,6 +284,13 @@ pub mod vars {
     pub const AUDIT_RETENTION_DAYS: Var<u32> =
         Var::between("AUDIT_RETENTION_DAYS", d::AUDIT_RETENTION_DAYS, 1, 36_500);
     pub const METRICS_NAMESPACE: Text = Text::or("METRICS_NAMESPACE", d::METRICS_NAMESPACE);
+    /// Days a finished transaction and its payload are kept (`domain::retention`).
+    pub const RETENTION_DAYS: Var<u32> = Var::between(
+        "RETENTION_DAYS",
+        d::RETENTION_DAYS,
+        domain::retention::RETENTION_DAYS_MIN,
+        domain::retention::RETENTION_DAYS_MAX,
+    );
 
     // The circuit breaker (see `domain::breaker::BreakerSettings`).
     pub const BREAKER_WINDOW_SECONDS: Var<u64> = Var::between(
@@ -455,6 +462,20 @@ macro_rules! read_from_env {
             }
         }
     };
+}
+
+/// RETENTION_DAYS, for the functions that end transactions (their terminal writes
+/// set the record's TTL) and the audit writer (the payload's).
+fn retention(env: &Env<'_>) -> domain::retention::Retention {
+    let days = env.get(&RETENTION_DAYS);
+    domain::retention::Retention::days(days).unwrap_or_else(|reason| {
+        env.fail(ConfigError::Invalid {
+            name: RETENTION_DAYS.name,
+            value: days.to_string(),
+            reason,
+        });
+        domain::retention::Retention::DEFAULT
+    })
 }
 
 /// The answer deadline: how long a request may go unanswered
@@ -634,6 +655,8 @@ pub struct ResponseHandlerConfig {
     pub breaker: Option<BreakerConfig>,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
+    /// RETENTION_DAYS: a transaction it ends is kept that long.
+    pub retention: domain::retention::Retention,
 }
 
 read_from_env!(ResponseHandlerConfig);
@@ -655,6 +678,7 @@ impl ResponseHandlerConfig {
             breaker: BreakerConfig::read(env),
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
+            retention: retention(env),
         }
     }
 }
@@ -680,6 +704,8 @@ pub struct RetryHandlerConfig {
     pub breaker: Option<BreakerConfig>,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
+    /// RETENTION_DAYS: a transaction it ends (past its deadline) is kept that long.
+    pub retention: domain::retention::Retention,
 }
 
 read_from_env!(RetryHandlerConfig);
@@ -700,6 +726,7 @@ impl RetryHandlerConfig {
             breaker: BreakerConfig::read(env),
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
+            retention: retention(env),
         }
     }
 
@@ -732,6 +759,8 @@ pub struct ReconcilerConfig {
     /// back an unanswered request waits instead of going out again.
     pub breaker: Option<BreakerConfig>,
     pub metrics_namespace: String,
+    /// RETENTION_DAYS: a transaction it ends is kept that long.
+    pub retention: domain::retention::Retention,
 }
 
 read_from_env!(ReconcilerConfig);
@@ -755,6 +784,7 @@ impl ReconcilerConfig {
             reconcile_max_items: env.get(&RECONCILE_MAX_ITEMS),
             breaker: BreakerConfig::read(env),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
+            retention: retention(env),
         }
     }
 }
@@ -768,6 +798,10 @@ pub struct AuditWriterConfig {
     /// instant their transaction may be open (`audit::Retention`).
     pub transaction_deadline: Duration,
     pub metrics_namespace: String,
+    /// PAYLOADS_TABLE and RETENTION_DAYS: a finished transaction's payload expires
+    /// with its record (`AuditWriter::with_payloads`).
+    pub payloads_table: String,
+    pub retention: domain::retention::Retention,
 }
 
 read_from_env!(AuditWriterConfig);
@@ -779,6 +813,8 @@ impl AuditWriterConfig {
             retention_days: env.get(&AUDIT_RETENTION_DAYS),
             transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
+            payloads_table: env.text(&PAYLOADS_TABLE),
+            retention: retention(env),
         }
     }
 }
@@ -1115,7 +1151,9 @@ mod tests {
                 AUDIT_TABLE.name,
                 AUDIT_RETENTION_DAYS.name,
                 TRANSACTION_DEADLINE_SECONDS.name,
-                METRICS_NAMESPACE.name
+                METRICS_NAMESPACE.name,
+                PAYLOADS_TABLE.name,
+                RETENTION_DAYS.name
             ]
         );
     }

@@ -371,6 +371,9 @@ pub struct DynamoStore<P = NoPayloads> {
     client: Client,
     transactions_table: String,
     payloads_table: P,
+    /// RETENTION_DAYS: a terminal write sets the record's TTL
+    /// (`purge::with_purge`); `None`: it sets none.
+    retention: Option<domain::retention::Retention>,
 }
 
 /// A [`DynamoStore`] that knows no payloads table.
@@ -404,6 +407,7 @@ impl DynamoStore {
             client,
             transactions_table: transactions_table.into(),
             payloads_table: NoPayloads,
+            retention: None,
         }
     }
 
@@ -414,11 +418,19 @@ impl DynamoStore {
             client: self.client,
             transactions_table: self.transactions_table,
             payloads_table: PayloadsTable(name.into()),
+            retention: self.retention,
         }
     }
 }
 
 impl<P> DynamoStore<P> {
+    /// The same store keeping finished transactions `retention` (RETENTION_DAYS):
+    /// each terminal write sets the record's TTL (`purge::with_purge`).
+    pub fn retaining(mut self, retention: domain::retention::Retention) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -638,7 +650,14 @@ impl Creates for DynamoStore<PayloadsTable> {
 
 impl<P: Send + Sync> Transitions for DynamoStore<P> {
     async fn transition(&self, write: &Write) -> Result<WriteOutcome, PortError> {
-        let x = update_expression(write);
+        let mut x = update_expression(write);
+        crate::purge::with_purge(
+            &mut x.update,
+            &mut x.names,
+            &mut x.values,
+            write,
+            self.retention,
+        );
         let attempts = Attempts::default();
         let result = self
             .client

@@ -12,6 +12,8 @@ pub mod config;
 pub mod dynamo;
 pub mod errors;
 pub mod item;
+pub mod purge;
+pub mod retention;
 pub mod scan;
 pub mod scheduler;
 pub mod sqs;

@@ -14,25 +14,13 @@ use domain::exec::execute;
 use domain::policy::FixedRandom;
 use domain::ports::{AuditNotes, Creates, Payloads, Records, Transitions, WriteOutcome};
 use domain::{
-    Context, MaxAttempts, Outcome, Payload, PolicySet, Request, Response, RetryEvent, Run, Status,
-    Timestamp, TransactionRecord,
+    MaxAttempts, Outcome, Payload, Request, Response, RetryEvent, Run, Status, Timestamp,
+    TransactionRecord,
 };
 use std::time::Duration;
 use testkit::drain::{drain_into, drain_stream, StreamPosition};
 use testkit::memory::{MemoryQueue, MemoryScheduler, MemoryStore};
 use testkit::ports::AllPorts;
-
-/// The context at `now`, with a deadline (a year) no run here reaches: 3,000 holds
-/// of five minutes span ten days.
-fn ctx(now: i64) -> Context {
-    Context::new(
-        Timestamp::from_millis(now),
-        PolicySet::default(),
-        8,
-        Duration::from_secs(900),
-    )
-    .with_transaction_deadline(Duration::from_secs(365 * 24 * 3600))
-}
 
 /// The same inputs, in order, for both stores.
 fn inputs(tx: &str) -> Vec<(i64, Input)> {

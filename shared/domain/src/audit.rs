@@ -14,6 +14,7 @@
 use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Actor, Counter, Mark, OperatorNote, Status, TransactionRecord};
 use crate::message::{Origin, Outcome};
+use crate::retention::ErasedSet;
 use serde::{Deserialize, Serialize};
 
 /// One transition, as kept in the audit table.
@@ -49,6 +50,9 @@ pub struct AuditEntry {
     /// The record's technical re-send count after the transition.
     #[serde(default)]
     pub resends: u32,
+    /// For a [`Notice::Erased`] entry, what the erasure removed (never the data).
+    #[serde(default, skip_serializing_if = "ErasedSet::is_empty")]
+    pub erased: ErasedSet,
 }
 
 /// An event the audit trail keeps although the record did not change.
@@ -59,18 +63,24 @@ pub enum Notice {
     /// considers not done (a possible double execution). The entry names that
     /// attempt (`current_attempt`) and the status the record had.
     ConflictingSuccess,
+    /// An operator erased the transaction's personal data (`retryctl erase`): the
+    /// entry names what was removed ([`AuditEntry::erased`]), who and why
+    /// ([`AuditEntry::operator`]).
+    Erased,
 }
 
 impl Notice {
     pub fn as_str(&self) -> &'static str {
         match self {
             Notice::ConflictingSuccess => "CONFLICTING_SUCCESS",
+            Notice::Erased => "ERASED",
         }
     }
 
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "CONFLICTING_SUCCESS" => Some(Notice::ConflictingSuccess),
+            "ERASED" => Some(Notice::Erased),
             _ => None,
         }
     }
@@ -111,6 +121,7 @@ impl AuditEntry {
             },
             notice: None,
             resends: new.counts[Counter::Round],
+            erased: ErasedSet::default(),
         })
     }
 
@@ -142,6 +153,37 @@ impl AuditEntry {
             operator: None,
             notice: Some(Notice::ConflictingSuccess),
             resends: record.counts[Counter::Round],
+            erased: ErasedSet::default(),
+        }
+    }
+
+    /// The entry of an erasure of `record` at `at` by the operator `note` (who and
+    /// why): what it removed, the record's status at both ends, no reason text.
+    pub fn erasure(
+        record: &TransactionRecord,
+        erased: ErasedSet,
+        note: OperatorNote,
+        at: Timestamp,
+    ) -> Self {
+        Self {
+            transaction_id: record.transaction_id.clone(),
+            at,
+            actor: Actor::Operator,
+            from: Some(record.status),
+            to: record.status,
+            current_attempt: record.current_attempt,
+            next_attempt: record.next_attempt,
+            max_attempts: record.max_attempts.get(),
+            schedule_name: record.schedule_name.clone(),
+            next_fire_at: record.next_fire_at,
+            outcome: record.last_outcome,
+            reason: None,
+            mark: record.mark,
+            origin: None,
+            operator: Some(note),
+            notice: Some(Notice::Erased),
+            resends: record.counts[Counter::Round],
+            erased,
         }
     }
 

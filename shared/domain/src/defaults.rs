@@ -107,6 +107,11 @@ pub const SCHEDULER_MAX_EVENT_AGE_SECONDS: u32 = 3600;
 pub const METRICS_NAMESPACE: &str = "DeferredRetry";
 /// Days an audit entry is kept (`AUDIT_RETENTION_DAYS`, `AuditRetentionDays`).
 pub const AUDIT_RETENTION_DAYS: u32 = 365;
+/// Days a finished transaction and its payload are kept after it ended
+/// (`RETENTION_DAYS`, `RetentionDays`): a month for an operator to look into a
+/// FAILED one and replay it, while its payload (possibly personal data) is kept no
+/// longer than that; the audit trail, which holds no payload, is kept longer.
+pub const RETENTION_DAYS: u32 = 30;
 
 /// Circuit breaker: the window its outcomes are counted in
 /// (`BREAKER_WINDOW_SECONDS`, `BreakerWindowSeconds`).
@@ -137,7 +142,7 @@ pub enum ParameterDefault {
 }
 
 /// `template.yaml`'s parameters whose defaults are the constants above.
-pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 23] = {
+pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 24] = {
     use ParameterDefault::{Number, Text};
     [
         ("BackoffBaseSeconds", Number(BACKOFF_BASE.as_secs_f64())),
@@ -184,5 +189,6 @@ pub const TEMPLATE_PARAMETERS: [(&str, ParameterDefault); 23] = {
         ),
         ("MetricsNamespace", Text(METRICS_NAMESPACE)),
         ("AuditRetentionDays", Number(AUDIT_RETENTION_DAYS as f64)),
+        ("RetentionDays", Number(RETENTION_DAYS as f64)),
     ]
 };

@@ -10,7 +10,8 @@
 //! - [`decide`]: what each handler, the reconciler and the library operations do, as
 //!   plans of effects, and [`decide::Run`], which re-decides when a write finds another
 //!   state; [`ports`]: one trait per capability; [`audit`]: the audit row of a
-//!   transition; [`breaker`]: the circuit breaker (CLOSED, OPEN, HALF_OPEN).
+//!   transition; [`breaker`]: the circuit breaker (CLOSED, OPEN, HALF_OPEN);
+//!   [`retention`]: how long a finished transaction is kept, what an erasure removes.
 
 pub mod audit;
 pub mod breaker;
@@ -22,6 +23,7 @@ pub mod machine;
 pub mod message;
 pub mod policy;
 pub mod ports;
+pub mod retention;
 
 pub use decide::{Context, Disposition, Effect, Known, Observed, Run, Step};
 pub use ids::{Attempt, IdempotencyKey, MaxAttempts, ScheduleName, Timestamp, TransactionId};

@@ -114,6 +114,10 @@ pub struct TargetArgs {
     /// TransactionDeadlineSeconds): `replay` gives the transaction this long again.
     #[arg(long, env = vars::TRANSACTION_DEADLINE_SECONDS.name, global = true)]
     pub transaction_deadline_seconds: Option<u64>,
+    /// Days a finished transaction is kept (the stack's RetentionDays): `resolve`
+    /// and `erase --force` end transactions, and their writes set the TTL from it.
+    #[arg(long, env = vars::RETENTION_DAYS.name, global = true)]
+    pub retention_days: Option<u32>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -196,6 +200,25 @@ pub enum Command {
     Resolve {
         #[command(flatten)]
         bulk: BulkArgs,
+    },
+    /// Erase a finished transaction's personal data now: its payload, and the
+    /// service's and operators' reason texts in its record and audit trail. Records
+    /// what was erased, by whom (the caller's identity) and --reason in the audit
+    /// trail, never the data. A live transaction is refused, naming its status,
+    /// unless --force, which first resolves it as `retryctl resolve` does. Erasing
+    /// again is harmless and says so.
+    #[command(
+        after_help = "Examples:\n  retryctl erase TX-42 --reason 'GDPR request 2026-118'\n  retryctl erase TX-43 --reason 'customer request' --force --retention-days 30"
+    )]
+    Erase {
+        id: String,
+        /// Why (1–256 characters): kept in the audit entry of the erasure.
+        #[arg(long)]
+        reason: String,
+        /// End a live transaction first (`resolve`: SCHEDULING or SCHEDULED →
+        /// SUCCEEDED, its schedule deleted), then erase.
+        #[arg(long)]
+        force: bool,
     },
     /// Move every message of a dead-letter queue back to its source queue.
     #[command(

@@ -46,6 +46,8 @@ pub struct Target {
     answer_timeout: Option<Duration>,
     /// The stack's TransactionDeadlineSeconds, when given: never guessed.
     transaction_deadline: Option<Duration>,
+    /// The stack's RetentionDays, when given: never guessed.
+    retention: Option<domain::retention::Retention>,
 }
 
 impl Target {
@@ -118,9 +120,17 @@ impl Target {
                 "must be at least 1",
             ));
         }
+        let retention = args
+            .retention_days
+            .map(|d| {
+                domain::retention::Retention::days(d)
+                    .map_err(|e| CliError::bad("--retention-days", d.to_string(), e))
+            })
+            .transpose()?;
         Ok(Self {
             sdk,
             args: args.clone(),
+            retention,
             names: args.prefix.as_deref().map(StackNames::new),
             shards: args.reconcile_shards,
             threshold: args.reconcile_threshold_seconds.map(Duration::from_secs),
@@ -188,6 +198,19 @@ impl Target {
                 "set --transaction-deadline-seconds (or TRANSACTION_DEADLINE_SECONDS) to the \
                  stack's TransactionDeadlineSeconds parameter (or use --stack): retryctl \
                  never guesses it"
+                    .to_owned(),
+            )
+        })
+    }
+
+    /// The stack's retention of finished transactions, as given: the TTL the
+    /// writes that end a transaction set. Never the built-in default: a shorter one
+    /// than the stack's would delete a transaction early.
+    pub fn retention(&self) -> Result<domain::retention::Retention, CliError> {
+        self.retention.ok_or_else(|| {
+            CliError::Missing(
+                "set --retention-days (or RETENTION_DAYS) to the stack's RetentionDays \
+                 parameter (or use --stack): retryctl never guesses it"
                     .to_owned(),
             )
         })
@@ -596,7 +619,7 @@ pub async fn resolve(
     note: Option<&OperatorNote>,
 ) -> Result<Output, CliError> {
     let id = parse_id(id)?;
-    let store = t.store()?;
+    let store = t.store()?.retaining(t.retention()?);
     // Only DeleteSchedule is used: the group is the one setting that matters.
     let scheduler = aws::scheduler::EventBridgeScheduler::new(
         aws_sdk_scheduler::Client::new(&t.sdk),
@@ -664,6 +687,18 @@ pub async fn replay(
     }
     let store = t.store()?;
     let rec = read_record(&store, &id).await?;
+    // An erased (or expired) transaction has no payload left to send again.
+    if rec.status == domain::Status::Failed
+        && store
+            .payload(&id)
+            .await
+            .map_err(|e| CliError::Aws(e.to_string()))?
+            .is_none()
+    {
+        return Err(CliError::Refused(format!(
+            "transaction `{id}` has no payload any more (erased by `retryctl erase`, or past its retention): nothing to send again, not replayed"
+        )));
+    }
     let budget = budget.unwrap_or(rec.max_attempts.get());
     let retries = aws::sqs::SqsRetryPublisher::new(t.sqs(), t.queue_url(QueueName::Retry).await?);
     let ports = ReplayPorts {
@@ -878,11 +913,14 @@ async fn redrive_audit(t: &Target, max: Option<u64>) -> Result<Output, CliError>
     let dlq_url = t.queue_url(QueueName::Audit).await?;
     let sqs = t.sqs();
     let streams = aws_sdk_dynamodbstreams::Client::new(&t.sdk);
+    // As the audit writer does: a transaction the range shows ending gets its
+    // payload's TTL, one it shows reopened loses it.
     let writer = aws::audit::AuditWriter::new(
         aws_sdk_dynamodb::Client::new(&t.sdk),
         t.audit_table()?,
         domain::defaults::AUDIT_RETENTION_DAYS,
-    );
+    )
+    .with_payloads(t.payloads_table()?, t.retention()?);
     let limit = max.unwrap_or(u64::MAX);
     let (mut done, mut entries) = (0u64, 0usize);
     let mut unread: Vec<Value> = Vec::new();

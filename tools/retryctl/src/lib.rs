@@ -13,6 +13,7 @@ pub mod breaker;
 pub mod bulk;
 pub mod cli;
 pub mod commands;
+pub mod erase;
 pub mod error;
 pub mod list;
 pub mod run;

@@ -99,7 +99,7 @@ async fn demo(cli: &Cli, args: &sandbox::DemoArgs) -> Result<Output, CliError> {
     print(cli.json, Output { text, json });
     eprintln!(
         "\nThe local stack keeps running until Ctrl-C. From another shell:\n  \
-         export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} RECONCILE_SHARDS={} RECONCILE_THRESHOLD_SECONDS={} RECONCILE_REQUEUE_MAX={} ANSWER_TIMEOUT_SECONDS={} TRANSACTION_DEADLINE_SECONDS={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
+         export AWS_ENDPOINT_URL={} RETRYCTL_PREFIX={} RECONCILE_SHARDS={} RECONCILE_THRESHOLD_SECONDS={} RECONCILE_REQUEUE_MAX={} ANSWER_TIMEOUT_SECONDS={} TRANSACTION_DEADLINE_SECONDS={} RETENTION_DAYS={} AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1\n  \
          retryctl stats; retryctl list --status FAILED; retryctl show TX-000001; retryctl stuck",
         stack.endpoint,
         stack.names().prefix,
@@ -107,7 +107,8 @@ async fn demo(cli: &Cli, args: &sandbox::DemoArgs) -> Result<Output, CliError> {
         stack.reconcile_threshold_seconds(),
         stack.reconcile_requeue_max(),
         stack.answer_timeout_seconds(),
-        stack.transaction_deadline_seconds()
+        stack.transaction_deadline_seconds(),
+        stack.retention_days()
     );
     let _ = tokio::signal::ctrl_c().await;
     stack.shutdown().await;

@@ -60,6 +60,9 @@ pub async fn execute(cli: &Cli, target: &Target) -> Result<Output, Ended> {
             max_attempts,
         } => commands::submit(target, id, payload, *max_attempts).await,
         Command::Show { id, payload, wide } => commands::show(target, id, *payload, *wide).await,
+        Command::Erase { id, reason, force } => {
+            crate::erase::erase(target, id, reason, *force).await
+        }
         Command::List {
             status,
             attempt,

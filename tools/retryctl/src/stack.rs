@@ -54,6 +54,7 @@ pub const FILLED: &[(&str, Source)] = &[
         "--transaction-deadline-seconds",
         Source::Parameter("TransactionDeadlineSeconds"),
     ),
+    ("--retention-days", Source::Parameter("RetentionDays")),
 ];
 
 impl Described {
@@ -152,6 +153,11 @@ impl Described {
                 "--answer-timeout-seconds" => {
                     let v = number(value)?;
                     out.answer_timeout_seconds = agree(out.answer_timeout_seconds, v, conflict)?;
+                }
+                "--retention-days" => {
+                    let v =
+                        u32::try_from(number(value)?).map_err(|e| CliError::bad(flag, value, e))?;
+                    out.retention_days = agree(out.retention_days, v, conflict)?;
                 }
                 "--transaction-deadline-seconds" => {
                     let v = number(value)?;

@@ -60,6 +60,7 @@ pub fn audit_json(e: &AuditEntry) -> Value {
         "operator_caller": e.operator.as_ref().map(|o| o.caller.as_str()),
         "operator_reason": e.operator.as_ref().and_then(|o| o.reason.as_deref()),
         "notice": e.notice.map(|n| n.as_str()),
+        "erased": e.erased.names(),
         "paused_by_breaker": e.paused_by(),
     })
 }

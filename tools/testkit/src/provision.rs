@@ -110,7 +110,7 @@ pub fn table_definitions(names: &StackNames) -> Vec<TableDef> {
                 },
             ],
             stream_view: Some(STREAM_VIEW),
-            ttl_attribute: None,
+            ttl_attribute: Some(aws::retention::PURGE_AT),
             billing_mode: "PAY_PER_REQUEST",
         },
         TableDef {
@@ -121,7 +121,7 @@ pub fn table_definitions(names: &StackNames) -> Vec<TableDef> {
             attributes: vec![("transaction_id", "S")],
             indexes: vec![],
             stream_view: None,
-            ttl_attribute: None,
+            ttl_attribute: Some(aws::retention::PURGE_AT),
             billing_mode: "PAY_PER_REQUEST",
         },
         TableDef {
@@ -302,7 +302,10 @@ impl Provisioned {
                 v.extend(sched());
                 v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
             }
-            "audit-writer" => v.push((vars::AUDIT_TABLE.name, n.audit_table.clone())),
+            "audit-writer" => {
+                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
+                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
+            }
             "starter" => {
                 v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
                 v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
@@ -449,6 +452,27 @@ pub async fn create_table(
             .map_err(|e| fail_sdk(&def.name, e))?;
     }
     Ok((arn, stream))
+}
+
+/// The item of transaction `id` in `table` (a consistent read), as stored: for tests
+/// that check an attribute no decoder reads (a TTL).
+pub async fn read_item(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    id: &str,
+) -> Result<Option<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>, String> {
+    client
+        .get_item()
+        .table_name(table)
+        .key(
+            "transaction_id",
+            aws_sdk_dynamodb::types::AttributeValue::S(id.to_owned()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .map(|o| o.item)
+        .map_err(|e| format!("GetItem {table} {id}: {e}"))
 }
 
 fn queue_arn(name: &str) -> String {

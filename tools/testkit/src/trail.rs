@@ -33,6 +33,7 @@ pub fn entry(
         operator: None,
         notice: None,
         resends: 0,
+        erased: domain::retention::ErasedSet::default(),
     }
 }
 

@@ -98,6 +98,18 @@ pub fn at(n: u32) -> Attempt {
 
 pub const T0: i64 = 1_790_000_000_000;
 
+/// The context at `now`, with a deadline (a year) no run here reaches: 3,000 holds
+/// of five minutes span ten days.
+pub fn ctx(now: i64) -> domain::Context {
+    domain::Context::new(
+        Timestamp::from_millis(now),
+        domain::PolicySet::default(),
+        8,
+        std::time::Duration::from_secs(900),
+    )
+    .with_transaction_deadline(std::time::Duration::from_secs(365 * 24 * 3600))
+}
+
 /// A record in `status` with the attributes that state carries.
 pub fn record(tx: &str, status: Status, current: u32, max: u32, updated: i64) -> TransactionRecord {
     let tid = id(tx);

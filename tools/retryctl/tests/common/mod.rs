@@ -162,6 +162,10 @@ pub async fn retryctl_without(stack: &Running, args: &[&str], unset: &[&str]) ->
             vars::TRANSACTION_DEADLINE_SECONDS.name,
             domain::defaults::TRANSACTION_DEADLINE.as_secs().to_string(),
         )
+        .env(
+            vars::RETENTION_DAYS.name,
+            domain::defaults::RETENTION_DAYS.to_string(),
+        )
         .env_remove(vars::RECONCILE_THRESHOLD_SECONDS.name)
         .env_remove(vars::TRANSACTIONS_TABLE.name)
         .env_remove(vars::PAYLOADS_TABLE.name)

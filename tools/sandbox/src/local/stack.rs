@@ -297,6 +297,12 @@ impl Stack {
         )
     }
 
+    /// The retention of finished transactions the functions were given, in days.
+    pub fn retention_days(&self) -> u32 {
+        let default = domain::defaults::RETENTION_DAYS;
+        self.setting("reconciler", vars::RETENTION_DAYS.name, default)
+    }
+
     /// The answer timeout the functions were given, in seconds.
     pub fn answer_timeout_seconds(&self) -> u64 {
         let default = domain::defaults::ANSWER_TIMEOUT.as_secs();
@@ -591,7 +597,8 @@ impl Stack {
                 ddb.clone(),
                 &audit_cfg.audit_table,
                 Retention::new(audit_cfg.retention_days, audit_cfg.transaction_deadline),
-            ),
+            )
+            .with_payloads(&audit_cfg.payloads_table, audit_cfg.retention),
             provisioned.transactions_stream_arn.clone(),
             opts.audit_poll,
             audit.clone(),
@@ -732,6 +739,7 @@ impl Stack {
                 "TransactionDeadlineSeconds",
                 self.transaction_deadline_seconds().to_string(),
             ),
+            ("RetentionDays", self.retention_days().to_string()),
         ]
     }
 
