@@ -249,6 +249,7 @@ fn handlers(c: &mut Criterion) {
                 let v = ready(retry_handler::handle(
                     &ports,
                     &retry,
+                    domain::Known::Unread,
                     &ctx,
                     &mut rng,
                     &mut run_all,

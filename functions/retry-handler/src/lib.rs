@@ -19,10 +19,10 @@ use domain::ports::{
     BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, Payloads, Records,
     RequestPublisher, RetryPublisher, SystemClock, Transitions,
 };
-use domain::{Context, Effect, RetryEvent, Timestamp};
+use domain::{Context, Effect, Known, RetryEvent};
 use runtime::batch::{process_batch, BatchError, BatchOptions};
 use runtime::breaker::BreakerGate;
-use runtime::drive::{drive, run_all, verdict};
+use runtime::drive::{drive_from, run_all, verdict};
 use runtime::metric::invocation;
 use runtime::metrics::Metrics;
 use runtime::rate::{self, Pacer};
@@ -37,18 +37,19 @@ pub mod wiring;
 pub const FUNCTION: &str = "retry-handler";
 
 /// Handles one parsed retry event: the core, over the ports B has (conditional
-/// writes, payload reads, request publishes, the retry queue for a held event). `ctx`
-/// carries the breaker's hold, if any. `hook` may stop the plan before an effect
-/// (tests).
+/// writes, payload reads, request publishes, the retry queue for a held event),
+/// decided from what is `known` of the record (usually unread). `ctx` carries the
+/// breaker's hold, if any. `hook` may stop the plan before an effect (tests).
 pub async fn handle<St: Transitions + Payloads, Rq: RequestPublisher, Rt: RetryPublisher>(
     ports: &RetryPorts<'_, St, Rq, Rt>,
     event: &RetryEvent,
+    known: Known<'_>,
     ctx: &Context,
     rng: &mut (dyn RandomSource + Send),
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
     metrics: &Metrics,
 ) -> Verdict {
-    let driven = drive(Input::Retry(event.clone()), ports, ctx, rng, hook).await;
+    let driven = drive_from(Input::Retry(event.clone()), known, ports, ctx, rng, hook).await;
     verdict(&driven, metrics)
 }
 
@@ -81,22 +82,6 @@ where
     D: DeadLetter,
     C: Clock,
 {
-    /// Whether `event` asks the breaker: always, but when the breaker may let it out as
-    /// a probe, only if the record says it would publish — a stale or duplicate event,
-    /// or one past its deadline, spends no probe of the round. (Not asked, the event is
-    /// decided as usual, its writes conditional on the record.)
-    async fn asks(&self, gate: &BreakerGate<Br>, event: &RetryEvent, now: Timestamp) -> bool {
-        if !gate.may_probe(now).await {
-            return true;
-        }
-        match self.store.get(&event.transaction_id).await {
-            Ok(Some(r)) => retry_asks_breaker(&Rules, &r, event, &self.settings.context(now)),
-            Ok(None) => false,
-            // Unread: asked, as before the record could be read.
-            Err(_) => true,
-        }
-    }
-
     /// Processes one SQS batch, counting into `metrics`.
     pub async fn handle_event(
         &self,
@@ -111,19 +96,39 @@ where
             |retry: RetryEvent| async move {
                 let now = self.clock.now();
                 let mut rng = self.seeds.next();
-                let (hold, probe) = match &self.breaker {
-                    Some(gate) if self.asks(gate, &retry, now).await => {
-                        gate.admission(now, &mut rng, metrics).await
+                let ctx = self.settings.context(now);
+                // While the breaker may let this request out as a probe, the record is
+                // read first: only an event that would publish asks (a stale or
+                // duplicate one, or one past its deadline, spends no probe of the
+                // round), and the run decides from that record.
+                // `None`: not read (or unreadable: decided blind and asked, as before).
+                let read = match &self.breaker {
+                    Some(gate) if gate.may_probe(now).await => {
+                        self.store.get(&retry.transaction_id).await.ok()
                     }
+                    _ => None,
+                };
+                let known = match &read {
+                    Some(Some(r)) => Known::Record(r),
+                    Some(None) => Known::Missing,
+                    None => Known::Unread,
+                };
+                let asks = match known {
+                    Known::Record(r) => retry_asks_breaker(&Rules, r, &retry, &ctx),
+                    Known::Missing => false,
+                    Known::Unread => true,
+                };
+                let (hold, probe) = match &self.breaker {
+                    Some(gate) if asks => gate.admission(now, &mut rng, metrics).await,
                     _ => (None, false),
                 };
-                let ctx = self.settings.context(now).with_hold(hold).with_probe(probe);
+                let ctx = ctx.with_hold(hold).with_probe(probe);
                 let ports = RetryPorts {
                     store: &self.store,
                     requests: &self.requests,
                     retries: &self.retries,
                 };
-                handle(&ports, &retry, &ctx, &mut rng, &mut run_all, metrics).await
+                handle(&ports, &retry, known, &ctx, &mut rng, &mut run_all, metrics).await
             },
         );
         let result = rate::counted(self.pacer.as_deref(), metrics, batch).await;

@@ -32,7 +32,20 @@ pub async fn drive<P: Perform>(
     rng: &mut (dyn RandomSource + Send),
     hook: &mut (dyn FnMut(&Effect) -> bool + Send),
 ) -> Driven {
-    let mut run = Run::new(input, Known::Unread, ctx, rng);
+    drive_from(input, Known::Unread, ports, ctx, rng, hook).await
+}
+
+/// [`drive`], from what is already `known` of the record (a function that read it
+/// first decides from it rather than blind).
+pub async fn drive_from<P: Perform>(
+    input: Input,
+    known: Known<'_>,
+    ports: &P,
+    ctx: &Context,
+    rng: &mut (dyn RandomSource + Send),
+    hook: &mut (dyn FnMut(&Effect) -> bool + Send),
+) -> Driven {
+    let mut run = Run::new(input, known, ctx, rng);
     let result = execute(&mut run, ports, ctx, rng, hook).await;
     Driven { result, run }
 }

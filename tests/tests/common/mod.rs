@@ -313,7 +313,16 @@ impl<B: Backend> World<B> {
     ) -> Verdict {
         let ctx = self.settings.context(self.now());
         let mut rng = self.rng();
-        retry_handler::handle(&self.retry_ports(), ev, &ctx, &mut rng, hook, &self.metrics).await
+        retry_handler::handle(
+            &self.retry_ports(),
+            ev,
+            domain::Known::Unread,
+            &ctx,
+            &mut rng,
+            hook,
+            &self.metrics,
+        )
+        .await
     }
 
     pub async fn retry(&self, ev: &RetryEvent) -> Verdict {

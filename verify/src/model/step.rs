@@ -579,24 +579,15 @@ impl ProtocolModel {
                 let input = self.retry_input(e);
                 // While the breaker may hand out a probe, the record is read first and
                 // only an event that would publish a request asks.
-                let asks = |b: &ModelBreaker| {
-                    !b.may_probe(now)
-                        || match (&input, s.records.get(usize::from(e.tx))) {
-                            (Input::Retry(ev), Some(r)) => domain::decide::retry_asks_breaker(
-                                &self.scope.flaws,
-                                r,
-                                ev,
-                                &self.ctx(now),
-                            ),
-                            _ => false,
-                        }
+                let asks = match (s.breaker.as_ref(), &input, s.records.get(usize::from(e.tx))) {
+                    (Some(b), _, _) if !b.may_probe(now) => true,
+                    (Some(_), Input::Retry(ev), Some(r)) => {
+                        domain::decide::retry_asks_breaker(&self.scope.flaws, r, ev, &self.ctx(now))
+                    }
+                    _ => false,
                 };
-                let verdict = match s.breaker.as_ref().map(asks) {
-                    Some(true) => s
-                        .breaker
-                        .as_mut()
-                        .map(|b| b.admission(now, counts))
-                        .unwrap_or_default(),
+                let verdict = match s.breaker.as_mut() {
+                    Some(b) if asks => b.admission(now, counts),
                     _ => Verdict::default(),
                 };
                 let ar = self.begin(

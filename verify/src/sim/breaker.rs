@@ -111,15 +111,19 @@ impl SimBreaker {
         }
     }
 
+    /// Environment `env`'s view of the item, when read less than the refresh period
+    /// before `now` (the functions' gate trusts it then).
+    fn fresh_view(&self, env: usize, now: i64) -> Option<Breaker> {
+        self.cache
+            .get(&env)
+            .filter(|(read, _)| self.refresh_ms > 0 && now >= *read && now - read < self.refresh_ms)
+            .map(|(_, b)| *b)
+    }
+
     /// True when environment `env`'s view (cached while fresh, else read and cached)
     /// may let a request out as a probe at `now`.
     pub(super) fn may_probe(&mut self, env: usize, now: i64) -> bool {
-        let cached = self
-            .cache
-            .get(&env)
-            .filter(|(read, _)| self.refresh_ms > 0 && now >= *read && now - read < self.refresh_ms)
-            .map(|(_, b)| *b);
-        let view = cached.unwrap_or_else(|| {
+        let view = self.fresh_view(env, now).unwrap_or_else(|| {
             self.cache.insert(env, (now, self.item));
             self.item
         });
@@ -141,12 +145,7 @@ impl SimBreaker {
         rng: &mut dyn RandomSource,
     ) -> (Option<Hold>, bool) {
         let at = Timestamp::from_millis(now);
-        let cached = self
-            .cache
-            .get(&env)
-            .filter(|(read, _)| self.refresh_ms > 0 && now >= *read && now - read < self.refresh_ms)
-            .map(|(_, b)| *b);
-        if let Some(view) = cached {
+        if let Some(view) = self.fresh_view(env, now) {
             let (admission, _, change) = view.admit(at, &self.settings);
             if change.is_none() {
                 self.cached_admissions += 1;
