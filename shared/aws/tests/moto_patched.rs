@@ -367,7 +367,6 @@ async fn without_overlap_the_patched_server_answers_as_stock_moto_does() {
 
 /// Creates `n` one-time schedules in a new group; their names, oldest first.
 async fn schedules(sched: &aws_sdk_scheduler::Client, n: usize) -> Vec<String> {
-    use aws_sdk_scheduler::types::{FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
     sched
         .create_schedule_group()
         .name("pages")
@@ -377,24 +376,7 @@ async fn schedules(sched: &aws_sdk_scheduler::Client, n: usize) -> Vec<String> {
     let mut names = Vec::new();
     for i in 0..n {
         let name = format!("s-{i:03}");
-        sched
-            .create_schedule()
-            .group_name("pages")
-            .name(&name)
-            .schedule_expression("at(2099-01-01T00:00:00)")
-            .flexible_time_window(
-                FlexibleTimeWindow::builder()
-                    .mode(FlexibleTimeWindowMode::Off)
-                    .build()
-                    .unwrap(),
-            )
-            .target(
-                Target::builder()
-                    .arn("arn:aws:sqs:us-east-1:123456789012:q")
-                    .role_arn("arn:aws:iam::123456789012:role/r")
-                    .build()
-                    .unwrap(),
-            )
+        testkit::moto::far_schedule(sched, "pages", &name)
             .send()
             .await
             .unwrap();

@@ -10,7 +10,6 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use aws_sdk_scheduler::operation::create_schedule::CreateScheduleError;
-use aws_sdk_scheduler::types::{FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use domain::ports::Cause;
 use std::time::{Duration, Instant};
@@ -127,16 +126,8 @@ impl World {
     }
 
     async fn depth(&self, url: &str) -> usize {
-        aws_sdk_sqs::Client::new(&self.moto)
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .visibility_timeout(0)
-            .send()
-            .await
-            .unwrap()
-            .messages()
-            .len()
+        let sqs = aws_sdk_sqs::Client::new(&self.moto);
+        testkit::moto::receive_at_once(&sqs, url).await.unwrap()
     }
 
     async fn group(&self) -> String {
@@ -156,25 +147,8 @@ impl World {
         name: &str,
     ) -> Result<(), SdkError<CreateScheduleError, aws_sdk_scheduler::config::http::HttpResponse>>
     {
-        aws::clients::scheduler_with(&self.through, once())
-            .create_schedule()
-            .name(name)
-            .group_name(group)
-            .schedule_expression("at(2030-01-01T00:00:00)")
-            .flexible_time_window(
-                FlexibleTimeWindow::builder()
-                    .mode(FlexibleTimeWindowMode::Off)
-                    .build()
-                    .unwrap(),
-            )
-            .target(
-                Target::builder()
-                    .arn("arn:aws:sqs:us-east-1:123456789012:q")
-                    .role_arn("arn:aws:iam::123456789012:role/s")
-                    .input("{}")
-                    .build()
-                    .unwrap(),
-            )
+        let scheduler = aws::clients::scheduler_with(&self.through, once());
+        testkit::moto::far_schedule(&scheduler, group, name)
             .send()
             .await
             .map(|_| ())
