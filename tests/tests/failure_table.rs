@@ -133,9 +133,7 @@ async fn response_handler_crash_after_each_effect_then_redelivery<B: Backend>() 
 /// nothing duplicated.
 async fn row1_a_dies_before_scheduling<B: Backend>() {
     let w = B::world().await;
-    w.start(TX, 3).await;
-    w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(0))
-        .await;
+    w.start_and_crash_responding(TX, 0).await;
     assert_eq!(w.status(TX).await, Status::InProgress);
     assert_eq!(w.audit(TX).await.len(), 1, "nothing written");
     w.respond(TX, 1, Outcome::Cancelled).await;
@@ -149,9 +147,7 @@ async fn row1_a_dies_before_scheduling<B: Backend>() {
 /// stored next_fire_at is reused: one retry.
 async fn row2_a_dies_after_scheduling_before_creating<B: Backend>() {
     let w = B::world().await;
-    w.start(TX, 3).await;
-    w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(1))
-        .await;
+    w.start_and_crash_responding(TX, 1).await;
     let stored = w.record(TX).await.next_fire_at.unwrap();
     assert!(w.live().await.is_empty());
     w.advance(Duration::from_secs(3600));
@@ -176,9 +172,7 @@ async fn row2_a_dies_after_scheduling_before_creating<B: Backend>() {
 /// retry queue, the record is confirmed SCHEDULED, and the retry goes out once.
 async fn a_response_redriven_after_its_fire_time_goes_to_the_retry_queue<B: Backend>() {
     let w = B::world().await;
-    w.start(TX, 3).await;
-    w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(1))
-        .await;
+    w.start_and_crash_responding(TX, 1).await;
     let stored = w.record(TX).await.next_fire_at.unwrap();
     w.set_time(stored.plus_millis(3 * 3_600_000));
     assert_eq!(
@@ -207,9 +201,7 @@ async fn a_response_redriven_after_its_fire_time_goes_to_the_retry_queue<B: Back
 /// redelivery's create says "exists": success.
 async fn row3_a_dies_after_creating_before_scheduled<B: Backend>() {
     let w = B::world().await;
-    w.start(TX, 3).await;
-    w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(2))
-        .await;
+    w.start_and_crash_responding(TX, 2).await;
     assert_eq!(w.status(TX).await, Status::Scheduling);
     assert_eq!(w.live().await.len(), 1);
     let v = w.respond(TX, 1, Outcome::Cancelled).await;
@@ -1156,9 +1148,7 @@ async fn a_crash_at_every_step_leaves_the_final_result_unchanged<B: Backend>() {
     };
     for k in 0..=2 {
         let w = B::world().await;
-        w.start(TX, 3).await;
-        w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(k))
-            .await;
+        w.start_and_crash_responding(TX, k).await;
         w.respond(TX, 1, Outcome::Cancelled).await;
         let ev = fire(&w).await;
         w.retry_with(&ev, &mut stop_after(k)).await;

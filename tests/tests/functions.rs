@@ -27,6 +27,25 @@ fn event(name: &str) -> SqsEvent {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
+/// `$event` through `$handler`'s `handle_event`, counted into fresh metrics of
+/// `$function`: (the batch response, the metrics).
+macro_rules! run {
+    ($handler:expr, $function:literal, $event:expr) => {{
+        let m = Metrics::new("DeferredRetry", $function);
+        let r = $handler.handle_event($event, &m).await.unwrap();
+        (r, m)
+    }};
+}
+
+/// A world where each of `txs` is started, at most 3 attempts.
+async fn started(txs: &[&str]) -> World {
+    let w = World::new();
+    for tx in txs {
+        w.start(tx, 3).await;
+    }
+    w
+}
+
 fn failures(r: &SqsBatchResponse) -> Vec<String> {
     r.batch_item_failures
         .iter()
@@ -93,21 +112,18 @@ fn retry_handler<'a, Rq: RequestPublisher>(
 /// after each.
 #[tokio::test]
 async fn the_event_files_through_the_three_functions() {
-    let w = World::new();
-    for tx in ["TX-100200", "TX-100300", "TX-100400", "TX-100500"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100200", "TX-100300", "TX-100400", "TX-100500"]).await;
     let response_dlq = MemoryDeadLetter::new();
     let retry_dlq = MemoryDeadLetter::new();
     let handler_a = response_handler(&w, &response_dlq);
     let handler_b = retry_handler(&w, &w.requests, &retry_dlq);
 
     // CANCELLED for attempt 1: SCHEDULED, one schedule from the persisted instant.
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-cancelled.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(
+        handler_a,
+        "response-handler",
+        event("response-cancelled.json")
+    );
     assert!(failures(&r).is_empty());
     assert_eq!(w.status("TX-100200").await, Status::Scheduled);
     let live = w.scheduler.live();
@@ -122,11 +138,7 @@ async fn the_event_files_through_the_three_functions() {
 
     // The retry event: attempt 2 published with its key, IN_PROGRESS(2).
     w.set_time(live[0].fire_at);
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    let r = handler_b
-        .handle_event(event("retry.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_b, "retry-handler", event("retry.json"));
     assert!(failures(&r).is_empty());
     let rec = w.record("TX-100200").await;
     assert_eq!(
@@ -142,42 +154,30 @@ async fn the_event_files_through_the_three_functions() {
     );
 
     // Delivered twice more (scheduler and reconciler): both dropped as duplicates.
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    let r = handler_b
-        .handle_event(event("retry-duplicate.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_b, "retry-handler", event("retry-duplicate.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count("DropDuplicateRetry"), 2);
     assert_eq!(m.count(names::REQUESTS_PUBLISHED), 0);
 
     // An event for an attempt that is not pending: stale.
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    let r = handler_b
-        .handle_event(event("retry-stale.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_b, "retry-handler", event("retry-stale.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count("DropStaleRetry"), 1);
 
     // A late response for attempt 1 changes nothing.
     let before = w.record("TX-100200").await;
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-late.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_a, "response-handler", event("response-late.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(w.record("TX-100200").await, before);
     assert_eq!(m.count("DropLateResponse"), 1);
 
     // A SUCCESS for attempt 1, answered CANCELLED before: changes nothing either, but
     // is a business alert (possible double execution).
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-conflicting-success.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(
+        handler_a,
+        "response-handler",
+        event("response-conflicting-success.json")
+    );
     assert!(failures(&r).is_empty());
     assert_eq!(w.record("TX-100200").await, before);
     assert_eq!(m.count(names::CONFLICTING_SUCCESS), 1);
@@ -203,11 +203,11 @@ async fn the_event_files_through_the_three_functions() {
     );
 
     // SUCCESS.
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-success.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(
+        handler_a,
+        "response-handler",
+        event("response-success.json")
+    );
     assert!(failures(&r).is_empty());
     assert_eq!(w.status("TX-100300").await, Status::Succeeded);
     assert_eq!(m.count(names::RESPONSE_SUCCESS), 1);
@@ -327,17 +327,10 @@ async fn the_event_files_through_the_three_functions() {
 /// out of range goes to the DLQ unchanged.
 #[tokio::test]
 async fn the_technical_error_event_files_through_the_response_handler() {
-    let w = World::new();
-    for tx in ["TX-100600", "TX-100700"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100600", "TX-100700"]).await;
     let dlq = MemoryDeadLetter::new();
     let handler_a = response_handler(&w, &dlq);
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-error.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_a, "response-handler", event("response-error.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count(names::TECHNICAL_FAILURES), 2);
     assert_eq!(m.count("AckResend"), 2);
@@ -387,10 +380,7 @@ async fn the_technical_error_event_files_through_the_response_handler() {
 /// SUCCESS closes the breaker.
 #[tokio::test]
 async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
-    let w = World::new();
-    for tx in ["TX-100600", "TX-100700"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100600", "TX-100700"]).await;
     let settings = domain::breaker::BreakerSettings {
         min_calls: 2,
         cooldown: Duration::from_secs(300),
@@ -409,11 +399,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     let dlq = MemoryDeadLetter::new();
     let mut handler_a = response_handler(&w, &dlq);
     handler_a.breaker = gate("response-handler");
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-error.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_a, "response-handler", event("response-error.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count(names::BREAKER_OPENED), 1, "{:?}", m.snapshot());
     assert_eq!(m.count(names::BREAKER_STATE), 2, "open");
@@ -442,8 +428,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     w.advance(Duration::from_secs(130));
     for tx in ["TX-100600", "TX-100700"] {
         let before = w.record(tx).await;
-        let m = Metrics::new("DeferredRetry", "retry-handler");
-        let r = handler_b.handle_event(retry_of(tx), &m).await.unwrap();
+        let (r, m) = run!(handler_b, "retry-handler", retry_of(tx));
         assert!(failures(&r).is_empty());
         assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1, "{tx}");
         assert_eq!(
@@ -461,11 +446,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     // A copy of an event while the breaker is still open: deferred too, nothing
     // changes.
     let before = w.record("TX-100600").await;
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(retry_of("TX-100600"), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_b, "retry-handler", retry_of("TX-100600"));
     assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1);
     assert_eq!(w.record("TX-100600").await, before);
     // Each held event is back on the retry queue, delayed to the probe instant or
@@ -485,19 +466,11 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     // The cool-down is over and the held events are delivered: the first is the
     // round's one probe, the second is held again.
     w.set_time(until.plus_millis(1_000));
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(retry_of("TX-100600"), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_b, "retry-handler", retry_of("TX-100600"));
     assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 0);
     assert_eq!(w.status("TX-100600").await, Status::InProgress);
     assert_eq!(w.keys().await.len(), published + 1, "the probe went out");
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(retry_of("TX-100700"), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_b, "retry-handler", retry_of("TX-100700"));
     assert_eq!(
         m.count(names::RETRIES_PAUSED_BY_BREAKER),
         1,
@@ -585,11 +558,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         }))
         .unwrap()
     };
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(batch(due[0].to_json()), &m)
-        .await
-        .unwrap();
+    run!(handler_b, "retry-handler", batch(due[0].to_json()));
     let probe = w.record("TX-100800").await;
     assert_eq!(
         (probe.status, probe.current_attempt, probe.mark),
@@ -611,11 +580,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         retry_after_seconds: None,
         round: request.round,
     };
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    handler_a
-        .handle_event(batch(error.to_json()), &m)
-        .await
-        .unwrap();
+    run!(handler_a, "response-handler", batch(error.to_json()));
     let r = w.record("TX-100800").await;
     assert_eq!(
         (
@@ -635,31 +600,17 @@ async fn a_probe_answered_error_spends_no_resend() {
     let again = w.fire_due().await;
     assert_eq!(again[0].round, Some(1));
     let open = shared.breaker();
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(batch(due[0].to_json()), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_b, "retry-handler", batch(due[0].to_json()));
     assert_eq!(m.count("DropStaleCycle"), 1, "{:?}", m.snapshot());
     assert_eq!(shared.breaker(), open, "the stale event spent no probe");
-    handler_b
-        .handle_event(
-            batch(again[0].to_json()),
-            &Metrics::new("DeferredRetry", "retry-handler"),
-        )
-        .await
-        .unwrap();
+    run!(handler_b, "retry-handler", batch(again[0].to_json()));
     let before = w.record("TX-100800").await;
     assert_eq!(
         (before.status, before.counts[Counter::Round]),
         (Status::InProgress, 1),
         "{before:?}"
     );
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    handler_a
-        .handle_event(batch(error.to_json()), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_a, "response-handler", batch(error.to_json()));
     assert_eq!(m.count("DropStaleError"), 1, "{:?}", m.snapshot());
     assert_eq!(w.record("TX-100800").await, before);
 }
@@ -673,10 +624,7 @@ async fn a_probe_answered_error_spends_no_resend() {
 /// the service answers, even though no retry comes due.
 #[tokio::test]
 async fn unanswered_requests_probe_an_open_breaker() {
-    let w = World::new();
-    for tx in ["TX-100600", "TX-100700"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100600", "TX-100700"]).await;
     let (shared, settings) = opened_by_operator(&w).await;
     // Both deadlines and the cool-down are past.
     w.advance(Duration::from_secs(2 * 86_400));
@@ -712,26 +660,15 @@ async fn unanswered_requests_probe_an_open_breaker() {
     assert_eq!(w.keys().await.len(), published + 1, "one probe went out");
     assert_eq!(shared.breaker().state.name(), "HALF_OPEN");
     let records = [w.record("TX-100600").await, w.record("TX-100700").await];
-    let waiting: Vec<_> = records
-        .iter()
-        .filter(|r| r.last_reason.as_deref() == Some("BREAKER_HALF_OPEN"))
-        .collect();
-    assert_eq!(waiting.len(), 1);
-    assert_eq!(
-        waiting[0].counts[Counter::Republishes],
-        0,
-        "the held one spent no republish"
-    );
-    let probe: Vec<_> = records
-        .iter()
-        .filter(|r| r.last_reason.as_deref() == Some("BREAKER_PROBE"))
-        .collect();
-    assert_eq!(probe.len(), 1);
-    assert_eq!(
-        probe[0].counts[Counter::Republishes],
-        0,
-        "nor did the probe"
-    );
+    // One held, one probe: neither spent a republish.
+    for reason in ["BREAKER_HALF_OPEN", "BREAKER_PROBE"] {
+        let with: Vec<_> = records
+            .iter()
+            .filter(|r| r.last_reason.as_deref() == Some(reason))
+            .collect();
+        assert_eq!(with.len(), 1, "{reason}: {records:?}");
+        assert_eq!(with[0].counts[Counter::Republishes], 0, "{reason}");
+    }
 }
 
 /// Every file of `tests/events` is one the tests above send through the functions.
@@ -788,10 +725,7 @@ impl Transitions for Faulty<'_> {
 /// DLQ; the others are done.
 #[tokio::test]
 async fn retryable_errors_and_panics_fail_only_their_records() {
-    let w = World::new();
-    for tx in ["TX-100200", "TX-100400", "TX-100500"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100200", "TX-100400", "TX-100500"]).await;
     let dlq = MemoryDeadLetter::new();
     let handler_a = ResponseHandler {
         store: Faulty {
@@ -900,8 +834,7 @@ async fn the_retry_handler_never_exceeds_its_rate() {
             .collect();
         let ev: SqsEvent =
             serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
-        let m = Metrics::new("DeferredRetry", "retry-handler");
-        let r = handler_b.handle_event(ev, &m).await.unwrap();
+        let (r, m) = run!(handler_b, "retry-handler", ev);
         assert!(failures(&r).is_empty(), "invocation {n}");
         assert_eq!(m.count(names::RETRIES_PUBLISHED), 10);
         assert!(
