@@ -249,25 +249,42 @@ fn table_problems_for(id: &str, r: &Value, def: &TableDef) -> Vec<String> {
     p
 }
 
-/// The resources of type `ty` (`what`) are exactly the code's `defs`, by logical id,
-/// and each is its definition (`check`).
-fn definition_problems<D>(
+/// A definition `testkit::provision` creates, by the template's logical id.
+trait Definition {
+    const TYPE: &'static str;
+    fn logical_id(&self) -> &'static str;
+}
+
+impl Definition for TableDef {
+    const TYPE: &'static str = "AWS::DynamoDB::Table";
+    fn logical_id(&self) -> &'static str {
+        self.logical_id
+    }
+}
+
+impl Definition for QueueDef {
+    const TYPE: &'static str = "AWS::SQS::Queue";
+    fn logical_id(&self) -> &'static str {
+        self.logical_id
+    }
+}
+
+/// The template's resources of `D`'s type are exactly the code's `defs`, by logical
+/// id, and each is its definition (`check`).
+fn definition_problems<D: Definition>(
     t: &Value,
-    ty: &str,
-    what: &str,
     defs: &[D],
-    logical_id: fn(&D) -> &'static str,
     check: impl Fn(&str, &Value, &D) -> Vec<String>,
 ) -> Vec<String> {
-    let found = of_type(t, ty);
+    let found = of_type(t, D::TYPE);
     let mut p = vec![];
     let ids: BTreeSet<&str> = found.iter().map(|(id, _)| id.as_str()).collect();
-    let want: BTreeSet<&str> = defs.iter().map(logical_id).collect();
+    let want: BTreeSet<&str> = defs.iter().map(D::logical_id).collect();
     if ids != want {
-        p.push(format!("{what} {ids:?}, the code provisions {want:?}"));
+        p.push(format!("{} {ids:?}, the code provisions {want:?}", D::TYPE));
     }
     for def in defs {
-        if let Some((id, r)) = found.iter().find(|(id, _)| id == logical_id(def)) {
+        if let Some((id, r)) = found.iter().find(|(id, _)| id == def.logical_id()) {
             p.extend(check(id, r, def));
         }
     }
@@ -277,15 +294,7 @@ fn definition_problems<D>(
 /// Tables are the definitions the adapters provision (and query).
 fn table_problems(t: &Value) -> Vec<String> {
     let defs = table_definitions(&StackNames::new("template-test"));
-    let logical_id = |d: &TableDef| d.logical_id;
-    definition_problems(
-        t,
-        "AWS::DynamoDB::Table",
-        "tables",
-        &defs,
-        logical_id,
-        table_problems_for,
-    )
+    definition_problems(t, &defs, table_problems_for)
 }
 
 fn queue_problems_for(t: &Value, id: &str, r: &Value, def: &QueueDef) -> Vec<String> {
@@ -351,15 +360,7 @@ fn queue_problems_for(t: &Value, id: &str, r: &Value, def: &QueueDef) -> Vec<Str
 /// Queues are the definitions the adapters provision.
 fn queue_problems(t: &Value) -> Vec<String> {
     let defs = queue_definitions(&StackNames::new("template-test"));
-    let logical_id = |d: &QueueDef| d.logical_id;
-    definition_problems(
-        t,
-        "AWS::SQS::Queue",
-        "queues",
-        &defs,
-        logical_id,
-        |id, r, def| queue_problems_for(t, id, r, def),
-    )
+    definition_problems(t, &defs, |id, r, def| queue_problems_for(t, id, r, def))
 }
 
 /// Timeouts are the code's, and 6 × timeout fits in the consumed queue's visibility.
