@@ -595,18 +595,7 @@ async fn resolve_succeeds_a_waiting_transaction_and_deletes_its_schedule() {
     let sdk = testkit::moto::sdk_config(&s.endpoint).await;
     let sched = aws_sdk_scheduler::Client::new(&sdk);
     let group = format!("{}-retries", s.prefix);
-    let exists = |name: &'static str| {
-        let (sched, group) = (sched.clone(), group.clone());
-        async move {
-            sched
-                .get_schedule()
-                .group_name(group)
-                .name(name)
-                .send()
-                .await
-                .is_ok()
-        }
-    };
+    let exists = |name: &'static str| testkit::moto::schedule_exists(&sched, &group, name);
     assert!(exists("retry-TX-RES-1-2").await);
 
     let r = retryctl(s, &["resolve", "TX-RES-1", "--json"]).await;

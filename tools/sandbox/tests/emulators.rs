@@ -127,13 +127,9 @@ fn spawn_scheduler(
 
 /// Whether no schedule is left in `p`'s group.
 async fn no_schedules_left(sched: &aws_sdk_scheduler::Client, p: &Provisioned) -> bool {
-    sched
-        .list_schedules()
-        .group_name(&p.names.schedule_group)
-        .send()
+    testkit::moto::schedule_names(sched, &p.names.schedule_group)
         .await
         .unwrap()
-        .schedules()
         .is_empty()
 }
 

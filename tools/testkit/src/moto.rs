@@ -426,6 +426,76 @@ pub async fn receive_at_once(
     Ok(out.messages().len())
 }
 
+/// Takes every message off `url` (received without waiting, then deleted): their
+/// bodies, oldest first.
+pub async fn take_all(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Result<Vec<String>, aws_sdk_sqs::Error> {
+    let mut bodies = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(0)
+            .send()
+            .await?;
+        if out.messages().is_empty() {
+            return Ok(bodies);
+        }
+        for m in out.messages() {
+            bodies.push(m.body().unwrap_or_default().to_owned());
+            sqs.delete_message()
+                .queue_url(url)
+                .set_receipt_handle(m.receipt_handle().map(str::to_owned))
+                .send()
+                .await?;
+        }
+    }
+}
+
+/// Whether the schedule `name` of `group` exists.
+pub async fn schedule_exists(
+    scheduler: &aws_sdk_scheduler::Client,
+    group: &str,
+    name: &str,
+) -> bool {
+    scheduler
+        .get_schedule()
+        .group_name(group)
+        .name(name)
+        .send()
+        .await
+        .is_ok()
+}
+
+/// The names of every schedule of `group`, all pages.
+pub async fn schedule_names(
+    scheduler: &aws_sdk_scheduler::Client,
+    group: &str,
+) -> Result<Vec<String>, aws_sdk_scheduler::Error> {
+    let mut names = Vec::new();
+    let mut token = None;
+    loop {
+        let page = scheduler
+            .list_schedules()
+            .group_name(group)
+            .set_next_token(token)
+            .send()
+            .await?;
+        names.extend(
+            page.schedules()
+                .iter()
+                .filter_map(|s| s.name().map(str::to_owned)),
+        );
+        match page.next_token() {
+            Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+            _ => return Ok(names),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

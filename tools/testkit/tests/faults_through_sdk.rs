@@ -5,15 +5,13 @@
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_scheduler::operation::create_schedule::CreateScheduleError;
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use domain::ports::Cause;
 use std::time::{Duration, Instant};
 use testkit::faults::{FaultKind, Faults, Rates};
+use testkit::provision::{create_table, TableDef};
 use testkit::proxy::Proxy;
 
 /// One attempt per call: the fault reaches the test as the SDK reports it.
@@ -59,25 +57,8 @@ impl World {
 
     async fn table(&self) -> String {
         let name = format!("{}-t", self.prefix);
-        aws_sdk_dynamodb::Client::new(&self.moto)
-            .create_table()
-            .table_name(&name)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("id")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("id")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
+        let client = aws_sdk_dynamodb::Client::new(&self.moto);
+        create_table(&client, &TableDef::keyed(&name, "id"))
             .await
             .unwrap();
         name
@@ -155,13 +136,8 @@ impl World {
     }
 
     async fn schedule_exists(&self, group: &str, name: &str) -> bool {
-        aws_sdk_scheduler::Client::new(&self.moto)
-            .get_schedule()
-            .group_name(group)
-            .name(name)
-            .send()
-            .await
-            .is_ok()
+        let scheduler = aws_sdk_scheduler::Client::new(&self.moto);
+        testkit::moto::schedule_exists(&scheduler, group, name).await
     }
 }
 
