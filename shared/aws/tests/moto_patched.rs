@@ -10,12 +10,10 @@
 //! `docs/adapters.md#the-local-aws-moto-patched-where-it-breaks-dynamodbs-promises`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use testkit::moto::MotoServer;
+use testkit::provision::{create_table, TableDef};
 
 const TABLE: &str = "race";
 /// Acknowledged increments per round.
@@ -26,33 +24,11 @@ fn s(v: &str) -> AttributeValue {
 }
 
 async fn table(ddb: &Client) {
-    ddb.create_table()
-        .table_name(TABLE)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let def = TableDef {
+        stream_view: Some("NEW_AND_OLD_IMAGES"),
+        ..TableDef::keyed(TABLE, "pk")
+    };
+    create_table(ddb, &def).await.unwrap();
 }
 
 /// The table's stream.
