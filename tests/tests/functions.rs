@@ -27,10 +27,14 @@ fn event(name: &str) -> SqsEvent {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
+/// The function names the handlers count their metrics under.
+const RESPONSE: &str = "response-handler";
+const RETRY: &str = "retry-handler";
+
 /// `$event` through `$handler`'s `handle_event`, counted into fresh metrics of
 /// `$function`: (the batch response, the metrics).
 macro_rules! run {
-    ($handler:expr, $function:literal, $event:expr) => {{
+    ($handler:expr, $function:expr, $event:expr) => {{
         let m = Metrics::new("DeferredRetry", $function);
         let r = $handler.handle_event($event, &m).await.unwrap();
         (r, m)
@@ -119,11 +123,7 @@ async fn the_event_files_through_the_three_functions() {
     let handler_b = retry_handler(&w, &w.requests, &retry_dlq);
 
     // CANCELLED for attempt 1: SCHEDULED, one schedule from the persisted instant.
-    let (r, m) = run!(
-        handler_a,
-        "response-handler",
-        event("response-cancelled.json")
-    );
+    let (r, m) = run!(handler_a, RESPONSE, event("response-cancelled.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(w.status("TX-100200").await, Status::Scheduled);
     let live = w.scheduler.live();
@@ -138,7 +138,7 @@ async fn the_event_files_through_the_three_functions() {
 
     // The retry event: attempt 2 published with its key, IN_PROGRESS(2).
     w.set_time(live[0].fire_at);
-    let (r, m) = run!(handler_b, "retry-handler", event("retry.json"));
+    let (r, m) = run!(handler_b, RETRY, event("retry.json"));
     assert!(failures(&r).is_empty());
     let rec = w.record("TX-100200").await;
     assert_eq!(
@@ -154,19 +154,19 @@ async fn the_event_files_through_the_three_functions() {
     );
 
     // Delivered twice more (scheduler and reconciler): both dropped as duplicates.
-    let (r, m) = run!(handler_b, "retry-handler", event("retry-duplicate.json"));
+    let (r, m) = run!(handler_b, RETRY, event("retry-duplicate.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count("DropDuplicateRetry"), 2);
     assert_eq!(m.count(names::REQUESTS_PUBLISHED), 0);
 
     // An event for an attempt that is not pending: stale.
-    let (r, m) = run!(handler_b, "retry-handler", event("retry-stale.json"));
+    let (r, m) = run!(handler_b, RETRY, event("retry-stale.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count("DropStaleRetry"), 1);
 
     // A late response for attempt 1 changes nothing.
     let before = w.record("TX-100200").await;
-    let (r, m) = run!(handler_a, "response-handler", event("response-late.json"));
+    let (r, m) = run!(handler_a, RESPONSE, event("response-late.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(w.record("TX-100200").await, before);
     assert_eq!(m.count("DropLateResponse"), 1);
@@ -175,7 +175,7 @@ async fn the_event_files_through_the_three_functions() {
     // is a business alert (possible double execution).
     let (r, m) = run!(
         handler_a,
-        "response-handler",
+        RESPONSE,
         event("response-conflicting-success.json")
     );
     assert!(failures(&r).is_empty());
@@ -203,11 +203,7 @@ async fn the_event_files_through_the_three_functions() {
     );
 
     // SUCCESS.
-    let (r, m) = run!(
-        handler_a,
-        "response-handler",
-        event("response-success.json")
-    );
+    let (r, m) = run!(handler_a, RESPONSE, event("response-success.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(w.status("TX-100300").await, Status::Succeeded);
     assert_eq!(m.count(names::RESPONSE_SUCCESS), 1);
@@ -330,7 +326,7 @@ async fn the_technical_error_event_files_through_the_response_handler() {
     let w = started(&["TX-100600", "TX-100700"]).await;
     let dlq = MemoryDeadLetter::new();
     let handler_a = response_handler(&w, &dlq);
-    let (r, m) = run!(handler_a, "response-handler", event("response-error.json"));
+    let (r, m) = run!(handler_a, RESPONSE, event("response-error.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count(names::TECHNICAL_FAILURES), 2);
     assert_eq!(m.count("AckResend"), 2);
@@ -388,18 +384,11 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
         ..domain::breaker::BreakerSettings::default()
     };
     let shared = Arc::new(MemoryBreaker::new(settings));
-    let gate = |by: &str| {
-        Some(runtime::breaker::BreakerGate::new(
-            Arc::clone(&shared),
-            settings,
-            Duration::from_secs(5),
-            by,
-        ))
-    };
+    let gate = |by: &str| Some(gate(&shared, settings, by));
     let dlq = MemoryDeadLetter::new();
     let mut handler_a = response_handler(&w, &dlq);
     handler_a.breaker = gate("response-handler");
-    let (r, m) = run!(handler_a, "response-handler", event("response-error.json"));
+    let (r, m) = run!(handler_a, RESPONSE, event("response-error.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count(names::BREAKER_OPENED), 1, "{:?}", m.snapshot());
     assert_eq!(m.count(names::BREAKER_STATE), 2, "open");
@@ -428,7 +417,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     w.advance(Duration::from_secs(130));
     for tx in ["TX-100600", "TX-100700"] {
         let before = w.record(tx).await;
-        let (r, m) = run!(handler_b, "retry-handler", retry_of(tx));
+        let (r, m) = run!(handler_b, RETRY, retry_of(tx));
         assert!(failures(&r).is_empty());
         assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1, "{tx}");
         assert_eq!(
@@ -446,7 +435,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     // A copy of an event while the breaker is still open: deferred too, nothing
     // changes.
     let before = w.record("TX-100600").await;
-    let (_, m) = run!(handler_b, "retry-handler", retry_of("TX-100600"));
+    let (_, m) = run!(handler_b, RETRY, retry_of("TX-100600"));
     assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1);
     assert_eq!(w.record("TX-100600").await, before);
     // Each held event is back on the retry queue, delayed to the probe instant or
@@ -466,11 +455,11 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     // The cool-down is over and the held events are delivered: the first is the
     // round's one probe, the second is held again.
     w.set_time(until.plus_millis(1_000));
-    let (_, m) = run!(handler_b, "retry-handler", retry_of("TX-100600"));
+    let (_, m) = run!(handler_b, RETRY, retry_of("TX-100600"));
     assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 0);
     assert_eq!(w.status("TX-100600").await, Status::InProgress);
     assert_eq!(w.keys().await.len(), published + 1, "the probe went out");
-    let (_, m) = run!(handler_b, "retry-handler", retry_of("TX-100700"));
+    let (_, m) = run!(handler_b, RETRY, retry_of("TX-100700"));
     assert_eq!(
         m.count(names::RETRIES_PAUSED_BY_BREAKER),
         1,
@@ -495,6 +484,15 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     assert_eq!(w.status("TX-100600").await, Status::Succeeded);
     assert_eq!(shared.breaker().state.name(), "CLOSED");
     assert_eq!(m.count(names::BREAKER_STATE), 0);
+}
+
+/// The shared breaker as `by` asks it, its view cached for 5 s.
+fn gate(
+    shared: &Arc<MemoryBreaker>,
+    settings: domain::breaker::BreakerSettings,
+    by: &str,
+) -> runtime::breaker::BreakerGate<Arc<MemoryBreaker>> {
+    runtime::breaker::BreakerGate::new(Arc::clone(shared), settings, Duration::from_secs(5), by)
 }
 
 /// A breaker with one probe per round, opened by an operator now.
@@ -536,14 +534,7 @@ async fn a_probe_answered_error_spends_no_resend() {
     w.start("TX-100800", 3).await;
     w.respond("TX-100800", 1, Outcome::Cancelled).await;
     let (shared, settings) = opened_by_operator(&w).await;
-    let gate = |by: &str| {
-        Some(runtime::breaker::BreakerGate::new(
-            Arc::clone(&shared),
-            settings,
-            Duration::from_secs(5),
-            by,
-        ))
-    };
+    let gate = |by: &str| Some(gate(&shared, settings, by));
     // The retry and the cool-down are past: the retry is the round's probe.
     w.advance(Duration::from_secs(2 * 86_400));
     let due = w.fire_due().await;
@@ -558,7 +549,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         }))
         .unwrap()
     };
-    run!(handler_b, "retry-handler", batch(due[0].to_json()));
+    run!(handler_b, RETRY, batch(due[0].to_json()));
     let probe = w.record("TX-100800").await;
     assert_eq!(
         (probe.status, probe.current_attempt, probe.mark),
@@ -580,7 +571,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         retry_after_seconds: None,
         round: request.round,
     };
-    run!(handler_a, "response-handler", batch(error.to_json()));
+    run!(handler_a, RESPONSE, batch(error.to_json()));
     let r = w.record("TX-100800").await;
     assert_eq!(
         (
@@ -600,17 +591,17 @@ async fn a_probe_answered_error_spends_no_resend() {
     let again = w.fire_due().await;
     assert_eq!(again[0].round, Some(1));
     let open = shared.breaker();
-    let (_, m) = run!(handler_b, "retry-handler", batch(due[0].to_json()));
+    let (_, m) = run!(handler_b, RETRY, batch(due[0].to_json()));
     assert_eq!(m.count("DropStaleCycle"), 1, "{:?}", m.snapshot());
     assert_eq!(shared.breaker(), open, "the stale event spent no probe");
-    run!(handler_b, "retry-handler", batch(again[0].to_json()));
+    run!(handler_b, RETRY, batch(again[0].to_json()));
     let before = w.record("TX-100800").await;
     assert_eq!(
         (before.status, before.counts[Counter::Round]),
         (Status::InProgress, 1),
         "{before:?}"
     );
-    let (_, m) = run!(handler_a, "response-handler", batch(error.to_json()));
+    let (_, m) = run!(handler_a, RESPONSE, batch(error.to_json()));
     assert_eq!(m.count("DropStaleError"), 1, "{:?}", m.snapshot());
     assert_eq!(w.record("TX-100800").await, before);
 }
@@ -634,12 +625,7 @@ async fn unanswered_requests_probe_an_open_breaker() {
         scheduler: &w.scheduler,
         retries: &w.retries,
         requests: &w.requests,
-        breaker: Some(runtime::breaker::BreakerGate::new(
-            Arc::clone(&shared),
-            settings,
-            Duration::from_secs(5),
-            "reconciler",
-        )),
+        breaker: Some(gate(&shared, settings, "reconciler")),
         clock: &w.clock,
         settings: w.settings.clone(),
         limits: Limits::default(),
@@ -834,7 +820,7 @@ async fn the_retry_handler_never_exceeds_its_rate() {
             .collect();
         let ev: SqsEvent =
             serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
-        let (r, m) = run!(handler_b, "retry-handler", ev);
+        let (r, m) = run!(handler_b, RETRY, ev);
         assert!(failures(&r).is_empty(), "invocation {n}");
         assert_eq!(m.count(names::RETRIES_PUBLISHED), 10);
         assert!(
