@@ -15,8 +15,9 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use domain::breaker::BreakerSettings;
 use domain::exec::{ResponsePorts, RetryPorts, StartPorts};
+use domain::policy::SplitMix64;
 use domain::ports::{Clock, SystemClock};
-use domain::{MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
+use domain::{Context, MaxAttempts, Payload, Request, Response, RetryEvent, TransactionId};
 use response_handler::ResponseHandler;
 use retry_bench::cycle::payload_of;
 use retry_handler::RetryHandler;
@@ -90,25 +91,38 @@ fn scheduled(n: usize) -> MemoryStore {
     let metrics = Metrics::new("Bench", "setup");
     let ctx = Settings::default().context(SystemClock.now());
     let mut rng = domain::policy::SplitMix64::new(1);
-    let retries = MemoryQueue::<RetryEvent>::new();
-    let ports = ResponsePorts {
-        store: &store,
-        scheduler: &scheduler,
-        retries: &retries,
-        notes: &store,
-    };
     for i in 0..n {
-        let (v, _) = ready(response_handler::handle(
-            &ports,
-            &cancelled(i),
-            &ctx,
-            &mut rng,
-            &mut run_all,
-            &metrics,
-        ));
+        let v = respond(&store, &scheduler, &cancelled(i), &ctx, &mut rng, &metrics);
         assert!(matches!(v, Verdict::Done { .. }), "{v:?}");
     }
     store
+}
+
+/// `response` through `response_handler::handle` on `store` and `scheduler`.
+fn respond(
+    store: &MemoryStore,
+    scheduler: &MemoryScheduler,
+    response: &Response,
+    ctx: &Context,
+    rng: &mut SplitMix64,
+    metrics: &Metrics,
+) -> Verdict {
+    let retries = MemoryQueue::<RetryEvent>::new();
+    let ports = ResponsePorts {
+        store,
+        scheduler,
+        retries: &retries,
+        notes: store,
+    };
+    ready(response_handler::handle(
+        &ports,
+        response,
+        ctx,
+        rng,
+        &mut run_all,
+        metrics,
+    ))
+    .0
 }
 
 fn event(bodies: impl Iterator<Item = String>) -> SqsEvent {
@@ -190,6 +204,24 @@ fn retry_handler(
     }
 }
 
+/// Benchmarks `$name`: an event of `BATCH` records (`$record(i)`) through a fresh
+/// `$handler()`'s `handle_event`, every record a success.
+macro_rules! batch_bench {
+    ($g:expr, $name:literal, $handler:expr, $record:expr, $metrics:expr) => {
+        $g.bench_function($name, |b| {
+            b.iter_batched(
+                || ($handler(), event((0..BATCH).map($record))),
+                |(h, ev)| {
+                    let out = ready(h.handle_event(ev, $metrics)).unwrap();
+                    debug_assert!(out.batch_item_failures.is_empty());
+                    (out, h)
+                },
+                BatchSize::SmallInput,
+            )
+        })
+    };
+}
+
 fn handlers(c: &mut Criterion) {
     let mut g = c.benchmark_group("handlers");
     let metrics = Metrics::new("Bench", "bench");
@@ -207,22 +239,8 @@ fn handlers(c: &mut Criterion) {
                 )
             },
             |(store, scheduler, ctx)| {
-                let mut rng = domain::policy::SplitMix64::new(7);
-                let retries = MemoryQueue::<RetryEvent>::new();
-                let ports = ResponsePorts {
-                    store: &store,
-                    scheduler: &scheduler,
-                    retries: &retries,
-                    notes: &store,
-                };
-                let (v, _) = ready(response_handler::handle(
-                    &ports,
-                    &response,
-                    &ctx,
-                    &mut rng,
-                    &mut run_all,
-                    &metrics,
-                ));
+                let mut rng = SplitMix64::new(7);
+                let v = respond(&store, &scheduler, &response, &ctx, &mut rng, &metrics);
                 debug_assert!(matches!(v, Verdict::Done { .. }));
                 (v, store, scheduler)
             },
@@ -239,7 +257,7 @@ fn handlers(c: &mut Criterion) {
                 )
             },
             |(store, requests, ctx)| {
-                let mut rng = domain::policy::SplitMix64::new(7);
+                let mut rng = SplitMix64::new(7);
                 let retries = MemoryQueue::<RetryEvent>::new();
                 let ports = RetryPorts {
                     store: &store,
@@ -263,38 +281,22 @@ fn handlers(c: &mut Criterion) {
     });
 
     g.throughput(Throughput::Elements(BATCH as u64));
-    g.bench_function("response-batch10", |b| {
-        b.iter_batched(
-            || {
-                (
-                    response_handler(started(BATCH)),
-                    event((0..BATCH).map(|i| cancelled(i).to_json())),
-                )
-            },
-            |(h, ev)| {
-                let out = ready(h.handle_event(ev, &metrics)).unwrap();
-                debug_assert!(out.batch_item_failures.is_empty());
-                (out, h)
-            },
-            BatchSize::SmallInput,
-        )
-    });
-    g.bench_function("retry-batch10", |b| {
-        b.iter_batched(
-            || {
-                (
-                    retry_handler(scheduled(BATCH)),
-                    event((0..BATCH).map(|i| retry_event(i).to_json())),
-                )
-            },
-            |(h, ev)| {
-                let out = ready(h.handle_event(ev, &metrics)).unwrap();
-                debug_assert!(out.batch_item_failures.is_empty());
-                (out, h)
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    let h = || response_handler(started(BATCH));
+    batch_bench!(
+        g,
+        "response-batch10",
+        h,
+        |i| cancelled(i).to_json(),
+        &metrics
+    );
+    let h = || retry_handler(scheduled(BATCH));
+    batch_bench!(
+        g,
+        "retry-batch10",
+        h,
+        |i| retry_event(i).to_json(),
+        &metrics
+    );
     g.finish();
 }
 
@@ -303,16 +305,13 @@ fn handlers(c: &mut Criterion) {
 fn sanity() {
     let metrics = Metrics::new("Bench", "sanity");
     let h = response_handler(started(BATCH));
-    let out =
-        ready(h.handle_event(event((0..BATCH).map(|i| cancelled(i).to_json())), &metrics)).unwrap();
+    let ev = event((0..BATCH).map(|i| cancelled(i).to_json()));
+    let out = ready(h.handle_event(ev, &metrics)).unwrap();
     assert!(out.batch_item_failures.is_empty());
     assert_eq!(h.scheduler.live().len(), BATCH, "one schedule per response");
     let h = retry_handler(scheduled(BATCH));
-    let out = ready(h.handle_event(
-        event((0..BATCH).map(|i| retry_event(i).to_json())),
-        &metrics,
-    ))
-    .unwrap();
+    let ev = event((0..BATCH).map(|i| retry_event(i).to_json()));
+    let out = ready(h.handle_event(ev, &metrics)).unwrap();
     assert!(out.batch_item_failures.is_empty());
     assert_eq!(h.requests.len(), BATCH, "one request per retry event");
     assert!(h.requests.messages().iter().all(|r| r.attempt.get() == 2));

@@ -1,8 +1,8 @@
 //! The cost model's arithmetic and the price table: known quantities → known dollars.
 
 use retry_bench::model::{
-    bill, durable_quantities, pattern_quantities, sleeping_quantities, step_functions_quantities,
-    Assumptions, CycleBillables, Quantities,
+    bill, breaker_reads_per_retry, durable_quantities, pattern_quantities, sleeping_quantities,
+    sqs_requests_for_message, step_functions_quantities, Assumptions, CycleBillables, Quantities,
 };
 use retry_bench::prices::PRICES;
 use retry_bench::template::Deployment;
@@ -211,4 +211,30 @@ fn the_failed_index_costs_one_write_at_failure_and_one_at_replay() {
         "{:?}",
         w[1]
     );
+}
+
+#[test]
+fn chunks_of_64_kb() {
+    assert_eq!(sqs_requests_for_message(1), 1.0);
+    assert_eq!(sqs_requests_for_message(65_536), 1.0);
+    assert_eq!(sqs_requests_for_message(65_537), 2.0);
+}
+
+#[test]
+fn esm_requests_follow_the_fill() {
+    let d = deployment();
+    let mut a = Assumptions::new(&d);
+    assert_eq!(a.esm_requests_per_message(10), 0.2);
+    assert_eq!(a.esm_requests_per_message(100), 0.2, "at most 10 per call");
+    a.batch_fill = Some(1);
+    assert_eq!(a.esm_requests_per_message(10), 2.0);
+}
+
+/// 2 + 5 environments, each reading once per 5 s, for 10 retries per second.
+#[test]
+fn breaker_reads_are_amortised_over_the_fleet_rate() {
+    let mut d = deployment();
+    assert!((breaker_reads_per_retry(&d) - 0.14).abs() < 1e-12);
+    d.breaker_refresh_seconds = 1.0;
+    assert!((breaker_reads_per_retry(&d) - 0.7).abs() < 1e-12);
 }

@@ -3,34 +3,32 @@
 //! fails here before it shows in the benchmark's dollars.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use retry_bench::cycle::{measure, round_trips, CycleSpec};
+use retry_bench::cycle::{measure, round_trips, CycleMeasurement, CycleSpec};
 
 async fn sdk() -> aws_config::SdkConfig {
     let endpoint = testkit::moto::shared_endpoint().expect("moto server (. scripts/tools.sh)");
     testkit::moto::sdk_config(&endpoint).await
 }
 
+/// One measured cycle with a payload of `payload_bytes`, each message delivered
+/// `deliveries` times.
+async fn cycle(
+    sdk: &aws_config::SdkConfig,
+    payload_bytes: usize,
+    deliveries: u32,
+) -> CycleMeasurement {
+    let spec = CycleSpec {
+        payload_bytes,
+        deliveries,
+    };
+    measure(sdk, spec).await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn happy_path_counts_are_the_expected_calls() {
     let sdk = sdk().await;
-    let small = measure(
-        &sdk,
-        CycleSpec {
-            payload_bytes: 256,
-            deliveries: 1,
-        },
-    )
-    .await
-    .unwrap();
-    let big = measure(
-        &sdk,
-        CycleSpec {
-            payload_bytes: 65_536,
-            deliveries: 1,
-        },
-    )
-    .await
-    .unwrap();
+    let small = cycle(&sdk, 256, 1).await;
+    let big = cycle(&sdk, 65_536, 1).await;
     for c in [&small, &big] {
         let a = &c.response;
         // Response handler: 2 conditional writes + 1 CreateSchedule, no state read;
@@ -112,15 +110,7 @@ async fn happy_path_counts_are_the_expected_calls() {
 #[tokio::test(flavor = "multi_thread")]
 async fn every_message_twice_costs_one_failed_condition_per_duplicate_and_no_second_publish() {
     let sdk = sdk().await;
-    let c = measure(
-        &sdk,
-        CycleSpec {
-            payload_bytes: 256,
-            deliveries: 2,
-        },
-    )
-    .await
-    .unwrap();
+    let c = cycle(&sdk, 256, 2).await;
     // The duplicate response: one conditional write that fails, and no count on the
     // circuit breaker (a duplicate is no signal: only the first delivery's batch
     // writes there).

@@ -129,17 +129,7 @@ async fn observe(program: &str) -> Vec<String> {
 
     // Receive the other 20 twice each with visibility 0 (back at once): the third
     // receive moves them to the dead-letter queue (maxReceiveCount 2).
-    let receive_at_once = || async {
-        sqs.receive_message()
-            .queue_url(&url)
-            .max_number_of_messages(10)
-            .visibility_timeout(0)
-            .send()
-            .await
-            .unwrap()
-            .messages()
-            .len()
-    };
+    let receive_at_once = || async { testkit::moto::receive_at_once(&sqs, &url).await.unwrap() };
     let mut received = 0;
     for _ in 0..4 {
         received += receive_at_once().await;

@@ -37,6 +37,15 @@ fn keys(v: &[&str]) -> BTreeSet<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// The service was asked attempts 1 and 2 of TX, each under its one key.
+async fn keys_1_and_2<B: Backend>(w: &World<B>, context: &str) {
+    assert_eq!(
+        w.distinct_keys().await,
+        keys(&["TX-100200#1", "TX-100200#2"]),
+        "{context}"
+    );
+}
+
 /// Started, then CANCELLED for attempt 1 handled fully: SCHEDULED.
 async fn scheduled_world<B: Backend>(max: u32) -> World<B> {
     let w = B::world().await;
@@ -133,9 +142,7 @@ async fn response_handler_crash_after_each_effect_then_redelivery<B: Backend>() 
 /// nothing duplicated.
 async fn row1_a_dies_before_scheduling<B: Backend>() {
     let w = B::world().await;
-    w.start(TX, 3).await;
-    w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(0))
-        .await;
+    w.start_and_crash_responding(TX, 0).await;
     assert_eq!(w.status(TX).await, Status::InProgress);
     assert_eq!(w.audit(TX).await.len(), 1, "nothing written");
     w.respond(TX, 1, Outcome::Cancelled).await;
@@ -149,9 +156,7 @@ async fn row1_a_dies_before_scheduling<B: Backend>() {
 /// stored next_fire_at is reused: one retry.
 async fn row2_a_dies_after_scheduling_before_creating<B: Backend>() {
     let w = B::world().await;
-    w.start(TX, 3).await;
-    w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(1))
-        .await;
+    w.start_and_crash_responding(TX, 1).await;
     let stored = w.record(TX).await.next_fire_at.unwrap();
     assert!(w.live().await.is_empty());
     w.advance(Duration::from_secs(3600));
@@ -163,10 +168,7 @@ async fn row2_a_dies_after_scheduling_before_creating<B: Backend>() {
     // One retry: firing it once gives attempt 2, once.
     let ev = fire(&w).await;
     w.retry(&ev).await;
-    assert_eq!(
-        w.distinct_keys().await,
-        keys(&["TX-100200#1", "TX-100200#2"])
-    );
+    keys_1_and_2(&w, "").await;
     assert_eq!(w.audit_path(TX).await, TO_ATTEMPT_2.to_vec());
 }
 
@@ -176,9 +178,7 @@ async fn row2_a_dies_after_scheduling_before_creating<B: Backend>() {
 /// retry queue, the record is confirmed SCHEDULED, and the retry goes out once.
 async fn a_response_redriven_after_its_fire_time_goes_to_the_retry_queue<B: Backend>() {
     let w = B::world().await;
-    w.start(TX, 3).await;
-    w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(1))
-        .await;
+    w.start_and_crash_responding(TX, 1).await;
     let stored = w.record(TX).await.next_fire_at.unwrap();
     w.set_time(stored.plus_millis(3 * 3_600_000));
     assert_eq!(
@@ -207,9 +207,7 @@ async fn a_response_redriven_after_its_fire_time_goes_to_the_retry_queue<B: Back
 /// redelivery's create says "exists": success.
 async fn row3_a_dies_after_creating_before_scheduled<B: Backend>() {
     let w = B::world().await;
-    w.start(TX, 3).await;
-    w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(2))
-        .await;
+    w.start_and_crash_responding(TX, 2).await;
     assert_eq!(w.status(TX).await, Status::Scheduling);
     assert_eq!(w.live().await.len(), 1);
     let v = w.respond(TX, 1, Outcome::Cancelled).await;
@@ -315,11 +313,7 @@ async fn row4_retry_event_while_a_is_still_scheduling<B: Backend>() {
                 let v = w.retry(&ev).await;
                 assert_eq!(v.label(), "duplicate-retry", "{case}");
             }
-            assert_eq!(
-                w.distinct_keys().await,
-                keys(&["TX-100200#1", "TX-100200#2"]),
-                "{case}"
-            );
+            keys_1_and_2(&w, &case).await;
         }
     }
 }
@@ -374,10 +368,7 @@ async fn row5_scheduler_cannot_deliver<B: Backend>() {
     // The scheduler's DLQ redriven later: a duplicate, dropped.
     let v = w.retry(&dead[0]).await;
     assert_eq!(v.label(), "duplicate-retry");
-    assert_eq!(
-        w.distinct_keys().await,
-        keys(&["TX-100200#1", "TX-100200#2"])
-    );
+    keys_1_and_2(&w, "").await;
     assert_eq!(w.keys().await.len(), 2);
     // The reconciler's requeue is counted on the record: one audited self-arrow.
     let mut want = TO_ATTEMPT_2.to_vec();
@@ -460,10 +451,7 @@ async fn row6_event_delivered_twice_concurrently<B: Backend>() {
         w.keys().await,
         vec!["TX-100200#1", "TX-100200#2", "TX-100200#2"]
     );
-    assert_eq!(
-        w.distinct_keys().await,
-        keys(&["TX-100200#1", "TX-100200#2"])
-    );
+    keys_1_and_2(&w, "").await;
     assert_eq!(w.audit_path(TX).await, TO_ATTEMPT_2.to_vec());
 }
 
@@ -493,11 +481,7 @@ async fn retry_handler_crash_after_each_effect_then_redelivery<B: Backend>() {
         assert_eq!(rec.status, Status::InProgress, "k={k}");
         assert_eq!(rec.current_attempt, a(2), "k={k}");
         assert_eq!(rec.next_attempt, None, "k={k}");
-        assert_eq!(
-            w.distinct_keys().await,
-            keys(&["TX-100200#1", "TX-100200#2"]),
-            "k={k}"
-        );
+        keys_1_and_2(&w, &format!("k={k}")).await;
         assert_eq!(w.audit_path(TX).await, TO_ATTEMPT_2.to_vec(), "k={k}");
     }
 }
@@ -533,10 +517,7 @@ async fn row8_b_dies_after_publishing_before_in_progress<B: Backend>() {
         w.keys().await,
         vec!["TX-100200#1", "TX-100200#2", "TX-100200#2"]
     );
-    assert_eq!(
-        w.distinct_keys().await,
-        keys(&["TX-100200#1", "TX-100200#2"])
-    );
+    keys_1_and_2(&w, "").await;
     assert_eq!(w.status(TX).await, Status::InProgress);
     // Then the service answers attempt 2: SUCCEEDED.
     assert_eq!(
@@ -756,10 +737,7 @@ async fn row10_attempts_exhausted_fail_and_alert<B: Backend>() {
     assert_eq!(rec.status, Status::Failed);
     assert_eq!(rec.current_attempt, a(2));
     assert!(w.live().await.is_empty(), "no attempt 3 scheduled");
-    assert_eq!(
-        w.distinct_keys().await,
-        keys(&["TX-100200#1", "TX-100200#2"])
-    );
+    keys_1_and_2(&w, "").await;
     let audit = w.audit(TX).await;
     let path = testkit::trail::arrows(&audit);
     assert_eq!(path.last().unwrap(), "IN_PROGRESS>FAILED@2");
@@ -1156,9 +1134,7 @@ async fn a_crash_at_every_step_leaves_the_final_result_unchanged<B: Backend>() {
     };
     for k in 0..=2 {
         let w = B::world().await;
-        w.start(TX, 3).await;
-        w.respond_with(TX, 1, Outcome::Cancelled, &mut stop_after(k))
-            .await;
+        w.start_and_crash_responding(TX, k).await;
         w.respond(TX, 1, Outcome::Cancelled).await;
         let ev = fire(&w).await;
         w.retry_with(&ev, &mut stop_after(k)).await;
@@ -1172,11 +1148,7 @@ async fn a_crash_at_every_step_leaves_the_final_result_unchanged<B: Backend>() {
         w.respond(TX, 2, Outcome::Success).await;
         assert_eq!(w.status(TX).await, Status::Succeeded, "k={k}");
         assert_eq!(w.audit_path(TX).await, reference, "k={k}");
-        assert_eq!(
-            w.distinct_keys().await,
-            keys(&["TX-100200#1", "TX-100200#2"]),
-            "k={k}"
-        );
+        keys_1_and_2(&w, &format!("k={k}")).await;
     }
 }
 

@@ -27,6 +27,29 @@ fn event(name: &str) -> SqsEvent {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
+/// The function names the handlers count their metrics under.
+const RESPONSE: &str = "response-handler";
+const RETRY: &str = "retry-handler";
+
+/// `$event` through `$handler`'s `handle_event`, counted into fresh metrics of
+/// `$function`: (the batch response, the metrics).
+macro_rules! run {
+    ($handler:expr, $function:expr, $event:expr) => {{
+        let m = Metrics::new("DeferredRetry", $function);
+        let r = $handler.handle_event($event, &m).await.unwrap();
+        (r, m)
+    }};
+}
+
+/// A world where each of `txs` is started, at most 3 attempts.
+async fn started(txs: &[&str]) -> World {
+    let w = World::new();
+    for tx in txs {
+        w.start(tx, 3).await;
+    }
+    w
+}
+
 fn failures(r: &SqsBatchResponse) -> Vec<String> {
     r.batch_item_failures
         .iter()
@@ -93,21 +116,14 @@ fn retry_handler<'a, Rq: RequestPublisher>(
 /// after each.
 #[tokio::test]
 async fn the_event_files_through_the_three_functions() {
-    let w = World::new();
-    for tx in ["TX-100200", "TX-100300", "TX-100400", "TX-100500"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100200", "TX-100300", "TX-100400", "TX-100500"]).await;
     let response_dlq = MemoryDeadLetter::new();
     let retry_dlq = MemoryDeadLetter::new();
     let handler_a = response_handler(&w, &response_dlq);
     let handler_b = retry_handler(&w, &w.requests, &retry_dlq);
 
     // CANCELLED for attempt 1: SCHEDULED, one schedule from the persisted instant.
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-cancelled.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_a, RESPONSE, event("response-cancelled.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(w.status("TX-100200").await, Status::Scheduled);
     let live = w.scheduler.live();
@@ -122,11 +138,7 @@ async fn the_event_files_through_the_three_functions() {
 
     // The retry event: attempt 2 published with its key, IN_PROGRESS(2).
     w.set_time(live[0].fire_at);
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    let r = handler_b
-        .handle_event(event("retry.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_b, RETRY, event("retry.json"));
     assert!(failures(&r).is_empty());
     let rec = w.record("TX-100200").await;
     assert_eq!(
@@ -142,42 +154,30 @@ async fn the_event_files_through_the_three_functions() {
     );
 
     // Delivered twice more (scheduler and reconciler): both dropped as duplicates.
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    let r = handler_b
-        .handle_event(event("retry-duplicate.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_b, RETRY, event("retry-duplicate.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count("DropDuplicateRetry"), 2);
     assert_eq!(m.count(names::REQUESTS_PUBLISHED), 0);
 
     // An event for an attempt that is not pending: stale.
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    let r = handler_b
-        .handle_event(event("retry-stale.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_b, RETRY, event("retry-stale.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count("DropStaleRetry"), 1);
 
     // A late response for attempt 1 changes nothing.
     let before = w.record("TX-100200").await;
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-late.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_a, RESPONSE, event("response-late.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(w.record("TX-100200").await, before);
     assert_eq!(m.count("DropLateResponse"), 1);
 
     // A SUCCESS for attempt 1, answered CANCELLED before: changes nothing either, but
     // is a business alert (possible double execution).
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-conflicting-success.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(
+        handler_a,
+        RESPONSE,
+        event("response-conflicting-success.json")
+    );
     assert!(failures(&r).is_empty());
     assert_eq!(w.record("TX-100200").await, before);
     assert_eq!(m.count(names::CONFLICTING_SUCCESS), 1);
@@ -203,11 +203,7 @@ async fn the_event_files_through_the_three_functions() {
     );
 
     // SUCCESS.
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-success.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_a, RESPONSE, event("response-success.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(w.status("TX-100300").await, Status::Succeeded);
     assert_eq!(m.count(names::RESPONSE_SUCCESS), 1);
@@ -327,17 +323,10 @@ async fn the_event_files_through_the_three_functions() {
 /// out of range goes to the DLQ unchanged.
 #[tokio::test]
 async fn the_technical_error_event_files_through_the_response_handler() {
-    let w = World::new();
-    for tx in ["TX-100600", "TX-100700"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100600", "TX-100700"]).await;
     let dlq = MemoryDeadLetter::new();
     let handler_a = response_handler(&w, &dlq);
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-error.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_a, RESPONSE, event("response-error.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count(names::TECHNICAL_FAILURES), 2);
     assert_eq!(m.count("AckResend"), 2);
@@ -387,10 +376,7 @@ async fn the_technical_error_event_files_through_the_response_handler() {
 /// SUCCESS closes the breaker.
 #[tokio::test]
 async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
-    let w = World::new();
-    for tx in ["TX-100600", "TX-100700"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100600", "TX-100700"]).await;
     let settings = domain::breaker::BreakerSettings {
         min_calls: 2,
         cooldown: Duration::from_secs(300),
@@ -398,22 +384,11 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
         ..domain::breaker::BreakerSettings::default()
     };
     let shared = Arc::new(MemoryBreaker::new(settings));
-    let gate = |by: &str| {
-        Some(runtime::breaker::BreakerGate::new(
-            Arc::clone(&shared),
-            settings,
-            Duration::from_secs(5),
-            by,
-        ))
-    };
+    let gate = |by: &str| Some(gate(&shared, settings, by));
     let dlq = MemoryDeadLetter::new();
     let mut handler_a = response_handler(&w, &dlq);
     handler_a.breaker = gate("response-handler");
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    let r = handler_a
-        .handle_event(event("response-error.json"), &m)
-        .await
-        .unwrap();
+    let (r, m) = run!(handler_a, RESPONSE, event("response-error.json"));
     assert!(failures(&r).is_empty());
     assert_eq!(m.count(names::BREAKER_OPENED), 1, "{:?}", m.snapshot());
     assert_eq!(m.count(names::BREAKER_STATE), 2, "open");
@@ -442,8 +417,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     w.advance(Duration::from_secs(130));
     for tx in ["TX-100600", "TX-100700"] {
         let before = w.record(tx).await;
-        let m = Metrics::new("DeferredRetry", "retry-handler");
-        let r = handler_b.handle_event(retry_of(tx), &m).await.unwrap();
+        let (r, m) = run!(handler_b, RETRY, retry_of(tx));
         assert!(failures(&r).is_empty());
         assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1, "{tx}");
         assert_eq!(
@@ -461,11 +435,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     // A copy of an event while the breaker is still open: deferred too, nothing
     // changes.
     let before = w.record("TX-100600").await;
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(retry_of("TX-100600"), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_b, RETRY, retry_of("TX-100600"));
     assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 1);
     assert_eq!(w.record("TX-100600").await, before);
     // Each held event is back on the retry queue, delayed to the probe instant or
@@ -485,19 +455,11 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     // The cool-down is over and the held events are delivered: the first is the
     // round's one probe, the second is held again.
     w.set_time(until.plus_millis(1_000));
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(retry_of("TX-100600"), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_b, RETRY, retry_of("TX-100600"));
     assert_eq!(m.count(names::RETRIES_PAUSED_BY_BREAKER), 0);
     assert_eq!(w.status("TX-100600").await, Status::InProgress);
     assert_eq!(w.keys().await.len(), published + 1, "the probe went out");
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(retry_of("TX-100700"), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_b, RETRY, retry_of("TX-100700"));
     assert_eq!(
         m.count(names::RETRIES_PAUSED_BY_BREAKER),
         1,
@@ -522,6 +484,15 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
     assert_eq!(w.status("TX-100600").await, Status::Succeeded);
     assert_eq!(shared.breaker().state.name(), "CLOSED");
     assert_eq!(m.count(names::BREAKER_STATE), 0);
+}
+
+/// The shared breaker as `by` asks it, its view cached for 5 s.
+fn gate(
+    shared: &Arc<MemoryBreaker>,
+    settings: domain::breaker::BreakerSettings,
+    by: &str,
+) -> runtime::breaker::BreakerGate<Arc<MemoryBreaker>> {
+    runtime::breaker::BreakerGate::new(Arc::clone(shared), settings, Duration::from_secs(5), by)
 }
 
 /// A breaker with one probe per round, opened by an operator now.
@@ -563,14 +534,7 @@ async fn a_probe_answered_error_spends_no_resend() {
     w.start("TX-100800", 3).await;
     w.respond("TX-100800", 1, Outcome::Cancelled).await;
     let (shared, settings) = opened_by_operator(&w).await;
-    let gate = |by: &str| {
-        Some(runtime::breaker::BreakerGate::new(
-            Arc::clone(&shared),
-            settings,
-            Duration::from_secs(5),
-            by,
-        ))
-    };
+    let gate = |by: &str| Some(gate(&shared, settings, by));
     // The retry and the cool-down are past: the retry is the round's probe.
     w.advance(Duration::from_secs(2 * 86_400));
     let due = w.fire_due().await;
@@ -585,11 +549,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         }))
         .unwrap()
     };
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(batch(due[0].to_json()), &m)
-        .await
-        .unwrap();
+    run!(handler_b, RETRY, batch(due[0].to_json()));
     let probe = w.record("TX-100800").await;
     assert_eq!(
         (probe.status, probe.current_attempt, probe.mark),
@@ -611,11 +571,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         retry_after_seconds: None,
         round: request.round,
     };
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    handler_a
-        .handle_event(batch(error.to_json()), &m)
-        .await
-        .unwrap();
+    run!(handler_a, RESPONSE, batch(error.to_json()));
     let r = w.record("TX-100800").await;
     assert_eq!(
         (
@@ -635,31 +591,17 @@ async fn a_probe_answered_error_spends_no_resend() {
     let again = w.fire_due().await;
     assert_eq!(again[0].round, Some(1));
     let open = shared.breaker();
-    let m = Metrics::new("DeferredRetry", "retry-handler");
-    handler_b
-        .handle_event(batch(due[0].to_json()), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_b, RETRY, batch(due[0].to_json()));
     assert_eq!(m.count("DropStaleCycle"), 1, "{:?}", m.snapshot());
     assert_eq!(shared.breaker(), open, "the stale event spent no probe");
-    handler_b
-        .handle_event(
-            batch(again[0].to_json()),
-            &Metrics::new("DeferredRetry", "retry-handler"),
-        )
-        .await
-        .unwrap();
+    run!(handler_b, RETRY, batch(again[0].to_json()));
     let before = w.record("TX-100800").await;
     assert_eq!(
         (before.status, before.counts[Counter::Round]),
         (Status::InProgress, 1),
         "{before:?}"
     );
-    let m = Metrics::new("DeferredRetry", "response-handler");
-    handler_a
-        .handle_event(batch(error.to_json()), &m)
-        .await
-        .unwrap();
+    let (_, m) = run!(handler_a, RESPONSE, batch(error.to_json()));
     assert_eq!(m.count("DropStaleError"), 1, "{:?}", m.snapshot());
     assert_eq!(w.record("TX-100800").await, before);
 }
@@ -673,10 +615,7 @@ async fn a_probe_answered_error_spends_no_resend() {
 /// the service answers, even though no retry comes due.
 #[tokio::test]
 async fn unanswered_requests_probe_an_open_breaker() {
-    let w = World::new();
-    for tx in ["TX-100600", "TX-100700"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100600", "TX-100700"]).await;
     let (shared, settings) = opened_by_operator(&w).await;
     // Both deadlines and the cool-down are past.
     w.advance(Duration::from_secs(2 * 86_400));
@@ -686,12 +625,7 @@ async fn unanswered_requests_probe_an_open_breaker() {
         scheduler: &w.scheduler,
         retries: &w.retries,
         requests: &w.requests,
-        breaker: Some(runtime::breaker::BreakerGate::new(
-            Arc::clone(&shared),
-            settings,
-            Duration::from_secs(5),
-            "reconciler",
-        )),
+        breaker: Some(gate(&shared, settings, "reconciler")),
         clock: &w.clock,
         settings: w.settings.clone(),
         limits: Limits::default(),
@@ -712,26 +646,15 @@ async fn unanswered_requests_probe_an_open_breaker() {
     assert_eq!(w.keys().await.len(), published + 1, "one probe went out");
     assert_eq!(shared.breaker().state.name(), "HALF_OPEN");
     let records = [w.record("TX-100600").await, w.record("TX-100700").await];
-    let waiting: Vec<_> = records
-        .iter()
-        .filter(|r| r.last_reason.as_deref() == Some("BREAKER_HALF_OPEN"))
-        .collect();
-    assert_eq!(waiting.len(), 1);
-    assert_eq!(
-        waiting[0].counts[Counter::Republishes],
-        0,
-        "the held one spent no republish"
-    );
-    let probe: Vec<_> = records
-        .iter()
-        .filter(|r| r.last_reason.as_deref() == Some("BREAKER_PROBE"))
-        .collect();
-    assert_eq!(probe.len(), 1);
-    assert_eq!(
-        probe[0].counts[Counter::Republishes],
-        0,
-        "nor did the probe"
-    );
+    // One held, one probe: neither spent a republish.
+    for reason in ["BREAKER_HALF_OPEN", "BREAKER_PROBE"] {
+        let with: Vec<_> = records
+            .iter()
+            .filter(|r| r.last_reason.as_deref() == Some(reason))
+            .collect();
+        assert_eq!(with.len(), 1, "{reason}: {records:?}");
+        assert_eq!(with[0].counts[Counter::Republishes], 0, "{reason}");
+    }
 }
 
 /// Every file of `tests/events` is one the tests above send through the functions.
@@ -788,10 +711,7 @@ impl Transitions for Faulty<'_> {
 /// DLQ; the others are done.
 #[tokio::test]
 async fn retryable_errors_and_panics_fail_only_their_records() {
-    let w = World::new();
-    for tx in ["TX-100200", "TX-100400", "TX-100500"] {
-        w.start(tx, 3).await;
-    }
+    let w = started(&["TX-100200", "TX-100400", "TX-100500"]).await;
     let dlq = MemoryDeadLetter::new();
     let handler_a = ResponseHandler {
         store: Faulty {
@@ -900,8 +820,7 @@ async fn the_retry_handler_never_exceeds_its_rate() {
             .collect();
         let ev: SqsEvent =
             serde_json::from_value(serde_json::json!({ "Records": records })).unwrap();
-        let m = Metrics::new("DeferredRetry", "retry-handler");
-        let r = handler_b.handle_event(ev, &m).await.unwrap();
+        let (r, m) = run!(handler_b, RETRY, ev);
         assert!(failures(&r).is_empty(), "invocation {n}");
         assert_eq!(m.count(names::RETRIES_PUBLISHED), 10);
         assert!(

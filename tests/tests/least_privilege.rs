@@ -266,6 +266,28 @@ struct Verdict {
     problems: Vec<String>,
 }
 
+/// The problems of `check` that `keep` selects.
+fn problems_where(
+    stack: &Stack,
+    requests: &[(String, Request)],
+    keep: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    check(stack, requests)
+        .problems
+        .into_iter()
+        .filter(|p| keep(p))
+        .collect()
+}
+
+/// `text` without `grant`, which must be in it.
+fn without(text: &str, grant: &str) -> String {
+    assert!(
+        text.contains(grant),
+        "the grant this test removes has changed: {grant}"
+    );
+    text.replace(grant, "")
+}
+
 /// Every request of every principal is allowed (principals outside the template:
 /// not denied by a resource policy); every grant is used or has a reason.
 fn check(stack: &Stack, requests: &[(String, Request)]) -> Verdict {
@@ -1445,10 +1467,6 @@ fn call(caller: &str, service: &str, operation: &str, resource: &str) -> Call {
 fn an_operator_role_without_one_grant_fails_the_command_that_needs_it() {
     let text = template_text();
     let grant = "              - Sid: ReadTheAuditTrail\n                Effect: Allow\n                Action: dynamodb:Query\n                Resource: !GetAtt AuditTable.Arn\n";
-    assert!(
-        text.contains(grant),
-        "the grant this test removes has changed"
-    );
     let audit = format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-audit");
     let retry = queue("retry").arn;
     let calls = [
@@ -1458,11 +1476,9 @@ fn an_operator_role_without_one_grant_fails_the_command_that_needs_it() {
     ];
     let problems_with = |text: &str| {
         let stack = offline(text);
-        check(&stack, &requests_of(&stack, &calls, ""))
-            .problems
-            .into_iter()
-            .filter(|p| p.starts_with("operator-"))
-            .collect::<Vec<_>>()
+        problems_where(&stack, &requests_of(&stack, &calls, ""), |p| {
+            p.starts_with("operator-")
+        })
     };
     // The read-only role may not send retry events: the queue denies it, and its
     // role grants no data key to send with.
@@ -1475,11 +1491,11 @@ fn an_operator_role_without_one_grant_fails_the_command_that_needs_it() {
         ),
     ];
     assert_eq!(problems_with(&text), read_sends);
-    let mut without = vec![format!(
+    let mut missing = vec![format!(
         "operator-read: dynamodb:Query on {audit} is not allowed by OperatorReadRole"
     )];
-    without.extend(read_sends);
-    assert_eq!(problems_with(&text.replace(grant, "")), without);
+    missing.extend(read_sends);
+    assert_eq!(problems_with(&without(&text, grant)), missing);
 }
 
 /// One grant removed from the template: the call that needs it fails, naming the
@@ -1488,24 +1504,17 @@ fn an_operator_role_without_one_grant_fails_the_command_that_needs_it() {
 fn a_removed_grant_fails_naming_function_action_and_resource() {
     let text = template_text();
     let grant = "              - Sid: ReadThePayload\n                Effect: Allow\n                Action: dynamodb:GetItem\n                Resource: !GetAtt PayloadsTable.Arn\n";
-    assert!(
-        text.contains(grant),
-        "the grant this test removes has changed"
-    );
     let payloads = format!("arn:aws:dynamodb:{LOCAL_REGION}:{LOCAL_ACCOUNT}:table/lp-payloads");
     let read = [call("retry-handler", "dynamodb", "GetItem", &payloads)];
     let problems_with = |text: &str| {
         let stack = offline(text);
-        let requests = requests_of(&stack, &read, "");
-        check(&stack, &requests)
-            .problems
-            .into_iter()
-            .filter(|p| p.starts_with("retry-handler:"))
-            .collect::<Vec<_>>()
+        problems_where(&stack, &requests_of(&stack, &read, ""), |p| {
+            p.starts_with("retry-handler:")
+        })
     };
     assert_eq!(problems_with(&text), Vec::<String>::new());
     assert_eq!(
-        problems_with(&text.replace(grant, "")),
+        problems_with(&without(&text, grant)),
         vec![format!(
             "retry-handler: dynamodb:GetItem on {payloads} is not allowed by RetryHandlerRole"
         )]
@@ -1538,11 +1547,7 @@ fn the_http_bridge_role_is_exactly_its_calls() {
         params.push(("ServicePrincipalArns", outside_arn(EXTERNAL)));
         let stack = offline_with(&text, &params);
         let requests = bridge_requests(&stack, read);
-        let problems: Vec<String> = check(&stack, &requests)
-            .problems
-            .into_iter()
-            .filter(|p| p.starts_with("http-bridge:") || p.contains("HttpBridgeRole"))
-            .collect();
+        let problems = problems_where(&stack, &requests, of_the_bridge);
         assert_eq!(
             problems,
             Vec::<String>::new(),
@@ -1566,6 +1571,11 @@ fn the_http_bridge_role_is_exactly_its_calls() {
         !without.function_roles.contains_key("http-bridge"),
         "no endpoint, no bridge"
     );
+}
+
+/// Whether a problem is the HTTP bridge's or its role's.
+fn of_the_bridge(problem: &str) -> bool {
+    problem.starts_with("http-bridge:") || problem.contains("HttpBridgeRole")
 }
 
 /// The bridge's read of its auth secret, from Secrets Manager or from SSM.
@@ -1693,11 +1703,7 @@ fn the_http_bridge_gets_key_and_vpc_grants_only_when_given() {
                 stack.request(&bridge, action, resource),
             ));
         }
-        let problems: Vec<String> = check(&stack, &requests)
-            .problems
-            .into_iter()
-            .filter(|p| p.starts_with("http-bridge:") || p.contains("HttpBridgeRole"))
-            .collect();
+        let problems = problems_where(&stack, &requests, of_the_bridge);
         assert_eq!(problems, Vec::<String>::new(), "auth from {via}");
         // The key through the other service, for another secret, or directly: no.
         let other_secret = (
@@ -1872,11 +1878,9 @@ fn the_harness_passes_the_service_restriction_only_when_listed() {
     ];
     let problems = |service_principals: &str, harness_text: &str| {
         let stack = offline_with_harness(service_principals, harness_text);
-        check(&stack, &requests_of(&stack, &calls, ""))
-            .problems
-            .into_iter()
-            .filter(|p| p.starts_with("harness:"))
-            .collect::<Vec<_>>()
+        problems_where(&stack, &requests_of(&stack, &calls, ""), |p| {
+            p.starts_with("harness:")
+        })
     };
     let text = harness_template_text();
     let listed = format!("{},{}", outside_arn(EXTERNAL), harness_role_arn());
@@ -1895,8 +1899,7 @@ fn the_harness_passes_the_service_restriction_only_when_listed() {
             ),
         ]
     );
-    let without_kms = text.replace("                  - kms:GenerateDataKey\n", "");
-    assert_ne!(without_kms, text, "the grant this test removes has changed");
+    let without_kms = without(&text, "                  - kms:GenerateDataKey\n");
     assert_eq!(
         problems(&listed, &without_kms),
         vec![format!(

@@ -110,9 +110,7 @@ async fn resolve_by_other_means() {
 #[tokio::test]
 async fn resolve_from_scheduling_with_no_schedule() {
     let w = World::new();
-    w.start("TX-10", 3).await;
-    w.respond_with("TX-10", 1, Outcome::Cancelled, &mut stop_after(1))
-        .await;
+    w.start_and_crash_responding("TX-10", 1).await;
     let ports = ResolvePorts {
         store: &w.store,
         scheduler: &w.scheduler,

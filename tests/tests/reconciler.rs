@@ -58,9 +58,7 @@ async fn resumes_every_intermediate_state() {
     assert!(w.retries.is_empty());
 
     // TX-E: A dies after SCHEDULING at 16 min; by run 2 its instant has passed.
-    w.start("TX-E", 3).await;
-    w.respond_with("TX-E", 1, Outcome::Cancelled, &mut stop_after(1))
-        .await;
+    w.start_and_crash_responding("TX-E", 1).await;
 
     // 3 h: every schedule is due (B's and C's). The scheduler delivers nothing
     // except TX-C's, whose retry handler dies after SENDING.
@@ -213,9 +211,7 @@ async fn late_by_shard(per_shard: &[usize]) -> (World, Vec<Vec<String>>) {
         let tx = format!("TX-S{i:04}");
         let shard = usize::from(id(&tx).shard(shards));
         if by_shard[shard].len() < per_shard[shard] {
-            w.start(&tx, 3).await;
-            w.respond_with(&tx, 1, Outcome::Cancelled, &mut stop_after(1))
-                .await;
+            w.start_and_crash_responding(&tx, 1).await;
             by_shard[shard].push(tx);
         }
     }
@@ -269,9 +265,7 @@ async fn a_backlog_in_one_shard_does_not_starve_the_others() {
 #[tokio::test]
 async fn report_json_has_counts_by_state_and_action() {
     let w = World::new();
-    w.start("TX-1", 3).await;
-    w.respond_with("TX-1", 1, Outcome::Cancelled, &mut stop_after(1))
-        .await;
+    w.start_and_crash_responding("TX-1", 1).await;
     w.set_time(at(200 * MIN));
     let r = w.reconcile().await;
     let json = serde_json::to_value(&r).unwrap();
@@ -351,9 +345,7 @@ impl Payloads for WithUndecodable<'_> {
 #[tokio::test]
 async fn an_undecodable_entry_is_skipped_counted_and_never_blocks_its_shard() {
     let w = World::new();
-    w.start("TX-1", 3).await;
-    w.respond_with("TX-1", 1, Outcome::Cancelled, &mut stop_after(1))
-        .await;
+    w.start_and_crash_responding("TX-1", 1).await;
     w.set_time(at(200 * MIN));
     let metrics = Metrics::new("NS", "reconciler");
     let r = run_once(

@@ -249,22 +249,52 @@ fn table_problems_for(id: &str, r: &Value, def: &TableDef) -> Vec<String> {
     p
 }
 
-/// Tables are the definitions the adapters provision (and query).
-fn table_problems(t: &Value) -> Vec<String> {
-    let defs = table_definitions(&StackNames::new("template-test"));
-    let tables = of_type(t, "AWS::DynamoDB::Table");
-    let mut p = vec![];
-    let ids: BTreeSet<&str> = tables.iter().map(|(id, _)| id.as_str()).collect();
-    let want: BTreeSet<&str> = defs.iter().map(|d| d.logical_id).collect();
-    if ids != want {
-        p.push(format!("tables {ids:?}, the code provisions {want:?}"));
+/// A definition `testkit::provision` creates, by the template's logical id.
+trait Definition {
+    const TYPE: &'static str;
+    fn logical_id(&self) -> &'static str;
+}
+
+impl Definition for TableDef {
+    const TYPE: &'static str = "AWS::DynamoDB::Table";
+    fn logical_id(&self) -> &'static str {
+        self.logical_id
     }
-    for def in &defs {
-        if let Some((id, r)) = tables.iter().find(|(id, _)| id == def.logical_id) {
-            p.extend(table_problems_for(id, r, def));
+}
+
+impl Definition for QueueDef {
+    const TYPE: &'static str = "AWS::SQS::Queue";
+    fn logical_id(&self) -> &'static str {
+        self.logical_id
+    }
+}
+
+/// The template's resources of `D`'s type are exactly the code's `defs`, by logical
+/// id, and each is its definition (`check`).
+fn definition_problems<D: Definition>(
+    t: &Value,
+    defs: &[D],
+    check: impl Fn(&str, &Value, &D) -> Vec<String>,
+) -> Vec<String> {
+    let found = of_type(t, D::TYPE);
+    let mut p = vec![];
+    let ids: BTreeSet<&str> = found.iter().map(|(id, _)| id.as_str()).collect();
+    let want: BTreeSet<&str> = defs.iter().map(D::logical_id).collect();
+    if ids != want {
+        p.push(format!("{} {ids:?}, the code provisions {want:?}", D::TYPE));
+    }
+    for def in defs {
+        if let Some((id, r)) = found.iter().find(|(id, _)| id == def.logical_id()) {
+            p.extend(check(id, r, def));
         }
     }
     p
+}
+
+/// Tables are the definitions the adapters provision (and query).
+fn table_problems(t: &Value) -> Vec<String> {
+    let defs = table_definitions(&StackNames::new("template-test"));
+    definition_problems(t, &defs, table_problems_for)
 }
 
 fn queue_problems_for(t: &Value, id: &str, r: &Value, def: &QueueDef) -> Vec<String> {
@@ -330,19 +360,7 @@ fn queue_problems_for(t: &Value, id: &str, r: &Value, def: &QueueDef) -> Vec<Str
 /// Queues are the definitions the adapters provision.
 fn queue_problems(t: &Value) -> Vec<String> {
     let defs = queue_definitions(&StackNames::new("template-test"));
-    let queues = of_type(t, "AWS::SQS::Queue");
-    let mut p = vec![];
-    let ids: BTreeSet<&str> = queues.iter().map(|(id, _)| id.as_str()).collect();
-    let want: BTreeSet<&str> = defs.iter().map(|d| d.logical_id).collect();
-    if ids != want {
-        p.push(format!("queues {ids:?}, the code provisions {want:?}"));
-    }
-    for def in &defs {
-        if let Some((id, r)) = queues.iter().find(|(id, _)| id == def.logical_id) {
-            p.extend(queue_problems_for(t, id, r, def));
-        }
-    }
-    p
+    definition_problems(t, &defs, |id, r, def| queue_problems_for(t, id, r, def))
 }
 
 /// Timeouts are the code's, and 6 × timeout fits in the consumed queue's visibility.
@@ -1106,6 +1124,16 @@ fn bridge_vpc_problems(t: &Value) -> Vec<String> {
     out
 }
 
+/// Asserts some problem of `problems` names each of `texts`.
+fn mentions(problems: &[String], texts: &[&str]) {
+    for text in texts {
+        assert!(
+            problems.iter().any(|m| m.contains(text)),
+            "no problem names {text:?}: {problems:?}"
+        );
+    }
+}
+
 fn assert_none(problems: Vec<String>) {
     assert!(
         problems.is_empty(),
@@ -1139,49 +1167,30 @@ fn the_http_bridge_is_in_a_vpc_only_when_given_subnets() {
     );
 }
 
-#[test]
-fn environment_variables_are_exactly_what_the_code_reads() {
-    assert_none(env_problems(&template()));
+/// Each check on the template as it is: no problem.
+macro_rules! the_template_passes {
+    ($($test:ident: $problems:expr;)*) => {
+        $(
+            #[test]
+            fn $test() {
+                assert_none($problems);
+            }
+        )*
+    };
 }
 
-#[test]
-fn tables_are_the_code_definitions() {
-    assert_none(table_problems(&template()));
-}
-
-#[test]
-fn queues_are_the_code_definitions() {
-    assert_none(queue_problems(&template()));
-}
-
-#[test]
-fn timeouts_fit_the_visibility_of_the_consumed_queues() {
-    assert_none(timeout_problems(&template()));
-}
-
-#[test]
-fn no_wildcard_iam_action() {
-    assert_none(wildcard_action_problems(&template()));
-}
-
-#[test]
-fn every_dlq_has_an_alarm_at_its_first_message() {
-    assert_none(dlq_alarm_problems(&template()));
-}
-
-#[test]
-fn functions_events_and_business_alarms_are_wired() {
-    assert_none(wiring_problems(&template()));
-}
-
-#[test]
-fn the_scheduler_role_is_scoped() {
-    assert_none(scheduler_role_problems(&template()));
-}
-
-#[test]
-fn the_harness_template_matches_its_code_and_the_main_exports() {
-    assert_none(harness_problems(&template(), &harness_template()));
+the_template_passes! {
+    environment_variables_are_exactly_what_the_code_reads: env_problems(&template());
+    tables_are_the_code_definitions: table_problems(&template());
+    queues_are_the_code_definitions: queue_problems(&template());
+    timeouts_fit_the_visibility_of_the_consumed_queues: timeout_problems(&template());
+    no_wildcard_iam_action: wildcard_action_problems(&template());
+    every_dlq_has_an_alarm_at_its_first_message: dlq_alarm_problems(&template());
+    functions_events_and_business_alarms_are_wired: wiring_problems(&template());
+    the_scheduler_role_is_scoped: scheduler_role_problems(&template());
+    the_harness_template_matches_its_code_and_the_main_exports:
+        harness_problems(&template(), &harness_template());
+    the_dashboard_shows_emitted_metrics_and_every_dlq: dashboard_problems(&template());
 }
 
 // ---------------------------------------------------------------------------------
@@ -1240,16 +1249,11 @@ fn table_check_detects_a_changed_index_and_ttl() {
         .and_then(Value::as_mapping_mut)
         .expect("the reconcile index has a projection");
     gsi.insert("ProjectionType".into(), "ALL".into());
-    let p = table_problems(&t);
-    assert!(
-        p.iter().any(|m| m.contains("TransactionsTable: indexes")),
-        "{p:?}"
-    );
+    mentions(&table_problems(&t), &["TransactionsTable: indexes"]);
 
     let mut t = template();
     props_mut(&mut t, "AuditTable").remove("TimeToLiveSpecification");
-    let p = table_problems(&t);
-    assert!(p.iter().any(|m| m.contains("AuditTable: TTL")), "{p:?}");
+    mentions(&table_problems(&t), &["AuditTable: TTL"]);
 }
 
 #[test]
@@ -1257,11 +1261,7 @@ fn queue_and_timeout_checks_detect_a_short_visibility() {
     let mut t = template();
     props_mut(&mut t, "RetryQueue").insert("VisibilityTimeout".into(), 300.into());
     assert!(!queue_problems(&t).is_empty());
-    let p = timeout_problems(&t);
-    assert!(
-        p.iter().any(|m| m.contains("RetryHandlerFunction")),
-        "{p:?}"
-    );
+    mentions(&timeout_problems(&t), &["RetryHandlerFunction"]);
 
     let mut t = template();
     let rp = props_mut(&mut t, "ResponseQueue")
@@ -1269,8 +1269,7 @@ fn queue_and_timeout_checks_detect_a_short_visibility() {
         .and_then(Value::as_mapping_mut)
         .expect("the response queue has a redrive policy");
     rp.insert("maxReceiveCount".into(), 1.into());
-    let p = queue_problems(&t);
-    assert!(p.iter().any(|m| m.contains("maxReceiveCount")), "{p:?}");
+    mentions(&queue_problems(&t), &["maxReceiveCount"]);
 }
 
 #[test]
@@ -1292,13 +1291,7 @@ fn wildcard_check_detects_service_star_inside_a_condition() {
         }
     }
     assert!(replace(resource_mut(&mut t, "AuditWriterRole")));
-    let p = wildcard_action_problems(&t);
-    assert!(p.iter().any(|m| m.contains("dynamodb:*")), "{p:?}");
-}
-
-#[test]
-fn the_dashboard_shows_emitted_metrics_and_every_dlq() {
-    assert_none(dashboard_problems(&template()));
+    mentions(&wildcard_action_problems(&t), &["dynamodb:*"]);
 }
 
 #[test]
@@ -1356,11 +1349,7 @@ fn wiring_and_role_checks_detect_regressions() {
         .and_then(Value::as_mapping_mut)
         .expect("the response handler has an SQS event");
     ev.remove("FunctionResponseTypes");
-    let p = wiring_problems(&t);
-    assert!(
-        p.iter().any(|m| m.contains("ReportBatchItemFailures")),
-        "{p:?}"
-    );
+    mentions(&wiring_problems(&t), &["ReportBatchItemFailures"]);
 
     let mut t = template();
     let st = props_mut(&mut t, "SchedulerRole")
@@ -1370,9 +1359,10 @@ fn wiring_and_role_checks_detect_regressions() {
         .and_then(Value::as_mapping_mut)
         .expect("one trust statement");
     st.remove("Condition");
-    let p = scheduler_role_problems(&t);
-    assert!(p.iter().any(|m| m.contains("aws:SourceAccount")), "{p:?}");
-    assert!(p.iter().any(|m| m.contains("aws:SourceArn")), "{p:?}");
+    mentions(
+        &scheduler_role_problems(&t),
+        &["aws:SourceAccount", "aws:SourceArn"],
+    );
 }
 
 #[test]
@@ -1386,11 +1376,7 @@ fn business_alarm_check_detects_a_metric_the_code_does_not_emit() {
 
     let mut t = template();
     props_mut(&mut t, "TransactionsExhaustedAlarm").remove("Dimensions");
-    let p = business_alarm_problems(&t);
-    assert!(
-        p.iter().any(|m| m.contains("TransactionsExhausted")),
-        "{p:?}"
-    );
+    mentions(&business_alarm_problems(&t), &["TransactionsExhausted"]);
 
     // A metric-math alarm that leaves one function out.
     let mut t = template();
@@ -1947,8 +1933,10 @@ fn the_key_policy_scopes_every_use() {
         "{p:?}"
     );
     let broken = text.replace("                aws:SourceAccount: !Ref AWS::AccountId\n              ArnLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch", "                aws:SourceAccount: !Ref AWS::AccountId\n              ArnNotLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch");
-    let p = key_policy_problems(&serde_yaml::from_str(&broken).expect("yaml"));
-    assert!(p.iter().any(|m| m.contains("CloudWatch")), "{p:?}");
+    mentions(
+        &key_policy_problems(&serde_yaml::from_str(&broken).expect("yaml")),
+        &["CloudWatch"],
+    );
 }
 
 #[test]
@@ -2900,13 +2888,13 @@ fn event_sources_point_at_the_live_alias_once_transformed() {
         props_mut(&mut broken, id).remove("AutoPublishAlias");
         props_mut(&mut broken, id).remove("DeploymentPreference");
     }
-    let p = transformed_upgrade_problems(&transformed(&broken), functions);
-    for needle in [
-        "4 aliases for 6 functions",
-        "RetryHandlerFunctionRetryEvents: FunctionName",
-        "ReconcilerFunctionTick: target",
-        "ReconcilerFunctionTickPermission: FunctionName",
-    ] {
-        assert!(p.iter().any(|x| x.contains(needle)), "{needle}: {p:?}");
-    }
+    mentions(
+        &transformed_upgrade_problems(&transformed(&broken), functions),
+        &[
+            "4 aliases for 6 functions",
+            "RetryHandlerFunctionRetryEvents: FunctionName",
+            "ReconcilerFunctionTick: target",
+            "ReconcilerFunctionTickPermission: FunctionName",
+        ],
+    );
 }

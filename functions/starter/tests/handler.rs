@@ -8,7 +8,7 @@ use domain::ports::{Clock, PortError, RequestPublisher};
 use domain::{MaxAttempts, Payload, Request, Status, Timestamp, TransactionId};
 use runtime::metrics::{names, Metrics};
 use runtime::settings::{Seeds, Settings};
-use runtime::BatchOptions;
+use runtime::{BatchOptions, SqsBatchResponse};
 use starter::Starter;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -45,6 +45,44 @@ fn starter<'a, Rq: RequestPublisher>(
     }
 }
 
+/// One starter's surroundings: a clock at 1,000 s, the memory adapters, its metrics.
+struct World {
+    clock: ManualClock,
+    store: MemoryStore,
+    requests: MemoryQueue<Request>,
+    dlq: MemoryDeadLetter,
+    metrics: Metrics,
+}
+
+impl World {
+    fn new() -> Self {
+        World {
+            clock: ManualClock::at(Timestamp::from_millis(1_000_000)),
+            store: MemoryStore::new(),
+            requests: MemoryQueue::new(),
+            dlq: MemoryDeadLetter::new(),
+            metrics: Metrics::new("NS", starter::FUNCTION),
+        }
+    }
+
+    /// `bodies` as one SQS event through the starter publishing to `requests`.
+    async fn deliver(&self, bodies: &[&str]) -> SqsBatchResponse {
+        self.deliver_to(&self.requests, bodies).await
+    }
+
+    /// `bodies` as one SQS event through the starter publishing to `publisher`.
+    async fn deliver_to<Rq: RequestPublisher>(
+        &self,
+        publisher: Rq,
+        bodies: &[&str],
+    ) -> SqsBatchResponse {
+        starter(&self.store, publisher, &self.dlq, &self.clock)
+            .handle_event(testkit::events::sqs(bodies), &self.metrics)
+            .await
+            .unwrap()
+    }
+}
+
 fn id(s: &str) -> TransactionId {
     TransactionId::parse(s).unwrap()
 }
@@ -60,24 +98,14 @@ fn start(tx: &str, extra: &str) -> String {
 /// budget applies unless the message gives one.
 #[tokio::test]
 async fn a_message_starts_the_transaction_as_the_library_does() {
-    let clock = ManualClock::at(Timestamp::from_millis(1_000_000));
-    let (store, requests, dlq) = (
-        MemoryStore::new(),
-        MemoryQueue::new(),
-        MemoryDeadLetter::new(),
-    );
-    let s = starter(&store, &requests, &dlq, &clock);
-    let m = Metrics::new("NS", starter::FUNCTION);
-    let r = s
-        .handle_event(
-            testkit::events::sqs(&[
-                &start("TX-1", ""),
-                &start("TX-2", r#","max_attempts":2,"correlation_id":"req-9""#),
-            ]),
-            &m,
-        )
-        .await
-        .unwrap();
+    let w = World::new();
+    let (store, requests, dlq, m) = (&w.store, &w.requests, &w.dlq, &w.metrics);
+    let r = w
+        .deliver(&[
+            &start("TX-1", ""),
+            &start("TX-2", r#","max_attempts":2,"correlation_id":"req-9""#),
+        ])
+        .await;
     assert!(r.batch_item_failures.is_empty(), "{r:?}");
     assert!(dlq.messages().is_empty());
     assert_eq!(m.count("AckStarted"), 2, "{m:?}");
@@ -89,7 +117,7 @@ async fn a_message_starts_the_transaction_as_the_library_does() {
         store: &lib_store,
         requests: &lib_requests,
     };
-    let ctx = settings().context(clock.now());
+    let ctx = settings().context(w.clock.now());
     for (tx, max) in [("TX-1", DEFAULT_MAX), ("TX-2", 2)] {
         let payload =
             Payload::from_json(&format!(r#"{{"order":"{tx}", "amount": 12.50}}"#)).unwrap();
@@ -123,25 +151,13 @@ async fn a_message_starts_the_transaction_as_the_library_does() {
 /// again carries the same key.
 #[tokio::test]
 async fn a_repeated_message_is_harmless() {
-    let clock = ManualClock::at(Timestamp::from_millis(1_000_000));
-    let (store, requests, dlq) = (
-        MemoryStore::new(),
-        MemoryQueue::new(),
-        MemoryDeadLetter::new(),
-    );
-    let s = starter(&store, &requests, &dlq, &clock);
-    let m = Metrics::new("NS", starter::FUNCTION);
+    let w = World::new();
+    let (store, requests, dlq, m) = (&w.store, &w.requests, &w.dlq, &w.metrics);
     let body = start("TX-1", "");
-    let r = s
-        .handle_event(testkit::events::sqs(&[&body]), &m)
-        .await
-        .unwrap();
+    let r = w.deliver(&[&body]).await;
     assert!(r.batch_item_failures.is_empty());
-    clock.advance_millis(5_000);
-    let r = s
-        .handle_event(testkit::events::sqs(&[&body, &body]), &m)
-        .await
-        .unwrap();
+    w.clock.advance_millis(5_000);
+    let r = w.deliver(&[&body, &body]).await;
     assert!(r.batch_item_failures.is_empty(), "{r:?}");
     assert_eq!(m.count("AckStarted"), 1, "{m:?}");
     assert_eq!(m.count("AckAlreadyStarted"), 2, "{m:?}");
@@ -165,14 +181,8 @@ async fn a_repeated_message_is_harmless() {
 /// ever); the good messages of the same batch start.
 #[tokio::test]
 async fn a_poison_message_goes_to_the_dlq_and_its_neighbours_start() {
-    let clock = ManualClock::at(Timestamp::from_millis(1_000_000));
-    let (store, requests, dlq) = (
-        MemoryStore::new(),
-        MemoryQueue::new(),
-        MemoryDeadLetter::new(),
-    );
-    let s = starter(&store, &requests, &dlq, &clock);
-    let m = Metrics::new("NS", starter::FUNCTION);
+    let w = World::new();
+    let (store, requests, dlq, m) = (&w.store, &w.requests, &w.dlq, &w.metrics);
     let bad_budget = start("TX-2", r#","max_attempts":0"#);
     let other_payload =
         r#"{"schema_version":1,"transaction_id":"TX-1","payload":{"order":"changed"}}"#;
@@ -184,15 +194,9 @@ async fn a_poison_message_goes_to_the_dlq_and_its_neighbours_start() {
         start("TX-4", ""),
     ];
     let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
-    let r = s
-        .handle_event(testkit::events::sqs(&refs), &m)
-        .await
-        .unwrap();
+    let r = w.deliver(&refs).await;
     assert!(r.batch_item_failures.is_empty(), "{r:?}");
-    let r = s
-        .handle_event(testkit::events::sqs(&[other_payload]), &m)
-        .await
-        .unwrap();
+    let r = w.deliver(&[other_payload]).await;
     assert!(r.batch_item_failures.is_empty(), "{r:?}");
 
     let dead: Vec<String> = dlq.messages().into_iter().map(|u| u.body).collect();
@@ -242,23 +246,14 @@ impl RequestPublisher for Flaky<'_> {
 /// and publishes attempt 1.
 #[tokio::test]
 async fn a_transient_failure_is_redelivered_and_the_redelivery_publishes() {
-    let clock = ManualClock::at(Timestamp::from_millis(1_000_000));
-    let (store, queue, dlq) = (
-        MemoryStore::new(),
-        MemoryQueue::new(),
-        MemoryDeadLetter::new(),
-    );
+    let w = World::new();
+    let (store, queue, dlq, m) = (&w.store, &w.requests, &w.dlq, &w.metrics);
     let flaky = Flaky {
         down: AtomicBool::new(true),
-        queue: &queue,
+        queue,
     };
-    let s = starter(&store, &flaky, &dlq, &clock);
-    let m = Metrics::new("NS", starter::FUNCTION);
     let body = start("TX-1", "");
-    let r = s
-        .handle_event(testkit::events::sqs(&[&body]), &m)
-        .await
-        .unwrap();
+    let r = w.deliver_to(&flaky, &[&body]).await;
     let failed: Vec<&str> = r
         .batch_item_failures
         .iter()
@@ -272,10 +267,7 @@ async fn a_transient_failure_is_redelivered_and_the_redelivery_publishes() {
         Status::InProgress
     );
     flaky.down.store(false, Ordering::SeqCst);
-    let r = s
-        .handle_event(testkit::events::sqs(&[&body]), &m)
-        .await
-        .unwrap();
+    let r = w.deliver_to(&flaky, &[&body]).await;
     assert!(r.batch_item_failures.is_empty());
     assert_eq!(queue.messages().len(), 1);
     assert_eq!(m.count("AckAlreadyStarted"), 1, "{m:?}");

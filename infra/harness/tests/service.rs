@@ -12,6 +12,11 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
 use testkit::moto::{sdk_config, shared_endpoint, unique_prefix};
+
+/// Every message on `url`, taken off it.
+async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    testkit::moto::take_all(sqs, url).await.unwrap()
+}
 use testkit::provision::harness_table_definition;
 
 struct World {
@@ -91,31 +96,6 @@ fn event(bodies: &[String]) -> SqsEvent {
         })
         .collect();
     serde_json::from_value(json!({ "Records": records })).unwrap()
-}
-
-async fn drain(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
-    let mut out = vec![];
-    loop {
-        let got = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .unwrap();
-        if got.messages().is_empty() {
-            return out;
-        }
-        for m in got.messages() {
-            out.push(m.body().unwrap().to_owned());
-            sqs.delete_message()
-                .queue_url(url)
-                .receipt_handle(m.receipt_handle().unwrap())
-                .send()
-                .await
-                .unwrap();
-        }
-    }
 }
 
 fn tx(s: &str) -> TransactionId {

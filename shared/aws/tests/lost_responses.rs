@@ -66,6 +66,22 @@ async fn respond(
         .unwrap()
 }
 
+/// A stack of its own holding `tx` IN_PROGRESS at attempt 1 of 4, then `outcome` for
+/// it through a proxy losing the first answer of `operation`, which it lost once: the
+/// stack, the proxy and the run's disposition.
+async fn respond_losing_once(
+    tx: &str,
+    operation: &str,
+    outcome: Outcome,
+) -> (Stack, Proxy, Disposition) {
+    let tag = tx.to_lowercase();
+    let s = stack_holding(&tag, &record(tx, Status::InProgress, 1, 4, T0)).await;
+    let (proxy, sdk) = losing_once(operation).await;
+    let d = respond(&s, &sdk, tx, outcome).await;
+    assert_eq!(lost(&proxy, operation), 1);
+    (s, proxy, d)
+}
+
 fn lost(proxy: &Proxy, operation: &str) -> u64 {
     proxy
         .faults_injected()
@@ -84,13 +100,9 @@ fn calls(proxy: &Proxy, operation: &str) -> usize {
 
 /// Schedules in the stack's group.
 async fn schedules(s: &Stack) -> usize {
-    s.scheduler()
-        .list_schedules()
-        .group_name(&s.p.names.schedule_group)
-        .send()
+    testkit::moto::schedule_names(&s.scheduler(), &s.p.names.schedule_group)
         .await
         .unwrap()
-        .schedules()
         .len()
 }
 
@@ -123,11 +135,9 @@ fn response(tx: &str, attempt: u32, outcome: Outcome) -> Response {
 /// condition with ALL_OLD showing that very write. Succeeded, not a duplicate.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_update_answer_is_done_not_a_duplicate() {
-    let s = stack_holding("lostupd", &record("TX-LU1", Status::InProgress, 1, 4, T0)).await;
-    let (proxy, sdk) = losing_once("dynamodb:UpdateItem").await;
-    let d = respond(&s, &sdk, "TX-LU1", Outcome::Success).await;
+    let (s, proxy, d) =
+        respond_losing_once("TX-LU1", "dynamodb:UpdateItem", Outcome::Success).await;
     assert_eq!(d, Disposition::Ack(Ack::Succeeded));
-    assert_eq!(lost(&proxy, "dynamodb:UpdateItem"), 1);
     assert_eq!(calls(&proxy, "UpdateItem"), 2, "the SDK sent it again");
     let rec = s.store().get(&id("TX-LU1")).await.unwrap().unwrap();
     assert_eq!(rec.status, Status::Succeeded);
@@ -137,11 +147,9 @@ async fn a_lost_update_answer_is_done_not_a_duplicate() {
 /// (schedule, confirm) and acknowledges `scheduled`, one schedule created.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_scheduling_answer_still_schedules_once() {
-    let s = stack_holding("lostsch", &record("TX-LS1", Status::InProgress, 1, 4, T0)).await;
-    let (proxy, sdk) = losing_once("dynamodb:UpdateItem").await;
-    let d = respond(&s, &sdk, "TX-LS1", Outcome::Cancelled).await;
+    let (s, proxy, d) =
+        respond_losing_once("TX-LS1", "dynamodb:UpdateItem", Outcome::Cancelled).await;
     assert_eq!(d, Disposition::Ack(Ack::Scheduled));
-    assert_eq!(lost(&proxy, "dynamodb:UpdateItem"), 1);
     assert_eq!(calls(&proxy, "CreateSchedule"), 1);
     let rec = s.store().get(&id("TX-LS1")).await.unwrap().unwrap();
     assert_eq!(rec.status, Status::Scheduled);
@@ -151,11 +159,9 @@ async fn a_lost_scheduling_answer_still_schedules_once() {
 /// (ConflictException), which the adapter reads as "already exists".
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_create_schedule_answer_is_already_created() {
-    let s = stack_holding("lostcs", &record("TX-LC1", Status::InProgress, 1, 4, T0)).await;
-    let (proxy, sdk) = losing_once("scheduler:CreateSchedule").await;
-    let d = respond(&s, &sdk, "TX-LC1", Outcome::Cancelled).await;
+    let (s, proxy, d) =
+        respond_losing_once("TX-LC1", "scheduler:CreateSchedule", Outcome::Cancelled).await;
     assert_eq!(d, Disposition::Ack(Ack::Scheduled));
-    assert_eq!(lost(&proxy, "scheduler:CreateSchedule"), 1);
     assert_eq!(calls(&proxy, "CreateSchedule"), 2);
     assert_eq!(schedules(&s).await, 1);
 }

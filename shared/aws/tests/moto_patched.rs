@@ -10,12 +10,10 @@
 //! `docs/adapters.md#the-local-aws-moto-patched-where-it-breaks-dynamodbs-promises`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, StreamSpecification, StreamViewType, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use testkit::moto::MotoServer;
+use testkit::provision::{create_table, TableDef};
 
 const TABLE: &str = "race";
 /// Acknowledged increments per round.
@@ -26,33 +24,11 @@ fn s(v: &str) -> AttributeValue {
 }
 
 async fn table(ddb: &Client) {
-    ddb.create_table()
-        .table_name(TABLE)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .stream_specification(
-            StreamSpecification::builder()
-                .stream_enabled(true)
-                .stream_view_type(StreamViewType::NewAndOldImages)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let def = TableDef {
+        stream_view: Some("NEW_AND_OLD_IMAGES"),
+        ..TableDef::keyed(TABLE, "pk")
+    };
+    create_table(ddb, &def).await.unwrap();
 }
 
 /// The table's stream.
@@ -367,7 +343,6 @@ async fn without_overlap_the_patched_server_answers_as_stock_moto_does() {
 
 /// Creates `n` one-time schedules in a new group; their names, oldest first.
 async fn schedules(sched: &aws_sdk_scheduler::Client, n: usize) -> Vec<String> {
-    use aws_sdk_scheduler::types::{FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
     sched
         .create_schedule_group()
         .name("pages")
@@ -377,24 +352,7 @@ async fn schedules(sched: &aws_sdk_scheduler::Client, n: usize) -> Vec<String> {
     let mut names = Vec::new();
     for i in 0..n {
         let name = format!("s-{i:03}");
-        sched
-            .create_schedule()
-            .group_name("pages")
-            .name(&name)
-            .schedule_expression("at(2099-01-01T00:00:00)")
-            .flexible_time_window(
-                FlexibleTimeWindow::builder()
-                    .mode(FlexibleTimeWindowMode::Off)
-                    .build()
-                    .unwrap(),
-            )
-            .target(
-                Target::builder()
-                    .arn("arn:aws:sqs:us-east-1:123456789012:q")
-                    .role_arn("arn:aws:iam::123456789012:role/r")
-                    .build()
-                    .unwrap(),
-            )
+        testkit::moto::far_schedule(sched, "pages", &name)
             .send()
             .await
             .unwrap();

@@ -278,6 +278,15 @@ impl<B: Backend> World<B> {
         .unwrap();
     }
 
+    /// Starts `tx` (at most 3 attempts), then stops the response handler's core after
+    /// effect `k` of its handling of CANCELLED for attempt 1, as a crash would: the
+    /// response is left to SQS.
+    pub async fn start_and_crash_responding(&self, tx: &str, k: usize) {
+        self.start(tx, 3).await;
+        self.respond_with(tx, 1, Outcome::Cancelled, &mut stop_after(k))
+            .await;
+    }
+
     /// Delivers a response to the response handler's core.
     pub async fn respond_with(
         &self,

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use testkit::drain::{drain_into, StreamPosition};
 use testkit::memory::ManualClock;
+use testkit::moto::{schedule_names, take_all};
 use testkit::provision::{provision, Provisioned};
 
 /// What a moto world holds beside its ports.
@@ -49,34 +50,6 @@ pub struct Moto {
 /// The store of a moto world: transactions and payloads tables.
 pub type MotoStore = DynamoStore<PayloadsTable>;
 
-/// Takes every message off a queue, oldest first.
-async fn take_all(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
-    let mut bodies = Vec::new();
-    loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(0)
-            .send()
-            .await
-            .expect("ReceiveMessage");
-        let messages = out.messages();
-        if messages.is_empty() {
-            return bodies;
-        }
-        for m in messages {
-            bodies.push(m.body().unwrap_or_default().to_owned());
-            sqs.delete_message()
-                .queue_url(url)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .expect("DeleteMessage");
-        }
-    }
-}
-
 /// Parses `at(yyyy-mm-ddThh:mm:ss)` (UTC, the only zone the adapter writes).
 fn parse_at(expression: &str) -> Timestamp {
     let inner = expression
@@ -90,27 +63,9 @@ impl Moto {
     /// The schedule group's schedules, read back from the Scheduler API.
     async fn schedules(&self) -> Vec<ScheduleSpec> {
         let group = &self.stack.names.schedule_group;
-        let mut names = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .scheduler
-                .list_schedules()
-                .group_name(group)
-                .set_next_token(token.take())
-                .send()
-                .await
-                .expect("ListSchedules");
-            names.extend(
-                page.schedules()
-                    .iter()
-                    .filter_map(|s| s.name().map(str::to_owned)),
-            );
-            match page.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_owned()),
-                _ => break,
-            }
-        }
+        let names = schedule_names(&self.scheduler, group)
+            .await
+            .expect("ListSchedules");
         let mut specs = Vec::new();
         for name in names {
             let out = self
@@ -228,7 +183,9 @@ impl Backend for Moto {
     }
 
     async fn published(w: &World<Self>) -> Vec<Request> {
-        let bodies = take_all(&w.backend.sqs, &w.backend.stack.request.url).await;
+        let bodies = take_all(&w.backend.sqs, &w.backend.stack.request.url)
+            .await
+            .unwrap();
         let mut received = w.backend.received.lock().unwrap();
         received.extend(bodies.iter().map(|b| Request::parse(b).unwrap()));
         received.clone()
@@ -237,6 +194,7 @@ impl Backend for Moto {
     async fn take_retries(w: &World<Self>) -> Vec<RetryEvent> {
         take_all(&w.backend.sqs, &w.backend.stack.retry.url)
             .await
+            .unwrap()
             .iter()
             .map(|b| RetryEvent::parse(b).unwrap())
             .collect()

@@ -3,7 +3,7 @@
 mod common;
 
 use aws::config::vars;
-use common::{options, retryctl, retryctl_without, start_stack, wait_status, Running};
+use common::{options, retryctl, retryctl_without, start_stack, submit, wait_status, Running};
 use domain::ports::{Clock, SystemClock};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -211,8 +211,7 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
         r.stderr
     );
     let r = retryctl(s, &["replay", "TX-SHOW-1", "--budget", "0"]).await;
-    assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("--budget"), "{}", r.stderr);
+    r.fails(2, &["--budget"]);
 
     // Without the stack's shard count, replay refuses rather than guess one (a wrong
     // count writes an index key the reconciler never reads); the record is untouched.
@@ -288,12 +287,7 @@ async fn submit_writes_the_first_answer_deadline_from_the_stacks_answer_timeout(
         &[vars::ANSWER_TIMEOUT_SECONDS.name],
     )
     .await;
-    assert_eq!(r.code, 2, "{r:?}");
-    assert!(
-        r.stderr.contains("--answer-timeout-seconds") && r.stderr.contains("never guesses"),
-        "{}",
-        r.stderr
-    );
+    r.fails(2, &["--answer-timeout-seconds", "never guesses"]);
     let r = retryctl(s, &["show", "TX-DUE-2"]).await;
     assert_eq!(r.code, 3, "nothing started: {r:?}");
     // The flag gives it too.
@@ -418,12 +412,7 @@ async fn one_flag_reaches_the_stack_and_a_missing_output_is_named() {
         &BY_HAND,
     )
     .await;
-    assert_eq!(r.code, 2, "{r:?}");
-    assert!(
-        r.stderr.contains("--reconcile-shards") && r.stderr.contains("output ReconcileShards"),
-        "{}",
-        r.stderr
-    );
+    r.fails(2, &["--reconcile-shards", "output ReconcileShards"]);
 
     // A stack without one output: refused, naming it.
     let partial = format!("{}-partial", s.prefix);
@@ -510,44 +499,25 @@ async fn submit_is_idempotent_and_refuses_bad_arguments_naming_them() {
     assert_eq!(r.json()["result"], "already-started");
     // Another payload: refused, nothing published.
     let r = retryctl(s, &["submit", "TX-SUB-1", "--payload", r#"{"a":2}"#]).await;
-    assert_eq!(r.code, 4, "{r:?}");
-    assert!(r.stderr.contains("different payload"), "{}", r.stderr);
+    r.fails(4, &["different payload"]);
     // The same JSON with other white space is another payload: the refusal says so
     // and how to see the stored text.
     let r = retryctl(s, &["submit", "TX-SUB-1", "--payload", r#"{ "a": 1 }"#]).await;
-    assert_eq!(r.code, 4, "{r:?}");
-    assert!(
-        r.stderr.contains("white space included")
-            && r.stderr.contains("retryctl show TX-SUB-1 --payload"),
-        "{}",
-        r.stderr
+    r.fails(
+        4,
+        &["white space included", "retryctl show TX-SUB-1 --payload"],
     );
 
     let r = retryctl(s, &["submit", "TX-BAD", "--payload", "{nope"]).await;
-    assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("invalid value for --payload: `{nope`"),
-        "{}",
-        r.stderr
-    );
+    r.fails(2, &["invalid value for --payload: `{nope`"]);
     let r = retryctl(
         s,
         &["submit", "TX-BAD", "--payload", "{}", "--max-attempts", "0"],
     )
     .await;
-    assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("invalid value for --max-attempts: `0`"),
-        "{}",
-        r.stderr
-    );
+    r.fails(2, &["invalid value for --max-attempts: `0`"]);
     let r = retryctl(s, &["submit", " padded", "--payload", "{}"]).await;
-    assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("invalid value for <id>: ` padded`"),
-        "{}",
-        r.stderr
-    );
+    r.fails(2, &["invalid value for <id>: ` padded`"]);
     let r = retryctl(
         s,
         &[
@@ -625,18 +595,7 @@ async fn resolve_succeeds_a_waiting_transaction_and_deletes_its_schedule() {
     let sdk = testkit::moto::sdk_config(&s.endpoint).await;
     let sched = aws_sdk_scheduler::Client::new(&sdk);
     let group = format!("{}-retries", s.prefix);
-    let exists = |name: &'static str| {
-        let (sched, group) = (sched.clone(), group.clone());
-        async move {
-            sched
-                .get_schedule()
-                .group_name(group)
-                .name(name)
-                .send()
-                .await
-                .is_ok()
-        }
-    };
+    let exists = |name: &'static str| testkit::moto::schedule_exists(&sched, &group, name);
     assert!(exists("retry-TX-RES-1-2").await);
 
     let r = retryctl(s, &["resolve", "TX-RES-1", "--json"]).await;
@@ -876,15 +835,9 @@ async fn redrive_moves_dlq_messages_back_to_their_source() {
     assert!(wait_depth(url("retry-dlq").await, 1).await);
 
     let r = retryctl(s, &["redrive", "sideways"]).await;
-    assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("sideways") && r.stderr.contains("request, response, retry, scheduler"),
-        "{}",
-        r.stderr
-    );
+    r.fails(2, &["sideways", "request, response, retry, scheduler"]);
     let r = retryctl(s, &["redrive", "retry", "--max", "0"]).await;
-    assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("--max"), "{}", r.stderr);
+    r.fails(2, &["--max"]);
 }
 
 /// Runs the binary with `args` and the given environment, nothing inherited from a
@@ -1026,27 +979,10 @@ async fn aws_failures_are_one_line_with_a_hint_and_a_kind() {
 #[tokio::test(flavor = "multi_thread")]
 async fn refusals_say_what_to_do_instead_and_do_not_echo_big_payloads() {
     let s = fast();
-    let r = retryctl(
-        s,
-        &[
-            "submit",
-            "TX-HINT-1",
-            "--payload",
-            "{}",
-            "--max-attempts",
-            "1",
-        ],
-    )
-    .await;
-    assert_eq!(r.code, 0, "{r:?}");
+    submit(s, "TX-HINT-1", "{}", "1").await;
     wait_status(s, "TX-HINT-1", "FAILED", LONG).await;
     let r = retryctl(s, &["resolve", "TX-HINT-1"]).await;
-    assert_eq!(r.code, 4, "{r:?}");
-    assert!(
-        r.stderr.contains("`retryctl replay TX-HINT-1`"),
-        "{}",
-        r.stderr
-    );
+    r.fails(4, &["`retryctl replay TX-HINT-1`"]);
 
     // Over the size limit, from a file: the file is named.
     let big = format!("{{\"blob\":\"{}\"}}", "x".repeat(300 * 1024));
@@ -1319,12 +1255,7 @@ async fn breaker_status_open_and_close_are_recorded() {
     assert_eq!(r.code, 2, "a missing --for: {r:?}");
     assert!(r.stderr.contains("--for"), "{}", r.stderr);
     let r = retryctl(s, &["breaker", "open", "--for", "0"]).await;
-    assert_eq!(r.code, 2, "{r:?}");
-    assert!(
-        r.stderr.contains("--for") && r.stderr.contains('0'),
-        "{}",
-        r.stderr
-    );
+    r.fails(2, &["--for", "0"]);
 
     let r = retryctl(
         s,

@@ -10,7 +10,7 @@ mod common;
 
 use aws::config::StackNames;
 use aws_sdk_dynamodb::types::AttributeValue;
-use common::{options, retryctl, start_stack, wait_status};
+use common::{options, retryctl, start_stack, submit, wait_status};
 use domain::audit::Notice;
 use domain::retention::Erased;
 use std::time::Duration;
@@ -30,19 +30,7 @@ async fn erase_removes_the_payload_and_reasons_records_it_and_refuses_a_live_one
     // Every answer CANCELLED, retries an hour apart: max 1 fails at once, max 3 waits.
     let s = start_stack(options("erase", 3600, 1.0));
     for (tx, max) in [("TX-ER-F", "1"), ("TX-ER-L", "3")] {
-        let r = retryctl(
-            &s,
-            &[
-                "submit",
-                tx,
-                "--payload",
-                r#"{"customer":"Ana Pérez"}"#,
-                "--max-attempts",
-                max,
-            ],
-        )
-        .await;
-        assert_eq!(r.code, 0, "{r:?}");
+        submit(&s, tx, r#"{"customer":"Ana Pérez"}"#, max).await;
     }
     wait_status(&s, "TX-ER-F", "FAILED", LONG).await;
     wait_status(&s, "TX-ER-L", "SCHEDULED", LONG).await;

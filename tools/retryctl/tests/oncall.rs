@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{options, retryctl, start_stack, wait_status, Ran};
+use common::{options, retryctl, start_stack, submit, wait_status, Ran};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -76,19 +76,7 @@ async fn failed(s: &common::Running) -> Vec<(String, String, u64)> {
 async fn list_show_replay_dry_run_then_for_real_with_a_reason() {
     let s = start_stack(options("oncall", 1, 1.0));
     for id in IDS {
-        let r = retryctl(
-            &s,
-            &[
-                "submit",
-                id,
-                "--payload",
-                r#"{"n":1}"#,
-                "--max-attempts",
-                "2",
-            ],
-        )
-        .await;
-        assert_eq!(r.code, 0, "{r:?}");
+        submit(&s, id, r#"{"n":1}"#, "2").await;
     }
     for id in IDS {
         wait_status(&s, id, "FAILED", LONG).await;

@@ -20,26 +20,7 @@ const LONG: Duration = Duration::from_secs(180);
 
 /// Every schedule of `group`, all pages.
 async fn schedules(sched: &aws_sdk_scheduler::Client, group: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut token = None;
-    loop {
-        let page = sched
-            .list_schedules()
-            .group_name(group)
-            .set_next_token(token)
-            .send()
-            .await
-            .unwrap();
-        names.extend(
-            page.schedules()
-                .iter()
-                .filter_map(|s| s.name().map(str::to_owned)),
-        );
-        match page.next_token() {
-            Some(t) => token = Some(t.to_owned()),
-            None => return names,
-        }
-    }
+    testkit::moto::schedule_names(sched, group).await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]

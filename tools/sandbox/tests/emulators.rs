@@ -19,7 +19,7 @@ use sandbox::local::SqsDirectory;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use testkit::moto;
-use testkit::provision::{provision, Provisioned};
+use testkit::provision::{provision, Provisioned, QueueRef};
 
 async fn stack(tag: &str) -> (aws_config::SdkConfig, Provisioned) {
     let endpoint = moto::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
@@ -48,6 +48,91 @@ where
     false
 }
 
+/// An emulator's tasks and the switch that stops them.
+struct Running {
+    source: StopSource,
+    handles: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Waits up to `limit` for `done`, then stops the tasks and waits for them;
+    /// whether `done` was reached.
+    async fn stop_when<F, Fut>(self, limit: Duration, done: F) -> bool
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let reached = wait_until(limit, done).await;
+        self.source.stop();
+        for h in self.handles {
+            h.await.unwrap();
+        }
+        reached
+    }
+
+    /// Lets the tasks run for `span` more, then stops them.
+    async fn stop_after(self, span: Duration) {
+        self.stop_when(span, || async { false }).await;
+    }
+}
+
+/// Up to 10 messages visible on `url`, with their attributes.
+async fn receive(sqs: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+    sqs.receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap()
+        .messages
+        .unwrap_or_default()
+}
+
+/// The bodies of `messages`.
+fn bodies(messages: &[aws_sdk_sqs::types::Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m.body().map(str::to_owned))
+        .collect()
+}
+
+/// The scheduler emulator on `p`'s group, ticking every 200 ms.
+fn spawn_scheduler(
+    sdk: &aws_config::SdkConfig,
+    p: &Provisioned,
+    process: testkit::faults::ProcessRates,
+    seed: u64,
+) -> (Running, Arc<scheduler::SchedulerStats>) {
+    let (source, stop) = StopSource::new();
+    let (handle, stats) = scheduler::spawn(
+        aws_sdk_scheduler::Client::new(sdk),
+        SqsDirectory::new(aws_sdk_sqs::Client::new(sdk)),
+        SchedulerSettings {
+            group: p.names.schedule_group.clone(),
+            tick: Duration::from_millis(200),
+            process,
+            seed,
+        },
+        stop,
+    );
+    (
+        Running {
+            source,
+            handles: vec![handle],
+        },
+        stats,
+    )
+}
+
+/// Whether no schedule is left in `p`'s group.
+async fn no_schedules_left(sched: &aws_sdk_scheduler::Client, p: &Provisioned) -> bool {
+    testkit::moto::schedule_names(sched, &p.names.schedule_group)
+        .await
+        .unwrap()
+        .is_empty()
+}
+
 /// GIVEN a queue with a redrive policy (maxReceiveCount 5) WHEN the function reports
 /// one record of each batch as failed THEN the others are deleted at once, the failed
 /// one comes back after the visibility timeout with a growing ApproximateReceiveCount,
@@ -63,20 +148,7 @@ async fn esm_deletes_only_successes_and_failures_reach_the_dlq() {
         } else {
             format!("ok-{i}")
         };
-        sqs.send_message()
-            .queue_url(&p.response.url)
-            .message_body(body)
-            .message_attributes(
-                "idempotency_key",
-                MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(format!("k-{i}"))
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
+        send_keyed(&sqs, &p.response.url, body, format!("k-{i}")).await;
     }
     let seen: Arc<Mutex<Vec<(String, String, usize)>>> = Arc::default();
     let log = seen.clone();
@@ -107,33 +179,18 @@ async fn esm_deletes_only_successes_and_failures_reach_the_dlq() {
     });
     // The ARN is checked inside the function; keep it reachable from a plain fn.
     ARN.set(p.response.arn.clone()).ok();
-    let (source, stop) = StopSource::new();
-    let (handles, stats) = esm::spawn(
-        sqs.clone(),
-        EsmSettings {
-            function: "test".into(),
-            queue_url: p.response.url.clone(),
-            queue_arn: p.response.arn.clone(),
-            region: moto::LOCAL_REGION.into(),
-            batch_size: 4,
-            batching_window: Duration::from_millis(300),
-            max_concurrency: 2,
-            poll_wait_seconds: 1,
-            visibility_timeout: Some(1),
-            kill_probability: 0.0,
-            seed: 0,
-        },
-        |_| function.clone(),
-        stop,
-    );
-    let moved = wait_until(Duration::from_secs(30), || async {
-        depth(&sqs, &p.response_dlq.url).await.0 == 1
-    })
-    .await;
-    source.stop();
-    for h in handles {
-        h.await.unwrap();
-    }
+    let settings = EsmSettings {
+        batch_size: 4,
+        batching_window: Duration::from_millis(300),
+        max_concurrency: 2,
+        ..esm_on(&p.response)
+    };
+    let (running, stats) = spawn_esm(&sqs, settings, function);
+    let moved = running
+        .stop_when(Duration::from_secs(30), || async {
+            depth(&sqs, &p.response_dlq.url).await.0 == 1
+        })
+        .await;
     assert!(moved, "the failing record never reached the DLQ");
     let log = seen.lock().unwrap().clone();
     let ok: Vec<_> = log.iter().filter(|(b, _, _)| b != "poison").collect();
@@ -158,13 +215,10 @@ async fn esm_deletes_only_successes_and_failures_reach_the_dlq() {
     assert_eq!(stats.get(&stats.reported_failures), 5);
     assert_eq!(depth(&sqs, &p.response.url).await, (0, 0));
     // The DLQ holds the message unchanged.
-    let dlq = sqs
-        .receive_message()
-        .queue_url(&p.response_dlq.url)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(dlq.messages()[0].body(), Some("poison"));
+    assert_eq!(
+        bodies(&receive(&sqs, &p.response_dlq.url).await),
+        ["poison"]
+    );
 }
 
 static ARN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -183,8 +237,7 @@ async fn three_on_retry_queue(
 ) -> (
     aws_sdk_sqs::Client,
     Provisioned,
-    StopSource,
-    Vec<tokio::task::JoinHandle<()>>,
+    Running,
     Arc<esm::EsmStats>,
 ) {
     let (sdk, p) = stack(tag).await;
@@ -197,55 +250,83 @@ async fn three_on_retry_queue(
             .await
             .unwrap();
     }
+    let settings = EsmSettings {
+        batching_window,
+        kill_probability,
+        seed: 3,
+        ..esm_on(&p.retry)
+    };
+    let (running, stats) = spawn_esm(&sqs, settings, function);
+    (sqs, p, running, stats)
+}
+
+/// An ESM on `queue` where a test does not say otherwise:
+/// batches of up to 10, one poller, 1 s long polls, 1 s visibility, no kills.
+fn esm_on(queue: &QueueRef) -> EsmSettings {
+    EsmSettings {
+        function: "test".into(),
+        queue_url: queue.url.clone(),
+        queue_arn: queue.arn.clone(),
+        region: moto::LOCAL_REGION.into(),
+        batch_size: 10,
+        batching_window: Duration::from_millis(300),
+        max_concurrency: 1,
+        poll_wait_seconds: 1,
+        visibility_timeout: Some(1),
+        kill_probability: 0.0,
+        seed: 0,
+    }
+}
+
+/// The ESM `settings` invoking `function`.
+fn spawn_esm(
+    sqs: &aws_sdk_sqs::Client,
+    settings: EsmSettings,
+    function: SqsFunction,
+) -> (Running, Arc<esm::EsmStats>) {
     let (source, stop) = StopSource::new();
-    let (handles, stats) = esm::spawn(
-        sqs.clone(),
-        EsmSettings {
-            function: "test".into(),
-            queue_url: p.retry.url.clone(),
-            queue_arn: p.retry.arn.clone(),
-            region: moto::LOCAL_REGION.into(),
-            batch_size: 10,
-            batching_window,
-            max_concurrency: 1,
-            poll_wait_seconds: 1,
-            visibility_timeout: Some(1),
-            kill_probability,
-            seed: 3,
-        },
-        move |_| function.clone(),
-        stop,
-    );
-    (sqs, p, source, handles, stats)
+    let (handles, stats) = esm::spawn(sqs.clone(), settings, move |_| function.clone(), stop);
+    (Running { source, handles }, stats)
+}
+
+/// A function that waits `delay`, counts the call in `calls` and answers
+/// `answer(calls so far, records in the batch)`.
+fn counting(
+    calls: Arc<Mutex<u32>>,
+    delay: Duration,
+    answer: fn(u32, usize) -> Result<SqsBatchResponse, String>,
+) -> SqsFunction {
+    Arc::new(move |event: SqsEvent| {
+        let calls = calls.clone();
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            let n = {
+                let mut n = calls.lock().unwrap();
+                *n += 1;
+                *n
+            };
+            answer(n, event.records.len())
+        })
+    })
 }
 
 /// GIVEN an invocation that fails as a whole (error) THEN nothing of the batch is
 /// deleted: the records come back after the visibility timeout.
 #[tokio::test(flavor = "multi_thread")]
 async fn esm_invocation_error_returns_the_whole_batch() {
-    let calls = Arc::new(Mutex::new(0u32));
-    let c = calls.clone();
-    let function: SqsFunction = Arc::new(move |event: SqsEvent| {
-        let c = c.clone();
-        Box::pin(async move {
-            let mut n = c.lock().unwrap();
-            *n += 1;
-            if *n == 1 {
-                return Err(format!("boom on {} records", event.records.len()));
-            }
-            Ok(SqsBatchResponse::default())
-        })
+    let function = counting(Arc::default(), Duration::ZERO, |n, records| {
+        if n == 1 {
+            return Err(format!("boom on {records} records"));
+        }
+        Ok(SqsBatchResponse::default())
     });
-    let (_sqs, _p, source, handles, stats) =
+    let (_sqs, _p, running, stats) =
         three_on_retry_queue("esmerr", Duration::from_millis(500), 0.0, function).await;
-    let drained = wait_until(Duration::from_secs(20), || async {
-        stats.get(&stats.deleted) == 3
-    })
-    .await;
-    source.stop();
-    for h in handles {
-        h.await.unwrap();
-    }
+    let drained = running
+        .stop_when(Duration::from_secs(20), || async {
+            stats.get(&stats.deleted) == 3
+        })
+        .await;
     assert!(drained);
     assert_eq!(stats.get(&stats.failed_invocations), 1);
     assert_eq!(
@@ -324,26 +405,13 @@ async fn scheduler_fires_due_schedules_deletes_them_and_dead_letters_failures() 
     );
     create("retry-TX-2-2", missing, "{\"x\":2}").await;
 
-    let (source, stop) = StopSource::new();
-    let (handle, stats) = scheduler::spawn(
-        sched.clone(),
-        SqsDirectory::new(sqs.clone()),
-        SchedulerSettings {
-            group: p.names.schedule_group.clone(),
-            tick: Duration::from_millis(200),
-            process: testkit::faults::ProcessRates::default(),
-            seed: 0,
-        },
-        stop,
-    );
+    let (running, stats) = spawn_scheduler(&sdk, &p, testkit::faults::ProcessRates::default(), 0);
     let done = wait_until(Duration::from_secs(20), || async {
         stats.get(&stats.fired) == 1 && stats.get(&stats.dead_lettered) == 1
     })
     .await;
     // Nothing fires twice.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    source.stop();
-    handle.await.unwrap();
+    running.stop_after(Duration::from_millis(600)).await;
     assert!(
         done,
         "fired {} dead-lettered {}",
@@ -351,34 +419,15 @@ async fn scheduler_fires_due_schedules_deletes_them_and_dead_letters_failures() 
         stats.get(&stats.dead_lettered)
     );
     assert_eq!(stats.get(&stats.fired), 1);
-    let got = sqs
-        .receive_message()
-        .queue_url(&p.retry.url)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(got.messages().len(), 1);
-    assert_eq!(got.messages()[0].body(), Some(input));
-    let dl = sqs
-        .receive_message()
-        .queue_url(&p.scheduler_dlq.url)
-        .message_attribute_names("All")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(dl.messages()[0].body(), Some("{\"x\":2}"));
-    assert!(dl.messages()[0]
+    assert_eq!(bodies(&receive(&sqs, &p.retry.url).await), [input]);
+    let dl = receive(&sqs, &p.scheduler_dlq.url).await;
+    assert_eq!(bodies(&dl), ["{\"x\":2}"]);
+    assert!(dl[0]
         .message_attributes()
         .unwrap()
         .contains_key("SCHEDULE_ARN"));
-    let left = sched
-        .list_schedules()
-        .group_name(&p.names.schedule_group)
-        .send()
-        .await
-        .unwrap();
     assert!(
-        left.schedules().is_empty(),
+        no_schedules_left(&sched, &p).await,
         "both schedules deleted after completion"
     );
     let drift = stats.drift_ms();
@@ -388,16 +437,22 @@ async fn scheduler_fires_due_schedules_deletes_them_and_dead_letters_failures() 
 
 /// A request as the retry handler publishes it, its key also as a message attribute.
 async fn send_request(sqs: &aws_sdk_sqs::Client, url: &str, id: &str, attempt: u32) {
+    let body = format!(
+        r#"{{"transaction_id":"{id}","attempt":{attempt},"idempotency_key":"{id}#{attempt}","payload":{{"n":1}}}}"#
+    );
+    send_keyed(sqs, url, body, format!("{id}#{attempt}")).await;
+}
+
+/// Sends `body` to `url` with `key` as its `idempotency_key` attribute.
+async fn send_keyed(sqs: &aws_sdk_sqs::Client, url: &str, body: String, key: String) {
     sqs.send_message()
         .queue_url(url)
-        .message_body(format!(
-            r#"{{"transaction_id":"{id}","attempt":{attempt},"idempotency_key":"{id}#{attempt}","payload":{{"n":1}}}}"#
-        ))
+        .message_body(body)
         .message_attributes(
             "idempotency_key",
             MessageAttributeValue::builder()
                 .data_type("String")
-                .string_value(format!("{id}#{attempt}"))
+                .string_value(key)
                 .build()
                 .unwrap(),
         )
@@ -434,37 +489,23 @@ async fn external_service_dedupes_by_idempotency_key() {
     }
     let (source, stop) = StopSource::new();
     let (handles, stats) = external::spawn(sqs.clone(), service_settings(&p, None), stop);
-    let done = wait_until(Duration::from_secs(15), || async {
-        stats.get(&stats.responses_sent) == 3
-    })
-    .await;
-    source.stop();
-    for h in handles {
-        h.await.unwrap();
-    }
+    let done = Running { source, handles }
+        .stop_when(Duration::from_secs(15), || async {
+            stats.get(&stats.responses_sent) == 3
+        })
+        .await;
     assert!(done);
     assert_eq!(stats.raw_requests(), 3);
     assert_eq!(stats.unique_requests(), 2);
     assert_eq!(stats.get(&stats.missing_key_attribute), 0);
-    let mut bodies = vec![];
+    let mut answers = vec![];
     for _ in 0..3 {
-        let out = sqs
-            .receive_message()
-            .queue_url(&p.response.url)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .unwrap();
-        bodies.extend(
-            out.messages()
-                .iter()
-                .filter_map(|m| m.body().map(str::to_owned)),
-        );
-        if bodies.len() == 3 {
+        answers.extend(bodies(&receive(&sqs, &p.response.url).await));
+        if answers.len() == 3 {
             break;
         }
     }
-    let tx1: Vec<_> = bodies.iter().filter(|b| b.contains("TX-1")).collect();
+    let tx1: Vec<_> = answers.iter().filter(|b| b.contains("TX-1")).collect();
     assert_eq!(tx1.len(), 2);
     assert_eq!(tx1[0], tx1[1], "a duplicate gets the same answer");
     assert_eq!(depth(&sqs, &p.request.url).await, (0, 0));
@@ -487,14 +528,11 @@ async fn external_service_answers_error_during_an_outage() {
     };
     let (handles, stats) = external::spawn(sqs.clone(), service_settings(&p, Some(outage)), stop);
     stats.start_run(tokio::time::Instant::now());
-    let done = wait_until(Duration::from_secs(15), || async {
-        stats.get(&stats.responses_sent) == 2
-    })
-    .await;
-    source.stop();
-    for h in handles {
-        h.await.unwrap();
-    }
+    let done = Running { source, handles }
+        .stop_when(Duration::from_secs(15), || async {
+            stats.get(&stats.responses_sent) == 2
+        })
+        .await;
     assert!(done);
     assert_eq!(stats.get(&stats.outage_errors), 2);
     assert_eq!(stats.unique_requests(), 2);
@@ -504,20 +542,9 @@ async fn external_service_answers_error_during_an_outage() {
             external::scripted_outcome(1, 0.5, &id, attempt)
         );
     }
-    let out = sqs
-        .receive_message()
-        .queue_url(&p.response.url)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap();
-    let bodies: Vec<String> = out
-        .messages()
-        .iter()
-        .filter_map(|m| m.body().map(str::to_owned))
-        .collect();
-    assert!(!bodies.is_empty());
-    for b in &bodies {
+    let answers = bodies(&receive(&sqs, &p.response.url).await);
+    assert!(!answers.is_empty());
+    for b in &answers {
         let r = domain::Response::parse(b).unwrap();
         assert_eq!(r.outcome, domain::Outcome::Error, "{b}");
         assert_eq!(r.reason.as_deref(), Some("HTTP_503"), "{b}");
@@ -530,26 +557,17 @@ async fn external_service_answers_error_during_an_outage() {
 #[tokio::test(flavor = "multi_thread")]
 async fn esm_kills_an_invocation_mid_batch_and_the_whole_batch_returns() {
     let finished = Arc::new(Mutex::new(0u32));
-    let f = finished.clone();
-    let function: SqsFunction = Arc::new(move |_event: SqsEvent| {
-        let f = f.clone();
-        Box::pin(async move {
-            // Longer than any kill point: every invocation dies before its answer.
-            tokio::time::sleep(esm::KILL_WITHIN * 3).await;
-            *f.lock().unwrap() += 1;
-            Ok(SqsBatchResponse::default())
-        })
+    // Longer than any kill point: every invocation dies before its answer.
+    let function = counting(finished.clone(), esm::KILL_WITHIN * 3, |_, _| {
+        Ok(SqsBatchResponse::default())
     });
-    let (sqs, p, source, handles, stats) =
+    let (sqs, p, running, stats) =
         three_on_retry_queue("esmkill", Duration::from_millis(300), 1.0, function).await;
-    let twice = wait_until(Duration::from_secs(20), || async {
-        stats.get(&stats.killed) >= 2 && stats.get(&stats.records) >= 6
-    })
-    .await;
-    source.stop();
-    for h in handles {
-        h.await.unwrap();
-    }
+    let twice = running
+        .stop_when(Duration::from_secs(20), || async {
+            stats.get(&stats.killed) >= 2 && stats.get(&stats.records) >= 6
+        })
+        .await;
     assert!(twice, "killed {}", stats.get(&stats.killed));
     assert_eq!(*finished.lock().unwrap(), 0, "no invocation got to answer");
     assert_eq!(stats.get(&stats.deleted), 0);
@@ -597,37 +615,20 @@ async fn scheduler_misfires_twice_late_or_never() {
         let fire = SystemClock.now().plus_millis(1_000).ceil_to_second();
         let input = r#"{"transaction_id":"TX-1","origin":"RETRY_SCHEDULER","attempt":2}"#;
         one_time(&sched, &p, "retry-TX-1-2", fire, p.retry.arn.clone(), input).await;
-        let (source, stop) = StopSource::new();
-        let (handle, stats) = scheduler::spawn(
-            sched.clone(),
-            SqsDirectory::new(sqs.clone()),
-            SchedulerSettings {
-                group: p.names.schedule_group.clone(),
-                tick: Duration::from_millis(200),
-                process,
-                seed: 1,
-            },
-            stop,
-        );
+        let (running, stats) = spawn_scheduler(&sdk, &p, process, 1);
         let settled = wait_until(Duration::from_secs(20), || async {
             stats.get(&stats.fired_twice) + stats.get(&stats.fired) + stats.get(&stats.never_fired)
                 >= 1
                 && stats.get(&stats.deleted) + stats.get(&stats.never_fired) >= 1
         })
         .await;
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        source.stop();
-        handle.await.unwrap();
+        running.stop_after(Duration::from_millis(600)).await;
         assert!(settled, "{name}");
-        let got = sqs
-            .receive_message()
-            .queue_url(&p.retry.url)
-            .max_number_of_messages(10)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(got.messages().len(), messages, "{name}");
-        assert!(got.messages().iter().all(|m| m.body() == Some(input)));
+        assert_eq!(
+            bodies(&receive(&sqs, &p.retry.url).await),
+            vec![input; messages],
+            "{name}"
+        );
         let counted = match name {
             "twice" => stats.get(&stats.fired_twice),
             "late" => stats.get(&stats.fired_late),
@@ -638,12 +639,9 @@ async fn scheduler_misfires_twice_late_or_never() {
             let drift = stats.drift_ms();
             assert!(drift.iter().all(|d| *d >= 0), "{drift:?}");
         }
-        let left = sched
-            .list_schedules()
-            .group_name(&p.names.schedule_group)
-            .send()
-            .await
-            .unwrap();
-        assert!(left.schedules().is_empty(), "{name}: the schedule is gone");
+        assert!(
+            no_schedules_left(&sched, &p).await,
+            "{name}: the schedule is gone"
+        );
     }
 }

@@ -377,6 +377,125 @@ pub async fn sdk_config_for(endpoints: &Endpoints) -> SdkConfig {
         .build()
 }
 
+/// A request for the one-time schedule `name` in `group`, due in 2099 and aimed at a
+/// queue that need not exist: for tests of the Scheduler API itself, where nothing
+/// fires.
+pub fn far_schedule(
+    scheduler: &aws_sdk_scheduler::Client,
+    group: &str,
+    name: &str,
+) -> aws_sdk_scheduler::operation::create_schedule::builders::CreateScheduleFluentBuilder {
+    use aws_sdk_scheduler::types::{FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
+    scheduler
+        .create_schedule()
+        .group_name(group)
+        .name(name)
+        .schedule_expression("at(2099-01-01T00:00:00)")
+        .set_flexible_time_window(
+            FlexibleTimeWindow::builder()
+                .mode(FlexibleTimeWindowMode::Off)
+                .build()
+                .ok(),
+        )
+        .set_target(
+            Target::builder()
+                .arn(format!("arn:aws:sqs:{LOCAL_REGION}:{LOCAL_ACCOUNT}:q"))
+                .role_arn(format!("arn:aws:iam::{LOCAL_ACCOUNT}:role/r"))
+                .input("{}")
+                .build()
+                .ok(),
+        )
+}
+
+/// Receives up to 10 messages of `url` with visibility 0 (visible again at once, each
+/// receive counted): how many came.
+pub async fn receive_at_once(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Result<
+    usize,
+    aws_sdk_sqs::error::SdkError<aws_sdk_sqs::operation::receive_message::ReceiveMessageError>,
+> {
+    let out = sqs
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .visibility_timeout(0)
+        .send()
+        .await?;
+    Ok(out.messages().len())
+}
+
+/// Takes every message off `url` (received without waiting, then deleted): their
+/// bodies, oldest first.
+pub async fn take_all(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Result<Vec<String>, aws_sdk_sqs::Error> {
+    let mut bodies = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(0)
+            .send()
+            .await?;
+        if out.messages().is_empty() {
+            return Ok(bodies);
+        }
+        for m in out.messages() {
+            bodies.push(m.body().unwrap_or_default().to_owned());
+            sqs.delete_message()
+                .queue_url(url)
+                .set_receipt_handle(m.receipt_handle().map(str::to_owned))
+                .send()
+                .await?;
+        }
+    }
+}
+
+/// Whether the schedule `name` of `group` exists.
+pub async fn schedule_exists(
+    scheduler: &aws_sdk_scheduler::Client,
+    group: &str,
+    name: &str,
+) -> bool {
+    scheduler
+        .get_schedule()
+        .group_name(group)
+        .name(name)
+        .send()
+        .await
+        .is_ok()
+}
+
+/// The names of every schedule of `group`, all pages.
+pub async fn schedule_names(
+    scheduler: &aws_sdk_scheduler::Client,
+    group: &str,
+) -> Result<Vec<String>, aws_sdk_scheduler::Error> {
+    let mut names = Vec::new();
+    let mut token = None;
+    loop {
+        let page = scheduler
+            .list_schedules()
+            .group_name(group)
+            .set_next_token(token)
+            .send()
+            .await?;
+        names.extend(
+            page.schedules()
+                .iter()
+                .filter_map(|s| s.name().map(str::to_owned)),
+        );
+        match page.next_token() {
+            Some(t) if !t.is_empty() => token = Some(t.to_owned()),
+            _ => return Ok(names),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

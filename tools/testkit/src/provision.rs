@@ -57,6 +57,24 @@ pub struct TableDef {
     pub billing_mode: &'static str,
 }
 
+impl TableDef {
+    /// An on-demand table `name` keyed by the string attribute `hash_key` alone: no
+    /// index, stream or TTL (for tests of the SDK and of the server themselves).
+    pub fn keyed(name: &str, hash_key: &'static str) -> Self {
+        TableDef {
+            logical_id: "Table",
+            name: name.to_owned(),
+            hash_key,
+            range_key: None,
+            attributes: vec![(hash_key, "S")],
+            indexes: vec![],
+            stream_view: None,
+            ttl_attribute: None,
+            billing_mode: "PAY_PER_REQUEST",
+        }
+    }
+}
+
 /// A redrive policy, as data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedriveDef {

@@ -5,16 +5,13 @@
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_scheduler::operation::create_schedule::CreateScheduleError;
-use aws_sdk_scheduler::types::{FlexibleTimeWindow, FlexibleTimeWindowMode, Target};
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use domain::ports::Cause;
 use std::time::{Duration, Instant};
 use testkit::faults::{FaultKind, Faults, Rates};
+use testkit::provision::{create_table, TableDef};
 use testkit::proxy::Proxy;
 
 /// One attempt per call: the fault reaches the test as the SDK reports it.
@@ -60,25 +57,8 @@ impl World {
 
     async fn table(&self) -> String {
         let name = format!("{}-t", self.prefix);
-        aws_sdk_dynamodb::Client::new(&self.moto)
-            .create_table()
-            .table_name(&name)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("id")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("id")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
+        let client = aws_sdk_dynamodb::Client::new(&self.moto);
+        create_table(&client, &TableDef::keyed(&name, "id"))
             .await
             .unwrap();
         name
@@ -127,16 +107,8 @@ impl World {
     }
 
     async fn depth(&self, url: &str) -> usize {
-        aws_sdk_sqs::Client::new(&self.moto)
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .visibility_timeout(0)
-            .send()
-            .await
-            .unwrap()
-            .messages()
-            .len()
+        let sqs = aws_sdk_sqs::Client::new(&self.moto);
+        testkit::moto::receive_at_once(&sqs, url).await.unwrap()
     }
 
     async fn group(&self) -> String {
@@ -156,38 +128,16 @@ impl World {
         name: &str,
     ) -> Result<(), SdkError<CreateScheduleError, aws_sdk_scheduler::config::http::HttpResponse>>
     {
-        aws::clients::scheduler_with(&self.through, once())
-            .create_schedule()
-            .name(name)
-            .group_name(group)
-            .schedule_expression("at(2030-01-01T00:00:00)")
-            .flexible_time_window(
-                FlexibleTimeWindow::builder()
-                    .mode(FlexibleTimeWindowMode::Off)
-                    .build()
-                    .unwrap(),
-            )
-            .target(
-                Target::builder()
-                    .arn("arn:aws:sqs:us-east-1:123456789012:q")
-                    .role_arn("arn:aws:iam::123456789012:role/s")
-                    .input("{}")
-                    .build()
-                    .unwrap(),
-            )
+        let scheduler = aws::clients::scheduler_with(&self.through, once());
+        testkit::moto::far_schedule(&scheduler, group, name)
             .send()
             .await
             .map(|_| ())
     }
 
     async fn schedule_exists(&self, group: &str, name: &str) -> bool {
-        aws_sdk_scheduler::Client::new(&self.moto)
-            .get_schedule()
-            .group_name(group)
-            .name(name)
-            .send()
-            .await
-            .is_ok()
+        let scheduler = aws_sdk_scheduler::Client::new(&self.moto);
+        testkit::moto::schedule_exists(&scheduler, group, name).await
     }
 }
 

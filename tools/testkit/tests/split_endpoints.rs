@@ -45,25 +45,8 @@ async fn each_client_calls_its_own_server() {
         .send()
         .await
         .unwrap();
-    aws_sdk_dynamodb::Client::new(&sdk)
-        .create_table()
-        .table_name("split-t")
-        .attribute_definitions(
-            aws_sdk_dynamodb::types::AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            aws_sdk_dynamodb::types::KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
-        .send()
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    testkit::provision::create_table(&ddb, &testkit::provision::TableDef::keyed("split-t", "pk"))
         .await
         .unwrap();
     assert_eq!(tables(&a.endpoint_url()).await, vec!["split-t".to_owned()]);

@@ -14,7 +14,7 @@
 use crate::world::*;
 use domain::decide::{decide, Context, Disposition, Effect, Input, Known, Rejection, Run};
 use domain::exec::execute;
-use domain::ids::{MaxAttempts, ScheduleName, Timestamp};
+use domain::ids::{MaxAttempts, ScheduleName, Timestamp, TransactionId};
 use domain::machine::{transition, FailedKey, Mark, ReconcileKey, Status, TransactionRecord};
 use domain::message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
 use domain::policy::{FixedRandom, PolicySet, RetryPolicy, SplitMix64};
@@ -67,16 +67,9 @@ fn any_record() -> impl Strategy<Value = TransactionRecord> {
         .prop_map(
             |(status, current, next, max, fire, updated, named, keyed)| {
                 let id = tx("TX-P");
-                let mut r = TransactionRecord::started(
-                    id.clone(),
-                    MaxAttempts::new(max).unwrap(),
-                    t0().plus_millis(-200 * MIN_MS),
-                );
-                r.status = status;
-                r.current_attempt = a(current);
+                let mut r = record_at(&id, max, status, current, updated);
                 r.next_attempt = next.map(a);
                 r.next_fire_at = fire.map(|m| t0().plus_millis(m * MIN_MS));
-                r.updated_at = t0().plus_millis(updated * MIN_MS);
                 if named {
                     r.schedule_name = Some(ScheduleName::for_retry(&id, a(current + 1)));
                 }
@@ -87,6 +80,26 @@ fn any_record() -> impl Strategy<Value = TransactionRecord> {
                 r
             },
         )
+}
+
+/// A record of `id` started 200 minutes before t0 with at most `max` attempts, now
+/// `status` at attempt `current`, last written `updated` minutes from t0.
+fn record_at(
+    id: &TransactionId,
+    max: u32,
+    status: Status,
+    current: u32,
+    updated: i64,
+) -> TransactionRecord {
+    let mut r = TransactionRecord::started(
+        id.clone(),
+        MaxAttempts::new(max).unwrap(),
+        t0().plus_millis(-200 * MIN_MS),
+    );
+    r.status = status;
+    r.current_attempt = a(current);
+    r.updated_at = t0().plus_millis(updated * MIN_MS);
+    r
 }
 
 /// A record some sequence of handler writes can produce: current <= max; in an
@@ -102,14 +115,7 @@ fn well_formed_record() -> impl Strategy<Value = TransactionRecord> {
             } else {
                 status
             };
-            let mut r = TransactionRecord::started(
-                id.clone(),
-                MaxAttempts::new(max).unwrap(),
-                t0().plus_millis(-200 * MIN_MS),
-            );
-            r.status = status;
-            r.current_attempt = a(current);
-            r.updated_at = t0().plus_millis(updated * MIN_MS);
+            let mut r = record_at(&id, max, status, current, updated);
             if status.is_intermediate() {
                 r.next_attempt = Some(a(current + 1));
                 r.next_fire_at = Some(t0().plus_millis(fire * MIN_MS));
@@ -261,11 +267,7 @@ fn ends_with_one_terminal(plan: &[Effect]) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 2000,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::cases(2000))]
 
     /// The plan made from the record a failed condition hands back never fails its
     /// own conditions against that record: re-deciding cannot loop by itself.

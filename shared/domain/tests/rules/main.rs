@@ -14,3 +14,12 @@ mod protocol;
 mod runs;
 mod schedule_names;
 mod world;
+
+/// A property run of `cases` cases, failures not persisted to files.
+pub fn cases(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases,
+        failure_persistence: None,
+        ..proptest::test_runner::Config::default()
+    }
+}

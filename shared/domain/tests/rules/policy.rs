@@ -56,11 +56,7 @@ fn attempt() -> impl Strategy<Value = Attempt> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 4000,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::cases(4000))]
 
     #[test]
     fn wait_is_always_within_bounds(p in valid_policy(), k in attempt(), u in any_unit()) {

@@ -476,11 +476,7 @@ proptest! {
     // Tuned so the whole crate's tests stay well under 30 s in debug builds; with a
     // response-handling bug planted, 600 cases found the lost-response race in about
     // 3 runs of 5, 10 000 cases every time.
-    #![proptest_config(ProptestConfig {
-        cases: 2000,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::cases(2000))]
 
     /// Genuine messages: safety after every operation, and every transaction settles.
     #[test]

@@ -125,11 +125,7 @@ fn any_attempt() -> impl Strategy<Value = Attempt> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 3000,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::cases(3000))]
 
     #[test]
     fn every_name_is_valid_and_deterministic(id in any_id(), n in any_attempt()) {

@@ -121,6 +121,18 @@ pub struct Ran {
 }
 
 impl Ran {
+    /// Asserts the run ended with `code` and its stderr says each of `says`.
+    pub fn fails(&self, code: i32, says: &[&str]) {
+        assert_eq!(self.code, code, "{self:?}");
+        for text in says {
+            assert!(
+                self.stderr.contains(text),
+                "no {text:?} in: {}",
+                self.stderr
+            );
+        }
+    }
+
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
             panic!(
@@ -134,6 +146,20 @@ impl Ran {
 /// Runs the `retryctl` binary against a stack.
 pub async fn retryctl(stack: &Running, args: &[&str]) -> Ran {
     retryctl_without(stack, args, &[]).await
+}
+
+/// Submits `id` with `payload` and at most `max_attempts` attempts; asserts it started.
+pub async fn submit(stack: &Running, id: &str, payload: &str, max_attempts: &str) {
+    let args = [
+        "submit",
+        id,
+        "--payload",
+        payload,
+        "--max-attempts",
+        max_attempts,
+    ];
+    let r = retryctl(stack, &args).await;
+    assert_eq!(r.code, 0, "{r:?}");
 }
 
 /// `retryctl` with the variables `unset` removed from its environment.
