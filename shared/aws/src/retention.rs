@@ -1,19 +1,14 @@
 //! Retention and erasure in DynamoDB (the rule: `domain::retention`).
 //!
-//! - The record's TTL attribute [`PURGE_AT`] (epoch seconds) is set by the terminal
-//!   write itself — the same conditional `UpdateItem` (`purge::with_purge`, applied
-//!   by `DynamoStore::transition` when the store has a retention) — and removed by
-//!   the write that reopens a transaction (an operator replay), so a live record
-//!   never carries it.
-//! - The payload's is set by the audit writer when the table's stream shows the
-//!   terminal transition, and removed when it shows the reopening
-//!   ([`set_payload_purge`]): the payload can only expire after its transaction ended,
-//!   at the record's instant.
+//! - The record's TTL [`PURGE_AT`] is set by the terminal write itself (the same
+//!   conditional `UpdateItem`, `purge::with_purge`) and removed by a replay's write,
+//!   so a live record never carries it.
+//! - The payload's is set and removed by the audit writer from the table's stream
+//!   ([`set_payload_purge`]): it expires only after its transaction ended.
 //! - An erasure deletes the payload ([`delete_payload`]) and the reason texts of the
-//!   record ([`scrub_record`]) and of its audit entries
-//!   (`AuditWriter::erase_reasons`).
+//!   record ([`scrub_record`]) and of its audit entries (`AuditWriter::erase_reasons`).
 //!
-//! `docs/deploy.md#data-we-keep`.
+//! Why and what is kept: `docs/deploy.md#data-we-keep`.
 
 use crate::errors::classify;
 use crate::item::{attr, s};

@@ -1,16 +1,13 @@
-//! The outbound rate bound of the functions that publish requests (the retry handler
-//! for retries, the starter for first requests): a per-process pacing limiter.
+//! The outbound rate bound of the functions that publish requests (retry handler,
+//! starter): a per-process pacing limiter.
 //!
-//! [`Pacer`] lets one publish run at a time, starts them at least
-//! `1 / MAX_REQUESTS_PER_SECOND` apart, and starts none until one second after the
-//! publish ⌊MAX_REQUESTS_PER_SECOND⌋ places before it *ended*, so the bound holds where
-//! requests arrive, whatever their latency. The retry handler owns its pacer, once per
-//! execution environment (warm invocations and a batch's concurrent records share it);
-//! the event source mapping's `MaximumConcurrency` bounds the fleet:
-//! `MaximumConcurrency × ⌊MAX_REQUESTS_PER_SECOND⌋` requests in any second. A publish
-//! that would wait longer than `max_wait` is refused with a retryable error (the
-//! record is redelivered) instead of running into the invocation's timeout. Why:
-//! `docs/functions.md#outbound-rate-bound`.
+//! [`Pacer`] runs one publish at a time, starts them at least
+//! `1 / MAX_REQUESTS_PER_SECOND` apart, and none until one second after the publish
+//! ⌊MAX_REQUESTS_PER_SECOND⌋ places before it *ended*, so the bound holds where requests
+//! arrive. One pacer per execution environment; the event source mapping's
+//! `MaximumConcurrency` bounds the fleet. A publish that would wait longer than
+//! `max_wait` is refused with a retryable error (the record is redelivered).
+//! Why: `docs/functions.md#outbound-rate-bound`.
 
 use crate::metrics::{names, Metrics};
 use domain::message::Request;

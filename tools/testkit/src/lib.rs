@@ -1,16 +1,14 @@
-//! Test and local-stack machinery, kept out of the production crates: the Lambda
-//! binaries depend on `deferred-retry-domain`, `-aws` and `-runtime` only
-//! (`cargo tree -e normal -p response-handler` lists no `deferred-retry-testkit`).
+//! Test and local-stack machinery, kept out of the production crates (the Lambda
+//! binaries depend on `deferred-retry-domain`, `-aws` and `-runtime` only).
 //!
-//! - [`moto`]: the moto server launcher and loopback SDK configuration; [`provision`]:
-//!   every table, queue and schedule group of a stack, as data (compared with
-//!   `template.yaml`); [`drain`]: a table's stream into the audit writer.
-//! - [`memory`]: in-memory adapters of every port, with DynamoDB's conditional semantics;
-//!   [`meter`]: an SDK interceptor counting API calls and consumed capacity.
+//! - [`moto`]: the moto launcher and loopback SDK configuration; [`provision`]: every
+//!   table, queue and schedule group of a stack, as data; [`drain`]: a stream into the
+//!   audit writer.
+//! - [`memory`]: in-memory adapters of every port; [`meter`]: an SDK call counter.
 //! - [`proxy`]: a recording pass-through in front of moto, injecting [`faults`];
-//!   [`trail`]: audit trails as `FROM>TO@attempt` strings; [`size`]: DynamoDB's item
-//!   size; [`events`]: the SQS events Lambda delivers. See
-//!   `docs/adapters.md#local-server-and-provisioning`.
+//!   [`trail`], [`size`], [`events`]: audit trails, item sizes, Lambda's SQS events.
+//!
+//! `docs/adapters.md#local-server-and-provisioning`.
 
 pub mod drain;
 pub mod events;
