@@ -956,7 +956,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         transaction_id: id("TX-I"),
         payload: payload("TX-I", "SUCCESS"),
         max_attempts: None,
-        correlation_id: Some("lp-intake".into()),
+        correlation_id: domain::CorrelationId::new("lp-intake").ok(),
     }
     .to_json();
     for body in [

@@ -70,6 +70,8 @@ pub mod attr {
     pub const RESENDS: &str = "resends";
     /// What an erasure removed (`Notice::Erased`): the names, comma-separated.
     pub const ERASED: &str = "erased";
+    /// The transaction's correlation id, on the entry of its creation only.
+    pub const CORRELATION_ID: &str = "correlation_id";
 }
 
 /// Why a change could not be audited.
@@ -208,6 +210,9 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     }
     if !entry.erased.is_empty() {
         m.insert(ERASED.into(), s(entry.erased.names().join(",")));
+    }
+    if let Some(c) = &entry.correlation_id {
+        m.insert(CORRELATION_ID.into(), s(c.as_str()));
     }
     m
 }
@@ -373,6 +378,9 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
             })
             .transpose()?
             .unwrap_or_default(),
+        correlation_id: get(CORRELATION_ID)
+            .map(|v| domain::CorrelationId::new(v).map_err(|e| bad(CORRELATION_ID, Some(v), &e)))
+            .transpose()?,
     })
 }
 

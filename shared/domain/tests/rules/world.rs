@@ -238,6 +238,7 @@ pub fn start_input(id: &TransactionId, max: u32) -> Input {
         transaction_id: id.clone(),
         payload: payload(),
         max_attempts: MaxAttempts::new(max).unwrap(),
+        correlation_id: None,
     }
 }
 
