@@ -1137,6 +1137,24 @@ mod tests {
         );
     }
 
+    /// GIVEN a transaction started with a correlation id WHEN its creation and its
+    /// next run are audited from the stream's images THEN the creation's entry holds
+    /// it, stored and read back, and the later entries do not repeat it.
+    #[test]
+    fn the_creation_entry_keeps_the_correlation_id() {
+        let r = started(0).correlated(Some(domain::CorrelationId::new("req-7f3a").unwrap()));
+        let image = flat_from_dynamodb(&record_to_item(&r));
+        let created = entry_from_images(None, Some(&image)).unwrap().unwrap();
+        assert_eq!(
+            created.correlation_id.as_ref().map(|c| c.as_str()),
+            Some("req-7f3a")
+        );
+        let back = entries_from_item(&audit_item(&created, 30)).unwrap();
+        assert_eq!(back, vec![created]);
+        let (_, run) = answer_run(&r);
+        assert!(run.iter().all(|e| e.correlation_id.is_none()), "{run:?}");
+    }
+
     #[test]
     fn a_run_is_one_item_holding_each_of_its_entries() {
         let (_, run) = answer_run(&started(0));
