@@ -379,7 +379,11 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
             .transpose()?
             .unwrap_or_default(),
         correlation_id: get(CORRELATION_ID)
-            .map(|v| domain::CorrelationId::new(v).map_err(|e| bad(CORRELATION_ID, Some(v), &e)))
+            .map(|v| {
+                domain::CorrelationId::new(v)
+                    .map(Box::new)
+                    .map_err(|e| bad(CORRELATION_ID, Some(v), &e))
+            })
             .transpose()?,
     })
 }

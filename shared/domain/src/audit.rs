@@ -55,9 +55,9 @@ pub struct AuditEntry {
     pub erased: ErasedSet,
     /// On the entry of the creation only (`from` = `None`): the transaction's
     /// correlation id, when it was started with one (it never changes, so no later
-    /// entry repeats it).
+    /// entry repeats it). Boxed: rare, and entries are passed by value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub correlation_id: Option<CorrelationId>,
+    pub correlation_id: Option<Box<CorrelationId>>,
 }
 
 /// An event the audit trail keeps although the record did not change.
@@ -128,7 +128,7 @@ impl AuditEntry {
             resends: new.counts[Counter::Round],
             erased: ErasedSet::default(),
             correlation_id: if old.is_none() {
-                new.correlation_id.clone()
+                new.correlation_id.clone().map(Box::new)
             } else {
                 None
             },
