@@ -821,6 +821,7 @@ async fn a_start_that_crashed_before_its_publish_is_rescued_at_the_deadline<B: B
         transaction_id: id(TX),
         payload: payload_of(TX),
         max_attempts: MaxAttempts::new(3).unwrap(),
+        correlation_id: None,
     };
     let crashed = drive(
         start,

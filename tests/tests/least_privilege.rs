@@ -978,7 +978,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         transaction_id: id("TX-I"),
         payload: payload("TX-I", "SUCCESS"),
         max_attempts: None,
-        correlation_id: Some("lp-intake".into()),
+        correlation_id: domain::CorrelationId::new("lp-intake").ok(),
     }
     .to_json();
     for body in [
@@ -1496,6 +1496,41 @@ fn an_operator_role_without_one_grant_fails_the_command_that_needs_it() {
     )];
     missing.extend(read_sends);
     assert_eq!(problems_with(&without(&text, grant)), missing);
+}
+
+/// GIVEN `Tracing` Active WHEN Lambda writes a function's trace segments with its
+/// role THEN the role allows X-Ray's two write actions (which take no resource-level
+/// permission: `*`) and no other X-Ray action; with PassThrough, the default, no
+/// function role grants them. (The roles are the template's own, not SAM's: SAM adds
+/// X-Ray's managed policy only to a role it generates.)
+#[test]
+fn tracing_active_grants_the_xray_writes_and_only_then() {
+    let text = template_text();
+    let active = offline_with(&text, &[("Tracing", "Active".to_owned())]);
+    let default = offline(&text);
+    for role in [
+        "ResponseHandlerRole",
+        "RetryHandlerRole",
+        "StarterRole",
+        "ReconcilerRole",
+        "AuditWriterRole",
+    ] {
+        for action in ["xray:PutTraceSegments", "xray:PutTelemetryRecords"] {
+            let r = active.request(&active.role(role), action, "*");
+            assert!(
+                matches!(active.evaluate(&r).unwrap(), Decision::Allowed(_)),
+                "{role}: {action}"
+            );
+            let r = default.request(&default.role(role), action, "*");
+            assert_eq!(
+                default.evaluate(&r).unwrap(),
+                Decision::NotAllowed,
+                "{role}: {action}"
+            );
+        }
+        let r = active.request(&active.role(role), "xray:GetTraceSummaries", "*");
+        assert_eq!(active.evaluate(&r).unwrap(), Decision::NotAllowed, "{role}");
+    }
 }
 
 /// One grant removed from the template: the call that needs it fails, naming the

@@ -49,10 +49,15 @@ pub async fn handle<St: Creates + Payloads, Rq: RequestPublisher>(
         transaction_id: message.transaction_id.clone(),
         payload: message.payload.clone(),
         max_attempts: message.max_attempts.unwrap_or(default_max_attempts),
+        correlation_id: message.correlation_id.clone(),
     };
     let span = tracing::info_span!(
         "start",
-        correlation_id = message.correlation_id.as_deref().unwrap_or("")
+        correlation_id = message
+            .correlation_id
+            .as_ref()
+            .map(|c| c.as_str())
+            .unwrap_or("")
     );
     let driven = drive(input, ports, ctx, rng, hook).instrument(span).await;
     verdict(&driven, metrics)

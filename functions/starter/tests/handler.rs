@@ -118,14 +118,16 @@ async fn a_message_starts_the_transaction_as_the_library_does() {
         requests: &lib_requests,
     };
     let ctx = settings().context(w.clock.now());
-    for (tx, max) in [("TX-1", DEFAULT_MAX), ("TX-2", 2)] {
+    for (tx, max, correlation) in [("TX-1", DEFAULT_MAX, None), ("TX-2", 2, Some("req-9"))] {
         let payload =
             Payload::from_json(&format!(r#"{{"order":"{tx}", "amount": 12.50}}"#)).unwrap();
-        runtime::ops::start_transaction(
+        let correlation = correlation.map(|c| domain::CorrelationId::new(c).unwrap());
+        runtime::ops::start_correlated(
             &ports,
             id(tx),
             payload,
             MaxAttempts::new(max).unwrap(),
+            correlation.clone(),
             settings().answer_timeout,
             &ctx,
         )
@@ -135,8 +137,16 @@ async fn a_message_starts_the_transaction_as_the_library_does() {
         assert_eq!(Some(&ours), lib_store.record(&id(tx)).as_ref(), "{tx}");
         assert_eq!(ours.status, Status::InProgress);
         assert_eq!(ours.max_attempts.get(), max);
+        assert_eq!(ours.correlation_id, correlation, "{tx}");
     }
     assert_eq!(requests.messages(), lib_requests.messages());
+    assert_eq!(
+        requests.messages()[1]
+            .correlation_id
+            .as_ref()
+            .map(|c| c.as_str()),
+        Some("req-9")
+    );
     let first = &requests.messages()[0];
     assert_eq!(first.idempotency_key.as_str(), "TX-1#1");
     assert_eq!(

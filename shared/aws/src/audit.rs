@@ -70,6 +70,8 @@ pub mod attr {
     pub const RESENDS: &str = "resends";
     /// What an erasure removed (`Notice::Erased`): the names, comma-separated.
     pub const ERASED: &str = "erased";
+    /// The transaction's correlation id, on the entry of its creation only.
+    pub const CORRELATION_ID: &str = "correlation_id";
 }
 
 /// Why a change could not be audited.
@@ -208,6 +210,9 @@ fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     }
     if !entry.erased.is_empty() {
         m.insert(ERASED.into(), s(entry.erased.names().join(",")));
+    }
+    if let Some(c) = &entry.correlation_id {
+        m.insert(CORRELATION_ID.into(), s(c.as_str()));
     }
     m
 }
@@ -373,6 +378,13 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
             })
             .transpose()?
             .unwrap_or_default(),
+        correlation_id: get(CORRELATION_ID)
+            .map(|v| {
+                domain::CorrelationId::new(v)
+                    .map(Box::new)
+                    .map_err(|e| bad(CORRELATION_ID, Some(v), &e))
+            })
+            .transpose()?,
     })
 }
 
@@ -1127,6 +1139,24 @@ mod tests {
             back[0].operator.as_ref().map(|o| o.caller.as_str()),
             Some("arn:aws:sts::1:assumed-role/oncall/bob")
         );
+    }
+
+    /// GIVEN a transaction started with a correlation id WHEN its creation and its
+    /// next run are audited from the stream's images THEN the creation's entry holds
+    /// it, stored and read back, and the later entries do not repeat it.
+    #[test]
+    fn the_creation_entry_keeps_the_correlation_id() {
+        let r = started(0).correlated(Some(domain::CorrelationId::new("req-7f3a").unwrap()));
+        let image = flat_from_dynamodb(&record_to_item(&r));
+        let created = entry_from_images(None, Some(&image)).unwrap().unwrap();
+        assert_eq!(
+            created.correlation_id.as_ref().map(|c| c.as_str()),
+            Some("req-7f3a")
+        );
+        let back = entries_from_item(&audit_item(&created, 30)).unwrap();
+        assert_eq!(back, vec![created]);
+        let (_, run) = answer_run(&r);
+        assert!(run.iter().all(|e| e.correlation_id.is_none()), "{run:?}");
     }
 
     #[test]

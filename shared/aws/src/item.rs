@@ -12,8 +12,8 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use domain::machine::{Actor, Counter, FailedKey, Mark, OperatorNote, PerCounter, ReconcileKey};
 use domain::{
-    Attempt, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId,
-    TransactionRecord,
+    Attempt, CorrelationId, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp,
+    TransactionId, TransactionRecord,
 };
 use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
@@ -46,13 +46,15 @@ pub mod attr {
     pub const OPERATOR_REASON: &str = "operator_reason";
     /// The deadline an operator replay set (absent: creation + the deployment's).
     pub const EXPIRES_AT: &str = "expires_at";
+    /// The producer's reference given at the start (written by the create only).
+    pub const CORRELATION_ID: &str = "correlation_id";
     /// Payloads table.
     pub const PAYLOAD: &str = "payload";
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry besides its counters (their
     /// attributes are `domain::machine::Counter::attribute`).
-    pub const ALL: [&str; 21] = [
+    pub const ALL: [&str; 22] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -74,6 +76,7 @@ pub mod attr {
         OPERATOR_CALLER,
         OPERATOR_REASON,
         EXPIRES_AT,
+        CORRELATION_ID,
     ];
 }
 
@@ -314,6 +317,9 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
         expires_at: get_s(item, EXPIRES_AT)?
             .map(|s| ts(EXPIRES_AT, s))
             .transpose()?,
+        correlation_id: get_s(item, CORRELATION_ID)?
+            .map(|s| CorrelationId::new(s).map_err(|e| CodecError::new(CORRELATION_ID, Some(s), e)))
+            .transpose()?,
     })
 }
 
@@ -381,6 +387,9 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     }
     if let Some(t) = r.expires_at {
         m.insert(EXPIRES_AT.to_owned(), s(t.to_rfc3339()));
+    }
+    if let Some(c) = &r.correlation_id {
+        m.insert(CORRELATION_ID.to_owned(), s(c.as_str()));
     }
     for (c, k) in r.counts.iter().filter(|(_, k)| **k > 0) {
         m.insert(c.attribute().to_owned(), n(*k));
@@ -534,6 +543,41 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "item attribute `mark` = \"PAUSED\": unknown mark"
+        );
+    }
+
+    /// GIVEN an item stored with `correlation_id` and the items of the previous
+    /// release WHEN decoded THEN the first has it and is written back the same, the
+    /// others have none (expand first: absent = none); an invalid one names the
+    /// attribute.
+    #[test]
+    fn the_correlation_id_is_read_when_present_and_none_before_it_existed() {
+        let fixtures: serde_json::Value =
+            serde_json::from_str(include_str!("../tests/fixtures/correlated-items.json")).unwrap();
+        for case in fixtures["items"].as_array().unwrap() {
+            let flat = flat_from_json(&case["item"]).unwrap();
+            let r = record_from_flat(&flat).unwrap();
+            assert_eq!(
+                r.correlation_id.as_ref().map(|c| c.as_str()),
+                case["correlation_id"].as_str()
+            );
+            assert_eq!(flat_from_dynamodb(&record_to_item(&r)), flat);
+        }
+        let previous: serde_json::Value = serde_json::from_str(include_str!(
+            "../tests/fixtures/previous-release-items.json"
+        ))
+        .unwrap();
+        for case in previous["items"].as_array().unwrap() {
+            let r = record_from_flat(&flat_from_json(&case["item"]).unwrap()).unwrap();
+            assert_eq!(r.correlation_id, None, "{}", case["item"]);
+            assert!(!record_to_item(&r).contains_key(attr::CORRELATION_ID));
+        }
+        let mut item = RecordItem::from(&sample());
+        item.0.insert(attr::CORRELATION_ID.into(), s(""));
+        let e = TransactionRecord::try_from(&item).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "item attribute `correlation_id` = \"\": must not be empty"
         );
     }
 

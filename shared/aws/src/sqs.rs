@@ -1,15 +1,19 @@
-//! SQS adapters: the request publisher (body `Request::to_json()`, message attribute
-//! `idempotency_key`), the retry-event publisher (body `RetryEvent::to_json()`), the
+//! SQS adapters: the request publisher (body `Request::to_json()`, message attributes
+//! `idempotency_key` and, when the transaction has one, `correlation_id`), the retry-event publisher (body `RetryEvent::to_json()`), the
 //! response publisher of the HTTP bridge (body `Response::to_json()`), and
 //! the dead-letter adapter [`SqsDeadLetter`], which the handlers use to park a message
 //! that can never succeed (body and attributes unchanged) before acknowledging it.
+//! Every message a function sends carries the invocation's X-Ray trace header as its
+//! `AWSTraceHeader` system attribute ([`trace_attribute`]).
 //! [`SqsDirectory`] resolves queue ARNs to URLs (`retryctl redrive`, the local
 //! stack's Scheduler emulator); no function needs it.
 
 use crate::errors::classify;
 use aws_sdk_sqs::operation::send_message::SendMessageError;
 use aws_sdk_sqs::primitives::Blob;
-use aws_sdk_sqs::types::MessageAttributeValue;
+use aws_sdk_sqs::types::{
+    MessageAttributeValue, MessageSystemAttributeNameForSends, MessageSystemAttributeValue,
+};
 use aws_sdk_sqs::Client;
 use domain::ports::{
     DeadLetter, ErrorKind, MessageAttribute, PortError, RequestPublisher, RetryPublisher,
@@ -21,6 +25,9 @@ use std::sync::Arc;
 
 /// The message attribute carrying the idempotency key on request messages.
 pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "idempotency_key";
+/// The message attribute carrying the transaction's correlation id on request
+/// messages (absent when it has none).
+pub const CORRELATION_ID_ATTRIBUTE: &str = "correlation_id";
 
 fn send_kind(e: &SendMessageError) -> Option<ErrorKind> {
     match e {
@@ -51,6 +58,29 @@ pub fn string_attribute(value: impl Into<String>) -> Result<MessageAttributeValu
         .map_err(|e| PortError::permanent("SendMessage", e.to_string()))
 }
 
+/// The environment variable the Lambda runtime sets to the invocation's X-Ray trace
+/// header (`Root=…;Parent=…;Sampled=…`) before each invocation.
+pub const LAMBDA_TRACE_ENV: &str = "_X_AMZN_TRACE_ID";
+
+/// The `AWSTraceHeader` system attribute of a message sent under the trace header
+/// `header` (the invocation's, [`LAMBDA_TRACE_ENV`]): none outside Lambda or without
+/// a `Root`, so the consumer's invocation continues the sender's trace only when
+/// there is one.
+pub fn trace_attribute(
+    header: Option<&str>,
+) -> Option<HashMap<MessageSystemAttributeNameForSends, MessageSystemAttributeValue>> {
+    let header = header.map(str::trim).filter(|h| h.contains("Root="))?;
+    let value = MessageSystemAttributeValue::builder()
+        .data_type("String")
+        .string_value(header)
+        .build()
+        .ok()?;
+    Some(HashMap::from([(
+        MessageSystemAttributeNameForSends::AwsTraceHeader,
+        value,
+    )]))
+}
+
 async fn send(
     client: &Client,
     queue_url: &str,
@@ -58,11 +88,13 @@ async fn send(
     attributes: Option<HashMap<String, MessageAttributeValue>>,
     delay_seconds: u32,
 ) -> Result<(), PortError> {
+    let trace = std::env::var(LAMBDA_TRACE_ENV).ok();
     client
         .send_message()
         .queue_url(queue_url)
         .message_body(body)
         .set_message_attributes(attributes.filter(|a| !a.is_empty()))
+        .set_message_system_attributes(trace_attribute(trace.as_deref()))
         .set_delay_seconds(
             (delay_seconds > 0).then(|| i32::try_from(delay_seconds).unwrap_or(i32::MAX)),
         )
@@ -90,10 +122,16 @@ impl SqsRequestPublisher {
 
 impl RequestPublisher for SqsRequestPublisher {
     async fn publish(&self, request: &Request) -> Result<(), PortError> {
-        let attrs = HashMap::from([(
+        let mut attrs = HashMap::from([(
             IDEMPOTENCY_KEY_ATTRIBUTE.to_owned(),
             string_attribute(request.idempotency_key.as_str())?,
         )]);
+        if let Some(c) = &request.correlation_id {
+            attrs.insert(
+                CORRELATION_ID_ATTRIBUTE.to_owned(),
+                string_attribute(c.as_str())?,
+            );
+        }
         send(
             &self.client,
             &self.queue_url,
@@ -274,6 +312,20 @@ mod tests {
             string_value: s.map(str::to_owned),
             binary_value: b.map(<[u8]>::to_vec),
         }
+    }
+
+    /// GIVEN the invocation's trace header as the Lambda runtime sets it WHEN a
+    /// message is sent THEN it is the message's `AWSTraceHeader`; outside Lambda (no
+    /// variable) or without a root, no system attribute is sent.
+    #[test]
+    fn a_message_carries_the_invocations_trace_header() {
+        let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        let attrs = trace_attribute(Some(header)).unwrap();
+        let v = &attrs[&MessageSystemAttributeNameForSends::AwsTraceHeader];
+        assert_eq!((v.data_type(), v.string_value()), ("String", Some(header)));
+        assert_eq!(trace_attribute(None), None);
+        assert_eq!(trace_attribute(Some("")), None);
+        assert_eq!(trace_attribute(Some("Parent=53995c3f42cd8ad8")), None);
     }
 
     #[test]

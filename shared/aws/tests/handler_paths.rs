@@ -1,6 +1,8 @@
 //! The cost of the happy paths, measured by driving `domain::exec::execute` over the
 //! AWS adapters against moto: response handler = 2 writes + 1 CreateSchedule and no
-//! read; retry handler = 2 writes + 1 SendMessage + at most 1 payload read.
+//! read; retry handler = 2 writes + 1 SendMessage + at most 1 payload read. The
+//! request carries the transaction's correlation id and the invocation's trace
+//! header at that cost: both come with what the run already reads and writes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 mod common;
@@ -14,8 +16,8 @@ use domain::exec::{execute, ResponsePorts, RetryPorts};
 use domain::policy::FixedRandom;
 use domain::ports::{CreateOutcome, Creates, Records};
 use domain::{
-    Context, MaxAttempts, Payload, PolicySet, Request, Response, RetryEvent, Run, Status,
-    Timestamp, TransactionRecord,
+    Context, CorrelationId, MaxAttempts, Payload, PolicySet, Request, Response, RetryEvent, Run,
+    Status, Timestamp, TransactionRecord,
 };
 use std::time::Duration;
 
@@ -34,11 +36,17 @@ async fn happy_path_call_counts() {
 
     let tx = id("TX-HP1");
     let payload = Payload::from_json(r#"{"order":42}"#).unwrap();
+    let correlation = CorrelationId::new("corr-hp1").unwrap();
     let start = TransactionRecord::started(
         tx.clone(),
         MaxAttempts::new(3).unwrap(),
         Timestamp::from_millis(T0),
-    );
+    )
+    .correlated(Some(correlation.clone()));
+    // The trace header the Lambda runtime sets for an invocation (the only test of
+    // this binary: no other test reads the variable).
+    let trace = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    std::env::set_var(aws::sqs::LAMBDA_TRACE_ENV, trace);
     assert_eq!(
         store.create(&start, &payload).await.unwrap(),
         CreateOutcome::Created
@@ -146,6 +154,9 @@ async fn happy_path_call_counts() {
         .receive_message()
         .queue_url(&s.p.request.url)
         .message_attribute_names("All")
+        .message_system_attribute_names(
+            aws_sdk_sqs::types::MessageSystemAttributeName::AwsTraceHeader,
+        )
         .wait_time_seconds(1)
         .send()
         .await
@@ -155,11 +166,15 @@ async fn happy_path_call_counts() {
         m.body().unwrap(),
         Request::new(tx.clone(), at(2), payload)
             .with_round(Some(0))
+            .with_correlation_id(Some(correlation.clone()))
             .to_json()
     );
+    let attrs = m.message_attributes().unwrap();
+    assert_eq!(attrs["idempotency_key"].string_value(), Some("TX-HP1#2"));
+    assert_eq!(attrs["correlation_id"].string_value(), Some("corr-hp1"));
     assert_eq!(
-        m.message_attributes().unwrap()["idempotency_key"].string_value(),
-        Some("TX-HP1#2")
+        m.attributes().unwrap()[&aws_sdk_sqs::types::MessageSystemAttributeName::AwsTraceHeader],
+        trace
     );
 
     println!("response handler path: {a:?}");

@@ -247,6 +247,7 @@ async fn a_lost_create_answer_is_started() {
         transaction_id: TransactionId::parse("TX-LT1").unwrap(),
         payload: Payload::from_json(r#"{"order":7}"#).unwrap(),
         max_attempts: MaxAttempts::new(3).unwrap(),
+        correlation_id: None,
     };
     let mut run = Run::new(input, Known::Unread, &ctx, &mut rng);
     let d = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)

@@ -11,7 +11,7 @@
 //! 0 keeps the keys' original form. Storage and keys:
 //! `docs/adapters.md#audit-dynamodb-streams--audit-writer--audit-table`.
 
-use crate::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
+use crate::ids::{Attempt, CorrelationId, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Actor, Counter, Mark, OperatorNote, Status, TransactionRecord};
 use crate::message::{Origin, Outcome};
 use crate::retention::ErasedSet;
@@ -53,6 +53,11 @@ pub struct AuditEntry {
     /// For a [`Notice::Erased`] entry, what the erasure removed (never the data).
     #[serde(default, skip_serializing_if = "ErasedSet::is_empty")]
     pub erased: ErasedSet,
+    /// On the entry of the creation only (`from` = `None`): the transaction's
+    /// correlation id, when it was started with one (it never changes, so no later
+    /// entry repeats it). Boxed: rare, and entries are passed by value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<Box<CorrelationId>>,
 }
 
 /// An event the audit trail keeps although the record did not change.
@@ -122,6 +127,11 @@ impl AuditEntry {
             notice: None,
             resends: new.counts[Counter::Round],
             erased: ErasedSet::default(),
+            correlation_id: if old.is_none() {
+                new.correlation_id.clone().map(Box::new)
+            } else {
+                None
+            },
         })
     }
 
@@ -154,6 +164,7 @@ impl AuditEntry {
             notice: Some(Notice::ConflictingSuccess),
             resends: record.counts[Counter::Round],
             erased: ErasedSet::default(),
+            correlation_id: None,
         }
     }
 
@@ -184,6 +195,7 @@ impl AuditEntry {
             notice: Some(Notice::Erased),
             resends: record.counts[Counter::Round],
             erased,
+            correlation_id: None,
         }
     }
 

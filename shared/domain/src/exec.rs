@@ -162,7 +162,9 @@ async fn publish_request<P: Payloads, R: RequestPublisher>(
             format!("no stored payload for transaction `{}`", h.transaction_id),
         )
     })?;
-    let request = Request::new(h.transaction_id.clone(), h.attempt, payload).with_round(h.round);
+    let request = Request::new(h.transaction_id.clone(), h.attempt, payload)
+        .with_round(h.round)
+        .with_correlation_id(h.correlation_id.clone());
     requests.publish(&request).await?;
     Ok(Observed::Published)
 }

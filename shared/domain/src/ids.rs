@@ -191,6 +191,56 @@ impl fmt::Display for IdempotencyKey {
     }
 }
 
+/// Longest correlation id accepted, in characters.
+pub const MAX_CORRELATION_ID_CHARS: usize = 128;
+
+/// A producer's own reference for a transaction (`correlation_id`): 1 to
+/// [`MAX_CORRELATION_ID_CHARS`] characters, no control characters. Given at the start,
+/// stored on the record, never changed, and carried in every request of the
+/// transaction; no decision reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct CorrelationId(String);
+
+impl CorrelationId {
+    /// Validates a correlation id; the error is the rule broken.
+    pub fn new(raw: &str) -> Result<Self, String> {
+        let chars = raw.chars().count();
+        if chars == 0 {
+            return Err("must not be empty".into());
+        }
+        if chars > MAX_CORRELATION_ID_CHARS {
+            return Err(format!(
+                "{chars} characters; at most {MAX_CORRELATION_ID_CHARS}"
+            ));
+        }
+        if let Some(c) = raw.chars().find(|c| c.is_control()) {
+            return Err(format!(
+                "contains the control character U+{:04X}",
+                u32::from(c)
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for CorrelationId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        CorrelationId::new(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for CorrelationId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Longest schedule name EventBridge Scheduler accepts.
 pub const SCHEDULE_NAME_MAX: usize = 64;
 

@@ -9,17 +9,18 @@
 //! `schema_version`, `transaction_id` and `payload` are required; `payload` is any JSON
 //! value, kept as the exact text it arrived as (a JSON string is stored as that
 //! string); `max_attempts` absent takes the deployment's `DefaultMaxAttempts`.
-//! `correlation_id` is validated and logged with the start, not stored (the record has
-//! no place for it yet). `deadline` is refused: every transaction expires the
+//! `correlation_id` ([`CorrelationId`]) is stored on the record and carried in every
+//! request of the transaction. `deadline` is refused: every transaction expires the
 //! deployment's `TransactionDeadlineSeconds` after its start, and a message asking for
 //! another deadline must not be started as if it had been honoured. Unlike the
 //! other contracts, an unknown field is refused (a misspelt `max_attempts` must not
 //! start a transaction with the default budget). Every error names the field and the
 //! value, as [`MessageError`] does for the other messages.
 
-use crate::ids::{MaxAttempts, TransactionId, MAX_ATTEMPTS_LIMIT};
+use crate::ids::{CorrelationId, MaxAttempts, TransactionId, MAX_ATTEMPTS_LIMIT};
 use crate::message::{
-    present, read_body, transaction_id, truncate, wrong_type, Given, MessageError, Payload,
+    correlation_id, present, read_body, transaction_id, truncate, wrong_type, Given, MessageError,
+    Payload,
 };
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
@@ -29,8 +30,7 @@ use std::collections::BTreeMap;
 
 /// The schema version this parser reads.
 pub const SCHEMA_VERSION: u32 = 1;
-/// Longest `correlation_id` accepted, in characters.
-pub const MAX_CORRELATION_ID_CHARS: usize = 128;
+pub use crate::ids::MAX_CORRELATION_ID_CHARS;
 /// The fields of schema version 1.
 pub const FIELDS: [&str; 6] = [
     "schema_version",
@@ -49,8 +49,8 @@ pub struct StartMessage {
     pub payload: Payload,
     /// `None`: the deployment's default budget.
     pub max_attempts: Option<MaxAttempts>,
-    /// The producer's own reference: logged with the start, not stored.
-    pub correlation_id: Option<String>,
+    /// The producer's own reference: stored on the record, carried in its requests.
+    pub correlation_id: Option<CorrelationId>,
 }
 
 /// A start message body as it arrives (`null` counts as absent, except for the
@@ -114,7 +114,7 @@ impl StartMessage {
             transaction_id: &self.transaction_id,
             payload: &self.payload,
             max_attempts: self.max_attempts.map(MaxAttempts::get),
-            correlation_id: self.correlation_id.as_deref(),
+            correlation_id: self.correlation_id.as_ref().map(CorrelationId::as_str),
         })
         .unwrap_or_default()
     }
@@ -172,33 +172,6 @@ fn max_attempts(v: Option<Given<u32>>) -> Result<Option<MaxAttempts>, MessageErr
     }
 }
 
-fn correlation_id(v: Option<Given<String>>) -> Result<Option<String>, MessageError> {
-    const FIELD: &str = "correlation_id";
-    let Some(v) = v else { return Ok(None) };
-    let s = v.expect(FIELD, "a string")?;
-    let invalid = |reason: String| MessageError::InvalidValue {
-        field: FIELD,
-        value: truncate(&s),
-        reason,
-    };
-    let chars = s.chars().count();
-    if chars == 0 {
-        return Err(invalid("must not be empty".into()));
-    }
-    if chars > MAX_CORRELATION_ID_CHARS {
-        return Err(invalid(format!(
-            "{chars} characters; at most {MAX_CORRELATION_ID_CHARS}"
-        )));
-    }
-    if let Some(c) = s.chars().find(|c| c.is_control()) {
-        return Err(invalid(format!(
-            "contains the control character U+{:04X}",
-            u32::from(c)
-        )));
-    }
-    Ok(Some(s))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,14 +187,23 @@ mod tests {
             r#"{"amount": 12.50}"#,
             "the exact text"
         );
-        assert_eq!((m.max_attempts, m.correlation_id.as_deref()), (None, None));
+        assert_eq!(
+            (
+                m.max_attempts,
+                m.correlation_id.as_ref().map(|c| c.as_str())
+            ),
+            (None, None)
+        );
         let full = StartMessage::parse(
             r#"{"schema_version":1,"transaction_id":"TX-2","payload":"plain text","max_attempts":6,"correlation_id":"req-7f3a","deadline":null}"#,
         )
         .unwrap();
         assert_eq!(full.payload.as_json(), r#""plain text""#);
         assert_eq!(full.max_attempts.map(MaxAttempts::get), Some(6));
-        assert_eq!(full.correlation_id.as_deref(), Some("req-7f3a"));
+        assert_eq!(
+            full.correlation_id.as_ref().map(|c| c.as_str()),
+            Some("req-7f3a")
+        );
         // What a producer sends parses back to the same message.
         assert_eq!(StartMessage::parse(&full.to_json()).unwrap(), full);
         assert_eq!(StartMessage::parse(&m.to_json()).unwrap(), m);

@@ -26,7 +26,9 @@ pub mod ports;
 pub mod retention;
 
 pub use decide::{Context, Disposition, Effect, Known, Observed, Run, Step};
-pub use ids::{Attempt, IdempotencyKey, MaxAttempts, ScheduleName, Timestamp, TransactionId};
+pub use ids::{
+    Attempt, CorrelationId, IdempotencyKey, MaxAttempts, ScheduleName, Timestamp, TransactionId,
+};
 pub use machine::{Event, Status, TransactionRecord, Write};
 pub use message::{Origin, Outcome, Payload, Request, Response, RetryEvent};
 pub use policy::{PolicySet, RandomSource, RetryPolicy};

@@ -10,7 +10,7 @@
 //! ([`Guard`]). [`Write::apply`] is the semantics every store implements (the DynamoDB
 //! adapter translates the same condition into a `ConditionExpression`).
 
-use crate::ids::{Attempt, MaxAttempts, ScheduleName, Timestamp, TransactionId};
+use crate::ids::{Attempt, CorrelationId, MaxAttempts, ScheduleName, Timestamp, TransactionId};
 use crate::message::{Origin, Outcome};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -814,6 +814,11 @@ pub struct TransactionRecord {
     /// `created_at` + TRANSACTION_DEADLINE_SECONDS ([`Deadline::of`]).
     #[serde(default)]
     pub expires_at: Option<Timestamp>,
+    /// The producer's reference given at the start ([`CorrelationId`]): written by the
+    /// create, never changed by a write, carried in every request. Absent on records
+    /// started without one and on records written before the attribute existed.
+    #[serde(default)]
+    pub correlation_id: Option<CorrelationId>,
 }
 
 impl TransactionRecord {
@@ -849,7 +854,14 @@ impl TransactionRecord {
             failed: None,
             operator: None,
             expires_at: None,
+            correlation_id: None,
         }
+    }
+
+    /// The same new record, started with the producer's reference `correlation_id`.
+    pub fn correlated(mut self, correlation_id: Option<CorrelationId>) -> Self {
+        self.correlation_id = correlation_id;
+        self
     }
 
     /// The same record awaiting the answer to its current request until `due`,

@@ -10,7 +10,7 @@
 //! field given twice, or under both its names, is refused. `round` is optional in
 //! answers: an answer without it is taken for the send in flight.
 
-use crate::ids::{Attempt, IdError, IdempotencyKey, TransactionId};
+use crate::ids::{Attempt, CorrelationId, IdError, IdempotencyKey, TransactionId};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -134,6 +134,9 @@ pub struct Request {
     /// the service echoes it in its answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round: Option<u32>,
+    /// The transaction's correlation id, when it was started with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<CorrelationId>,
     pub payload: Payload,
 }
 
@@ -145,8 +148,15 @@ impl Request {
             attempt,
             idempotency_key,
             round: None,
+            correlation_id: None,
             payload,
         }
+    }
+
+    /// The same request, carrying the transaction's correlation id.
+    pub fn with_correlation_id(mut self, correlation_id: Option<CorrelationId>) -> Self {
+        self.correlation_id = correlation_id;
+        self
     }
 
     /// The same request, sent as round `round`.
@@ -183,6 +193,7 @@ impl Request {
             idempotency_key: expected,
             payload: Payload::from_json(payload.get())?,
             round: round(b.round)?,
+            correlation_id: correlation_id(b.correlation_id)?,
         })
     }
 }
@@ -334,6 +345,22 @@ impl MessageError {
     }
 }
 
+/// An optional `correlation_id` field ([`CorrelationId`]'s rules).
+pub(crate) fn correlation_id(
+    v: Option<Given<String>>,
+) -> Result<Option<CorrelationId>, MessageError> {
+    const FIELD: &str = "correlation_id";
+    let Some(v) = v else { return Ok(None) };
+    let s = v.expect(FIELD, "a string")?;
+    CorrelationId::new(&s)
+        .map(Some)
+        .map_err(|reason| MessageError::InvalidValue {
+            field: FIELD,
+            value: truncate(&s),
+            reason,
+        })
+}
+
 /// A field's value as given: of the type the field expects, or any other JSON value
 /// (kept, so that the error names it).
 #[derive(Deserialize)]
@@ -368,6 +395,7 @@ struct RequestBody {
     payload: Option<Box<RawValue>>,
     #[serde(alias = "ronda")]
     round: Option<Given<u32>>,
+    correlation_id: Option<Given<String>>,
 }
 
 /// A response body as it arrives.

@@ -142,6 +142,7 @@ fn check_request(case: &Case, text: &str) {
     let raw: serde_json::Value = serde_json::from_str(text).unwrap();
     let written = Request::new(r.transaction_id.clone(), r.attempt, r.payload.clone())
         .with_round(r.round)
+        .with_correlation_id(r.correlation_id.clone())
         .to_json();
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&written).unwrap(),
@@ -166,6 +167,7 @@ fn check_request(case: &Case, text: &str) {
                         transaction_id: r.transaction_id.clone(),
                         payload: r.payload.clone(),
                         max_attempts: MaxAttempts::new(4).unwrap(),
+                        correlation_id: r.correlation_id.clone(),
                     }
                 ),
                 "started"
@@ -236,6 +238,7 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
                     transaction_id: m.transaction_id.clone(),
                     payload: m.payload.clone(),
                     max_attempts: m.max_attempts.unwrap_or(default),
+                    correlation_id: m.correlation_id.clone(),
                 },
             );
             assert_eq!(started, case.expect, "{}", case.message);
@@ -249,6 +252,16 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
             // The first request carries the payload exactly as the producer wrote it.
             let first = &w.requests.messages()[0];
             assert_eq!(first.payload, m.payload, "{}", case.message);
+            // A fresh start stores the correlation id given and sends it; a repeat
+            // sends the stored one.
+            if case.given == "nothing" {
+                assert_eq!(record.correlation_id, m.correlation_id, "{}", case.message);
+            }
+            assert_eq!(
+                first.correlation_id, record.correlation_id,
+                "{}",
+                case.message
+            );
             assert!(
                 text.contains(first.payload.as_json()),
                 "{}: payload text",

@@ -75,6 +75,7 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
                     transaction_id = %h.transaction_id,
                     attempt = h.attempt.get(),
                     idempotency_key = %domain::IdempotencyKey::new(&h.transaction_id, h.attempt),
+                    correlation_id = h.correlation_id.as_ref().map(|c| c.as_str()),
                     "request published"
                 );
             }

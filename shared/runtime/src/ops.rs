@@ -1,8 +1,9 @@
 //! Library operations for the services around the pattern (and `retryctl`): thin
 //! wrappers that build a domain [`Run`] and execute it through the given ports.
 //!
-//! - [`start_transaction`]: conditional create of IN_PROGRESS attempt 1 with its
-//!   payload, then the publish of attempt 1 with key `<id>#1`. Repeating it is
+//! - [`start_transaction`] ([`start_correlated`] with a correlation id): conditional
+//!   create of IN_PROGRESS attempt 1 with its payload, then the publish of attempt 1
+//!   with key `<id>#1`. Repeating it is
 //!   harmless; a repeat with a *different* payload publishes nothing and is refused.
 //! - [`resolve`]: "resolved by other means": SCHEDULING or SCHEDULED → SUCCEEDED, then
 //!   the schedule deleted (not found is fine).
@@ -15,7 +16,8 @@ use domain::ports::{
     Creates, Payloads, Records, RequestPublisher, RetryPublisher, ScheduleDeleter, Transitions,
 };
 use domain::{
-    Context, Disposition, Effect, Known, MaxAttempts, Observed, Payload, Run, TransactionId,
+    Context, CorrelationId, Disposition, Effect, Known, MaxAttempts, Observed, Payload, Run,
+    TransactionId,
 };
 use std::time::Duration;
 use thiserror::Error;
@@ -68,7 +70,12 @@ async fn run_op<P: Perform>(input: Input, ports: &P, ctx: &Context) -> Result<Do
     let result = execute(&mut run, ports, ctx, &mut rng, &mut |_| true).await;
     for (effect, observed) in run.trail() {
         if let (Effect::PublishRequest(h), Observed::Published) = (effect, observed) {
-            tracing::info!(transaction_id = %h.transaction_id, attempt = h.attempt.get(), "request published");
+            tracing::info!(
+                transaction_id = %h.transaction_id,
+                attempt = h.attempt.get(),
+                correlation_id = h.correlation_id.as_ref().map(|c| c.as_str()),
+                "request published"
+            );
         }
     }
     match result? {
@@ -89,7 +96,7 @@ async fn run_op<P: Perform>(input: Input, ports: &P, ctx: &Context) -> Result<Do
 /// `answer_timeout` is the deployment's answer timeout (`AnswerTimeoutSeconds`, the
 /// functions' `ANSWER_TIMEOUT_SECONDS`): the record's first answer deadline is the
 /// start plus it, whatever `ctx` carries, so no starter writes the built-in default
-/// without naming it.
+/// without naming it. No correlation id: [`start_correlated`] takes one.
 pub async fn start_transaction<St, Rq>(
     ports: &StartPorts<'_, St, Rq>,
     id: TransactionId,
@@ -102,10 +109,29 @@ where
     St: Creates + Payloads,
     Rq: RequestPublisher,
 {
+    start_correlated(ports, id, payload, max_attempts, None, answer_timeout, ctx).await
+}
+
+/// [`start_transaction`] with the producer's `correlation_id`: stored on the record
+/// and carried in every request of the transaction (a repeat keeps the first start's).
+pub async fn start_correlated<St, Rq>(
+    ports: &StartPorts<'_, St, Rq>,
+    id: TransactionId,
+    payload: Payload,
+    max_attempts: MaxAttempts,
+    correlation_id: Option<CorrelationId>,
+    answer_timeout: Duration,
+    ctx: &Context,
+) -> Result<Done, OpError>
+where
+    St: Creates + Payloads,
+    Rq: RequestPublisher,
+{
     let input = Input::Start {
         transaction_id: id,
         payload,
         max_attempts,
+        correlation_id,
     };
     let ctx = ctx
         .clone()

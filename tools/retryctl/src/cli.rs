@@ -125,7 +125,7 @@ pub enum Command {
     /// Start a transaction: conditional create of IN_PROGRESS attempt 1, then the
     /// request with idempotency key `<id>#1`. Repeating it is harmless.
     #[command(
-        after_help = "Examples:\n  retryctl submit TX-42 --payload '{\"order\":42}'\n  retryctl submit TX-43 --payload @order.json --max-attempts 6"
+        after_help = "Examples:\n  retryctl submit TX-42 --payload '{\"order\":42}'\n  retryctl submit TX-43 --payload @order.json --max-attempts 6\n  retryctl submit TX-44 --payload '{\"order\":44}' --correlation-id req-7f3a"
     )]
     Submit {
         /// Transaction id (1–128 characters, no control characters).
@@ -136,6 +136,10 @@ pub enum Command {
         /// Attempt budget, counting the original request.
         #[arg(long, default_value_t = defaults::MAX_ATTEMPTS)]
         max_attempts: u32,
+        /// Your own reference for the transaction (1–128 characters, no control
+        /// characters): stored on the record and carried in every request.
+        #[arg(long)]
+        correlation_id: Option<String>,
     },
     /// The transaction's state and its whole audit history as a timeline: one line
     /// per transition, times relative to the start and to the line before.

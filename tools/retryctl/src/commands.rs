@@ -14,7 +14,7 @@ use domain::decide::{decide_reconcile, is_stuck, Observed, Rejection};
 use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
 use domain::machine::OperatorNote;
 use domain::ports::{Clock, Payloads, Records, StuckIndex, StuckQuery, SystemClock};
-use domain::{MaxAttempts, Payload, TransactionId, TransactionRecord};
+use domain::{CorrelationId, MaxAttempts, Payload, TransactionId, TransactionRecord};
 use runtime::ops::OpError;
 use runtime::Settings;
 use serde_json::{json, Value};
@@ -409,8 +409,12 @@ pub async fn submit(
     id: &str,
     payload: &str,
     max_attempts: u32,
+    correlation_id: Option<&str>,
 ) -> Result<Output, CliError> {
     let id = parse_id(id)?;
+    let correlation_id = correlation_id
+        .map(|c| CorrelationId::new(c).map_err(|e| CliError::bad("--correlation-id", c, e)))
+        .transpose()?;
     let text = match payload.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path).map_err(|e| {
             CliError::bad("--payload", payload, format!("cannot read the file: {e}"))
@@ -437,10 +441,17 @@ pub async fn submit(
         requests: &requests,
     };
     let ctx = t.settings().context(SystemClock.now());
-    let done =
-        runtime::ops::start_transaction(&ports, id.clone(), payload, max, answer_timeout, &ctx)
-            .await
-            .map_err(op_error)?;
+    let done = runtime::ops::start_correlated(
+        &ports,
+        id.clone(),
+        payload,
+        max,
+        correlation_id,
+        answer_timeout,
+        &ctx,
+    )
+    .await
+    .map_err(op_error)?;
     let result = done.ack.label();
     let published = done.published();
     Ok(Output {

@@ -58,7 +58,17 @@ pub async fn execute(cli: &Cli, target: &Target) -> Result<Output, Ended> {
             id,
             payload,
             max_attempts,
-        } => commands::submit(target, id, payload, *max_attempts).await,
+            correlation_id,
+        } => {
+            commands::submit(
+                target,
+                id,
+                payload,
+                *max_attempts,
+                correlation_id.as_deref(),
+            )
+            .await
+        }
         Command::Show { id, payload, wide } => commands::show(target, id, *payload, *wide).await,
         Command::Erase { id, reason, force } => {
             crate::erase::erase(target, id, reason, *force).await

@@ -62,6 +62,7 @@ pub fn audit_json(e: &AuditEntry) -> Value {
         "notice": e.notice.map(|n| n.as_str()),
         "erased": e.erased.names(),
         "paused_by_breaker": e.paused_by(),
+        "correlation_id": e.correlation_id.as_ref().map(|c| c.as_str()),
     })
 }
 
@@ -243,6 +244,9 @@ pub fn transition_text(e: &AuditEntry) -> String {
 pub fn show_text(r: &TransactionRecord, audit: &[AuditEntry], wide: bool) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "transaction   {}", r.transaction_id);
+    if let Some(c) = &r.correlation_id {
+        let _ = writeln!(s, "correlation   {c}");
+    }
     let _ = writeln!(
         s,
         "status        {}   attempt {} of {}{}",

@@ -45,6 +45,8 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
             r#"{"amount":42}"#,
             "--max-attempts",
             "4",
+            "--correlation-id",
+            "corr-show-1",
         ],
     )
     .await;
@@ -97,6 +99,7 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
         out.contains("status        FAILED   attempt 4 of 4"),
         "{out}"
     );
+    assert!(out.contains("correlation   corr-show-1"), "{out}");
     assert!(
         out.contains("last outcome  CANCELLED (NOT_AVAILABLE)"),
         "{out}"
@@ -157,9 +160,18 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
         .await
         .json();
     assert_eq!(v["record"]["current_attempt"], 4);
+    assert_eq!(v["record"]["correlation_id"], "corr-show-1", "{v}");
     assert_eq!(v["payload"]["amount"], 42, "{v}");
     let rows = v["timeline"].as_array().unwrap();
     assert_eq!(rows.len(), 14);
+    // The creation's entry carries the correlation id; later ones do not repeat it.
+    let correlated: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| !r["correlation_id"].is_null())
+        .collect();
+    assert_eq!(correlated.len(), 1, "{rows:?}");
+    assert!(correlated[0]["from"].is_null(), "{}", correlated[0]);
+    assert_eq!(correlated[0]["correlation_id"], "corr-show-1");
     for row in rows.iter().filter(|r| r["to"] == "SENDING") {
         assert!(
             row["outcome"].is_null(),
@@ -516,6 +528,22 @@ async fn submit_is_idempotent_and_refuses_bad_arguments_naming_them() {
     )
     .await;
     r.fails(2, &["invalid value for --max-attempts: `0`"]);
+    let r = retryctl(
+        s,
+        &[
+            "submit",
+            "TX-BAD",
+            "--payload",
+            "{}",
+            "--correlation-id",
+            "",
+        ],
+    )
+    .await;
+    r.fails(
+        2,
+        &["invalid value for --correlation-id: ``: must not be empty"],
+    );
     let r = retryctl(s, &["submit", " padded", "--payload", "{}"]).await;
     r.fails(2, &["invalid value for <id>: ` padded`"]);
     let r = retryctl(

@@ -34,6 +34,7 @@ pub fn entry(
         notice: None,
         resends: 0,
         erased: domain::retention::ErasedSet::default(),
+        correlation_id: None,
     }
 }
 

@@ -111,6 +111,7 @@ impl ProtocolModel {
                 transaction_id: id.clone(),
                 payload: fixture::payload(n),
                 max_attempts: fixture::max_attempts(self.scope.max_attempts),
+                correlation_id: None,
             };
             let tx = u8::try_from(n).unwrap_or(u8::MAX);
             let mut ar = self.begin(

@@ -688,6 +688,7 @@ impl World<'_> {
             transaction_id: self.ids[i].clone(),
             payload: fixture::payload(i),
             max_attempts: fixture::max_attempts(self.cfg.max_attempts),
+            correlation_id: None,
         };
         let mut run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
         // The library operation: performed to its end (the caller retries a failed

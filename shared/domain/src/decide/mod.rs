@@ -34,7 +34,7 @@ pub use run::{
 pub use start::decide_start;
 
 use crate::breaker::Hold;
-use crate::ids::{Attempt, MaxAttempts, ScheduleName, Timestamp, TransactionId};
+use crate::ids::{Attempt, CorrelationId, MaxAttempts, ScheduleName, Timestamp, TransactionId};
 use crate::machine::{Status, TransactionRecord, Write};
 use crate::message::{Outcome, Payload, Response, RetryEvent};
 use crate::policy::{PolicySet, RandomSource, RetryPolicy};
@@ -237,6 +237,24 @@ pub struct RequestHeader {
     /// The send's round: the record's `resends` as it leaves. `None` in a plan made
     /// blind, filled by [`Run`] from the record the write before it returned.
     pub round: Option<u32>,
+    /// The record's correlation id, carried in the request; in a plan made blind,
+    /// filled by [`Run`] with the round (it never changes, so any record of the
+    /// transaction has the one to send).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<CorrelationId>,
+}
+
+impl RequestHeader {
+    /// The request for `attempt` of `r`, sent in the record's round with its
+    /// correlation id.
+    pub fn of(r: &TransactionRecord, attempt: Attempt) -> Self {
+        Self {
+            transaction_id: r.transaction_id.clone(),
+            attempt,
+            round: Some(r.counts[crate::machine::Counter::Round]),
+            correlation_id: r.correlation_id.clone(),
+        }
+    }
 }
 
 /// A one-time schedule to create: fires `event` on the retry queue at `fire_at`.
@@ -680,6 +698,8 @@ pub enum Input {
         transaction_id: TransactionId,
         payload: Payload,
         max_attempts: MaxAttempts,
+        /// The producer's reference, stored on the record it creates.
+        correlation_id: Option<CorrelationId>,
     },
     Resolve(TransactionId),
     Replay {
@@ -757,12 +777,14 @@ pub fn decide(
             transaction_id,
             payload,
             max_attempts,
+            correlation_id,
         } => decide_start(
             known,
             payload_matches,
             transaction_id,
             payload,
             *max_attempts,
+            correlation_id.as_ref(),
             ctx,
         ),
         Input::Resolve(id) => decide_resolve(known, id, ctx),

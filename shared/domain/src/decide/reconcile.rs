@@ -84,13 +84,7 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
     // SENDING: its send began and its request may be out; the reconciler completes it
     // as the retry handler's redelivered event would (same key), breaker or not.
     if r.status == Status::Sending {
-        return resume_sending(
-            &r.transaction_id,
-            next,
-            r.counts[Counter::Round],
-            ctx,
-            Actor::Reconciler,
-        );
+        return resume_sending(r, next, ctx, Actor::Reconciler);
     }
     // A cycle past its instant while the breaker holds: its event is deferred on the
     // retry queue (or will be, once requeued after the hold); requeueing it now would
@@ -221,11 +215,7 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         w.set.reconcile = Change::Set(watch_from(next_due));
         let w = w.marked(Mark::Probe);
         return vec![
-            Effect::PublishRequest(RequestHeader {
-                transaction_id: id.clone(),
-                attempt: n,
-                round: Some(r.counts[Counter::Round]),
-            }),
+            Effect::PublishRequest(RequestHeader::of(r, n)),
             Effect::Write(w),
             Effect::Ack(Ack::ReconcilerProbed),
         ];
@@ -246,11 +236,7 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
         w.set.last_reason = Change::Clear;
     }
     vec![
-        Effect::PublishRequest(RequestHeader {
-            transaction_id: id.clone(),
-            attempt: n,
-            round: Some(r.counts[Counter::Round]),
-        }),
+        Effect::PublishRequest(RequestHeader::of(r, n)),
         Effect::Write(w),
         Effect::Ack(if after_hold {
             Ack::ReconcilerRepublishedAfterHold

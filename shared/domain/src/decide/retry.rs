@@ -6,7 +6,9 @@ use super::{Ack, Context, Deferred, DropReason, Effect, Known, Plan, Rejection, 
 use crate::arrow;
 use crate::breaker::Hold;
 use crate::ids::{Attempt, TransactionId};
-use crate::machine::{Actor, Arrow, Change, Counter, Event, Mark, Status, Write};
+use crate::machine::{
+    Actor, Arrow, Change, Counter, Event, Mark, Status, TransactionRecord, Write,
+};
 use crate::message::RetryEvent;
 
 /// B accepts the event of the pending attempt in SCHEDULING too: the event may
@@ -69,9 +71,7 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
                 // SENDING with next_attempt = m: resume (publish again, same key),
                 // held or not: the send began before any hold, and request m may
                 // already be out.
-                (Status::Sending, _) => {
-                    resume_sending(id, m, r.counts[Counter::Round], ctx, Actor::RetryHandler)
-                }
+                (Status::Sending, _) => resume_sending(r, m, ctx, Actor::RetryHandler),
                 (status, _) => vec![Effect::Drop(DropReason::DuplicateRetry {
                     attempt: m,
                     status,
@@ -85,19 +85,14 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
 /// IN_PROGRESS(m). The retry handler's redelivered event and the reconciler's stuck
 /// SENDING both take it: no arrow leaves SENDING but this completion or an answer.
 pub(super) fn resume_sending(
-    id: &TransactionId,
+    r: &TransactionRecord,
     m: Attempt,
-    round: u32,
     ctx: &Context,
     actor: Actor,
 ) -> Plan {
     vec![
-        Effect::PublishRequest(RequestHeader {
-            transaction_id: id.clone(),
-            attempt: m,
-            round: Some(round),
-        }),
-        to_in_progress(id, m, ctx, actor),
+        Effect::PublishRequest(RequestHeader::of(r, m)),
+        to_in_progress(&r.transaction_id, m, ctx, actor),
         Effect::Ack(Ack::Resumed),
     ]
 }
@@ -125,11 +120,12 @@ fn send(id: &TransactionId, m: Attempt, ev: &RetryEvent, ctx: &Context) -> Plan 
     }
     vec![
         Effect::Write(w),
-        // Its round is the record's as this write returns it.
+        // Its round and correlation id are the record's as this write returns it.
         Effect::PublishRequest(RequestHeader {
             transaction_id: id.clone(),
             attempt: m,
             round: None,
+            correlation_id: None,
         }),
         to_in_progress(id, m, ctx, Actor::RetryHandler),
         Effect::Ack(Ack::Published),

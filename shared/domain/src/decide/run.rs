@@ -221,7 +221,13 @@ impl<D: Decide> Run<D> {
                         break;
                     }
                     Effect::Write(_) | Effect::Create { .. } => break,
-                    Effect::PublishRequest(h) => (&h.transaction_id, &mut h.round),
+                    Effect::PublishRequest(h) => {
+                        // Its correlation id with its round: the record's, never changed.
+                        if h.round.is_none() && h.transaction_id == rec.transaction_id {
+                            h.correlation_id.clone_from(&rec.correlation_id);
+                        }
+                        (&h.transaction_id, &mut h.round)
+                    }
                     Effect::CreateSchedule(spec) => {
                         (&spec.event.transaction_id, &mut spec.event.round)
                     }

@@ -903,6 +903,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         transaction_id: id(),
         payload: Payload::from_json(r#"{"amount":12.50}"#).unwrap(),
         max_attempts: MaxAttempts::new(4).unwrap(),
+        correlation_id: None,
     };
     push("start / unread".into(), &start, Known::Unread, None);
     push("start / missing".into(), &start, Known::Missing, None);

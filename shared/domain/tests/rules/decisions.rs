@@ -192,6 +192,7 @@ fn input(msg: &Msg, r: &TransactionRecord) -> (Input, Option<bool>) {
                 transaction_id: id,
                 payload: payload(),
                 max_attempts: MaxAttempts::new(3).unwrap(),
+                correlation_id: None,
             },
             Some(*same),
         ),

@@ -50,6 +50,7 @@ fn effects() -> Vec<Effect> {
             transaction_id: id(),
             attempt: Attempt::FIRST,
             round: Some(0),
+            correlation_id: None,
         }),
         Effect::PublishRetry(event.clone()),
         Effect::DeferRetry(Deferred {
@@ -93,6 +94,7 @@ fn inputs() -> Vec<Input> {
             transaction_id: id(),
             payload: Payload::from_json("{}").unwrap(),
             max_attempts: MaxAttempts::new(3).unwrap(),
+            correlation_id: None,
         },
         Input::Resolve(id()),
         Input::Replay {

@@ -6,8 +6,9 @@
 //! outcome and origin too.
 //!
 //! After every operation: no request beyond `max_attempts`; requests numbered from 1
-//! without gaps, each keyed `<id>#<attempt>`; a well-formed record; no attempt scheduled
-//! at two instants. With genuine messages only, draining everything always ends
+//! without gaps, each keyed `<id>#<attempt>` and carrying the transaction's correlation
+//! id (first request, retries, re-sends, republishes and resumed sends alike); a
+//! well-formed record; no attempt scheduled at two instants. With genuine messages only, draining everything always ends
 //! SUCCEEDED or FAILED, and FAILED means exactly attempts 1..=max went out and the
 //! business alert was raised (`docs/design.md#guarantees`).
 
@@ -275,6 +276,10 @@ impl Sim {
             prop_assert_eq!(
                 req.idempotency_key.as_str(),
                 format!("{}#{}", req.transaction_id, req.attempt)
+            );
+            prop_assert_eq!(
+                req.correlation_id.as_ref(),
+                Some(&correlation(&req.transaction_id))
             );
         }
         if let Some(r) = self.record() {

@@ -185,6 +185,7 @@ fn repeated_start_is_harmless() {
         transaction_id: id.clone(),
         payload: Payload::from_json(r#"{"amount":99}"#).unwrap(),
         max_attempts: domain::MaxAttempts::new(3).unwrap(),
+        correlation_id: None,
     };
     assert_eq!(
         w.run(other),

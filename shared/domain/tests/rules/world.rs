@@ -233,11 +233,17 @@ pub fn payload() -> Payload {
     Payload::from_json(r#"{"amount":12.50,"currency":"EUR"}"#).unwrap()
 }
 
+/// The correlation id every transaction of these tests is started with.
+pub fn correlation(id: &TransactionId) -> domain::CorrelationId {
+    domain::CorrelationId::new(&format!("corr-{id}")).unwrap()
+}
+
 pub fn start_input(id: &TransactionId, max: u32) -> Input {
     Input::Start {
         transaction_id: id.clone(),
         payload: payload(),
         max_attempts: MaxAttempts::new(max).unwrap(),
+        correlation_id: Some(correlation(id)),
     }
 }
 
