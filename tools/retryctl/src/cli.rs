@@ -287,6 +287,18 @@ pub enum Command {
     /// fails.
     #[cfg(feature = "verify")]
     Verify(VerifyArgs),
+    /// Measure a staging stack: start a bounded number of transactions at a bounded
+    /// rate through the real queues, each answered by the staging harness as its
+    /// payload's script says (CANCELLED K times, then SUCCESS), and report starts/s,
+    /// time to terminal, statuses, retries, what the client saw throttled, DLQ depths
+    /// and schedules left. Refused (exit 7) without the harness stack's outputs; exit 8
+    /// when a transaction did not end as its script says (or was still in flight at
+    /// --duration), or a DLQ holds messages.
+    #[cfg(feature = "verify")]
+    #[command(
+        after_help = "Examples:\n  retryctl loadtest --outputs stacks.json\n  retryctl loadtest --outputs main.json --outputs harness.json --transactions 5000 --rate 50 --cancel-times 0,1,2\n  retryctl loadtest --outputs stacks.json --transactions 200 --duration 600 --json > load.json"
+    )]
+    Loadtest(LoadtestArgs),
 }
 
 /// The transactions an operator action applies to, and how.
@@ -386,6 +398,50 @@ pub struct VerifyArgs {
     /// No progress lines on stderr.
     #[arg(long)]
     pub quiet: bool,
+}
+
+#[cfg(feature = "verify")]
+#[derive(Debug, Clone, Args)]
+pub struct LoadtestArgs {
+    /// The stacks' outputs as `aws cloudformation describe-stacks --output json`
+    /// prints them: the main stack's and the staging harness stack's (repeat the flag,
+    /// or one file listing both). Without the harness's outputs nothing is started.
+    #[arg(long = "outputs", value_name = "FILE")]
+    pub outputs: Vec<PathBuf>,
+    /// How many transactions to start (1–100,000).
+    #[arg(long, default_value_t = crate::loadtest::DEFAULT_TRANSACTIONS)]
+    pub transactions: u32,
+    /// Starts per second (above 0, at most 1,000).
+    #[arg(long, default_value_t = crate::loadtest::DEFAULT_RATE)]
+    pub rate: f64,
+    /// Hard ceiling of the whole run, in seconds (1–86,400): then no more starts, and
+    /// the report lists what is still in flight.
+    #[arg(long, value_name = "SECONDS", default_value_t = crate::loadtest::DEFAULT_DURATION_SECONDS)]
+    pub duration: u64,
+    /// How many times the harness answers CANCELLED before SUCCESS (0–100); a list
+    /// (`0,1,3`) is a mix, given to the transactions in turn. At or above
+    /// --max-attempts the transaction ends FAILED with its budget spent.
+    #[arg(
+        long,
+        value_name = "K[,K…]",
+        value_delimiter = ',',
+        default_value = "1"
+    )]
+    pub cancel_times: Vec<u32>,
+    /// Attempt budget of each transaction, counting the original request.
+    #[arg(long, default_value_t = domain::defaults::MAX_ATTEMPTS)]
+    pub max_attempts: u32,
+    /// Name of the run (1–20 letters and digits): the ids are `LOAD-<run>-000001`…
+    /// Default: the start time, `YYYYMMDDhhmmss` UTC.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// How often the transactions still in flight are read, in milliseconds (at least
+    /// 100).
+    #[arg(long, default_value_t = 2000)]
+    pub poll_ms: u64,
+    /// No progress bar on stderr.
+    #[arg(long)]
+    pub no_progress: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -106,6 +106,16 @@ pub enum CliError {
     /// `retryctl verify` found a failed check (the report says which). Exit 6.
     #[error("{0}")]
     VerifyFailed(String),
+    /// `retryctl loadtest` refused a stack that is not known to answer through the
+    /// staging harness (its outputs not given, another stack's harness, or a real
+    /// service connected): nothing was started. Exit 7.
+    #[error("{0}")]
+    NotStaging(String),
+    /// `retryctl loadtest` ran, but a transaction did not end as its script says, was
+    /// still in flight at the ceiling, or a DLQ holds messages (the report says
+    /// which). Exit 8.
+    #[error("{0}")]
+    LoadtestShort(String),
     /// Some of the transactions of a bulk `replay`/`resolve` failed (their lines say
     /// which and why): the exit code of the first that failed (1, 3 or 4).
     #[error("{message}")]
@@ -124,6 +134,8 @@ impl CliError {
             CliError::Refused(_) => 4,
             CliError::DemoFailed(_) => 5,
             CliError::VerifyFailed(_) => 6,
+            CliError::NotStaging(_) => 7,
+            CliError::LoadtestShort(_) => 8,
             CliError::SomeFailed { code, .. } => *code,
             CliError::Interrupted => 130,
         }
@@ -148,6 +160,8 @@ impl CliError {
             CliError::AwsCall(a) => a.kind(),
             CliError::DemoFailed(_) => "demo-failed",
             CliError::VerifyFailed(_) => "verify-failed",
+            CliError::NotStaging(_) => "not-staging",
+            CliError::LoadtestShort(_) => "loadtest-short",
             CliError::SomeFailed { .. } => "some-failed",
             CliError::Interrupted => "interrupted",
         }

@@ -5,6 +5,8 @@
 //! - [`view`], [`table`], [`list`]: what the commands print and read.
 //! - [`verify`] (feature `verify`): `retryctl verify`, the post-deploy check with the
 //!   staging harness.
+//! - [`loadtest`] (feature `verify`): `retryctl loadtest`, a bounded load through the
+//!   staging harness, and its report.
 //! - `retryctl demo` (feature `demo`) runs the local stack and the demo of
 //!   `deferred-retry-sandbox` (`tools/sandbox`); the operator build
 //!   (`--no-default-features`) links neither.
@@ -16,6 +18,8 @@ pub mod commands;
 pub mod erase;
 pub mod error;
 pub mod list;
+#[cfg(feature = "verify")]
+pub mod loadtest;
 pub mod run;
 pub mod stack;
 pub mod table;

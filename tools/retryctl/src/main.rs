@@ -125,12 +125,7 @@ async fn demo(cli: &Cli, args: &sandbox::DemoArgs) -> Result<Output, CliError> {
 /// `retryctl verify`: the report on stdout (text or JSON), exit 6 when a check failed.
 #[cfg(feature = "verify")]
 async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, CliError> {
-    let mut outputs = retryctl::verify::outputs::StackOutputs::default();
-    for path in &args.outputs {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| CliError::bad("--outputs", path.display().to_string(), e))?;
-        outputs.add(&path.display().to_string(), &text)?;
-    }
+    let outputs = read_outputs(&args.outputs)?;
     let scheduler_role = match &args.scheduler_role {
         None => None,
         Some(path) => {
@@ -168,6 +163,39 @@ async fn verify(cli: &Cli, args: &retryctl::cli::VerifyArgs) -> Result<Output, C
     )))
 }
 
+/// The stacks' outputs of the `--outputs` files.
+#[cfg(feature = "verify")]
+fn read_outputs(
+    paths: &[std::path::PathBuf],
+) -> Result<retryctl::verify::outputs::StackOutputs, CliError> {
+    let mut outputs = retryctl::verify::outputs::StackOutputs::default();
+    for path in paths {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::bad("--outputs", path.display().to_string(), e))?;
+        outputs.add(&path.display().to_string(), &text)?;
+    }
+    Ok(outputs)
+}
+
+/// `retryctl loadtest`: the report on stdout (text or JSON); exit 7 when the stack is
+/// not a staging one, 8 when the run fell short (the report says how).
+#[cfg(feature = "verify")]
+async fn loadtest(cli: &Cli, args: &retryctl::cli::LoadtestArgs) -> Result<Output, CliError> {
+    let plan = retryctl::loadtest::Plan::from_args(args, &retryctl::loadtest::default_run_name())?;
+    let outputs = read_outputs(&args.outputs)?;
+    // Refused before any client is built.
+    retryctl::loadtest::plan::staging(&outputs)?;
+    let target = Target::from_args(&cli.target).await?;
+    let report = retryctl::loadtest::run(&target.sdk, &outputs, &plan).await?;
+    let text = retryctl::loadtest::report::render(&report);
+    let json = serde_json::to_value(&report).unwrap_or_default();
+    if report.ok {
+        return Ok(Output { text, json });
+    }
+    print(cli.json, Output { text, json });
+    Err(CliError::LoadtestShort(report.shortfall()))
+}
+
 async fn run(cli: &Cli) -> Result<Output, CliError> {
     #[cfg(feature = "demo")]
     if let Command::Demo(args) = &cli.command {
@@ -176,6 +204,10 @@ async fn run(cli: &Cli) -> Result<Output, CliError> {
     #[cfg(feature = "verify")]
     if let Command::Verify(args) = &cli.command {
         return verify(cli, args).await;
+    }
+    #[cfg(feature = "verify")]
+    if let Command::Loadtest(args) = &cli.command {
+        return loadtest(cli, args).await;
     }
     let target = Target::from_args(&cli.target).await?;
     match retryctl::run::execute(cli, &target).await {
@@ -262,9 +294,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            // A failed verification has printed its report (one JSON document), a bulk
-            // action its lines.
-            if cli.json && !matches!(e, CliError::VerifyFailed(_) | CliError::SomeFailed { .. }) {
+            // A failed verification or a short load test has printed its report (one
+            // JSON document), a bulk action its lines.
+            if cli.json
+                && !matches!(
+                    e,
+                    CliError::VerifyFailed(_)
+                        | CliError::LoadtestShort(_)
+                        | CliError::SomeFailed { .. }
+                )
+            {
                 outln!("{}", error_json(&e, cli.verbose));
             }
             let msg = e.to_string();

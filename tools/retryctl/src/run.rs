@@ -125,11 +125,13 @@ pub async fn execute(cli: &Cli, target: &Target) -> Result<Output, Ended> {
         Command::Demo(_) => Err(binary_only()),
         #[cfg(feature = "verify")]
         Command::Verify(_) => Err(binary_only()),
+        #[cfg(feature = "verify")]
+        Command::Loadtest(_) => Err(binary_only()),
     };
     Ok(out?)
 }
 
 #[cfg(any(feature = "demo", feature = "verify"))]
 fn binary_only() -> CliError {
-    CliError::Missing("demo and verify run from the retryctl binary".to_owned())
+    CliError::Missing("demo, verify and loadtest run from the retryctl binary".to_owned())
 }

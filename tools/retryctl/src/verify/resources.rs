@@ -50,8 +50,15 @@ async fn attributes(
     env: &Env<'_>,
     url: &str,
 ) -> Result<HashMap<QueueAttributeName, String>, String> {
-    env.sqs
-        .get_queue_attributes()
+    queue_attributes(&env.sqs, url).await
+}
+
+/// Every attribute of the queue at `url`.
+pub async fn queue_attributes(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Result<HashMap<QueueAttributeName, String>, String> {
+    sqs.get_queue_attributes()
         .queue_url(url)
         .attribute_names(QueueAttributeName::All)
         .send()
@@ -590,7 +597,12 @@ fn denied_to(policy: Option<&str>, action: &str, role: &str) -> Option<Vec<Strin
 
 /// Messages held by a queue (visible, in flight, delayed).
 pub async fn depth(env: &Env<'_>, url: &str) -> Result<u64, String> {
-    let attrs = attributes(env, url).await?;
+    queue_depth(&env.sqs, url).await
+}
+
+/// Messages held by the queue at `url` (visible, in flight, delayed).
+pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<u64, String> {
+    let attrs = queue_attributes(sqs, url).await?;
     Ok([
         QueueAttributeName::ApproximateNumberOfMessages,
         QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
