@@ -590,6 +590,7 @@ mod tests {
             keys,
             [
                 "answer_due_at",
+                "correlation_id",
                 "created_at",
                 "current_attempt",
                 "expires_at",
