@@ -313,6 +313,9 @@ pub enum AlertKind {
     TechnicalExhausted,
     /// The transaction's deadline passed before it ended.
     Expired,
+    /// The service answered REJECTED: the request can never succeed as it is, and
+    /// is not retried (an operator case).
+    Rejected,
 }
 
 impl AlertKind {
@@ -322,6 +325,7 @@ impl AlertKind {
             AlertKind::Unanswered => "unanswered",
             AlertKind::TechnicalExhausted => "technical-exhausted",
             AlertKind::Expired => "expired",
+            AlertKind::Rejected => "rejected",
         }
     }
 }
@@ -410,6 +414,8 @@ pub enum Ack {
     Unanswered,
     /// The transaction's deadline passed: FAILED, `EXPIRED`.
     Expired,
+    /// The service answered REJECTED: FAILED, `REJECTED`.
+    Rejected,
     Resolved,
     AlreadyResolved,
     Replayed,
@@ -428,7 +434,7 @@ pub enum Ack {
 }
 
 impl Ack {
-    pub const ALL: [Ack; 22] = [
+    pub const ALL: [Ack; 23] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
@@ -444,6 +450,7 @@ impl Ack {
         Ack::ReconcilerRepublished,
         Ack::Unanswered,
         Ack::Expired,
+        Ack::Rejected,
         Ack::Resolved,
         Ack::AlreadyResolved,
         Ack::Replayed,
@@ -471,6 +478,7 @@ impl Ack {
             Ack::ReconcilerRepublished => "reconciler-republished",
             Ack::Unanswered => "unanswered",
             Ack::Expired => "expired",
+            Ack::Rejected => "rejected",
             Ack::Resolved => "resolved",
             Ack::AlreadyResolved => "already-resolved",
             Ack::Replayed => "replayed",
