@@ -552,7 +552,7 @@ async fn row9_response_from_an_earlier_attempt_changes_nothing<B: Backend>() {
                 Outcome::Success => {
                     matches!(v, Verdict::Dropped(DropReason::ConflictingSuccess { .. }))
                 }
-                Outcome::Cancelled | Outcome::Error => {
+                Outcome::Cancelled | Outcome::Error | Outcome::Rejected => {
                     matches!(v, Verdict::Dropped(DropReason::LateResponse { .. }))
                 }
             };
@@ -605,7 +605,12 @@ async fn row9_in_every_state_a_response_from_an_earlier_attempt_is_dropped<B: Ba
         }
         w.put(&state).await;
         let state = w.record(TX).await;
-        for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
+        for outcome in [
+            Outcome::Success,
+            Outcome::Cancelled,
+            Outcome::Error,
+            Outcome::Rejected,
+        ] {
             let changes = w.change_count().await;
             let published = w.keys().await.len();
             let v = w.respond(TX, 1, outcome).await;
@@ -615,10 +620,12 @@ async fn row9_in_every_state_a_response_from_an_earlier_attempt_is_dropped<B: Ba
                     attempt: a(1),
                     status,
                 },
-                Outcome::Cancelled | Outcome::Error => DropReason::LateResponse {
-                    attempt: a(1),
-                    current: a(2),
-                },
+                Outcome::Cancelled | Outcome::Error | Outcome::Rejected => {
+                    DropReason::LateResponse {
+                        attempt: a(1),
+                        current: a(2),
+                    }
+                }
             };
             assert_eq!(v, Verdict::Dropped(want), "{status} {outcome}");
             assert_eq!(w.change_count().await, changes, "{status} {outcome}");

@@ -721,6 +721,8 @@ fn alarmed_emitted_metrics() -> Vec<(&'static str, &'static str)> {
         (names::CONFLICTING_SUCCESS, response),
         // response handler, per ERROR past the technical re-sends.
         (names::TECHNICAL_EXHAUSTED, response),
+        // response handler, per REJECTED answer that ends a transaction.
+        (names::TRANSACTIONS_REJECTED, response),
         // every function whose decisions meet a transaction past its deadline.
         (names::TRANSACTIONS_EXPIRED, response),
         (names::TRANSACTIONS_EXPIRED, retry),
@@ -1145,6 +1147,42 @@ fn assert_none(problems: Vec<String>) {
 // ---------------------------------------------------------------------------------
 // The template as it is
 // ---------------------------------------------------------------------------------
+
+/// `HttpOperatorCases` offers exactly the values the bridge accepts, defaults to the
+/// bridge's own default (today's behaviour: the DLQ) and reaches its variable.
+#[test]
+fn the_operator_cases_parameter_is_what_the_bridge_reads() {
+    use http_bridge::classify::OperatorCases;
+    use vars::HTTP_OPERATOR_CASES;
+    let t = template();
+    let param = |key| path(&t, &["Parameters", "HttpOperatorCases", key]);
+    let allowed: Vec<&str> = param("AllowedValues")
+        .and_then(Value::as_sequence)
+        .map(|v| v.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    assert_eq!(allowed, OperatorCases::NAMES);
+    assert!(allowed.iter().all(|v| OperatorCases::parse(v).is_some()));
+    assert_eq!(
+        param("Default").and_then(Value::as_str),
+        HTTP_OPERATOR_CASES.default
+    );
+    assert_eq!(
+        HTTP_OPERATOR_CASES.default.and_then(OperatorCases::parse),
+        Some(OperatorCases::DeadLetter)
+    );
+    let var = path(
+        &t,
+        &[
+            "Resources",
+            "HttpBridgeFunction",
+            "Properties",
+            "Environment",
+            "Variables",
+            HTTP_OPERATOR_CASES.name,
+        ],
+    );
+    assert_eq!(var.and_then(ref_name).as_deref(), Some("HttpOperatorCases"));
+}
 
 #[test]
 fn the_http_bridge_is_in_a_vpc_only_when_given_subnets() {

@@ -38,6 +38,10 @@ pub struct SimArgs {
     /// attempt is sent again, same key, not consumed); drawn before CANCELLED/SUCCESS.
     #[arg(long, default_value_t = 0.0)]
     pub technical_rate: f64,
+    /// Probability that the external service answers REJECTED (it refuses the attempt
+    /// for good: the transaction ends FAILED, never retried); drawn after ERROR.
+    #[arg(long, default_value_t = 0.0)]
+    pub rejected_rate: f64,
     /// Probability that a schedule fires 1 to 60 minutes late.
     #[arg(long, default_value_t = 0.05)]
     pub late_fire_rate: f64,
@@ -158,6 +162,7 @@ impl SimArgs {
             ("--throttle-rate", self.throttle_rate),
             ("--cancel-rate", self.cancel_rate),
             ("--technical-rate", self.technical_rate),
+            ("--rejected-rate", self.rejected_rate),
             ("--late-fire-rate", self.late_fire_rate),
             ("--double-fire-rate", self.double_fire_rate),
             ("--scheduler-failure-rate", self.scheduler_failure_rate),
@@ -221,6 +226,7 @@ impl SimArgs {
             throttle_rate: self.throttle_rate,
             cancel_rate: self.cancel_rate,
             technical_rate: self.technical_rate,
+            rejected_rate: self.rejected_rate,
             late_fire_rate: self.late_fire_rate,
             double_fire_rate: self.double_fire_rate,
             scheduler_failure_rate: self.scheduler_failure_rate,
@@ -282,6 +288,7 @@ impl SimArgs {
             throttle_rate => "--throttle-rate",
             cancel_rate => "--cancel-rate",
             technical_rate => "--technical-rate",
+            rejected_rate => "--rejected-rate",
             late_fire_rate => "--late-fire-rate",
             double_fire_rate => "--double-fire-rate",
             scheduler_failure_rate => "--scheduler-failure-rate",

@@ -7,7 +7,7 @@ use verify::model::{check, Kind, ProtocolModel, Scope, Violation};
 use verify::sim::{simulate, Report, SimConfig};
 use verify::Flaws;
 
-const P: [&str; 22] = ProtocolModel::SAFETY;
+const P: [&str; 24] = ProtocolModel::SAFETY;
 
 /// Checks `scope` with and without the flaw: the correct design passes, the flawed
 /// one breaks `primary` (an execution stops at its first violation, so other

@@ -136,6 +136,22 @@ fn technical_failures_never_consume_an_attempt_and_still_end() {
     passes(s, 5_000, &[0, 1, 8]);
 }
 
+/// The service answers REJECTED at any moment, with a crash and a duplicate
+/// delivery, then with a technical answer and a duplicate delivery: no request goes
+/// out after the rejection is recorded (but from a send that began before it), the
+/// transaction ends FAILED/REJECTED, and that end is reached (witness 17).
+#[test]
+fn a_rejected_answer_ends_the_transaction_and_nothing_is_sent_after_it() {
+    let mut s = Scope::quiet(1, 2);
+    s.faults.rejected_answers = 1;
+    s.faults.crashes = 1;
+    s.faults.duplicate_deliveries = 1;
+    passes(s, 20_000, &[0, 1, 17]);
+    s.faults.crashes = 0;
+    s.faults.technical_answers = 1;
+    passes(s, 100_000, &[0, 1, 8, 17]);
+}
+
 // ---------------------------------------------------------------------------
 // The reconciler resuming each intermediate state, scripted on the model (real
 // plans, one effect per step); after every scripted step the model's safety

@@ -5,7 +5,7 @@ use domain::machine::Counter;
 use verify::model::{check, CheckReport, OutageMode, ProtocolModel, Scope};
 use verify::Flaws;
 
-const P: [&str; 22] = ProtocolModel::SAFETY;
+const P: [&str; 24] = ProtocolModel::SAFETY;
 
 /// "An outage ends no transaction FAILED".
 const FAILED_BY_OUTAGE: usize = 17;

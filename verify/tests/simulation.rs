@@ -67,6 +67,25 @@ fn ci_sized_run_with_every_fault_breaks_no_guarantee() {
     }
 }
 
+/// The service answers REJECTED to a tenth of the attempts, every fault on: each such
+/// transaction ends FAILED/REJECTED, and no request is published after the rejection
+/// is recorded (the report's check); a run without the rate draws none.
+#[test]
+fn rejected_answers_end_transactions_and_nothing_is_sent_after_them() {
+    let c = SimConfig {
+        rejected_rate: 0.1,
+        technical_rate: 0.05,
+        ..cfg(5_000)
+    };
+    let r = simulate(&c, 7);
+    valid(&r);
+    assert!(r.rejected_answers > 0 && r.ended_rejected > 0, "{r}");
+    assert!(r.ended_rejected <= r.failed);
+    assert_eq!(r.published_after_rejection, 0);
+    let without = simulate(&cfg(5_000), 7);
+    assert_eq!((without.rejected_answers, without.ended_rejected), (0, 0));
+}
+
 /// N transactions all CANCELLED in the same instant, no jitter: their retries fall due
 /// together. None is lost, none duplicated, and the service never sees more than the
 /// fleet limit per second.

@@ -1,10 +1,11 @@
 //! What an HTTP answer means for the transaction: pure, no I/O. An answer (status,
 //! headers, body bytes) or a transport failure (timeout, connection, TLS) becomes a
-//! [`Response`] for the response queue (`SUCCESS`, `CANCELLED` or `ERROR`, a reason,
-//! `retry_after_seconds`, the request's `round` echoed) or an [`OperatorCase`]: an
-//! answer that says the request as it is can never succeed (422 "key reused with
-//! another payload", 413, other 4xx), which the bridge sends unchanged to the request
-//! DLQ instead of answering. The defaults are the table in `docs/http-bridge.md`;
+//! [`Response`] for the response queue (`SUCCESS`, `CANCELLED`, `ERROR` or `REJECTED`,
+//! a reason, `retry_after_seconds`, the request's `round` echoed) or an
+//! [`OperatorCase`]: an answer that says the request as it is can never succeed (422
+//! "key reused with another payload", 413, other 4xx), which the bridge sends
+//! unchanged to the request DLQ instead of answering — or, with [`OperatorCases::Reject`],
+//! answers `REJECTED`. The defaults are the table in `docs/http-bridge.md`;
 //! [`Rules`] (the `HTTP_CLASSIFICATION` JSON) add status ranges and JSON-pointer body
 //! values ahead of them. A decision reads the status, a configured body value or the
 //! `Retry-After` header: never free text from the service (the body only reaches a
@@ -82,6 +83,36 @@ pub enum Decision {
     Error,
     /// To the request DLQ, never retried.
     Operator,
+    /// Answered `REJECTED`: the transaction ends FAILED, never retried. Only with
+    /// [`OperatorCases::Reject`].
+    Rejected,
+}
+
+/// What the bridge does with an answer that says the request can never succeed
+/// (`HTTP_OPERATOR_CASES`). A new outcome reaches the response handlers only once
+/// they all read it, so answering `REJECTED` is a setting, switched on after they
+/// are upgraded (`docs/compatibility.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OperatorCases {
+    /// `dead-letter`: the request to the request DLQ, unanswered (the default).
+    #[default]
+    DeadLetter,
+    /// `reject`: the default operator cases answer `REJECTED`, and rules may say
+    /// `REJECTED`.
+    Reject,
+}
+
+impl OperatorCases {
+    /// The setting's values, as written.
+    pub const NAMES: [&str; 2] = ["dead-letter", "reject"];
+
+    pub fn parse(raw: &str) -> Option<Self> {
+        match raw {
+            "dead-letter" => Some(Self::DeadLetter),
+            "reject" => Some(Self::Reject),
+            _ => None,
+        }
+    }
 }
 
 /// A decision and its reason.
@@ -137,6 +168,9 @@ pub struct Rules {
     pub statuses: Vec<StatusRule>,
     #[serde(default)]
     pub body: Vec<BodyRule>,
+    /// `HTTP_OPERATOR_CASES` (not part of the JSON): see [`Rules::with_operator_cases`].
+    #[serde(skip)]
+    pub operator_cases: OperatorCases,
 }
 
 /// A classification the bridge cannot start with: the field at fault and why.
@@ -219,6 +253,33 @@ impl Rules {
             }
         }
         Ok(rules)
+    }
+
+    /// The same rules with `mode` for the operator cases. A rule saying `REJECTED`
+    /// needs [`OperatorCases::Reject`]: with `dead-letter` it is refused, naming it.
+    pub fn with_operator_cases(mut self, mode: OperatorCases) -> Result<Self, RulesError> {
+        if mode == OperatorCases::DeadLetter {
+            let statuses = self
+                .statuses
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.outcome == Decision::Rejected)
+                .map(|(i, _)| format!("statuses[{i}].outcome"));
+            let body = self.body.iter().enumerate().flat_map(|(i, r)| {
+                r.values
+                    .iter()
+                    .filter(|(_, v)| v.outcome == Decision::Rejected)
+                    .map(move |(value, _)| format!("body[{i}].values[{value:?}].outcome"))
+            });
+            if let Some(at) = statuses.chain(body).next() {
+                return Err(refuse(
+                    at,
+                    "REJECTED needs HTTP_OPERATOR_CASES=reject (every response handler upgraded first)",
+                ));
+            }
+        }
+        self.operator_cases = mode;
+        Ok(self)
     }
 
     /// The first configured verdict for this answer, if any.
@@ -356,7 +417,12 @@ pub fn classify(
     let retry = retry_after(answer.headers, now);
     let verdict = rules.configured(&answer).or_else(|| {
         default_decision(status).map(|outcome| Verdict {
-            outcome,
+            // A default operator case is answered REJECTED when the setting says so;
+            // a rule saying OPERATOR still sends the request to the DLQ.
+            outcome: match (outcome, rules.operator_cases) {
+                (Decision::Operator, OperatorCases::Reject) => Decision::Rejected,
+                (outcome, _) => outcome,
+            },
             reason: None,
         })
     });
@@ -369,6 +435,7 @@ pub fn classify(
         Decision::Success => response(request, Outcome::Success, reason, None),
         Decision::Cancelled => response(request, Outcome::Cancelled, reason, None),
         Decision::Error => response(request, Outcome::Error, reason, retry),
+        Decision::Rejected => response(request, Outcome::Rejected, reason, None),
         Decision::Operator => Classified::Operator(OperatorCase {
             status,
             reason,

@@ -6,7 +6,7 @@
 //! to get one, is classified ([`classify`]) and sent to the response queue with the
 //! request's `round`; an answer that says the request can never succeed (422, 413,
 //! other 4xx by default) sends the request unchanged to the request DLQ instead, for
-//! the operator. A secret that cannot be read, or a response that cannot be sent,
+//! the operator, or with `HTTP_OPERATOR_CASES=reject` is answered `REJECTED`. A secret that cannot be read, or a response that cannot be sent,
 //! keeps the message (a batch item failure). See `docs/http-bridge.md`; its AWS
 //! wiring: [`wiring`].
 
@@ -37,6 +37,8 @@ pub mod names {
     pub const HTTP_SUCCESS: &str = "HttpSuccess";
     pub const HTTP_CANCELLED: &str = "HttpCancelled";
     pub const HTTP_ERROR: &str = "HttpError";
+    /// Operator cases answered REJECTED (`HTTP_OPERATOR_CASES=reject`).
+    pub const HTTP_REJECTED: &str = "HttpRejected";
     /// Calls that ran into the total timeout (their ERROR re-sends the same key).
     pub const HTTP_TIMEOUTS: &str = "HttpTimeouts";
     /// Requests the endpoint said can never succeed (to the request DLQ).
@@ -132,6 +134,7 @@ where
                     Outcome::Success => (names::HTTP_SUCCESS, "answered-success"),
                     Outcome::Cancelled => (names::HTTP_CANCELLED, "answered-cancelled"),
                     Outcome::Error => (names::HTTP_ERROR, "answered-error"),
+                    Outcome::Rejected => (names::HTTP_REJECTED, "answered-rejected"),
                 };
                 metrics.incr(metric);
                 tracing::info!(

@@ -6,12 +6,12 @@
 //! names, the secret's reference, the classification JSON.
 
 use crate::call::{Caller, Target, TargetError};
-use crate::classify::Rules;
+use crate::classify::{OperatorCases, Rules};
 use crate::secret::{AwsSecret, Cached, SecretRef};
 use crate::Bridge;
 use aws::config::vars::{
     HTTP_AUTH_HEADER, HTTP_AUTH_SECRET, HTTP_CLASSIFICATION, HTTP_ENDPOINT, HTTP_HEADERS,
-    HTTP_IDEMPOTENCY_HEADER, HTTP_METHOD,
+    HTTP_IDEMPOTENCY_HEADER, HTTP_METHOD, HTTP_OPERATOR_CASES,
 };
 use aws::config::HttpBridgeConfig;
 use aws::sqs::{SqsDeadLetter, SqsResponsePublisher};
@@ -89,15 +89,24 @@ pub fn target(c: &HttpBridgeConfig) -> Result<Target, TargetError> {
     })
 }
 
-/// The classification overrides, checked.
+/// The classification overrides and what operator cases become, checked.
 pub fn rules(c: &HttpBridgeConfig) -> Result<Rules, TargetError> {
-    Rules::from_json(&c.classification_json).map_err(|e| {
+    let mode = OperatorCases::parse(&c.operator_cases).ok_or_else(|| {
         invalid(
-            HTTP_CLASSIFICATION.name,
-            &c.classification_json,
-            e.to_string(),
+            HTTP_OPERATOR_CASES.name,
+            &c.operator_cases,
+            format!("must be one of {}", OperatorCases::NAMES.join(", ")),
         )
-    })
+    })?;
+    Rules::from_json(&c.classification_json)
+        .and_then(|r| r.with_operator_cases(mode))
+        .map_err(|e| {
+            invalid(
+                HTTP_CLASSIFICATION.name,
+                &c.classification_json,
+                e.to_string(),
+            )
+        })
 }
 
 /// The secret's reference, checked; `None`: no auth header.
@@ -158,6 +167,10 @@ mod tests {
         assert!(t.headers.is_empty());
         assert_eq!(secret_ref(&config(&[])).unwrap(), None);
         assert_eq!(rules(&config(&[])).unwrap(), Rules::default());
+        assert_eq!(
+            rules(&config(&[])).unwrap().operator_cases,
+            OperatorCases::DeadLetter
+        );
         let c = config(&[
             ("HTTP_METHOD", "PUT"),
             (
@@ -212,6 +225,23 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.field, "HTTP_CLASSIFICATION");
         assert!(e.reason.starts_with("statuses[0].from"), "{e}");
+        let e = rules(&config(&[("HTTP_OPERATOR_CASES", "retry")])).unwrap_err();
+        assert_eq!(
+            (e.field, e.value.as_str()),
+            ("HTTP_OPERATOR_CASES", "retry")
+        );
+        assert!(e.reason.contains("dead-letter, reject"), "{e}");
+        // A rule answering REJECTED before the setting allows it.
+        let rejected = r#"{"statuses":[{"from":404,"outcome":"CANCELLED"},{"from":409,"outcome":"REJECTED"}]}"#;
+        let e = rules(&config(&[("HTTP_CLASSIFICATION", rejected)])).unwrap_err();
+        assert_eq!(e.field, "HTTP_CLASSIFICATION");
+        assert!(e.reason.starts_with("statuses[1].outcome"), "{e}");
+        let ok = rules(&config(&[
+            ("HTTP_CLASSIFICATION", rejected),
+            ("HTTP_OPERATOR_CASES", "reject"),
+        ]))
+        .unwrap();
+        assert_eq!(ok.operator_cases, OperatorCases::Reject);
     }
 
     #[test]

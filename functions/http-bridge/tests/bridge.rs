@@ -9,7 +9,7 @@ use domain::{Outcome, Response};
 use http::{HeaderMap, HeaderName, Method};
 use http_body_util::{BodyExt, Full};
 use http_bridge::call::{Caller, Target};
-use http_bridge::classify::Rules;
+use http_bridge::classify::{OperatorCases, Rules};
 use http_bridge::secret::{Cached, Secret, SecretSource};
 use http_bridge::{names, Answers, Bridge};
 use hyper::body::{Bytes, Incoming};
@@ -333,6 +333,39 @@ async fn a_body_too_large_and_a_reused_key_go_to_the_request_dlq() {
         assert_eq!(metrics.count(names::HTTP_OPERATOR_CASES), 1);
         assert_eq!(metrics.count(runtime_names::DEAD_LETTERED), 1);
     }
+}
+
+/// With `HTTP_OPERATOR_CASES=reject` the same 422 is answered REJECTED on the
+/// response queue (round echoed) and nothing goes to the DLQ.
+#[tokio::test]
+async fn with_reject_a_reused_key_is_answered_rejected() {
+    let mut s = script(422);
+    s.body = "key reused with another payload".into();
+    let (addr, _) = serve(s).await;
+    let mut b = bridge(addr, None, Duration::from_secs(5));
+    b.rules = Rules::default()
+        .with_operator_cases(OperatorCases::Reject)
+        .unwrap();
+    let (failed, metrics) = run(&b, &[request_body("TX-11", 2, 1)]).await;
+    assert!(failed.is_empty());
+    let sent = answers(&b);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (sent[0].transaction_id.as_str(), sent[0].attempt.get()),
+        ("TX-11", 2)
+    );
+    assert_eq!(sent[0].outcome, Outcome::Rejected);
+    assert_eq!(sent[0].reason.as_deref(), Some("HTTP_422"));
+    assert_eq!(
+        (sent[0].round, sent[0].retry_after_seconds),
+        (Some(1), None)
+    );
+    assert!(
+        b.dead_letter.messages().is_empty(),
+        "answered, not dead-lettered"
+    );
+    assert_eq!(metrics.count(names::HTTP_REJECTED), 1);
+    assert_eq!(metrics.count(names::HTTP_OPERATOR_CASES), 0);
 }
 
 #[tokio::test]

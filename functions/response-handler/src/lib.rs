@@ -51,6 +51,7 @@ pub async fn handle<St: Transitions, Sc: ScheduleCreator, Rt: RetryPublisher, Nt
         Outcome::Success => names::RESPONSE_SUCCESS,
         Outcome::Cancelled => names::RESPONSE_CANCELLED,
         Outcome::Error => names::TECHNICAL_FAILURES,
+        Outcome::Rejected => names::RESPONSE_REJECTED,
     });
     let driven = drive(Input::Response(response.clone()), ports, ctx, rng, hook).await;
     let mut signals = Tally::default();

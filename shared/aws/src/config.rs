@@ -267,6 +267,9 @@ pub mod vars {
     pub const HTTP_AUTH_SECRET: Text = Text::or("HTTP_AUTH_SECRET", "");
     /// The classification overrides, JSON; empty: the defaults.
     pub const HTTP_CLASSIFICATION: Text = Text::or("HTTP_CLASSIFICATION", "");
+    /// What an answer saying the request can never succeed becomes: `dead-letter`
+    /// (the request to the request DLQ) or `reject` (a REJECTED answer).
+    pub const HTTP_OPERATOR_CASES: Text = Text::or("HTTP_OPERATOR_CASES", "dead-letter");
     pub const HTTP_CONNECT_TIMEOUT_SECONDS: Var<u64> =
         Var::between("HTTP_CONNECT_TIMEOUT_SECONDS", 3, 1, 20);
     /// The whole call, answer body included; below the function's timeout.
@@ -879,6 +882,8 @@ pub struct HttpBridgeConfig {
     pub auth_header: String,
     pub auth_secret: String,
     pub classification_json: String,
+    /// HTTP_OPERATOR_CASES, unchecked (the bridge's wiring checks it).
+    pub operator_cases: String,
     pub connect_timeout: Duration,
     /// At most the function's timeout minus 5 s (checked here).
     pub timeout: Duration,
@@ -908,6 +913,7 @@ impl HttpBridgeConfig {
             auth_header: env.text(&HTTP_AUTH_HEADER),
             auth_secret: env.text(&HTTP_AUTH_SECRET),
             classification_json: env.text(&HTTP_CLASSIFICATION),
+            operator_cases: env.text(&HTTP_OPERATOR_CASES),
             connect_timeout,
             timeout,
             batch_concurrency: env.get(&BATCH_CONCURRENCY),

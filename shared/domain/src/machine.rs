@@ -94,7 +94,8 @@ pub enum Event {
     Success,
     /// A budget of the transaction is spent: its attempts (CANCELLED for the last),
     /// its technical re-sends (mark `TECHNICAL_EXHAUSTED`), its republishes (mark
-    /// `UNANSWERED`) or its time (mark `EXPIRED`).
+    /// `UNANSWERED`) or its time (mark `EXPIRED`); or the service refused the
+    /// request for good (mark `REJECTED`): it ends the same way, never retried.
     Exhausted,
     ResponseCancelledRetry,
     ResponseTechnicalRetry,
@@ -508,10 +509,12 @@ pub enum Mark {
     Resolved,
     /// FAILED: the transaction's deadline passed (`TRANSACTION_DEADLINE_SECONDS`).
     Expired,
+    /// FAILED: the service answered REJECTED (an operator case), never retried.
+    Rejected,
 }
 
 impl Mark {
-    pub const ALL: [Mark; 7] = [
+    pub const ALL: [Mark; 8] = [
         Mark::Probe,
         Mark::HeldOpen,
         Mark::HeldHalfOpen,
@@ -519,6 +522,7 @@ impl Mark {
         Mark::Unanswered,
         Mark::Resolved,
         Mark::Expired,
+        Mark::Rejected,
     ];
 
     /// The marks the previous release wrote into `last_reason` (before the `mark`
@@ -543,6 +547,7 @@ impl Mark {
             Mark::Unanswered => "UNANSWERED",
             Mark::Resolved => "RESOLVED",
             Mark::Expired => "EXPIRED",
+            Mark::Rejected => "REJECTED",
         }
     }
 
@@ -562,6 +567,7 @@ impl Mark {
             Mark::Unanswered => "UNANSWERED",
             Mark::Resolved => "RESOLVED_BY_OTHER_MEANS",
             Mark::Expired => "EXPIRED",
+            Mark::Rejected => "REJECTED",
         }
     }
 

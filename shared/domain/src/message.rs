@@ -38,6 +38,11 @@ pub enum Outcome {
     /// is sent again, with the same key, without consuming an attempt.
     #[serde(alias = "ERROR_TECNICO")]
     Error,
+    /// The service refuses the request for good (an operator case: the key reused
+    /// with another payload, a payload it will never accept): the transaction ends
+    /// FAILED at once, never retried.
+    #[serde(alias = "RECHAZADO")]
+    Rejected,
 }
 
 impl Outcome {
@@ -51,6 +56,7 @@ impl Outcome {
             Self::Success => "SUCCESS",
             Self::Cancelled => "CANCELLED",
             Self::Error => "ERROR",
+            Self::Rejected => "REJECTED",
         }
     }
 }
@@ -226,7 +232,7 @@ impl Response {
         let outcome = Outcome::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
             field: "outcome",
             value: truncate(&raw),
-            reason: "expected SUCCESS, CANCELLED or ERROR (or EXITOSO / CANCELADO / ERROR_TECNICO)"
+            reason: "expected SUCCESS, CANCELLED, ERROR or REJECTED (or EXITOSO / CANCELADO / ERROR_TECNICO / RECHAZADO)"
                 .into(),
         })?;
         let reason = match b
@@ -736,7 +742,7 @@ mod tests {
             ),
             (
                 r#"{"transaction_id":"TX-1","attempt":1,"outcome":"MAYBE"}"#,
-                "field `outcome` has invalid value `MAYBE`: expected SUCCESS, CANCELLED or ERROR",
+                "field `outcome` has invalid value `MAYBE`: expected SUCCESS, CANCELLED, ERROR or REJECTED",
             ),
             (
                 r#"{"transaction_id":"TX-1","attempt":1,"outcome":"SUCCESS","reason":5}"#,

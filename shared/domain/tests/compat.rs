@@ -276,7 +276,7 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
 
 /// The dispositions that take a message on its way (not dropped as late, stale or
 /// duplicate): each origin and outcome must reach one, with and without `round`.
-const MOVES_ON: [&str; 4] = ["published", "succeeded", "scheduled", "resend"];
+const MOVES_ON: [&str; 5] = ["published", "succeeded", "scheduled", "resend", "rejected"];
 
 #[test]
 fn every_committed_shape_is_decoded_and_decided_as_written() {
@@ -310,7 +310,12 @@ fn every_committed_shape_is_decoded_and_decided_as_written() {
             assert!(decided.contains(&shape), "no fixture of {shape:?}");
         }
     }
-    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
+    for outcome in [
+        Outcome::Success,
+        Outcome::Cancelled,
+        Outcome::Error,
+        Outcome::Rejected,
+    ] {
         for round in [false, true] {
             let shape = (format!("response {}", outcome.as_str()), round);
             assert!(decided.contains(&shape), "no fixture of {shape:?}");

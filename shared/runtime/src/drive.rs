@@ -128,6 +128,17 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
                         "business alert: transaction deadline passed; transaction FAILED (EXPIRED)"
                     );
                 }
+                AlertKind::Rejected => {
+                    metrics.incr(names::TRANSACTIONS_REJECTED);
+                    tracing::error!(
+                        alert = a.kind.label(),
+                        transaction_id = %a.transaction_id,
+                        attempt = a.attempts.get(),
+                        idempotency_key = %domain::IdempotencyKey::new(&a.transaction_id, a.attempts),
+                        reason = a.last_reason.as_deref().unwrap_or(""),
+                        "business alert: the service rejected the request, never retried; transaction FAILED (REJECTED)"
+                    );
+                }
             },
             (Effect::Write(w), Observed::Written(r)) => {
                 tracing::debug!(

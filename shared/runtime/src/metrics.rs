@@ -27,6 +27,8 @@ pub mod names {
     pub const RESPONSE_CANCELLED: &str = "ResponseCancelled";
     /// Responses ERROR (a technical failure: the attempt is sent again, not consumed).
     pub const TECHNICAL_FAILURES: &str = "TechnicalFailures";
+    /// Responses REJECTED (the service refuses the request for good).
+    pub const RESPONSE_REJECTED: &str = "ResponseRejected";
     /// One-time schedules created, and "already exists" answers (a redelivery's).
     pub const SCHEDULES_CREATED: &str = "SchedulesCreated";
     pub const SCHEDULE_CONFLICTS: &str = "ScheduleConflicts";
@@ -78,6 +80,9 @@ pub mod names {
     /// The transaction's deadline passed before it ended: FAILED/EXPIRED (business
     /// alert; counted by whichever function's decision ended it).
     pub const TRANSACTIONS_EXPIRED: &str = "TransactionsExpired";
+    /// The service answered REJECTED (an operator case): FAILED/REJECTED at once,
+    /// never retried (business alert).
+    pub const TRANSACTIONS_REJECTED: &str = "TransactionsRejected";
     /// An unanswered request published again by the reconciler (same key).
     pub const REQUESTS_REPUBLISHED: &str = "RequestsRepublished";
     /// A scheduler call throttled past the client's own retries (the message is

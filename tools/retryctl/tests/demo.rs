@@ -431,8 +431,23 @@ async fn outage_run(tag: &str, service: &str) -> (sandbox::report::Report, Strin
     assert!(b.outage_errors > 0, "{text}");
     assert!(b.opened >= 1, "{text}");
     assert_eq!(b.final_state, "CLOSED", "{text}");
-    assert!(b.retries_paused > 0, "{text}");
-    assert!(b.transactions_resumed > 0, "{text}");
+    // A retry is held only if it falls due while the breaker is open. The retries of
+    // the CANCELLED answers given just before the outage fall due no sooner than
+    // `backoff_base` less jitter after its start; when the breaker opened before that
+    // (about 3 s into the outage on an idle machine) they meet it open, and it stays
+    // open past the outage's end. On a loaded machine the
+    // ERROR answers that open it come later, most through the HTTP bridge, and those
+    // retries may all have gone out into the outage first, been answered ERROR and
+    // re-sent after it: then there was nothing to hold, and no count to expect.
+    let opened_at = b
+        .changes
+        .iter()
+        .find(|c| c.to == "OPEN")
+        .map_or(f64::INFINITY, |c| c.at_seconds);
+    if opened_at < b.outage_start_seconds + args.backoff_base * (1.0 - args.jitter) {
+        assert!(b.retries_paused > 0, "{text}");
+        assert!(b.transactions_resumed > 0, "{text}");
+    }
     assert!(b.failed_by_outage.is_empty(), "{text}");
     assert!(b.attempts_changed.is_empty(), "{text}");
     assert!(f64::from(b.peak_after_close) <= b.rate_bound, "{text}");

@@ -39,6 +39,9 @@ struct Args {
     /// Answers ERROR (technical failures: the attempt is sent again) per execution.
     #[arg(long, default_value_t = 0)]
     technical_answers: u8,
+    /// Answers REJECTED (the service refuses an attempt for good) per execution.
+    #[arg(long, default_value_t = 0)]
+    rejected_answers: u8,
     /// One outage of the service, with the circuit breaker: `error` (it answers ERROR
     /// while down) or `silent` (it takes requests without answering).
     #[arg(long, value_parser = ["error", "silent"])]
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
             ticks: args.ticks,
             lost_messages: args.lost_messages,
             technical_answers: args.technical_answers,
+            rejected_answers: args.rejected_answers,
             outages: u8::from(args.outage.is_some()),
             deadlines: u8::from(args.deadline),
             operator_actions: args.operator_actions,

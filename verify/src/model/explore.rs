@@ -13,7 +13,7 @@ use testkit::oracle::{self, Violation};
 
 impl ProtocolModel {
     /// The properties checked on every reachable state.
-    pub const SAFETY: [&'static str; 22] = [
+    pub const SAFETY: [&'static str; 24] = [
         Violation::DuplicateAccepted.guarantee(),
         Violation::RetryWithoutCancellation.guarantee(),
         Violation::ExceededMaxAttempts.guarantee(),
@@ -36,6 +36,8 @@ impl ProtocolModel {
         "past its deadline a transaction ends, whatever holds it: with nothing in flight, the reconciler leaves it terminal, the outage going on",
         Violation::RecordInconsistent.guarantee(),
         BreakerViolation::ProbeSignalForAnother.guarantee(),
+        "after a REJECTED answer is recorded no request is published again: no later attempt, and the rejected one only by a send that began before it",
+        "a transaction whose attempt the service answered REJECTED ends FAILED/REJECTED once nothing of it is in flight (unless a message of it was lost, or its deadline ended it first)",
     ];
 }
 
@@ -71,7 +73,10 @@ impl Model for ProtocolModel {
     }
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
-        if !s.violations.is_empty() || !s.breaker_violations.is_empty() {
+        if !s.violations.is_empty()
+            || !s.breaker_violations.is_empty()
+            || s.published_after_rejection
+        {
             return; // a counterexample ends here
         }
         let b = s.budgets;
@@ -108,6 +113,13 @@ impl Model for ProtocolModel {
                             tx,
                             attempt,
                             outcome: Outcome::Error,
+                        });
+                    }
+                    if b.rejected_answers > 0 {
+                        actions.push(Action::ServiceAnswer {
+                            tx,
+                            attempt,
+                            outcome: Outcome::Rejected,
                         });
                     }
                     for outcome in [Outcome::Success, Outcome::Cancelled] {
@@ -341,6 +353,18 @@ impl Model for ProtocolModel {
                 !s.breaker_violations
                     .contains(&BreakerViolation::ProbeSignalForAnother)
             }),
+            Property::always(p[22], |_, s: &State| !s.published_after_rejection),
+            Property::always(p[23], |m: &ProtocolModel, s: &State| {
+                m.txs().all(|tx| {
+                    let t = usize::from(tx);
+                    let r = &s.records[t];
+                    let rejected = s.service.answer_of(&tx, r.current_attempt.get())
+                        == Some(Outcome::Rejected);
+                    !(rejected && s.lost[t] == 0 && ProtocolModel::tx_quiescent(s, tx))
+                        || (r.status == Status::Failed
+                            && matches!(r.mark, Some(Mark::Rejected | Mark::Expired)))
+                })
+            }),
             // Witnesses: the exploration reaches the situations the guarantees are about.
             Property::sometimes(WITNESS[0], |_, s: &State| {
                 s.records.iter().any(|r| {
@@ -436,6 +460,9 @@ impl Model for ProtocolModel {
                     r.status == Status::Succeeded && r.current_attempt.get() > m.scope.max_attempts
                 })
             }),
+            Property::sometimes(WITNESS[17], |_, s: &State| {
+                (0..s.records.len()).any(|tx| s.ended_rejected(u8::try_from(tx).unwrap_or(u8::MAX)))
+            }),
             Property::sometimes(WITNESS[14], |_, s: &State| {
                 // A handler (not the reconciler) found the deadline passed.
                 s.records.iter().any(|r| {
@@ -449,7 +476,7 @@ impl Model for ProtocolModel {
 }
 
 /// Situations the exploration must reach (otherwise the check would prove little).
-pub const WITNESS: [&str; 17] = [
+pub const WITNESS: [&str; 18] = [
     "a transaction fails after exhausting its attempts",
     "a transaction succeeds on a retry",
     "the retry event overtakes the response handler (arrives while SCHEDULING)",
@@ -467,4 +494,5 @@ pub const WITNESS: [&str; 17] = [
     "a handler's decision (not the reconciler's) ends a transaction at its deadline",
     "an operator resolves a transaction while its retry cycle is under way",
     "a transaction an operator replayed ends SUCCEEDED on the attempt the replay added",
+    "a transaction ends FAILED/REJECTED on the service's REJECTED answer",
 ];

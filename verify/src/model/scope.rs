@@ -93,7 +93,7 @@ impl fmt::Display for Scope {
         let b = &self.faults;
         write!(
             f,
-            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} outages, {} deadline jumps, {} operator actions{}",
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} rejected answers, {} outages, {} deadline jumps, {} operator actions{}",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
@@ -106,6 +106,7 @@ impl fmt::Display for Scope {
             b.ticks,
             b.lost_messages,
             b.technical_answers,
+            b.rejected_answers,
             b.outages,
             b.deadlines,
             b.operator_actions,
@@ -150,6 +151,9 @@ pub struct Budgets {
     /// Answers ERROR: the service could not process an attempt (a technical failure;
     /// the attempt is sent again, same key, and answered anew).
     pub technical_answers: u8,
+    /// Answers REJECTED: the service refuses an attempt for good (an operator case;
+    /// the transaction ends FAILED, never retried).
+    pub rejected_answers: u8,
     /// Outages of the service: it goes down (ERROR or silence, as the scope says) and
     /// up again at any later moment.
     pub outages: u8,
@@ -162,7 +166,8 @@ pub struct Budgets {
 }
 
 impl Budgets {
-    /// `n` faults of every kind but outages (which bring the breaker in).
+    /// `n` faults of every kind but outages (which bring the breaker in), rejected
+    /// answers, deadlines and operator actions.
     pub const fn each(n: u8) -> Self {
         Self {
             duplicate_deliveries: n,
@@ -174,6 +179,7 @@ impl Budgets {
             ticks: n,
             lost_messages: n,
             technical_answers: n,
+            rejected_answers: 0,
             outages: 0,
             deadlines: 0,
             operator_actions: 0,

@@ -103,6 +103,7 @@ impl ProtocolModel {
                 .then(|| ModelBreaker::new(self.clock_time(0))),
             breaker_violations: BTreeSet::new(),
             past_deadline: false,
+            published_after_rejection: false,
         };
         let now = self.clock_time(0);
         let ctx = self.ctx(now);
@@ -226,6 +227,13 @@ impl ProtocolModel {
                     h.attempt,
                     Some(&s.records[usize::from(tx)]),
                 ));
+                // Once the record says REJECTED, only a send committed before it (a
+                // run that began earlier: a SENDING it wrote or read) may still
+                // publish, and only that attempt's key.
+                let r = &s.records[usize::from(tx)];
+                if s.ended_rejected(tx) && (run.after_rejection || h.attempt > r.current_attempt) {
+                    s.published_after_rejection = true;
+                }
                 // Completing a send already in flight (the retry handler found SENDING:
                 // no accepting write of its own before this publish) is no new
                 // request: request m may be out, and only its publish's completion or
@@ -365,6 +373,13 @@ impl ProtocolModel {
         let mut ar = ActiveRun::new(kind, tx, held, now, run);
         ar.verdict = verdict;
         ar
+    }
+
+    /// A new run: it notes whether its record already ended REJECTED, then is kept or
+    /// finished as [`Self::settle_run`] says.
+    fn start_run(&self, s: &mut State, mut ar: ActiveRun) {
+        ar.after_rejection = s.ended_rejected(ar.tx);
+        self.settle_run(s, ar);
     }
 
     /// Keeps a run that has effects left, or finishes it (a run started whose plan
@@ -518,6 +533,8 @@ impl ProtocolModel {
                     } else if outcome == Outcome::Error && !s.down {
                         // An ERROR while down is the outage's, not a budgeted one.
                         s.budgets.technical_answers -= 1;
+                    } else if outcome == Outcome::Rejected {
+                        s.budgets.rejected_answers -= 1;
                     }
                     let round = s.service.round_of(&tx, attempt);
                     if outcome == Outcome::Error {
@@ -564,7 +581,7 @@ impl ProtocolModel {
                     now,
                     Verdict::default(),
                 );
-                self.settle_run(&mut s, ar);
+                self.start_run(&mut s, ar);
             }
             Action::DeliverRetry { i, duplicate } => {
                 let e = if duplicate {
@@ -599,7 +616,7 @@ impl ProtocolModel {
                     now,
                     verdict,
                 );
-                self.settle_run(&mut s, ar);
+                self.start_run(&mut s, ar);
             }
             Action::Step { run } => self.step_run(&mut s, run),
             Action::Crash { run } => {
@@ -675,7 +692,7 @@ impl ProtocolModel {
                     now,
                     verdict,
                 );
-                self.settle_run(&mut s, ar);
+                self.start_run(&mut s, ar);
             }
             Action::Tick => {
                 s.budgets.ticks -= 1;
@@ -702,7 +719,7 @@ impl ProtocolModel {
                     now,
                     Verdict::default(),
                 );
-                self.settle_run(&mut s, ar);
+                self.start_run(&mut s, ar);
             }
         }
         s.canonicalize();

@@ -7,8 +7,8 @@ use crate::fixture::Command;
 use crate::Flaws;
 use domain::decide::{Effect, Run, Step};
 use domain::ids::{ScheduleName, Timestamp};
-use domain::machine::Counter;
 use domain::machine::TransactionRecord;
+use domain::machine::{Counter, Mark, Status};
 use domain::message::{Origin, Outcome};
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
@@ -92,6 +92,8 @@ pub struct ActiveRun {
     pub run: Run<Flaws>,
     /// The circuit breaker's verdict the run decides with (every re-decision too).
     pub verdict: Verdict,
+    /// The run began with the record already FAILED/REJECTED: it may publish nothing.
+    pub after_rejection: bool,
     /// Canonical identity of the run's future behaviour: its input, remaining plan and
     /// re-decision count (the trail of past effects does not influence what it does).
     key: String,
@@ -107,6 +109,7 @@ impl ActiveRun {
             performed: 0,
             run,
             verdict: Verdict::default(),
+            after_rejection: false,
             key: String::new(),
         };
         r.rekey();
@@ -179,6 +182,7 @@ impl ActiveRun {
         &str,
         u8,
         (Option<(Timestamp, u8)>, bool, Option<Timestamp>),
+        bool,
     ) {
         (
             self.kind,
@@ -188,6 +192,7 @@ impl ActiveRun {
             &self.key,
             self.performed.min(1),
             self.verdict.key(),
+            self.after_rejection,
         )
     }
 }
@@ -253,6 +258,9 @@ pub struct State {
     /// The clock has passed the transactions' deadline: every later decision is made
     /// past it.
     pub past_deadline: bool,
+    /// A request was published for a transaction already FAILED/REJECTED by a run
+    /// that began after it, or for a later attempt than the rejected one.
+    pub published_after_rejection: bool,
 }
 
 /// One thing that can happen next.
@@ -370,10 +378,18 @@ impl Hash for State {
         self.down.hash(h);
         self.breaker.hash(h);
         self.breaker_violations.hash(h);
+        self.published_after_rejection.hash(h);
     }
 }
 
 impl State {
+    /// Transaction `tx` ended FAILED by a REJECTED answer.
+    pub fn ended_rejected(&self, tx: u8) -> bool {
+        self.records
+            .get(usize::from(tx))
+            .is_some_and(|r| r.status == Status::Failed && r.mark == Some(Mark::Rejected))
+    }
+
     /// A one-line picture of the state, for counterexample traces.
     pub fn summary(&self) -> String {
         let recs: Vec<String> = self

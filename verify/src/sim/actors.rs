@@ -55,6 +55,9 @@ impl World<'_> {
         } else if self.service.chance(self.cfg.technical_rate) {
             self.report.technical_failures += 1;
             Outcome::Error
+        } else if self.service.chance(self.cfg.rejected_rate) {
+            self.report.rejected_answers += 1;
+            Outcome::Rejected
         } else if self.service.chance(self.cfg.cancel_rate) {
             Outcome::Cancelled
         } else {
@@ -101,7 +104,7 @@ impl World<'_> {
             outcome,
             reason: match outcome {
                 Outcome::Cancelled => Some(fixture::CANCEL_REASON.to_owned()),
-                Outcome::Success | Outcome::Error => None,
+                Outcome::Success | Outcome::Error | Outcome::Rejected => None,
             },
             retry_after_seconds: None,
             round,
@@ -180,6 +183,7 @@ impl World<'_> {
                 hold: None,
                 probe: false,
                 backlog: VecDeque::new(),
+                after_rejection: false,
             },
         );
     }
@@ -241,6 +245,7 @@ impl World<'_> {
             hold,
             probe,
             backlog,
+            after_rejection: false,
         });
     }
 }

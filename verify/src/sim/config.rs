@@ -25,6 +25,10 @@ pub struct SimConfig {
     /// Probability that the external service answers ERROR (drawn first; 0 draws
     /// nothing, so a run without technical failures is the run it always was).
     pub technical_rate: f64,
+    /// Probability that the external service answers REJECTED (it refuses the
+    /// attempt for good; drawn after ERROR, only above 0, so a run without it is the
+    /// run it always was).
+    pub rejected_rate: f64,
     /// Probability that a schedule fires late (1 to 60 minutes after its instant).
     pub late_fire_rate: f64,
     /// Probability that a schedule fires twice.
@@ -107,6 +111,7 @@ impl Default for SimConfig {
             throttle_rate: 0.02,
             cancel_rate: 0.5,
             technical_rate: 0.0,
+            rejected_rate: 0.0,
             late_fire_rate: 0.05,
             double_fire_rate: 0.02,
             scheduler_failure_rate: 0.005,

@@ -106,6 +106,14 @@ impl World<'_> {
                 if let Some(v) = oracle::publish(h.attempt, self.records[tx].as_ref()) {
                     self.report.count(v);
                 }
+                // Once the record says REJECTED, only a send that began before it may
+                // still publish, and only the rejected attempt's key.
+                let later = self.records[tx]
+                    .as_ref()
+                    .is_some_and(|r| h.attempt > r.current_attempt);
+                if self.ended_rejected(tx) && (p.after_rejection || later) {
+                    self.report.published_after_rejection += 1;
+                }
                 let request = Request::new(h.transaction_id.clone(), h.attempt, payload);
                 self.report.requests_published += 1;
                 if p.kind == Kind::RetryHandler {
@@ -189,7 +197,8 @@ impl World<'_> {
                             self.report.technical_exhausted += 1
                         }
                         domain::decide::AlertKind::Expired
-                        | domain::decide::AlertKind::AttemptsExhausted => {}
+                        | domain::decide::AlertKind::AttemptsExhausted
+                        | domain::decide::AlertKind::Rejected => {}
                     }
                 }
                 Observed::Alerted

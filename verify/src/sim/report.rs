@@ -66,6 +66,13 @@ pub struct Report {
     pub technical_exhausted: u64,
     /// Transactions ended FAILED/EXPIRED (their deadline passed).
     pub expired: u64,
+    /// Answers REJECTED the service gave.
+    pub rejected_answers: u64,
+    /// Transactions ended FAILED/REJECTED.
+    pub ended_rejected: u64,
+    /// Requests published for a transaction already FAILED/REJECTED by a run that
+    /// began after it, or for a later attempt.
+    pub published_after_rejection: u64,
     /// Transactions that ended later than one wait after their deadline.
     pub ended_past_deadline: u64,
     /// Answers ERROR the service gave during an outage window.
@@ -193,6 +200,9 @@ impl Report {
             technical_resends,
             technical_exhausted,
             expired,
+            rejected_answers,
+            ended_rejected,
+            published_after_rejection,
             ended_past_deadline,
             outage_errors,
             outage_unanswered,
@@ -250,6 +260,7 @@ impl Report {
             ("paused-stuck", self.paused_stuck),
             ("failed-by-outage", self.failed_by_outage),
             ("ended-past-deadline", self.ended_past_deadline),
+            ("published-after-rejection", self.published_after_rejection),
         ];
         if self.probe_limit > 0 && self.max_probes_per_round > self.probe_limit {
             v.push(("probes-exceeded", self.max_probes_per_round));
@@ -410,6 +421,16 @@ impl fmt::Display for Report {
                 f,
                 "technical failures         answered ERROR {}; re-sent (same attempt, same key) {}; ended FAILED/TECHNICAL_EXHAUSTED {} (alerts)",
                 self.technical_failures, self.technical_resends, self.technical_exhausted
+            )?;
+        }
+        if self.rejected_answers > 0 || self.published_after_rejection > 0 {
+            writeln!(
+                f,
+                "rejected answers           answered REJECTED {}; ended FAILED/REJECTED {}; published after the rejection {}{}",
+                self.rejected_answers,
+                self.ended_rejected,
+                self.published_after_rejection,
+                flag(self.published_after_rejection)
             )?;
         }
         if self.outage_errors > 0 || self.outage_unanswered > 0 || self.probe_limit > 0 {

@@ -56,6 +56,8 @@ pub(super) struct Proc {
     pub(super) probe: bool,
     /// Records the reconciler still has to act on in this invocation.
     pub(super) backlog: VecDeque<TransactionRecord>,
+    /// The run began with its record already FAILED/REJECTED: it may publish nothing.
+    pub(super) after_rejection: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,13 +307,24 @@ impl<'a> World<'a> {
 impl World<'_> {
     // -- processes ---------------------------------------------------------
 
+    /// Transaction `tx` ended FAILED by a REJECTED answer.
+    pub(super) fn ended_rejected(&self, tx: usize) -> bool {
+        self.records
+            .get(tx)
+            .and_then(Option::as_ref)
+            .is_some_and(|r| {
+                r.status == Status::Failed && r.mark == Some(domain::machine::Mark::Rejected)
+            })
+    }
+
     pub(super) fn spawn(&mut self, p: Proc) {
         let first = self.latency.range(1, 20);
         self.spawn_after(first, p);
     }
 
     /// A run whose first step is `delay_ms` from now.
-    pub(super) fn spawn_after(&mut self, delay_ms: i64, p: Proc) {
+    pub(super) fn spawn_after(&mut self, delay_ms: i64, mut p: Proc) {
+        p.after_rejection = self.ended_rejected(p.tx);
         self.next_proc += 1;
         let pid = self.next_proc;
         self.procs.insert(pid, p);
@@ -611,6 +624,7 @@ impl World<'_> {
                 hold,
                 probe,
                 backlog: VecDeque::new(),
+                after_rejection: false,
             });
         }
         self.schedule_wake(q);
@@ -706,6 +720,7 @@ impl World<'_> {
             hold: None,
             probe: false,
             backlog: VecDeque::new(),
+            after_rejection: false,
         };
         while let Step::Perform(e) = run.step() {
             let e = e.clone();
@@ -822,6 +837,9 @@ impl World<'_> {
                 r.status == Status::Failed && r.mark == Some(domain::machine::Mark::Expired)
             }) {
                 self.report.expired += 1;
+            }
+            if self.ended_rejected(tx) {
+                self.report.ended_rejected += 1;
             }
             // Every transaction ends within one wait of its deadline (a dead-lettered
             // one is the DLQ alarm's).

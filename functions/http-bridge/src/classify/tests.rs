@@ -104,6 +104,50 @@ fn every_default_row() {
     }
 }
 
+/// With `HTTP_OPERATOR_CASES=reject` every default operator case is answered
+/// REJECTED (its status the reason, no `retry_after_seconds`); the other rows are
+/// unchanged; a rule saying OPERATOR still sends its status to the DLQ, and a rule
+/// may say REJECTED, body rules too.
+#[test]
+fn with_reject_the_operator_cases_answer_rejected() {
+    let reject = |json: &str| {
+        rules(json)
+            .with_operator_cases(OperatorCases::Reject)
+            .unwrap()
+    };
+    let r = reject("");
+    for status in [400, 401, 403, 404, 405, 410, 413, 415, 422, 451, 499] {
+        assert_eq!(
+            summary(answer_with(&r, status, Some("7"), b"")),
+            (Outcome::Rejected, format!("HTTP_{status}"), None),
+            "status {status}"
+        );
+    }
+    for (status, outcome) in [
+        (200, Outcome::Success),
+        (409, Outcome::Error),
+        (503, Outcome::Error),
+    ] {
+        assert_eq!(summary(answer_with(&r, status, None, b"")).0, outcome);
+    }
+    let r = reject(
+        r#"{"statuses":[{"from":401,"to":403,"outcome":"OPERATOR","reason":"AUTH"},{"from":500,"outcome":"REJECTED"}],
+            "body":[{"pointer":"/code","values":{"KEY_REUSED":{"outcome":"REJECTED","reason":"KEY_REUSED"}}}]}"#,
+    );
+    assert_eq!(
+        expect_operator(answer_with(&r, 401, None, b"")).reason,
+        "AUTH"
+    );
+    assert_eq!(
+        summary(answer_with(&r, 500, Some("7"), b"")),
+        (Outcome::Rejected, "HTTP_500".into(), None)
+    );
+    assert_eq!(
+        summary(answer_with(&r, 409, None, br#"{"code":"KEY_REUSED"}"#)),
+        (Outcome::Rejected, "KEY_REUSED".into(), None)
+    );
+}
+
 #[test]
 fn defaults_cover_every_status_once() {
     for status in 0..=999u16 {

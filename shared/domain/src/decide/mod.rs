@@ -331,6 +331,9 @@ pub enum AlertKind {
     TechnicalExhausted,
     /// The transaction's deadline passed before it ended.
     Expired,
+    /// The service answered REJECTED: the request can never succeed as it is, and
+    /// is not retried (an operator case).
+    Rejected,
 }
 
 impl AlertKind {
@@ -340,6 +343,7 @@ impl AlertKind {
             AlertKind::Unanswered => "unanswered",
             AlertKind::TechnicalExhausted => "technical-exhausted",
             AlertKind::Expired => "expired",
+            AlertKind::Rejected => "rejected",
         }
     }
 }
@@ -428,6 +432,8 @@ pub enum Ack {
     Unanswered,
     /// The transaction's deadline passed: FAILED, `EXPIRED`.
     Expired,
+    /// The service answered REJECTED: FAILED, `REJECTED`.
+    Rejected,
     Resolved,
     AlreadyResolved,
     Replayed,
@@ -446,7 +452,7 @@ pub enum Ack {
 }
 
 impl Ack {
-    pub const ALL: [Ack; 22] = [
+    pub const ALL: [Ack; 23] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
@@ -462,6 +468,7 @@ impl Ack {
         Ack::ReconcilerRepublished,
         Ack::Unanswered,
         Ack::Expired,
+        Ack::Rejected,
         Ack::Resolved,
         Ack::AlreadyResolved,
         Ack::Replayed,
@@ -489,6 +496,7 @@ impl Ack {
             Ack::ReconcilerRepublished => "reconciler-republished",
             Ack::Unanswered => "unanswered",
             Ack::Expired => "expired",
+            Ack::Rejected => "rejected",
             Ack::Resolved => "resolved",
             Ack::AlreadyResolved => "already-resolved",
             Ack::Replayed => "replayed",

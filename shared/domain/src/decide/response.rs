@@ -27,6 +27,8 @@ const SCHEDULE_WAITING: Arrow = arrow!(
     Event::ResponseCancelledRetry
 );
 const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::Exhausted);
+/// A REJECTED answer ends the transaction by the arrow its exhaustion takes.
+const REJECT: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 
 /// The reason the alert of a transaction that ended because every technical re-send
 /// was answered ERROR again names.
@@ -142,7 +144,7 @@ fn decide_answer(
     // ERROR, a CANCELLED with attempts left) ends it instead.
     if let Some(r) = rec.filter(|r| r.status == Status::InProgress && expires(r, ctx)) {
         let opens_wait = match resp.outcome {
-            Outcome::Success => false,
+            Outcome::Success | Outcome::Rejected => false,
             Outcome::Cancelled => !r.max_attempts.exhausted_by(n),
             Outcome::Error => true,
         };
@@ -174,14 +176,13 @@ fn decide_answer(
         // earlier copy of it was processed after all): decided as in IN_PROGRESS(n),
         // the first write taken from the re-send's wait instead. The re-send's
         // schedule, if it fires, finds its attempt no longer pending.
-        (Some(Status::Scheduling | Status::Scheduled), Outcome::Success | Outcome::Cancelled)
-            if resending =>
-        {
-            match rec {
-                Some(r) => answered_while_resend_waits(r, resp, ctx, rng),
-                None => vec![Effect::Ack(Ack::AlreadyHandled)],
-            }
-        }
+        (
+            Some(Status::Scheduling | Status::Scheduled),
+            Outcome::Success | Outcome::Cancelled | Outcome::Rejected,
+        ) if resending => match rec {
+            Some(r) => answered_while_resend_waits(r, resp, ctx, rng),
+            None => vec![Effect::Ack(Ack::AlreadyHandled)],
+        },
         // ERROR for the current attempt: send it again later, or, the re-sends spent,
         // FAILED + business alert. Never consumes an attempt.
         (None | Some(Status::InProgress), Outcome::Error) => technical_failure(
@@ -204,6 +205,16 @@ fn decide_answer(
             if rec.is_some_and(|r| r.mark == Some(Mark::TechnicalExhausted)) =>
         {
             vec![technical_alert(id, n), Effect::Ack(Ack::Failed)]
+        }
+        // REJECTED for the current attempt: the service will never accept the request
+        // as it is. FAILED at once, whatever budget is left, + business alert.
+        (None | Some(Status::InProgress), Outcome::Rejected) => reject(id, n, resp, ctx),
+        // The redelivery of the REJECTED that ended it: the alert may not have gone
+        // out before a crash, so raise it again.
+        (Some(Status::Failed), Outcome::Rejected)
+            if rec.is_some_and(|r| r.mark == Some(Mark::Rejected)) =>
+        {
+            vec![rejected_alert(id, n, resp), Effect::Ack(Ack::Rejected)]
         }
         // Rule 2: SUCCESS and IN_PROGRESS → SUCCEEDED.
         (None | Some(Status::InProgress), Outcome::Success) => {
@@ -245,8 +256,11 @@ fn decide_answer(
         }
         // The redelivery of the response that exhausted the budget: the alert may not
         // have gone out before a crash, so raise it again (alerts are at-least-once).
+        // (Not one FAILED by another answer for this attempt: that is a conflict.)
         (Some(Status::Failed), Outcome::Cancelled)
-            if rec.is_none_or(|r| r.mark != Some(Mark::TechnicalExhausted)) =>
+            if rec.is_none_or(|r| {
+                !matches!(r.mark, Some(Mark::TechnicalExhausted | Mark::Rejected))
+            }) =>
         {
             let attempts = rec.map(|r| r.current_attempt).unwrap_or(n);
             vec![
@@ -314,6 +328,7 @@ fn answered_while_resend_waits(
     if let Some(w) = first_write {
         let waiting = match w.event() {
             Event::Success => SUCCEED_WAITING,
+            // A CANCELLED spending the last attempt, or a REJECTED.
             Event::Exhausted => FAIL_WAITING,
             _ => SCHEDULE_WAITING,
         };
@@ -364,6 +379,31 @@ fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan 
         }),
         Effect::Ack(Ack::Failed),
     ]
+}
+
+/// REJECTED for attempt `n`: IN_PROGRESS(n) → FAILED on the exhaustion's arrow,
+/// marked `REJECTED` (the mark, not the service's reason, says why), + business alert.
+/// No other condition than the attempt: whatever budget is left, nothing is retried.
+fn reject(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan {
+    let mut w = answered(id, REJECT, n, resp, ctx).listed_failed(ctx.rules.shards);
+    w.set.last_outcome = Some(Outcome::Rejected);
+    let w = w.marked(Mark::Rejected);
+    vec![
+        Effect::Write(w),
+        rejected_alert(id, n, resp),
+        Effect::Ack(Ack::Rejected),
+    ]
+}
+
+/// The business alert of a transaction the service rejected, with its reason (for
+/// the operator to read; nothing decides on it).
+fn rejected_alert(id: &TransactionId, n: Attempt, resp: &Response) -> Effect {
+    Effect::Alert(Alert {
+        kind: AlertKind::Rejected,
+        transaction_id: id.clone(),
+        attempts: n,
+        last_reason: resp.reason.clone(),
+    })
 }
 
 /// ERROR for attempt `n` of a record with these `counts` (0 when unread: the writes

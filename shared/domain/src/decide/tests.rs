@@ -144,6 +144,44 @@ fn late_response_changes_nothing() {
     );
 }
 
+/// GIVEN attempt 1 of 4 in flight WHEN the service answers REJECTED THEN the
+/// transaction ends FAILED/REJECTED with three attempts left, nothing scheduled or
+/// published; the service's reason reaches the alert only. A CANCELLED whose reason
+/// reads "REJECTED" is still a CANCELLED: the outcome decides, never the text.
+#[test]
+fn a_rejected_answer_ends_the_transaction_whatever_budget_is_left() {
+    let r = record(Status::InProgress, 1, None, 4);
+    let ctx = ctx_at(0);
+    let plan = decide_response(
+        Known::Record(&r),
+        &response(1, Outcome::Rejected),
+        &ctx,
+        &mut FixedRandom(0.5),
+    );
+    assert_eq!(labels(&plan), ["write", "signal", "alert", "ack"]);
+    let after = first_write(&plan).apply(&r).unwrap();
+    assert_eq!(after.status, Status::Failed);
+    assert_eq!(after.mark, Some(Mark::Rejected));
+    assert_eq!(after.last_outcome, Some(Outcome::Rejected));
+    assert_eq!((after.current_attempt, after.next_attempt), (a(1), None));
+    assert!(
+        plan.contains(&Effect::Signal(crate::breaker::Signal::Answered)),
+        "{plan:?}"
+    );
+    assert!(plan.contains(&Effect::Alert(Alert {
+        kind: AlertKind::Rejected,
+        transaction_id: id(),
+        attempts: a(1),
+        last_reason: Some("NOT_AVAILABLE".into()),
+    })));
+    let text = Response {
+        reason: Some("REJECTED".into()),
+        ..response(1, Outcome::Cancelled)
+    };
+    let plan = decide_response(Known::Record(&r), &text, &ctx, &mut FixedRandom(0.5));
+    assert_eq!(first_write(&plan).to(), Status::Scheduling);
+}
+
 #[test]
 fn run_redecides_when_the_budget_is_spent() {
     // GIVEN attempt 4 of 4 WHEN CANCELLED arrives and the optimistic SCHEDULING write fails
@@ -663,7 +701,12 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // Response handler (A): SUCCESS / CANCELLED for the matching attempt (2), a late
     // one (1) and a future one (3 = the pending attempt of intermediate states).
-    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
+    for outcome in [
+        Outcome::Success,
+        Outcome::Cancelled,
+        Outcome::Error,
+        Outcome::Rejected,
+    ] {
         for n in [1, 2, 3] {
             let resp = answer(n, outcome, Some("NOT_AVAILABLE"), None);
             let mut knowns = vec![Known::Unread, Known::Missing];
@@ -681,7 +724,12 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // The last attempt answered while B has not yet written IN_PROGRESS.
     let last = rec_in(Status::Sending, 3, 4);
-    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
+    for outcome in [
+        Outcome::Success,
+        Outcome::Cancelled,
+        Outcome::Error,
+        Outcome::Rejected,
+    ] {
         let resp = answer(4, outcome, None, None);
         push(
             format!(
@@ -701,7 +749,12 @@ fn all_cases() -> Vec<(String, Plan)> {
         .iter()
         .map(|s| rec_resending(*s, 2, 1))
         .collect();
-    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
+    for outcome in [
+        Outcome::Success,
+        Outcome::Cancelled,
+        Outcome::Error,
+        Outcome::Rejected,
+    ] {
         let resp = answer(2, outcome, None, None);
         for r in &resend_records {
             push(
@@ -726,18 +779,32 @@ fn all_cases() -> Vec<(String, Plan)> {
         Known::Record(&spent),
         None,
     );
+    // FAILED by its re-sends spent, and by a REJECTED answer: met by every answer for
+    // that attempt.
     let mut exhausted = rec_in(Status::Failed, 2, 4);
     exhausted.counts[Counter::Round] = ctx.rules.technical_resend_max;
     exhausted.last_outcome = Some(Outcome::Error);
     exhausted.mark = Some(Mark::TechnicalExhausted);
-    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Error] {
-        let resp = answer(2, outcome, None, None);
-        push(
-            format!("response {outcome} n=2 / FAILED c=2 max=4 TECHNICAL_EXHAUSTED"),
-            &resp,
-            Known::Record(&exhausted),
-            None,
-        );
+    let mut rejected = rec_in(Status::Failed, 2, 4);
+    rejected.last_outcome = Some(Outcome::Rejected);
+    rejected.mark = Some(Mark::Rejected);
+    for (r, reason) in [(&exhausted, None), (&rejected, Some("HTTP_422"))] {
+        for outcome in [
+            Outcome::Success,
+            Outcome::Cancelled,
+            Outcome::Error,
+            Outcome::Rejected,
+        ] {
+            push(
+                format!(
+                    "response {outcome} n=2 / FAILED c=2 max=4 {}",
+                    r.mark.map_or("-", Mark::as_str)
+                ),
+                &answer(2, outcome, reason, None),
+                Known::Record(r),
+                None,
+            );
+        }
     }
     let mut twice = rec_in(Status::InProgress, 2, 4);
     twice.counts[Counter::Round] = 1;
@@ -1237,6 +1304,7 @@ fn expiry_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
         (Outcome::Success, None),
         (Outcome::Cancelled, Some("NOT_AVAILABLE")),
         (Outcome::Error, Some("HTTP_503")),
+        (Outcome::Rejected, Some("HTTP_422")),
     ] {
         let input = answer(2, o, reason, None);
         push(

@@ -163,13 +163,14 @@ fn cases(kind: Kind) -> Vec<Case> {
                 "success",
                 "CANCELED",
                 "error",
+                "rejected",
                 "ERROR_TECNICAL",
                 "",
             ] {
                 out.push((
                     with(kind, "outcome", json!(outcome)),
                     Some("outcome"),
-                    format!("field `outcome` has invalid value `{outcome}`: expected SUCCESS, CANCELLED or ERROR (or EXITOSO / CANCELADO / ERROR_TECNICO)"),
+                    format!("field `outcome` has invalid value `{outcome}`: expected SUCCESS, CANCELLED, ERROR or REJECTED (or EXITOSO / CANCELADO / ERROR_TECNICO / RECHAZADO)"),
                 ));
             }
             for (value, reason) in [

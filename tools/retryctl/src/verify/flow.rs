@@ -76,7 +76,14 @@ pub fn expected(case: &Case) -> Result<Expected, String> {
     let mut trail = vec![(None, InProgress)];
     for n in 1..=case.max_attempts {
         let attempt = Attempt::new(n).map_err(|e| e.to_string())?;
-        match script.reply_for(attempt) {
+        let reply = script.reply_for(attempt);
+        // The last attempt CANCELLED, or any attempt REJECTED: FAILED.
+        let ends_failed = match reply {
+            Reply::Answer(Outcome::Rejected) => true,
+            Reply::Answer(Outcome::Cancelled) => n == case.max_attempts,
+            _ => false,
+        };
+        match reply {
             Reply::Answer(Outcome::Success) => {
                 trail.push((Some(InProgress), Succeeded));
                 return Ok(Expected {
@@ -85,7 +92,7 @@ pub fn expected(case: &Case) -> Result<Expected, String> {
                     status: Succeeded,
                 });
             }
-            Reply::Answer(Outcome::Cancelled) if n == case.max_attempts => {
+            Reply::Answer(Outcome::Cancelled | Outcome::Rejected) if ends_failed => {
                 trail.push((Some(InProgress), Failed));
                 return Ok(Expected {
                     trail,
@@ -93,7 +100,7 @@ pub fn expected(case: &Case) -> Result<Expected, String> {
                     status: Failed,
                 });
             }
-            Reply::Answer(Outcome::Cancelled) => trail.extend([
+            Reply::Answer(Outcome::Cancelled | Outcome::Rejected) => trail.extend([
                 (Some(InProgress), Scheduling),
                 (Some(Scheduling), Scheduled),
                 (Some(Scheduled), Sending),

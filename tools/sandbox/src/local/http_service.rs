@@ -170,6 +170,10 @@ async fn answer(
                         .insert(http::header::RETRY_AFTER, http::HeaderValue::from(seconds));
                     r
                 }
+                // The operator case the bridge answers REJECTED with `reject`.
+                Outcome::Rejected => {
+                    response(422, r#"{"error":"key reused with another payload"}"#.into())
+                }
             })
         }
     }
