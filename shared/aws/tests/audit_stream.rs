@@ -312,7 +312,14 @@ async fn the_audit_item_of_a_request_stays_bounded_whatever_its_holds() {
     const BATCH: usize = 100;
     let s = stack("ab").await;
     let tx = "TX-6f1c2a9e-4b7d-4e0a-9c3f-2d8b5e7a1f04";
-    let writer = AuditWriter::new(aws::clients::dynamodb(&s.sdk), &s.p.names.audit_table, 365);
+    // The client keeps moto's call timeout (testkit's 120 s), not the functions' 8 s:
+    // moto answers a Query over thousands of entries far slower than DynamoDB under
+    // load, and this test checks what the items hold, not how fast they are read.
+    let writer = AuditWriter::new(
+        aws_sdk_dynamodb::Client::new(&s.sdk),
+        &s.p.names.audit_table,
+        365,
+    );
 
     // The changes the stream carries: the creation, then each hold.
     let mut r = TransactionRecord::started(
