@@ -2217,3 +2217,64 @@ fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
         assert_eq!(stack.evaluate(r).unwrap(), Decision::NotAllowed, "{r:?}");
     }
 }
+
+/// The read-only operator role reads the `live` alias of this stack's functions and
+/// the versions they route to (`retryctl versions`, verify's `versions` phase), each
+/// grant asked for, and nothing of another stack's functions, no other alias, no
+/// change. The local stack runs no Lambda function, so the recorded run cannot make
+/// these calls; `tools/retryctl/tests/versions.rs` makes them against moto.
+#[test]
+fn the_read_role_reads_only_this_stacks_aliases_and_versions() {
+    let text = template_text();
+    let template: Value = serde_yaml::from_str(&text).unwrap();
+    let stack = offline_with(&text, &bridge_parameters(SECRET_ARN, ""));
+    let role = stack.role("OperatorReadRole");
+    let function =
+        |id: &str| format!("arn:aws:lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{MAIN}-{id}");
+    let functions = cfn::of_type(&template, "AWS::Serverless::Function");
+    assert_eq!(functions.len(), 6, "the bridge is in this stack");
+    let mut allowed = vec![];
+    for (id, _) in &functions {
+        let f = function(id);
+        for r in [f.clone(), format!("{f}:live")] {
+            allowed.push(stack.request(&role, "lambda:GetAlias", &r));
+        }
+        allowed.push(stack.request(&role, "lambda:GetFunctionConfiguration", &format!("{f}:7")));
+    }
+    for r in &allowed {
+        assert!(stack.evaluate(r).unwrap().is_allowed(), "{r:?}");
+    }
+    for (grant, st) in stack.grants(&role) {
+        if !grant.action.starts_with("lambda:") {
+            continue;
+        }
+        assert!(
+            allowed
+                .iter()
+                .any(|r| deferred_retry_tests::iam::Stack::covers(&grant, st, r).unwrap()),
+            "unused grant of OperatorReadRole: {} on {}",
+            grant.action,
+            grant.resource
+        );
+    }
+    let retry = function("RetryHandlerFunction");
+    let other = format!(
+        "arn:aws:lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:other-stack-RetryHandlerFunction"
+    );
+    for (action, resource) in [
+        ("lambda:GetAlias", format!("{other}:live")),
+        ("lambda:GetFunctionConfiguration", format!("{other}:7")),
+        ("lambda:GetAlias", format!("{retry}:staging")),
+        ("lambda:UpdateAlias", format!("{retry}:live")),
+        ("lambda:GetFunction", format!("{retry}:7")),
+        ("lambda:InvokeFunction", format!("{retry}:live")),
+    ] {
+        assert_eq!(
+            stack
+                .evaluate(&stack.request(&role, action, &resource))
+                .unwrap(),
+            Decision::NotAllowed,
+            "{action} on {resource}"
+        );
+    }
+}

@@ -275,6 +275,15 @@ pub enum Command {
         #[command(subcommand)]
         action: BreakerAction,
     },
+    /// What each function of the stack runs: the version its `live` alias points at
+    /// (two, with their weights, while a deployment shifts it), each version's release,
+    /// code hash and last change; and whether the releases running side by side are
+    /// within the compatibility window (docs/compatibility.md). Needs --stack. Exit 6
+    /// when they are not.
+    #[command(
+        after_help = "Examples:\n  retryctl --stack deferred-retry versions\n  retryctl --stack deferred-retry versions --json | jq '.functions[] | [.function, .versions[].release]'"
+    )]
+    Versions,
     /// Run the whole pipeline on this machine and print a report.
     #[cfg(feature = "demo")]
     #[command(

@@ -3,6 +3,7 @@
 //! - [`cli`]: the command line; [`run`]: the commands' dispatch; [`bulk`]:
 //!   `replay`/`resolve` over many transactions; [`stack`]: `--stack NAME`.
 //! - [`view`], [`table`], [`list`]: what the commands print and read.
+//! - [`versions`]: `retryctl versions`, which version and release each function runs.
 //! - [`verify`] (feature `verify`): `retryctl verify`, the post-deploy check with the
 //!   staging harness.
 //! - [`loadtest`] (feature `verify`): `retryctl loadtest`, a bounded load through the
@@ -25,6 +26,7 @@ pub mod stack;
 pub mod table;
 #[cfg(feature = "verify")]
 pub mod verify;
+pub mod versions;
 pub mod view;
 
 /// Version of the JSON documents `--json` prints; raised when a key changes meaning or

@@ -121,6 +121,7 @@ pub async fn execute(cli: &Cli, target: &Target) -> Result<Output, Ended> {
             let action = crate::bulk::Action::Replay { budget: *budget };
             return operator(target, bulk, action).await;
         }
+        Command::Versions => return versions(target).await,
         #[cfg(feature = "demo")]
         Command::Demo(_) => Err(binary_only()),
         #[cfg(feature = "verify")]
@@ -129,6 +130,39 @@ pub async fn execute(cli: &Cli, target: &Target) -> Result<Output, Ended> {
         Command::Loadtest(_) => Err(binary_only()),
     };
     Ok(out?)
+}
+
+/// `versions`: the function names from the stack's outputs, what each runs; exit 6
+/// (after the report) when the releases are outside the compatibility window.
+async fn versions(target: &Target) -> Result<Output, Ended> {
+    let Some(stack) = &target.args.stack else {
+        return Err(CliError::Missing(
+            "versions reads the function names from the stack's outputs: set --stack (or RETRYCTL_STACK)"
+                .to_owned(),
+        )
+        .into());
+    };
+    let described = crate::stack::Described::fetch(&target.sdk, stack).await?;
+    let functions = crate::versions::functions_of(|k| described.outputs.get(k).map(String::as_str))
+        .map_err(CliError::Missing)?;
+    if functions.is_empty() {
+        return Err(CliError::Missing(format!(
+            "stack {stack} has no output naming a function (ResponseHandlerFunctionName, …): deploy the current template.yaml"
+        ))
+        .into());
+    }
+    let report = crate::versions::report(&target.sdk, &functions).await?;
+    let out = Output {
+        text: crate::versions::render(&report),
+        json: serde_json::to_value(&report).unwrap_or_default(),
+    };
+    if report.ok {
+        return Ok(out);
+    }
+    Err(Ended {
+        printed: Some(out),
+        error: CliError::VerifyFailed(report.verdict),
+    })
 }
 
 #[cfg(any(feature = "demo", feature = "verify"))]

@@ -4,8 +4,9 @@
 //! visibility timeouts, DLQ retention, table keys, the reconciler index, the stream,
 //! TTLs, the schedule group, a confirmed subscription of the alarm topic, the scheduler
 //! role's trust policy and, with the harness, the queue policies it needs — each
-//! expected from the code's own definitions. 2. **Transactions** ([`flow`]), only when
-//! every resource check passed: SUCCESS; CANCELLED then SUCCESS; CANCELLED to exhaustion
+//! expected from the code's own definitions. 1b. **Versions** ([`versions`]): what each
+//! function's `live` alias runs, and whether its releases are within the compatibility
+//! window. 2. **Transactions** ([`flow`]), only when every resource check passed: SUCCESS; CANCELLED then SUCCESS; CANCELLED to exhaustion
 //! (budget 3), through the real queues and the staging harness, then their states,
 //! audit trails, what the harness received, no schedule or DLQ message left. Outputs
 //! come from `aws cloudformation describe-stacks` files ([`outputs`]); any failed check
@@ -15,6 +16,7 @@ pub mod flow;
 pub mod outputs;
 pub mod placeholders;
 pub mod resources;
+pub mod versions;
 
 use crate::error::CliError;
 use outputs::StackOutputs;
@@ -35,7 +37,7 @@ pub enum CheckStatus {
 /// One check: what was looked at, and what was found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
-    /// `resources`, `transactions` or `after`.
+    /// `parameters`, `resources`, `versions`, `transactions` or `after`.
     pub phase: &'static str,
     /// The resource (logical id and physical name) or the transaction.
     pub subject: String,
@@ -136,6 +138,9 @@ pub struct Report {
     pub skipped: usize,
     pub ok: bool,
     pub seconds: u64,
+    /// What each function runs, when the outputs name the functions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<crate::versions::Report>,
 }
 
 /// Runs every check against the stacks of `outputs`.
@@ -171,6 +176,7 @@ pub async fn run(
     } else {
         None
     };
+    let versions = versions::check(sdk, outputs, &mut checks).await;
     match why_not {
         Some(reason) => checks.skip("transactions", "end-to-end run", reason),
         None => flow::run(&env, &mut checks).await?,
@@ -185,6 +191,7 @@ pub async fn run(
         ok: failed == 0,
         checks: checks.list,
         seconds: started.elapsed().as_secs(),
+        versions,
     })
 }
 
