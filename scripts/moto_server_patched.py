@@ -27,6 +27,16 @@ EventBridge Scheduler (correctness):
    token names the last schedule returned and the next page starts after it, in
    the same order (newest first).
 
+SQS FIFO (correctness):
+
+7. MessageDeduplicationId (explicit, or the body's SHA-256 with content-based
+   deduplication) deduplicates for 5 minutes from the first successful send, as SQS
+   does, even after that message was received and deleted; with DeduplicationScope
+   messageGroup (high-throughput FIFO) only within the message group. Stock moto
+   compares only with the messages still in the queue (a send after the first was
+   deleted is delivered again) and across the whole queue whatever the scope.
+   MOTO_SQS_DEDUPLICATION_SECONDS shortens the window for tests (default 300, SQS's).
+
 SQS (speed): stock moto computes every queue attribute on each message sent and on
 each message received — including ApproximateNumberOfMessages, ...NotVisible and
 ...Delayed, each a scan of the whole queue, and three times over in
@@ -134,6 +144,42 @@ def is_message_valid_based_on_retention_period(self, queue_name, message):
 sqs.SQSBackend.is_message_valid_based_on_retention_period = (
     is_message_valid_based_on_retention_period
 )
+
+# 7. FIFO deduplication: 5 minutes from the first send, deleted or not, per scope.
+import os
+
+DEDUPLICATION_MS = 1000 * int(
+    os.environ.get("MOTO_SQS_DEDUPLICATION_SECONDS", sqs.DEDUPLICATION_TIME_IN_SECONDS)
+)
+_stock_add_message = sqs.Queue.add_message
+_DEDUPLICATION = threading.Lock()
+
+
+def add_message(self, message):
+    dedup_id = message.deduplication_id
+    if not (self.fifo_queue and dedup_id):
+        return _stock_add_message(self, message)
+    group = message.group_id if self.deduplication_scope == "messageGroup" else None
+    sent = message.sent_timestamp
+    with _DEDUPLICATION:
+        first_sent = self.__dict__.setdefault("_first_sent", {})
+        if len(first_sent) > 10_000:
+            for key in [k for k, t in first_sent.items() if sent - t >= DEDUPLICATION_MS]:
+                del first_sent[key]
+        first = first_sent.get((group, dedup_id))
+        if first is not None and sent - first < DEDUPLICATION_MS:
+            return  # accepted, never delivered
+        first_sent[(group, dedup_id)] = sent
+    # Stock moto's own check (the queue's messages only, whatever the scope) is
+    # skipped: the id is hidden from it while the message is added.
+    message.deduplication_id = None
+    try:
+        return _stock_add_message(self, message)
+    finally:
+        message.deduplication_id = dedup_id
+
+
+sqs.Queue.add_message = add_message
 
 # --- DynamoDB -----------------------------------------------------------------------
 

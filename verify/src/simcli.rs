@@ -145,6 +145,12 @@ pub struct SimArgs {
     /// no-answer-deadline, technical-as-cancelled, ignores-breaker, held-event-begins-send, any-answer-closes.
     #[arg(long)]
     pub flaw: Vec<String>,
+    /// The external service: `deduplicating` (by idempotency key, the deployment's
+    /// precondition) or `non-idempotent` (it runs every request message it receives:
+    /// the report counts its runs per attempt, and an attempt run twice is a
+    /// violation). The run itself is the same either way.
+    #[arg(long, default_value = "deduplicating")]
+    pub service: String,
     /// Worker threads (seeds run in parallel; the report does not depend on this).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -206,6 +212,7 @@ impl SimArgs {
                 ))
             }
         };
+        let service = crate::sim::ServiceDedup::parse("--service", &self.service)?;
         let breaker = ((self.breaker || !outages.is_empty()) && !self.no_breaker)
             .then(domain::breaker::BreakerSettings::default);
         if let Some(b) = &breaker {
@@ -262,6 +269,7 @@ impl SimArgs {
             breaker_refresh_ms: i64::try_from(self.breaker_refresh_seconds.saturating_mul(1000))
                 .unwrap_or(i64::MAX),
             clock_skew_ms: i64::try_from(self.clock_skew_ms).unwrap_or(i64::MAX),
+            service,
             flaws,
         })
     }
@@ -316,6 +324,7 @@ impl SimArgs {
             breaker_refresh_seconds => "--breaker-refresh-seconds",
             clock_skew_ms => "--clock-skew-ms",
             outage_mode => "--outage-mode",
+            service => "--service",
         );
         for o in &self.outage {
             a.push(format!("--outage {o}"));

@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use std::process::ExitCode;
-use verify::model::{check, Budgets, OutageMode, Scope, WITNESS};
+use verify::model::{check, Budgets, OutageMode, Scope, ServiceDedup, WITNESS};
 use verify::Flaws;
 
 /// Exhaustive model check of the deferred retry protocol.
@@ -72,6 +72,11 @@ struct Args {
     /// Use the transaction-ordered reduction instead of every interleaving.
     #[arg(long)]
     ordered: bool,
+    /// The external service: `deduplicating` (by idempotency key, the deployment's
+    /// precondition) or `non-idempotent` (it runs every request message it receives;
+    /// "each (transaction, attempt) runs at most once" is checked too).
+    #[arg(long, default_value = "deduplicating", value_parser = ServiceDedup::NAMES)]
+    service: String,
 }
 
 fn main() -> ExitCode {
@@ -83,6 +88,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    let service = match ServiceDedup::parse("--service", &args.service) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("model-check: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let scope = Scope {
         transactions: args.transactions,
         max_attempts: args.max_attempts,
@@ -109,6 +121,7 @@ fn main() -> ExitCode {
         },
         counts_probes: !args.uncounted_probes,
         rounds: args.rounds,
+        service,
     };
     println!("scope: {scope}");
     let report = check(scope, args.threads, false);
@@ -127,7 +140,7 @@ fn main() -> ExitCode {
         };
         println!("  witness {mark}: {w}");
     }
-    for p in verify::model::ProtocolModel::SAFETY {
+    for p in verify::model::ProtocolModel::new(scope).safety() {
         match report.violations.get(p) {
             None => println!("  holds: {p}"),
             Some(trace) => {

@@ -39,6 +39,21 @@ impl ProtocolModel {
         "after a REJECTED answer is recorded no request is published again: no later attempt, and the rejected one only by a send that began before it",
         "a transaction whose attempt the service answered REJECTED ends FAILED/REJECTED once nothing of it is in flight (unless a message of it was lost, or its deadline ended it first)",
     ];
+
+    /// Checked only in scopes whose service does not deduplicate
+    /// ([`Scope::non_idempotent`](super::Scope::non_idempotent)): each (transaction,
+    /// attempt) runs at most once.
+    pub const EXECUTED_ONCE: &'static str = Violation::ExecutedTwice.guarantee();
+
+    /// The safety properties this model checks: [`Self::SAFETY`], and
+    /// [`Self::EXECUTED_ONCE`] when the service does not deduplicate.
+    pub fn safety(&self) -> Vec<&'static str> {
+        let mut p = Self::SAFETY.to_vec();
+        if self.scope.service.runs_every_message() {
+            p.push(Self::EXECUTED_ONCE);
+        }
+        p
+    }
 }
 
 /// Delivering message `i` of a queue, and (with the budget) delivering it again while
@@ -246,7 +261,7 @@ impl Model for ProtocolModel {
 
     fn properties(&self) -> Vec<Property<Self>> {
         let p = Self::SAFETY;
-        vec![
+        let mut properties = vec![
             Property::always(p[0], |_, s: &State| !has(s, Violation::DuplicateAccepted)),
             Property::always(p[1], |_, s: &State| {
                 !has(s, Violation::RetryWithoutCancellation)
@@ -281,7 +296,13 @@ impl Model for ProtocolModel {
                 m.txs().all(|tx| {
                     !ProtocolModel::tx_quiescent(s, tx) || {
                         let settled = m.reconcile_to_fixpoint(s, tx);
-                        settled.violations.is_empty() && ProtocolModel::settled(&settled, tx)
+                        // An attempt run twice is its own property's (checked only
+                        // when the service does not deduplicate).
+                        settled
+                            .violations
+                            .iter()
+                            .all(|v| *v == Violation::ExecutedTwice)
+                            && ProtocolModel::settled(&settled, tx)
                     }
                 })
             }),
@@ -471,7 +492,13 @@ impl Model for ProtocolModel {
                         && r.last_actor != domain::machine::Actor::Reconciler
                 })
             }),
-        ]
+        ];
+        if self.scope.service.runs_every_message() {
+            properties.push(Property::always(Self::EXECUTED_ONCE, |_, s: &State| {
+                !has(s, Violation::ExecutedTwice)
+            }));
+        }
+        properties
     }
 }
 

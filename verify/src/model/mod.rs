@@ -25,5 +25,5 @@ pub use explore::WITNESS;
 pub use report::{check, CheckReport};
 pub use scope::{Budgets, Scope, TICK_MS};
 pub use step::ProtocolModel;
-pub use testkit::oracle::Violation;
+pub use testkit::oracle::{ServiceDedup, Violation};
 pub use world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};

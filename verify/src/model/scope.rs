@@ -3,6 +3,7 @@
 use crate::sim::OutageMode;
 use crate::Flaws;
 use std::fmt;
+use testkit::oracle::ServiceDedup;
 
 /// How far one tick of the model's clock moves time. Long enough that a fire instant
 /// computed after a tick differs from one computed before it.
@@ -44,6 +45,10 @@ pub struct Scope {
     /// and holds of their retry event). Holds, each a wait until a later instant,
     /// are not bounded otherwise: this bounds the outage's length.
     pub rounds: u32,
+    /// Whether the external service deduplicates by idempotency key (the
+    /// deployment's precondition) or runs every request message it receives; then
+    /// the property "each (transaction, attempt) runs at most once" is checked too.
+    pub service: ServiceDedup,
 }
 
 impl Scope {
@@ -58,6 +63,7 @@ impl Scope {
             outage_mode: OutageMode::Error,
             counts_probes: true,
             rounds: 3,
+            service: ServiceDedup::ByKey,
         }
     }
 
@@ -82,6 +88,12 @@ impl Scope {
         self
     }
 
+    /// The same scope against a service that runs every request message it receives.
+    pub fn non_idempotent(mut self) -> Self {
+        self.service = ServiceDedup::NonIdempotent;
+        self
+    }
+
     /// True when the breaker is part of the model (an outage may happen).
     pub fn breaker(&self) -> bool {
         self.faults.outages > 0
@@ -93,7 +105,7 @@ impl fmt::Display for Scope {
         let b = &self.faults;
         write!(
             f,
-            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} rejected answers, {} outages, {} deadline jumps, {} operator actions{}",
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} rejected answers, {} outages, {} deadline jumps, {} operator actions{}{}",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
@@ -121,6 +133,11 @@ impl fmt::Display for Scope {
                 )
             } else {
                 String::new()
+            },
+            if self.service.runs_every_message() {
+                "; the service does not deduplicate (it runs every request message it receives)"
+            } else {
+                ""
             }
         )
     }

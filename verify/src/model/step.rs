@@ -262,6 +262,7 @@ impl ProtocolModel {
                     attempt: request.attempt.get(),
                     key: request.idempotency_key.as_str().to_owned(),
                     round: h.round,
+                    delivered: false,
                 });
                 Observed::Published
             }
@@ -518,6 +519,18 @@ impl ProtocolModel {
                     // Down and silent: taken, never processed nor answered.
                     s.lost[usize::from(req.tx)] += 1;
                 } else {
+                    if self.scope.service.runs_every_message() {
+                        // A service that does not deduplicate runs each message it
+                        // receives once (a copy of one the queue delivered again is
+                        // the same message).
+                        if !req.delivered {
+                            s.violations
+                                .extend(s.service.runs_again(&req.tx, req.attempt));
+                        }
+                        if duplicate {
+                            s.requests[i].delivered = true;
+                        }
+                    }
                     self.accept(&mut s, &req);
                 }
             }

@@ -21,6 +21,11 @@ pub struct Req {
     pub attempt: u32,
     pub key: String,
     pub round: Option<u32>,
+    /// The queue already delivered this message once and it stays queued (a
+    /// duplicate delivery): a later delivery is a copy of one message, which a
+    /// service that does not deduplicate by key still runs once. Tracked only with
+    /// such a service (always false otherwise).
+    pub delivered: bool,
 }
 
 /// A response on the response queue.

@@ -21,6 +21,7 @@ impl World<'_> {
         attempt: u32,
         key: String,
         round: Option<u32>,
+        (msg, by): (u64, &'static str),
     ) {
         let down = self.cfg.in_outage(self.now - fixture::EPOCH_MS);
         if down && self.cfg.outage_mode == OutageMode::Silent {
@@ -33,6 +34,20 @@ impl World<'_> {
             self.report.requests_lost += 1;
             return;
         }
+        // A service that does not deduplicate runs each message it receives once: a
+        // message new to it runs the attempt again unless it answered it ERROR.
+        let first_receipt = self.cfg.service.runs_every_message() && {
+            let new = self.messages_received.insert(msg);
+            if !new {
+                self.report.request_copies += 1;
+            }
+            new
+        };
+        let again = if first_receipt {
+            self.ledger.runs_again(&tx, attempt)
+        } else {
+            None
+        };
         let max = fixture::budget(self.records[tx].as_ref(), self.cfg.max_attempts);
         let receipt = self
             .ledger
@@ -43,6 +58,10 @@ impl World<'_> {
         match receipt.fate {
             Fate::Deduplicated => {
                 self.report.requests_deduplicated += 1;
+                if let Some(v) = again {
+                    self.report.count(v);
+                    self.ran(tx, attempt, by);
+                }
                 return;
             }
             Fate::AlreadyAccepted => return,
@@ -64,6 +83,10 @@ impl World<'_> {
             Outcome::Success
         };
         self.ledger.answer(tx, attempt, outcome);
+        // ERROR: it did not run the attempt.
+        if first_receipt && outcome != Outcome::Error {
+            self.ran(tx, attempt, by);
+        }
         // The service echoes the newest round of the key it received.
         let round = self.ledger.round_of(&tx, attempt);
         if self.faults.chance(self.cfg.lost_answer_rate) {
@@ -93,6 +116,28 @@ impl World<'_> {
                     round,
                 },
             );
+        }
+    }
+
+    /// The service that does not deduplicate ran `attempt` of `tx`, from a message
+    /// `by` published.
+    fn ran(&mut self, tx: usize, attempt: u32, by: &'static str) {
+        let n = self.runs.entry((tx, attempt)).or_default();
+        *n += 1;
+        if *n > 1 {
+            *self.report.ran_again_by.entry(by.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// Its runs per (transaction, attempt), once the run is over.
+    pub(super) fn classify_runs(&mut self) {
+        for n in self.runs.values() {
+            self.report.attempts_run += 1;
+            self.report.runs += u64::from(*n);
+            if *n > 1 {
+                self.report.executed_twice += 1;
+            }
+            self.report.most_runs = self.report.most_runs.max(u64::from(*n));
         }
     }
 

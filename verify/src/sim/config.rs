@@ -6,6 +6,7 @@ use domain::breaker::BreakerSettings;
 use domain::defaults;
 use domain::policy::{PolicySet, RetryPolicy};
 use std::time::Duration;
+use testkit::oracle::ServiceDedup;
 
 /// Everything a simulation is parameterised by (the seed apart).
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +94,12 @@ pub struct SimConfig {
     /// ±`clock_skew_ms` (0: every clock agrees): its decisions, its breaker reads and
     /// its writes' instants use its own time.
     pub clock_skew_ms: i64,
+    /// Whether the external service deduplicates by idempotency key, or runs every
+    /// request message it receives: then the report counts its runs per (transaction,
+    /// attempt), and an attempt run twice is a violation. Either way the run is the
+    /// same (same draws, same digest): the service answers as the deduplicating one
+    /// does, and only what it runs is counted.
+    pub service: ServiceDedup,
     pub flaws: Flaws,
 }
 
@@ -146,6 +153,7 @@ impl Default for SimConfig {
             operator_rate: 0.0,
             breaker_refresh_ms: 0,
             clock_skew_ms: 0,
+            service: ServiceDedup::ByKey,
             flaws: Flaws::NONE,
         }
     }

@@ -135,6 +135,12 @@ impl World<'_> {
                 }
                 let key = request.idempotency_key.as_str().to_owned();
                 let arrive = self.now + self.latency.range(5, 100);
+                self.last_msg += 1;
+                let msg = self.last_msg;
+                let by = match p.kind {
+                    Kind::ResponseHandler if p.msg.is_none() => "start",
+                    kind => kind.name(),
+                };
                 self.at(
                     arrive,
                     Ev::ServiceReceive {
@@ -142,6 +148,8 @@ impl World<'_> {
                         attempt: h.attempt.get(),
                         key: key.clone(),
                         round: h.round,
+                        msg,
+                        by,
                     },
                 );
                 if self.faults.chance(self.cfg.request_duplicate_rate) {
@@ -154,6 +162,8 @@ impl World<'_> {
                             attempt: h.attempt.get(),
                             key,
                             round: h.round,
+                            msg,
+                            by,
                         },
                     );
                 }

@@ -22,6 +22,7 @@ mod world;
 pub use breaker::{Outage, OutageMode};
 pub use config::SimConfig;
 pub use report::Report;
+pub use testkit::oracle::ServiceDedup;
 
 /// The seed's randomness, one stream per use: shared with the backoff study.
 pub(crate) use queue::Rng;

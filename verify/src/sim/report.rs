@@ -123,6 +123,24 @@ pub struct Report {
     pub transitions: u64,
     pub events: u64,
     pub virtual_ms: i64,
+    /// The service did not deduplicate: it ran every request message it received
+    /// (the figures below are counted then only).
+    pub non_idempotent: bool,
+    /// (transaction, attempt) it ran at least once, its runs in all, the most runs
+    /// of one attempt.
+    pub attempts_run: u64,
+    pub runs: u64,
+    pub most_runs: u64,
+    /// (transaction, attempt) it ran more than once, and its runs beyond the first
+    /// of each (each a [`Violation::ExecutedTwice`]).
+    pub executed_twice: u64,
+    pub extra_runs: u64,
+    /// Runs beyond an attempt's first, by who published the message that ran it
+    /// (`start`, `retry-handler`, `reconciler`).
+    pub ran_again_by: BTreeMap<String, u64>,
+    /// Copies of one request message the queue delivered again (the service runs a
+    /// message once, whatever its copies).
+    pub request_copies: u64,
     /// Crashes and throttles by failure point (`<handler> before <effect>`).
     pub failure_points: BTreeMap<String, u64>,
     /// A digest of every event processed, in order.
@@ -148,6 +166,7 @@ impl Report {
             Violation::AlertMissing => &mut self.alerts_missing,
             Violation::Stuck => &mut self.stuck,
             Violation::RecordInconsistent => &mut self.inconsistent_records,
+            Violation::ExecutedTwice => &mut self.extra_runs,
             // Judged from the whole run (`max_requests_per_second`), or not something a
             // simulation can show.
             Violation::RateExceeded | Violation::Disagreement | Violation::AuditGap => return,
@@ -225,8 +244,18 @@ impl Report {
             reconciler_actions,
             transitions,
             events,
-            virtual_ms
+            virtual_ms,
+            attempts_run,
+            runs,
+            executed_twice,
+            extra_runs,
+            request_copies
         );
+        self.non_idempotent |= o.non_idempotent;
+        self.most_runs = self.most_runs.max(o.most_runs);
+        for (k, v) in &o.ran_again_by {
+            *self.ran_again_by.entry(k.clone()).or_default() += v;
+        }
         self.max_requests_per_second = self.max_requests_per_second.max(o.max_requests_per_second);
         self.rate_limit = self.rate_limit.max(o.rate_limit);
         self.max_pauses = self.max_pauses.max(o.max_pauses);
@@ -261,6 +290,7 @@ impl Report {
             ("failed-by-outage", self.failed_by_outage),
             ("ended-past-deadline", self.ended_past_deadline),
             ("published-after-rejection", self.published_after_rejection),
+            ("executed-twice", self.executed_twice),
         ];
         if self.probe_limit > 0 && self.max_probes_per_round > self.probe_limit {
             v.push(("probes-exceeded", self.max_probes_per_round));
@@ -276,6 +306,15 @@ impl Report {
         }
         v.retain(|(_, n)| *n > 0);
         v
+    }
+
+    /// Runs beyond an attempt's first per million attempts run, rounded (0 when
+    /// nothing ran).
+    pub fn extra_runs_per_million(&self) -> u64 {
+        if self.attempts_run == 0 {
+            return 0;
+        }
+        (self.extra_runs as f64 * 1e6 / self.attempts_run as f64).round() as u64
     }
 
     pub fn is_valid(&self) -> bool {
@@ -407,6 +446,30 @@ impl fmt::Display for Report {
             "unanswered requests        starts crashed before publishing {}, requests lost {}, answers lost {}; republished {}, ended FAILED/UNANSWERED {}",
             self.start_crashes, self.requests_lost, self.answers_lost, self.republished, self.unanswered
         )?;
+        if self.non_idempotent {
+            let by: Vec<String> = self
+                .ran_again_by
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            writeln!(
+                f,
+                "service runs (no dedup)    {} attempts run {} times (at most {} each); executed twice {}{}",
+                self.attempts_run,
+                self.runs,
+                self.most_runs,
+                self.executed_twice,
+                flag(self.executed_twice)
+            )?;
+            writeln!(
+                f,
+                "                           runs beyond the first {} ({} per million attempts run), by publisher: {}; queue copies of one message (run once) {}",
+                self.extra_runs,
+                self.extra_runs_per_million(),
+                if by.is_empty() { "none".to_owned() } else { by.join(", ") },
+                self.request_copies
+            )?;
+        }
         if self.expired > 0 || self.ended_past_deadline > 0 {
             writeln!(
                 f,

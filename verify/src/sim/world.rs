@@ -70,6 +70,10 @@ pub(super) enum Ev {
         attempt: u32,
         key: String,
         round: Option<u32>,
+        /// The request message (a copy the queue delivers again carries the same).
+        msg: u64,
+        /// Who published it.
+        by: &'static str,
     },
     Answer {
         tx: usize,
@@ -135,6 +139,12 @@ pub(super) struct World<'a> {
     pub(super) skew: Skew,
     pub(super) report: Report,
     pub(super) breaker: Option<SimBreaker>,
+    /// The last request message published (each publish is a new message).
+    pub(super) last_msg: u64,
+    /// With a service that does not deduplicate: the request messages it received,
+    /// and its runs per (transaction, attempt).
+    pub(super) messages_received: BTreeSet<u64>,
+    pub(super) runs: BTreeMap<(usize, u32), u32>,
 }
 
 pub(super) const END_MS: i64 = 90 * 24 * 3_600_000;
@@ -233,11 +243,15 @@ impl<'a> World<'a> {
                 rate_limit: cfg.fleet_limit(),
                 digest: 0xcbf2_9ce4_8422_2325,
                 probe_limit: cfg.breaker.map_or(0, |b| u64::from(b.probes)),
+                non_idempotent: cfg.service.runs_every_message(),
                 ..Report::default()
             },
             breaker: cfg
                 .breaker
                 .map(|b| SimBreaker::new(b, cfg.breaker_refresh_ms)),
+            last_msg: 0,
+            messages_received: BTreeSet::new(),
+            runs: BTreeMap::new(),
         }
     }
 
@@ -785,7 +799,9 @@ impl World<'_> {
                     attempt,
                     key,
                     round,
-                } => self.service_receive(tx, attempt, key, round),
+                    msg,
+                    by,
+                } => self.service_receive(tx, attempt, key, round, (msg, by)),
                 Ev::Answer {
                     tx,
                     attempt,
@@ -864,6 +880,7 @@ impl World<'_> {
                 self.report.stuck_in_dlq += 1;
             }
         }
+        self.classify_runs();
         // Highest number of retry publishes in any one-second window.
         self.report.max_requests_per_second =
             oracle::peak_in_window(&self.retry_publish_times, 1000) as u64;

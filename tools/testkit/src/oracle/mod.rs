@@ -61,10 +61,14 @@ pub enum Violation {
     AuditGap,
     /// A record whose fields contradict its status ([`inconsistency`]).
     RecordInconsistent,
+    /// A service that does not deduplicate ran one (transaction, attempt) a second
+    /// time ([`Service::runs_again`]). Checked only where the service does not
+    /// deduplicate: the idempotency key makes the repeat harmless otherwise.
+    ExecutedTwice,
 }
 
 impl Violation {
-    pub const ALL: [Violation; 17] = [
+    pub const ALL: [Violation; 18] = [
         Violation::DuplicateAccepted,
         Violation::RetryWithoutCancellation,
         Violation::ExceededMaxAttempts,
@@ -82,6 +86,7 @@ impl Violation {
         Violation::Disagreement,
         Violation::AuditGap,
         Violation::RecordInconsistent,
+        Violation::ExecutedTwice,
     ];
 
     /// The guarantee, as a sentence.
@@ -117,6 +122,9 @@ impl Violation {
             }
             Violation::RecordInconsistent => {
                 "every record says what it is: its fields agree with its status"
+            }
+            Violation::ExecutedTwice => {
+                "a service that does not deduplicate runs each (transaction, attempt) at most once (a re-send after it answered ERROR, which it did not run, excepted)"
             }
         }
     }
@@ -293,6 +301,48 @@ where
     best
 }
 
+/// Whether the external service a checker plays deduplicates requests. The
+/// deployment's precondition is that it does; a checker run with a service that does
+/// not measures what that precondition absorbs ([`Violation::ExecutedTwice`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ServiceDedup {
+    /// It deduplicates by idempotency key: a repeat of a key it ran runs nothing.
+    #[default]
+    ByKey,
+    /// It runs every request message it receives (a copy of one message the queue
+    /// delivered again excepted: it consumes each message once).
+    NonIdempotent,
+}
+
+impl ServiceDedup {
+    /// The names a command line takes.
+    pub const NAMES: [&'static str; 2] = ["deduplicating", "non-idempotent"];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            ServiceDedup::ByKey => Self::NAMES[0],
+            ServiceDedup::NonIdempotent => Self::NAMES[1],
+        }
+    }
+
+    /// Parses a command line's value, naming the flag in the error.
+    pub fn parse(flag: &str, value: &str) -> Result<Self, String> {
+        match value {
+            "deduplicating" => Ok(ServiceDedup::ByKey),
+            "non-idempotent" => Ok(ServiceDedup::NonIdempotent),
+            other => Err(format!(
+                "{flag} `{other}`: expected one of {}",
+                Self::NAMES.join(", ")
+            )),
+        }
+    }
+
+    /// True when the service runs every message it receives.
+    pub const fn runs_every_message(self) -> bool {
+        matches!(self, ServiceDedup::NonIdempotent)
+    }
+}
+
 /// The external service's side of the guarantees: it deduplicates requests by
 /// idempotency key and remembers what it answered per (transaction, attempt). An
 /// attempt it answered ERROR was not processed: a request with that key again is
@@ -449,6 +499,19 @@ impl<K: Ord + Clone> Service<K> {
     /// Every accepted (transaction, attempt) with its answer so far.
     pub fn accepted(&self) -> impl Iterator<Item = (&(K, u32), Option<Outcome>)> {
         self.accepted.iter().map(|(k, a)| (k, *a))
+    }
+
+    /// A service that does not deduplicate, receiving a new request message for
+    /// `attempt` of `tx` now, would run the attempt a second time: it already
+    /// received the attempt and has not answered it ERROR (ERROR says the attempt did
+    /// not run, so the re-send that follows runs it for the first time). Call it for
+    /// each distinct message (a copy of one message the queue delivered again is the
+    /// same message), before [`Self::receive`].
+    pub fn runs_again(&self, tx: &K, attempt: u32) -> Option<Violation> {
+        match self.accepted.get(&(tx.clone(), attempt)) {
+            Some(answer) if *answer != Some(Outcome::Error) => Some(Violation::ExecutedTwice),
+            _ => None,
+        }
     }
 
     /// True when a request with `key` was received.

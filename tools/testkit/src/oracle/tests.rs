@@ -204,6 +204,36 @@ fn the_service_processes_a_re_send_after_error_and_counts_only_cancellations() {
         .is_empty());
 }
 
+/// A service that does not deduplicate runs every request message it receives: a
+/// second message for an attempt it received runs it twice — answered or not yet —
+/// unless it answered that attempt ERROR (it did not run it).
+#[test]
+fn a_second_message_for_an_attempt_runs_it_again_unless_it_was_answered_error() {
+    let mut s = Service::<u8>::new();
+    let key = |n: u32| format!("TX-1#{n}");
+    assert_eq!(s.runs_again(&0, 1), None, "never received");
+    s.receive(0, &id(), 1, &key(1), None, 3);
+    assert_eq!(s.runs_again(&0, 1), Some(V::ExecutedTwice), "running");
+    s.answer(0, 1, Outcome::Error);
+    assert_eq!(
+        s.runs_again(&0, 1),
+        None,
+        "did not run: the re-send runs it"
+    );
+    s.receive(0, &id(), 1, &key(1), None, 3);
+    assert_eq!(
+        s.runs_again(&0, 1),
+        Some(V::ExecutedTwice),
+        "the re-send runs"
+    );
+    for outcome in [Outcome::Success, Outcome::Cancelled, Outcome::Rejected] {
+        s.answer(0, 1, outcome);
+        assert_eq!(s.runs_again(&0, 1), Some(V::ExecutedTwice), "{outcome:?}");
+    }
+    assert_eq!(s.runs_again(&0, 2), None, "another attempt");
+    assert_eq!(s.runs_again(&1, 1), None, "another transaction");
+}
+
 #[test]
 fn a_rejection_or_the_pending_event_dropped_is_a_violation() {
     let pending = rec(Status::Scheduled, 1, Some(2), 3);
