@@ -107,6 +107,9 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
     );
     assert!(r.peak_published_per_second > 0, "{text}");
     assert!(text.contains("result             OK"));
+    // A deduplicating service: no ledger of runs, nothing to warn about.
+    assert!(r.service_runs.is_none(), "{text}");
+    assert!(!text.contains("service runs"), "{text}");
 }
 
 /// The same workload and the same seeded service, started once through the library
@@ -204,6 +207,14 @@ async fn demo_flags_are_validated_naming_the_flag_and_value() {
             "invalid value for --outage: `x+10`: START `x`",
         ),
         (
+            vec!["--service", "queue,http"],
+            "--service `queue,http`: two transports; expected queue or http, and/or deduplicating or non-idempotent",
+        ),
+        (
+            vec!["--service", "http,idempotent"],
+            "--service `http,idempotent`: unknown word `idempotent`",
+        ),
+        (
             vec!["--deadline", "60", "--outage", "30+40"],
             "invalid value for --outage: `30+40`: the outage ends at 70 s, after the run's deadline (60 s",
         ),
@@ -289,9 +300,11 @@ fn todays_seed() -> u64 {
         .unwrap_or(0)
 }
 
-/// 40 transactions under the heavy fault profile: every check holds, and the faults
-/// reached the functions' calls. The seed is printed and named on failure:
-/// `retryctl demo --chaos heavy --transactions 40 --backoff-base 1 --backoff-cap 4
+/// 40 transactions under the heavy fault profile, with a service that does not
+/// deduplicate (its answers are the same): every check holds, the faults reached the
+/// functions' calls, and the service's runs are reported as its own log shows them.
+/// The seed is printed and named on failure: `retryctl demo --chaos heavy
+/// --transactions 40 --backoff-base 1 --backoff-cap 4 --service non-idempotent
 /// --seed N` replays the same fault decisions.
 async fn chaos_run(seed: u64) {
     println!("chaos seed {seed}");
@@ -305,6 +318,8 @@ async fn chaos_run(seed: u64) {
             "heavy",
             "--seed",
             &seed_text,
+            "--service",
+            "non-idempotent",
         ],
     );
     let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
@@ -324,6 +339,8 @@ async fn chaos_run(seed: u64) {
         "chaos seed {seed}:\n{text}"
     );
     assert!(text.contains("faults injected"), "{text}");
+    // The service's runs are counted, judged and reported, whatever they are.
+    println!("chaos seed {seed}: executed twice {}", ledger_agrees(&r));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -475,7 +492,9 @@ async fn an_outage_opens_the_breaker_and_fails_nothing() {
 /// fifth of its answers after processing the request: every transaction ends the same
 /// way after the same attempts; each lost answer came back as the bridge's ERROR and
 /// one re-send of the same `Idempotency-Key`, which the service answered with its
-/// first result; nothing went to a dead-letter queue.
+/// first result; nothing went to a dead-letter queue. The HTTP service is played as
+/// one that does not deduplicate (`http,non-idempotent`, the same answers): each of
+/// those re-sends is an attempt it ran twice, reported with a warning.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_demo_through_the_http_bridge_ends_as_one_on_the_queues() {
     let queue = twenty_of_seed_23(
@@ -485,10 +504,22 @@ async fn a_demo_through_the_http_bridge_ends_as_one_on_the_queues() {
     .await;
     let http = twenty_of_seed_23(
         "http",
-        &["--duplicate-responses", "0.2", "--service", "http"],
+        &[
+            "--duplicate-responses",
+            "0.2",
+            "--service",
+            "http,non-idempotent",
+        ],
     )
     .await;
     let text = render(&http);
+    // Each lost answer's re-send ran its attempt again at a service that does not
+    // deduplicate: direct delivery's doubles, reported.
+    assert!(ledger_agrees(&http) > 0, "{text}");
+    assert_eq!(
+        http.service_runs.as_ref().map(|r| r.redelivered_copies),
+        Some(0)
+    );
     assert_eq!(http.statuses, queue.statuses, "{text}");
     assert_eq!(http.retries_histogram, queue.retries_histogram, "{text}");
     assert_eq!(http.requests_deduped, queue.requests_deduped, "{text}");
@@ -514,6 +545,64 @@ async fn a_demo_through_the_http_bridge_ends_as_one_on_the_queues() {
     assert_eq!(bridge("HttpTimeouts"), 0, "{text}");
     assert!(bridge("Invocations") > 0, "{text}");
     assert!(!queue.functions.contains_key("http-bridge"));
+}
+
+/// The ledger of a service that does not deduplicate agrees with the service's own
+/// log of requests per key (no ERROR answered, no request taken silently): its runs
+/// and the copies of one message delivered again are the requests received, every
+/// key received was run, the runs beyond the first are the rest; the attempts run
+/// twice are listed; the result is the run's own, and a warning names the count
+/// exactly when there is one, which the JSON carries. Returns the count.
+fn ledger_agrees(r: &sandbox::report::Report) -> u64 {
+    let text = render(r);
+    let runs = r.service_runs.as_ref().expect("a ledger of runs");
+    assert_eq!(runs.service, "non-idempotent");
+    assert_eq!(
+        runs.runs + runs.redelivered_copies,
+        r.requests_raw,
+        "{text}"
+    );
+    assert_eq!(runs.attempts_run, r.requests_deduped, "{text}");
+    assert_eq!(
+        runs.runs_beyond_first,
+        runs.runs - runs.attempts_run,
+        "{text}"
+    );
+    assert_eq!(runs.doubles.len() as u64, runs.executed_twice, "{text}");
+    assert!(runs.doubles.iter().all(|(_, n)| *n >= 2), "{text}");
+    let n = runs.executed_twice;
+    assert!(text.contains(&format!("; executed twice {n} (")), "{text}");
+    assert_eq!(
+        text.contains(&format!(
+            "\nwarning            executed twice {n}: direct delivery"
+        )),
+        n > 0,
+        "{text}"
+    );
+    assert!(text.contains("result             OK"), "{text}");
+    let json = serde_json::to_value(r).expect("the report as JSON");
+    assert_eq!(json["service_runs"]["executed_twice"], n);
+    assert_eq!(json["service_runs"]["runs"], runs.runs);
+    n
+}
+
+/// A service that does not deduplicate on the queues, answers delivered twice and no
+/// other fault: the response handler absorbs the copies, nothing is sent again, the
+/// service ran every attempt once; the report says so, without a warning.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_that_does_not_deduplicate_runs_each_attempt_once_without_faults() {
+    let r = twenty_of_seed_23(
+        "nonidem",
+        &[
+            "--duplicate-responses",
+            "0.2",
+            "--service",
+            "non-idempotent",
+        ],
+    )
+    .await;
+    assert_eq!(ledger_agrees(&r), 0, "{}", render(&r));
+    assert!(!render(&r).contains("warning "));
 }
 
 /// A 5xx storm through the HTTP bridge (`--service http --outage 6+20`: the endpoint

@@ -2,9 +2,10 @@
 //! timescale, faults and outages (`docs/operations.md#flags`).
 
 use crate::local::external::OutageMode;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use domain::defaults;
 use std::path::PathBuf;
+use testkit::oracle::ServiceDedup;
 
 /// How the demo's workload starts its transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -26,6 +27,55 @@ pub enum ServiceVia {
     /// (`functions/http-bridge`, configured through its environment as the template
     /// configures it) runs between the queues and it.
     Http,
+}
+
+/// `--service`: how the simulated service is reached, and whether it deduplicates
+/// by idempotency key — the words `simulate` and `model-check` take for the latter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceSpec {
+    pub via: ServiceVia,
+    pub dedup: ServiceDedup,
+}
+
+impl Default for ServiceSpec {
+    fn default() -> Self {
+        Self {
+            via: ServiceVia::Queue,
+            dedup: ServiceDedup::ByKey,
+        }
+    }
+}
+
+impl ServiceSpec {
+    /// One or two words separated by a comma, in any order: `queue` or `http`,
+    /// `deduplicating` or `non-idempotent` (the one left out is the default: `queue`,
+    /// `deduplicating`). The error names the flag and the value.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let bad = |why: String| {
+            format!(
+                "--service `{value}`: {why}; expected queue or http, and/or {} (e.g. http,non-idempotent)",
+                ServiceDedup::NAMES.join(" or ")
+            )
+        };
+        let mut spec = Self::default();
+        let (mut via, mut dedup) = (None, None);
+        for word in value.split(',').map(str::trim) {
+            if let Ok(v) = ServiceVia::from_str(word, false) {
+                if via.replace(v).is_some() {
+                    return Err(bad("two transports".into()));
+                }
+                spec.via = v;
+            } else if let Ok(d) = ServiceDedup::parse("--service", word) {
+                if dedup.replace(d).is_some() {
+                    return Err(bad("two deduplication modes".into()));
+                }
+                spec.dedup = d;
+            } else {
+                return Err(bad(format!("unknown word `{word}`")));
+            }
+        }
+        Ok(spec)
+    }
 }
 
 // The demo's flags, as `retryctl demo` takes them (the subcommand's help is retryctl's).
@@ -99,16 +149,19 @@ pub struct DemoArgs {
     /// rest wait on the queue).
     #[arg(long, value_enum, default_value_t = StartVia::Library)]
     pub start_via: StartVia,
-    /// How the requests reach the simulated external service: `queue` (it reads the
-    /// request queue and answers on the response queue) or `http` (it is an HTTP
+    /// The simulated external service: how the requests reach it, `queue` (it reads
+    /// the request queue and answers on the response queue) or `http` (it is an HTTP
     /// server on 127.0.0.1 and the HTTP bridge calls it: CANCELLED is a 200 whose
     /// body the bridge's classification reads, an outage answers 503 with
     /// `Retry-After`, `--duplicate-responses` loses the HTTP answer after the service
     /// processed the request, so the bridge sends the same `Idempotency-Key` again,
     /// `--silent-probability` and `--outage-mode silent` hold the call past the
-    /// bridge's timeout).
-    #[arg(long, value_enum, default_value_t = ServiceVia::Queue)]
-    pub service: ServiceVia,
+    /// bridge's timeout); and, after a comma or alone, `deduplicating` or
+    /// `non-idempotent`: a service that runs every request message it receives (a
+    /// copy of one SQS message delivered again excepted). Its answers are the same;
+    /// the report adds its runs and the attempts it executed twice.
+    #[arg(long, value_name = "queue|http[,deduplicating|non-idempotent]", value_parser = ServiceSpec::parse, default_value = "queue")]
+    pub service: ServiceSpec,
     /// Give up waiting for terminal states after this many seconds (then: stuck): a
     /// hard ceiling. Without it, the default — 240, or when longer the submission
     /// time plus twice the time the fleet needs to send one retry per transaction,

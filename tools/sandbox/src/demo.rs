@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use testkit::faults::{FaultKind, Faults, FaultsError, PROFILES};
+use testkit::oracle::ServiceDedup;
 
 /// The validated demo settings.
 #[derive(Debug, Clone)]
@@ -40,6 +41,9 @@ pub struct DemoPlan {
     pub settings: Settings,
     /// The external service's outage, and the breaker settings the run uses.
     pub outage: Option<Outage>,
+    /// Whether the simulated service deduplicates: without, the report judges its
+    /// runs.
+    pub service_dedup: ServiceDedup,
 }
 
 /// The circuit breaker's settings in a run with `--outage`: sized to the demo's
@@ -322,12 +326,12 @@ impl DemoPlan {
         // timeout come back as ERROR: the same key is sent again after the technical
         // backoff, which grows with the transaction's re-sends; the default deadline
         // also covers those of one unlucky transaction.
-        let technical_resends = a.service == ServiceVia::Http && (dup > 0.0 || silent > 0.0);
+        let technical_resends = a.service.via == ServiceVia::Http && (dup > 0.0 || silent > 0.0);
         let deadline = match a.deadline {
             None if technical_resends => deadline + technical_resends_extra(),
             _ => deadline,
         };
-        stack.service = a.service;
+        stack.service = a.service.via;
         stack.visibility_timeout = Some(a.visibility_timeout);
         stack.reconcile_every = Duration::from_secs(a.reconcile_every);
         stack.external = ExternalOptions {
@@ -361,6 +365,7 @@ impl DemoPlan {
                 ..Settings::default()
             },
             outage,
+            service_dedup: a.service.dedup,
         })
     }
 }
@@ -672,6 +677,8 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
         records,
         audit,
         service: stack.external.seen(),
+        service_dedup: plan.service_dedup,
+        runs: stack.external.runs(),
         drift_ms: stack.scheduler.drift_ms(),
         dlq,
         schedules_left,

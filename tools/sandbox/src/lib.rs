@@ -17,5 +17,5 @@ pub mod outputs;
 pub mod report;
 pub mod staging;
 
-pub use args::{DemoArgs, ServiceVia, StartVia};
+pub use args::{DemoArgs, ServiceSpec, ServiceVia, StartVia};
 pub use error::Error;

@@ -3,7 +3,7 @@
 //! its budget or got stuck — each with the reason, checked against three independent
 //! witnesses: the state table, the audit trail, and what the external service saw.
 
-use crate::local::external::{scripted_attempts, Outage, Seen};
+use crate::local::external::{scripted_attempts, Outage, RunsSeen, Seen};
 use crate::local::scheduler::Delivery;
 use aws::breaker::BreakerLogEntry;
 use domain::audit::AuditEntry;
@@ -12,7 +12,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::time::Duration;
-use testkit::oracle::{evidence, Violation};
+use testkit::oracle::{evidence, ServiceDedup, Violation};
 
 /// Everything the demo observed, gathered at the end of the run.
 #[derive(Debug, Default)]
@@ -24,6 +24,11 @@ pub struct Observations {
     pub audit: HashMap<String, Vec<AuditEntry>>,
     /// What the external service received, per (transaction, attempt).
     pub service: BTreeMap<(String, u32), Seen>,
+    /// Whether the service deduplicates (`--service`): without, the report judges
+    /// its runs.
+    pub service_dedup: ServiceDedup,
+    /// The runs a service that does not deduplicate made.
+    pub runs: RunsSeen,
     /// Fire-time drift of every schedule delivery, in milliseconds.
     pub drift_ms: Vec<i64>,
     /// Messages left in each dead-letter queue.
@@ -215,6 +220,56 @@ pub struct ChaosReport {
     pub resolved: u64,
 }
 
+/// The runs of a service that does not deduplicate (`--service non-idempotent`).
+/// Direct delivery relies on a service that deduplicates by idempotency key
+/// (docs/design.md#preconditions): an attempt it sends again is run again by this
+/// one. Such doubles are reported and warned about, not failed: the run's own checks
+/// decide the result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServiceRuns {
+    /// The service's name on the command line (`non-idempotent`).
+    pub service: String,
+    /// How the demo delivers requests to the service (`direct`).
+    pub delivery: String,
+    /// Attempts the service ran at least once.
+    pub attempts_run: u64,
+    /// Runs in all (an ERROR answer and a request taken by a silent service are not
+    /// runs).
+    pub runs: u64,
+    /// Attempts run more than once ([`Violation::ExecutedTwice`]).
+    pub executed_twice: u64,
+    /// Runs beyond the first of their attempt.
+    pub runs_beyond_first: u64,
+    /// Copies of one SQS message delivered again (same message id): not runs.
+    pub redelivered_copies: u64,
+    /// The attempts executed twice (`TX-000012#2`) and how many times each ran, by
+    /// transaction id.
+    pub doubles: Vec<(String, u32)>,
+}
+
+impl ServiceRuns {
+    fn of(dedup: ServiceDedup, runs: &RunsSeen) -> Self {
+        let doubles: Vec<(String, u32)> = runs
+            .executed_twice
+            .keys()
+            .map(|k| {
+                let n = runs.per_attempt.get(k).copied().unwrap_or(0);
+                (format!("{}#{}", k.0, k.1), n)
+            })
+            .collect();
+        Self {
+            service: dedup.name().to_owned(),
+            delivery: "direct".to_owned(),
+            attempts_run: runs.per_attempt.len() as u64,
+            runs: runs.per_attempt.values().map(|n| u64::from(*n)).sum(),
+            executed_twice: doubles.len() as u64,
+            runs_beyond_first: runs.executed_twice.values().map(|n| u64::from(*n)).sum(),
+            redelivered_copies: runs.redelivered,
+            doubles,
+        }
+    }
+}
+
 /// One transaction that failed a check: why, which side the evidence points at,
 /// and that evidence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -294,6 +349,8 @@ pub struct Report {
     pub chaos: Option<ChaosReport>,
     /// A run with an outage: the breaker's section.
     pub breaker: Option<BreakerReport>,
+    /// A run with a service that does not deduplicate: its runs.
+    pub service_runs: Option<ServiceRuns>,
 }
 
 impl Report {
@@ -552,6 +609,10 @@ pub fn build(obs: &Observations) -> Report {
         elapsed_seconds: obs.elapsed.as_secs_f64(),
         chaos: obs.chaos.clone(),
         breaker: None,
+        service_runs: obs
+            .service_dedup
+            .runs_every_message()
+            .then(|| ServiceRuns::of(obs.service_dedup, &obs.runs)),
     };
     let mut by_tx: HashMap<&str, BTreeMap<u32, Seen>> = HashMap::new();
     for ((id, attempt), s) in &obs.service {
@@ -970,6 +1031,9 @@ pub fn render(r: &Report) -> String {
             let _ = writeln!(s, "    {}: {}", f.transaction_id, f.why);
         }
     }
+    if let Some(sr) = &r.service_runs {
+        render_service_runs(&mut s, sr);
+    }
     let _ = writeln!(
         s,
         "result             {}",
@@ -981,6 +1045,13 @@ pub fn render(r: &Report) -> String {
             "FAILED: see the checks above"
         }
     );
+    if let Some(sr) = r.service_runs.as_ref().filter(|sr| sr.executed_twice > 0) {
+        let _ = writeln!(
+            s,
+            "warning            executed twice {}: {} delivery sent {} attempt(s) again ({} runs beyond the first) and a service that does not deduplicate ran them again; {} delivery needs a service that deduplicates by idempotency key (docs/design.md#preconditions)",
+            sr.executed_twice, sr.delivery, sr.executed_twice, sr.runs_beyond_first, sr.delivery
+        );
+    }
     if let Some(c) = r.chaos.as_ref().filter(|_| !r.ok()) {
         let _ = writeln!(
             s,
@@ -989,6 +1060,28 @@ pub fn render(r: &Report) -> String {
         );
     }
     s
+}
+
+/// The runs of a service that does not deduplicate, and the first attempts it ran
+/// twice.
+fn render_service_runs(s: &mut String, sr: &ServiceRuns) {
+    let _ = writeln!(
+        s,
+        "service runs       {} service, {} delivery: {} attempts run, {} runs; executed twice {} ({} runs beyond the first); {} copies of a message delivered again (not runs)",
+        sr.service,
+        sr.delivery,
+        sr.attempts_run,
+        sr.runs,
+        sr.executed_twice,
+        sr.runs_beyond_first,
+        sr.redelivered_copies
+    );
+    for (key, n) in sr.doubles.iter().take(10) {
+        let _ = writeln!(s, "  {key} run {n} times");
+    }
+    if sr.doubles.len() > 10 {
+        let _ = writeln!(s, "  … and {} more", sr.doubles.len() - 10);
+    }
 }
 
 fn render_chaos(s: &mut String, c: &ChaosReport) {

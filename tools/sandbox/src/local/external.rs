@@ -10,12 +10,18 @@
 //! duplicates reach the response handler as duplicates. It counts every request it
 //! receives, raw and after deduplication, per (transaction, attempt), and the unique
 //! requests per wall-clock second (to compare with the outbound rate limit).
+//!
+//! It also keeps the ledger of a service that does not deduplicate ([`Runs`]):
+//! which request messages such a service would have run, per (transaction, attempt),
+//! judged by the checkers' rule ([`testkit::oracle::Service::runs_again`]). The
+//! answers stay those above, so the run is the same either way; `retryctl demo
+//! --service non-idempotent` reports the ledger.
 
 use super::stop::Stop;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use domain::policy::{RandomSource, SplitMix64};
 use domain::{Outcome, Request, Response};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -123,6 +129,88 @@ pub fn scripted_attempts(
 /// One attempt as the service saw it: the checkers' own witness type.
 pub use testkit::oracle::evidence::Seen;
 
+/// The runs of a service that does not deduplicate: every request message it
+/// processes is a run, except an ERROR answer (the attempt did not run) and a request
+/// taken and never answered by a silent or down service (never processed). A copy of
+/// one SQS message the queue delivered again (same message id) is the same message:
+/// not a run. Whether a run is a second run of its attempt is the checkers' rule
+/// ([`testkit::oracle::Service::runs_again`]), not restated here.
+#[derive(Debug, Default)]
+pub struct Runs {
+    service: testkit::oracle::Service<String>,
+    messages: HashSet<String>,
+    per_attempt: BTreeMap<(String, u32), u32>,
+    executed_twice: BTreeMap<(String, u32), u32>,
+    redelivered: u64,
+}
+
+/// The ledger at the end of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunsSeen {
+    /// Runs per (transaction, attempt).
+    pub per_attempt: BTreeMap<(String, u32), u32>,
+    /// The attempts run more than once, with the runs the rule judged second runs.
+    pub executed_twice: BTreeMap<(String, u32), u32>,
+    /// Copies of a message already received (same SQS message id): not runs.
+    pub redelivered: u64,
+}
+
+impl Runs {
+    /// A request message for `attempt` of `transaction_id` processed with `outcome`;
+    /// `message_id`: its SQS message id (`None`: each call is a message of its own).
+    fn processed(
+        &mut self,
+        transaction_id: &str,
+        attempt: u32,
+        message_id: Option<&str>,
+        outcome: Outcome,
+    ) {
+        if let Some(m) = message_id {
+            if !self.messages.insert(m.to_owned()) {
+                self.redelivered += 1;
+                return;
+            }
+        }
+        let at = (transaction_id.to_owned(), attempt);
+        let again = match (
+            domain::TransactionId::parse(transaction_id),
+            domain::Attempt::new(attempt),
+        ) {
+            (Ok(id), Ok(a)) => {
+                let tx = transaction_id.to_owned();
+                let again = (outcome != Outcome::Error)
+                    .then(|| self.service.runs_again(&tx, attempt))
+                    .flatten();
+                // Its receipt's checks (the key, the budget) are the report's other
+                // witnesses' business: only its memory of what it ran is used here.
+                let key = domain::IdempotencyKey::new(&id, a);
+                let _ = self
+                    .service
+                    .receive(tx.clone(), &id, attempt, key.as_str(), None, attempt);
+                self.service.answer(tx, attempt, outcome);
+                again
+            }
+            // Not a request any function publishes: counted, never judged.
+            _ => None,
+        };
+        if outcome == Outcome::Error {
+            return;
+        }
+        *self.per_attempt.entry(at.clone()).or_insert(0) += 1;
+        if again.is_some() {
+            *self.executed_twice.entry(at).or_insert(0) += 1;
+        }
+    }
+
+    fn seen(&self) -> RunsSeen {
+        RunsSeen {
+            per_attempt: self.per_attempt.clone(),
+            executed_twice: self.executed_twice.clone(),
+            redelivered: self.redelivered,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct ExternalStats {
     by_key: Mutex<BTreeMap<(String, u32), Seen>>,
@@ -143,12 +231,19 @@ pub struct ExternalStats {
     pub outage_silenced: AtomicU64,
     /// The start of the run, the origin of the outage window (unset: no outage yet).
     pub(crate) run_started: std::sync::OnceLock<tokio::time::Instant>,
+    /// What a service that does not deduplicate would have run.
+    runs: Mutex<Runs>,
 }
 
 impl ExternalStats {
     /// Every (transaction, attempt) received, with its raw count and answer.
     pub fn seen(&self) -> BTreeMap<(String, u32), Seen> {
         self.by_key.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// The runs of a service that does not deduplicate ([`Runs`]).
+    pub fn runs(&self) -> RunsSeen {
+        self.runs.lock().map(|r| r.seen()).unwrap_or_default()
     }
 
     pub fn raw_requests(&self) -> u64 {
@@ -233,12 +328,15 @@ impl Behaviour {
     /// The service at work on `attempt` of `transaction_id`, published at `sent_ms`:
     /// its latency, then silence, or the answer already given for that key (an
     /// idempotent service replays its result), or the scripted one; during an
-    /// outage, ERROR or nothing. Counts the request.
+    /// outage, ERROR or nothing. Counts the request, and the run in the ledger of a
+    /// service that does not deduplicate (`message_id`: the SQS message id; `None`:
+    /// each call is a message of its own).
     pub(crate) async fn reply(
         &self,
         transaction_id: &str,
         attempt: u32,
         sent_ms: Option<i64>,
+        message_id: Option<&str>,
     ) -> Reply {
         let s = &self.settings;
         let stats = &self.stats;
@@ -304,6 +402,9 @@ impl Behaviour {
                 None,
             ),
         };
+        if let Ok(mut runs) = stats.runs.lock() {
+            runs.processed(transaction_id, attempt, message_id, outcome);
+        }
         Reply::Answer {
             outcome,
             reason,
@@ -416,6 +517,7 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
             request.transaction_id.as_str(),
             request.attempt.get(),
             sent_ms,
+            m.message_id(),
         )
         .await;
     let Reply::Answer {
@@ -494,6 +596,29 @@ mod tests {
         assert_eq!(max_in_any_second(&[1000, 0, 999, 1998]), 3);
         assert_eq!(max_in_any_second(&[0, 1000, 2000]), 1);
         assert_eq!(max_in_any_second(&[5, 5, 5]), 3);
+    }
+
+    /// The ledger of a service that does not deduplicate: a copy of one message is
+    /// not a run, an ERROR answer is not a run (the re-send after it runs the attempt
+    /// once), a second message of an attempt already run is executed twice.
+    #[test]
+    fn the_ledger_counts_runs_by_message_and_doubles_by_the_rule() {
+        let mut runs = Runs::default();
+        let key = |a: u32| ("TX-000001".to_owned(), a);
+        runs.processed("TX-000001", 1, Some("m1"), Outcome::Cancelled);
+        runs.processed("TX-000001", 1, Some("m1"), Outcome::Cancelled);
+        runs.processed("TX-000001", 2, Some("m2"), Outcome::Error);
+        runs.processed("TX-000001", 2, Some("m3"), Outcome::Success);
+        let seen = runs.seen();
+        assert_eq!(seen.redelivered, 1);
+        assert_eq!(seen.per_attempt, BTreeMap::from([(key(1), 1), (key(2), 1)]));
+        assert!(seen.executed_twice.is_empty(), "{seen:?}");
+
+        runs.processed("TX-000001", 2, Some("m4"), Outcome::Success);
+        runs.processed("TX-000001", 2, None, Outcome::Success);
+        let seen = runs.seen();
+        assert_eq!(seen.per_attempt[&key(2)], 3);
+        assert_eq!(seen.executed_twice, BTreeMap::from([(key(2), 2)]));
     }
 
     /// The answer depends on the seed and the key alone; the attempts follow it.

@@ -141,7 +141,7 @@ async fn answer(
         ));
     };
     match behaviour
-        .reply(&id, attempt, Some(SystemClock.now().millis()))
+        .reply(&id, attempt, Some(SystemClock.now().millis()), None)
         .await
     {
         Reply::Silent => {
