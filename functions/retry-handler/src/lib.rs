@@ -1,16 +1,13 @@
 //! The retry handler (B): reads retry events from the retry queue and runs the
 //! domain's retry plans (stale and duplicate events dropped; SCHEDULING accepted;
-//! SENDING resumed; the request published with key `<id>#<m>`; SENDING → IN_PROGRESS).
-//! Its request publisher goes through the outbound pacer ([`runtime::rate`]).
+//! SENDING resumed; the request published with key `<id>#<m>` through the pacer,
+//! [`runtime::rate`]; SENDING → IN_PROGRESS).
 //!
-//! With a circuit breaker ([`BreakerGate`]), each event first asks it whether a
-//! request may go out now: while it holds them back (OPEN, or HALF_OPEN with the
-//! round's probes out) the domain defers the retry event instead — back on the retry
-//! queue until the breaker's resume instant (SQS `DelaySeconds`), the record
-//! untouched, nothing consumed. When it may hand out a probe, the record is read first
-//! and only an event that would publish asks ([`domain::decide::retry_asks_breaker`]).
-//! The breaker is read at most once per refresh period per execution environment.
-//! See `docs/functions.md#retry-handler-b`; its AWS wiring: [`wiring`].
+//! With a circuit breaker ([`BreakerGate`]) an event that would publish asks it
+//! first; while it holds requests back the retry event is deferred on the retry queue
+//! until the resume instant, the record untouched. While it may hand out a probe the
+//! record is read first ([`domain::decide::retry_asks_breaker`]). Why and how:
+//! `docs/functions.md#retry-handler-b`; its AWS wiring: [`wiring`].
 
 use domain::decide::{retry_asks_breaker, Input, Rules};
 use domain::exec::RetryPorts;

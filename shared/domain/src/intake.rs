@@ -1,21 +1,14 @@
 //! The intake message: what a service in any language puts on the intake queue to
-//! start a transaction, and its parser (`docs/intake.md`). Schema version 1:
+//! start a transaction, and its parser. Schema version 1:
 //!
 //! ```json
 //! {"schema_version": 1, "transaction_id": "TX-42", "payload": {"order": 42},
 //!  "max_attempts": 6, "correlation_id": "req-7f3a"}
 //! ```
 //!
-//! `schema_version`, `transaction_id` and `payload` are required; `payload` is any JSON
-//! value, kept as the exact text it arrived as (a JSON string is stored as that
-//! string); `max_attempts` absent takes the deployment's `DefaultMaxAttempts`.
-//! `correlation_id` ([`CorrelationId`]) is stored on the record and carried in every
-//! request of the transaction. `deadline` is refused: every transaction expires the
-//! deployment's `TransactionDeadlineSeconds` after its start, and a message asking for
-//! another deadline must not be started as if it had been honoured. Unlike the
-//! other contracts, an unknown field is refused (a misspelt `max_attempts` must not
-//! start a transaction with the default budget). Every error names the field and the
-//! value, as [`MessageError`] does for the other messages.
+//! `payload` is kept as the exact text it arrived as; `deadline` and unknown fields
+//! are refused; every error names the field and the value ([`MessageError`]). The
+//! fields, defaults and why: `docs/intake.md`.
 
 use crate::ids::{CorrelationId, MaxAttempts, TransactionId, MAX_ATTEMPTS_LIMIT};
 use crate::message::{

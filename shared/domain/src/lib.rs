@@ -2,16 +2,13 @@
 //! handlers, AWS adapters, the simulator, the model checker and the operator CLI
 //! *execute* what it decides; none restates a rule (`docs/design.md#pieces-and-their-single-responsibilities`).
 //!
-//! - [`ids`]: validated identifiers and UTC timestamps; [`message`]: the three message
-//!   contracts and their parsers; [`intake`]: the start message of the intake queue;
-//!   [`defaults`]: every default of a deployment.
-//! - [`machine`]: **the whole state machine in one file**; [`policy`]: the backoff
-//!   `wait(k) = min(base × factor^(k−1), cap) × (1 + u)`.
-//! - [`decide`]: what each handler, the reconciler and the library operations do, as
-//!   plans of effects, and [`decide::Run`], which re-decides when a write finds another
-//!   state; [`ports`]: one trait per capability; [`audit`]: the audit row of a
-//!   transition; [`breaker`]: the circuit breaker (CLOSED, OPEN, HALF_OPEN);
-//!   [`retention`]: how long a finished transaction is kept, what an erasure removes.
+//! - [`ids`], [`message`], [`intake`], [`defaults`]: identifiers, message contracts,
+//!   the intake's start message, a deployment's defaults.
+//! - [`machine`]: **the whole state machine in one file**; [`policy`]: the backoff.
+//! - [`decide`]: every handler's decisions as plans of effects, and [`decide::Run`],
+//!   which re-decides when a write finds another state; [`ports`]: one trait per
+//!   capability; [`audit`], [`breaker`], [`retention`]: the audit row, the circuit
+//!   breaker, what is kept and erased.
 
 pub mod audit;
 pub mod breaker;

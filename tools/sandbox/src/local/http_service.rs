@@ -1,21 +1,13 @@
 //! The simulated external service as an HTTP API on 127.0.0.1, for the HTTP bridge
 //! (`retryctl demo --service http`).
 //!
-//! Its answers are those of the queue service ([`super::external`]), drawn by the
-//! same seed and mix: each request is keyed by its `Idempotency-Key`
-//! (`<transaction_id>#<attempt>`), and a repeated key gets the answer already given
-//! for it. On the wire:
-//!
-//! | the service's answer | HTTP |
-//! |---|---|
-//! | SUCCESS | `200 {"status":"DONE"}` |
-//! | CANCELLED | `200 {"status":"<cancel reason>"}`: a business "not now" in the body, which the bridge's classification ([`CLASSIFICATION`]) reads |
-//! | ERROR (an outage) | `503`, `Retry-After`: the seconds left until the outage ends (at least 1) |
-//! | the answer delivered twice (`duplicate_response_probability`) | the connection closed after the request was processed: the answer is lost, the bridge's ERROR sends the same key again, the service replays its answer |
-//! | no answer (`silent_probability`, a silent outage) | the call held until the bridge's timeout |
-//!
-//! A request without a readable `Idempotency-Key` is answered `400` and counted
-//! (`malformed`).
+//! Its answers are those of the queue service ([`super::external`]), by the same seed
+//! and mix, keyed by `Idempotency-Key` (a repeated key gets the answer already
+//! given). On the wire: SUCCESS `200 {"status":"DONE"}`; CANCELLED `200` with the
+//! reason in the body, read by [`CLASSIFICATION`]; an error outage `503` with
+//! `Retry-After`; a lost answer, the connection closed after processing; silence,
+//! the call held past the bridge's timeout; no readable key, `400` (`malformed`).
+//! The table: `docs/http-bridge.md#running-it-locally`.
 
 use super::external::{Behaviour, ExternalSettings, ExternalStats, Reply};
 use super::stop::Stop;
