@@ -3,13 +3,10 @@
 //! - [`cli`]: the command line; [`run`]: the commands' dispatch; [`bulk`]:
 //!   `replay`/`resolve` over many transactions; [`stack`]: `--stack NAME`.
 //! - [`view`], [`table`], [`list`]: what the commands print and read.
-//! - [`versions`]: `retryctl versions`, which version and release each function runs.
-//! - [`verify`] (feature `verify`): `retryctl verify`, the post-deploy check with the
-//!   staging harness.
-//! - [`loadtest`] (feature `verify`): `retryctl loadtest`, a bounded load through the
-//!   staging harness, and its report.
-//! - `retryctl demo` (feature `demo`) runs the local stack and the demo of
-//!   `deferred-retry-sandbox` (`tools/sandbox`); the operator build
+//! - [`versions`]: which version and release each function runs.
+//! - Feature `verify`: [`verify`], the post-deploy check, and [`loadtest`], a bounded
+//!   load, both through the staging harness. Feature `demo`: `retryctl demo`, the
+//!   local stack of `deferred-retry-sandbox`. The operator build
 //!   (`--no-default-features`) links neither.
 
 pub mod breaker;

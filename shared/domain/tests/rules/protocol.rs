@@ -1,16 +1,14 @@
-//! The protocol under arbitrary interleavings: one transaction; handler runs (response,
-//! retry, reconciler, start, resolve) advance one effect at a time in any order; any run
-//! may crash after any effect (its message is redelivered); messages are duplicated; the
-//! clock jumps; the scheduler fires or loses due events; the reconciler runs at any
-//! time. The "hostile" variant injects responses and retry events of any attempt,
+//! The protocol under arbitrary interleavings: one transaction; handler runs advance
+//! one effect at a time in any order, may crash after any effect (redelivered);
+//! messages are duplicated; the clock jumps; the scheduler fires or loses events; the
+//! reconciler runs at any time. The "hostile" variant injects messages of any attempt,
 //! outcome and origin too.
 //!
 //! After every operation: no request beyond `max_attempts`; requests numbered from 1
-//! without gaps, each keyed `<id>#<attempt>` and carrying the transaction's correlation
-//! id (first request, retries, re-sends, republishes and resumed sends alike); a
-//! well-formed record; no attempt scheduled at two instants. With genuine messages only, draining everything always ends
-//! SUCCEEDED or FAILED, and FAILED means exactly attempts 1..=max went out and the
-//! business alert was raised (`docs/design.md#guarantees`).
+//! without gaps, keyed `<id>#<attempt>`, carrying the correlation id; a well-formed
+//! record; no attempt scheduled at two instants. With genuine messages only, draining
+//! ends SUCCEEDED or FAILED, and FAILED means attempts 1..=max went out and the alert
+//! was raised (`docs/design.md#guarantees`).
 
 use crate::world::*;
 use domain::decide::{Disposition, Effect, Input, Known, Run, Step};

@@ -1,16 +1,12 @@
 //! `retryctl verify`: is a deployed stack the one the code relies on, and does it work
-//! end to end? 0. **Parameters** ([`placeholders`]): no deployed parameter still carries
-//! a documentation placeholder. 1. **Resources** ([`resources`]): redrive policies,
-//! visibility timeouts, DLQ retention, table keys, the reconciler index, the stream,
-//! TTLs, the schedule group, a confirmed subscription of the alarm topic, the scheduler
-//! role's trust policy and, with the harness, the queue policies it needs — each
-//! expected from the code's own definitions. 1b. **Versions** ([`versions`]): what each
-//! function's `live` alias runs, and whether its releases are within the compatibility
-//! window. 2. **Transactions** ([`flow`]), only when every resource check passed: SUCCESS; CANCELLED then SUCCESS; CANCELLED to exhaustion
-//! (budget 3), through the real queues and the staging harness, then their states,
-//! audit trails, what the harness received, no schedule or DLQ message left. Outputs
-//! come from `aws cloudformation describe-stacks` files ([`outputs`]); any failed check
-//! exits 6. See `docs/operations.md` and `docs/deploy.md#deploy-to-staging-and-verify`.
+//! end to end? In order: no parameter still a documentation placeholder
+//! ([`placeholders`]); every resource as the code's own definitions expect it
+//! ([`resources`]); what each function's `live` alias runs and whether its releases
+//! are within the compatibility window ([`versions`]); then, only when the resources
+//! pass, three scripted transactions through the real queues and the staging harness,
+//! their states, audit trails and leftovers ([`flow`]). Outputs come from
+//! `describe-stacks` files ([`outputs`]); a failed check exits 6. The checks:
+//! `docs/deploy.md#deploy-to-staging-and-verify`.
 
 pub mod flow;
 pub mod outputs;

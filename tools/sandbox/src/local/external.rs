@@ -1,21 +1,13 @@
 //! A simulated external service: the other side of the request and response queues.
 //!
-//! It consumes the request queue, deduplicates by the `idempotency_key` message
-//! attribute (the precondition the pattern states loudly), and answers SUCCESS or
-//! CANCELLED on the response queue after a configurable latency. The answer to an
-//! attempt is scripted by the seed, the transaction and the attempt alone
-//! ([`scripted_outcome`]), whatever the order requests arrive in. During an outage
-//! window it answers ERROR (`HTTP_503`) to every request it reads, or nothing. A repeated key gets
-//! the answer already given for it (an idempotent service replays its result), so
-//! duplicates reach the response handler as duplicates. It counts every request it
-//! receives, raw and after deduplication, per (transaction, attempt), and the unique
-//! requests per wall-clock second (to compare with the outbound rate limit).
-//!
-//! It also keeps the ledger of a service that does not deduplicate ([`Runs`]):
-//! which request messages such a service would have run, per (transaction, attempt),
-//! judged by the checkers' rule ([`testkit::oracle::Service::runs_again`]). The
-//! answers stay those above, so the run is the same either way; `retryctl demo
-//! --service non-idempotent` reports the ledger.
+//! It consumes the request queue, deduplicates by the `idempotency_key` attribute (the
+//! pattern's precondition) and answers SUCCESS or CANCELLED on the response queue after
+//! a latency; each attempt's answer is scripted by seed, transaction and attempt alone
+//! ([`scripted_outcome`]). In an outage window it answers ERROR (`HTTP_503`) or
+//! nothing. A repeated key gets the answer already given. It counts requests per
+//! (transaction, attempt), raw and deduplicated, and per second; and keeps the ledger
+//! of a service that does not deduplicate ([`Runs`], judged by
+//! [`testkit::oracle::Service::runs_again`]) for `--service non-idempotent`.
 
 use super::stop::Stop;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
