@@ -5,7 +5,10 @@
 //! see or plan; with every switch off it is the rules, untouched. The production
 //! rules carry no switch: nothing but this crate builds a flawed decision.
 
-use domain::decide::{Context, Decide, DropReason, Effect, Input, Known, Plan, Question, Rules};
+use domain::decide::{
+    Ack, Context, Decide, Delivery, DropReason, Effect, Input, Known, Plan, Question,
+    RequestHeader, Rules,
+};
 use domain::ids::MaxAttempts;
 use domain::machine::{Event, Status, TransactionRecord};
 use domain::message::Outcome;
@@ -49,6 +52,13 @@ pub struct Flaws {
     /// the probe): a late answer, or one redriven from the response DLQ, closes it
     /// while the service may still be down.
     pub any_answer_closes: bool,
+    /// Outbox delivery: the publisher sends an intent again whatever the age of its
+    /// claim (no publish window), so a repeat can come after the FIFO queue forgot
+    /// the first send.
+    pub resends_old_claim: bool,
+    /// Outbox delivery: the retry handler still publishes the request itself, as in
+    /// direct delivery, beside the publisher.
+    pub retry_publishes_in_outbox: bool,
 }
 
 impl Flaws {
@@ -65,10 +75,12 @@ impl Flaws {
         probe_spends_resend: false,
         no_transaction_deadline: false,
         any_answer_closes: false,
+        resends_old_claim: false,
+        retry_publishes_in_outbox: false,
     };
 
     /// The known-bad designs by the names the command lines take.
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 14] = [
         "retry-rejects-scheduling",
         "fire-time-at-create",
         "retry-discards-sending",
@@ -81,6 +93,8 @@ impl Flaws {
         "probe-spends-resend",
         "no-transaction-deadline",
         "any-answer-closes",
+        "resends-old-claim",
+        "retry-publishes-in-outbox",
     ];
 
     /// Switches on the design called `name` (one of [`Flaws::NAMES`]); false for an
@@ -99,6 +113,8 @@ impl Flaws {
             "probe-spends-resend" => &mut self.probe_spends_resend,
             "no-transaction-deadline" => &mut self.no_transaction_deadline,
             "any-answer-closes" => &mut self.any_answer_closes,
+            "resends-old-claim" => &mut self.resends_old_claim,
+            "retry-publishes-in-outbox" => &mut self.retry_publishes_in_outbox,
             _ => return false,
         };
         *flag = true;
@@ -143,6 +159,17 @@ impl Decide for Flaws {
             &undated
         } else {
             ctx
+        };
+        // The retry handler decides as in direct delivery.
+        let direct;
+        let ctx = match input {
+            Input::Retry(_)
+                if self.retry_publishes_in_outbox && ctx.rules.delivery == Delivery::Outbox =>
+            {
+                direct = ctx.clone().with_delivery(Delivery::Direct);
+                &direct
+            }
+            _ => ctx,
         };
         // The breaker's hold not consulted; its probe not told.
         let unheld;
@@ -197,6 +224,9 @@ impl Decide for Flaws {
             }
         }
         let mut plan = Rules.decide(q, ctx, rng);
+        if self.resends_old_claim {
+            resend_old_claim(&mut plan, input, known);
+        }
         for effect in &mut plan {
             let Effect::Write(w) = effect else { continue };
             if self.attempts_from_zero {
@@ -250,6 +280,33 @@ impl Decide for Flaws {
         }
         plan
     }
+}
+
+/// A plan that leaves a claim older than the publish window unsent
+/// (`Ack::PublishUnconfirmed`) sends it again before its write to IN_PROGRESS.
+fn resend_old_claim(plan: &mut Plan, input: &Input, known: Known<'_>) {
+    if !plan
+        .iter()
+        .any(|e| matches!(e, Effect::Ack(Ack::PublishUnconfirmed)))
+    {
+        return;
+    }
+    let record = match (known, input) {
+        (Known::Record(r), _) => r,
+        (_, Input::Publish(r) | Input::Reconcile(r)) => r,
+        _ => return,
+    };
+    let Some(attempt) = record.next_attempt else {
+        return;
+    };
+    let at = plan
+        .iter()
+        .position(|e| matches!(e, Effect::Write(_)))
+        .unwrap_or(0);
+    plan.insert(
+        at,
+        Effect::PublishRequest(RequestHeader::of(record, attempt)),
+    );
 }
 
 #[cfg(test)]

@@ -151,6 +151,16 @@ pub struct SimArgs {
     /// violation). The run itself is the same either way.
     #[arg(long, default_value = "deduplicating")]
     pub service: String,
+    /// How requests leave: `direct` (the handler that decides publishes them) or
+    /// `outbox` (the record is the intent; a publisher reading the table's stream
+    /// sends it to a FIFO request queue, which drops a repeat of a deduplication id
+    /// within 5 minutes; the report counts what it published per attempt and round).
+    #[arg(long, default_value = "direct")]
+    pub delivery: String,
+    /// Outbox delivery: the share of ERROR answers (outside outages) that say the
+    /// call may have run (`execution UNKNOWN`); the others say `NOT_RUN`.
+    #[arg(long, default_value_t = 0.5)]
+    pub unknown_error_share: f64,
     /// Worker threads (seeds run in parallel; the report does not depend on this).
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -178,6 +188,7 @@ impl SimArgs {
             ("--silent-rate", self.silent_rate),
             ("--lost-answer-rate", self.lost_answer_rate),
             ("--operator-rate", self.operator_rate),
+            ("--unknown-error-share", self.unknown_error_share),
         ];
         for (name, v) in rates {
             if !(0.0..=1.0).contains(&v) {
@@ -213,6 +224,12 @@ impl SimArgs {
             }
         };
         let service = crate::sim::ServiceDedup::parse("--service", &self.service)?;
+        let delivery = domain::decide::Delivery::parse(&self.delivery).ok_or_else(|| {
+            format!(
+                "--delivery `{}`: expected `direct` or `outbox`",
+                self.delivery
+            )
+        })?;
         let breaker = ((self.breaker || !outages.is_empty()) && !self.no_breaker)
             .then(domain::breaker::BreakerSettings::default);
         if let Some(b) = &breaker {
@@ -270,6 +287,8 @@ impl SimArgs {
                 .unwrap_or(i64::MAX),
             clock_skew_ms: i64::try_from(self.clock_skew_ms).unwrap_or(i64::MAX),
             service,
+            delivery,
+            unknown_error_share: self.unknown_error_share,
             flaws,
         })
     }
@@ -325,6 +344,8 @@ impl SimArgs {
             clock_skew_ms => "--clock-skew-ms",
             outage_mode => "--outage-mode",
             service => "--service",
+            delivery => "--delivery",
+            unknown_error_share => "--unknown-error-share",
         );
         for o in &self.outage {
             a.push(format!("--outage {o}"));

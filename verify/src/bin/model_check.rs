@@ -3,8 +3,9 @@
 //! `cargo run --release -p deferred-retry-verify --bin model-check -- --transactions 2 --max-attempts 3`
 
 use clap::Parser;
+use domain::decide::Delivery;
 use std::process::ExitCode;
-use verify::model::{check, Budgets, OutageMode, Scope, ServiceDedup, WITNESS};
+use verify::model::{check, Budgets, OutageMode, Scope, ServiceDedup, OUTBOX_WITNESS, WITNESS};
 use verify::Flaws;
 
 /// Exhaustive model check of the deferred retry protocol.
@@ -77,6 +78,17 @@ struct Args {
     /// "each (transaction, attempt) runs at most once" is checked too).
     #[arg(long, default_value = "deduplicating", value_parser = ServiceDedup::NAMES)]
     service: String,
+    /// How requests leave: `direct` (the handler that decides publishes) or `outbox`
+    /// (the record is the intent; the publisher, reading the table's stream, sends it
+    /// to a FIFO request queue; "each (transaction, attempt, round) is published at
+    /// most once" is checked too).
+    #[arg(long, default_value = "direct", value_parser = ["direct", "outbox"])]
+    delivery: String,
+    /// Outbox delivery: times the clock may jump past the FIFO queue's 5-minute
+    /// deduplication window (every claim made before is then older than the publish
+    /// window). 0: every repeat of a send comes within the window.
+    #[arg(long, default_value_t = 0)]
+    window_expiries: u8,
 }
 
 fn main() -> ExitCode {
@@ -95,6 +107,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let Some(delivery) = Delivery::parse(&args.delivery) else {
+        eprintln!(
+            "model-check: --delivery `{}`: expected `direct` or `outbox`",
+            args.delivery
+        );
+        return ExitCode::from(2);
+    };
+    if args.window_expiries > 0 && delivery != Delivery::Outbox {
+        eprintln!(
+            "model-check: --window-expiries {} needs --delivery outbox (direct delivery has no deduplication window)",
+            args.window_expiries
+        );
+        return ExitCode::from(2);
+    }
     let scope = Scope {
         transactions: args.transactions,
         max_attempts: args.max_attempts,
@@ -112,6 +138,7 @@ fn main() -> ExitCode {
             outages: u8::from(args.outage.is_some()),
             deadlines: u8::from(args.deadline),
             operator_actions: args.operator_actions,
+            window_expiries: args.window_expiries,
         },
         flaws,
         interleave: !args.ordered,
@@ -122,6 +149,7 @@ fn main() -> ExitCode {
         counts_probes: !args.uncounted_probes,
         rounds: args.rounds,
         service,
+        delivery,
     };
     println!("scope: {scope}");
     let report = check(scope, args.threads, false);
@@ -132,7 +160,12 @@ fn main() -> ExitCode {
         report.max_depth,
         report.elapsed.as_secs_f64()
     );
-    for w in WITNESS {
+    let outbox_witnesses = if scope.is_outbox() {
+        &OUTBOX_WITNESS[..]
+    } else {
+        &[]
+    };
+    for w in WITNESS.iter().chain(outbox_witnesses) {
         let mark = if report.witnessed.contains(w) {
             "reached"
         } else {

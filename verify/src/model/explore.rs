@@ -45,12 +45,20 @@ impl ProtocolModel {
     /// attempt) runs at most once.
     pub const EXECUTED_ONCE: &'static str = Violation::ExecutedTwice.guarantee();
 
-    /// The safety properties this model checks: [`Self::SAFETY`], and
-    /// [`Self::EXECUTED_ONCE`] when the service does not deduplicate.
+    /// Checked only in outbox delivery ([`Scope::outbox`](super::Scope::outbox)):
+    /// the FIFO request queue accepts each (transaction, attempt, round) once.
+    pub const PUBLISHED_ONCE: &'static str = Violation::PublishedTwice.guarantee();
+
+    /// The safety properties this model checks: [`Self::SAFETY`],
+    /// [`Self::EXECUTED_ONCE`] when the service does not deduplicate, and
+    /// [`Self::PUBLISHED_ONCE`] in outbox delivery.
     pub fn safety(&self) -> Vec<&'static str> {
         let mut p = Self::SAFETY.to_vec();
         if self.scope.service.runs_every_message() {
             p.push(Self::EXECUTED_ONCE);
+        }
+        if self.scope.is_outbox() {
+            p.push(Self::PUBLISHED_ONCE);
         }
         p
     }
@@ -72,6 +80,25 @@ fn deliveries<T: PartialEq>(
         if duplicates {
             actions.push(deliver(i, true));
         }
+    }
+}
+
+impl ProtocolModel {
+    /// The deduplication window may pass when something could be sent again (the
+    /// queue remembers a send, or a record holds a claim) and no run is between its
+    /// decision to publish and its send: a run lasts less than the 60 s the publish
+    /// window keeps from SQS's five minutes (the publisher's timeout), so the window
+    /// never passes inside one. What passes it is a stream record retried late, or
+    /// the reconciler.
+    fn window_may_pass(&self, s: &State) -> bool {
+        let remembered =
+            !s.fifo.is_empty() || s.records.iter().any(|r| r.publishing_since.is_some());
+        let sending = s.runs.iter().any(|r| {
+            r.run
+                .remaining()
+                .any(|e| matches!(e, domain::decide::Effect::PublishRequest(_)))
+        });
+        remembered && !sending
     }
 }
 
@@ -112,13 +139,14 @@ impl Model for ProtocolModel {
         }
         for (&(tx, attempt), answer) in s.service.accepted() {
             match answer {
-                // Down: ERROR to every attempt, or silence.
+                // Down: ERROR to every attempt (it did not run them), or silence.
                 None if s.down => {
                     if self.scope.outage_mode == OutageMode::Error {
                         actions.push(Action::ServiceAnswer {
                             tx,
                             attempt,
                             outcome: Outcome::Error,
+                            may_have_run: false,
                         });
                     }
                 }
@@ -128,13 +156,25 @@ impl Model for ProtocolModel {
                             tx,
                             attempt,
                             outcome: Outcome::Error,
+                            may_have_run: false,
                         });
+                        // Outbox delivery: an ERROR may also say the call may have
+                        // run (a timeout).
+                        if self.scope.is_outbox() {
+                            actions.push(Action::ServiceAnswer {
+                                tx,
+                                attempt,
+                                outcome: Outcome::Error,
+                                may_have_run: true,
+                            });
+                        }
                     }
                     if b.rejected_answers > 0 {
                         actions.push(Action::ServiceAnswer {
                             tx,
                             attempt,
                             outcome: Outcome::Rejected,
+                            may_have_run: false,
                         });
                     }
                     for outcome in [Outcome::Success, Outcome::Cancelled] {
@@ -142,6 +182,7 @@ impl Model for ProtocolModel {
                             tx,
                             attempt,
                             outcome,
+                            may_have_run: false,
                         });
                         if b.lost_messages > 0 {
                             actions.push(Action::LoseAnswer {
@@ -156,6 +197,7 @@ impl Model for ProtocolModel {
                     tx,
                     attempt,
                     outcome,
+                    may_have_run: outcome == Outcome::Error && s.service.may_have_run(&tx, attempt),
                 }),
                 Some(_) => {}
             }
@@ -172,6 +214,15 @@ impl Model for ProtocolModel {
             |i, duplicate| Action::DeliverRetry { i, duplicate },
             actions,
         );
+        deliveries(
+            &s.stream,
+            dup,
+            |i, duplicate| Action::DeliverStream { i, duplicate },
+            actions,
+        );
+        if b.window_expiries > 0 && self.window_may_pass(s) {
+            actions.push(Action::WindowPasses);
+        }
         for (i, r) in s.runs.iter().enumerate() {
             if i > 0 && s.runs[i - 1] == *r {
                 continue;
@@ -343,10 +394,16 @@ impl Model for ProtocolModel {
                 let f = m.scope.faults;
                 let outages_only =
                     m.scope.breaker() && f.technical_answers == 0 && f.lost_messages == 0;
+                let m_outbox = m.scope.is_outbox();
+                // Outbox delivery never sends a request again: one unanswered past
+                // its deadline (a silent outage, or an answer later than the
+                // reconciler's late run) ends UNANSWERED by design.
+                let unanswered = |m| m == Mark::Unanswered && !m_outbox;
                 !outages_only
                     || !s.records.iter().any(|r| {
                         r.status == Status::Failed
-                            && matches!(r.mark, Some(Mark::TechnicalExhausted | Mark::Unanswered))
+                            && r.mark
+                                .is_some_and(|m| m == Mark::TechnicalExhausted || unanswered(m))
                     })
             }),
             Property::always(p[18], |_, s: &State| {
@@ -498,9 +555,52 @@ impl Model for ProtocolModel {
                 !has(s, Violation::ExecutedTwice)
             }));
         }
+        if self.scope.is_outbox() {
+            properties.push(Property::always(Self::PUBLISHED_ONCE, |_, s: &State| {
+                !has(s, Violation::PublishedTwice)
+            }));
+            properties.push(Property::sometimes(OUTBOX_WITNESS[0], |_, s: &State| {
+                s.runs
+                    .iter()
+                    .any(|r| r.kind == Kind::Publisher && r.performed > 0)
+                    && s.records.iter().any(|r| r.publishing_since.is_some())
+            }));
+            properties.push(Property::sometimes(OUTBOX_WITNESS[1], |_, s: &State| {
+                s.fifo_dropped
+            }));
+            properties.push(Property::sometimes(OUTBOX_WITNESS[2], |_, s: &State| {
+                s.records
+                    .iter()
+                    .any(|r| r.status == Status::Failed && r.mark == Some(Mark::Ambiguous))
+            }));
+            properties.push(Property::sometimes(OUTBOX_WITNESS[3], |_, s: &State| {
+                s.records
+                    .iter()
+                    .any(|r| r.status == Status::Succeeded && r.counts[Counter::Round] > 0)
+            }));
+            properties.push(Property::sometimes(OUTBOX_WITNESS[5], |_, s: &State| {
+                s.claim_expired
+            }));
+            properties.push(Property::sometimes(OUTBOX_WITNESS[4], |_, s: &State| {
+                s.records
+                    .iter()
+                    .any(|r| r.status == Status::Failed && r.mark == Some(Mark::Unanswered))
+                    && s.lost.iter().any(|n| *n > 0)
+            }));
+        }
         properties
     }
 }
+
+/// Situations an outbox scope must reach.
+pub const OUTBOX_WITNESS: [&str; 6] = [
+    "the publisher has claimed an intent and is under way",
+    "a send is repeated while the queue remembers its deduplication id, which drops it",
+    "a transaction ends FAILED/AMBIGUOUS after an ERROR that may have run (not sent again)",
+    "a transaction succeeds after a re-send that followed an ERROR NOT_RUN (a new round)",
+    "an intent whose send may not have gone out ends FAILED/UNANSWERED, not sent again",
+    "the publisher finds its claim older than the window and does not send it again",
+];
 
 /// Situations the exploration must reach (otherwise the check would prove little).
 pub const WITNESS: [&str; 18] = [

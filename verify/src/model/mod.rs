@@ -21,9 +21,9 @@ mod world;
 pub use breaker::{
     settings as breaker_settings, BreakerViolation, ModelBreaker, OutageMode, Verdict,
 };
-pub use explore::WITNESS;
+pub use explore::{OUTBOX_WITNESS, WITNESS};
 pub use report::{check, CheckReport};
 pub use scope::{Budgets, Scope, TICK_MS};
 pub use step::ProtocolModel;
 pub use testkit::oracle::{ServiceDedup, Violation};
-pub use world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
+pub use world::{Action, ActiveRun, Ev, Firing, Held, Img, Kind, Req, Resp, Sched, State};

@@ -2,6 +2,7 @@
 
 use crate::sim::OutageMode;
 use crate::Flaws;
+use domain::decide::Delivery;
 use std::fmt;
 use testkit::oracle::ServiceDedup;
 
@@ -49,6 +50,11 @@ pub struct Scope {
     /// deployment's precondition) or runs every request message it receives; then
     /// the property "each (transaction, attempt) runs at most once" is checked too.
     pub service: ServiceDedup,
+    /// How requests leave: published by the handler that decides them (`Direct`), or
+    /// written as an intent (the record SENDING) that the publisher, reading the
+    /// table's stream, sends to a FIFO request queue (`Outbox`); then "each
+    /// (transaction, attempt, round) is published at most once" is checked too.
+    pub delivery: Delivery,
 }
 
 impl Scope {
@@ -64,6 +70,7 @@ impl Scope {
             counts_probes: true,
             rounds: 3,
             service: ServiceDedup::ByKey,
+            delivery: Delivery::Direct,
         }
     }
 
@@ -94,6 +101,17 @@ impl Scope {
         self
     }
 
+    /// The same scope in outbox delivery.
+    pub fn outbox(mut self) -> Self {
+        self.delivery = Delivery::Outbox;
+        self
+    }
+
+    /// True in outbox delivery.
+    pub fn is_outbox(&self) -> bool {
+        self.delivery == Delivery::Outbox
+    }
+
     /// True when the breaker is part of the model (an outage may happen).
     pub fn breaker(&self) -> bool {
         self.faults.outages > 0
@@ -105,7 +123,7 @@ impl fmt::Display for Scope {
         let b = &self.faults;
         write!(
             f,
-            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} rejected answers, {} outages, {} deadline jumps, {} operator actions{}{}",
+            "{} transactions ({}), max_attempts {}; per execution at most: {} duplicate deliveries, {} crashes, {} extra answers, {} double fires, {} undeliverable fires, {} reconciler runs, {} clock ticks, {} lost messages, {} technical answers, {} rejected answers, {} outages, {} deadline jumps, {} operator actions{}{}{}",
             self.transactions,
             if self.interleave { "every interleaving" } else { "transaction-ordered reduction" },
             self.max_attempts,
@@ -138,6 +156,14 @@ impl fmt::Display for Scope {
                 "; the service does not deduplicate (it runs every request message it receives)"
             } else {
                 ""
+            },
+            if self.is_outbox() {
+                format!(
+                    "; outbox delivery (the publisher reads the stream, a FIFO request queue), at most {} window expiries",
+                    b.window_expiries
+                )
+            } else {
+                String::new()
             }
         )
     }
@@ -180,6 +206,11 @@ pub struct Budgets {
     /// Operator commands (`resolve` of a waiting transaction, `replay` of one that
     /// ended FAILED by its cancellations), each racing the handlers.
     pub operator_actions: u8,
+    /// Outbox delivery: times the clock jumps past the FIFO queue's deduplication
+    /// window (5 minutes, so past `PUBLISH_RESEND_WINDOW` too): the queue forgets
+    /// every deduplication id it accepted, and every claim made before is older than
+    /// the window. 0 is the window assumption: every repeat of a send comes within it.
+    pub window_expiries: u8,
 }
 
 impl Budgets {
@@ -200,6 +231,7 @@ impl Budgets {
             outages: 0,
             deadlines: 0,
             operator_actions: 0,
+            window_expiries: 0,
         }
     }
 }

@@ -77,6 +77,7 @@ impl ProtocolModel {
                 tx,
                 attempt,
                 outcome,
+                may_have_run: false,
             },
         )
     }
@@ -85,6 +86,13 @@ impl ProtocolModel {
     pub fn deliver_response(&self, s: &State, tx: u8, duplicate: bool) -> State {
         let i = s.responses.iter().position(|r| r.tx == tx);
         self.deliver(s, i.map(|i| Action::DeliverResponse { i, duplicate }))
+    }
+
+    /// Delivers the first stream record of `tx` to the publisher (keeping a copy when
+    /// `duplicate`).
+    pub fn deliver_stream(&self, s: &State, tx: u8, duplicate: bool) -> State {
+        let i = s.stream.iter().position(|m| m.tx == tx);
+        self.deliver(s, i.map(|i| Action::DeliverStream { i, duplicate }))
     }
 
     /// Delivers the first queued retry event of `tx` (keeping a copy when `duplicate`).
@@ -132,6 +140,7 @@ impl ProtocolModel {
     pub fn settle_with(&self, s: State, outcome: Outcome) -> State {
         let order = [
             Next::Step,
+            Next::Stream,
             Next::Request,
             Next::Answer(outcome),
             Next::Response,

@@ -3,18 +3,23 @@
 
 use super::breaker::{BreakerViolation, ModelBreaker, OutageMode, Verdict};
 use super::scope::{Scope, DEADLINE_JUMP_MS, DEADLINE_MS, LATE_MS, TICK_MS};
-use super::world::{Action, ActiveRun, Ev, Firing, Held, Kind, Req, Resp, Sched, State};
+use super::world::{Action, ActiveRun, Ev, Firing, Held, Img, Kind, Req, Resp, Sched, State};
 use crate::fixture;
 use domain::breaker::Tally;
 use domain::decide::{Ack, Disposition};
-use domain::decide::{Context, Effect, Input, Known, Observed, Run, Step};
+use domain::decide::{Context, Effect, Input, Known, Observed, RequestHeader, Run, Step};
 use domain::ids::{Attempt, Timestamp, TransactionId};
+use domain::machine::{Counter, TransactionRecord};
 use domain::machine::{Event, Status};
-use domain::message::{Origin, Outcome, Request, Response, RetryEvent};
+use domain::message::{Execution, Origin, Outcome, Request, Response, RetryEvent};
 use domain::policy::{FixedRandom, PolicySet};
 use std::collections::BTreeSet;
 use std::time::Duration;
-use testkit::oracle::{self, Instants, Service, Violation, Writer};
+use testkit::oracle::{self, Instants, Sends, Service, Violation, Writer};
+
+/// How far the clock jumps when the FIFO queue's deduplication window passes
+/// (outbox delivery): beyond SQS's 5 minutes, so beyond `PUBLISH_RESEND_WINDOW` too.
+pub const WINDOW_JUMP_MS: i64 = 301_000;
 
 /// TECHNICAL_RESEND_MAX in the model: one re-send, so that two ERROR answers reach
 /// FAILED/TECHNICAL_EXHAUSTED within small budgets.
@@ -55,10 +60,19 @@ impl ProtocolModel {
         Timestamp::from_millis(fixture::EPOCH_MS + i64::from(clock) * TICK_MS)
     }
 
-    /// The time of `s`: its clock, and past the deadline once it has passed.
+    /// The time of `s`: its clock, and past the deadline once it has passed, and
+    /// past each deduplication window that passed.
     fn now_of(&self, s: &State) -> Timestamp {
         let jump = if s.past_deadline { DEADLINE_JUMP_MS } else { 0 };
-        self.clock_time(s.clock).plus_millis(jump)
+        let windows = i64::from(
+            self.scope
+                .faults
+                .window_expiries
+                .saturating_sub(s.budgets.window_expiries),
+        );
+        self.clock_time(s.clock)
+            .plus_millis(jump + windows * WINDOW_JUMP_MS)
+            .max(Timestamp::from_millis(s.floor_ms))
     }
 
     fn ctx(&self, now: Timestamp) -> Context {
@@ -71,6 +85,7 @@ impl ProtocolModel {
         fixture::context(now, &self.policies, Duration::ZERO)
             .with_technical_resend_max(TECHNICAL_RESEND_MAX)
             .with_transaction_deadline(Duration::from_millis(deadline_ms.unsigned_abs()))
+            .with_delivery(self.scope.delivery)
     }
 
     pub(super) fn attempt(n: u32) -> Attempt {
@@ -104,6 +119,12 @@ impl ProtocolModel {
             breaker_violations: BTreeSet::new(),
             past_deadline: false,
             published_after_rejection: false,
+            stream: Vec::new(),
+            fifo: BTreeSet::new(),
+            sends: Sends::new(),
+            fifo_dropped: false,
+            claim_expired: false,
+            floor_ms: 0,
         };
         let now = self.clock_time(0);
         let ctx = self.ctx(now);
@@ -152,13 +173,9 @@ impl ProtocolModel {
                         same_payload: true,
                     },
                     None => {
-                        s.violations.extend(oracle::change(
-                            None,
-                            Event::Start,
-                            record,
-                            Writer::Other,
-                        ));
+                        s.violations.extend(oracle::creation(record));
                         s.records.push(record.clone());
+                        self.stream_record(s, record);
                         Observed::Created
                     }
                 }
@@ -183,6 +200,8 @@ impl ProtocolModel {
                             writer,
                         ));
                         s.records[usize::from(tx)] = next.clone();
+                        self.stream_record(s, &next);
+                        self.enqueued(s, run, w.event());
                         Observed::Written(next)
                     }
                     Err(_) => Observed::ConditionFailed(Some(current.clone())),
@@ -242,15 +261,11 @@ impl ProtocolModel {
                     && !run.run.trail().iter().any(|(e, _)| {
                         matches!(e, Effect::Write(w) if w.event() == Event::RetryEventAccepted)
                     });
-                if run.verdict.hold.is_some() && !resumes_sending {
-                    s.breaker_violations
-                        .insert(BreakerViolation::HeldRequestSent);
-                }
-                if let (Some(round), Some(b)) = (run.verdict.round, s.breaker.as_mut()) {
-                    if b.probe_published(round) {
-                        s.breaker_violations
-                            .insert(BreakerViolation::ProbesExceeded);
-                    }
+                Self::sent_under_verdict(s, run, !resumes_sending);
+                if self.scope.is_outbox() && !self.fifo_accepts(s, h) {
+                    // A repeat within the window: the queue answers as for the first
+                    // send and drops it.
+                    return Observed::Published;
                 }
                 let request = Request::new(
                     h.transaction_id.clone(),
@@ -345,6 +360,68 @@ impl ProtocolModel {
         }
     }
 
+    /// Outbox delivery: a write or a creation that left the record SENDING with no
+    /// claim puts its new image on the table's stream, for the publisher (the
+    /// publisher's event filter).
+    fn stream_record(&self, s: &mut State, next: &TransactionRecord) {
+        if !self.scope.is_outbox()
+            || next.status != Status::Sending
+            || next.publishing_since.is_some()
+        {
+            return;
+        }
+        if let Some(tx) = self.tx_of(&next.transaction_id) {
+            s.stream.push(Img {
+                tx,
+                image: next.clone(),
+            });
+        }
+    }
+
+    /// Outbox delivery: the retry handler's accepting write is its send (the
+    /// publisher sends what it wrote). Under the breaker it is what a hold forbids,
+    /// and a probe's write is the probe let out.
+    fn enqueued(&self, s: &mut State, run: &ActiveRun, event: Event) {
+        if !self.scope.is_outbox()
+            || run.kind != Kind::RetryHandler
+            || event != Event::RetryEventAccepted
+        {
+            return;
+        }
+        Self::sent_under_verdict(s, run, true);
+    }
+
+    /// A request of `run` goes out (or, in outbox delivery, is enqueued) under its
+    /// breaker verdict: a hold forbids it (when `new`: not the completion of a send
+    /// already in flight), and a probe counts in its HALF_OPEN round.
+    fn sent_under_verdict(s: &mut State, run: &ActiveRun, new: bool) {
+        if run.verdict.hold.is_some() && new {
+            s.breaker_violations
+                .insert(BreakerViolation::HeldRequestSent);
+        }
+        if let (Some(round), Some(b)) = (run.verdict.round, s.breaker.as_mut()) {
+            if b.probe_published(round) {
+                s.breaker_violations
+                    .insert(BreakerViolation::ProbesExceeded);
+            }
+        }
+    }
+
+    /// Outbox delivery: the FIFO request queue takes a send of `h`. False when it
+    /// drops it (its deduplication id was accepted within the window); true when it
+    /// accepts it, counted by the oracle (a second acceptance of one id is a
+    /// violation).
+    fn fifo_accepts(&self, s: &mut State, h: &RequestHeader) -> bool {
+        let id = h.deduplication_id();
+        if s.fifo.contains(&id) {
+            s.fifo_dropped = true;
+            return false;
+        }
+        s.fifo.insert(id.clone());
+        s.violations.extend(s.sends.accept(&id));
+        true
+    }
+
     /// The context of a run deciding at `now` with the breaker's `verdict`.
     fn run_ctx(&self, now: Timestamp, verdict: &Verdict) -> Context {
         self.ctx(now)
@@ -418,11 +495,35 @@ impl ProtocolModel {
                         d,
                         retry,
                         s.records.get(usize::from(ar.tx)),
+                        self.scope.delivery,
                     ));
+                }
+                // Outbox delivery: a claim found older than the window is not sent
+                // again; if its send never went out, the intent is lost as a message
+                // is (the answer deadline ends it).
+                if let (Disposition::Ack(Ack::PublishUnconfirmed), Some(id)) =
+                    (d, Self::intent_of(&ar))
+                {
+                    if !s.sends.accepted(&id) {
+                        s.lost[usize::from(ar.tx)] += 1;
+                    }
+                    if ar.kind == Kind::Publisher {
+                        s.claim_expired = true;
+                    }
                 }
                 // Ack or drop: the message is deleted (it is not put back).
             }
         }
+    }
+
+    /// The deduplication id of the intent a publisher or reconciler run handles.
+    fn intent_of(ar: &ActiveRun) -> Option<String> {
+        let r = match ar.run.input() {
+            Input::Publish(r) | Input::Reconcile(r) => r,
+            _ => return None,
+        };
+        let attempt = r.next_attempt?;
+        Some(RequestHeader::of(r, attempt).deduplication_id())
     }
 
     fn step_run(&self, s: &mut State, i: usize) {
@@ -433,7 +534,9 @@ impl ProtocolModel {
         };
         let e = e.clone();
         let obs = self.perform(s, &ar, &e);
-        if matches!(e, Effect::PublishRequest(_)) {
+        let enqueue = self.scope.is_outbox()
+            && matches!((&e, &obs), (Effect::Write(w), Observed::Written(_)) if w.event() == Event::RetryEventAccepted);
+        if matches!(e, Effect::PublishRequest(_)) || enqueue {
             // One probe per run: a re-decided plan publishing the same request again
             // (same key) lets out no second probe.
             ar.verdict.round = None;
@@ -463,6 +566,14 @@ impl ProtocolModel {
     }
 
     fn response_input(&self, r: Resp) -> Input {
+        // Outbox delivery: an ERROR says whether the call may have run. Direct
+        // delivery's carries nothing (its decisions ignore it).
+        let execution =
+            (self.scope.is_outbox() && r.outcome == Outcome::Error).then_some(if r.may_have_run {
+                Execution::Unknown
+            } else {
+                Execution::NotRun
+            });
         Input::Response(Response {
             transaction_id: self.id(r.tx).clone(),
             attempt: Self::attempt(r.attempt),
@@ -470,7 +581,7 @@ impl ProtocolModel {
             reason: Some(fixture::CANCEL_REASON.to_owned()),
             retry_after_seconds: None,
             round: r.round,
-            execution: None,
+            execution,
         })
     }
 
@@ -539,9 +650,15 @@ impl ProtocolModel {
                 tx,
                 attempt,
                 outcome,
+                may_have_run,
             } => {
                 let again = s.service.answer_of(&tx, attempt).is_some();
-                if s.service.answer(tx, attempt, outcome) {
+                let answered = if may_have_run {
+                    s.service.answer_error_unknown(tx, attempt)
+                } else {
+                    s.service.answer(tx, attempt, outcome)
+                };
+                if answered {
                     if again {
                         s.budgets.extra_answers -= 1;
                     } else if outcome == Outcome::Error && !s.down {
@@ -560,6 +677,7 @@ impl ProtocolModel {
                         attempt,
                         outcome,
                         round,
+                        may_have_run,
                     });
                 }
             }
@@ -644,6 +762,15 @@ impl ProtocolModel {
                     // reconciler's to finish, as a lost message is.
                     Held::Nothing if ar.kind == Kind::Operator => s.lost[usize::from(ar.tx)] += 1,
                     Held::Nothing => {}
+                    // The publisher's batch is retried: the stream record again.
+                    Held::Stream { .. } => {
+                        if let Input::Publish(image) = ar.run.input() {
+                            s.stream.push(Img {
+                                tx: ar.tx,
+                                image: image.clone(),
+                            });
+                        }
+                    }
                 }
             }
             Action::Fire { i, how } => {
@@ -698,6 +825,11 @@ impl ProtocolModel {
                     }
                     _ => Verdict::default(),
                 };
+                // Outbox delivery: time is monotonic from here (a claim the publisher
+                // writes later is no older than this run's decisions).
+                if self.scope.is_outbox() {
+                    s.floor_ms = s.floor_ms.max(now.millis());
+                }
                 let ar = self.begin(
                     Kind::Reconciler,
                     tx,
@@ -720,6 +852,36 @@ impl ProtocolModel {
             Action::DeadlinePasses => {
                 s.budgets.deadlines -= 1;
                 s.past_deadline = true;
+            }
+            Action::DeliverStream { i, duplicate } => {
+                let m = if duplicate {
+                    s.budgets.duplicate_deliveries -= 1;
+                    s.stream[i].clone()
+                } else {
+                    s.stream.remove(i)
+                };
+                let now = self.now_of(&s);
+                let held = Held::Stream {
+                    attempt: m.image.next_attempt.map_or(0, Attempt::get),
+                    round: m.image.counts[Counter::Round],
+                };
+                let ar = self.begin(
+                    Kind::Publisher,
+                    m.tx,
+                    held,
+                    Input::Publish(m.image),
+                    now,
+                    Verdict::default(),
+                );
+                self.start_run(&mut s, ar);
+            }
+            Action::WindowPasses => {
+                s.budgets.window_expiries -= 1;
+                s.fifo.clear();
+                // Past every decision made so far, a late reconciler's included.
+                if s.floor_ms > 0 {
+                    s.floor_ms += WINDOW_JUMP_MS;
+                }
             }
             Action::Operate { tx, act } => {
                 s.budgets.operator_actions -= 1;
@@ -782,12 +944,19 @@ impl ProtocolModel {
                 &[
                     Next::Step,
                     Next::Retry,
+                    Next::Stream,
                     Next::Request,
                     Next::Answer(Outcome::Error),
                     Next::Response,
                 ]
             } else {
-                &[Next::Step, Next::Retry, Next::Request, Next::Response]
+                &[
+                    Next::Step,
+                    Next::Retry,
+                    Next::Stream,
+                    Next::Request,
+                    Next::Response,
+                ]
             };
             s = self.without_faults(s, order, 10_000);
         }
@@ -799,7 +968,7 @@ impl ProtocolModel {
     fn finish_everything(&self, start: &State) -> State {
         self.without_faults(
             start.clone(),
-            &[Next::Step, Next::Retry, Next::Request],
+            &[Next::Step, Next::Retry, Next::Stream, Next::Request],
             10_000,
         )
     }
@@ -828,11 +997,14 @@ impl ProtocolModel {
             | Action::Operate { tx, .. } => Some(tx),
             Action::DeliverResponse { i, .. } => s.responses.get(i).map(|r| r.tx),
             Action::DeliverRetry { i, .. } => s.retries.get(i).map(|e| e.tx),
+            Action::DeliverStream { i, .. } => s.stream.get(i).map(|m| m.tx),
             Action::Step { run } | Action::Crash { run } => s.runs.get(run).map(|r| r.tx),
             Action::Fire { i, .. } => s.schedules.get(i).map(|x| x.tx),
-            Action::Tick | Action::OutageStarts | Action::OutageEnds | Action::DeadlinePasses => {
-                None
-            }
+            Action::Tick
+            | Action::OutageStarts
+            | Action::OutageEnds
+            | Action::DeadlinePasses
+            | Action::WindowPasses => None,
         }
     }
 
@@ -841,6 +1013,7 @@ impl ProtocolModel {
         !s.requests.iter().any(|r| r.tx == tx)
             && !s.responses.iter().any(|r| r.tx == tx)
             && !s.retries.iter().any(|e| e.tx == tx)
+            && !s.stream.iter().any(|m| m.tx == tx)
             && !s.runs.iter().any(|r| r.tx == tx)
             && !s
                 .service
@@ -854,6 +1027,7 @@ impl ProtocolModel {
         s.requests.is_empty()
             && s.responses.is_empty()
             && s.retries.is_empty()
+            && s.stream.is_empty()
             && s.runs.is_empty()
             && s.service.accepted().all(|(_, answer)| answer.is_some())
     }
@@ -885,6 +1059,8 @@ pub(super) enum Next {
     Step,
     /// The first queued retry event is delivered.
     Retry,
+    /// The publisher receives the first stream record.
+    Stream,
     /// The service receives the first queued request.
     Request,
     /// The service answers the first attempt it owes an answer, with this outcome.
@@ -906,6 +1082,10 @@ impl Next {
                 i: first(!s.retries.is_empty())?,
                 duplicate: false,
             },
+            Next::Stream => Action::DeliverStream {
+                i: first(!s.stream.is_empty())?,
+                duplicate: false,
+            },
             Next::Request => Action::ServiceReceive {
                 i: first(!s.requests.is_empty())?,
                 duplicate: false,
@@ -916,6 +1096,7 @@ impl Next {
                     tx,
                     attempt,
                     outcome,
+                    may_have_run: false,
                 }
             }
             Next::Response => Action::DeliverResponse {

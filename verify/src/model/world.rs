@@ -12,7 +12,7 @@ use domain::machine::{Counter, Mark, Status};
 use domain::message::{Origin, Outcome};
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
-use testkit::oracle::{Instants, Service, Violation};
+use testkit::oracle::{Instants, Sends, Service, Violation};
 
 /// A request on the request queue, as the external service sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,6 +36,10 @@ pub struct Resp {
     pub outcome: Outcome,
     /// The round the service echoes (the newest it received for the key).
     pub round: Option<u32>,
+    /// Outbox delivery, an ERROR: the service says the call may have run
+    /// (`execution UNKNOWN`; false: `NOT_RUN`). Always false in direct delivery,
+    /// whose ERROR carries no execution.
+    pub may_have_run: bool,
 }
 
 /// A retry event on the retry queue.
@@ -73,6 +77,8 @@ pub enum Kind {
     Reconciler,
     /// An operator's `retryctl resolve` or `replay`.
     Operator,
+    /// Outbox delivery: the publisher, handling one stream record.
+    Publisher,
 }
 
 /// The message a run holds (it goes back to its queue if the run crashes).
@@ -82,6 +88,12 @@ pub enum Held {
     Retry(Ev),
     /// The reconciler's query result: no message.
     Nothing,
+    /// A stream record (a SENDING image) for the publisher: its attempt and round
+    /// (the image itself is the run's input, put back on the stream by a crash).
+    Stream {
+        attempt: u32,
+        round: u32,
+    },
 }
 
 /// A handler execution in progress: a real [`Run`] plus what the model needs.
@@ -159,7 +171,8 @@ impl ActiveRun {
                             &w.set.counts[Counter::Round]
                         ),
                         (&w.set.last_reason, &w.set.mark),
-                        &w.set.reconcile
+                        &w.set.reconcile,
+                        (w.guard.unclaimed, &w.set.publishing_since)
                     )
                 ),
                 Effect::CreateSchedule(c) => {
@@ -182,7 +195,7 @@ impl ActiveRun {
     ) -> (
         Kind,
         u8,
-        (u32, Option<Outcome>, Option<Timestamp>),
+        (u32, Option<Outcome>, Option<Timestamp>, Option<u32>),
         Timestamp,
         &str,
         u8,
@@ -205,11 +218,12 @@ impl ActiveRun {
 impl Held {
     /// What of the held message can influence the future (an event's origin is only
     /// recorded, never read by a decision).
-    fn key(&self) -> (u32, Option<Outcome>, Option<Timestamp>) {
+    fn key(&self) -> (u32, Option<Outcome>, Option<Timestamp>, Option<u32>) {
         match self {
-            Held::Response(r) => (r.attempt, Some(r.outcome), None),
-            Held::Retry(e) => (e.attempt, None, e.at),
-            Held::Nothing => (0, None, None),
+            Held::Response(r) => (r.attempt, Some(r.outcome), None, None),
+            Held::Retry(e) => (e.attempt, None, e.at, None),
+            Held::Nothing => (0, None, None, None),
+            Held::Stream { attempt, round } => (*attempt, None, None, Some(*round)),
         }
     }
 }
@@ -266,6 +280,44 @@ pub struct State {
     /// A request was published for a transaction already FAILED/REJECTED by a run
     /// that began after it, or for a later attempt than the rejected one.
     pub published_after_rejection: bool,
+    /// Outbox delivery: the table's stream records the publisher has yet to handle
+    /// (at least once: a crash puts one back, the duplicate budget delivers one
+    /// twice), a multiset like the queues.
+    pub stream: Vec<Img>,
+    /// Outbox delivery: the deduplication ids the FIFO request queue remembers (those
+    /// it accepted within its window; a window expiry forgets them all).
+    pub fifo: BTreeSet<String>,
+    /// Outbox delivery: every send the FIFO queue accepted, per deduplication id.
+    pub sends: Sends,
+    /// Outbox delivery: the FIFO queue has dropped a repeated send.
+    pub fifo_dropped: bool,
+    /// Outbox delivery: a publisher run found a claim older than the window and did
+    /// not send it again.
+    pub claim_expired: bool,
+    /// Outbox delivery: no decision is made earlier than this (a late reconciler run
+    /// moved time on: every claim written after it is at least as late), in ms.
+    pub floor_ms: i64,
+}
+
+/// A stream record: the new image of a write that left transaction `tx` SENDING
+/// with no claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Img {
+    pub tx: u8,
+    pub image: TransactionRecord,
+}
+
+impl Img {
+    /// What of the image a decision reads, in an order for canonical states.
+    pub(super) fn order(&self) -> (u8, Option<u32>, u32, Option<i64>, i64) {
+        (
+            self.tx,
+            self.image.next_attempt.map(|a| a.get()),
+            self.image.counts[Counter::Round],
+            self.image.publishing_since.map(|t| t.millis()),
+            self.image.updated_at.millis(),
+        )
+    }
 }
 
 /// One thing that can happen next.
@@ -273,11 +325,13 @@ pub struct State {
 pub enum Action {
     /// The external service takes request `i` from the request queue.
     ServiceReceive { i: usize, duplicate: bool },
-    /// The external service answers an attempt it accepted.
+    /// The external service answers an attempt it accepted (an ERROR in outbox
+    /// delivery says whether the call may have run).
     ServiceAnswer {
         tx: u8,
         attempt: u32,
         outcome: Outcome,
+        may_have_run: bool,
     },
     /// Request `i` is lost before the service reads it.
     LoseRequest { i: usize },
@@ -310,6 +364,10 @@ pub enum Action {
     /// An operator acts on transaction `tx` as it reads it: resolves it while it
     /// waits for its retry, or replays it once it failed.
     Operate { tx: u8, act: Command },
+    /// Outbox delivery: the publisher receives stream record `i`.
+    DeliverStream { i: usize, duplicate: bool },
+    /// Outbox delivery: time passes beyond the FIFO queue's deduplication window.
+    WindowPasses,
 }
 
 /// How a schedule fires.
@@ -350,6 +408,7 @@ fn record_key(r: &TransactionRecord) -> impl Hash + '_ {
             // kept in the key so that the count of states stays comparable.
             (r.mark, r.last_reason.as_deref()),
             r.reconcile.as_ref().map(|k| k.at),
+            r.publishing_since,
         ),
     )
 }
@@ -384,6 +443,15 @@ impl Hash for State {
         self.breaker.hash(h);
         self.breaker_violations.hash(h);
         self.published_after_rejection.hash(h);
+        for m in &self.stream {
+            m.tx.hash(h);
+            record_key(&m.image).hash(h);
+        }
+        self.fifo.hash(h);
+        self.sends.hash(h);
+        self.fifo_dropped.hash(h);
+        self.claim_expired.hash(h);
+        self.floor_ms.hash(h);
     }
 }
 
@@ -465,5 +533,6 @@ impl State {
         self.retries.sort();
         self.schedules.sort();
         self.runs.sort_by(|a, b| a.order().cmp(&b.order()));
+        self.stream.sort_by_key(Img::order);
     }
 }

@@ -7,8 +7,9 @@ use crate::fixture;
 use domain::decide::{Input, Known, Run};
 use domain::defaults;
 use domain::ids::{Attempt, ScheduleName};
+use domain::machine::Status;
 use domain::machine::{ReconcileKey, TransactionRecord};
-use domain::message::{Origin, Outcome, Response, RetryEvent};
+use domain::message::{Execution, Origin, Outcome, Response, RetryEvent};
 use std::collections::VecDeque;
 use testkit::oracle::Fate;
 
@@ -82,9 +83,24 @@ impl World<'_> {
         } else {
             Outcome::Success
         };
-        self.ledger.answer(tx, attempt, outcome);
-        // ERROR: it did not run the attempt.
-        if first_receipt && outcome != Outcome::Error {
+        // Outbox delivery: an ERROR says whether the call may have run (an outage's
+        // did not: the service was down).
+        let execution = (self.cfg.outbox() && outcome == Outcome::Error).then(|| {
+            if !down && self.stream_rng.chance(self.cfg.unknown_error_share) {
+                self.report.errors_unknown += 1;
+                Execution::Unknown
+            } else {
+                self.report.errors_not_run += 1;
+                Execution::NotRun
+            }
+        });
+        if execution == Some(Execution::Unknown) {
+            self.ledger.answer_error_unknown(tx, attempt);
+        } else {
+            self.ledger.answer(tx, attempt, outcome);
+        }
+        // ERROR: it did not run the attempt, unless it says it may have.
+        if first_receipt && (outcome != Outcome::Error || execution == Some(Execution::Unknown)) {
             self.ran(tx, attempt, by);
         }
         // The service echoes the newest round of the key it received.
@@ -102,6 +118,7 @@ impl World<'_> {
                 attempt,
                 outcome,
                 round,
+                execution,
             },
         );
         if self.service.chance(self.cfg.late_response_rate) {
@@ -114,6 +131,7 @@ impl World<'_> {
                     attempt,
                     outcome,
                     round,
+                    execution,
                 },
             );
         }
@@ -141,7 +159,14 @@ impl World<'_> {
         }
     }
 
-    pub(super) fn answer(&mut self, tx: usize, attempt: u32, outcome: Outcome, round: Option<u32>) {
+    pub(super) fn answer(
+        &mut self,
+        tx: usize,
+        attempt: u32,
+        outcome: Outcome,
+        round: Option<u32>,
+        execution: Option<Execution>,
+    ) {
         let Ok(a) = Attempt::new(attempt) else { return };
         let body = Response {
             transaction_id: self.ids[tx].clone(),
@@ -153,12 +178,76 @@ impl World<'_> {
             },
             retry_after_seconds: None,
             round,
-            execution: None,
+            execution,
         };
         self.seq += 1;
         let id = self.seq;
         self.responses.send(id, body, self.now);
         self.poll_soon(QueueId::Response);
+    }
+
+    // -- outbox delivery: the stream and the publisher ----------------------
+
+    /// A write left `image` SENDING with no claim: its stream record reaches the
+    /// publisher after the stream's lag, and sometimes twice (a batch delivered
+    /// again).
+    pub(super) fn stream_record(&mut self, tx: usize, image: &TransactionRecord) {
+        if !self.cfg.outbox() || image.status != Status::Sending || image.publishing_since.is_some()
+        {
+            return;
+        }
+        let (lo, hi) = super::config::STREAM_LAG_MS;
+        let lag = self.stream_rng.range(lo, hi);
+        self.seq += 1;
+        let id = self.seq;
+        self.stream.insert(id, (image.clone(), 0));
+        self.report.stream_records += 1;
+        self.at(self.now + lag, Ev::Stream(id));
+        if self.stream_rng.chance(self.cfg.duplicate_rate) {
+            self.seq += 1;
+            let copy = self.seq;
+            self.stream.insert(copy, (image.clone(), 0));
+            self.report.stream_redeliveries += 1;
+            let (lo, hi) = super::config::STREAM_RETRY_MS;
+            let again = self.now + lag + self.stream_rng.range(lo, hi);
+            self.at(again, Ev::Stream(copy));
+        }
+        let _ = tx;
+    }
+
+    /// The publisher handles stream record `id`: the domain's `decide_publish` on its
+    /// image.
+    pub(super) fn publish(&mut self, id: u64) {
+        let Some((image, _)) = self.stream.get(&id).cloned() else {
+            return;
+        };
+        let Some(tx) = self.tx_of(&image.transaction_id) else {
+            return;
+        };
+        let attempt = image.next_attempt.map(Attempt::get).unwrap_or(0);
+        let local = self.now + self.skew.of(Kind::Publisher, 0);
+        let now = ts(local);
+        let ctx = self.ctx(now);
+        let run = Run::with_rules(
+            self.cfg.flaws,
+            Input::Publish(image),
+            Known::Unread,
+            &ctx,
+            &mut self.jitter,
+        );
+        self.spawn(Proc {
+            kind: Kind::Publisher,
+            worker: 0,
+            msg: Some(id),
+            tx,
+            attempt,
+            run,
+            now,
+            hold: None,
+            probe: false,
+            backlog: VecDeque::new(),
+            after_rejection: false,
+        });
     }
 
     // -- the scheduler -----------------------------------------------------

@@ -3,6 +3,7 @@
 use super::breaker::{Outage, OutageMode};
 use crate::Flaws;
 use domain::breaker::BreakerSettings;
+use domain::decide::Delivery;
 use domain::defaults;
 use domain::policy::{PolicySet, RetryPolicy};
 use std::time::Duration;
@@ -100,8 +101,29 @@ pub struct SimConfig {
     /// same (same draws, same digest): the service answers as the deduplicating one
     /// does, and only what it runs is counted.
     pub service: ServiceDedup,
+    /// How requests leave: published by the handler that decides them (`Direct`),
+    /// or written as an intent that a publisher reading the table's stream sends to
+    /// a FIFO request queue (`Outbox`: every outbox draw comes from streams of its
+    /// own, so a direct run is the run it always was).
+    pub delivery: Delivery,
+    /// Outbox delivery: the share of ERROR answers (outside outages) that say the
+    /// call may have run (`execution UNKNOWN`, a timeout); the others say `NOT_RUN`.
+    pub unknown_error_share: f64,
     pub flaws: Flaws,
 }
+
+/// Outbox delivery: how late a stream record reaches the publisher (DynamoDB
+/// Streams' propagation and the event source mapping's polling), in ms.
+pub const STREAM_LAG_MS: (i64, i64) = (100, 2_000);
+
+/// Outbox delivery: when a publisher run fails, the event source mapping retries
+/// its batch after this long (ms), at most [`STREAM_MAX_RETRIES`] times; then the
+/// record goes to the on-failure destination and the reconciler rescues the intent.
+pub const STREAM_RETRY_MS: (i64, i64) = (1_000, 60_000);
+pub const STREAM_MAX_RETRIES: u32 = 10;
+
+/// Outbox delivery: how long a FIFO queue remembers a deduplication id (SQS: 5 min).
+pub const FIFO_DEDUP_WINDOW_MS: i64 = 300_000;
 
 /// The window an operator's command lands in, from the start of the run: two days,
 /// the article's backoff (2 h doubling) of a few attempts.
@@ -154,6 +176,8 @@ impl Default for SimConfig {
             breaker_refresh_ms: 0,
             clock_skew_ms: 0,
             service: ServiceDedup::ByKey,
+            delivery: Delivery::Direct,
+            unknown_error_share: 0.5,
             flaws: Flaws::NONE,
         }
     }
@@ -200,6 +224,11 @@ impl SimConfig {
     /// True when the service is down at `since_start` ms from the start of the run.
     pub fn in_outage(&self, since_start: i64) -> bool {
         self.outages.iter().any(|o| o.covers(since_start))
+    }
+
+    /// True in outbox delivery.
+    pub fn outbox(&self) -> bool {
+        self.delivery == Delivery::Outbox
     }
 
     /// The fleet bound on outbound requests per second.

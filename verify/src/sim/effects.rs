@@ -23,12 +23,13 @@ impl World<'_> {
                         same_payload: same,
                     };
                 }
-                for v in oracle::change(None, Event::Start, record, Writer::Other) {
+                for v in oracle::creation(record) {
                     self.report.count(v);
                 }
                 self.payloads[tx] = Some(payload.clone());
                 self.set_record(tx, record.clone());
                 self.report.transitions += 1;
+                self.stream_record(tx, record);
                 Observed::Created
             }
             Effect::Write(w) => {
@@ -49,6 +50,22 @@ impl World<'_> {
                         }
                         self.set_record(tx, next.clone());
                         self.report.transitions += 1;
+                        self.stream_record(tx, &next);
+                        // Outbox delivery: the retry handler's accepting write is its
+                        // send (the publisher sends what it wrote), counted in a
+                        // HALF_OPEN round as a probe.
+                        if self.cfg.outbox()
+                            && p.kind == Kind::RetryHandler
+                            && w.event() == Event::RetryEventAccepted
+                        {
+                            if let (Some(b), Some(n)) = (self.breaker.as_mut(), next.next_attempt) {
+                                b.published((
+                                    tx,
+                                    n.get(),
+                                    next.counts[domain::machine::Counter::Round],
+                                ));
+                            }
+                        }
                         Observed::Written(next)
                     }
                     Err(_) => Observed::ConditionFailed(Some(current)),
@@ -113,6 +130,24 @@ impl World<'_> {
                     .is_some_and(|r| h.attempt > r.current_attempt);
                 if self.ended_rejected(tx) && (p.after_rejection || later) {
                     self.report.published_after_rejection += 1;
+                }
+                // Outbox delivery: the FIFO queue drops a repeat of a deduplication id
+                // it accepted within its window (answering as for the first).
+                if self.cfg.outbox() {
+                    let id = h.deduplication_id();
+                    let remembered = self
+                        .fifo
+                        .get(&id)
+                        .is_some_and(|at| self.now - *at < super::config::FIFO_DEDUP_WINDOW_MS);
+                    if remembered {
+                        self.report.fifo_deduplicated += 1;
+                        return Observed::Published;
+                    }
+                    self.fifo.insert(id.clone(), self.now);
+                    self.report.fifo_accepted += 1;
+                    if let Some(v) = self.sends.accept(&id) {
+                        self.report.count(v);
+                    }
                 }
                 let request = Request::new(h.transaction_id.clone(), h.attempt, payload);
                 self.report.requests_published += 1;

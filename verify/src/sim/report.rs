@@ -141,6 +141,27 @@ pub struct Report {
     /// Copies of one request message the queue delivered again (the service runs a
     /// message once, whatever its copies).
     pub request_copies: u64,
+    /// Outbox delivery: the publisher sends each intent the table's stream carries
+    /// to a FIFO request queue (the figures below are counted then only).
+    pub outbox: bool,
+    /// Stream records delivered to the publisher, and those delivered again (a batch
+    /// retried after a crash, or delivered twice).
+    pub stream_records: u64,
+    pub stream_redeliveries: u64,
+    /// `SendMessage` calls the FIFO queue accepted, and repeats it dropped (same
+    /// deduplication id within its window).
+    pub fifo_accepted: u64,
+    pub fifo_deduplicated: u64,
+    /// Deduplication ids the queue accepted more than once (each a
+    /// [`Violation::PublishedTwice`]).
+    pub published_twice: u64,
+    /// Claims found older than the publish window: not sent again, left to the answer
+    /// deadline.
+    pub publish_unconfirmed: u64,
+    /// ERROR answers saying the call may have run (`execution UNKNOWN`), and those
+    /// saying it did not (`NOT_RUN`).
+    pub errors_unknown: u64,
+    pub errors_not_run: u64,
     /// Crashes and throttles by failure point (`<handler> before <effect>`).
     pub failure_points: BTreeMap<String, u64>,
     /// A digest of every event processed, in order.
@@ -167,6 +188,7 @@ impl Report {
             Violation::Stuck => &mut self.stuck,
             Violation::RecordInconsistent => &mut self.inconsistent_records,
             Violation::ExecutedTwice => &mut self.extra_runs,
+            Violation::PublishedTwice => &mut self.published_twice,
             // Judged from the whole run (`max_requests_per_second`), or not something a
             // simulation can show.
             Violation::RateExceeded | Violation::Disagreement | Violation::AuditGap => return,
@@ -249,9 +271,18 @@ impl Report {
             runs,
             executed_twice,
             extra_runs,
-            request_copies
+            request_copies,
+            stream_records,
+            stream_redeliveries,
+            fifo_accepted,
+            fifo_deduplicated,
+            published_twice,
+            publish_unconfirmed,
+            errors_unknown,
+            errors_not_run
         );
         self.non_idempotent |= o.non_idempotent;
+        self.outbox |= o.outbox;
         self.most_runs = self.most_runs.max(o.most_runs);
         for (k, v) in &o.ran_again_by {
             *self.ran_again_by.entry(k.clone()).or_default() += v;
@@ -291,6 +322,7 @@ impl Report {
             ("ended-past-deadline", self.ended_past_deadline),
             ("published-after-rejection", self.published_after_rejection),
             ("executed-twice", self.executed_twice),
+            ("published-twice", self.published_twice),
         ];
         if self.probe_limit > 0 && self.max_probes_per_round > self.probe_limit {
             v.push(("probes-exceeded", self.max_probes_per_round));
@@ -468,6 +500,27 @@ impl fmt::Display for Report {
                 self.extra_runs_per_million(),
                 if by.is_empty() { "none".to_owned() } else { by.join(", ") },
                 self.request_copies
+            )?;
+        }
+        if self.outbox {
+            writeln!(
+                f,
+                "outbox delivery            stream records {} (delivered again {}); SendMessage accepted by the FIFO queue {}, dropped as repeats {}; claims past the window not sent again {}",
+                self.stream_records,
+                self.stream_redeliveries,
+                self.fifo_accepted,
+                self.fifo_deduplicated,
+                self.publish_unconfirmed
+            )?;
+            writeln!(
+                f,
+                "                           published twice {}{} / executed twice {}{}; ERROR answers NOT_RUN {}, UNKNOWN {}",
+                self.published_twice,
+                flag(self.published_twice),
+                self.executed_twice,
+                flag(self.executed_twice),
+                self.errors_not_run,
+                self.errors_unknown
             )?;
         }
         if self.expired > 0 || self.ended_past_deadline > 0 {

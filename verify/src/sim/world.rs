@@ -12,7 +12,7 @@ use domain::breaker::Tally;
 use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known, Run, Step};
 use domain::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
 use domain::machine::{Status, TransactionRecord};
-use domain::message::{Outcome, Payload, Response, RetryEvent};
+use domain::message::{Execution, Outcome, Payload, Response, RetryEvent};
 use domain::policy::PolicySet;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -25,6 +25,8 @@ pub(super) enum Kind {
     Reconciler,
     /// An operator's `retryctl resolve` or `replay`.
     Operator,
+    /// Outbox delivery: the publisher, handling one stream record.
+    Publisher,
 }
 
 impl Kind {
@@ -34,6 +36,7 @@ impl Kind {
             Kind::RetryHandler => "retry-handler",
             Kind::Reconciler => "reconciler",
             Kind::Operator => "operator",
+            Kind::Publisher => "publisher",
         }
     }
 }
@@ -80,6 +83,8 @@ pub(super) enum Ev {
         attempt: u32,
         outcome: Outcome,
         round: Option<u32>,
+        /// Outbox delivery, an ERROR: what it says of the call.
+        execution: Option<Execution>,
     },
     Fire {
         name: ScheduleName,
@@ -88,6 +93,8 @@ pub(super) enum Ev {
     ReconcilerTick,
     /// An operator looks at transaction `tx` and acts on what it sees.
     Operate(usize),
+    /// Outbox delivery: stream record `id` reaches the publisher.
+    Stream(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -145,6 +152,16 @@ pub(super) struct World<'a> {
     /// and its runs per (transaction, attempt).
     pub(super) messages_received: BTreeSet<u64>,
     pub(super) runs: BTreeMap<(usize, u32), u32>,
+    /// Outbox delivery: stream records not yet handled to the end (the image, and
+    /// the publisher runs that failed on it), by record id.
+    pub(super) stream: BTreeMap<u64, (TransactionRecord, u32)>,
+    /// Outbox delivery: the stream's and the publisher's randomness.
+    pub(super) stream_rng: Rng,
+    /// Outbox delivery: the FIFO request queue's deduplication ids, with the instant
+    /// each was accepted.
+    pub(super) fifo: BTreeMap<String, i64>,
+    /// Outbox delivery: every send the FIFO queue accepted, per deduplication id.
+    pub(super) sends: testkit::oracle::Sends,
 }
 
 pub(super) const END_MS: i64 = 90 * 24 * 3_600_000;
@@ -155,6 +172,8 @@ pub(super) struct Skew {
     response: Vec<i64>,
     retry: Vec<i64>,
     reconciler: i64,
+    /// Outbox delivery only (drawn after the others).
+    publisher: i64,
 }
 
 impl Skew {
@@ -171,10 +190,16 @@ impl Skew {
         let response = offsets(cfg.response_concurrency);
         let retry = offsets(cfg.retry_concurrency);
         let reconciler = offsets(1).first().copied().unwrap_or(0);
+        let publisher = if cfg.outbox() {
+            offsets(1).first().copied().unwrap_or(0)
+        } else {
+            0
+        };
         Self {
             response,
             retry,
             reconciler,
+            publisher,
         }
     }
 
@@ -186,6 +211,7 @@ impl Skew {
             Kind::RetryHandler => at(&self.retry),
             Kind::Reconciler => self.reconciler,
             Kind::Operator => 0,
+            Kind::Publisher => self.publisher,
         }
     }
 }
@@ -244,6 +270,7 @@ impl<'a> World<'a> {
                 digest: 0xcbf2_9ce4_8422_2325,
                 probe_limit: cfg.breaker.map_or(0, |b| u64::from(b.probes)),
                 non_idempotent: cfg.service.runs_every_message(),
+                outbox: cfg.outbox(),
                 ..Report::default()
             },
             breaker: cfg
@@ -252,6 +279,10 @@ impl<'a> World<'a> {
             last_msg: 0,
             messages_received: BTreeSet::new(),
             runs: BTreeMap::new(),
+            stream: BTreeMap::new(),
+            stream_rng: Rng::new(seed, 8),
+            fifo: BTreeMap::new(),
+            sends: testkit::oracle::Sends::new(),
         }
     }
 
@@ -275,6 +306,7 @@ impl<'a> World<'a> {
         )
         .with_technical_resend_max(self.cfg.technical_resend_max)
         .with_transaction_deadline(Duration::from_millis(self.cfg.transaction_deadline_ms))
+        .with_delivery(self.cfg.delivery)
     }
 
     pub(super) fn tx_of(&self, id: &TransactionId) -> Option<usize> {
@@ -296,6 +328,7 @@ impl<'a> World<'a> {
             Ev::Fire { generation, .. } => 6 ^ generation << 8,
             Ev::ReconcilerTick => 7,
             Ev::Operate(tx) => 8 ^ (*tx as u64) << 8,
+            Ev::Stream(id) => 9 ^ id << 8,
         };
         let mut h = self.report.digest;
         for v in [tag, self.now as u64] {
@@ -450,7 +483,9 @@ impl World<'_> {
             let refused = p.kind == Kind::Operator && matches!(d, Disposition::Reject(_));
             if refused {
                 self.report.operator_refused += 1;
-            } else if let Some(v) = oracle::disposition(d, retry, self.records[p.tx].as_ref()) {
+            } else if let Some(v) =
+                oracle::disposition(d, retry, self.records[p.tx].as_ref(), self.cfg.delivery)
+            {
                 self.report.count(v);
                 if v == Violation::MessageRejected {
                     self.dlq_by_tx[p.tx] += 1;
@@ -501,6 +536,31 @@ impl World<'_> {
                 }
                 self.poll_soon(q);
             }
+            // The event source mapping retries a failed batch a few times, then gives
+            // the record to its on-failure destination: the reconciler rescues the
+            // intent.
+            Kind::Publisher => {
+                let Some(id) = p.msg else { return };
+                if let Some(Disposition::Ack(Ack::PublishUnconfirmed)) = &done {
+                    self.report.publish_unconfirmed += 1;
+                }
+                if done.is_some() {
+                    self.stream.remove(&id);
+                    return;
+                }
+                let again = self.stream.get_mut(&id).map(|(_, fails)| {
+                    *fails += 1;
+                    *fails <= super::config::STREAM_MAX_RETRIES
+                });
+                if again == Some(true) {
+                    let (lo, hi) = super::config::STREAM_RETRY_MS;
+                    let at = self.now + self.stream_rng.range(lo, hi);
+                    self.report.stream_redeliveries += 1;
+                    self.at(at, Ev::Stream(id));
+                } else {
+                    self.stream.remove(&id);
+                }
+            }
             // A command that dies midway is not run again: the reconciler finishes
             // what it did not do (a replay's retry event).
             Kind::Operator => {
@@ -516,6 +576,9 @@ impl World<'_> {
                 if done.is_none() {
                     self.reconciler_busy = false;
                     return;
+                }
+                if let Some(Disposition::Ack(Ack::PublishUnconfirmed)) = &done {
+                    self.report.publish_unconfirmed += 1;
                 }
                 match p.backlog.pop_front() {
                     Some(rec) => {
@@ -807,9 +870,11 @@ impl World<'_> {
                     attempt,
                     outcome,
                     round,
-                } => self.answer(tx, attempt, outcome, round),
+                    execution,
+                } => self.answer(tx, attempt, outcome, round, execution),
                 Ev::Fire { name, generation } => self.fire(name, generation),
                 Ev::Operate(tx) => self.operate(tx),
+                Ev::Stream(id) => self.publish(id),
                 Ev::ReconcilerTick => {
                     self.reconciler_tick();
                     if self.idle() && !self.reconciler_busy {

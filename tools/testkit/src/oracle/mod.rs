@@ -11,7 +11,7 @@
 
 pub mod evidence;
 
-use domain::decide::{Disposition, ScheduleSpec};
+use domain::decide::{Delivery, Disposition, ScheduleSpec};
 use domain::ids::{Attempt, IdempotencyKey, Timestamp, TransactionId};
 use domain::machine::Counter;
 use domain::machine::{transition, Event, TransactionRecord};
@@ -65,10 +65,14 @@ pub enum Violation {
     /// time ([`Service::runs_again`]). Checked only where the service does not
     /// deduplicate: the idempotency key makes the repeat harmless otherwise.
     ExecutedTwice,
+    /// The FIFO request queue accepted a second `SendMessage` for one (transaction,
+    /// attempt, round) deduplication id ([`Sends::accept`]): outbox delivery published
+    /// it twice. Checked only in outbox delivery.
+    PublishedTwice,
 }
 
 impl Violation {
-    pub const ALL: [Violation; 18] = [
+    pub const ALL: [Violation; 19] = [
         Violation::DuplicateAccepted,
         Violation::RetryWithoutCancellation,
         Violation::ExceededMaxAttempts,
@@ -87,6 +91,7 @@ impl Violation {
         Violation::AuditGap,
         Violation::RecordInconsistent,
         Violation::ExecutedTwice,
+        Violation::PublishedTwice,
     ];
 
     /// The guarantee, as a sentence.
@@ -125,6 +130,9 @@ impl Violation {
             }
             Violation::ExecutedTwice => {
                 "a service that does not deduplicate runs each (transaction, attempt) at most once (a re-send after it answered ERROR, which it did not run, excepted)"
+            }
+            Violation::PublishedTwice => {
+                "each (transaction, attempt, round) is published at most once: the FIFO request queue accepts one SendMessage per deduplication id"
             }
         }
     }
@@ -171,7 +179,13 @@ pub fn inconsistency(r: &TransactionRecord) -> Option<&'static str> {
         r.mark,
         Some(Mark::TechnicalExhausted | Mark::Unanswered | Mark::Expired | Mark::Resolved)
     );
-    if cycle && (r.next_attempt.is_none() || r.next_fire_at.is_none()) {
+    // Outbox mode's start creates the intent of attempt 1 (SENDING, round 0), which
+    // no schedule fires: it has no instant. Every other cycle has one.
+    let queued_start = r.status == domain::Status::Sending
+        && r.current_attempt == Attempt::FIRST
+        && r.next_attempt == Some(Attempt::FIRST)
+        && r.counts[Counter::Round] == 0;
+    if cycle && (r.next_attempt.is_none() || (r.next_fire_at.is_none() && !queued_start)) {
         return Some("a retry cycle without its next attempt or instant");
     }
     if let Some(next) = r.next_attempt {
@@ -218,6 +232,17 @@ pub fn record_over_budget(r: &TransactionRecord) -> bool {
         || r.next_attempt.is_some_and(|n| over_budget(n.get(), max))
 }
 
+/// The violations of the creation of `record`: a start ([`Event::Start`]), or outbox
+/// mode's queued start ([`Event::StartQueued`]) when it was created SENDING.
+pub fn creation(record: &TransactionRecord) -> Vec<Violation> {
+    let event = if record.status == domain::machine::QUEUED {
+        Event::StartQueued
+    } else {
+        Event::Start
+    };
+    change(None, event, record, Writer::Other)
+}
+
 pub fn change(
     before: Option<&TransactionRecord>,
     event: Event,
@@ -251,14 +276,22 @@ pub fn publish(attempt: Attempt, record: Option<&TransactionRecord>) -> Option<V
 /// The violation a run's disposition shows: a rejected message, or a retry event
 /// for `retry` (the attempt and the retry cycle's round it carries, when the run
 /// handled one) dropped while that attempt is still pending on `record` in that
-/// cycle (an event of an earlier cycle is not the pending one).
+/// cycle (an event of an earlier cycle is not the pending one). In outbox delivery a
+/// record SENDING holds the pending attempt's request itself (the publisher sends
+/// it): an event dropped then loses nothing.
 pub fn disposition(
     d: &Disposition,
     retry: Option<(u32, Option<u32>)>,
     record: Option<&TransactionRecord>,
+    delivery: Delivery,
 ) -> Option<Violation> {
     match (d, retry, record) {
         (Disposition::Reject(_), _, _) => Some(Violation::MessageRejected),
+        (Disposition::Drop(_), Some(_), Some(r))
+            if delivery == Delivery::Outbox && r.status == domain::Status::Sending =>
+        {
+            None
+        }
         (Disposition::Drop(_), Some((m, round)), Some(r))
             if r.status.is_intermediate()
                 && r.next_attempt.map(Attempt::get) == Some(m)
@@ -357,6 +390,9 @@ pub struct Service<K: Ord> {
     keys: BTreeSet<String>,
     /// The attempts it ever answered CANCELLED: only these allow the next attempt.
     cancelled: BTreeSet<(K, u32)>,
+    /// The attempts it answered ERROR with `execution UNKNOWN` (a timeout: the call
+    /// may have run). For the guarantees they ran.
+    may_have_run: BTreeSet<(K, u32)>,
 }
 
 impl<K: Ord> Default for Service<K> {
@@ -366,6 +402,7 @@ impl<K: Ord> Default for Service<K> {
             rounds: BTreeMap::new(),
             keys: BTreeSet::new(),
             cancelled: BTreeSet::new(),
+            may_have_run: BTreeSet::new(),
         }
     }
 }
@@ -464,6 +501,22 @@ impl<K: Ord + Clone> Service<K> {
         }
     }
 
+    /// The service answers ERROR to an attempt it accepted, saying it may have run it
+    /// (`execution UNKNOWN`: a timeout, a crash mid-call); false when it never
+    /// accepted it. For [`Self::runs_again`] the attempt ran.
+    pub fn answer_error_unknown(&mut self, tx: K, attempt: u32) -> bool {
+        let answered = self.answer(tx.clone(), attempt, Outcome::Error);
+        if answered {
+            self.may_have_run.insert((tx, attempt));
+        }
+        answered
+    }
+
+    /// True when the service answered the attempt ERROR saying it may have run it.
+    pub fn may_have_run(&self, tx: &K, attempt: u32) -> bool {
+        self.may_have_run.contains(&(tx.clone(), attempt))
+    }
+
     /// How many attempts of `tx` the service answered CANCELLED: a record's
     /// `current_attempt` is at most one more (a technical failure consumes none).
     pub fn cancelled_attempts(&self, tx: &K) -> usize {
@@ -504,12 +557,15 @@ impl<K: Ord + Clone> Service<K> {
     /// A service that does not deduplicate, receiving a new request message for
     /// `attempt` of `tx` now, would run the attempt a second time: it already
     /// received the attempt and has not answered it ERROR (ERROR says the attempt did
-    /// not run, so the re-send that follows runs it for the first time). Call it for
-    /// each distinct message (a copy of one message the queue delivered again is the
-    /// same message), before [`Self::receive`].
+    /// not run, so the re-send that follows runs it for the first time) — unless that
+    /// ERROR said it may have run ([`Self::answer_error_unknown`]): then it ran. Call
+    /// it for each distinct message (a copy of one message the queue delivered again
+    /// is the same message), before [`Self::receive`].
     pub fn runs_again(&self, tx: &K, attempt: u32) -> Option<Violation> {
         match self.accepted.get(&(tx.clone(), attempt)) {
-            Some(answer) if *answer != Some(Outcome::Error) => Some(Violation::ExecutedTwice),
+            Some(answer) if *answer != Some(Outcome::Error) || self.may_have_run(tx, attempt) => {
+                Some(Violation::ExecutedTwice)
+            }
             _ => None,
         }
     }
@@ -517,6 +573,43 @@ impl<K: Ord + Clone> Service<K> {
     /// True when a request with `key` was received.
     pub fn seen_key(&self, key: &str) -> bool {
         self.keys.contains(key)
+    }
+}
+
+/// The `SendMessage` calls a FIFO request queue accepted, per deduplication id
+/// (`RequestHeader::deduplication_id`, `<transaction_id>#<attempt>#<round>`). The
+/// queue drops a repeat of an id it accepted within its deduplication window; what it
+/// accepts is published. Outbox delivery's guarantee: each id is accepted once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Sends {
+    accepted: BTreeMap<String, u32>,
+}
+
+impl Sends {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The queue accepted a send with deduplication id `id` (it was not a repeat
+    /// within the window): a [`Violation::PublishedTwice`] when it had accepted one
+    /// before.
+    pub fn accept(&mut self, id: &str) -> Option<Violation> {
+        let n = self.accepted.entry(id.to_owned()).or_insert(0);
+        *n += 1;
+        (*n > 1).then_some(Violation::PublishedTwice)
+    }
+
+    /// True when a send with deduplication id `id` was accepted.
+    pub fn accepted(&self, id: &str) -> bool {
+        self.accepted.contains_key(id)
+    }
+
+    /// Deduplication ids accepted, and those accepted more than once.
+    pub fn counts(&self) -> (usize, usize) {
+        (
+            self.accepted.len(),
+            self.accepted.values().filter(|n| **n > 1).count(),
+        )
     }
 }
 

@@ -1,7 +1,7 @@
 use super::evidence::{self, Seen};
 use super::*;
 use domain::audit::AuditEntry;
-use domain::decide::{DropReason, Rejection};
+use domain::decide::{Delivery, DropReason, Rejection};
 use domain::machine::Status;
 use domain::message::{Origin, RetryEvent};
 use domain::ScheduleName;
@@ -234,6 +234,59 @@ fn a_second_message_for_an_attempt_runs_it_again_unless_it_was_answered_error() 
     assert_eq!(s.runs_again(&1, 1), None, "another transaction");
 }
 
+/// An ERROR that says the call may have run (`execution UNKNOWN`) is a run: a second
+/// message for that attempt runs it twice, where one answered ERROR NOT_RUN does not.
+#[test]
+fn an_error_that_may_have_run_counts_as_a_run() {
+    let mut s = Service::<u8>::new();
+    let key = |n: u32| format!("TX-1#{n}");
+    assert!(!s.answer_error_unknown(0, 1), "never accepted");
+    s.receive(0, &id(), 1, &key(1), Some(0), 3);
+    assert!(s.answer_error_unknown(0, 1));
+    assert!(s.may_have_run(&0, 1));
+    assert_eq!(s.answer_of(&0, 1), Some(Outcome::Error));
+    assert_eq!(s.runs_again(&0, 1), Some(V::ExecutedTwice));
+    s.receive(0, &id(), 2, &key(2), Some(0), 3);
+    s.answer(0, 2, Outcome::Error);
+    assert!(!s.may_have_run(&0, 2));
+    assert_eq!(
+        s.runs_again(&0, 2),
+        None,
+        "NOT_RUN: the re-send runs it once"
+    );
+}
+
+/// The FIFO request queue's accepted sends: a deduplication id accepted twice is
+/// published twice; another round of one attempt is another id.
+#[test]
+fn a_deduplication_id_accepted_twice_is_published_twice() {
+    let mut sends = Sends::new();
+    assert_eq!(sends.accept("TX-1#1#0"), None);
+    assert!(sends.accepted("TX-1#1#0"));
+    assert_eq!(sends.accept("TX-1#1#1"), None, "a new round is a new id");
+    assert_eq!(sends.accept("TX-1#1#0"), Some(V::PublishedTwice));
+    assert_eq!(sends.counts(), (2, 1));
+}
+
+/// Outbox mode's start creates SENDING(1) with no instant, by its own arrow.
+#[test]
+fn the_queued_start_is_a_consistent_creation() {
+    let queued = TransactionRecord::started_queued(
+        id(),
+        domain::ids::MaxAttempts::new(3).unwrap(),
+        domain::Timestamp::from_millis(0),
+        4,
+    );
+    assert_eq!(creation(&queued), Vec::new());
+    assert_eq!(inconsistency(&queued), None);
+    let mut resent = queued.clone();
+    resent.counts[Counter::Round] = 1;
+    assert!(
+        inconsistency(&resent).is_some(),
+        "a re-send has its instant"
+    );
+}
+
 #[test]
 fn a_rejection_or_the_pending_event_dropped_is_a_violation() {
     let pending = rec(Status::Scheduled, 1, Some(2), 3);
@@ -242,23 +295,50 @@ fn a_rejection_or_the_pending_event_dropped_is_a_violation() {
         status: Status::Scheduled,
     });
     assert_eq!(
-        disposition(&drop, Some((2, None)), Some(&pending)),
+        disposition(&drop, Some((2, None)), Some(&pending), Delivery::Direct),
         Some(V::PendingRetryDropped)
     );
-    assert_eq!(disposition(&drop, Some((3, None)), Some(&pending)), None);
-    assert_eq!(disposition(&drop, None, Some(&pending)), None);
+    assert_eq!(
+        disposition(&drop, Some((3, None)), Some(&pending), Delivery::Direct),
+        None
+    );
+    assert_eq!(
+        disposition(&drop, None, Some(&pending), Delivery::Direct),
+        None
+    );
     // An event of an earlier retry cycle of the pending attempt is not pending.
     let mut resent = pending.clone();
     resent.counts[Counter::Round] = 2;
-    assert_eq!(disposition(&drop, Some((2, Some(1))), Some(&resent)), None);
     assert_eq!(
-        disposition(&drop, Some((2, Some(2))), Some(&resent)),
+        disposition(&drop, Some((2, Some(1))), Some(&resent), Delivery::Direct),
+        None
+    );
+    assert_eq!(
+        disposition(&drop, Some((2, Some(2))), Some(&resent), Delivery::Direct),
+        Some(V::PendingRetryDropped)
+    );
+    // Outbox delivery: a record SENDING holds the request; its event dropped loses
+    // nothing, one dropped while SCHEDULED still does.
+    let sending = rec(Status::Sending, 1, Some(2), 3);
+    assert_eq!(
+        disposition(&drop, Some((2, None)), Some(&sending), Delivery::Direct),
+        Some(V::PendingRetryDropped)
+    );
+    assert_eq!(
+        disposition(&drop, Some((2, None)), Some(&sending), Delivery::Outbox),
+        None
+    );
+    assert_eq!(
+        disposition(&drop, Some((2, None)), Some(&pending), Delivery::Outbox),
         Some(V::PendingRetryDropped)
     );
     let reject = Disposition::Reject(Rejection::UnknownTransaction {
         transaction_id: id(),
     });
-    assert_eq!(disposition(&reject, None, None), Some(V::MessageRejected));
+    assert_eq!(
+        disposition(&reject, None, None, Delivery::Direct),
+        Some(V::MessageRejected)
+    );
 }
 
 #[test]
