@@ -59,8 +59,7 @@ impl World<'_> {
         match receipt.fate {
             Fate::Deduplicated => {
                 self.report.requests_deduplicated += 1;
-                if let Some(v) = again {
-                    self.report.count(v);
+                if again.is_some() {
                     self.ran(tx, attempt, by);
                 }
                 return;
@@ -138,12 +137,17 @@ impl World<'_> {
     }
 
     /// The service that does not deduplicate ran `attempt` of `tx`, from a message
-    /// `by` published.
+    /// `by` published: a run beyond the attempt's first is an
+    /// [`ExecutedTwice`](testkit::oracle::Violation::ExecutedTwice). (Whether a
+    /// message runs the attempt is `Service::runs_again`'s answer; the ledger's may
+    /// come from a copy of an earlier message the deduplicating service took anew
+    /// after an ERROR, which runs nothing: only runs are counted.)
     fn ran(&mut self, tx: usize, attempt: u32, by: &'static str) {
         let n = self.runs.entry((tx, attempt)).or_default();
         *n += 1;
         if *n > 1 {
             *self.report.ran_again_by.entry(by.to_owned()).or_default() += 1;
+            self.report.count(testkit::oracle::Violation::ExecutedTwice);
         }
     }
 
