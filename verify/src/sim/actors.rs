@@ -4,7 +4,7 @@
 use super::breaker::OutageMode;
 use super::world::{ts, Ev, Kind, Proc, QueueId, World};
 use crate::fixture;
-use domain::decide::{Input, Known, Run};
+use domain::decide::Input;
 use domain::defaults;
 use domain::ids::{Attempt, ScheduleName};
 use domain::machine::Status;
@@ -232,13 +232,7 @@ impl World<'_> {
         let local = self.now + self.skew.of(Kind::Publisher, 0);
         let now = ts(local);
         let ctx = self.ctx(now);
-        let run = Run::with_rules(
-            self.cfg.flaws,
-            Input::Publish(image),
-            Known::Unread,
-            &ctx,
-            &mut self.jitter,
-        );
+        let run = self.decide(Input::Publish(image), &ctx);
         self.spawn(Proc {
             kind: Kind::Publisher,
             worker: 0,
@@ -308,7 +302,7 @@ impl World<'_> {
         let delay = self.operator.range(1_000, 600_000);
         let now = ts(self.now + delay);
         let ctx = self.ctx(now);
-        let run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
+        let run = self.decide(input, &ctx);
         self.spawn_after(
             delay,
             Proc {
@@ -366,13 +360,7 @@ impl World<'_> {
         let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
         let tx = self.tx_of(&first.transaction_id).unwrap_or(0);
         let attempt = first.next_attempt.map(Attempt::get).unwrap_or(0);
-        let run = Run::with_rules(
-            self.cfg.flaws,
-            Input::Reconcile(first),
-            Known::Unread,
-            &ctx,
-            &mut self.jitter,
-        );
+        let run = self.decide(Input::Reconcile(first), &ctx);
         self.spawn(Proc {
             kind: Kind::Reconciler,
             worker: 0,

@@ -309,6 +309,12 @@ impl<'a> World<'a> {
         .with_delivery(self.cfg.delivery)
     }
 
+    /// A run deciding `input` under `ctx` from an unread record, with the flaws
+    /// switched on and the seed's jitter.
+    pub(super) fn decide(&mut self, input: Input, ctx: &Context) -> Run<Flaws> {
+        Run::with_rules(self.cfg.flaws, input, Known::Unread, ctx, &mut self.jitter)
+    }
+
     pub(super) fn tx_of(&self, id: &TransactionId) -> Option<usize> {
         id.as_str()
             .strip_prefix("TX-")
@@ -590,13 +596,7 @@ impl World<'_> {
                         let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
                         p.tx = self.tx_of(&rec.transaction_id).unwrap_or(0);
                         p.attempt = rec.next_attempt.map(Attempt::get).unwrap_or(0);
-                        p.run = Run::with_rules(
-                            self.cfg.flaws,
-                            Input::Reconcile(rec),
-                            Known::Unread,
-                            &ctx,
-                            &mut self.jitter,
-                        );
+                        p.run = self.decide(Input::Reconcile(rec), &ctx);
                         p.now = now;
                         self.spawn(p);
                     }
@@ -689,7 +689,7 @@ impl World<'_> {
             let now = ts(local);
             let (hold, probe) = self.breaker_verdict(&input, worker, local);
             let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
-            let run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
+            let run = self.decide(input, &ctx);
             self.spawn(Proc {
                 kind,
                 worker,
@@ -781,7 +781,7 @@ impl World<'_> {
             max_attempts: fixture::max_attempts(self.cfg.max_attempts),
             correlation_id: None,
         };
-        let mut run = Run::with_rules(self.cfg.flaws, input, Known::Unread, &ctx, &mut self.jitter);
+        let mut run = self.decide(input, &ctx);
         // The library operation: performed to its end (the caller retries a failed
         // start) — unless the caller itself dies after the create, before the publish,
         // and never repeats it.
