@@ -142,7 +142,7 @@ pub struct SimArgs {
     pub no_breaker: bool,
     /// Switch on a known-bad design (repeatable): retry-rejects-scheduling,
     /// fire-time-at-create, retry-discards-sending, attempts-from-zero,
-    /// no-answer-deadline, technical-as-cancelled, ignores-breaker, held-event-begins-send, any-answer-closes.
+    /// no-answer-deadline, technical-as-cancelled, ignores-breaker, held-event-begins-send, any-answer-closes, resends-old-claim, retry-publishes-in-outbox (the last two with --delivery outbox).
     #[arg(long)]
     pub flaw: Vec<String>,
     /// The external service: `deduplicating` (by idempotency key, the deployment's

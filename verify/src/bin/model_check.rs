@@ -65,7 +65,8 @@ struct Args {
     /// Switch on a known-bad design: retry-rejects-scheduling, fire-time-at-create,
     /// retry-discards-sending, attempts-from-zero, no-answer-deadline,
     /// technical-as-cancelled, ignores-breaker, held-event-begins-send,
-    /// error-round-ignored, probe-spends-resend, no-transaction-deadline, any-answer-closes.
+    /// error-round-ignored, probe-spends-resend, no-transaction-deadline, any-answer-closes,
+    /// resends-old-claim, retry-publishes-in-outbox (the last two with --delivery outbox).
     #[arg(long)]
     flaw: Vec<String>,
     #[arg(long, default_value_t = 2)]
