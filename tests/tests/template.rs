@@ -2504,6 +2504,7 @@ impl Stage {
             reason: Some("NOT_AVAILABLE".into()),
             retry_after_seconds: None,
             round: None,
+            execution: None,
         };
         let mut rng = domain::policy::FixedRandom(0.5);
         response_handler::handle(
@@ -2529,6 +2530,7 @@ impl Stage {
                 scheduler: &self.scheduler,
                 retries: &self.retries,
                 requests: &self.requests,
+                notes: &self.store,
             },
             &self.settings,
             at,

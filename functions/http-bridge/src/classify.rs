@@ -388,6 +388,7 @@ fn response(
             None
         },
         round: request.round,
+        execution: None,
     })
 }
 
