@@ -140,6 +140,7 @@ impl CycleMeasurement {
     /// The per-retry billables the cost model prices.
     pub fn billables(&self) -> CycleBillables {
         CycleBillables {
+            delivery: domain::decide::Delivery::Direct,
             deliveries: self.spec.deliveries,
             write_units: self.rules_write_units(),
             read_units: self.rules_read_units(),
@@ -150,6 +151,8 @@ impl CycleMeasurement {
             response_round_trips: round_trips(&self.response),
             retry_round_trips: round_trips(&self.retry),
             audit_round_trips: round_trips(&self.audit),
+            publisher_records: 0,
+            publisher_round_trips: 0,
             stream_records: self.stream_records,
             breaker_writes: self.response.breaker_writes,
             breaker_write_units: self.breaker_count_billed.write(),

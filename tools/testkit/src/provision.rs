@@ -328,7 +328,8 @@ pub struct Provisioned {
 impl Provisioned {
     /// Environment variables of a function for this stack (names as in `config`).
     /// `function` is `response-handler`, `retry-handler`, `reconciler`,
-    /// `audit-writer`, `starter` or `http-bridge` (its endpoint a loopback stand-in,
+    /// `audit-writer`, `starter`, `publisher` (outbox delivery's stream reader) or
+    /// `http-bridge` (its endpoint a loopback stand-in,
     /// [`LOCAL_HTTP_ENDPOINT`], that callers replace with their server's); anything
     /// else gets an empty list. The settings the
     /// template passes from a parameter are given their defaults.
@@ -391,6 +392,16 @@ impl Provisioned {
                 v.push((
                     vars::MAX_REQUESTS_PER_SECOND.name,
                     domain::defaults::INTAKE_STARTS_PER_SECOND.to_string(),
+                ));
+            }
+            "publisher" => {
+                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
+                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
+                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
+                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
+                v.push((
+                    vars::MAX_REQUESTS_PER_SECOND.name,
+                    domain::defaults::MAX_REQUESTS_PER_SECOND.to_string(),
                 ));
             }
             "http-bridge" => {
