@@ -37,6 +37,7 @@ pub fn reconciler(sdk: &SdkConfig, c: &ReconcilerConfig) -> AwsReconciler {
         requests: SqsRequestPublisher::new(aws::clients::sqs(sdk), &c.request_queue_url),
         clock: SystemClock,
         settings: Settings {
+            delivery: c.delivery,
             reconcile_threshold: c.reconcile_threshold,
             answer_timeout: c.answer.timeout,
             answer_republish_max: c.answer.republish_max,
