@@ -475,6 +475,7 @@ async fn an_outage_opens_the_breaker_and_retries_wait_instead_of_going_out() {
         reason: None,
         retry_after_seconds: None,
         round: None,
+        execution: None,
     };
     let ev: SqsEvent = serde_json::from_value(serde_json::json!({
         "Records": [{"messageId": "m-answer", "body": answer.to_json()}]
@@ -570,6 +571,7 @@ async fn a_probe_answered_error_spends_no_resend() {
         reason: Some("HTTP_503".into()),
         retry_after_seconds: None,
         round: request.round,
+        execution: None,
     };
     run!(handler_a, RESPONSE, batch(error.to_json()));
     let r = w.record("TX-100800").await;

@@ -354,6 +354,7 @@ async fn an_undecodable_entry_is_skipped_counted_and_never_blocks_its_shard() {
             scheduler: &w.scheduler,
             retries: &w.retries,
             requests: &w.requests,
+            notes: &w.store,
         },
         &w.settings,
         w.now(),

@@ -2518,6 +2518,7 @@ impl Stage {
             reason: Some("NOT_AVAILABLE".into()),
             retry_after_seconds: None,
             round: None,
+            execution: None,
         };
         let mut rng = domain::policy::FixedRandom(0.5);
         response_handler::handle(
@@ -2543,6 +2544,7 @@ impl Stage {
                 scheduler: &self.scheduler,
                 retries: &self.retries,
                 requests: &self.requests,
+                notes: &self.store,
             },
             &self.settings,
             at,

@@ -279,6 +279,7 @@ mod tests {
                     reason: None,
                     retry_after_seconds: None,
                     round: None,
+                    execution: None,
                 }));
             }
             inputs.push(Input::Retry(RetryEvent {

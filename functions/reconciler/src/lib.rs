@@ -16,8 +16,9 @@ use domain::decide::{Ack, DropReason, Input};
 use domain::exec::ReconcilePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    BreakerCounts, BreakerReads, BreakerWrites, Clock, Payloads, RequestPublisher, RetryPublisher,
-    ScheduleCreator, StuckIndex, StuckQuery, SystemClock, Transitions,
+    AuditNotes, BreakerCounts, BreakerReads, BreakerWrites, Clock, Payloads, PortError,
+    RequestPublisher, RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery, SystemClock,
+    Transitions,
 };
 use domain::{Status, Timestamp, TransactionRecord};
 use futures::StreamExt;
@@ -148,8 +149,8 @@ impl Serialize for Action {
 /// With a circuit breaker, the answer deadlines that fired in this run (a request
 /// published again, or abandoned UNANSWERED) are counted into its window once per run.
 #[allow(clippy::too_many_arguments)]
-pub async fn run_once<St, Sc, Rt, Rq, Br>(
-    ports: &ReconcilePorts<'_, St, Sc, Rt, Rq>,
+pub async fn run_once<St, Sc, Rt, Rq, Nt, Br>(
+    ports: &ReconcilePorts<'_, St, Sc, Rt, Rq, Nt>,
     settings: &Settings,
     now: Timestamp,
     breaker: Option<&BreakerGate<Br>>,
@@ -162,6 +163,7 @@ where
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
     Rq: RequestPublisher,
+    Nt: AuditNotes,
     Br: BreakerReads + BreakerWrites + BreakerCounts,
 {
     let ctx = settings.context(now);
@@ -358,6 +360,7 @@ where
             scheduler: &self.scheduler,
             retries: &self.retries,
             requests: &self.requests,
+            notes: &NoAuditTable,
         };
         let report = run_once(
             &ports,
@@ -447,5 +450,23 @@ mod tests {
             4,
             "a probe is not a deadline"
         );
+    }
+}
+
+/// The reconciler's audit notices (outbox mode: a publish left unconfirmed) until it
+/// is given the audit table: refused, so the record is looked at again and the error
+/// counted, never dropped unwritten.
+#[derive(Debug, Clone, Copy)]
+struct NoAuditTable;
+
+impl AuditNotes for NoAuditTable {
+    async fn note(&self, entry: &domain::audit::AuditEntry) -> Result<(), PortError> {
+        Err(PortError::permanent(
+            "UpdateItem",
+            format!(
+                "no audit table configured for the reconciler: notice {:?} of `{}` not written",
+                entry.notice, entry.transaction_id
+            ),
+        ))
     }
 }

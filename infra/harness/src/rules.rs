@@ -372,6 +372,7 @@ impl Plan {
                 reason: self.reason.clone(),
                 retry_after_seconds: None,
                 round: request.round,
+                execution: None,
             }),
         }
     }

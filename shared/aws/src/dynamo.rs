@@ -182,6 +182,14 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         ));
     }
 
+    // No publisher's claim yet (outbox mode): the claim is taken once.
+    if g.unclaimed {
+        cond.push(format!(
+            "attribute_not_exists({})",
+            b.name(attr::PUBLISHING_SINCE)
+        ));
+    }
+
     // Update.
     let c = &w.set;
     let mut set: Vec<String> = Vec::new();
@@ -317,6 +325,14 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
         attr::FAILED_PK,
         &c.failed,
         |k| s(k.partition.clone()),
+    );
+    change(
+        &mut b,
+        &mut set,
+        &mut remove,
+        attr::PUBLISHING_SINCE,
+        &c.publishing_since,
+        |t| s(t.to_rfc3339()),
     );
     match &c.operator {
         Change::Keep => {}

@@ -48,13 +48,16 @@ pub mod attr {
     pub const EXPIRES_AT: &str = "expires_at";
     /// The producer's reference given at the start (written by the create only).
     pub const CORRELATION_ID: &str = "correlation_id";
+    /// Outbox mode: when the publisher claimed the SENDING record's request (removed
+    /// by every write leaving SENDING).
+    pub const PUBLISHING_SINCE: &str = "publishing_since";
     /// Payloads table.
     pub const PAYLOAD: &str = "payload";
     pub const PAYLOAD_SHA256: &str = "payload_sha256";
 
     /// Every attribute a transaction item may carry besides its counters (their
     /// attributes are `domain::machine::Counter::attribute`).
-    pub const ALL: [&str; 22] = [
+    pub const ALL: [&str; 23] = [
         TRANSACTION_ID,
         STATUS,
         CURRENT_ATTEMPT,
@@ -77,6 +80,7 @@ pub mod attr {
         OPERATOR_REASON,
         EXPIRES_AT,
         CORRELATION_ID,
+        PUBLISHING_SINCE,
     ];
 }
 
@@ -320,6 +324,9 @@ pub fn record_from_flat(item: &FlatItem) -> Result<TransactionRecord, CodecError
         correlation_id: get_s(item, CORRELATION_ID)?
             .map(|s| CorrelationId::new(s).map_err(|e| CodecError::new(CORRELATION_ID, Some(s), e)))
             .transpose()?,
+        publishing_since: get_s(item, PUBLISHING_SINCE)?
+            .map(|s| ts(PUBLISHING_SINCE, s))
+            .transpose()?,
     })
 }
 
@@ -390,6 +397,9 @@ pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> 
     }
     if let Some(c) = &r.correlation_id {
         m.insert(CORRELATION_ID.to_owned(), s(c.as_str()));
+    }
+    if let Some(t) = r.publishing_since {
+        m.insert(PUBLISHING_SINCE.to_owned(), s(t.to_rfc3339()));
     }
     for (c, k) in r.counts.iter().filter(|(_, k)| **k > 0) {
         m.insert(c.attribute().to_owned(), n(*k));

@@ -128,6 +128,7 @@ fn response(tx: &str, attempt: u32, outcome: Outcome) -> Response {
         reason: Some("NOT_AVAILABLE".into()),
         retry_after_seconds: None,
         round: None,
+        execution: None,
     }
 }
 

@@ -72,6 +72,11 @@ pub enum Notice {
     /// entry names what was removed ([`AuditEntry::erased`]), who and why
     /// ([`AuditEntry::operator`]).
     Erased,
+    /// Outbox mode: a SENDING record's claim was older than the resend window, so
+    /// its request was not published again; whether the claimed send went out is not
+    /// known (its answer, or the answer deadline, tells). The entry names the attempt
+    /// and the record's status.
+    PublishUnconfirmed,
 }
 
 impl Notice {
@@ -79,6 +84,7 @@ impl Notice {
         match self {
             Notice::ConflictingSuccess => "CONFLICTING_SUCCESS",
             Notice::Erased => "ERASED",
+            Notice::PublishUnconfirmed => "PUBLISH_UNCONFIRMED",
         }
     }
 
@@ -86,6 +92,7 @@ impl Notice {
         match s {
             "CONFLICTING_SUCCESS" => Some(Notice::ConflictingSuccess),
             "ERASED" => Some(Notice::Erased),
+            "PUBLISH_UNCONFIRMED" => Some(Notice::PublishUnconfirmed),
             _ => None,
         }
     }
@@ -162,6 +169,33 @@ impl AuditEntry {
             origin: None,
             operator: None,
             notice: Some(Notice::ConflictingSuccess),
+            resends: record.counts[Counter::Round],
+            erased: ErasedSet::default(),
+            correlation_id: None,
+        }
+    }
+
+    /// The entry of a publish left unconfirmed (outbox mode): `record`, SENDING and
+    /// claimed longer ago than the resend window, seen at `at` by `actor`; its pending
+    /// attempt is the one named.
+    pub fn publish_unconfirmed(record: &TransactionRecord, actor: Actor, at: Timestamp) -> Self {
+        Self {
+            transaction_id: record.transaction_id.clone(),
+            at,
+            actor,
+            from: Some(record.status),
+            to: record.status,
+            current_attempt: record.next_attempt.unwrap_or(record.current_attempt),
+            next_attempt: record.next_attempt,
+            max_attempts: record.max_attempts.get(),
+            schedule_name: record.schedule_name.clone(),
+            next_fire_at: record.next_fire_at,
+            outcome: None,
+            reason: None,
+            mark: record.mark,
+            origin: None,
+            operator: None,
+            notice: Some(Notice::PublishUnconfirmed),
             resends: record.counts[Counter::Round],
             erased: ErasedSet::default(),
             correlation_id: None,

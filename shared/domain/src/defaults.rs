@@ -72,6 +72,13 @@ pub const TECHNICAL_BACKOFF_CAP: Duration = Duration::from_secs(3600);
 /// Technical backoff: relative jitter (spreads the re-sends of an outage's ERRORs).
 pub const TECHNICAL_BACKOFF_JITTER: f64 = 0.1;
 
+/// Outbox mode: how long after the publisher's claim a SENDING record's request may
+/// still be published again. SQS FIFO drops a repeat of a `MessageDeduplicationId`
+/// sent within 5 minutes of the first; 60 s less leaves room for skew between the
+/// publisher's clock and SQS's. An older claim is never published again: the answer
+/// deadline decides (`docs/design.md#outbox-mode`).
+pub const PUBLISH_RESEND_WINDOW: Duration = Duration::from_secs(240);
+
 /// Records of one SQS batch handled at the same time (`BATCH_CONCURRENCY`,
 /// `BatchConcurrency`).
 pub const BATCH_CONCURRENCY: usize = 10;

@@ -2,7 +2,7 @@
 //!
 //! Each function performs its plans through a bundle of exactly the ports it has
 //! ([`ResponsePorts`], [`RetryPorts`], [`ReconcilePorts`], [`StartPorts`],
-//! [`ResolvePorts`], [`ReplayPorts`]): a function wired without a port it needs does
+//! [`ResolvePorts`], [`ReplayPorts`], [`PublishPorts`]): a function wired without a port it needs does
 //! not compile. Which effects each input's plans hold is the domain's rule
 //! ([`performs`]); a bundle asked for another effect reports a permanent error (a
 //! decision bug, which the decision tests rule out). Free of any async runtime, so the
@@ -58,7 +58,11 @@ pub fn performs(input: &Input, effect: &Effect) -> bool {
                         | E::PublishRetry(_)
                         | E::PublishRequest(_)
                         | E::Alert(_)
+                        | E::Note(_)
                 )
+            }
+            Input::Publish(_) => {
+                matches!(effect, E::Write(_) | E::PublishRequest(_) | E::Note(_))
             }
             Input::Start { .. } => matches!(effect, E::Create { .. } | E::PublishRequest(_)),
             Input::Resolve(_) => {
@@ -276,7 +280,8 @@ bundle! {
     /// The reconciler's ports: conditional writes, schedule creation, retry events,
     /// and — for a request left unanswered past its deadline — payload reads and the
     /// request queue (its store also answers the index query,
-    /// [`crate::ports::StuckIndex`]). Alerts are raised by the caller from the run's
+    /// [`crate::ports::StuckIndex`]), and the audit table for a notice (outbox mode:
+    /// a publish left unconfirmed). Alerts are raised by the caller from the run's
     /// trail (log + metric).
     ReconcilePorts, "reconciler",
     {
@@ -284,6 +289,7 @@ bundle! {
         scheduler: Sc: ScheduleCreator,
         retries: Rt: RetryPublisher,
         requests: Rq: RequestPublisher,
+        notes: Nt: AuditNotes,
     }
     {
         Effect::Write(w) => write(store, w),
@@ -291,6 +297,24 @@ bundle! {
         Effect::PublishRetry(event) => publish_retry(retries, event, 0),
         Effect::PublishRequest(h) => publish_request(store, requests, h),
         Effect::Alert(_) => std::future::ready(Ok(Observed::Alerted)),
+        Effect::Note(entry) => note(notes, entry),
+    }
+}
+
+bundle! {
+    /// Outbox mode's publisher: conditional writes (the claim, SENDING →
+    /// IN_PROGRESS), payload reads, the request queue, and the audit table for a
+    /// publish left unconfirmed.
+    PublishPorts, "publisher",
+    {
+        store: St: Transitions + Payloads,
+        requests: Rq: RequestPublisher,
+        notes: Nt: AuditNotes,
+    }
+    {
+        Effect::Write(w) => write(store, w),
+        Effect::PublishRequest(h) => publish_request(store, requests, h),
+        Effect::Note(entry) => note(notes, entry),
     }
 }
 

@@ -106,10 +106,17 @@ pub enum Event {
     AnswerAwaited,
     AnswerRepublished,
     ReconcilerRequeued,
+    /// Outbox mode's start: the record is created SENDING(1), the request left to the
+    /// publisher (`docs/design.md#outbox-mode`).
+    StartQueued,
+    /// Outbox mode: the publisher claims the SENDING record it is about to publish
+    /// (`publishing_since` set), so that no other copy of it publishes past SQS's
+    /// deduplication window.
+    PublishClaimed,
 }
 
 impl Event {
-    pub const ALL: [Event; 12] = [
+    pub const ALL: [Event; 14] = [
         Event::Start,
         Event::Success,
         Event::Exhausted,
@@ -122,6 +129,8 @@ impl Event {
         Event::AnswerAwaited,
         Event::AnswerRepublished,
         Event::ReconcilerRequeued,
+        Event::StartQueued,
+        Event::PublishClaimed,
     ];
 }
 
@@ -153,6 +162,8 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
         (Some(S::InProgress), E::AnswerAwaited | E::AnswerRepublished) => Ok(S::InProgress),
         (Some(S::Scheduling), E::ReconcilerRequeued) => Ok(S::Scheduling),
         (Some(S::Scheduled), E::ReconcilerRequeued) => Ok(S::Scheduled),
+        (None, E::StartQueued) => Ok(S::Sending),
+        (Some(S::Sending), E::PublishClaimed) => Ok(S::Sending),
         (from, event) => Err(IllegalTransition { from, event }),
     }
 }
@@ -161,6 +172,13 @@ pub const fn transition(from: Option<Status>, event: Event) -> Result<Status, Il
 pub const CREATED: Status = match transition(None, Event::Start) {
     Ok(status) => status,
     Err(_) => panic!("the machine has no arrow from [*] on Start"),
+};
+
+/// The status an outbox-mode transaction is created in: the arrow `[*] → ?` on
+/// [`Event::StartQueued`].
+pub const QUEUED: Status = match transition(None, Event::StartQueued) {
+    Ok(status) => status,
+    Err(_) => panic!("the machine has no arrow from [*] on StartQueued"),
 };
 
 /// A set of statuses (the statuses a write may leave). Iterates, prints and
@@ -381,15 +399,18 @@ pub enum Actor {
     Reconciler,
     /// `retryctl resolve` / `replay`, or a service resolving by other means.
     Operator,
+    /// Outbox mode's publisher: publishes the request a SENDING record holds.
+    Publisher,
 }
 
 impl Actor {
-    pub const ALL: [Actor; 5] = [
+    pub const ALL: [Actor; 6] = [
         Actor::Starter,
         Actor::ResponseHandler,
         Actor::RetryHandler,
         Actor::Reconciler,
         Actor::Operator,
+        Actor::Publisher,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -399,6 +420,7 @@ impl Actor {
             Actor::RetryHandler => "retry-handler",
             Actor::Reconciler => "reconciler",
             Actor::Operator => "operator",
+            Actor::Publisher => "publisher",
         }
     }
 
@@ -511,10 +533,14 @@ pub enum Mark {
     Expired,
     /// FAILED: the service answered REJECTED (an operator case), never retried.
     Rejected,
+    /// FAILED (outbox mode): an ERROR that does not say the call did not run (a
+    /// timeout): the request may have been executed, so it is not sent again; an
+    /// operator resolves or replays it.
+    Ambiguous,
 }
 
 impl Mark {
-    pub const ALL: [Mark; 8] = [
+    pub const ALL: [Mark; 9] = [
         Mark::Probe,
         Mark::HeldOpen,
         Mark::HeldHalfOpen,
@@ -523,6 +549,7 @@ impl Mark {
         Mark::Resolved,
         Mark::Expired,
         Mark::Rejected,
+        Mark::Ambiguous,
     ];
 
     /// The marks the previous release wrote into `last_reason` (before the `mark`
@@ -548,6 +575,7 @@ impl Mark {
             Mark::Resolved => "RESOLVED",
             Mark::Expired => "EXPIRED",
             Mark::Rejected => "REJECTED",
+            Mark::Ambiguous => "AMBIGUOUS",
         }
     }
 
@@ -568,6 +596,7 @@ impl Mark {
             Mark::Resolved => "RESOLVED_BY_OTHER_MEANS",
             Mark::Expired => "EXPIRED",
             Mark::Rejected => "REJECTED",
+            Mark::Ambiguous => "AMBIGUOUS",
         }
     }
 
@@ -825,6 +854,11 @@ pub struct TransactionRecord {
     /// started without one and on records written before the attribute existed.
     #[serde(default)]
     pub correlation_id: Option<CorrelationId>,
+    /// Outbox mode: when the publisher claimed this SENDING record's request (set by
+    /// [`Event::PublishClaimed`], removed by every write leaving SENDING). Absent on
+    /// records never claimed and on records written before the attribute existed.
+    #[serde(default)]
+    pub publishing_since: Option<Timestamp>,
 }
 
 impl TransactionRecord {
@@ -861,6 +895,26 @@ impl TransactionRecord {
             operator: None,
             expires_at: None,
             correlation_id: None,
+            publishing_since: None,
+        }
+    }
+
+    /// A new transaction in outbox mode: SENDING attempt 1 (`next_attempt = 1`, round
+    /// 0, the shape a technical re-send of attempt 1 has), its request left to the
+    /// publisher; watched by the reconciler from now (partition by `shards`), so a
+    /// request the publisher never sends is rescued after the threshold.
+    pub fn started_queued(
+        transaction_id: TransactionId,
+        max_attempts: MaxAttempts,
+        now: Timestamp,
+        shards: u16,
+    ) -> Self {
+        let reconcile = ReconcileKey::derive(QUEUED, &transaction_id, shards.max(1), now, None);
+        Self {
+            status: QUEUED,
+            next_attempt: Some(Attempt::FIRST),
+            reconcile,
+            ..Self::started(transaction_id, max_attempts, now)
         }
     }
 
@@ -905,6 +959,10 @@ pub struct Guard {
     pub probe: Option<bool>,
     /// The write expects the transaction's deadline still ahead (see [`Deadline`]).
     pub live: Option<Deadline>,
+    /// The write expects no publisher's claim on the record (`publishing_since`
+    /// absent): outbox mode's claim is taken once.
+    #[serde(default)]
+    pub unclaimed: bool,
 }
 
 /// The transaction deadline as a write's condition sees it at `now`: a record whose
@@ -949,6 +1007,7 @@ impl Guard {
                 .all(|(c, k)| k.is_none_or(|k| rec.counts[c] == k))
             && self.probe.is_none_or(|p| rec.is_probing() == p)
             && self.live.is_none_or(|d| d.is_live(rec))
+            && (!self.unclaimed || rec.publishing_since.is_none())
     }
 }
 
@@ -999,6 +1058,9 @@ pub struct Changes {
     pub operator: Change<OperatorNote>,
     /// The deadline an operator replay gives (kept by every other write).
     pub expires_at: Change<Timestamp>,
+    /// The publisher's claim (`Set` by [`Event::PublishClaimed`], `Clear` by every
+    /// write leaving SENDING).
+    pub publishing_since: Change<Timestamp>,
 }
 
 /// One conditional write: an arrow of the state machine on one transaction.
@@ -1064,6 +1126,13 @@ impl Write {
                 },
                 operator: Change::Keep,
                 expires_at: Change::Keep,
+                publishing_since: if arrow.from().contains(Status::Sending)
+                    && arrow.to() != Status::Sending
+                {
+                    Change::Clear
+                } else {
+                    Change::Keep
+                },
             },
         }
     }
@@ -1191,7 +1260,10 @@ impl Write {
             && g.probe
                 .is_none_or(|p| s.mark != Change::Keep || rec.is_probing() == p)
             && g.live
-                .is_none_or(|d| s.expires_at != Change::Keep || d.is_live(rec));
+                .is_none_or(|d| s.expires_at != Change::Keep || d.is_live(rec))
+            && (!g.unclaimed
+                || s.publishing_since != Change::Keep
+                || rec.publishing_since.is_none());
         guard_kept && self.result_is(rec)
     }
 
@@ -1225,6 +1297,7 @@ impl Write {
                 .all(|(c, change)| matches(change, &Some(rec.counts[c]).filter(|n| *n > 0)))
             && matches(&s.failed, &rec.failed)
             && matches(&s.expires_at, &rec.expires_at)
+            && matches(&s.publishing_since, &rec.publishing_since)
             && match &s.operator {
                 Change::Keep => true,
                 Change::Set(n) => rec.operator.as_deref() == Some(n),
@@ -1266,6 +1339,7 @@ impl Write {
         }
         s.failed.apply_to(&mut next.failed);
         s.expires_at.apply_to(&mut next.expires_at);
+        s.publishing_since.apply_to(&mut next.publishing_since);
         match &s.operator {
             Change::Keep => {}
             Change::Set(n) => next.operator = Some(Box::new(n.clone())),
@@ -1391,6 +1465,8 @@ mod tests {
                 E::ReconcilerRequeued,
                 Some(S::Scheduled),
             ),
+            (None, E::StartQueued, Some(S::Sending)),
+            (Some(S::Sending), E::PublishClaimed, Some(S::Sending)),
         ];
         let mut states = vec![None];
         states.extend(Status::ALL.map(Some));
@@ -1416,7 +1492,7 @@ mod tests {
             }
         }
         assert_eq!(legal, expected.len());
-        assert_eq!(states.len() * Event::ALL.len(), 84);
+        assert_eq!(states.len() * Event::ALL.len(), 98);
     }
 
     #[test]
@@ -1518,6 +1594,7 @@ mod tests {
             counts: PerCounter::default(),
             probe: None,
             live: None,
+            unclaimed: false,
         };
         assert!(w.holds(&record(S::InProgress, 2, None, 4)));
         assert!(
@@ -1582,11 +1659,11 @@ mod tests {
                 }
             }
         }
-        // One per non-empty subset of the sources of each event: Start has none
-        // (it leaves [*]); Success, Exhausted and ResponseCancelledRetry 7 each,
-        // RetryEventAccepted 3, ReconcilerRequeued one per status (its arrows
-        // diverge), the rest 1 each.
-        assert_eq!(arrows, 3 * 7 + 3 + 2 + 6);
+        // One per non-empty subset of the sources of each event: Start and
+        // StartQueued have none (they leave [*]); Success, Exhausted and
+        // ResponseCancelledRetry 7 each, RetryEventAccepted 3, ReconcilerRequeued one
+        // per status (its arrows diverge), the rest 1 each.
+        assert_eq!(arrows, 3 * 7 + 3 + 2 + 7);
     }
 
     #[test]

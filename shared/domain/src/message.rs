@@ -61,6 +61,39 @@ impl Outcome {
     }
 }
 
+/// With an ERROR: whether the service says the call did not run. Outbox mode sends a
+/// request again only after `NOT_RUN`; any other ERROR may have been executed
+/// (a timeout) and ends the transaction FAILED, `AMBIGUOUS`, for an operator. Direct
+/// mode, whose service deduplicates by the key, ignores it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Execution {
+    /// The service did not execute the request (refused before running it).
+    #[serde(alias = "NO_EJECUTADA")]
+    NotRun,
+    /// The service cannot say (a timeout, a lost connection): it may have run. What
+    /// an ERROR without the field means.
+    #[default]
+    #[serde(alias = "DESCONOCIDA")]
+    Unknown,
+}
+
+impl Execution {
+    /// The value a name or an alias stands for.
+    pub fn parse(raw: &str) -> Option<Self> {
+        by_name(raw)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotRun => "NOT_RUN",
+            Self::Unknown => "UNKNOWN",
+        }
+    }
+}
+
 /// Who put a retry event on the retry queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -221,9 +254,20 @@ pub struct Response {
     /// echoed, taken for the send in flight).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub round: Option<u32>,
+    /// With ERROR: whether the call ran, as the service says (`None`: not said,
+    /// taken as [`Execution::Unknown`]; see [`Response::execution`]). Ignored with the
+    /// other outcomes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution: Option<Execution>,
 }
 
 impl Response {
+    /// What the answer says of the call's execution: [`Execution::Unknown`] unless
+    /// the service said otherwise.
+    pub fn execution(&self) -> Execution {
+        self.execution.unwrap_or_default()
+    }
+
     pub fn parse(body: &str) -> Result<Self, MessageError> {
         let b: ResponseBody = read_body(body)?;
         let transaction_id = transaction_id(b.transaction_id)?;
@@ -264,6 +308,19 @@ impl Response {
                 "a whole number of seconds",
             )?,
             round: round(b.round)?,
+            execution: b
+                .execution
+                .map(|e| e.expect("execution", "a string"))
+                .transpose()?
+                .map(|raw| {
+                    Execution::parse(&raw).ok_or_else(|| MessageError::InvalidValue {
+                        field: "execution",
+                        value: truncate(&raw),
+                        reason: "expected NOT_RUN or UNKNOWN (or NO_EJECUTADA / DESCONOCIDA)"
+                            .into(),
+                    })
+                })
+                .transpose()?,
         })
     }
 
@@ -418,6 +475,8 @@ struct ResponseBody {
     retry_after_seconds: Option<Given<u32>>,
     #[serde(alias = "ronda")]
     round: Option<Given<u32>>,
+    #[serde(alias = "ejecucion")]
+    execution: Option<Given<String>>,
 }
 
 /// A retry event body as it arrives.

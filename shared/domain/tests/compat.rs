@@ -78,6 +78,7 @@ fn answer(outcome: Outcome, round: Option<u32>) -> Input {
         reason: None,
         retry_after_seconds: None,
         round,
+        execution: None,
     })
 }
 

@@ -128,6 +128,14 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
                         "business alert: transaction deadline passed; transaction FAILED (EXPIRED)"
                     );
                 }
+                AlertKind::Ambiguous => {
+                    tracing::error!(
+                        alert = a.kind.label(),
+                        transaction_id = %a.transaction_id,
+                        attempt = a.attempts.get(),
+                        "business alert: an ERROR that may have run, not sent again (resolve or replay); transaction FAILED (AMBIGUOUS)"
+                    );
+                }
                 AlertKind::Rejected => {
                     metrics.incr(names::TRANSACTIONS_REJECTED);
                     tracing::error!(
@@ -235,6 +243,7 @@ mod tests {
                 reason: None,
                 retry_after_seconds: None,
                 round: None,
+                execution: None,
             }),
             Known::Unread,
             &ctx,

@@ -72,6 +72,7 @@ pub fn response(tx: &str, n: u32, outcome: Outcome) -> Response {
         reason: Some("NOT_AVAILABLE".into()),
         retry_after_seconds: None,
         round: None,
+        execution: None,
     }
 }
 
@@ -352,6 +353,7 @@ impl<B: Backend> World<B> {
                 scheduler: &self.scheduler,
                 retries: &self.retries,
                 requests: &self.requests,
+                notes: B::notes(self),
             },
             &self.settings,
             self.now(),

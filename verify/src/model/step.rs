@@ -470,6 +470,7 @@ impl ProtocolModel {
             reason: Some(fixture::CANCEL_REASON.to_owned()),
             retry_after_seconds: None,
             round: r.round,
+            execution: None,
         })
     }
 

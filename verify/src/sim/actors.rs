@@ -153,6 +153,7 @@ impl World<'_> {
             },
             retry_after_seconds: None,
             round,
+            execution: None,
         };
         self.seq += 1;
         let id = self.seq;

@@ -208,7 +208,8 @@ impl World<'_> {
                         }
                         domain::decide::AlertKind::Expired
                         | domain::decide::AlertKind::AttemptsExhausted
-                        | domain::decide::AlertKind::Rejected => {}
+                        | domain::decide::AlertKind::Rejected
+                        | domain::decide::AlertKind::Ambiguous => {}
                     }
                 }
                 Observed::Alerted

@@ -13,6 +13,7 @@
 
 mod cycle;
 mod expire;
+mod publish;
 mod reconcile;
 mod replay;
 mod resolve;
@@ -22,11 +23,12 @@ mod run;
 mod start;
 
 pub use expire::{expires, EXPIRED_REASON};
+pub use publish::decide_publish;
 pub use reconcile::{asks_breaker, decide_reconcile, is_stuck, UNANSWERED_REASON};
 pub use replay::decide_replay;
 pub use resolve::decide_resolve;
 pub use response::decide_response;
-pub use response::TECHNICAL_EXHAUSTED_REASON;
+pub use response::{AMBIGUOUS_REASON, TECHNICAL_EXHAUSTED_REASON};
 pub use retry::decide_retry;
 pub use run::{
     retry_asks_breaker, Decide, Question, Rules, Run, Step, UnexpectedObservation, MAX_REDECISIONS,
@@ -38,13 +40,59 @@ use crate::ids::{Attempt, CorrelationId, MaxAttempts, ScheduleName, Timestamp, T
 use crate::machine::{Status, TransactionRecord, Write};
 use crate::message::{Outcome, Payload, Response, RetryEvent};
 use crate::policy::{PolicySet, RandomSource, RetryPolicy};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+/// How a deployment's requests reach the external service (`REQUEST_DELIVERY`,
+/// template parameter `RequestDelivery`; `docs/design.md#outbox-mode`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// The function that decides a send publishes the request right after its
+    /// write. The service must deduplicate by the idempotency key.
+    #[default]
+    Direct,
+    /// The deciding write leaves the record SENDING, the request's intent; the
+    /// publisher sends it to a FIFO request queue once per (transaction, attempt,
+    /// round) and records that it did. For services that cannot deduplicate.
+    Outbox,
+}
+
+impl Delivery {
+    pub const ALL: [Delivery; 2] = [Delivery::Direct, Delivery::Outbox];
+
+    /// The configured form: `direct`, `outbox`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Delivery::Direct => "direct",
+            Delivery::Outbox => "outbox",
+        }
+    }
+
+    /// The delivery a configured value names (exactly `direct` or `outbox`).
+    pub fn parse(raw: &str) -> Option<Delivery> {
+        Delivery::ALL.into_iter().find(|d| d.as_str() == raw)
+    }
+
+    pub const fn is_outbox(self) -> bool {
+        matches!(self, Delivery::Outbox)
+    }
+}
+
+impl std::fmt::Display for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// The deployment's rules: the bounds and policies one deployment is configured
 /// with, the same for every decision it makes.
 #[derive(Debug, Clone)]
 pub struct Deployment {
+    /// How requests reach the service (default [`Delivery::Direct`]).
+    pub delivery: Delivery,
     pub policies: PolicySet,
     /// Write shards of the reconciler index.
     pub shards: u16,
@@ -86,6 +134,7 @@ impl Deployment {
     /// default (`crate::defaults`).
     pub fn new(policies: PolicySet, shards: u16, reconcile_threshold: Duration) -> Self {
         Self {
+            delivery: Delivery::Direct,
             policies,
             shards: shards.max(1),
             reconcile_threshold,
@@ -95,6 +144,16 @@ impl Deployment {
             technical_resend_max: crate::defaults::TECHNICAL_RESEND_MAX,
             technical_policy: RetryPolicy::technical_default(),
             transaction_deadline: crate::defaults::TRANSACTION_DEADLINE,
+        }
+    }
+
+    /// Republishes of an unanswered request this deployment makes: none in outbox
+    /// mode (a republish is a second publish of the attempt), `answer_republish_max`
+    /// otherwise.
+    pub fn answer_republishes(&self) -> u32 {
+        match self.delivery {
+            Delivery::Direct => self.answer_republish_max,
+            Delivery::Outbox => 0,
         }
     }
 }
@@ -143,6 +202,17 @@ impl Context {
         self.rules.answer_timeout = timeout;
         self.rules.answer_republish_max = republish_max;
         self
+    }
+
+    /// The same context under this request delivery.
+    pub fn with_delivery(mut self, delivery: Delivery) -> Self {
+        self.rules.delivery = delivery;
+        self
+    }
+
+    /// True when this deployment delivers requests through the outbox.
+    pub fn outbox(&self) -> bool {
+        self.rules.delivery.is_outbox()
     }
 
     /// The same context with this bound on requeues without progress.
@@ -245,6 +315,24 @@ pub struct RequestHeader {
 }
 
 impl RequestHeader {
+    /// The FIFO request queue's `MessageDeduplicationId`:
+    /// `<transaction_id>#<attempt>#<round>` (an unknown round counts as 0). The round is
+    /// part of it, so the re-send an ERROR `NOT_RUN` opens is a new message.
+    pub fn deduplication_id(&self) -> String {
+        format!(
+            "{}#{}#{}",
+            self.transaction_id,
+            self.attempt,
+            self.round.unwrap_or(0)
+        )
+    }
+
+    /// The FIFO request queue's `MessageGroupId`: the transaction id (deduplication
+    /// is scoped to the group; transactions are spread over groups for throughput).
+    pub fn group_id(&self) -> String {
+        self.transaction_id.to_string()
+    }
+
     /// The request for `attempt` of `r`, sent in the record's round with its
     /// correlation id.
     pub fn of(r: &TransactionRecord, attempt: Attempt) -> Self {
@@ -334,6 +422,9 @@ pub enum AlertKind {
     /// The service answered REJECTED: the request can never succeed as it is, and
     /// is not retried (an operator case).
     Rejected,
+    /// Outbox mode: an ERROR that does not say the call did not run; the request may
+    /// have been executed and is not sent again (resolve or replay).
+    Ambiguous,
 }
 
 impl AlertKind {
@@ -344,6 +435,7 @@ impl AlertKind {
             AlertKind::TechnicalExhausted => "technical-exhausted",
             AlertKind::Expired => "expired",
             AlertKind::Rejected => "rejected",
+            AlertKind::Ambiguous => "ambiguous",
         }
     }
 }
@@ -449,10 +541,16 @@ pub enum Ack {
     /// An unanswered request published again (same key) as the breaker's half-open
     /// probe: its republish count untouched, its deadline not the breaker's signal.
     ReconcilerProbed,
+    /// Outbox mode: the send decided and written (SENDING); the publisher sends it.
+    Enqueued,
+    /// Outbox mode: a SENDING record claimed longer ago than the resend window: not
+    /// published again (a repeat could escape SQS's deduplication), IN_PROGRESS so the
+    /// answer deadline watches it.
+    PublishUnconfirmed,
 }
 
 impl Ack {
-    pub const ALL: [Ack; 23] = [
+    pub const ALL: [Ack; 25] = [
         Ack::Started,
         Ack::AlreadyStarted,
         Ack::Succeeded,
@@ -476,6 +574,8 @@ impl Ack {
         Ack::ReconcilerHeld,
         Ack::ReconcilerRepublishedAfterHold,
         Ack::ReconcilerProbed,
+        Ack::Enqueued,
+        Ack::PublishUnconfirmed,
     ];
 
     /// The kebab-case name (as serialized): `already-handled`.
@@ -504,6 +604,8 @@ impl Ack {
             Ack::ReconcilerHeld => "reconciler-held",
             Ack::ReconcilerRepublishedAfterHold => "reconciler-republished-after-hold",
             Ack::ReconcilerProbed => "reconciler-probed",
+            Ack::Enqueued => "enqueued",
+            Ack::PublishUnconfirmed => "publish-unconfirmed",
         }
     }
 }
@@ -564,6 +666,9 @@ pub enum DropReason {
     /// holds requests back: its event waits on the retry queue (held), nothing is
     /// requeued or counted.
     HeldByBreaker { status: Status },
+    /// Outbox mode: the publisher's record is no longer the SENDING it was handed
+    /// (another copy published it, or it moved on): nothing to publish.
+    AlreadyPublished { status: Status },
 }
 
 impl DropReason {
@@ -580,6 +685,7 @@ impl DropReason {
             DropReason::NotStuck { .. } => "not-stuck",
             DropReason::Parked { .. } => "parked",
             DropReason::HeldByBreaker { .. } => "held-by-breaker",
+            DropReason::AlreadyPublished { .. } => "already-published",
         }
     }
 }
@@ -714,6 +820,8 @@ pub enum Input {
         transaction_id: TransactionId,
         budget: u32,
     },
+    /// Outbox mode: a SENDING record to publish (the stream's new image).
+    Publish(TransactionRecord),
 }
 
 impl Input {
@@ -721,7 +829,7 @@ impl Input {
         match self {
             Input::Response(r) => &r.transaction_id,
             Input::Retry(e) => &e.transaction_id,
-            Input::Reconcile(r) => &r.transaction_id,
+            Input::Reconcile(r) | Input::Publish(r) => &r.transaction_id,
             Input::Start { transaction_id, .. }
             | Input::Resolve(transaction_id)
             | Input::Replay { transaction_id, .. } => transaction_id,
@@ -800,6 +908,20 @@ pub fn decide(
             transaction_id,
             budget,
         } => decide_replay(known, transaction_id, *budget, ctx),
+        Input::Publish(image) => match known {
+            Known::Unread => decide_publish(image, ctx, crate::machine::Actor::Publisher),
+            Known::Missing => vec![Effect::Reject(Rejection::UnknownTransaction {
+                transaction_id: image.transaction_id.clone(),
+            })],
+            // The send the image holds, still pending: publish it. Any other record
+            // (published, answered, another round) has nothing of this image's left.
+            Known::Record(current) if publish::same_send(image, current) => {
+                decide_publish(current, ctx, crate::machine::Actor::Publisher)
+            }
+            Known::Record(current) => vec![Effect::Drop(DropReason::AlreadyPublished {
+                status: current.status,
+            })],
+        },
     }
 }
 

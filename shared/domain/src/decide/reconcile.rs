@@ -2,6 +2,7 @@
 
 use super::cycle::resume_scheduling;
 use super::expire::{expire, expires};
+use super::publish::decide_publish;
 use super::retry::resume_sending;
 use super::{Ack, Alert, AlertKind, Context, DropReason, Effect, Plan, RequestHeader};
 use crate::arrow;
@@ -37,7 +38,7 @@ fn answer_due(r: &TransactionRecord, ctx: &Context) -> crate::ids::Timestamp {
 /// is deferred on the retry queue, not lost).
 pub fn asks_breaker(r: &TransactionRecord, ctx: &Context) -> bool {
     let sends = match r.status {
-        Status::InProgress => r.counts[Counter::Republishes] < ctx.rules.answer_republish_max,
+        Status::InProgress => r.counts[Counter::Republishes] < ctx.rules.answer_republishes(),
         Status::Scheduling => past_instant(r, ctx),
         Status::Scheduled => true,
         _ => false,
@@ -80,6 +81,11 @@ pub fn decide_reconcile(r: &TransactionRecord, ctx: &Context) -> Plan {
     // A stuck cycle past the deadline ends (parked ones too).
     if expires(r, ctx) {
         return expire(r, ctx, Actor::Reconciler);
+    }
+    // SENDING in outbox mode: the publisher's rescue, decided as the publisher
+    // decides (its claim says whether it may still publish).
+    if r.status == Status::Sending && ctx.outbox() {
+        return decide_publish(r, ctx, Actor::Reconciler);
     }
     // SENDING: its send began and its request may be out; the reconciler completes it
     // as the retry handler's redelivered event would (same key), breaker or not.
@@ -176,8 +182,8 @@ fn decide_unanswered(r: &TransactionRecord, ctx: &Context) -> Plan {
     // Every republish spent: no answer came for this request however often it went
     // out, before any hold or probe (a breaker that never closes — its probes
     // unanswered too — would otherwise keep it waiting, or probing for free, for
-    // ever).
-    if r.counts[Counter::Republishes] >= ctx.rules.answer_republish_max {
+    // ever). Outbox mode makes none: a republish would publish the attempt twice.
+    if r.counts[Counter::Republishes] >= ctx.rules.answer_republishes() {
         return abandon(r, ctx);
     }
     // Past the transaction's deadline too: no republish, hold or probe any more.

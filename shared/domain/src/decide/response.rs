@@ -13,7 +13,7 @@ use crate::machine::{
     Actor, Arrow, BudgetGuard, Change, Counter, Event, Mark, PerCounter, Status, TransactionRecord,
     Write,
 };
-use crate::message::{Outcome, Response};
+use crate::message::{Execution, Outcome, Response};
 use crate::policy::RandomSource;
 
 const SUCCEED: Arrow = arrow!([Status::InProgress], Event::Success);
@@ -29,10 +29,16 @@ const SCHEDULE_WAITING: Arrow = arrow!(
 const TECHNICAL_FAIL: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 /// A REJECTED answer ends the transaction by the arrow its exhaustion takes.
 const REJECT: Arrow = arrow!([Status::InProgress], Event::Exhausted);
+/// So does an ambiguous ERROR in outbox mode.
+const AMBIGUOUS_FAIL: Arrow = arrow!([Status::InProgress], Event::Exhausted);
 
 /// The reason the alert of a transaction that ended because every technical re-send
 /// was answered ERROR again names.
 pub const TECHNICAL_EXHAUSTED_REASON: &str = Mark::TechnicalExhausted.legacy_reason();
+
+/// The reason the alert of a transaction ended by an ambiguous ERROR (outbox mode)
+/// names.
+pub const AMBIGUOUS_REASON: &str = Mark::Ambiguous.legacy_reason();
 
 /// The writes that record an answer for the request in flight.
 const ANSWER_EVENTS: [Event; 4] = [
@@ -146,7 +152,9 @@ fn decide_answer(
         let opens_wait = match resp.outcome {
             Outcome::Success | Outcome::Rejected => false,
             Outcome::Cancelled => !r.max_attempts.exhausted_by(n),
-            Outcome::Error => true,
+            // Outbox mode does not send again an ERROR that may have run: it ends
+            // the transaction, deadline or not.
+            Outcome::Error => !ambiguous(resp, ctx),
         };
         if opens_wait {
             let mut plan = expire(r, ctx, Actor::ResponseHandler);
@@ -183,6 +191,18 @@ fn decide_answer(
             Some(r) => answered_while_resend_waits(r, resp, ctx, rng),
             None => vec![Effect::Ack(Ack::AlreadyHandled)],
         },
+        // Outbox mode, an ERROR that does not say the call did not run: it may have
+        // been executed, and a re-send would publish the attempt again. FAILED,
+        // `AMBIGUOUS`, for an operator to resolve or replay.
+        (None | Some(Status::InProgress), Outcome::Error) if ambiguous(resp, ctx) => {
+            ambiguous_failure(
+                id,
+                n,
+                rec.map_or(0, |r| r.counts[Counter::Round]),
+                resp,
+                ctx,
+            )
+        }
         // ERROR for the current attempt: send it again later, or, the re-sends spent,
         // FAILED + business alert. Never consumes an attempt.
         (None | Some(Status::InProgress), Outcome::Error) => technical_failure(
@@ -205,6 +225,12 @@ fn decide_answer(
             if rec.is_some_and(|r| r.mark == Some(Mark::TechnicalExhausted)) =>
         {
             vec![technical_alert(id, n), Effect::Ack(Ack::Failed)]
+        }
+        // The redelivery of the ambiguous ERROR that ended it: alert again.
+        (Some(Status::Failed), Outcome::Error)
+            if rec.is_some_and(|r| r.mark == Some(Mark::Ambiguous)) =>
+        {
+            vec![ambiguous_alert(id, n), Effect::Ack(Ack::Failed)]
         }
         // REJECTED for the current attempt: the service will never accept the request
         // as it is. FAILED at once, whatever budget is left, + business alert.
@@ -259,7 +285,10 @@ fn decide_answer(
         // (Not one FAILED by another answer for this attempt: that is a conflict.)
         (Some(Status::Failed), Outcome::Cancelled)
             if rec.is_none_or(|r| {
-                !matches!(r.mark, Some(Mark::TechnicalExhausted | Mark::Rejected))
+                !matches!(
+                    r.mark,
+                    Some(Mark::TechnicalExhausted | Mark::Rejected | Mark::Ambiguous)
+                )
             }) =>
         {
             let attempts = rec.map(|r| r.current_attempt).unwrap_or(n);
@@ -393,6 +422,45 @@ fn reject(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Pla
         rejected_alert(id, n, resp),
         Effect::Ack(Ack::Rejected),
     ]
+}
+
+/// True when `resp` is an ERROR outbox mode may not send again: the service did not
+/// say the call did not run.
+fn ambiguous(resp: &Response, ctx: &Context) -> bool {
+    ctx.outbox() && resp.outcome == Outcome::Error && resp.execution() != Execution::NotRun
+}
+
+/// An ambiguous ERROR for attempt `n` (outbox mode) of a record in round `round`
+/// (0 when unread: the write is conditional on it, a failed condition decides again):
+/// IN_PROGRESS(n) → FAILED on the exhaustion's arrow, marked `AMBIGUOUS`, + business
+/// alert. No attempt, re-send or republish is spent: nothing is sent again.
+fn ambiguous_failure(
+    id: &TransactionId,
+    n: Attempt,
+    round: u32,
+    resp: &Response,
+    ctx: &Context,
+) -> Plan {
+    let mut w = answered(id, AMBIGUOUS_FAIL, n, resp, ctx).listed_failed(ctx.rules.shards);
+    w.guard.counts[Counter::Round] = Some(round);
+    w.set.last_outcome = Some(Outcome::Error);
+    let w = w.marked(Mark::Ambiguous);
+    vec![
+        Effect::Write(w),
+        ambiguous_alert(id, n),
+        Effect::Ack(Ack::Failed),
+    ]
+}
+
+/// The business alert of a transaction ended by an ambiguous ERROR: the request may
+/// have run and was not sent again.
+fn ambiguous_alert(id: &TransactionId, n: Attempt) -> Effect {
+    Effect::Alert(Alert {
+        kind: AlertKind::Ambiguous,
+        transaction_id: id.clone(),
+        attempts: n,
+        last_reason: Some(AMBIGUOUS_REASON.to_owned()),
+    })
 }
 
 /// The business alert of a transaction the service rejected, with its reason (for

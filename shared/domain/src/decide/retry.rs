@@ -68,6 +68,14 @@ pub fn decide_retry(known: Known<'_>, ev: &RetryEvent, ctx: &Context) -> Plan {
             match (r.status, ctx.hold) {
                 (s, Some(hold)) if ACCEPT.from().contains(s) => defer(ev, hold, ctx),
                 (s, None) if ACCEPT.from().contains(s) => send(id, m, ev, ctx),
+                // SENDING with next_attempt = m, outbox mode: the publisher sends it
+                // (once); this event is a duplicate of the one that decided it.
+                (status @ Status::Sending, _) if ctx.outbox() => {
+                    vec![Effect::Drop(DropReason::DuplicateRetry {
+                        attempt: m,
+                        status,
+                    })]
+                }
                 // SENDING with next_attempt = m: resume (publish again, same key),
                 // held or not: the send began before any hold, and request m may
                 // already be out.
@@ -117,6 +125,10 @@ fn send(id: &TransactionId, m: Attempt, ev: &RetryEvent, ctx: &Context) -> Plan 
     // Marked before it leaves, so that its answer finds the mark.
     if ctx.probe {
         w = w.marked(Mark::Probe);
+    }
+    // Outbox mode: the write is the intent; the publisher sends request m.
+    if ctx.outbox() {
+        return vec![Effect::Write(w), Effect::Ack(Ack::Enqueued)];
     }
     vec![
         Effect::Write(w),

@@ -43,7 +43,7 @@ impl Decide for Rules {
 
 /// True when the retry event `ev`, decided by `rules` on the record `r` with no
 /// breaker verdict, would publish a request (its cycle pending and in force before the
-/// deadline, or a send to resume): the only events the retry handler asks the breaker
+/// deadline, or a send to resume) or, in outbox mode, enqueue one for the publisher: the only events the retry handler asks the breaker
 /// about once it has read the record. A stale or duplicate event, or one past its
 /// deadline, publishes nothing and spends no half-open round's probe.
 pub fn retry_asks_breaker<D: Decide>(
@@ -67,7 +67,7 @@ pub fn retry_asks_breaker<D: Decide>(
     rules
         .decide(question, &unheld, &mut crate::policy::FixedRandom(0.5))
         .iter()
-        .any(|e| matches!(e, Effect::PublishRequest(_)))
+        .any(|e| matches!(e, Effect::PublishRequest(_) | Effect::Ack(Ack::Enqueued)))
 }
 
 /// What the executor must do next.

@@ -10,6 +10,9 @@ use crate::message::Payload;
 /// its publish is rescued at the deadline), then publish attempt 1 (key `<id>#1`). Repeating it is harmless and never publishes a different payload.
 /// The record keeps the `correlation_id` of the start that created it; a repeat
 /// sends the stored one.
+///
+/// In outbox mode the create is the intent: the record is created SENDING(1) and the
+/// publisher sends attempt 1; a repeat publishes nothing.
 pub fn decide_start(
     known: Known<'_>,
     payload_matches: Option<bool>,
@@ -20,6 +23,22 @@ pub fn decide_start(
     ctx: &Context,
 ) -> Plan {
     match known {
+        Known::Unread | Known::Missing if ctx.outbox() => {
+            let record = TransactionRecord::started_queued(
+                id.clone(),
+                max_attempts,
+                ctx.now,
+                ctx.rules.shards,
+            )
+            .correlated(correlation_id.cloned());
+            vec![
+                Effect::Create {
+                    record,
+                    payload: payload.clone(),
+                },
+                Effect::Ack(Ack::Started),
+            ]
+        }
         Known::Unread | Known::Missing => {
             let record = TransactionRecord::started(id.clone(), max_attempts, ctx.now)
                 .correlated(correlation_id.cloned())
@@ -39,9 +58,12 @@ pub fn decide_start(
                 transaction_id: id.clone(),
             })]
         }
-        // Still waiting on attempt 1: publishing again is harmless (same key).
+        // Still waiting on attempt 1: publishing again is harmless (same key). Never
+        // in outbox mode: the publisher sends it, once.
         Known::Record(r)
-            if r.status == Status::InProgress && r.current_attempt == Attempt::FIRST =>
+            if !ctx.outbox()
+                && r.status == Status::InProgress
+                && r.current_attempt == Attempt::FIRST =>
         {
             vec![
                 Effect::PublishRequest(RequestHeader::of(r, Attempt::FIRST)),

@@ -32,6 +32,7 @@ fn response(n: u32, outcome: Outcome) -> Response {
         reason: Some("NOT_AVAILABLE".into()),
         retry_after_seconds: None,
         round: None,
+        execution: None,
     }
 }
 
@@ -607,6 +608,7 @@ fn describe(e: &Effect) -> String {
                 format!("drop parked {status} requeues={requeues}")
             }
             DropReason::HeldByBreaker { status } => format!("drop held-by-breaker {status}"),
+            DropReason::AlreadyPublished { status } => format!("drop already-published {status}"),
         },
         Effect::Reject(r) => format!("reject {}", r.label()),
     }
@@ -649,6 +651,7 @@ fn answer(
         reason: reason.map(str::to_owned),
         retry_after_seconds,
         round: None,
+        execution: None,
     })
 }
 
@@ -1717,6 +1720,7 @@ mod free_text {
                 reason: reason.map(str::to_owned),
                 retry_after_seconds: None,
                 round,
+                execution: None,
             }),
             _ => Input::Retry(RetryEvent {
                 transaction_id: id(),

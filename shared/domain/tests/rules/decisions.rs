@@ -174,6 +174,7 @@ fn input(msg: &Msg, r: &TransactionRecord) -> (Input, Option<bool>) {
                 reason: Some("NOT_AVAILABLE".into()),
                 retry_after_seconds: None,
                 round: None,
+                execution: None,
             }),
             None,
         ),
@@ -390,6 +391,7 @@ fn scheduling_persists_a_fire_time_within_bounds() {
                 reason: None,
                 retry_after_seconds: None,
                 round: None,
+                execution: None,
             };
             let plan =
                 domain::decide::decide_response(Known::Unread, &resp, &ctx(), &mut FixedRandom(u));

@@ -31,7 +31,7 @@ fn effects() -> Vec<Effect> {
     vec![
         Effect::Read(id()),
         Effect::Create {
-            record,
+            record: record.clone(),
             payload: Payload::from_json("{}").unwrap(),
         },
         Effect::Write(Write::new(
@@ -58,6 +58,11 @@ fn effects() -> Vec<Effect> {
             delay_seconds: 30,
         }),
         Effect::Signal(domain::breaker::Signal::Answered),
+        Effect::Note(domain::audit::AuditEntry::publish_unconfirmed(
+            &record,
+            Actor::Publisher,
+            Timestamp::from_millis(0),
+        )),
         Effect::Alert(Alert {
             kind: AlertKind::AttemptsExhausted,
             transaction_id: id(),
@@ -82,6 +87,7 @@ fn inputs() -> Vec<Input> {
             reason: None,
             retry_after_seconds: None,
             round: None,
+            execution: None,
         }),
         Input::Retry(RetryEvent {
             transaction_id: id(),
@@ -101,6 +107,12 @@ fn inputs() -> Vec<Input> {
             transaction_id: id(),
             budget: 1,
         },
+        Input::Publish(TransactionRecord::started_queued(
+            id(),
+            MaxAttempts::new(3).unwrap(),
+            Timestamp::from_millis(0),
+            8,
+        )),
     ]
 }
 
@@ -145,6 +157,15 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
                         scheduler: &scheduler,
                         retries: &retries,
                         requests: &requests,
+                        notes: &store,
+                    }
+                    .perform(&effect),
+                ),
+                Input::Publish(_) => block_on_ready(
+                    PublishPorts {
+                        store: &store,
+                        requests: &requests,
+                        notes: &store,
                     }
                     .perform(&effect),
                 ),
@@ -186,6 +207,6 @@ fn every_bundle_performs_exactly_what_its_input_may_plan() {
             }
         }
     }
-    // Response 5, retry 4, reconcile 5, start 2, resolve 3, replay 3.
-    assert_eq!(performed, 22);
+    // Response 6, retry 4, reconcile 6, start 2, resolve 3, replay 3, publish 3.
+    assert_eq!(performed, 27);
 }

@@ -361,6 +361,7 @@ impl Sim {
                     reason: None,
                     retry_after_seconds: None,
                     round: None,
+                    execution: None,
                 }));
             }
             Op::BogusRetry { attempt, origin } => {

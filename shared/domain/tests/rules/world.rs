@@ -161,6 +161,7 @@ impl World {
                     reason: Some("NOT_AVAILABLE".into()),
                     retry_after_seconds: None,
                     round: None,
+                    execution: None,
                 });
             }
         }
@@ -255,6 +256,7 @@ pub fn response_input(id: &TransactionId, n: u32, outcome: Outcome) -> Input {
         reason: Some("NOT_AVAILABLE".into()),
         retry_after_seconds: None,
         round: None,
+        execution: None,
     })
 }
 

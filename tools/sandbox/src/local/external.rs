@@ -530,6 +530,7 @@ async fn answer(shared: &Shared, m: aws_sdk_sqs::types::Message) {
         retry_after_seconds: None,
         // The send answered, echoed as the contract asks.
         round: request.round,
+        execution: None,
     };
     let copies = if twice { 2 } else { 1 };
     for _ in 0..copies {
