@@ -14,8 +14,7 @@
 use aws::config::vars;
 use aws::config::{
     timeouts, AuditWriterConfig, HttpBridgeConfig, PublisherConfig, ReconcilerConfig,
-    ResponseHandlerConfig,
-    RetryHandlerConfig, StackNames, StarterConfig,
+    ResponseHandlerConfig, RetryHandlerConfig, StackNames, StarterConfig,
 };
 use deferred_retry_tests::cfn::*;
 use runtime::metrics::{names, DIMENSION};

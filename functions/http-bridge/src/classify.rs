@@ -442,7 +442,13 @@ pub fn classify(
         // Ambiguous for a timeout (the service may have run it): the same key again.
         Err(t) => {
             let execution = t.execution();
-            return response(request, Outcome::Error, t.reason().to_owned(), None, execution);
+            return response(
+                request,
+                Outcome::Error,
+                t.reason().to_owned(),
+                None,
+                execution,
+            );
         }
     };
     let status = answer.status;

@@ -98,7 +98,9 @@ where
             .collect::<Vec<_>>();
         let results = rate::counted(self.pacer.as_deref(), metrics, work).await;
         let mut response = DynamoDbEventResponse::default();
-        let failed = results.into_iter().find_map(|(r, res)| res.err().map(|e| (r, e)));
+        let failed = results
+            .into_iter()
+            .find_map(|(r, res)| res.err().map(|e| (r, e)));
         if let Some((record, error)) = failed {
             let seq = record.change.sequence_number.clone();
             tracing::error!(
@@ -118,6 +120,9 @@ where
 
     /// One invocation: the batch, then the metrics line on stdout.
     pub async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, Infallible> {
-        Ok(invocation(&self.namespace, FUNCTION, async |m| self.handle_event(&event, m).await).await)
+        Ok(invocation(&self.namespace, FUNCTION, async |m| {
+            self.handle_event(&event, m).await
+        })
+        .await)
     }
 }

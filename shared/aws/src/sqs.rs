@@ -144,9 +144,7 @@ async fn send_in(
     fifo: Option<FifoIds>,
 ) -> Result<(), PortError> {
     let trace = std::env::var(LAMBDA_TRACE_ENV).ok();
-    let (deduplication_id, group_id) = fifo
-        .map(|f| (f.deduplication_id, f.group_id))
-        .unzip();
+    let (deduplication_id, group_id) = fifo.map(|f| (f.deduplication_id, f.group_id)).unzip();
     client
         .send_message()
         .queue_url(queue_url)
@@ -442,7 +440,10 @@ mod tests {
         assert_eq!(fifo_id("TX-1#2#0"), "TX-1#2#0");
         let punctuation = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
         assert_eq!(fifo_id(punctuation), punctuation);
-        let longest = format!("{}#1000#4294967295", "x".repeat(domain::ids::MAX_TRANSACTION_ID_CHARS));
+        let longest = format!(
+            "{}#1000#4294967295",
+            "x".repeat(domain::ids::MAX_TRANSACTION_ID_CHARS)
+        );
         for raw in [longest.as_str(), "TX 1#1#0", "TX-ñ#1#0", "", "TX-1\u{7f}"] {
             let id = fifo_id(raw);
             assert!(ok(&id), "{raw:?} -> {id}");
@@ -450,9 +451,16 @@ mod tests {
             assert_eq!(fifo_id(raw), id, "one id per text");
         }
         assert_ne!(fifo_id("TX ñ#1#0"), fifo_id("TX ñ#1#1"));
-        assert_eq!(fifo_id(&"y".repeat(FIFO_ID_MAX_CHARS)).len(), FIFO_ID_MAX_CHARS);
-        assert!(is_fifo_queue("https://sqs.eu-west-1.amazonaws.com/1/dr-request.fifo"));
-        assert!(!is_fifo_queue("https://sqs.eu-west-1.amazonaws.com/1/dr-request"));
+        assert_eq!(
+            fifo_id(&"y".repeat(FIFO_ID_MAX_CHARS)).len(),
+            FIFO_ID_MAX_CHARS
+        );
+        assert!(is_fifo_queue(
+            "https://sqs.eu-west-1.amazonaws.com/1/dr-request.fifo"
+        ));
+        assert!(!is_fifo_queue(
+            "https://sqs.eu-west-1.amazonaws.com/1/dr-request"
+        ));
     }
 
     #[test]

@@ -303,7 +303,10 @@ async fn a_fifo_request_queue_drops_a_repeat_and_keeps_a_new_round() {
     seen.sort();
     let hashed = aws::sqs::fifo_id("TX ñ");
     let hashed_dedup = aws::sqs::fifo_id("TX ñ#1#0");
-    assert!(hashed.starts_with(aws::sqs::FIFO_ID_HASH_PREFIX), "{hashed}");
+    assert!(
+        hashed.starts_with(aws::sqs::FIFO_ID_HASH_PREFIX),
+        "{hashed}"
+    );
     let mut want = vec![
         ("TX-1#2#0".to_owned(), "TX-1".to_owned()),
         ("TX-1#2#1".to_owned(), "TX-1".to_owned()),

@@ -254,7 +254,11 @@ fn planned(
         _ => None,
     });
     if let (Action::Replay { .. }, Some(next)) = (action, &next) {
-        let _ = write!(line, " ({})", commands::replay_delivery(ctx.rules.delivery, next));
+        let _ = write!(
+            line,
+            " ({})",
+            commands::replay_delivery(ctx.rules.delivery, next)
+        );
     }
     Ok(Row {
         line,

@@ -375,7 +375,12 @@ impl Target {
     /// parameter); unset, `outbox` when the request queue's URL names a FIFO queue.
     pub fn delivery(&self) -> Delivery {
         self.delivery.unwrap_or_else(|| {
-            match self.args.request_queue_url.as_deref().map(aws::sqs::is_fifo_queue) {
+            match self
+                .args
+                .request_queue_url
+                .as_deref()
+                .map(aws::sqs::is_fifo_queue)
+            {
                 Some(true) => Delivery::Outbox,
                 _ => Delivery::Direct,
             }

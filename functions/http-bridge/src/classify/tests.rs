@@ -202,13 +202,28 @@ fn unclassifiable_answers_are_errors_with_status_and_body() {
 fn transport_failures_are_errors_without_retry_after() {
     for (t, reason, execution) in [
         (Transport::Timeout, "TIMEOUT", Execution::Unknown),
-        (Transport::Connect("refused".into()), "CONNECT", Execution::NotRun),
-        (Transport::Tls("unknown issuer".into()), "TLS", Execution::NotRun),
-        (Transport::Other("reset".into()), "TRANSPORT", Execution::Unknown),
+        (
+            Transport::Connect("refused".into()),
+            "CONNECT",
+            Execution::NotRun,
+        ),
+        (
+            Transport::Tls("unknown issuer".into()),
+            "TLS",
+            Execution::NotRun,
+        ),
+        (
+            Transport::Other("reset".into()),
+            "TRANSPORT",
+            Execution::Unknown,
+        ),
     ] {
         let r = expect_response(classify(&Rules::default(), &request(), Err(t), now()));
         assert_eq!(r.execution, Some(execution), "{reason}");
-        assert_eq!(summary(Classified::Answer(r)), (Outcome::Error, reason.to_owned(), None));
+        assert_eq!(
+            summary(Classified::Answer(r)),
+            (Outcome::Error, reason.to_owned(), None)
+        );
     }
 }
 
@@ -232,7 +247,11 @@ fn an_error_says_whether_the_request_may_have_run() {
         (504, None, Execution::Unknown),
         (302, None, Execution::Unknown),
     ] {
-        assert_eq!(execution(answer(status, retry)), Some(want), "{status} {retry:?}");
+        assert_eq!(
+            execution(answer(status, retry)),
+            Some(want),
+            "{status} {retry:?}"
+        );
     }
     let down = rules(r#"{"body":[{"pointer":"/state","values":{"DOWN":{"outcome":"ERROR"}}}]}"#);
     let c = answer_with(&down, 200, None, br#"{"state":"DOWN"}"#);

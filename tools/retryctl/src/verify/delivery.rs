@@ -102,7 +102,9 @@ pub async fn check(
     if let Some(url) = outputs.get("RequestQueueUrl") {
         match super::resources::queue_attributes(sqs, url).await {
             Ok(attrs) => {
-                let fifo = attrs.get(&QueueAttributeName::FifoQueue).map(String::as_str);
+                let fifo = attrs
+                    .get(&QueueAttributeName::FifoQueue)
+                    .map(String::as_str);
                 let source = format!("request queue (FifoQueue {})", fifo.unwrap_or("unset"));
                 said.push(Said::new(source, Some(queue_mode(fifo))));
             }
@@ -133,7 +135,9 @@ pub async fn check(
                 checks.fail(
                     PHASE,
                     "mode",
-                    format!("{summary}; but no output {PUBLISHER_OUTPUT}: the publisher is missing"),
+                    format!(
+                        "{summary}; but no output {PUBLISHER_OUTPUT}: the publisher is missing"
+                    ),
                 );
             } else {
                 checks.pass(PHASE, "mode", summary);
@@ -204,7 +208,8 @@ mod tests {
         let e = judge(&said(&[("starter REQUEST_DELIVERY", Some("fifo"))])).unwrap_err();
         assert!(e.contains("\"fifo\""), "{e}");
         assert!(judge(&said(&[("parameter", None)])).is_err());
-        let (mode, _) = judge(&said(&[("request queue", Some(queue_mode(Some("false"))))])).unwrap();
+        let (mode, _) =
+            judge(&said(&[("request queue", Some(queue_mode(Some("false"))))])).unwrap();
         assert_eq!(mode, Delivery::Direct);
     }
 }
