@@ -55,6 +55,7 @@ pub const FILLED: &[(&str, Source)] = &[
         Source::Parameter("TransactionDeadlineSeconds"),
     ),
     ("--retention-days", Source::Parameter("RetentionDays")),
+    ("--request-delivery", Source::Parameter("RequestDelivery")),
 ];
 
 impl Described {
@@ -180,6 +181,7 @@ impl Described {
                         "--retry-queue-url" => &mut out.retry_queue_url,
                         "--scheduler-dlq-url" => &mut out.scheduler_dlq_url,
                         "--audit-dlq-url" => &mut out.audit_dlq_url,
+                        "--request-delivery" => &mut out.request_delivery,
                         _ => &mut out.schedule_group,
                     };
                     *slot = agree(slot.take(), value.to_owned(), conflict)?;

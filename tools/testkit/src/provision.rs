@@ -371,6 +371,7 @@ impl Provisioned {
             "reconciler" => {
                 v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
                 v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
+                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
                 v.push((vars::RETRY_QUEUE_URL.name, self.retry.url.clone()));
                 v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
                 v.extend(sched());

@@ -826,8 +826,8 @@ fn http_bridge_env(
     m
 }
 
-async fn reconcile_cron<St, Sc, Rt, Rq, Br>(
-    reconciler: Reconciler<St, Sc, Rt, Rq, Br, SystemClock>,
+async fn reconcile_cron<St, Sc, Rt, Rq, Nt, Br>(
+    reconciler: Reconciler<St, Sc, Rt, Rq, Nt, Br, SystemClock>,
     metrics: Arc<Metrics>,
     every: Duration,
     stats: Arc<CronStats>,
@@ -837,6 +837,7 @@ async fn reconcile_cron<St, Sc, Rt, Rq, Br>(
     Sc: domain::ports::ScheduleCreator,
     Rt: domain::ports::RetryPublisher,
     Rq: domain::ports::RequestPublisher,
+    Nt: domain::ports::AuditNotes,
     Br: domain::ports::BreakerReads + domain::ports::BreakerWrites + domain::ports::BreakerCounts,
 {
     loop {
