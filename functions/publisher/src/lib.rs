@@ -92,8 +92,11 @@ where
     /// Processes one stream batch, counting into `metrics`: the first record in
     /// stream order that failed is reported, so Lambda retries from it.
     pub async fn handle_event(&self, event: &Event, metrics: &Metrics) -> DynamoDbEventResponse {
-        let work = futures::stream::iter(&event.records)
-            .map(|record| async move { (record, self.publish_one(record, metrics).await) })
+        // By index: a closure taking `&EventRecord` would make the future `Send` for
+        // one lifetime only, and the local stack invokes it as a `Send` future.
+        let records = &event.records;
+        let work = futures::stream::iter(0..records.len())
+            .map(|i| async move { (&records[i], self.publish_one(&records[i], metrics).await) })
             .buffered(self.concurrency.max(1))
             .collect::<Vec<_>>();
         let results = rate::counted(self.pacer.as_deref(), metrics, work).await;

@@ -691,7 +691,7 @@ async fn stream_mapping_filters_keeps_order_retries_and_gives_up() {
         if claimed {
             r = r.item(
                 "publishing_since",
-                AttributeValue::N("1790000000000".into()),
+                AttributeValue::S("2026-12-05T10:00:00.000Z".into()),
             );
         }
         r.send()
@@ -745,10 +745,9 @@ async fn stream_mapping_filters_keeps_order_retries_and_gives_up() {
             batch_size: 2,
             max_retry_attempts: 2,
             bisect_on_error: true,
-            filter: Some(serde_json::json!({"dynamodb": {"NewImage": {
-                "status": {"S": ["SENDING"]},
-                "publishing_since": {"N": [{"exists": false}]}
-            }}})),
+            filter: Some(
+                serde_json::from_str(sandbox::local::stack::template::PUBLISHER_FILTER).unwrap(),
+            ),
             poll: Duration::from_millis(50),
             kill_probability: 0.0,
             seed: 1,

@@ -373,7 +373,7 @@ mod tests {
         ]
         .into();
         if let Some(p) = publishing_since {
-            new.insert("publishing_since".into(), Scalar::N(p.into()));
+            new.insert("publishing_since".into(), Scalar::S(p.into()));
         }
         StreamChange {
             sequence_number: seq.into(),
@@ -388,12 +388,16 @@ mod tests {
     fn the_filter_takes_unclaimed_sending_images_only() {
         let pattern = json!({"dynamodb": {"NewImage": {
             "status": {"S": ["SENDING"]},
-            "publishing_since": {"N": [{"exists": false}]}
+            "publishing_since": {"S": [{"exists": false}]}
         }}});
         let arn = "arn:aws:dynamodb:us-east-1:1:table/t/stream/x";
         let m = |c: &StreamChange| filter_matches(&pattern, &record_json(c, arn, "us-east-1"));
         assert!(m(&change("1", "SENDING", None)));
-        assert!(!m(&change("2", "SENDING", Some("1790000000000"))));
+        assert!(!m(&change(
+            "2",
+            "SENDING",
+            Some("2026-12-05T10:00:00.000Z")
+        )));
         assert!(!m(&change("3", "IN_PROGRESS", None)));
         let removed = StreamChange {
             new: None,
