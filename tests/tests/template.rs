@@ -736,6 +736,8 @@ fn alarmed_emitted_metrics() -> Vec<(&'static str, &'static str)> {
         (names::TECHNICAL_EXHAUSTED, response),
         // response handler, per REJECTED answer that ends a transaction.
         (names::TRANSACTIONS_REJECTED, response),
+        // response handler, outbox mode, per ERROR that may have run.
+        (names::TRANSACTIONS_AMBIGUOUS, response),
         // every function whose decisions meet a transaction past its deadline.
         (names::TRANSACTIONS_EXPIRED, response),
         (names::TRANSACTIONS_EXPIRED, retry),
@@ -2672,6 +2674,40 @@ async fn each_ending_in_failed_raises_only_its_own_alarm() {
     assert_eq!(
         raised(&template(), &stage.emitted()),
         vec![("TechnicalExhaustedAlarm".to_owned(), 1)]
+    );
+
+    // Outbox mode: an ERROR that does not say the call did not run, once the
+    // publisher published the SENDING record.
+    let stage = Stage::new(runtime::settings::Settings {
+        delivery: domain::decide::Delivery::Outbox,
+        ..runtime::settings::Settings::default()
+    });
+    stage.start(3).await;
+    let clock = testkit::memory::ManualClock::at(T0.plus_millis(1_000));
+    let publisher = publisher::Publisher {
+        store: &stage.store,
+        requests: &stage.requests,
+        notes: &stage.store,
+        clock: &clock,
+        settings: stage.settings.clone(),
+        concurrency: 1,
+        seeds: runtime::settings::Seeds::fixed(7),
+        pacer: None,
+        namespace: "DeferredRetry".into(),
+    };
+    let sending = stage.record();
+    let event = testkit::events::stream(&[(None, &sending)], 1)
+        .unwrap_or_else(|e| panic!("stream event: {e}"));
+    let m = runtime::Metrics::new("DeferredRetry", publisher::FUNCTION);
+    publisher.handle_event(&event, &m).await;
+    assert_eq!(stage.record().status, domain::Status::InProgress);
+    stage
+        .respond(1, domain::Outcome::Error, T0.plus_millis(2_000))
+        .await;
+    assert_eq!(stage.record().status, domain::Status::Failed);
+    assert_eq!(
+        raised(&template(), &stage.emitted()),
+        vec![("TransactionsAmbiguousAlarm".to_owned(), 1)]
     );
 }
 
