@@ -908,3 +908,64 @@ impl<P: Send + Sync> StuckIndex for DynamoStore<P> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::decide::{decide_publish, Delivery, Deployment};
+    use domain::machine::{Actor, Event};
+    use domain::{MaxAttempts, Timestamp, TransactionId, TransactionRecord};
+
+    /// GIVEN the publisher's plan for an unclaimed SENDING record WHEN its writes are
+    /// encoded THEN the claim carries `attribute_not_exists(#publishing_since)` and sets
+    /// it as an instant; the write leaving SENDING removes it; no other write names it.
+    #[test]
+    fn the_claim_is_conditional_on_no_claim_and_leaving_sending_removes_it() {
+        let r = TransactionRecord::started_queued(
+            TransactionId::parse("TX-1").unwrap(),
+            MaxAttempts::new(3).unwrap(),
+            Timestamp::from_millis(0),
+            8,
+        );
+        let ctx = Deployment::default()
+            .context(Timestamp::from_millis(1_000))
+            .with_delivery(Delivery::Outbox);
+        let writes: Vec<Write> = decide_publish(&r, &ctx, Actor::Publisher)
+            .into_iter()
+            .filter_map(|e| match e {
+                domain::Effect::Write(w) => Some(w),
+                _ => None,
+            })
+            .collect();
+        let [claim, published] = writes.as_slice() else {
+            panic!("{writes:?}")
+        };
+        assert_eq!(claim.event(), Event::PublishClaimed);
+        let e = update_expression(claim);
+        assert!(
+            e.condition
+                .ends_with(" AND attribute_not_exists(#publishing_since)"),
+            "{}",
+            e.condition
+        );
+        assert_eq!(e.names["#publishing_since"], "publishing_since");
+        assert!(e.update.contains("#publishing_since = :v_publishing_since"));
+        assert_eq!(
+            e.values[":v_publishing_since"],
+            AttributeValue::S("1970-01-01T00:00:01.000Z".into())
+        );
+        let e = update_expression(published);
+        assert!(!e.condition.contains("publishing_since"), "{}", e.condition);
+        let removed = e.update.split(" REMOVE ").nth(1).unwrap_or_default();
+        assert!(removed.contains("#publishing_since"), "{}", e.update);
+        // A write that neither leaves SENDING nor claims leaves the attribute alone.
+        let answered = Write::new(
+            r.transaction_id.clone(),
+            domain::arrow!([domain::Status::InProgress], Event::Success),
+            Timestamp::from_millis(2_000),
+            Actor::ResponseHandler,
+        );
+        let e = update_expression(&answered);
+        assert!(!e.names.contains_key("#publishing_since"), "{e:?}");
+    }
+}

@@ -487,6 +487,21 @@ mod tests {
         assert_eq!(item.0["next_fire_at"], s("2023-11-15T00:13:20.000Z"));
         assert_eq!(item.0["current_attempt"], AttributeValue::N("1".into()));
 
+        let mut claimed = full.clone();
+        claimed.status = Status::Sending;
+        claimed.publishing_since = Some(Timestamp::from_millis(1_700_000_060_000));
+        let item = RecordItem::from(&claimed);
+        assert_eq!(
+            item.0["publishing_since"],
+            s("2023-11-14T22:14:20.000Z"),
+            "an instant like the others"
+        );
+        assert_eq!(TransactionRecord::try_from(&item).unwrap(), claimed);
+        let mut item = RecordItem::from(&claimed);
+        item.0.insert("publishing_since".into(), n(5));
+        let e = TransactionRecord::try_from(&item).unwrap_err();
+        assert_eq!(e.attribute, "publishing_since");
+
         let minimal = TransactionRecord::started(
             TransactionId::parse("TX-1").unwrap(),
             MaxAttempts::new(3).unwrap(),
@@ -494,6 +509,10 @@ mod tests {
         );
         let item = RecordItem::from(&minimal);
         assert!(!item.0.contains_key("next_attempt"), "absent, never NULL");
+        assert!(
+            !item.0.contains_key("publishing_since"),
+            "absent when unclaimed"
+        );
         assert!(!item.0.contains_key("reconcile_pk"), "sparse index key");
         assert!(!item.0.contains_key("failed_pk"), "sparse index key");
         assert_eq!(TransactionRecord::try_from(&item).unwrap(), minimal);

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use domain::decide::{decide, Input, Known};
+use domain::decide::{decide, Delivery, Input, Known};
 use domain::machine::{Mark, Status, Write};
 use domain::policy::FixedRandom;
 use domain::ports::{
@@ -85,6 +85,18 @@ fn sample_records(tx: &str) -> Vec<domain::TransactionRecord> {
         record(tx, Status::Sending, 2, 3, T0 + 7),
         record(tx, Status::Succeeded, 2, 3, T0 + 8),
         record(tx, Status::Failed, 3, 3, T0 + 9),
+        // Outbox mode: a send claimed by a publisher, and a start's SENDING(1).
+        {
+            let mut r = record(tx, Status::Sending, 1, 3, T0 + 15);
+            r.publishing_since = Some(Timestamp::from_millis(T0 + 15));
+            r
+        },
+        domain::TransactionRecord::started_queued(
+            id(tx),
+            domain::MaxAttempts::new(3).unwrap(),
+            Timestamp::from_millis(T0 + 16),
+            8,
+        ),
     ]
 }
 
@@ -113,6 +125,9 @@ fn sample_writes(tx: &str, records: &[domain::TransactionRecord]) -> Vec<Write> 
     }
     for r in records {
         inputs.push(Input::Reconcile(r.clone()));
+        if r.status == Status::Sending {
+            inputs.push(Input::Publish(r.clone()));
+        }
     }
     inputs.push(Input::Resolve(id(tx)));
     inputs.push(Input::Replay {
@@ -133,6 +148,9 @@ fn sample_writes(tx: &str, records: &[domain::TransactionRecord]) -> Vec<Write> 
         c.clone(),
         c.clone().with_probe(true),
         c.clone().with_hold(Some(hold)),
+        c.clone().with_delivery(Delivery::Outbox),
+        // The reconciler past a claim's resend window.
+        ctx(T0 + 3_600_000).with_delivery(Delivery::Outbox),
     ];
     for (input, c) in inputs
         .iter()
@@ -171,6 +189,10 @@ async fn every_write_matches_write_apply() {
     println!("{} writes x {} records", writes.len(), records.len());
     let events: BTreeSet<String> = writes.iter().map(|w| format!("{:?}", w.event())).collect();
     assert!(events.len() >= 7, "writes cover most arrows: {events:?}");
+    assert!(
+        events.contains("PublishClaimed"),
+        "outbox mode's claim is covered: {events:?}"
+    );
     let (mut applied, mut refused) = (0, 0);
     // Each marked record twice: as this release stores it, and as the previous one
     // did (no `mark`, the mark in `last_reason`), which decodes to the same record.
@@ -228,6 +250,81 @@ async fn every_write_matches_write_apply() {
     );
     assert_eq!(counts.writes as usize, writes.len() * stored.len());
     assert_eq!(counts.failed_conditions as usize, refused);
+}
+
+/// GIVEN outbox mode's start and an unclaimed SENDING record WHEN the start's create
+/// is stored and the publisher claims the send twice THEN the record reads back as
+/// created; the first claim stores `publishing_since`, the second's condition
+/// (`attribute_not_exists(#publishing_since)`) fails and hands back the claimed
+/// record; the write leaving SENDING removes the attribute from the item.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_publishers_claim_is_taken_once() {
+    let s = stack("claim").await;
+    let store = s.store();
+    let queued = domain::TransactionRecord::started_queued(
+        id("TX-Q1"),
+        domain::MaxAttempts::new(3).unwrap(),
+        Timestamp::from_millis(T0),
+        8,
+    );
+    let payload = Payload::from_json(r#"{"amount":1}"#).unwrap();
+    assert_eq!(
+        store.create(&queued, &payload).await.unwrap(),
+        CreateOutcome::Created
+    );
+    assert_eq!(
+        store.get(&queued.transaction_id).await.unwrap().as_ref(),
+        Some(&queued)
+    );
+    let c = ctx(T0 + 1_000).with_delivery(Delivery::Outbox);
+    let writes: Vec<Write> = decide(
+        &Input::Publish(queued.clone()),
+        Known::Record(&queued),
+        None,
+        &c,
+        &mut FixedRandom(0.5),
+    )
+    .into_iter()
+    .filter_map(|e| match e {
+        Effect::Write(w) => Some(w),
+        _ => None,
+    })
+    .collect();
+    let [claim, published] = writes.as_slice() else {
+        panic!("{writes:?}")
+    };
+    let WriteOutcome::Written(claimed) = store.transition(claim).await.unwrap() else {
+        panic!("the first claim is refused")
+    };
+    assert_eq!(
+        claimed.publishing_since,
+        Some(Timestamp::from_millis(T0 + 1_000))
+    );
+    assert_eq!(
+        store.transition(claim).await.unwrap(),
+        WriteOutcome::ConditionFailed(Some(claimed.clone())),
+        "a claim exists: the condition fails"
+    );
+    let WriteOutcome::Written(sent) = store.transition(published).await.unwrap() else {
+        panic!("the send is not recorded")
+    };
+    assert_eq!(sent.status, Status::InProgress);
+    assert_eq!(sent.publishing_since, None);
+    let item = s
+        .ddb()
+        .get_item()
+        .table_name(&s.p.names.transactions_table)
+        .key(
+            "transaction_id",
+            aws_sdk_dynamodb::types::AttributeValue::S("TX-Q1".into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert!(!item.contains_key("publishing_since"), "{item:?}");
 }
 
 /// GIVEN IN_PROGRESS(2) WHEN a write expects attempt 1, or expects SCHEDULING THEN the

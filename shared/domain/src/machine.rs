@@ -376,6 +376,12 @@ impl Arrow {
 /// // SENDING never succeeds but by its publish and then its answer: the request may be out.
 /// let a = domain::arrow!([Status::Scheduling, Status::Sending], Event::Success);
 /// ```
+///
+/// ```compile_fail
+/// use domain::machine::{Event, Status};
+/// // Only a SENDING record is claimed by a publisher.
+/// let a = domain::arrow!([Status::Scheduled], Event::PublishClaimed);
+/// ```
 #[macro_export]
 macro_rules! arrow {
     ([$($from:expr),+ $(,)?], $event:expr) => {
@@ -1694,7 +1700,26 @@ mod tests {
     fn the_macro_checks_the_arrow_at_compile_time() {
         const CONFIRM: Arrow = crate::arrow!([Status::Scheduling], Event::ScheduleConfirmed);
         assert_eq!(CONFIRM.to(), S::Scheduled);
+        const CLAIM: Arrow = crate::arrow!([Status::Sending], Event::PublishClaimed);
+        assert_eq!(CLAIM.to(), S::Sending);
+        assert!(CLAIM.keeps_watch());
         assert_eq!(CREATED, S::InProgress);
+        assert_eq!(QUEUED, S::Sending);
+        let queued = TransactionRecord::started_queued(
+            id(),
+            MaxAttempts::new(3).unwrap(),
+            Timestamp::from_millis(7),
+            8,
+        );
+        assert_eq!(
+            (queued.status, queued.current_attempt, queued.next_attempt),
+            (S::Sending, Attempt::FIRST, Some(Attempt::FIRST))
+        );
+        assert_eq!(
+            queued.reconcile,
+            ReconcileKey::derive(S::Sending, &id(), 8, Timestamp::from_millis(7), None)
+        );
+        assert_eq!(queued.publishing_since, None);
         assert_eq!(
             TransactionRecord::started(
                 id(),
@@ -1758,6 +1783,39 @@ mod tests {
         assert_eq!(
             write(&[S::Scheduling, S::Scheduled], E::RetryEventAccepted).from_status(),
             None
+        );
+    }
+
+    /// GIVEN the publisher's claim WHEN applied THEN it holds only without a claim,
+    /// sets it, and recognises its own result (a retried call meeting it) but not
+    /// another claim; a write leaving SENDING removes it, one staying keeps it.
+    #[test]
+    fn the_claim_is_taken_once_and_removed_on_leaving_sending() {
+        let rec = record(S::Sending, 1, Some(2), 4);
+        let mut claim = write(&[S::Sending], E::PublishClaimed);
+        claim.guard.unclaimed = true;
+        claim.set.publishing_since = Change::Set(Timestamp::from_millis(5));
+        let claimed = claim.apply(&rec).unwrap();
+        assert_eq!(claimed.publishing_since, Some(Timestamp::from_millis(5)));
+        assert_eq!(claim.apply(&claimed), Err(ConditionFailed));
+        assert!(claim.produced(&claimed));
+        let other = TransactionRecord {
+            publishing_since: Some(Timestamp::from_millis(4)),
+            ..claimed.clone()
+        };
+        assert!(!claim.produced(&other));
+        let published = write(&[S::Sending], E::RequestPublished);
+        assert_eq!(published.set.publishing_since, Change::Clear);
+        assert_eq!(published.apply(&claimed).unwrap().publishing_since, None);
+        assert_eq!(
+            write(&[S::Sending], E::PublishClaimed).set.publishing_since,
+            Change::Keep
+        );
+        assert_eq!(
+            write(&[S::Scheduled], E::RetryEventAccepted)
+                .set
+                .publishing_since,
+            Change::Keep
         );
     }
 

@@ -17,7 +17,7 @@
 #[path = "rules/world.rs"]
 mod world;
 
-use domain::decide::{Disposition, Input};
+use domain::decide::{Delivery, Disposition, Input};
 use domain::ids::{MaxAttempts, TransactionId};
 use domain::intake::StartMessage;
 use domain::message::{Origin, Outcome, Request, Response, RetryEvent};
@@ -44,6 +44,8 @@ struct Case {
     max_attempts: Option<u32>,
     /// ERROR: the re-send's schedule lies at least this far ahead.
     waits_at_least_seconds: Option<i64>,
+    /// The deployment's request delivery (`direct` when absent).
+    delivery: Option<String>,
 }
 
 fn cases() -> Vec<Case> {
@@ -92,14 +94,21 @@ fn fire(w: &mut World, expect: &str) {
     }
 }
 
-/// The world with TX-100200 (4 attempts) in the named state.
-fn given(name: &str) -> World {
+/// The world with TX-100200 (4 attempts) in the named state, delivering requests as
+/// the case says (outbox mode: the start's request published by the publisher).
+fn given(name: &str, delivery: Option<&str>) -> World {
     let mut w = World::new();
+    w.delivery = delivery.map_or(Delivery::Direct, |d| {
+        Delivery::parse(d).unwrap_or_else(|| panic!("cases.json: unknown delivery `{d}`"))
+    });
     let id = id();
     if name == "nothing" {
         return w;
     }
     assert_eq!(w.start(&id, 4).label(), "started");
+    if w.delivery == Delivery::Outbox {
+        assert_eq!(w.publish(&id).label(), "published");
+    }
     match name {
         // IN_PROGRESS(1), round 0.
         "in-progress" => {}
@@ -160,7 +169,7 @@ fn check_request(case: &Case, text: &str) {
         "same-request" => {}
         // A start of this transaction with this payload publishes exactly this request.
         "published-by-start" => {
-            let mut w = given(&case.given);
+            let mut w = given(&case.given, case.delivery.as_deref());
             assert_eq!(
                 label(
                     &mut w,
@@ -198,7 +207,7 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
         }
         "retry-event" => {
             let ev = RetryEvent::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", case.message));
-            let mut w = given(&case.given);
+            let mut w = given(&case.given, case.delivery.as_deref());
             assert_eq!(
                 label(&mut w, Input::Retry(ev.clone())),
                 case.expect,
@@ -209,7 +218,7 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
         }
         "response" => {
             let r = Response::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", case.message));
-            let mut w = given(&case.given);
+            let mut w = given(&case.given, case.delivery.as_deref());
             let now = w.now;
             assert_eq!(
                 label(&mut w, Input::Response(r.clone())),
@@ -231,7 +240,7 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
         }
         "intake" => {
             let m = StartMessage::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", case.message));
-            let mut w = given(&case.given);
+            let mut w = given(&case.given, case.delivery.as_deref());
             let default = MaxAttempts::new(domain::defaults::MAX_ATTEMPTS).unwrap();
             let started = label(
                 &mut w,
@@ -334,6 +343,7 @@ fn a_case_decided_otherwise_is_named() {
         expect: "succeeded".into(),
         max_attempts: None,
         waits_at_least_seconds: None,
+        delivery: None,
     };
     let failed = std::panic::catch_unwind(|| run_case(&case)).unwrap_err();
     let text = failed.downcast_ref::<String>().cloned().unwrap_or_default();

@@ -4,7 +4,7 @@ use super::*;
 use crate::breaker::BreakerState;
 use crate::ids::MaxAttempts;
 use crate::machine::{BudgetGuard, Change, Counter, Event, FailedKey, Mark, ReconcileKey};
-use crate::message::Origin;
+use crate::message::{Execution, Origin};
 use crate::policy::{FixedRandom, RetryPolicy};
 
 pub(crate) fn ctx_at(ms: i64) -> Context {
@@ -446,9 +446,13 @@ fn describe(e: &Effect) -> String {
     match e {
         Effect::Read(id) => format!("read {id}"),
         Effect::Create { record, payload } => format!(
-            "create {} c={} max={} payload={}",
+            "create {} c={}{} max={} payload={}",
             record.status,
             record.current_attempt,
+            record
+                .next_attempt
+                .map(|n| format!(" n={n}"))
+                .unwrap_or_default(),
             record.max_attempts,
             payload.as_json()
         ),
@@ -482,6 +486,9 @@ fn describe(e: &Effect) -> String {
             if let Some(d) = g.live {
                 s.push_str(&format!(" live@{}", rel(d.now)));
             }
+            if g.unclaimed {
+                s.push_str(" unclaimed");
+            }
             let c = &w.set;
             s.push_str(&format!(" -> {}", w.to()));
             if let Some(a) = c.current_attempt {
@@ -514,6 +521,10 @@ fn describe(e: &Effect) -> String {
                 k.to_string()
             });
             change(&mut s, "expires", &c.expires_at, |t| rel(*t));
+            // Only the claim: every write leaving SENDING clears it (checked apart).
+            if let Change::Set(t) = &c.publishing_since {
+                s.push_str(&format!(" claim={}", rel(*t)));
+            }
             s.push_str(&format!(" by={}", c.actor.as_str()));
             s
         }
@@ -821,12 +832,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     }
     // The retry event of a re-send, its duplicate after it left, and the reconciler
     // finding a re-send stuck.
-    let resend_event = Input::Retry(RetryEvent {
-        transaction_id: id(),
-        origin: Origin::RetryScheduler,
-        attempt: a(2),
-        round: None,
-    });
+    let resend_event = retry(2);
     for r in &resend_records {
         push(
             format!(
@@ -837,10 +843,7 @@ fn all_cases() -> Vec<(String, Plan)> {
             Known::Record(r),
             None,
         );
-        let mut stuck = r.clone();
-        if stuck.status == Status::Scheduled {
-            stuck.next_fire_at = Some(at(-3600));
-        }
+        let stuck = stuck(r);
         push(
             format!("reconcile {} stuck resend=1 / current", r.status),
             &Input::Reconcile(stuck.clone()),
@@ -1054,24 +1057,12 @@ fn all_cases() -> Vec<(String, Plan)> {
         out.push((format!("held: {name}"), plan));
     };
     for m in [2, 3] {
-        let ev = Input::Retry(RetryEvent {
-            transaction_id: id(),
-            origin: Origin::RetryScheduler,
-            attempt: a(m),
-            round: None,
-        });
-        let mut knowns = vec![Known::Unread, Known::Missing];
-        knowns.extend(records.iter().map(Known::Record));
-        for k in knowns {
+        let ev = retry(m);
+        for k in knowns(&records) {
             push_held(format!("retry m={m} / {}", known_name(&k)), &ev, k);
         }
     }
-    let resend_event = Input::Retry(RetryEvent {
-        transaction_id: id(),
-        origin: Origin::RetryScheduler,
-        attempt: a(2),
-        round: None,
-    });
+    let resend_event = retry(2);
     for r in &resend_records {
         push_held(
             format!("retry m=2 / {} resend=1", known_name(&Known::Record(r))),
@@ -1085,12 +1076,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         due.next_fire_at = Some(at(-60));
         push_held(
             format!("retry m=3 / {} due", known_name(&Known::Record(&due))),
-            &Input::Retry(RetryEvent {
-                transaction_id: id(),
-                origin: Origin::RetryScheduler,
-                attempt: a(3),
-                round: None,
-            }),
+            &retry(3),
             Known::Record(&due),
         );
     }
@@ -1101,12 +1087,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     paused.next_fire_at = Some(at(-1));
     push_held(
         "retry m=3 / SCHEDULED c=2 max=4 resends=2 pauses=2".into(),
-        &Input::Retry(RetryEvent {
-            transaction_id: id(),
-            origin: Origin::RetryScheduler,
-            attempt: a(3),
-            round: None,
-        }),
+        &retry(3),
         Known::Record(&paused),
     );
     let mut unanswered = rec_in(Status::InProgress, 2, 4);
@@ -1169,18 +1150,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         ("unread", Known::Unread),
         ("SCHEDULED c=2 max=4", Known::Record(&due)),
     ] {
-        let plan = decide(
-            &Input::Retry(RetryEvent {
-                transaction_id: id(),
-                origin: Origin::RetryScheduler,
-                attempt: a(3),
-                round: None,
-            }),
-            known,
-            None,
-            &probing,
-            &mut FixedRandom(0.5),
-        );
+        let plan = decide(&retry(3), known, None, &probing, &mut FixedRandom(0.5));
         out.push((format!("probe: retry m=3 / {name}"), plan));
     }
     // An ERROR answering the probe: a pause, whatever the technical count.
@@ -1275,7 +1245,264 @@ fn all_cases() -> Vec<(String, Plan)> {
         out.push((format!("reconcile decided again: queried {name}"), plan));
     }
     expiry_cases(&ctx, &mut out);
+    outbox_cases(&ctx, &mut out);
     out
+}
+
+/// The scheduler's retry event for attempt `m`, any round.
+fn retry(m: u32) -> Input {
+    Input::Retry(RetryEvent {
+        transaction_id: id(),
+        origin: Origin::RetryScheduler,
+        attempt: a(m),
+        round: None,
+    })
+}
+
+/// `r` as the reconciler finds it stuck: a SCHEDULED one an hour past its fire time.
+fn stuck(r: &TransactionRecord) -> TransactionRecord {
+    let mut stuck = r.clone();
+    if stuck.status == Status::Scheduled {
+        stuck.next_fire_at = Some(at(-3600));
+    }
+    stuck
+}
+
+/// Unread, missing, and each of `records`.
+fn knowns(records: &[TransactionRecord]) -> Vec<Known<'_>> {
+    let mut k = vec![Known::Unread, Known::Missing];
+    k.extend(records.iter().map(Known::Record));
+    k
+}
+
+/// A SENDING(3) record of round `round` claimed by a publisher at `claimed` (seconds
+/// from T0), or unclaimed.
+fn rec_sending(round: u32, claimed: Option<i64>) -> TransactionRecord {
+    let mut r = rec_in(Status::Sending, 2, 4);
+    r.counts[Counter::Round] = round;
+    r.publishing_since = claimed.map(at);
+    r
+}
+
+/// Outbox mode (`Delivery::Outbox`): every path that decides a send, the publisher's
+/// decision on each record it can meet, and the answers outbox mode decides otherwise
+/// (an ERROR by what it says of the call's execution).
+fn outbox_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
+    let outbox = ctx.clone().with_delivery(Delivery::Outbox);
+    let probing = outbox.clone().with_probe(true);
+    let mut push = |name: String, input: &Input, known: Known<'_>, same: Option<bool>| {
+        let plan = decide(input, known, same, &outbox, &mut FixedRandom(0.5));
+        for e in &plan {
+            assert!(crate::exec::performs(input, e), "{name}: {e:?}");
+        }
+        out.push((format!("outbox: {name}"), plan));
+    };
+    let records: Vec<TransactionRecord> = Status::ALL.iter().map(|s| rec_in(*s, 2, 4)).collect();
+
+    // Start: the create is the intent (SENDING(1)); a repeat publishes nothing.
+    let start = Input::Start {
+        transaction_id: id(),
+        payload: Payload::from_json(r#"{"amount":12.50}"#).unwrap(),
+        max_attempts: MaxAttempts::new(4).unwrap(),
+        correlation_id: None,
+    };
+    let mut start_records = records.clone();
+    start_records.push(rec_in(Status::InProgress, 1, 4));
+    for k in knowns(&start_records) {
+        for same in [Some(true), Some(false)] {
+            if matches!(k, Known::Unread | Known::Missing) && same == Some(false) {
+                continue;
+            }
+            let payload = match (k, same) {
+                (Known::Record(_), Some(true)) => " payload=same",
+                (Known::Record(_), _) => " payload=different",
+                _ => "",
+            };
+            push(
+                format!("start / {}{payload}", known_name(&k)),
+                &start,
+                k,
+                same.filter(|_| matches!(k, Known::Record(_))),
+            );
+        }
+    }
+
+    // Retry handler: the pending attempt's event (3) and a stale one (2), in every
+    // status; the accept is the intent.
+    for m in [2, 3] {
+        let ev = retry(m);
+        for k in knowns(&records) {
+            push(format!("retry m={m} / {}", known_name(&k)), &ev, k, None);
+        }
+    }
+
+    // The publisher: the image of a SENDING(3) round 1, unclaimed, claimed 100 s ago
+    // (within the resend window) and 600 s ago (past it), decided on itself (the
+    // stream's image), unread, and on a current record that moved on.
+    let images = [
+        ("unclaimed", rec_sending(1, None)),
+        ("claimed T0-100s", rec_sending(1, Some(-100))),
+        ("claimed T0-240s", rec_sending(1, Some(-240))),
+        ("claimed T0-600s", rec_sending(1, Some(-600))),
+    ];
+    let mut published = rec_in(Status::InProgress, 3, 4);
+    published.counts[Counter::Round] = 1;
+    let mut next_round = rec_sending(2, None);
+    next_round.current_attempt = a(2);
+    let mut other_attempt = rec_in(Status::Sending, 3, 4);
+    other_attempt.counts[Counter::Round] = 1;
+    let mut probe = rec_sending(1, None);
+    probe.mark = Some(Mark::Probe);
+    for (name, image) in &images {
+        let input = Input::Publish(image.clone());
+        push(
+            format!("publish {name} / itself"),
+            &input,
+            Known::Record(image),
+            None,
+        );
+        for (current, r) in [
+            ("IN_PROGRESS c=3 round=1", &published),
+            ("SENDING n=3 round=2", &next_round),
+            ("SENDING n=4 round=1", &other_attempt),
+        ] {
+            push(
+                format!("publish {name} / current {current}"),
+                &input,
+                Known::Record(r),
+                None,
+            );
+        }
+    }
+    let unclaimed = Input::Publish(images[0].1.clone());
+    push(
+        "publish unclaimed / unread".into(),
+        &unclaimed,
+        Known::Unread,
+        None,
+    );
+    push(
+        "publish unclaimed / missing".into(),
+        &unclaimed,
+        Known::Missing,
+        None,
+    );
+    push(
+        "publish unclaimed PROBE / itself".into(),
+        &Input::Publish(probe.clone()),
+        Known::Record(&probe),
+        None,
+    );
+    for r in records.iter().filter(|r| r.status != Status::Sending) {
+        push(
+            format!("publish {} / itself", known_name(&Known::Record(r))),
+            &Input::Publish(r.clone()),
+            Known::Record(r),
+            None,
+        );
+    }
+
+    // Reconciler: a stuck SENDING by its claim; every status stuck; an unanswered
+    // request past its deadline is never republished, with or without the breaker's
+    // verdict.
+    for (name, image) in &images {
+        push(
+            format!("reconcile SENDING stuck {name} / current"),
+            &Input::Reconcile(image.clone()),
+            Known::Record(image),
+            None,
+        );
+    }
+    for r in &records {
+        let stuck = stuck(r);
+        push(
+            format!("reconcile {} stuck / current", stuck.status),
+            &Input::Reconcile(stuck.clone()),
+            Known::Record(&stuck),
+            None,
+        );
+    }
+    let mut overdue_probe = rec_in(Status::InProgress, 2, 4);
+    overdue_probe.mark = Some(Mark::Probe);
+    push(
+        "reconcile IN_PROGRESS overdue PROBE / current".into(),
+        &Input::Reconcile(overdue_probe.clone()),
+        Known::Record(&overdue_probe),
+        None,
+    );
+
+    // Answers: an ERROR by what it says of the execution, for the request in flight
+    // (unread, IN_PROGRESS, SENDING before the publisher's last write); every answer
+    // meeting a transaction ended AMBIGUOUS.
+    let error = |execution: Option<Execution>| {
+        Input::Response(Response {
+            transaction_id: id(),
+            attempt: a(2),
+            outcome: Outcome::Error,
+            reason: Some("TIMEOUT".into()),
+            retry_after_seconds: None,
+            round: None,
+            execution,
+        })
+    };
+    let mut in_flight = rec_in(Status::Sending, 1, 4);
+    in_flight.counts[Counter::Round] = 0;
+    let in_progress = rec_in(Status::InProgress, 2, 4);
+    for execution in [None, Some(Execution::Unknown), Some(Execution::NotRun)] {
+        let label = execution.map_or("absent", Execution::as_str);
+        for k in [
+            Known::Unread,
+            Known::Record(&in_progress),
+            Known::Record(&in_flight),
+        ] {
+            push(
+                format!("response ERROR n=2 execution={label} / {}", known_name(&k)),
+                &error(execution),
+                k,
+                None,
+            );
+        }
+    }
+    let mut ambiguous = rec_in(Status::Failed, 2, 4);
+    ambiguous.last_outcome = Some(Outcome::Error);
+    ambiguous.mark = Some(Mark::Ambiguous);
+    for outcome in [
+        Outcome::Success,
+        Outcome::Cancelled,
+        Outcome::Error,
+        Outcome::Rejected,
+    ] {
+        push(
+            format!("response {outcome} n=2 / FAILED c=2 max=4 AMBIGUOUS"),
+            &answer(2, outcome, None, None),
+            Known::Record(&ambiguous),
+            None,
+        );
+    }
+    // Replay of a transaction ended AMBIGUOUS: as in direct mode (attempt 3, round 0).
+    let replay = Input::Replay {
+        transaction_id: id(),
+        budget: 1,
+    };
+    push(
+        "replay / FAILED c=2 max=4 AMBIGUOUS".into(),
+        &replay,
+        Known::Record(&ambiguous),
+        None,
+    );
+
+    // The breaker lets the pending retry out as a probe: its SENDING write carries
+    // the mark, which the publisher keeps.
+    let ev = retry(3);
+    let scheduled = rec_in(Status::Scheduled, 2, 4);
+    let plan = decide(
+        &ev,
+        Known::Record(&scheduled),
+        None,
+        &probing,
+        &mut FixedRandom(0.5),
+    );
+    out.push(("outbox: probe retry m=3 / SCHEDULED c=2 max=4".into(), plan));
 }
 
 /// The transaction deadline: records created at T0−2h under a deadline of one hour
@@ -1330,12 +1557,7 @@ fn expiry_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
             );
         }
     }
-    let retry = Input::Retry(RetryEvent {
-        transaction_id: id(),
-        origin: Origin::RetryScheduler,
-        attempt: a(3),
-        round: None,
-    });
+    let retry = retry(3);
     for st in [Status::Scheduling, Status::Scheduled, Status::Sending] {
         let mut r = rec_in(st, 2, 4);
         r.next_fire_at = Some(at(-60));
@@ -1479,6 +1701,23 @@ fn every_plan_is_well_formed_and_every_write_is_an_arrow() {
                     w.set.failed == Change::Clear,
                     w.from().contains(Status::Failed),
                     "{name}: the failed-listing key is removed by the writes leaving FAILED"
+                );
+                let leaves_sending =
+                    w.from().contains(Status::Sending) && w.to() != Status::Sending;
+                assert_eq!(
+                    w.set.publishing_since == Change::Clear,
+                    leaves_sending,
+                    "{name}: the publisher's claim is removed by the writes leaving SENDING"
+                );
+                assert_eq!(
+                    matches!(w.set.publishing_since, Change::Set(t) if t == ctx.now),
+                    w.event() == Event::PublishClaimed,
+                    "{name}: only the claim sets the claim, at its instant"
+                );
+                assert_eq!(
+                    w.guard.unclaimed,
+                    w.event() == Event::PublishClaimed,
+                    "{name}: the claim, and only it, expects no claim"
                 );
             }
         }
@@ -1864,4 +2103,157 @@ fn a_held_event_finding_sending_completes_the_send() {
             );
         }
     }
+}
+
+/// A deployment delivers directly unless told otherwise; `direct` and `outbox` are
+/// the configured names (exactly), and serde writes the same; only outbox mode
+/// forgoes the answer deadline's republishes.
+#[test]
+fn delivery_defaults_to_direct_and_names_itself() {
+    let rules = Deployment::default();
+    assert_eq!(rules.delivery, Delivery::Direct);
+    assert_eq!(Delivery::default(), Delivery::Direct);
+    assert!(!ctx_at(0).outbox());
+    assert!(ctx_at(0).with_delivery(Delivery::Outbox).outbox());
+    for d in Delivery::ALL {
+        assert_eq!(Delivery::parse(d.as_str()), Some(d));
+        assert_eq!(
+            serde_json::to_string(&d).unwrap(),
+            format!("\"{}\"", d.as_str())
+        );
+        assert_eq!(d.to_string(), d.as_str());
+    }
+    assert_eq!(Delivery::ALL.map(Delivery::as_str), ["direct", "outbox"]);
+    for bad in ["Outbox", "OUTBOX", " direct", "fifo", ""] {
+        assert_eq!(Delivery::parse(bad), None, "{bad:?}");
+    }
+    assert_eq!(
+        rules.answer_republishes(),
+        crate::defaults::ANSWER_REPUBLISH_MAX
+    );
+    let outbox = ctx_at(0).with_delivery(Delivery::Outbox);
+    assert_eq!(outbox.rules.answer_republishes(), 0);
+    assert_eq!(
+        outbox.rules.answer_republish_max,
+        crate::defaults::ANSWER_REPUBLISH_MAX,
+        "the setting itself is kept"
+    );
+}
+
+/// GIVEN outbox mode WHEN the retry handler reads a record THEN it asks the breaker
+/// exactly for an event whose plan enqueues a send (the pending cycle), not for one
+/// finding SENDING (the publisher sends it, no resume); the reconciler never asks it
+/// for an unanswered request (no republish). Direct mode asks for both.
+#[test]
+fn outbox_asks_the_breaker_only_for_a_send_it_enqueues() {
+    let ev = RetryEvent {
+        transaction_id: id(),
+        origin: Origin::RetryScheduler,
+        attempt: a(3),
+        round: None,
+    };
+    let scheduled = record(Status::Scheduled, 2, Some(3), 4);
+    let sending = record(Status::Sending, 2, Some(3), 4);
+    let direct = ctx_at(0);
+    let outbox = ctx_at(0).with_delivery(Delivery::Outbox);
+    assert!(retry_asks_breaker(&Rules, &scheduled, &ev, &outbox));
+    assert!(!retry_asks_breaker(&Rules, &sending, &ev, &outbox));
+    assert!(retry_asks_breaker(&Rules, &scheduled, &ev, &direct));
+    assert!(retry_asks_breaker(&Rules, &sending, &ev, &direct));
+    let mut overdue = record(Status::InProgress, 2, None, 4);
+    overdue.answer_due_at = Some(Timestamp::from_millis(1_000));
+    let later = |c: &Context| c.clone().with_probe(false);
+    let direct_later = Context {
+        now: Timestamp::from_millis(10_000),
+        ..later(&direct)
+    };
+    let outbox_later = Context {
+        now: Timestamp::from_millis(10_000),
+        ..later(&outbox)
+    };
+    assert!(asks_breaker(&overdue, &direct_later));
+    assert!(!asks_breaker(&overdue, &outbox_later));
+    // Let out as a probe, the reconciler still republishes nothing in outbox mode.
+    let probed = decide_reconcile(&overdue, &outbox_later.clone().with_probe(true));
+    assert!(
+        !probed
+            .iter()
+            .any(|e| matches!(e, Effect::PublishRequest(_))),
+        "{probed:?}"
+    );
+    assert_eq!(probed.last(), Some(&Effect::Ack(Ack::Unanswered)));
+}
+
+/// GIVEN outbox mode WHEN an ERROR answers the request in flight THEN only one that
+/// says NOT_RUN is sent again (a new round: a new deduplication id); any other ends
+/// the transaction FAILED, `AMBIGUOUS`, with its alert and the breaker's technical
+/// signal, spending nothing. Direct mode sends both again.
+#[test]
+fn an_error_that_may_have_run_is_not_sent_again_in_outbox_mode() {
+    let r = record(Status::InProgress, 2, None, 4);
+    let error = |execution| Response {
+        execution,
+        ..response(2, Outcome::Error)
+    };
+    let outbox = ctx_at(0).with_delivery(Delivery::Outbox);
+    for (execution, resend) in [
+        (None, false),
+        (Some(Execution::Unknown), false),
+        (Some(Execution::NotRun), true),
+    ] {
+        let plan = decide_response(
+            Known::Record(&r),
+            &error(execution),
+            &outbox,
+            &mut FixedRandom(0.5),
+        );
+        let w = first_write(&plan);
+        assert!(plan.contains(&Effect::Signal(crate::breaker::Signal::Technical)));
+        if resend {
+            assert_eq!(w.event(), Event::ResponseTechnicalRetry, "{execution:?}");
+            assert_eq!(w.set.counts[Counter::Round], Change::Set(1));
+        } else {
+            assert_eq!(w.event(), Event::Exhausted, "{execution:?}");
+            let after = w.apply(&r).unwrap();
+            assert_eq!(after.status, Status::Failed);
+            assert_eq!(after.mark, Some(Mark::Ambiguous));
+            assert_eq!(after.current_attempt, a(2), "no attempt spent");
+            assert!(after.failed.is_some(), "listed FAILED");
+            assert!(plan.iter().any(|e| matches!(
+                e,
+                Effect::Alert(Alert {
+                    kind: AlertKind::Ambiguous,
+                    ..
+                })
+            )));
+            assert_eq!(plan.last(), Some(&Effect::Ack(Ack::Failed)));
+        }
+        let direct = decide_response(
+            Known::Record(&r),
+            &error(execution),
+            &ctx_at(0),
+            &mut FixedRandom(0.5),
+        );
+        assert_eq!(
+            first_write(&direct).event(),
+            Event::ResponseTechnicalRetry,
+            "direct mode ignores {execution:?}"
+        );
+    }
+    assert!(!Mark::LEGACY.contains(&Mark::Ambiguous));
+    assert_eq!(Mark::parse("AMBIGUOUS"), Some(Mark::Ambiguous));
+}
+
+/// The FIFO request queue's message ids: the deduplication id carries the round, so
+/// each (transaction, attempt, round) is one message; the group is the transaction.
+#[test]
+fn a_request_is_deduplicated_per_attempt_and_round() {
+    let mut r = record(Status::Sending, 1, Some(2), 4);
+    let h = RequestHeader::of(&r, a(2));
+    assert_eq!(h.deduplication_id(), "TX-100200#2#0");
+    r.counts[Counter::Round] = 3;
+    let resent = RequestHeader::of(&r, a(2));
+    assert_eq!(resent.deduplication_id(), "TX-100200#2#3");
+    assert_eq!(resent.group_id(), "TX-100200");
+    assert_ne!(h.deduplication_id(), resent.deduplication_id());
 }

@@ -9,6 +9,7 @@ mod decisions;
 mod exec;
 mod lost;
 mod messages;
+mod outbox;
 mod policy;
 mod protocol;
 mod runs;

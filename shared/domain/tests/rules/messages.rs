@@ -185,6 +185,18 @@ fn cases(kind: Kind) -> Vec<Case> {
                     reason.into(),
                 ));
             }
+            for value in ["RUN", "not_run", "NOTRUN", "NO_EJECUTADO", ""] {
+                out.push((
+                    with(kind, "execution", json!(value)),
+                    Some("execution"),
+                    format!("field `execution` has invalid value `{value}`: expected NOT_RUN or UNKNOWN (or NO_EJECUTADA / DESCONOCIDA)"),
+                ));
+            }
+            out.push((
+                with(kind, "execution", json!(true)),
+                Some("execution"),
+                "field `execution` must be a string, got a boolean `true`".into(),
+            ));
             out.push((
                 with(kind, "reason", json!(5)),
                 Some("reason"),
@@ -277,4 +289,49 @@ fn request_payload_keeps_its_exact_bytes() {
     assert_eq!(req.payload.as_json(), text);
     assert_eq!(req.payload, Payload::from_json(text).unwrap());
     assert_eq!(Request::parse(&req.to_json()).unwrap(), req);
+}
+
+/// An answer's `execution`: NOT_RUN or UNKNOWN, under its name or its Spanish alias
+/// (`ejecucion`: NO_EJECUTADA, DESCONOCIDA); absent is UNKNOWN (the call may have run),
+/// and written back only when the service gave it.
+#[test]
+fn execution_names_aliases_and_absence() {
+    use domain::message::Execution;
+    let parse = |extra: &str| {
+        Response::parse(&format!(
+            r#"{{"transaction_id":"TX-1","attempt":2,"outcome":"ERROR"{extra}}}"#
+        ))
+        .unwrap()
+    };
+    for (extra, given) in [
+        (r#","execution":"NOT_RUN""#, Some(Execution::NotRun)),
+        (r#","execution":"NO_EJECUTADA""#, Some(Execution::NotRun)),
+        (r#","ejecucion":"NO_EJECUTADA""#, Some(Execution::NotRun)),
+        (r#","execution":"UNKNOWN""#, Some(Execution::Unknown)),
+        (r#","ejecucion":"DESCONOCIDA""#, Some(Execution::Unknown)),
+        (r#","execution":null"#, None),
+        ("", None),
+    ] {
+        let r = parse(extra);
+        assert_eq!(r.execution, given, "{extra}");
+        assert_eq!(
+            r.execution(),
+            given.unwrap_or(Execution::Unknown),
+            "{extra}"
+        );
+        let written: Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(
+            written.get("execution").and_then(Value::as_str),
+            given.map(Execution::as_str),
+            "{extra}"
+        );
+        assert_eq!(Response::parse(&r.to_json()).unwrap(), r, "{extra}");
+    }
+    for e in [Execution::NotRun, Execution::Unknown] {
+        assert_eq!(Execution::parse(e.as_str()), Some(e));
+    }
+    let twice = Response::parse(
+        r#"{"transaction_id":"TX-1","attempt":2,"outcome":"ERROR","execution":"NOT_RUN","ejecucion":"NO_EJECUTADA"}"#,
+    );
+    assert!(twice.is_err(), "a field under both its names is refused");
 }

@@ -51,6 +51,8 @@ pub struct World {
     /// The circuit breaker's hold every run decides under (`None`: it lets requests
     /// out).
     pub hold: Option<domain::breaker::Hold>,
+    /// How the deployment delivers requests (direct unless a test says otherwise).
+    pub delivery: domain::decide::Delivery,
     /// Every effect performed by every run, in order (terminal ones excluded).
     pub performed: Vec<Effect>,
     /// Idempotency keys the external service has answered (it answers a key once).
@@ -72,6 +74,7 @@ impl World {
             threshold: Duration::from_secs(900),
             rng: SplitMix64::new(7),
             hold: None,
+            delivery: domain::decide::Delivery::Direct,
             performed: Vec::new(),
             answered: BTreeSet::new(),
             served: 0,
@@ -84,6 +87,7 @@ impl World {
         Context::new(self.now, self.policies.clone(), self.shards, self.threshold)
             .with_transaction_deadline(Duration::from_secs(30 * 24 * 3600))
             .with_hold(self.hold)
+            .with_delivery(self.delivery)
     }
 
     pub fn advance_ms(&mut self, ms: i64) {
@@ -130,6 +134,12 @@ impl World {
 
     pub fn start(&mut self, id: &TransactionId, max: u32) -> Disposition {
         self.run(start_input(id, max))
+    }
+
+    /// Outbox mode's publisher, handed the stored record of `id` as the stream would.
+    pub fn publish(&mut self, id: &TransactionId) -> Disposition {
+        let image = self.record(id);
+        self.run(Input::Publish(image))
     }
 
     /// The external service reads the requests published since last time and answers
