@@ -1143,6 +1143,18 @@ pub async fn redrive(
                     send = send.message_attributes(k, a);
                 }
             }
+            // A FIFO request queue (outbox mode) takes the message back under the
+            // group and deduplication id it was sent with: within SQS's 5-minute
+            // window a request still queued or just consumed is not delivered twice.
+            if aws::sqs::is_fifo_queue(&target_url) {
+                let system = m.attributes();
+                let id = |k: MessageSystemAttributeName| system.and_then(|a| a.get(&k)).cloned();
+                send = send
+                    .set_message_group_id(id(MessageSystemAttributeName::MessageGroupId))
+                    .set_message_deduplication_id(id(
+                        MessageSystemAttributeName::MessageDeduplicationId,
+                    ));
+            }
             let out = send
                 .send()
                 .await
