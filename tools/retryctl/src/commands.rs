@@ -1143,6 +1143,18 @@ pub async fn redrive(
                     send = send.message_attributes(k, a);
                 }
             }
+            // A FIFO request queue (outbox mode) takes the message back under the
+            // group and deduplication id it was sent with: within SQS's 5-minute
+            // window a request still queued or just consumed is not delivered twice.
+            if aws::sqs::is_fifo_queue(&target_url) {
+                let system = m.attributes();
+                let id = |k: MessageSystemAttributeName| system.and_then(|a| a.get(&k)).cloned();
+                send = send
+                    .set_message_group_id(id(MessageSystemAttributeName::MessageGroupId))
+                    .set_message_deduplication_id(id(
+                        MessageSystemAttributeName::MessageDeduplicationId,
+                    ));
+            }
             let out = send
                 .send()
                 .await
@@ -1237,5 +1249,50 @@ async fn came_back(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         batch = receive(sqs, dlq_url, 10, 0).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    async fn target(line: &[&str]) -> Result<Target, CliError> {
+        let cli = crate::cli::Cli::from_line(line).unwrap();
+        Target::from_args(&cli.target).await
+    }
+
+    /// GIVEN `--request-delivery` THEN that mode, and the settings' delivery with it;
+    /// a value that is no mode is refused naming the flag and the value; unset, a
+    /// FIFO request queue's URL says outbox, any other direct.
+    #[tokio::test]
+    async fn the_delivery_mode_is_given_or_read_from_the_request_queue() {
+        let local = ["--endpoint-url", "http://127.0.0.1:1"];
+        let with = |extra: &[&'static str]| {
+            let mut l = vec!["retryctl"];
+            l.extend(local);
+            l.extend(extra);
+            l.push("stats");
+            l
+        };
+        let t = target(&with(&["--request-delivery", "outbox"]))
+            .await
+            .unwrap();
+        assert_eq!(t.delivery(), Delivery::Outbox);
+        assert_eq!(t.settings().delivery, Delivery::Outbox);
+        let e = target(&with(&["--request-delivery", "fifo"]))
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("--request-delivery") && e.to_string().contains("fifo"),
+            "{e}"
+        );
+        let fifo = "http://127.0.0.1:1/123456789012/dr-request.fifo";
+        let t = target(&with(&["--request-queue-url", fifo])).await.unwrap();
+        assert_eq!(t.delivery(), Delivery::Outbox);
+        let t = target(&with(&[])).await.unwrap();
+        assert_eq!(t.delivery(), Delivery::Direct);
+        assert!(replay_delivery(Delivery::Outbox, "3").contains("once through the publisher"));
     }
 }

@@ -116,7 +116,11 @@ impl Described {
     pub fn fill(&self, args: &TargetArgs) -> Result<TargetArgs, CliError> {
         let mut out = args.clone();
         for &(flag, source) in FILLED {
-            let value = self.value(source)?;
+            let value = match (flag, self.value(source)) {
+                // A stack deployed before the parameter existed delivers directly.
+                ("--request-delivery", Err(_)) => domain::decide::Delivery::Direct.as_str(),
+                (_, v) => v?,
+            };
             let conflict = |given: String| {
                 CliError::bad(
                     flag,
