@@ -215,6 +215,10 @@ async fn demo_flags_are_validated_naming_the_flag_and_value() {
             "--service `http,idempotent`: unknown word `idempotent`",
         ),
         (
+            vec!["--delivery", "fifo"],
+            "--delivery `fifo`: expected direct or outbox",
+        ),
+        (
             vec!["--deadline", "60", "--outage", "30+40"],
             "invalid value for --outage: `30+40`: the outage ends at 70 s, after the run's deadline (60 s",
         ),
