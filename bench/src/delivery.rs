@@ -257,13 +257,18 @@ fn advice(direct_usd: f64, outbox_usd: f64, demos: &[DemoRow]) -> String {
                 s,
                 "Under chaos `{}` direct delivery made a service that cannot deduplicate \
                  run {} extra executions per million attempts; the outbox removed them all \
-                 (the rows above). It pays for itself as soon as one duplicate execution \
-                 costs more than about ${breakeven:.6} (${extra:.2} ÷ {} duplicates): a \
-                 second charge on a payment gateway, a repeated order in a partner's batch \
-                 import. Choose outbox delivery for a service that cannot deduplicate by \
-                 the idempotency key; keep direct delivery (cheaper, requests out without \
-                 waiting for the stream) for a service that can. Outbox delivery still \
-                 reaches the service at least once per published message: it must consume \
+                 (the rows above). A first attempt goes through the same claim and \
+                 publisher as a retry, so the extra cost per attempt is about the extra per \
+                 retry: at that rate the outbox pays for itself once one duplicate \
+                 execution costs more than about ${breakeven:.6} (${extra:.2} ÷ {}). The \
+                 chaos profiles' fault rates are far above AWS's: at a deployment's own \
+                 duplicate rate D per million attempts the break-even is ${extra:.2} ÷ D, \
+                 still small beside a second charge on a payment gateway or a repeated \
+                 order in a partner's batch import. Choose outbox delivery for a service \
+                 that cannot deduplicate by the idempotency key; keep direct delivery \
+                 (cheaper, and requests leave without waiting for the stream and the \
+                 publisher's pacer) for a service that can. Outbox delivery still reaches \
+                 the service at least once per published message: it must consume \
                  atomically or key on the SQS message id \
                  ([design.md](design.md#outbox-mode)).",
                 w.profile,

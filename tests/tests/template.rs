@@ -372,6 +372,7 @@ fn queue_problems(t: &Value) -> Vec<String> {
         visibility_timeout_seconds: None,
         message_retention_seconds: Some(testkit::provision::DLQ_RETENTION_SECONDS),
         redrive: None,
+        fifo: false,
     });
     definition_problems(t, &defs, |id, r, def| queue_problems_for(t, id, r, def))
 }
