@@ -9,6 +9,8 @@
 #      responses through the local stack, on scripts/moto_server_patched.py (moto with
 #      speed fixes to its SQS backend; stock moto never drains a 10,000 backlog).
 # Then the adaptive backoff study writes its own section (`backoff-study`, a few seconds),
+# `bench --delivery-table` its own (`delivery-table`: direct against outbox delivery, the
+# cycle priced and six demo runs of 200 transactions, about 10 minutes),
 # and the summary block is copied into README.md (scripts/sync-readme-bench.sh).
 # BENCH_BURST=N sets the burst size (default 10000; 0 skips it). At the template's
 # fleet limit of 10 requests/s the burst alone needs 1,000 s of drain. Extra arguments
@@ -47,5 +49,7 @@ if [ "$#" -gt 0 ]; then command="$command $*"; fi
 echo "== backoff-study (its section of docs/benchmarks.md)" >&2
 cargo run --release -p deferred-retry-verify --bin backoff-study -- \
   --seed-start 1 --seeds 100 --transactions 2000 --days 14 --out docs/benchmarks.md >/dev/null
+echo "== bench --delivery-table (its section of docs/benchmarks.md)" >&2
+"$CARGO_TARGET_DIR/release/bench" --delivery-table --out docs/benchmarks.md >/dev/null
 bash scripts/sync-readme-bench.sh
 echo "bench: done in $(( $(date +%s) - started )) s (build included)" >&2

@@ -14,19 +14,23 @@
 use crate::dynamodb_rules::{dynamodb_billed_units, item_size, Billed, DynamoOp};
 use crate::model::CycleBillables;
 use aws::audit::{AuditWriter, Audited, StreamChange};
-use aws::config::{AuditWriterConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames};
+use aws::config::{
+    vars, AuditWriterConfig, PublisherConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames,
+};
 use aws::item::{flat_from_dynamodb, FlatItem, Scalar};
 use aws_config::SdkConfig;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use domain::decide::Delivery;
 use domain::exec::StartPorts;
 use domain::ports::{Clock, SystemClock};
 use domain::{MaxAttempts, Payload, Request, Status, TransactionId};
 use runtime::Metrics;
+use sandbox::local::stream_esm::{filter_matches, record_json};
 use std::collections::HashMap;
 use testkit::drain::{drain_stream, StreamPosition};
 use testkit::memory::MemoryQueue;
 use testkit::meter::{CallCounts, CallMeter};
-use testkit::provision::{provision, table_definitions, IndexDef, Provisioned};
+use testkit::provision::{provision, provision_for, table_definitions, IndexDef, Provisioned};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -51,6 +55,11 @@ pub struct CycleSpec {
     pub payload_bytes: usize,
     /// Deliveries of every message: 1 (happy path) or 2 (every message twice).
     pub deliveries: u32,
+    /// Direct (the retry handler publishes the request) or outbox (the retry handler
+    /// leaves the record SENDING; the publisher, given the stream record as its event
+    /// source delivers it, claims it, publishes the request to the FIFO request queue
+    /// and marks it IN_PROGRESS).
+    pub delivery: Delivery,
 }
 
 /// One state-item write as the stream saw it, with what DynamoDB bills for it.
@@ -72,10 +81,15 @@ pub struct CycleMeasurement {
     pub response: CallCounts,
     pub retry_first: CallCounts,
     pub retry: CallCounts,
+    /// Calls of the publisher (outbox delivery; zero in direct), first delivery only
+    /// and over all deliveries, and the stream records its filter let through.
+    pub publisher_first: CallCounts,
+    pub publisher: CallCounts,
+    pub publisher_records: u64,
     pub audit: CallCounts,
     /// Starting the transaction (once per transaction, not per retry).
     pub start: CallCounts,
-    /// The four state-item writes of the cycle.
+    /// The state-item writes of the cycle (four; five in outbox delivery).
     pub transitions: Vec<Transition>,
     /// Writes whose condition failed (duplicates), billed.
     pub failed_conditions: Billed,
@@ -128,28 +142,33 @@ impl CycleMeasurement {
     pub fn moto_write_units(&self) -> f64 {
         self.response.total_write_units()
             + self.retry.total_write_units()
+            + self.publisher.total_write_units()
             + self.audit.total_write_units()
     }
 
     pub fn moto_read_units(&self) -> f64 {
         self.response.total_read_units()
             + self.retry.total_read_units()
+            + self.publisher.total_read_units()
             + self.audit.total_read_units()
     }
 
     /// The per-retry billables the cost model prices.
     pub fn billables(&self) -> CycleBillables {
         CycleBillables {
+            delivery: self.spec.delivery,
             deliveries: self.spec.deliveries,
             write_units: self.rules_write_units(),
             read_units: self.rules_read_units(),
-            request_sends: self.retry.sends,
+            request_sends: self.retry.sends + self.publisher.sends,
             request_message_bytes: self.request_message_bytes,
             scheduler_invocations: self.response.schedule_creates,
             retry_event_bytes: self.retry_event_bytes,
             response_round_trips: round_trips(&self.response),
             retry_round_trips: round_trips(&self.retry),
             audit_round_trips: round_trips(&self.audit),
+            publisher_records: self.publisher_records,
+            publisher_round_trips: round_trips(&self.publisher),
             stream_records: self.stream_records,
             breaker_writes: self.response.breaker_writes,
             breaker_write_units: self.breaker_count_billed.write(),
@@ -330,10 +349,20 @@ pub fn failure_path(max_attempts: u32) -> Result<Vec<FailureWrite>, CycleError> 
 /// Measures one cycle on a fresh stack (unique names) on the moto server of `sdk`.
 pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasurement, CycleError> {
     let deliveries = spec.deliveries.max(1);
+    let outbox = spec.delivery.is_outbox();
     let names = StackNames::new(&testkit::moto::unique_prefix("bench"));
-    let p: Provisioned = provision(sdk, &names)
+    let p: Provisioned = provision_for(sdk, &names, outbox)
         .await
         .map_err(|e| CycleError::Setup(e.to_string()))?;
+    // Each function's environment as the template sets it for this delivery.
+    let env_for = |f: &str| {
+        let mut v = p.env_for(f);
+        v.push((
+            vars::REQUEST_DELIVERY.name,
+            spec.delivery.as_str().to_owned(),
+        ));
+        v
+    };
     let (indexes, table_keys) = transactions_table_shape(&names);
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
     let sqs = aws_sdk_sqs::Client::new(sdk);
@@ -341,9 +370,11 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     let streams = aws_sdk_dynamodbstreams::Client::new(sdk);
     let mut position = StreamPosition::default();
 
-    let response_cfg = ResponseHandlerConfig::from_lookup(&lookup(p.env_for("response-handler")))
+    let response_cfg = ResponseHandlerConfig::from_lookup(&lookup(env_for("response-handler")))
         .map_err(|e| CycleError::Setup(e.to_string()))?;
-    let retry_cfg = RetryHandlerConfig::from_lookup(&lookup(p.env_for("retry-handler")))
+    let retry_cfg = RetryHandlerConfig::from_lookup(&lookup(env_for("retry-handler")))
+        .map_err(|e| CycleError::Setup(e.to_string()))?;
+    let publisher_cfg = PublisherConfig::from_lookup(&lookup(env_for(publisher::FUNCTION)))
         .map_err(|e| CycleError::Setup(e.to_string()))?;
     let audit_cfg = AuditWriterConfig::from_lookup(&lookup(p.env_for("audit-writer")))
         .map_err(|e| CycleError::Setup(e.to_string()))?;
@@ -365,7 +396,11 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         store: &start_store,
         requests: &first_requests,
     };
-    let ctx = runtime::Settings::default().context(SystemClock.now());
+    let ctx = runtime::Settings {
+        delivery: spec.delivery,
+        ..runtime::Settings::default()
+    }
+    .context(SystemClock.now());
     let max = MaxAttempts::new(3).map_err(|e| CycleError::Setup(e.to_string()))?;
     runtime::ops::start_transaction(
         &ports,
@@ -377,7 +412,31 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     )
     .await
     .map_err(|e| step("start", e))?;
-    let start_changes = drain(&streams, &p, &mut position).await?;
+    let mut start_changes = drain(&streams, &p, &mut position).await?;
+    if outbox {
+        // The start left the record SENDING: the publisher sends request 1 (kept in
+        // memory, as above) and marks it IN_PROGRESS, before the cycle.
+        let base = publisher::wiring::publisher(sdk, &publisher_cfg)
+            .map_err(|e| CycleError::Setup(e.to_string()))?;
+        let first = publisher::Publisher {
+            store: base.store,
+            requests: MemoryQueue::<Request>::new(),
+            notes: base.notes,
+            clock: base.clock,
+            settings: base.settings,
+            concurrency: base.concurrency,
+            seeds: base.seeds,
+            pacer: None,
+            namespace: base.namespace,
+        };
+        let event = stream_event(&start_changes, &p)?;
+        let metrics = Metrics::new("Bench", publisher::FUNCTION);
+        no_stream_failures(
+            "publisher (start)",
+            first.handle_event(&event, &metrics).await,
+        )?;
+        start_changes.extend(drain(&streams, &p, &mut position).await?);
+    }
     let payload_item = get_item(&ddb, &names.payloads_table, &tx).await?;
     let record_item = start_changes.iter().rev().find_map(|c| c.new.clone());
     let mut start_billed = Billed::default();
@@ -441,7 +500,46 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     }
     let retry = retry_meter.snapshot();
     let b_changes = drain(&streams, &p, &mut position).await?;
-    let after_b = b_changes.last().and_then(|c| c.new.clone());
+    let after_retry_handler = b_changes.last().and_then(|c| c.new.clone());
+
+    // 2b. Outbox delivery: the publisher, as its Lambda main builds it with metered
+    // adapters, given the SENDING record as its event source delivers it (the
+    // template's filter applied to the stream), `deliveries` times.
+    let publisher_meter = CallMeter::new().with_payloads_table(&names.payloads_table);
+    let mut publisher_first = CallCounts::default();
+    let mut publisher_records = 0;
+    let mut p_changes = Vec::new();
+    if outbox {
+        let pb = publisher::wiring::publisher_on(&publisher_meter.clients(sdk), &publisher_cfg)
+            .map_err(|e| CycleError::Setup(e.to_string()))?;
+        let filter: serde_json::Value =
+            serde_json::from_str(sandbox::local::stack::template::PUBLISHER_FILTER)
+                .map_err(|e| CycleError::Setup(e.to_string()))?;
+        let passed: Vec<StreamChange> = b_changes
+            .iter()
+            .filter(|c| {
+                let record =
+                    record_json(c, &p.transactions_stream_arn, testkit::moto::LOCAL_REGION);
+                filter_matches(&filter, &record)
+            })
+            .cloned()
+            .collect();
+        let event = stream_event(&passed, &p)?;
+        let metrics = Metrics::new("Bench", publisher::FUNCTION);
+        for n in 1..=deliveries {
+            no_stream_failures("publisher", pb.handle_event(&event, &metrics).await)?;
+            publisher_records += passed.len() as u64;
+            if n == 1 {
+                publisher_first = publisher_meter.snapshot();
+            }
+        }
+        p_changes = drain(&streams, &p, &mut position).await?;
+    }
+    let publisher_calls = publisher_meter.snapshot();
+    let after_b = p_changes
+        .last()
+        .and_then(|c| c.new.clone())
+        .or(after_retry_handler.clone());
     let attempt_after_b = match after_b.as_ref().and_then(|i| i.get("current_attempt")) {
         Some(Scalar::N(n)) => n.clone(),
         _ => "-".into(),
@@ -468,12 +566,19 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         &audit_cfg.audit_table,
         audit_cfg.retention_days,
     );
-    let cycle_changes: Vec<&StreamChange> = a_changes.iter().chain(b_changes.iter()).collect();
+    let cycle_changes: Vec<&StreamChange> = a_changes
+        .iter()
+        .chain(b_changes.iter())
+        .chain(p_changes.iter())
+        .collect();
     let mut audit_billed = Billed::default();
     let mut audit_item_bytes = 0;
     let mut audit_entries = 0;
     let mut audit_sizes: HashMap<String, usize> = HashMap::new();
-    for run in [&a_changes, &b_changes] {
+    for run in [&a_changes, &b_changes, &p_changes] {
+        if run.is_empty() {
+            continue;
+        }
         for _ in 0..deliveries {
             let batch = writer
                 .apply_batch(run.iter().map(|c| (c.old.as_ref(), c.new.as_ref())))
@@ -539,7 +644,8 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     let mut failed_conditions = Billed::default();
     for (n, existing) in [
         (response.failed_conditions, after_a.as_ref()),
-        (retry.failed_conditions, after_b.as_ref()),
+        (retry.failed_conditions, after_retry_handler.as_ref()),
+        (publisher_calls.failed_conditions, after_b.as_ref()),
     ] {
         for _ in 0..n {
             failed_conditions += dynamodb_billed_units(
@@ -550,7 +656,7 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         }
     }
     let mut payload_read_billed = Billed::default();
-    for _ in 0..retry.payload_reads {
+    for _ in 0..(retry.payload_reads + publisher_calls.payload_reads) {
         payload_read_billed += dynamodb_billed_units(
             DynamoOp::Read {
                 item: payload_item.as_ref(),
@@ -610,6 +716,9 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         response,
         retry_first,
         retry,
+        publisher_first,
+        publisher: publisher_calls,
+        publisher_records,
         audit,
         start: start_meter.snapshot(),
         transitions,
@@ -677,6 +786,36 @@ async fn breaker_items(
         .find(|i| pk(i) == aws::breaker::SERVICE)
         .map(flat_from_dynamodb);
     Ok((count, own))
+}
+
+/// The stream event Lambda delivers for `changes` (one batch).
+fn stream_event(
+    changes: &[StreamChange],
+    p: &Provisioned,
+) -> Result<aws_lambda_events::dynamodb::Event, CycleError> {
+    let mut event = aws_lambda_events::dynamodb::Event::default();
+    for c in changes {
+        let json = record_json(c, &p.transactions_stream_arn, testkit::moto::LOCAL_REGION);
+        event
+            .records
+            .push(serde_json::from_value(json).map_err(|e| CycleError::Setup(e.to_string()))?);
+    }
+    Ok(event)
+}
+
+/// A stream batch answered without a failed record.
+fn no_stream_failures(
+    who: &'static str,
+    r: aws_lambda_events::streams::DynamoDbEventResponse,
+) -> Result<(), CycleError> {
+    if r.batch_item_failures.is_empty() {
+        Ok(())
+    } else {
+        Err(step(
+            who,
+            format!("{} record(s) failed", r.batch_item_failures.len()),
+        ))
+    }
 }
 
 async fn drain(

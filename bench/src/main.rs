@@ -2,9 +2,11 @@
 //! (`scripts/bench.sh` builds what it needs, runs criterion, then this).
 
 use clap::Parser;
+use domain::decide::Delivery;
 use domain::ports::{Clock, SystemClock};
 use retry_bench::burst::{self, BurstSpec};
 use retry_bench::cycle::{self, CycleSpec};
+use retry_bench::delivery;
 use retry_bench::init;
 use retry_bench::model::Assumptions;
 use retry_bench::prices::PRICES;
@@ -81,6 +83,105 @@ struct Args {
     /// write no report: for a function whose release build is the only one at hand.
     #[arg(long, value_delimiter = ',')]
     init_only: Vec<String>,
+    /// Measure direct against outbox delivery only: the retry cycle at 4 KB in each
+    /// mode, priced, and the demo with a service that does not deduplicate under no
+    /// chaos, `light` and `heavy`, in each mode; splice the section between the
+    /// `delivery-table` markers of `--out` (the rest of the file is kept).
+    #[arg(long)]
+    delivery_table: bool,
+    /// Transactions of each demo run of `--delivery-table`.
+    #[arg(long, default_value_t = 200)]
+    demo_transactions: u32,
+}
+
+/// The demo's flags, parsed as `retryctl demo` parses them.
+#[derive(Debug, Parser)]
+struct DemoFlags {
+    #[command(flatten)]
+    demo: sandbox::DemoArgs,
+}
+
+/// `--delivery-table`: one run of the delivery comparison, spliced into `out`.
+async fn delivery_table(
+    args: &Args,
+    sdk: &aws_config::SdkConfig,
+    deployment: &Deployment,
+    assumptions: &Assumptions,
+) {
+    let cycle_of = |delivery| CycleSpec {
+        payload_bytes: 4096,
+        deliveries: 1,
+        delivery,
+    };
+    let mut cycles = Vec::new();
+    for delivery in Delivery::ALL {
+        eprintln!(
+            "bench: retry cycle, 4 KB payload, {} delivery",
+            delivery.as_str()
+        );
+        cycles.push(
+            cycle::measure(sdk, cycle_of(delivery))
+                .await
+                .unwrap_or_else(|e| fail("retry cycle", e)),
+        );
+    }
+    let mut demos = Vec::new();
+    for profile in ["none", "light", "heavy"] {
+        for delivery in Delivery::ALL {
+            let n = args.demo_transactions.to_string();
+            let mut argv = vec![
+                "demo",
+                "--no-progress",
+                "--transactions",
+                &n,
+                "--seed",
+                "7",
+                "--service",
+                "non-idempotent",
+                "--delivery",
+                delivery.as_str(),
+            ];
+            if profile != "none" {
+                argv.extend(["--chaos", profile]);
+            }
+            eprintln!("bench: demo {}", argv[1..].join(" "));
+            let flags = DemoFlags::try_parse_from(&argv).unwrap_or_else(|e| fail("demo flags", e));
+            let (r, _) = sandbox::demo::run(&flags.demo)
+                .await
+                .unwrap_or_else(|e| fail("demo", e));
+            let runs = r.service_runs.clone().unwrap_or_else(|| {
+                fail("demo", "no ledger of a service that does not deduplicate")
+            });
+            demos.push(delivery::DemoRow {
+                profile: profile.into(),
+                delivery,
+                transactions: r.statuses.values().sum(),
+                requests: r.requests_raw,
+                attempts_run: runs.attempts_run,
+                executed_twice: runs.executed_twice,
+                runs_beyond_first: runs.runs_beyond_first,
+                ok: r.ok(),
+                seconds: r.elapsed_seconds,
+            });
+        }
+    }
+    let [direct, outbox]: [cycle::CycleMeasurement; 2] = cycles
+        .try_into()
+        .unwrap_or_else(|_| fail("retry cycle", "two cycles expected"));
+    let run = delivery::DeliveryRun {
+        direct,
+        outbox,
+        demos,
+    };
+    let command = format!(
+        "bench --delivery-table --demo-transactions {}",
+        args.demo_transactions
+    );
+    let section = delivery::section(&run, deployment, assumptions, &PRICES, &command);
+    let doc = std::fs::read_to_string(&args.out).unwrap_or_default();
+    std::fs::write(&args.out, delivery::splice(&doc, &section))
+        .unwrap_or_else(|e| fail("writing the report", e));
+    print!("{section}");
 }
 
 fn target_dir() -> PathBuf {
@@ -154,6 +255,11 @@ async fn main() {
         .or_else(|| moto.as_ref().map(|m| m.endpoint_url()))
         .unwrap_or_default();
     let sdk = testkit::moto::sdk_config(&endpoint).await;
+    if args.delivery_table {
+        delivery_table(&args, &sdk, &deployment, &assumptions).await;
+        drop(moto);
+        return;
+    }
 
     let bin_dir = args
         .bin_dir
@@ -198,6 +304,7 @@ async fn main() {
             let spec = CycleSpec {
                 payload_bytes,
                 deliveries,
+                delivery: domain::decide::Delivery::Direct,
             };
             eprintln!("bench: retry cycle, {payload_bytes} B payload, {deliveries} deliveries");
             cycles.push(

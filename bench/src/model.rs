@@ -4,6 +4,7 @@
 
 use crate::prices::PriceTable;
 use crate::template::Deployment;
+use domain::decide::Delivery;
 
 /// Bytes in one billed SQS request chunk (every 64 KB of a message is one request).
 pub const SQS_CHUNK_BYTES: usize = 65_536;
@@ -21,6 +22,8 @@ pub struct Quantities {
     pub dynamodb_write_units: f64,
     pub dynamodb_read_units: f64,
     pub sqs_requests: f64,
+    /// Requests to a FIFO queue (the request queue in outbox delivery).
+    pub sqs_fifo_requests: f64,
     pub scheduler_invocations: f64,
     pub lambda_requests: f64,
     pub lambda_gb_seconds: f64,
@@ -72,6 +75,7 @@ pub fn bill(q: &Quantities, p: &PriceTable, architecture: &str) -> Bill {
             p.dynamodb_read_request_unit,
         ),
         ("SQS requests", q.sqs_requests, p.sqs_request),
+        ("SQS FIFO requests", q.sqs_fifo_requests, p.sqs_fifo_request),
         (
             "Scheduler invocations",
             q.scheduler_invocations,
@@ -169,6 +173,10 @@ impl Assumptions {
 /// What one retry cycle of the pattern did, per retry (from the moto run).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CycleBillables {
+    /// How the request reached the request queue: published by the retry handler
+    /// (direct, a standard queue) or by the publisher on the table's stream (outbox,
+    /// a FIFO queue).
+    pub delivery: Delivery,
     /// Deliveries of every message (1 = happy path, 2 = every message twice).
     pub deliveries: u32,
     /// DynamoDB write units by the published rules (state item + index + failed
@@ -176,7 +184,8 @@ pub struct CycleBillables {
     pub write_units: f64,
     /// DynamoDB read units by the published rules.
     pub read_units: f64,
-    /// SendMessage calls of the retry handler (requests) and their size.
+    /// SendMessage calls of the request (the retry handler's, or the publisher's in
+    /// outbox delivery) and their size.
     pub request_sends: u64,
     pub request_message_bytes: usize,
     /// Schedules created (= scheduler invocations when they fire).
@@ -187,7 +196,12 @@ pub struct CycleBillables {
     pub response_round_trips: u64,
     pub retry_round_trips: u64,
     pub audit_round_trips: u64,
-    /// Stream records the audit writer received (4 per cycle × deliveries).
+    /// Outbox delivery: the stream records that passed the publisher's filter (one
+    /// SENDING image per retry × deliveries), and its AWS round trips.
+    pub publisher_records: u64,
+    pub publisher_round_trips: u64,
+    /// Stream records the audit writer received (4 per cycle × deliveries; 5 in
+    /// outbox delivery, the publisher's claim being one more write).
     pub stream_records: u64,
     /// The circuit breaker: the response handler's count writes (one per batch; one
     /// per delivery here, each delivery its own batch), the write units of one, and
@@ -212,22 +226,36 @@ pub fn pattern_quantities(c: &CycleBillables, d: &Deployment, a: &Assumptions) -
     let resp_fill = a.fill(d.response_batch_size);
     let retry_fill = a.fill(d.retry_batch_size);
     let audit_fill = a.fill(d.audit_batch_size);
-    // SQS: the retry handler's SendMessage (per 64 KB chunk), the scheduler's delivery
-    // to the retry queue, and the ESM's receive + delete of every consumed message
-    // (response and retry queues, each delivery).
-    let sqs = c.request_sends as f64 * sqs_requests_for_message(c.request_message_bytes)
+    // The template gives the publisher's stream mapping the audit writer's BatchSize.
+    let publisher_fill = a.fill(d.audit_batch_size);
+    // SQS: the request's SendMessage (per 64 KB chunk; to a FIFO queue in outbox
+    // delivery), the scheduler's delivery to the retry queue, and the ESM's receive +
+    // delete of every consumed message (response and retry queues, each delivery).
+    let request = c.request_sends as f64 * sqs_requests_for_message(c.request_message_bytes);
+    let (request_standard, request_fifo) = match c.delivery {
+        Delivery::Direct => (request, 0.0),
+        Delivery::Outbox => (0.0, request),
+    };
+    let sqs = request_standard
         + c.scheduler_invocations as f64 * sqs_requests_for_message(c.retry_event_bytes)
         + deliveries * a.esm_requests_per_message(d.response_batch_size)
         + deliveries * a.esm_requests_per_message(d.retry_batch_size);
-    let lambda_requests =
-        deliveries / resp_fill + deliveries / retry_fill + c.stream_records as f64 / audit_fill;
+    // Lambda: the handlers' batches, the audit writer's stream batches and the
+    // publisher's (the records its filter lets through; Lambda's reads of the stream
+    // are not billed, and a filtered-out record invokes nothing).
+    let lambda_requests = deliveries / resp_fill
+        + deliveries / retry_fill
+        + c.stream_records as f64 / audit_fill
+        + c.publisher_records as f64 / publisher_fill;
     // Duration: a batch's records run concurrently (BATCH_CONCURRENCY ≥ BatchSize), so an
     // invocation lasts about one record's chain of round trips, shared by the batch;
-    // the audit writer is taken as writing its rows one after another.
+    // the audit writer and the publisher are taken as working through their records
+    // one after another (stream order).
     let seconds = a.aws_call_ms / 1000.0
         * (c.response_round_trips as f64 / resp_fill
             + c.retry_round_trips as f64 / retry_fill
-            + c.audit_round_trips as f64);
+            + c.audit_round_trips as f64
+            + c.publisher_round_trips as f64);
     // The breaker: one count write per response batch, its item read per refresh
     // period per environment.
     let breaker_writes = c.breaker_writes as f64 / resp_fill * c.breaker_write_units;
@@ -236,6 +264,7 @@ pub fn pattern_quantities(c: &CycleBillables, d: &Deployment, a: &Assumptions) -
         dynamodb_write_units: c.write_units + breaker_writes,
         dynamodb_read_units: c.read_units + breaker_reads,
         sqs_requests: sqs,
+        sqs_fifo_requests: request_fifo,
         scheduler_invocations: c.scheduler_invocations as f64,
         lambda_requests,
         lambda_gb_seconds: seconds * d.memory_gb(),

@@ -35,6 +35,8 @@ pub struct PriceTable {
     pub dynamodb_read_request_unit: Price,
     /// SQS standard queue; every 64 KB chunk of a request's payload is one request.
     pub sqs_request: Price,
+    /// SQS FIFO queue (the request queue in outbox delivery), per 64 KB chunk.
+    pub sqs_fifo_request: Price,
     pub scheduler_invocation: Price,
     pub lambda_request: Price,
     pub lambda_gb_second_arm64: Price,
@@ -66,6 +68,12 @@ pub const PRICES: PriceTable = PriceTable {
         usd: 0.40,
         per: MILLION,
         unit: "requests (standard queue, per 64 KB chunk)",
+        source: "aws.amazon.com/sqs/pricing",
+    },
+    sqs_fifo_request: Price {
+        usd: 0.50,
+        per: MILLION,
+        unit: "requests (FIFO queue, per 64 KB chunk)",
         source: "aws.amazon.com/sqs/pricing",
     },
     scheduler_invocation: Price {
@@ -125,6 +133,7 @@ impl PriceTable {
                 self.dynamodb_read_request_unit,
             ),
             ("SQS request", self.sqs_request),
+            ("SQS FIFO request", self.sqs_fifo_request),
             (
                 "EventBridge Scheduler invocation",
                 self.scheduler_invocation,

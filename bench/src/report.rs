@@ -133,7 +133,8 @@ pub fn usd(v: f64) -> String {
     }
 }
 
-fn num(v: f64) -> String {
+/// A quantity with sensible precision.
+pub(crate) fn num(v: f64) -> String {
     if (v - v.round()).abs() < 1e-9 {
         format!("{}", v.round() as i64)
     } else if v >= 0.1 {

@@ -44,6 +44,7 @@ fn the_price_table_is_dated_and_sourced() {
         0.125e-6
     ));
     assert!(close(PRICES.sqs_request.unit_usd(), 0.40e-6));
+    assert!(close(PRICES.sqs_fifo_request.unit_usd(), 0.50e-6));
     assert!(close(PRICES.scheduler_invocation.unit_usd(), 1.0e-6));
     assert!(close(PRICES.lambda_request.unit_usd(), 0.20e-6));
     assert!(close(
@@ -101,6 +102,7 @@ fn the_pattern_quantities_follow_the_batch_sizes() {
         breaker_writes: 0,
         breaker_write_units: 0.0,
         breaker_read_units: 0.0,
+        ..CycleBillables::default()
     };
     let q = pattern_quantities(&c, &d, &a);
     // SQS: request 1 + scheduler delivery 1 + (receive + delete) / 10 on two queues.
@@ -156,6 +158,63 @@ fn the_pattern_quantities_follow_the_batch_sizes() {
         &a,
     );
     assert!(close(big.sqs_requests, 3.4), "{}", big.sqs_requests);
+}
+
+/// GIVEN one retry delivered through the outbox (the publisher on the stream sends the
+/// request to the FIFO queue) WHEN billed THEN the request is a FIFO request, the
+/// publisher's SENDING record costs a Lambda request per batch of the stream mapping
+/// and its round trips run one after another; the rest is priced as in direct
+/// delivery.
+#[test]
+fn outbox_delivery_prices_the_fifo_request_and_the_publisher() {
+    let d = deployment();
+    let a = Assumptions::new(&d);
+    let direct = CycleBillables {
+        deliveries: 1,
+        write_units: 8.0,
+        read_units: 2.0,
+        request_sends: 1,
+        request_message_bytes: 4_300,
+        scheduler_invocations: 1,
+        retry_event_bytes: 70,
+        response_round_trips: 3,
+        retry_round_trips: 4,
+        audit_round_trips: 2,
+        stream_records: 4,
+        ..CycleBillables::default()
+    };
+    let outbox = CycleBillables {
+        delivery: domain::decide::Delivery::Outbox,
+        write_units: 10.0,
+        retry_round_trips: 1,
+        audit_round_trips: 3,
+        publisher_records: 1,
+        publisher_round_trips: 4,
+        stream_records: 5,
+        ..direct.clone()
+    };
+    let qd = pattern_quantities(&direct, &d, &a);
+    let qo = pattern_quantities(&outbox, &d, &a);
+    assert!(close(qd.sqs_requests, 2.4) && qd.sqs_fifo_requests == 0.0);
+    // The request moves to the FIFO queue; the scheduler and the ESMs stay standard.
+    assert!(close(qo.sqs_requests, 1.4), "{}", qo.sqs_requests);
+    assert!(close(qo.sqs_fifo_requests, 1.0));
+    // 1/10 + 1/10 + 5/100 + 1/100 (the publisher's record in a batch of 100).
+    assert!(close(qo.lambda_requests, 0.26), "{}", qo.lambda_requests);
+    // (3/10 + 1/10 + 3 + 4) round trips × 10 ms × 0.25 GB.
+    assert!(close(qo.lambda_gb_seconds, 7.4 * 0.010 * 0.25));
+    let (bd, bo) = (bill(&qd, &PRICES, "arm64"), bill(&qo, &PRICES, "arm64"));
+    assert!(close(bo.line("SQS FIFO requests").unwrap().usd, 0.50e-6));
+    assert!(bd.line("SQS FIFO requests").is_none());
+    // Two more write units ($1.25 per million), a FIFO request instead of a standard
+    // one ($0.10), 0.02 more Lambda requests ($0.004), 4.7 more round trips of GB-s.
+    let extra = 2.0 * 0.625 + 0.10 + 0.02 * 0.20 + 4.7 * 0.010 * 0.25 * 0.000_013_333_4 * 1e6;
+    assert!(
+        close(bo.per_million() - bd.per_million(), extra),
+        "{} - {} vs {extra}",
+        bo.per_million(),
+        bd.per_million()
+    );
 }
 
 #[test]

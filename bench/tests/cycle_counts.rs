@@ -20,6 +20,7 @@ async fn cycle(
     let spec = CycleSpec {
         payload_bytes,
         deliveries,
+        delivery: domain::decide::Delivery::Direct,
     };
     measure(sdk, spec).await.unwrap()
 }
@@ -159,4 +160,65 @@ async fn a_burst_of_errors_writes_the_breaker_once_per_batch_and_opens_it_once()
     );
     assert!((t.writes_per_error() - 0.11).abs() < 1e-9, "{t:?}");
     assert!((t.write_units_per_error() - 0.14).abs() < 1e-9, "{t:?}");
+}
+
+/// GIVEN outbox delivery WHEN one retry cycle runs at 4 KB THEN the retry handler
+/// makes its one accept write and sends nothing; the publisher, given the SENDING
+/// record, claims it, reads the payload, sends the request to the FIFO queue and
+/// marks it IN_PROGRESS (four round trips); the cycle is five state writes, three
+/// audit items (one per handler run), one request queued; priced, the request is a
+/// FIFO request and the publisher adds its invocation.
+#[tokio::test(flavor = "multi_thread")]
+async fn outbox_cycle_counts_are_the_publishers_calls() {
+    let sdk = sdk().await;
+    let c = measure(
+        &sdk,
+        CycleSpec {
+            payload_bytes: 4096,
+            deliveries: 1,
+            delivery: domain::decide::Delivery::Outbox,
+        },
+    )
+    .await
+    .unwrap();
+    let b = &c.retry;
+    assert_eq!((b.writes, b.payload_reads, b.sends), (1, 0, 0), "{b:?}");
+    let p = &c.publisher;
+    assert_eq!(
+        (
+            p.writes,
+            p.failed_conditions,
+            p.payload_reads,
+            p.sends,
+            p.reads
+        ),
+        (2, 0, 1, 1, 0),
+        "{p:?}"
+    );
+    assert_eq!(round_trips(p), 4);
+    assert_eq!(
+        c.publisher_records, 1,
+        "only the unclaimed SENDING image passes"
+    );
+    let arrows: Vec<(&str, &str)> = c
+        .transitions
+        .iter()
+        .map(|t| (t.from.as_str(), t.to.as_str()))
+        .collect();
+    assert_eq!(
+        arrows,
+        [
+            ("IN_PROGRESS", "SCHEDULING"),
+            ("SCHEDULING", "SCHEDULED"),
+            ("SCHEDULED", "SENDING"),
+            ("SENDING", "SENDING"),
+            ("SENDING", "IN_PROGRESS"),
+        ]
+    );
+    assert_eq!(c.audit.audit_writes, 3);
+    assert_eq!(c.requests_on_queue, 1);
+    let billables = c.billables();
+    assert_eq!(billables.delivery, domain::decide::Delivery::Outbox);
+    assert_eq!(billables.request_sends, 1);
+    assert_eq!(billables.stream_records, 5);
 }

@@ -168,6 +168,14 @@ fn physical(template: &Value, p: &Provisioned) -> Physical {
             .set_att(lid, "Arn", &q.arn)
             .set_att(lid, "QueueName", &q.name);
     }
+    // Outbox mode's publisher DLQ (no local queue: named after the stack).
+    let publisher_dlq = format!("{}-publisher-dlq", n.prefix);
+    ph.set_ref(
+        "PublisherDLQ",
+        format!("https://sqs.{LOCAL_REGION}.amazonaws.com/{LOCAL_ACCOUNT}/{publisher_dlq}"),
+    )
+    .set_att("PublisherDLQ", "Arn", arn("sqs", &publisher_dlq))
+    .set_att("PublisherDLQ", "QueueName", &publisher_dlq);
     ph.set_ref("ScheduleGroup", &n.schedule_group).set_att(
         "ScheduleGroup",
         "Arn",
@@ -388,6 +396,25 @@ fn requests_of(stack: &Stack, calls: &[Call], schedule_group_arn: &str) -> Vec<(
 // What AWS does around the functions, under their roles
 // ---------------------------------------------------------------------------------
 
+/// The intake queue's event source mapping, once, under the starter's role: how many
+/// messages it handed the starter, and the starter's metrics.
+async fn intake(
+    sdk: &aws_config::SdkConfig,
+    starter: &starter::wiring::AwsStarter,
+    p: &Provisioned,
+) -> (usize, Metrics) {
+    let metrics = Metrics::new("DeferredRetry", "starter");
+    let m = &metrics;
+    let n = event_source(
+        &aws::clients::sqs(sdk),
+        &p.intake.url,
+        &p.intake.arn,
+        |e| async move { starter.handle_event(e, m).await.unwrap() },
+    )
+    .await;
+    (n, metrics)
+}
+
 /// Lambda's SQS event source mapping, once: reads the queue's attributes, receives
 /// until the queue is empty, invokes the function with each batch, deletes what it
 /// did not report as failed.
@@ -485,6 +512,24 @@ async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: &str) {
         .unwrap();
 }
 
+/// A function's environment in the test: the template's variables for this stack,
+/// a 1 s reconcile threshold, 50 requests per second, then `overrides`.
+fn env_with(p: &Provisioned, f: &str, overrides: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut m: BTreeMap<String, String> = p
+        .env_for(f)
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+    let common = [
+        (vars::RECONCILE_THRESHOLD_SECONDS.name, "1"),
+        (vars::MAX_REQUESTS_PER_SECOND.name, "50"),
+    ];
+    for (k, v) in common.iter().chain(overrides) {
+        m.insert((*k).into(), (*v).into());
+    }
+    m
+}
+
 fn env_lookup(map: &BTreeMap<String, String>) -> impl Fn(&str) -> Option<String> + '_ {
     move |k| map.get(k).cloned()
 }
@@ -512,25 +557,20 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     // Each function's environment: the template's variables for this stack, short
     // backoff and threshold, and the scheduler role's ARN as the template names it.
     let env_of = |f: &str| -> BTreeMap<String, String> {
-        let mut m: BTreeMap<String, String> = p
-            .env_for(f)
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect();
-        for (k, v) in [
-            (vars::BACKOFF_BASE_SECONDS.name, "1"),
-            (vars::BACKOFF_CAP_SECONDS.name, "1"),
-            (vars::BACKOFF_JITTER.name, "0"),
-            (vars::RECONCILE_THRESHOLD_SECONDS.name, "1"),
-            (vars::MAX_REQUESTS_PER_SECOND.name, "50"),
-            // One deadline opens the circuit breaker for 3 s; its item is read
-            // again after 1 s.
-            (vars::BREAKER_DEADLINE_BURST.name, "1"),
-            (vars::BREAKER_COOLDOWN_SECONDS.name, "3"),
-            (vars::BREAKER_REFRESH_SECONDS.name, "1"),
-        ] {
-            m.insert(k.into(), v.into());
-        }
+        let mut m = env_with(
+            &p,
+            f,
+            &[
+                (vars::BACKOFF_BASE_SECONDS.name, "1"),
+                (vars::BACKOFF_CAP_SECONDS.name, "1"),
+                (vars::BACKOFF_JITTER.name, "0"),
+                // One deadline opens the circuit breaker for 3 s; its item is read
+                // again after 1 s.
+                (vars::BREAKER_DEADLINE_BURST.name, "1"),
+                (vars::BREAKER_COOLDOWN_SECONDS.name, "3"),
+                (vars::BREAKER_REFRESH_SECONDS.name, "1"),
+            ],
+        );
         if m.contains_key(vars::SCHEDULER_ROLE_ARN.name) {
             m.insert(
                 vars::SCHEDULER_ROLE_ARN.name.into(),
@@ -988,13 +1028,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     ] {
         send(&setup_sqs, &p.intake.url, body).await;
     }
-    let starter_sqs = aws::clients::sqs(&starter_sdk);
-    let starter_metrics = Metrics::new("DeferredRetry", "starter");
-    let (starter, starter_metrics) = (&starter, &starter_metrics);
-    let n = event_source(&starter_sqs, &p.intake.url, &p.intake.arn, |e| async move {
-        starter.handle_event(e, starter_metrics).await.unwrap()
-    })
-    .await;
+    let (n, starter_metrics) = intake(&starter_sdk, &starter, &p).await;
     assert_eq!(n, 3);
     assert_eq!(store_status(&store, "TX-I").await, Status::InProgress);
     assert_eq!(
@@ -1397,6 +1431,14 @@ fn bridge_parameters(secret: &str, parameter: &str) -> Vec<(&'static str, String
         ("HttpAuthSecretArn", secret.to_owned()),
         ("HttpAuthParameterArn", parameter.to_owned()),
     ]
+}
+
+/// The parameters that put every function in the stack: the HTTP bridge (its auth
+/// from a secret) and outbox mode's publisher.
+fn every_function() -> Vec<(&'static str, String)> {
+    let mut p = bridge_parameters(SECRET_ARN, "");
+    p.push(("RequestDelivery", "outbox".into()));
+    p
 }
 
 fn offline(text: &str) -> Stack {
@@ -1872,12 +1914,12 @@ fn queue_policies_deny_plain_http_and_unlisted_service_principals() {
 }
 
 /// CloudWatch alarms of this account publish to the encrypted alarm topic (topic
-/// policy and key policy); an alarm of another account cannot. (The HTTP bridge is
-/// in the stack, so its alarms are counted too.)
+/// policy and key policy); an alarm of another account cannot. (The HTTP bridge and
+/// outbox mode's publisher are in the stack, so their alarms are counted too.)
 #[test]
 fn alarms_of_this_account_and_only_they_publish() {
     let text = template_text();
-    let stack = offline_with(&text, &bridge_parameters(SECRET_ARN, ""));
+    let stack = offline_with(&text, &every_function());
     let requests = stack.alarm_requests();
     let alarms = text.matches("Type: AWS::CloudWatch::Alarm").count();
     assert!(alarms >= 20, "{alarms} alarms in the template");
@@ -2128,7 +2170,7 @@ fn principal_lists_hold_no_empty_arn() {
 fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
     let text = template_text();
     let template: Value = serde_yaml::from_str(&text).unwrap();
-    let stack = offline_with(&text, &bridge_parameters(SECRET_ARN, ""));
+    let stack = offline_with(&text, &every_function());
     let role = stack.role("CodeDeployRole");
     let arn = |rest: String| format!("arn:aws:{rest}");
     let mut allowed = vec![stack.request(
@@ -2137,7 +2179,11 @@ fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
         &stack.physical.role_arn("CodeDeployRole"),
     )];
     let functions = cfn::of_type(&template, "AWS::Serverless::Function");
-    assert_eq!(functions.len(), 6, "the bridge is in this stack");
+    assert_eq!(
+        functions.len(),
+        7,
+        "the bridge and the publisher are in this stack"
+    );
     for (id, f) in &functions {
         let function = arn(format!(
             "lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{MAIN}-{id}"
@@ -2227,12 +2273,16 @@ fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
 fn the_read_role_reads_only_this_stacks_aliases_and_versions() {
     let text = template_text();
     let template: Value = serde_yaml::from_str(&text).unwrap();
-    let stack = offline_with(&text, &bridge_parameters(SECRET_ARN, ""));
+    let stack = offline_with(&text, &every_function());
     let role = stack.role("OperatorReadRole");
     let function =
         |id: &str| format!("arn:aws:lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{MAIN}-{id}");
     let functions = cfn::of_type(&template, "AWS::Serverless::Function");
-    assert_eq!(functions.len(), 6, "the bridge is in this stack");
+    assert_eq!(
+        functions.len(),
+        7,
+        "the bridge and the publisher are in this stack"
+    );
     let mut allowed = vec![];
     for (id, _) in &functions {
         let f = function(id);
@@ -2276,5 +2326,202 @@ fn the_read_role_reads_only_this_stacks_aliases_and_versions() {
             Decision::NotAllowed,
             "{action} on {resource}"
         );
+    }
+}
+
+/// Outbox mode (`RequestDelivery=outbox`), run for real on its own server as the
+/// direct-mode scenario is: the request queue and its DLQ FIFO; the starter, fed by the
+/// intake queue's event source, leaves each transaction SENDING and publishes nothing;
+/// the publisher, fed by the transactions stream's event source under its own role
+/// (the records the template's filter keeps: SENDING, unclaimed), claims, reads the
+/// payload, publishes to the FIFO queue and marks IN_PROGRESS, and notes a send claimed
+/// too long ago instead of repeating it; its on-failure destination is its DLQ; the
+/// reconciler publishes a SENDING record stuck past the threshold and notes one claimed
+/// too long ago. Every call of the starter, the publisher and the reconciler is allowed
+/// by its role in the outbox stack; every grant of the publisher's role, and the grants
+/// outbox mode adds, is used; the sends outbox mode takes away from the starter and the
+/// retry handler are not granted.
+#[tokio::test(flavor = "multi_thread")]
+async fn outbox_mode_calls_are_allowed_and_its_grants_used() {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let moto = MotoServer::launch(MotoServer::PROGRAM)
+        .await
+        .expect("moto_server (. scripts/tools.sh)");
+    let proxy = Proxy::start(&moto.endpoint_url()).await.unwrap();
+    let endpoint = proxy.endpoint.clone();
+    let setup_sdk = sdk_config_as(&endpoint, SETUP).await;
+    let setup_sqs = aws::clients::sqs(&setup_sdk);
+    let names = StackNames::new(MAIN);
+    let mut p = provision(&setup_sdk, &names).await.unwrap();
+    // The queues outbox mode has: the FIFO request queue and DLQ, the publisher's DLQ.
+    let create = |name: String, fifo: bool| {
+        let sqs = setup_sqs.clone();
+        async move {
+            let mut req = sqs.create_queue().queue_name(&name);
+            if fifo {
+                req = req
+                    .attributes(A::FifoQueue, "true")
+                    .attributes(A::DeduplicationScope, "messageGroup")
+                    .attributes(A::FifoThroughputLimit, "perMessageGroupId");
+            }
+            let url = req.send().await.unwrap().queue_url().unwrap().to_owned();
+            let arn = format!("arn:aws:sqs:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{name}");
+            testkit::provision::QueueRef { name, url, arn }
+        }
+    };
+    p.request = create(format!("{MAIN}-request.fifo"), true).await;
+    p.request_dlq = create(format!("{MAIN}-request-dlq.fifo"), true).await;
+    let publisher_dlq = create(format!("{MAIN}-publisher-dlq"), false).await;
+    let template = cfn::template();
+    let mut ph = physical(&template, &p);
+    ph.parameters
+        .insert("RequestDelivery".into(), "outbox".into());
+    ph.set_ref("PublisherDLQ", &publisher_dlq.url)
+        .set_att("PublisherDLQ", "Arn", &publisher_dlq.arn)
+        .set_att("PublisherDLQ", "QueueName", &publisher_dlq.name);
+    let stack = Stack::from_template(&template, &template_text(), ph).unwrap();
+
+    let env_of = |f: &str, extra: &[(&str, String)]| -> BTreeMap<String, String> {
+        let mut m = env_with(&p, f, &[(vars::REQUEST_DELIVERY.name, "outbox")]);
+        m.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+        m
+    };
+    let starter_sdk = sdk_config_as(&endpoint, "starter").await;
+    let publisher_sdk = sdk_config_as(&endpoint, "publisher").await;
+    let reconciler_sdk = sdk_config_as(&endpoint, "reconciler").await;
+    let starter = starter::wiring::starter(
+        &starter_sdk,
+        &StarterConfig::from_lookup(&env_lookup(&env_of("starter", &[]))).unwrap(),
+    )
+    .unwrap();
+    let publisher_env = env_of(
+        "retry-handler",
+        &[(vars::AUDIT_TABLE.name, names.audit_table.clone())],
+    );
+    let publisher_config =
+        aws::config::PublisherConfig::from_lookup(&env_lookup(&publisher_env)).unwrap();
+    let publisher = publisher::wiring::publisher(&publisher_sdk, &publisher_config).unwrap();
+    let reconciler = reconciler::wiring::reconciler(
+        &reconciler_sdk,
+        &ReconcilerConfig::from_lookup(&env_lookup(&env_of("reconciler", &[]))).unwrap(),
+    );
+    let store = aws::dynamo::DynamoStore::new(
+        aws::clients::dynamodb(&setup_sdk),
+        &names.transactions_table,
+    )
+    .with_payloads_table(&names.payloads_table);
+
+    // Five starts through the intake queue: each left SENDING, nothing published.
+    for tx in ["TX-O1", "TX-O2", "TX-O3", "TX-O4", "TX-O5"] {
+        let start = domain::intake::StartMessage {
+            transaction_id: id(tx),
+            payload: Payload::from_json(&format!(r#"{{"order":"{tx}"}}"#)).unwrap(),
+            max_attempts: None,
+            correlation_id: None,
+        }
+        .to_json();
+        send(&setup_sqs, &p.intake.url, &start).await;
+    }
+    let (n, _) = intake(&starter_sdk, &starter, &p).await;
+    assert_eq!(n, 5);
+    for tx in ["TX-O1", "TX-O2", "TX-O3", "TX-O4", "TX-O5"] {
+        assert_eq!(store_status(&store, tx).await, Status::Sending, "{tx}");
+    }
+    assert!(testkit::moto::take_all(&setup_sqs, &p.request.url)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // TX-O3 and TX-O5 were claimed long ago by a publisher that never finished (the
+    // claim older than the resend window): the image the stream still holds of TX-O3
+    // is stale; TX-O5 waits for the reconciler.
+    let long_ago = Timestamp::from_millis(SystemClock.now().millis() - 600_000);
+    for tx in ["TX-O3", "TX-O5"] {
+        let claimed = TransactionRecord {
+            publishing_since: Some(long_ago),
+            ..store.get(&id(tx)).await.unwrap().unwrap()
+        };
+        aws::clients::dynamodb(&setup_sdk)
+            .update_item()
+            .table_name(&names.transactions_table)
+            .key(
+                "transaction_id",
+                aws_sdk_dynamodb::types::AttributeValue::S(tx.into()),
+            )
+            .update_expression("SET publishing_since = :t")
+            .expression_attribute_values(
+                ":t",
+                aws::item::record_to_item(&claimed)["publishing_since"].clone(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+
+    // The publisher's stream event source: the records its filter keeps, TX-O4 and
+    // TX-O5 left out (the publisher missed them: the reconciler's rescue).
+    let streams = aws::clients::dynamodbstreams(&publisher_sdk);
+    let mut position = testkit::drain::StreamPosition::default();
+    let changes = testkit::drain::drain_stream(&streams, &p.transactions_stream_arn, &mut position)
+        .await
+        .unwrap();
+    let images: Vec<TransactionRecord> = changes
+        .iter()
+        .filter_map(|c| c.new.as_ref())
+        .map(|flat| aws::item::record_from_flat(flat).unwrap())
+        .filter(|r| r.status == Status::Sending && r.publishing_since.is_none())
+        .filter(|r| !["TX-O4", "TX-O5"].contains(&r.transaction_id.as_str()))
+        .collect();
+    assert_eq!(images.len(), 3, "{images:?}");
+    let event =
+        testkit::events::stream(&images.iter().map(|r| (None, r)).collect::<Vec<_>>(), 1).unwrap();
+    let m = Metrics::new("DeferredRetry", publisher::FUNCTION);
+    let response = publisher.handle_event(&event, &m).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    assert_eq!(m.count("AckPublished"), 2, "{m:?}");
+    assert_eq!(m.count("AckPublishUnconfirmed"), 1, "{m:?}");
+    // A batch it gave up on: the event source's on-failure record, under its role.
+    send(
+        &aws::clients::sqs(&publisher_sdk),
+        &publisher_dlq.url,
+        r#"{"requestContext":{"condition":"RetryAttemptsExhausted"},"DDBStreamBatchInfo":{"startSequenceNumber":"1","endSequenceNumber":"3"}}"#,
+    )
+    .await;
+
+    // The reconciler: TX-O4 stuck SENDING past the threshold is published; TX-O5,
+    // claimed too long ago, is not published again but noted.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let m = Metrics::new("DeferredRetry", "reconciler");
+    reconciler.run(&m).await;
+    for tx in ["TX-O1", "TX-O2", "TX-O3", "TX-O4", "TX-O5"] {
+        assert_eq!(store_status(&store, tx).await, Status::InProgress, "{tx}");
+    }
+    let sent = testkit::moto::take_all(&setup_sqs, &p.request.url)
+        .await
+        .unwrap();
+    assert_eq!(sent.len(), 3, "TX-O1, TX-O2, TX-O4 once each: {sent:?}");
+
+    let calls = proxy.calls();
+    drop(proxy);
+    moto.stop().await;
+    let requests = requests_of(&stack, &calls, "");
+    let mut requests = requests;
+    requests.extend(
+        stack
+            .log_requests("publisher")
+            .into_iter()
+            .map(|r| ("publisher".to_owned(), r)),
+    );
+    let problems = problems_where(&stack, &requests, |p| {
+        ["starter:", "publisher:", "reconciler:"]
+            .iter()
+            .any(|f| p.starts_with(f))
+            || p.contains("PublisherRole")
+            || p.contains("NoteUnconfirmedPublishesInTheAuditTrail")
+    });
+    assert_eq!(problems, Vec::<String>::new());
+    for role in ["StarterRole", "RetryHandlerRole"] {
+        let r = stack.request(&stack.role(role), "sqs:SendMessage", &p.request.arn);
+        assert_eq!(stack.evaluate(&r).unwrap(), Decision::NotAllowed, "{role}");
     }
 }

@@ -13,8 +13,8 @@
 
 use aws::config::vars;
 use aws::config::{
-    timeouts, AuditWriterConfig, HttpBridgeConfig, ReconcilerConfig, ResponseHandlerConfig,
-    RetryHandlerConfig, StackNames, StarterConfig,
+    timeouts, AuditWriterConfig, HttpBridgeConfig, PublisherConfig, ReconcilerConfig,
+    ResponseHandlerConfig, RetryHandlerConfig, StackNames, StarterConfig,
 };
 use deferred_retry_tests::cfn::*;
 use runtime::metrics::{names, DIMENSION};
@@ -60,6 +60,10 @@ fn functions() -> BTreeMap<&'static str, (Vec<&'static str>, u32)> {
         (
             "http-bridge",
             (HttpBridgeConfig::env_vars(), timeouts::HTTP_BRIDGE_SECONDS),
+        ),
+        (
+            "publisher",
+            (PublisherConfig::env_vars(), timeouts::PUBLISHER_SECONDS),
         ),
     ])
 }
@@ -359,7 +363,17 @@ fn queue_problems_for(t: &Value, id: &str, r: &Value, def: &QueueDef) -> Vec<Str
 
 /// Queues are the definitions the adapters provision.
 fn queue_problems(t: &Value) -> Vec<String> {
-    let defs = queue_definitions(&StackNames::new("template-test"));
+    let mut defs = queue_definitions(&StackNames::new("template-test"));
+    // Outbox mode's publisher reports a stream batch it gave up on there (the local
+    // stack's stream reader retries in process and needs no such queue).
+    defs.push(QueueDef {
+        logical_id: "PublisherDLQ",
+        name: "template-test-publisher-dlq".into(),
+        visibility_timeout_seconds: None,
+        message_retention_seconds: Some(testkit::provision::DLQ_RETENTION_SECONDS),
+        redrive: None,
+        fifo: false,
+    });
     definition_problems(t, &defs, |id, r, def| queue_problems_for(t, id, r, def))
 }
 
@@ -524,9 +538,9 @@ fn dead_letter_queues(t: &Value) -> BTreeSet<String> {
 fn dlq_alarm_problems(t: &Value) -> Vec<String> {
     let dlqs = dead_letter_queues(t);
     let mut p = vec![];
-    // request, response, retry, scheduler, audit stream, intake.
-    if dlqs.len() != 6 {
-        p.push(format!("expected 6 DLQs, found {dlqs:?}"));
+    // request, response, retry, scheduler, audit stream, intake, publisher stream.
+    if dlqs.len() != 7 {
+        p.push(format!("expected 7 DLQs, found {dlqs:?}"));
     }
     let alarms = of_type(t, "AWS::CloudWatch::Alarm");
     for q in &dlqs {
@@ -723,6 +737,8 @@ fn alarmed_emitted_metrics() -> Vec<(&'static str, &'static str)> {
         (names::TECHNICAL_EXHAUSTED, response),
         // response handler, per REJECTED answer that ends a transaction.
         (names::TRANSACTIONS_REJECTED, response),
+        // response handler, outbox mode, per ERROR that may have run.
+        (names::TRANSACTIONS_AMBIGUOUS, response),
         // every function whose decisions meet a transaction past its deadline.
         (names::TRANSACTIONS_EXPIRED, response),
         (names::TRANSACTIONS_EXPIRED, retry),
@@ -890,8 +906,11 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
             }
         }
     }
+    // A DLQ that exists in one mode only (the publisher's, outbox mode) cannot be
+    // named by the dashboard's one `!Sub` body; its alarm pages.
+    let conditional = |q: &str| path(t, &["Resources", q, "Condition"]).is_some();
     for q in dead_letter_queues(t) {
-        if !queues_shown.contains(&q) {
+        if !queues_shown.contains(&q) && !conditional(&q) {
             p.push(format!("the dashboard does not show the depth of DLQ {q}"));
         }
     }
@@ -1567,11 +1586,20 @@ fn redrive_allow_problems(t: &Value) -> Vec<String> {
             sources.insert(dlq, id.clone());
         }
     }
-    let sub_text = |v: Option<&Value>| {
-        v.and_then(intrinsic)
-            .filter(|(f, _)| f == "Sub")
-            .and_then(|(_, inner)| inner.as_str().map(str::to_owned))
-    };
+    // The `!Sub` texts of a value: itself, or each branch of an `!If` (a name that
+    // changes with the delivery mode), in order.
+    fn sub_texts(v: Option<&Value>) -> Vec<String> {
+        match v.and_then(intrinsic) {
+            Some((f, inner)) if f == "Sub" => {
+                inner.as_str().map(str::to_owned).into_iter().collect()
+            }
+            Some((f, inner)) if f == "If" => inner
+                .as_sequence()
+                .map(|b| b.iter().skip(1).flat_map(|x| sub_texts(Some(x))).collect())
+                .unwrap_or_default(),
+            _ => vec![],
+        }
+    }
     for (id, q) in &queues {
         let allow = path(q, &["Properties", "RedriveAllowPolicy"]);
         let permission = allow
@@ -1579,22 +1607,28 @@ fn redrive_allow_problems(t: &Value) -> Vec<String> {
             .and_then(Value::as_str);
         match sources.get(id) {
             Some(source) => {
-                let source_name = queues
+                let source_names = queues
                     .iter()
                     .find(|(s, _)| s == source)
-                    .and_then(|(_, s)| sub_text(path(s, &["Properties", "QueueName"])));
-                let named = allow
+                    .map(|(_, s)| sub_texts(path(s, &["Properties", "QueueName"])))
+                    .unwrap_or_default();
+                let listed = allow
                     .and_then(|a| get(a, "sourceQueueArns"))
                     .and_then(Value::as_sequence)
-                    .map(|s| {
-                        s.iter()
-                            .filter_map(|v| sub_text(Some(v)))
-                            .collect::<Vec<_>>()
-                    })
+                    .cloned()
+                    .unwrap_or_default();
+                let named = listed
+                    .first()
+                    .map(|v| sub_texts(Some(v)))
                     .unwrap_or_default();
                 let ok = permission == Some("byQueue")
-                    && named.len() == 1
-                    && source_name.is_some_and(|n| named[0].ends_with(&format!(":{n}")));
+                    && listed.len() == 1
+                    && !named.is_empty()
+                    && named.len() == source_names.len()
+                    && named
+                        .iter()
+                        .zip(&source_names)
+                        .all(|(arn, n)| arn.ends_with(&format!(":{n}")));
                 if !ok {
                     p.push(format!(
                         "{id}: RedriveAllowPolicy must be byQueue naming only {source} (by its QueueName)"
@@ -1628,9 +1662,10 @@ fn denies_plain_http(statements: Option<&Value>) -> bool {
 fn transport_problems(t: &Value) -> Vec<String> {
     let mut p = vec![];
     let policies = of_type(t, "AWS::SQS::QueuePolicy");
-    for (id, _) in of_type(t, "AWS::SQS::Queue") {
+    for (id, q) in of_type(t, "AWS::SQS::Queue") {
+        // A policy under a condition covers only a queue under the same one.
         let covered = policies.iter().any(|(_, pol)| {
-            get(pol, "Condition").is_none()
+            (get(pol, "Condition").is_none() || get(pol, "Condition") == get(q, "Condition"))
                 && props(pol, "Queues")
                     .and_then(Value::as_sequence)
                     .is_some_and(|qs| {
@@ -2641,6 +2676,40 @@ async fn each_ending_in_failed_raises_only_its_own_alarm() {
         raised(&template(), &stage.emitted()),
         vec![("TechnicalExhaustedAlarm".to_owned(), 1)]
     );
+
+    // Outbox mode: an ERROR that does not say the call did not run, once the
+    // publisher published the SENDING record.
+    let stage = Stage::new(runtime::settings::Settings {
+        delivery: domain::decide::Delivery::Outbox,
+        ..runtime::settings::Settings::default()
+    });
+    stage.start(3).await;
+    let clock = testkit::memory::ManualClock::at(T0.plus_millis(1_000));
+    let publisher = publisher::Publisher {
+        store: &stage.store,
+        requests: &stage.requests,
+        notes: &stage.store,
+        clock: &clock,
+        settings: stage.settings.clone(),
+        concurrency: 1,
+        seeds: runtime::settings::Seeds::fixed(7),
+        pacer: None,
+        namespace: "DeferredRetry".into(),
+    };
+    let sending = stage.record();
+    let event = testkit::events::stream(&[(None, &sending)], 1)
+        .unwrap_or_else(|e| panic!("stream event: {e}"));
+    let m = runtime::Metrics::new("DeferredRetry", publisher::FUNCTION);
+    publisher.handle_event(&event, &m).await;
+    assert_eq!(stage.record().status, domain::Status::InProgress);
+    stage
+        .respond(1, domain::Outcome::Error, T0.plus_millis(2_000))
+        .await;
+    assert_eq!(stage.record().status, domain::Status::Failed);
+    assert_eq!(
+        raised(&template(), &stage.emitted()),
+        vec![("TransactionsAmbiguousAlarm".to_owned(), 1)]
+    );
 }
 
 // ---------------------------------------------------------------------------------
@@ -2887,7 +2956,8 @@ fn transformed_upgrade_problems(cfn: &serde_json::Value, functions: usize) -> Ve
 fn every_function_is_published_behind_live_and_rolled_back_by_its_alarms() {
     let t = template();
     assert_none(upgrade_problems(&t));
-    assert_eq!(function_resources(&t).len(), 6);
+    // The publisher is one of them (created in outbox mode only).
+    assert_eq!(function_resources(&t).len(), 7);
 
     // A function without its alias, one without its DLQ alarm, a default that is not
     // a canary: each is named.
@@ -2931,7 +3001,7 @@ fn event_sources_point_at_the_live_alias_once_transformed() {
     mentions(
         &transformed_upgrade_problems(&transformed(&broken), functions),
         &[
-            "4 aliases for 6 functions",
+            "5 aliases for 7 functions",
             "RetryHandlerFunctionRetryEvents: FunctionName",
             "ReconcilerFunctionTick: target",
             "ReconcilerFunctionTickPermission: FunctionName",

@@ -8,12 +8,12 @@ use audit_writer::{
 };
 use aws::audit::{entries_from_item, AuditWriter};
 use aws::config::StackNames;
-use aws::item::Scalar;
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use domain::audit::AuditEntry;
 use domain::machine::Actor;
 use domain::{Attempt, MaxAttempts, Outcome, Status, Timestamp, TransactionId, TransactionRecord};
-use serde_json::{json, Value};
+use serde_json::json;
+use testkit::events::image_json;
 use testkit::meter::CallMeter;
 use testkit::provision::{create_table, table_definitions};
 use testkit::trail::arrows;
@@ -174,23 +174,6 @@ fn cycle(tx: &str, reason: &str) -> Vec<(Option<TransactionRecord>, TransactionR
         (Some(scheduled), sending.clone()),
         (Some(sending), next),
     ]
-}
-
-/// A record's image in the DynamoDB JSON of a stream event.
-fn image_json(r: &TransactionRecord) -> Value {
-    let flat = aws::item::flat_from_dynamodb(&aws::item::record_to_item(r));
-    Value::Object(
-        flat.into_iter()
-            .map(|(k, v)| {
-                let v = match v {
-                    Scalar::S(s) => json!({ "S": s }),
-                    Scalar::N(n) => json!({ "N": n }),
-                    Scalar::Other(t) => panic!("{k} is {t}"),
-                };
-                (k, v)
-            })
-            .collect(),
-    )
 }
 
 /// The stream event of these changes, sequence numbers 1, 2, … in order.

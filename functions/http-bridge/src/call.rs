@@ -217,12 +217,12 @@ impl Caller {
     async fn exchange(&self, http: http::Request<Full<Bytes>>) -> Result<Reply, Transport> {
         let response = self.client.request(http).await.map_err(|e| {
             let detail = chain(&e);
-            if has_tls_error(&e) {
-                Transport::Tls(detail)
-            } else if e.is_connect() {
-                Transport::Connect(detail)
-            } else {
-                Transport::Other(detail)
+            // A TLS failure counts as one only while connecting (the handshake,
+            // before the request is sent); after it, the request may have gone.
+            match (e.is_connect(), has_tls_error(&e)) {
+                (true, true) => Transport::Tls(detail),
+                (true, false) => Transport::Connect(detail),
+                (false, _) => Transport::Other(detail),
             }
         })?;
         let (parts, mut body) = response.into_parts();

@@ -1,7 +1,10 @@
 //! What an HTTP answer means for the transaction: pure, no I/O. An answer (status,
 //! headers, body bytes) or a transport failure (timeout, connection, TLS) becomes a
 //! [`Response`] for the response queue (`SUCCESS`, `CANCELLED`, `ERROR` or `REJECTED`,
-//! a reason, `retry_after_seconds`, the request's `round` echoed) or an
+//! a reason, `retry_after_seconds`, the request's `round` echoed, and with `ERROR` its
+//! `execution`: `NOT_RUN` when the request never reached the service or was refused
+//! before running, `UNKNOWN` when it may have run, [`Transport::execution`],
+//! [`default_execution`]) or an
 //! [`OperatorCase`]: an answer that says the request as it is can never succeed (422
 //! "key reused with another payload", 413, other 4xx), which the bridge sends
 //! unchanged to the request DLQ instead of answering — or, with [`OperatorCases::Reject`],
@@ -11,7 +14,7 @@
 //! `Retry-After` header: never free text from the service (the body only reaches a
 //! reason, cut short, for an answer no rule knows).
 
-use domain::message::{MAX_REASON_CHARS, MAX_RETRY_AFTER_SECONDS};
+use domain::message::{Execution, MAX_REASON_CHARS, MAX_RETRY_AFTER_SECONDS};
 use domain::{Outcome, Request, Response};
 use http::header::RETRY_AFTER;
 use http::HeaderMap;
@@ -50,6 +53,16 @@ impl Transport {
             Transport::Connect(_) => "CONNECT",
             Transport::Tls(_) => "TLS",
             Transport::Other(_) => "TRANSPORT",
+        }
+    }
+
+    /// Whether the request may have run: no connection, or a TLS handshake that
+    /// failed while connecting, sent nothing (`NOT_RUN`); a timeout or a connection
+    /// lost after sending may have run it (`UNKNOWN`).
+    pub fn execution(&self) -> Execution {
+        match self {
+            Transport::Connect(_) | Transport::Tls(_) => Execution::NotRun,
+            Transport::Timeout | Transport::Other(_) => Execution::Unknown,
         }
     }
 }
@@ -333,6 +346,19 @@ pub fn default_decision(status: u16) -> Option<Decision> {
     }
 }
 
+/// Whether an ERROR answer with `status` says the request did not run. 408, 409,
+/// 423, 425 and 429 are refusals before processing (the defaults' reading above), and
+/// a 503 with `Retry-After` is the service itself turning the request away for a
+/// while: `NOT_RUN`. Any other status (500, 502 and 504 from a gateway whose backend
+/// may have run it, a 503 without `Retry-After`, which a proxy may have answered
+/// after forwarding, an unclassifiable answer) may have run: `UNKNOWN`.
+pub fn default_execution(status: u16, retry_after: Option<u32>) -> Execution {
+    match (status, retry_after) {
+        (408 | 409 | 423 | 425 | 429, _) | (503, Some(_)) => Execution::NotRun,
+        _ => Execution::Unknown,
+    }
+}
+
 /// At most this many characters of a body go into a reason or a log line.
 pub const BODY_EXCERPT_CHARS: usize = 160;
 
@@ -376,7 +402,9 @@ fn response(
     outcome: Outcome,
     reason: String,
     retry_after: Option<u32>,
+    execution: Execution,
 ) -> Classified {
+    let error = outcome == Outcome::Error;
     Classified::Answer(Response {
         transaction_id: request.transaction_id.clone(),
         attempt: request.attempt,
@@ -388,7 +416,7 @@ fn response(
             None
         },
         round: request.round,
-        execution: None,
+        execution: error.then_some(execution),
     })
 }
 
@@ -412,10 +440,20 @@ pub fn classify(
     let answer = match result {
         Ok(a) => a,
         // Ambiguous for a timeout (the service may have run it): the same key again.
-        Err(t) => return response(request, Outcome::Error, t.reason().to_owned(), None),
+        Err(t) => {
+            let execution = t.execution();
+            return response(
+                request,
+                Outcome::Error,
+                t.reason().to_owned(),
+                None,
+                execution,
+            );
+        }
     };
     let status = answer.status;
     let retry = retry_after(answer.headers, now);
+    let execution = default_execution(status, retry);
     let verdict = rules.configured(&answer).or_else(|| {
         default_decision(status).map(|outcome| Verdict {
             // A default operator case is answered REJECTED when the setting says so;
@@ -429,14 +467,14 @@ pub fn classify(
     });
     let Some(Verdict { outcome, reason }) = verdict else {
         let reason = format!("HTTP_{status} unclassified: {}", excerpt(answer.body));
-        return response(request, Outcome::Error, reason, retry);
+        return response(request, Outcome::Error, reason, retry, execution);
     };
     let reason = reason.unwrap_or_else(|| format!("HTTP_{status}"));
     match outcome {
-        Decision::Success => response(request, Outcome::Success, reason, None),
-        Decision::Cancelled => response(request, Outcome::Cancelled, reason, None),
-        Decision::Error => response(request, Outcome::Error, reason, retry),
-        Decision::Rejected => response(request, Outcome::Rejected, reason, None),
+        Decision::Success => response(request, Outcome::Success, reason, None, execution),
+        Decision::Cancelled => response(request, Outcome::Cancelled, reason, None, execution),
+        Decision::Error => response(request, Outcome::Error, reason, retry, execution),
+        Decision::Rejected => response(request, Outcome::Rejected, reason, None, execution),
         Decision::Operator => Classified::Operator(OperatorCase {
             status,
             reason,

@@ -16,9 +16,8 @@ use domain::decide::{Ack, DropReason, Input};
 use domain::exec::ReconcilePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    AuditNotes, BreakerCounts, BreakerReads, BreakerWrites, Clock, Payloads, PortError,
-    RequestPublisher, RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery, SystemClock,
-    Transitions,
+    AuditNotes, BreakerCounts, BreakerReads, BreakerWrites, Clock, Payloads, RequestPublisher,
+    RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery, SystemClock, Transitions,
 };
 use domain::{Status, Timestamp, TransactionRecord};
 use futures::StreamExt;
@@ -328,12 +327,15 @@ impl Report {
 }
 
 /// The reconciler with its ports, built once per process.
-pub struct Reconciler<St, Sc, Rt, Rq, Br, C = SystemClock> {
+pub struct Reconciler<St, Sc, Rt, Rq, Nt, Br, C = SystemClock> {
     pub store: St,
     pub scheduler: Sc,
     pub retries: Rt,
-    /// The request queue: an unanswered request is published again.
+    /// The request queue: an unanswered request is published again (direct mode),
+    /// a stuck SENDING published (both modes).
     pub requests: Rq,
+    /// The audit table: outbox mode notes a send claimed too long ago, not repeated.
+    pub notes: Nt,
     /// The circuit breaker the deadlines feed (`None`: no breaker).
     pub breaker: Option<BreakerGate<Br>>,
     pub clock: C,
@@ -344,12 +346,13 @@ pub struct Reconciler<St, Sc, Rt, Rq, Br, C = SystemClock> {
     pub namespace: String,
 }
 
-impl<St, Sc, Rt, Rq, Br, C> Reconciler<St, Sc, Rt, Rq, Br, C>
+impl<St, Sc, Rt, Rq, Nt, Br, C> Reconciler<St, Sc, Rt, Rq, Nt, Br, C>
 where
     St: StuckIndex + Transitions + Payloads,
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
     Rq: RequestPublisher,
+    Nt: AuditNotes,
     Br: BreakerReads + BreakerWrites + BreakerCounts,
     C: Clock,
 {
@@ -360,7 +363,7 @@ where
             scheduler: &self.scheduler,
             retries: &self.retries,
             requests: &self.requests,
-            notes: &NoAuditTable,
+            notes: &self.notes,
         };
         let report = run_once(
             &ports,
@@ -450,23 +453,5 @@ mod tests {
             4,
             "a probe is not a deadline"
         );
-    }
-}
-
-/// The reconciler's audit notices (outbox mode: a publish left unconfirmed) until it
-/// is given the audit table: refused, so the record is looked at again and the error
-/// counted, never dropped unwritten.
-#[derive(Debug, Clone, Copy)]
-struct NoAuditTable;
-
-impl AuditNotes for NoAuditTable {
-    async fn note(&self, entry: &domain::audit::AuditEntry) -> Result<(), PortError> {
-        Err(PortError::permanent(
-            "UpdateItem",
-            format!(
-                "no audit table configured for the reconciler: notice {:?} of `{}` not written",
-                entry.notice, entry.transaction_id
-            ),
-        ))
     }
 }

@@ -4,6 +4,7 @@
 //! adapters of exactly its ports (`docs/functions.md`, "Ports").
 
 use crate::{Limits, Reconciler, FUNCTION};
+use aws::audit::{AuditWriter, Retention};
 use aws::breaker::DynamoBreaker;
 use aws::config::ReconcilerConfig;
 use aws::dynamo::{DynamoStore, PayloadsTable};
@@ -21,6 +22,7 @@ pub type AwsReconciler = Reconciler<
     EventBridgeScheduler,
     SqsRetryPublisher,
     SqsRequestPublisher,
+    AuditWriter,
     DynamoBreaker,
 >;
 
@@ -29,6 +31,11 @@ pub fn reconciler(sdk: &SdkConfig, c: &ReconcilerConfig) -> AwsReconciler {
     let dynamodb = aws::clients::dynamodb(sdk);
     Reconciler {
         breaker: breaker_gate(&dynamodb, c.breaker.as_ref(), FUNCTION),
+        notes: AuditWriter::new(
+            dynamodb.clone(),
+            &c.audit_table,
+            Retention::new(c.audit_retention_days, c.transaction_deadline),
+        ),
         store: DynamoStore::new(dynamodb, &c.transactions_table)
             .with_payloads_table(&c.payloads_table)
             .retaining(c.retention),
@@ -37,6 +44,7 @@ pub fn reconciler(sdk: &SdkConfig, c: &ReconcilerConfig) -> AwsReconciler {
         requests: SqsRequestPublisher::new(aws::clients::sqs(sdk), &c.request_queue_url),
         clock: SystemClock,
         settings: Settings {
+            delivery: c.delivery,
             reconcile_threshold: c.reconcile_threshold,
             answer_timeout: c.answer.timeout,
             answer_republish_max: c.answer.republish_max,

@@ -49,6 +49,7 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),
         clock: SystemClock,
         settings: Settings {
+            delivery: c.delivery,
             answer_timeout: c.answer_timeout,
             technical_resend_max: c.technical_resend_max,
             transaction_deadline: c.transaction_deadline,

@@ -58,6 +58,7 @@ pub fn retry_handler_on(
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.retry_dlq_url),
         clock: SystemClock,
         settings: Settings {
+            delivery: c.delivery,
             answer_timeout: c.answer_timeout,
             transaction_deadline: c.transaction_deadline,
             ..settings(PolicySet::default(), c.reconcile_shards)

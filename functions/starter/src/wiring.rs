@@ -59,6 +59,7 @@ pub fn starter_on(clients: &Clients, c: &StarterConfig) -> Result<AwsStarter, Wi
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.intake_dlq_url),
         clock: SystemClock,
         settings: Settings {
+            delivery: c.delivery,
             reconcile_threshold: c.reconcile_threshold,
             answer_timeout: c.answer_timeout,
             ..settings(PolicySet::default(), c.reconcile_shards)

@@ -10,6 +10,7 @@
 //! region by `aws-config` ([`load_sdk_config`]). The variables per function:
 //! `docs/adapters.md#configuration`.
 
+use domain::decide::Delivery;
 use domain::policy::PolicyError;
 use domain::{PolicySet, RetryPolicy};
 use std::cell::RefCell;
@@ -40,6 +41,7 @@ pub mod timeouts {
     pub const AUDIT_WRITER_SECONDS: u32 = 60;
     pub const STARTER_SECONDS: u32 = 30;
     pub const HTTP_BRIDGE_SECONDS: u32 = 30;
+    pub const PUBLISHER_SECONDS: u32 = 60;
     pub const VISIBILITY_FACTOR: u32 = 6;
 }
 
@@ -170,6 +172,10 @@ pub mod vars {
     pub const INTAKE_DLQ_URL: Text = Text::required("INTAKE_DLQ_URL");
     pub const RESPONSE_QUEUE_URL: Text = Text::required("RESPONSE_QUEUE_URL");
     pub const REQUEST_DLQ_URL: Text = Text::required("REQUEST_DLQ_URL");
+    /// How requests reach the request queue: `direct` (each deciding function
+    /// publishes) or `outbox` (the record is left SENDING and the publisher publishes
+    /// it to a FIFO queue); `domain::decide::Delivery`.
+    pub const REQUEST_DELIVERY: Text = Text::or("REQUEST_DELIVERY", "direct");
     /// Empty or unset: no circuit breaker, requests always go out.
     pub const BREAKER_TABLE: Text = Text::or("BREAKER_TABLE", "");
 
@@ -481,6 +487,23 @@ fn retention(env: &Env<'_>) -> domain::retention::Retention {
     })
 }
 
+/// REQUEST_DELIVERY: `direct` or `outbox`; any other value is refused naming both.
+fn delivery(env: &Env<'_>) -> Delivery {
+    let raw = env.text(&REQUEST_DELIVERY);
+    Delivery::parse(&raw).unwrap_or_else(|| {
+        env.fail(ConfigError::Invalid {
+            name: REQUEST_DELIVERY.name,
+            value: raw.clone(),
+            reason: format!(
+                "must be {} or {}",
+                Delivery::Direct.as_str(),
+                Delivery::Outbox.as_str()
+            ),
+        });
+        Delivery::default()
+    })
+}
+
 /// The answer deadline: how long a request may go unanswered
 /// (`ANSWER_TIMEOUT_SECONDS`, 1 s to 30 days) and how many times the reconciler
 /// publishes it again before the transaction ends FAILED/UNANSWERED
@@ -660,6 +683,8 @@ pub struct ResponseHandlerConfig {
     pub metrics_namespace: String,
     /// RETENTION_DAYS: a transaction it ends is kept that long.
     pub retention: domain::retention::Retention,
+    /// REQUEST_DELIVERY: how a technical re-send goes out.
+    pub delivery: Delivery,
 }
 
 read_from_env!(ResponseHandlerConfig);
@@ -682,6 +707,7 @@ impl ResponseHandlerConfig {
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
             retention: retention(env),
+            delivery: delivery(env),
         }
     }
 }
@@ -709,6 +735,9 @@ pub struct RetryHandlerConfig {
     pub metrics_namespace: String,
     /// RETENTION_DAYS: a transaction it ends (past its deadline) is kept that long.
     pub retention: domain::retention::Retention,
+    /// REQUEST_DELIVERY: `outbox`, the accepted retry is left SENDING for the
+    /// publisher instead of published here.
+    pub delivery: Delivery,
 }
 
 read_from_env!(RetryHandlerConfig);
@@ -730,6 +759,7 @@ impl RetryHandlerConfig {
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
             retention: retention(env),
+            delivery: delivery(env),
         }
     }
 
@@ -764,6 +794,13 @@ pub struct ReconcilerConfig {
     pub metrics_namespace: String,
     /// RETENTION_DAYS: a transaction it ends is kept that long.
     pub retention: domain::retention::Retention,
+    /// REQUEST_DELIVERY: `outbox`, a stuck SENDING is published as the publisher
+    /// does, and an unanswered request is never published again.
+    pub delivery: Delivery,
+    /// AUDIT_TABLE and AUDIT_RETENTION_DAYS: where a send it does not repeat (outbox
+    /// mode, claimed too long ago) is noted, kept as long as the rest of the trail.
+    pub audit_table: String,
+    pub audit_retention_days: u32,
 }
 
 read_from_env!(ReconcilerConfig);
@@ -788,6 +825,9 @@ impl ReconcilerConfig {
             breaker: BreakerConfig::read(env),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
             retention: retention(env),
+            delivery: delivery(env),
+            audit_table: env.text(&AUDIT_TABLE),
+            audit_retention_days: env.get(&AUDIT_RETENTION_DAYS),
         }
     }
 }
@@ -845,6 +885,9 @@ pub struct StarterConfig {
     pub max_requests_per_second: f64,
     pub batch_concurrency: usize,
     pub metrics_namespace: String,
+    /// REQUEST_DELIVERY: `outbox`, the record is created SENDING for the publisher
+    /// instead of attempt 1 published here.
+    pub delivery: Delivery,
 }
 
 read_from_env!(StarterConfig);
@@ -861,6 +904,57 @@ impl StarterConfig {
             reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
             answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
             max_requests_per_second: env.get(&MAX_REQUESTS_PER_SECOND),
+            batch_concurrency: env.get(&BATCH_CONCURRENCY),
+            metrics_namespace: env.text(&METRICS_NAMESPACE),
+            delivery: delivery(env),
+        }
+    }
+}
+
+/// The publisher (outbox mode): SENDING records from the transactions table's
+/// stream, each request published once to the FIFO request queue. It runs only in
+/// outbox mode, so it reads no REQUEST_DELIVERY.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublisherConfig {
+    pub transactions_table: String,
+    /// PAYLOADS_TABLE: the request carries the payload the transaction started with.
+    pub payloads_table: String,
+    /// REQUEST_QUEUE_URL: the FIFO request queue.
+    pub request_queue_url: String,
+    /// RECONCILE_SHARDS and RECONCILE_THRESHOLD_SECONDS: the index entry of the
+    /// record it marks IN_PROGRESS (watched from its answer deadline).
+    pub reconcile_shards: u16,
+    pub reconcile_threshold: Duration,
+    /// ANSWER_TIMEOUT_SECONDS: the deadline of each request it publishes.
+    pub answer_timeout: Duration,
+    /// MAX_REQUESTS_PER_SECOND: requests one execution environment publishes at most
+    /// (in outbox mode the publisher, not the retry handler, sends them).
+    pub max_requests_per_second: f64,
+    /// AUDIT_TABLE, AUDIT_RETENTION_DAYS and TRANSACTION_DEADLINE_SECONDS: where a
+    /// send it does not repeat (claimed too long ago) is noted, kept as long as the
+    /// rest of the trail.
+    pub audit_table: String,
+    pub audit_retention_days: u32,
+    pub transaction_deadline: Duration,
+    pub batch_concurrency: usize,
+    pub metrics_namespace: String,
+}
+
+read_from_env!(PublisherConfig);
+
+impl PublisherConfig {
+    fn read(env: &Env<'_>) -> Self {
+        Self {
+            transactions_table: env.text(&TRANSACTIONS_TABLE),
+            payloads_table: env.text(&PAYLOADS_TABLE),
+            request_queue_url: env.text(&REQUEST_QUEUE_URL),
+            reconcile_shards: env.get(&RECONCILE_SHARDS),
+            reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
+            answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
+            max_requests_per_second: env.get(&MAX_REQUESTS_PER_SECOND),
+            audit_table: env.text(&AUDIT_TABLE),
+            audit_retention_days: env.get(&AUDIT_RETENTION_DAYS),
+            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
             batch_concurrency: env.get(&BATCH_CONCURRENCY),
             metrics_namespace: env.text(&METRICS_NAMESPACE),
         }
@@ -1152,6 +1246,10 @@ mod tests {
             owned(StarterConfig::env_vars())
         );
         assert_eq!(
+            asked(&|l| drop(PublisherConfig::from_lookup(l))),
+            owned(PublisherConfig::env_vars())
+        );
+        assert_eq!(
             AuditWriterConfig::env_vars(),
             [
                 AUDIT_TABLE.name,
@@ -1303,6 +1401,34 @@ mod tests {
         bad.retain(|(k, v)| *k != DEFAULT_MAX_ATTEMPTS.name || *v == "0");
         let e = StarterConfig::from_lookup(&lookup(&bad)).unwrap_err();
         assert!(e.to_string().contains("DEFAULT_MAX_ATTEMPTS=\"0\""), "{e}");
+    }
+
+    /// REQUEST_DELIVERY defaults to `direct`, reads `outbox`, and refuses anything
+    /// else naming the variable and the value; every deciding function reads it.
+    #[test]
+    fn the_delivery_mode_is_read_with_a_default_and_a_clear_error() {
+        let c = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[]))).unwrap();
+        assert_eq!(c.delivery, Delivery::Direct);
+        let c = ResponseHandlerConfig::from_lookup(&lookup(&response_env(&[(
+            REQUEST_DELIVERY.name,
+            "outbox",
+        )])))
+        .unwrap();
+        assert_eq!(c.delivery, Delivery::Outbox);
+        let e = response_error(&[(REQUEST_DELIVERY.name, "fifo")]);
+        assert_eq!(
+            e.to_string(),
+            "environment variable REQUEST_DELIVERY=\"fifo\" is invalid: must be direct or outbox"
+        );
+        for names in [
+            ResponseHandlerConfig::env_vars(),
+            RetryHandlerConfig::env_vars(),
+            ReconcilerConfig::env_vars(),
+            StarterConfig::env_vars(),
+        ] {
+            assert!(names.contains(&REQUEST_DELIVERY.name), "{names:?}");
+        }
+        assert!(!PublisherConfig::env_vars().contains(&REQUEST_DELIVERY.name));
     }
 
     #[test]

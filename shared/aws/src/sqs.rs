@@ -5,6 +5,11 @@
 //! that can never succeed (body and attributes unchanged) before acknowledging it.
 //! Every message a function sends carries the invocation's X-Ray trace header as its
 //! `AWSTraceHeader` system attribute ([`trace_attribute`]).
+//! A FIFO queue (its name, hence its URL, ends in `.fifo`: outbox mode's request queue
+//! and its DLQ) gets each request with `MessageDeduplicationId` =
+//! `RequestHeader::deduplication_id()` and `MessageGroupId` = `RequestHeader::group_id()`,
+//! both made to fit SQS's rules by [`fifo_id`]; a dead letter gets its own
+//! never-repeated id, so a message dead-lettered twice is kept twice.
 //! [`SqsDirectory`] resolves queue ARNs to URLs (`retryctl redrive`, the local
 //! stack's Scheduler emulator); no function needs it.
 
@@ -81,6 +86,45 @@ pub fn trace_attribute(
     )]))
 }
 
+/// SQS's bound on a FIFO message's `MessageDeduplicationId` and `MessageGroupId`, in
+/// characters (each one of `a-z`, `A-Z`, `0-9` and the ASCII punctuation).
+pub const FIFO_ID_MAX_CHARS: usize = 128;
+
+/// The prefix of a [`fifo_id`] that had to be hashed.
+pub const FIFO_ID_HASH_PREFIX: &str = "sha256-";
+
+/// True for a FIFO queue's URL: SQS requires a FIFO queue's name to end in `.fifo`.
+pub fn is_fifo_queue(queue_url: &str) -> bool {
+    queue_url.ends_with(".fifo")
+}
+
+/// `raw` as a FIFO `MessageDeduplicationId` or `MessageGroupId`: itself when SQS
+/// accepts it (1 to [`FIFO_ID_MAX_CHARS`] characters, each an ASCII letter, digit or
+/// punctuation), otherwise [`FIFO_ID_HASH_PREFIX`] and its SHA-256 in hex (71
+/// characters). A transaction id may have 128 characters of any Unicode but control
+/// characters (`domain::ids`), so `<id>#<attempt>#<round>` may be longer or hold a
+/// space or a letter SQS refuses; the hash keeps one id per text, and distinct texts
+/// apart.
+pub fn fifo_id(raw: &str) -> String {
+    let accepted = !raw.is_empty()
+        && raw.len() <= FIFO_ID_MAX_CHARS
+        && raw.bytes().all(|b| b.is_ascii_graphic());
+    if accepted {
+        return raw.to_owned();
+    }
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(raw.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{FIFO_ID_HASH_PREFIX}{hex}")
+}
+
+/// The FIFO system fields of one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FifoIds {
+    pub deduplication_id: String,
+    pub group_id: String,
+}
+
 async fn send(
     client: &Client,
     queue_url: &str,
@@ -88,7 +132,19 @@ async fn send(
     attributes: Option<HashMap<String, MessageAttributeValue>>,
     delay_seconds: u32,
 ) -> Result<(), PortError> {
+    send_in(client, queue_url, body, attributes, delay_seconds, None).await
+}
+
+async fn send_in(
+    client: &Client,
+    queue_url: &str,
+    body: &str,
+    attributes: Option<HashMap<String, MessageAttributeValue>>,
+    delay_seconds: u32,
+    fifo: Option<FifoIds>,
+) -> Result<(), PortError> {
     let trace = std::env::var(LAMBDA_TRACE_ENV).ok();
+    let (deduplication_id, group_id) = fifo.map(|f| (f.deduplication_id, f.group_id)).unzip();
     client
         .send_message()
         .queue_url(queue_url)
@@ -98,6 +154,8 @@ async fn send(
         .set_delay_seconds(
             (delay_seconds > 0).then(|| i32::try_from(delay_seconds).unwrap_or(i32::MAX)),
         )
+        .set_message_deduplication_id(deduplication_id)
+        .set_message_group_id(group_id)
         .send()
         .await
         .map(|_| ())
@@ -132,14 +190,31 @@ impl RequestPublisher for SqsRequestPublisher {
                 string_attribute(c.as_str())?,
             );
         }
-        send(
+        let fifo = is_fifo_queue(&self.queue_url).then(|| request_fifo_ids(request));
+        send_in(
             &self.client,
             &self.queue_url,
             &request.to_json(),
             Some(attrs),
             0,
+            fifo,
         )
         .await
+    }
+}
+
+/// A request's FIFO ids: the header's deduplication id (one per transaction, attempt
+/// and round) and group (the transaction), each fitted by [`fifo_id`].
+pub fn request_fifo_ids(request: &Request) -> FifoIds {
+    let header = domain::decide::RequestHeader {
+        transaction_id: request.transaction_id.clone(),
+        attempt: request.attempt,
+        round: request.round,
+        correlation_id: None,
+    };
+    FifoIds {
+        deduplication_id: fifo_id(&header.deduplication_id()),
+        group_id: fifo_id(&header.group_id()),
     }
 }
 
@@ -239,14 +314,38 @@ impl DeadLetter for SqsDeadLetter {
             .iter()
             .map(|(k, v)| Ok((k.clone(), to_sdk_attribute(k, v)?)))
             .collect::<Result<HashMap<_, _>, PortError>>()?;
-        send(
+        let fifo = is_fifo_queue(&self.queue_url).then(|| dead_letter_fifo_ids(message));
+        send_in(
             &self.client,
             &self.queue_url,
             &message.body,
             Some(attributes),
             0,
+            fifo,
         )
         .await
+    }
+}
+
+/// A dead letter's FIFO ids: grouped by its idempotency key when it has one, and a
+/// deduplication id never used before (the process, the instant and a counter), so
+/// a message parked again after an operator's redrive is kept again.
+fn dead_letter_fifo_ids(message: &Undeliverable) -> FifoIds {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SENT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let n = SENT.fetch_add(1, Ordering::Relaxed);
+    let group = message
+        .attributes
+        .get(IDEMPOTENCY_KEY_ATTRIBUTE)
+        .and_then(|a| a.string_value.as_deref())
+        .unwrap_or("dead-letter");
+    FifoIds {
+        deduplication_id: format!("dl-{}-{nanos}-{n}", std::process::id()),
+        group_id: fifo_id(group),
     }
 }
 
@@ -326,6 +425,42 @@ mod tests {
         assert_eq!(trace_attribute(None), None);
         assert_eq!(trace_attribute(Some("")), None);
         assert_eq!(trace_attribute(Some("Parent=53995c3f42cd8ad8")), None);
+    }
+
+    /// GIVEN ids SQS accepts THEN they go as they are; GIVEN the longest transaction
+    /// id with its attempt and round, or a character SQS refuses THEN the hash, which
+    /// SQS accepts, one per text.
+    #[test]
+    fn fifo_ids_fit_sqs_rules() {
+        let ok = |id: &str| {
+            !id.is_empty()
+                && id.len() <= FIFO_ID_MAX_CHARS
+                && id.bytes().all(|b| b.is_ascii_graphic())
+        };
+        assert_eq!(fifo_id("TX-1#2#0"), "TX-1#2#0");
+        let punctuation = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
+        assert_eq!(fifo_id(punctuation), punctuation);
+        let longest = format!(
+            "{}#1000#4294967295",
+            "x".repeat(domain::ids::MAX_TRANSACTION_ID_CHARS)
+        );
+        for raw in [longest.as_str(), "TX 1#1#0", "TX-ñ#1#0", "", "TX-1\u{7f}"] {
+            let id = fifo_id(raw);
+            assert!(ok(&id), "{raw:?} -> {id}");
+            assert!(id.starts_with(FIFO_ID_HASH_PREFIX), "{raw:?} -> {id}");
+            assert_eq!(fifo_id(raw), id, "one id per text");
+        }
+        assert_ne!(fifo_id("TX ñ#1#0"), fifo_id("TX ñ#1#1"));
+        assert_eq!(
+            fifo_id(&"y".repeat(FIFO_ID_MAX_CHARS)).len(),
+            FIFO_ID_MAX_CHARS
+        );
+        assert!(is_fifo_queue(
+            "https://sqs.eu-west-1.amazonaws.com/1/dr-request.fifo"
+        ));
+        assert!(!is_fifo_queue(
+            "https://sqs.eu-west-1.amazonaws.com/1/dr-request"
+        ));
     }
 
     #[test]

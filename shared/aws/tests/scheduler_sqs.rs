@@ -233,3 +233,97 @@ async fn request_retry_and_dlq_messages_round_trip() {
     assert_eq!(got["custom"].string_value(), Some("kept"));
     assert_eq!(got["idempotency_key"].string_value(), Some("TX-9#1"));
 }
+
+/// A FIFO queue as the template makes outbox mode's request queue and its DLQ.
+async fn fifo_queue(s: &Stack, name: &str) -> String {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    s.sqs()
+        .create_queue()
+        .queue_name(format!("{}-{name}.fifo", s.p.names.prefix))
+        .attributes(A::FifoQueue, "true")
+        .attributes(A::ContentBasedDeduplication, "false")
+        .attributes(A::DeduplicationScope, "messageGroup")
+        .attributes(A::FifoThroughputLimit, "perMessageGroupId")
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_owned()
+}
+
+/// GIVEN outbox mode's FIFO request queue WHEN one (transaction, attempt, round) is
+/// published twice THEN the service receives it once, with the header's deduplication
+/// id and the transaction as its group; the next round of the same attempt (a re-send
+/// after an ERROR that says NOT_RUN) and another attempt are new messages. A
+/// transaction id SQS would refuse as an id (a space, a non-ASCII letter) is sent
+/// under its hash, deduplicated the same way. A dead letter parked twice is kept
+/// twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_request_queue_drops_a_repeat_and_keeps_a_new_round() {
+    let s = stack("fifo").await;
+    let sqs = aws::clients::sqs(&s.sdk);
+    let url = fifo_queue(&s, "request").await;
+    let requests = SqsRequestPublisher::new(sqs.clone(), &url);
+    let payload = Payload::from_json(r#"{"amount":1}"#).unwrap();
+    let send = |tx: &str, attempt: u32, round: u32| {
+        Request::new(id(tx), at(attempt), payload.clone()).with_round(Some(round))
+    };
+    for r in [
+        send("TX-1", 2, 0),
+        send("TX-1", 2, 0),
+        send("TX-1", 2, 1),
+        send("TX-1", 3, 0),
+        send("TX ñ", 1, 0),
+        send("TX ñ", 1, 0),
+    ] {
+        requests.publish(&r).await.unwrap();
+    }
+    let got = s
+        .sqs()
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let mut seen: Vec<(String, String)> = got
+        .messages()
+        .iter()
+        .map(|m| {
+            let a = m.attributes().unwrap();
+            (
+                a[&MessageSystemAttributeName::MessageDeduplicationId].clone(),
+                a[&MessageSystemAttributeName::MessageGroupId].clone(),
+            )
+        })
+        .collect();
+    seen.sort();
+    let hashed = aws::sqs::fifo_id("TX ñ");
+    let hashed_dedup = aws::sqs::fifo_id("TX ñ#1#0");
+    assert!(
+        hashed.starts_with(aws::sqs::FIFO_ID_HASH_PREFIX),
+        "{hashed}"
+    );
+    let mut want = vec![
+        ("TX-1#2#0".to_owned(), "TX-1".to_owned()),
+        ("TX-1#2#1".to_owned(), "TX-1".to_owned()),
+        ("TX-1#3#0".to_owned(), "TX-1".to_owned()),
+        (hashed_dedup, hashed),
+    ];
+    want.sort();
+    assert_eq!(seen, want);
+
+    let dlq = fifo_queue(&s, "request-dlq").await;
+    let kept = Undeliverable {
+        body: "parked".into(),
+        attributes: BTreeMap::new(),
+    };
+    let dead = SqsDeadLetter::new(sqs.clone(), &dlq);
+    dead.send(&kept).await.unwrap();
+    dead.send(&kept).await.unwrap();
+    let bodies = testkit::moto::take_all(&s.sqs(), &dlq).await.unwrap();
+    assert_eq!(bodies, ["parked", "parked"]);
+}

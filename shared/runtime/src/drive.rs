@@ -129,6 +129,7 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
                     );
                 }
                 AlertKind::Ambiguous => {
+                    metrics.incr(names::TRANSACTIONS_AMBIGUOUS);
                     tracing::error!(
                         alert = a.kind.label(),
                         transaction_id = %a.transaction_id,
@@ -172,6 +173,13 @@ pub fn verdict(driven: &Driven, metrics: &Metrics) -> Verdict {
                 Disposition::Ack(a) => {
                     if *a == domain::decide::Ack::Paused {
                         metrics.incr(names::RETRIES_PAUSED_BY_BREAKER);
+                    }
+                    if *a == domain::decide::Ack::PublishUnconfirmed {
+                        metrics.incr(names::PUBLISHES_UNCONFIRMED);
+                        tracing::warn!(
+                            transaction_id = %driven.run.input().transaction_id(),
+                            "claimed longer ago than the resend window: not published again; its answer deadline decides"
+                        );
                     }
                     Verdict::Done(*a)
                 }

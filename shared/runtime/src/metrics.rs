@@ -83,6 +83,13 @@ pub mod names {
     /// The service answered REJECTED (an operator case): FAILED/REJECTED at once,
     /// never retried (business alert).
     pub const TRANSACTIONS_REJECTED: &str = "TransactionsRejected";
+    /// Outbox mode: an ERROR that does not say the call did not run: FAILED/AMBIGUOUS,
+    /// not sent again (business alert).
+    pub const TRANSACTIONS_AMBIGUOUS: &str = "TransactionsAmbiguous";
+    /// Outbox mode: a SENDING record claimed longer ago than the resend window, not
+    /// published again (a repeat could escape SQS's deduplication): its answer
+    /// deadline decides.
+    pub const PUBLISHES_UNCONFIRMED: &str = "PublishesUnconfirmed";
     /// An unanswered request published again by the reconciler (same key).
     pub const REQUESTS_REPUBLISHED: &str = "RequestsRepublished";
     /// A scheduler call throttled past the client's own retries (the message is

@@ -5,6 +5,8 @@
 //!   create of IN_PROGRESS attempt 1 with its payload, then the publish of attempt 1
 //!   with key `<id>#1`. Repeating it is
 //!   harmless; a repeat with a *different* payload publishes nothing and is refused.
+//!   In outbox mode (the context's delivery) the record is created SENDING and nothing
+//!   is published here: the publisher sends attempt 1.
 //! - [`resolve`]: "resolved by other means": SCHEDULING or SCHEDULED → SUCCEEDED, then
 //!   the schedule deleted (not found is fine).
 //! - [`replay`]: reopen a FAILED transaction with more attempts (operator).

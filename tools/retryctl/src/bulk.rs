@@ -248,6 +248,18 @@ fn planned(
     if !effects.is_empty() {
         let _ = write!(line, "; then {}", effects.join(", "));
     }
+    // What the replay sends, as the deployment delivers it.
+    let next = plan.iter().find_map(|e| match e {
+        Effect::PublishRetry(r) => Some(r.attempt.to_string()),
+        _ => None,
+    });
+    if let (Action::Replay { .. }, Some(next)) = (action, &next) {
+        let _ = write!(
+            line,
+            " ({})",
+            commands::replay_delivery(ctx.rules.delivery, next)
+        );
+    }
     Ok(Row {
         line,
         json: json!({

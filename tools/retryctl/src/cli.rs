@@ -118,6 +118,11 @@ pub struct TargetArgs {
     /// and `erase --force` end transactions, and their writes set the TTL from it.
     #[arg(long, env = vars::RETENTION_DAYS.name, global = true)]
     pub retention_days: Option<u32>,
+    /// How the stack delivers requests, `direct` or `outbox` (its RequestDelivery
+    /// parameter). Unset: `outbox` when the request queue's URL names a FIFO queue
+    /// (`.fifo`), else `direct`.
+    #[arg(long, env = vars::REQUEST_DELIVERY.name, global = true)]
+    pub request_delivery: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -10,7 +10,7 @@ use aws::config::vars;
 use aws::config::{SchedulerSettings, StackNames};
 use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
-use domain::decide::{decide_reconcile, is_stuck, Observed, Rejection};
+use domain::decide::{decide_reconcile, is_stuck, Delivery, Observed, Rejection};
 use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
 use domain::machine::OperatorNote;
 use domain::ports::{Clock, Payloads, Records, StuckIndex, StuckQuery, SystemClock};
@@ -48,6 +48,8 @@ pub struct Target {
     transaction_deadline: Option<Duration>,
     /// The stack's RetentionDays, when given: never guessed.
     retention: Option<domain::retention::Retention>,
+    /// The stack's RequestDelivery, when given.
+    delivery: Option<Delivery>,
 }
 
 impl Target {
@@ -120,6 +122,15 @@ impl Target {
                 "must be at least 1",
             ));
         }
+        let delivery = args
+            .request_delivery
+            .as_deref()
+            .map(|d| {
+                Delivery::parse(d).ok_or_else(|| {
+                    CliError::bad("--request-delivery", d, "must be direct or outbox")
+                })
+            })
+            .transpose()?;
         let retention = args
             .retention_days
             .map(|d| {
@@ -131,6 +142,7 @@ impl Target {
             sdk,
             args: args.clone(),
             retention,
+            delivery,
             names: args.prefix.as_deref().map(StackNames::new),
             shards: args.reconcile_shards,
             threshold: args.reconcile_threshold_seconds.map(Duration::from_secs),
@@ -359,10 +371,29 @@ impl Target {
         .with_payloads_table(self.payloads_table()?))
     }
 
+    /// How the stack delivers requests: `--request-delivery` (or the stack's
+    /// parameter); unset, `outbox` when the request queue's URL names a FIFO queue.
+    pub fn delivery(&self) -> Delivery {
+        self.delivery.unwrap_or_else(|| {
+            match self
+                .args
+                .request_queue_url
+                .as_deref()
+                .map(aws::sqs::is_fifo_queue)
+            {
+                Some(true) => Delivery::Outbox,
+                _ => Delivery::Direct,
+            }
+        })
+    }
+
     /// The settings of a command that opens no retry cycle and judges nothing stuck
     /// (submit, resolve): shards and threshold play no part in its decisions.
     pub(crate) fn settings(&self) -> Settings {
-        Settings::default()
+        Settings {
+            delivery: self.delivery(),
+            ..Settings::default()
+        }
     }
 
     /// The settings of a command that writes index keys or judges records stuck:
@@ -375,7 +406,7 @@ impl Target {
             } else {
                 Settings::default().reconcile_threshold
             },
-            ..Settings::default()
+            ..self.settings()
         })
     }
 }
@@ -725,17 +756,30 @@ pub async fn replay(
         .await
         .map_err(op_error)?;
     let after = read_record(&store, &id).await?;
+    let next = after.next_attempt.map_or("-".into(), |a| a.to_string());
     Ok(Output {
         text: format!(
-            "{id}: {} — now {} with attempt {} next (max_attempts {} → {}); retry event published\n",
+            "{id}: {} — now {} with attempt {next} next (max_attempts {} → {}); retry event published; {}\n",
             done.ack.label(),
             after.status,
-            after.next_attempt.map_or("-".into(), |a| a.to_string()),
             rec.max_attempts,
-            after.max_attempts
+            after.max_attempts,
+            replay_delivery(ctx.rules.delivery, &next)
         ),
         json: json!({"transaction_id": id.as_str(), "result": done.ack.label(), "record": view::record_json(&after)}),
     })
+}
+
+/// What a replay sends, by delivery mode: said before (`--dry-run`) and after.
+pub fn replay_delivery(delivery: Delivery, next: &str) -> String {
+    match delivery {
+        Delivery::Direct => format!(
+            "attempt {next} is published by the retry handler with a new idempotency key"
+        ),
+        Delivery::Outbox => format!(
+            "attempt {next} goes out once through the publisher (outbox mode: a new deduplication id, never republished)"
+        ),
+    }
 }
 
 /// The dead-letter queue of `q` and where its messages go back to: the request,
@@ -1099,6 +1143,18 @@ pub async fn redrive(
                     send = send.message_attributes(k, a);
                 }
             }
+            // A FIFO request queue (outbox mode) takes the message back under the
+            // group and deduplication id it was sent with: within SQS's 5-minute
+            // window a request still queued or just consumed is not delivered twice.
+            if aws::sqs::is_fifo_queue(&target_url) {
+                let system = m.attributes();
+                let id = |k: MessageSystemAttributeName| system.and_then(|a| a.get(&k)).cloned();
+                send = send
+                    .set_message_group_id(id(MessageSystemAttributeName::MessageGroupId))
+                    .set_message_deduplication_id(id(
+                        MessageSystemAttributeName::MessageDeduplicationId,
+                    ));
+            }
             let out = send
                 .send()
                 .await
@@ -1193,5 +1249,50 @@ async fn came_back(
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         batch = receive(sqs, dlq_url, 10, 0).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    async fn target(line: &[&str]) -> Result<Target, CliError> {
+        let cli = crate::cli::Cli::from_line(line).unwrap();
+        Target::from_args(&cli.target).await
+    }
+
+    /// GIVEN `--request-delivery` THEN that mode, and the settings' delivery with it;
+    /// a value that is no mode is refused naming the flag and the value; unset, a
+    /// FIFO request queue's URL says outbox, any other direct.
+    #[tokio::test]
+    async fn the_delivery_mode_is_given_or_read_from_the_request_queue() {
+        let local = ["--endpoint-url", "http://127.0.0.1:1"];
+        let with = |extra: &[&'static str]| {
+            let mut l = vec!["retryctl"];
+            l.extend(local);
+            l.extend(extra);
+            l.push("stats");
+            l
+        };
+        let t = target(&with(&["--request-delivery", "outbox"]))
+            .await
+            .unwrap();
+        assert_eq!(t.delivery(), Delivery::Outbox);
+        assert_eq!(t.settings().delivery, Delivery::Outbox);
+        let e = target(&with(&["--request-delivery", "fifo"]))
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("--request-delivery") && e.to_string().contains("fifo"),
+            "{e}"
+        );
+        let fifo = "http://127.0.0.1:1/123456789012/dr-request.fifo";
+        let t = target(&with(&["--request-queue-url", fifo])).await.unwrap();
+        assert_eq!(t.delivery(), Delivery::Outbox);
+        let t = target(&with(&[])).await.unwrap();
+        assert_eq!(t.delivery(), Delivery::Direct);
+        assert!(replay_delivery(Delivery::Outbox, "3").contains("once through the publisher"));
     }
 }

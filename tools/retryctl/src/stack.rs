@@ -55,6 +55,7 @@ pub const FILLED: &[(&str, Source)] = &[
         Source::Parameter("TransactionDeadlineSeconds"),
     ),
     ("--retention-days", Source::Parameter("RetentionDays")),
+    ("--request-delivery", Source::Parameter("RequestDelivery")),
 ];
 
 impl Described {
@@ -115,7 +116,11 @@ impl Described {
     pub fn fill(&self, args: &TargetArgs) -> Result<TargetArgs, CliError> {
         let mut out = args.clone();
         for &(flag, source) in FILLED {
-            let value = self.value(source)?;
+            let value = match (flag, self.value(source)) {
+                // A stack deployed before the parameter existed delivers directly.
+                ("--request-delivery", Err(_)) => domain::decide::Delivery::Direct.as_str(),
+                (_, v) => v?,
+            };
             let conflict = |given: String| {
                 CliError::bad(
                     flag,
@@ -180,6 +185,7 @@ impl Described {
                         "--retry-queue-url" => &mut out.retry_queue_url,
                         "--scheduler-dlq-url" => &mut out.scheduler_dlq_url,
                         "--audit-dlq-url" => &mut out.audit_dlq_url,
+                        "--request-delivery" => &mut out.request_delivery,
                         _ => &mut out.schedule_group,
                     };
                     *slot = agree(slot.take(), value.to_owned(), conflict)?;

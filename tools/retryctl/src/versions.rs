@@ -26,6 +26,7 @@ pub const FUNCTION_OUTPUTS: &[(&str, bool)] = &[
     ("AuditWriterFunctionName", true),
     ("StarterFunctionName", true),
     ("HttpBridgeFunctionName", false),
+    ("PublisherFunctionName", false),
 ];
 
 /// The function an output names, as the template calls it (`ResponseHandlerFunction`).

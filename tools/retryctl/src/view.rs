@@ -605,6 +605,7 @@ mod tests {
                 "operator_caller",
                 "operator_reason",
                 "pauses",
+                "publishing_since",
                 "republishes",
                 "requeues",
                 "resends",

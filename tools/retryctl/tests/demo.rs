@@ -215,6 +215,10 @@ async fn demo_flags_are_validated_naming_the_flag_and_value() {
             "--service `http,idempotent`: unknown word `idempotent`",
         ),
         (
+            vec!["--delivery", "fifo"],
+            "--delivery `fifo`: expected direct or outbox",
+        ),
+        (
             vec!["--deadline", "60", "--outage", "30+40"],
             "invalid value for --outage: `30+40`: the outage ends at 70 s, after the run's deadline (60 s",
         ),
@@ -603,6 +607,66 @@ async fn a_service_that_does_not_deduplicate_runs_each_attempt_once_without_faul
     .await;
     assert_eq!(ledger_agrees(&r), 0, "{}", render(&r));
     assert!(!render(&r).contains("warning "));
+}
+
+/// Outbox delivery (`--delivery outbox`) to a service that does not deduplicate,
+/// under the heavy fault profile: the publisher on the table's stream publishes each
+/// attempt once to the FIFO request queue, so the service ran every attempt once
+/// (executed twice 0, which in outbox delivery would fail the run) and every
+/// transaction ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn outbox_delivery_runs_each_attempt_once_under_heavy_chaos() {
+    let args = demo_args(
+        "outbox",
+        &[
+            "--transactions",
+            "50",
+            "--chaos",
+            "heavy",
+            "--seed",
+            "7",
+            "--service",
+            "non-idempotent",
+            "--delivery",
+            "outbox",
+        ],
+    );
+    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
+    let text = render(&r);
+    assert!(r.ok(), "{text}");
+    assert_eq!(r.delivery, "outbox");
+    assert_eq!(
+        r.count(domain::Status::Succeeded) + r.count(domain::Status::Failed),
+        50,
+        "{text}"
+    );
+    assert_eq!(ledger_agrees(&r), 0, "{text}");
+    let runs = r.service_runs.as_ref().expect("a ledger of runs");
+    assert_eq!(runs.delivery, "outbox");
+    assert_eq!(
+        runs.attempts_by_runs,
+        std::collections::BTreeMap::from([(1, runs.attempts_run)]),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "executions per attempt: once {}",
+            runs.attempts_run
+        )),
+        "{text}"
+    );
+    // Every request went out through the publisher (a send it repeated within the
+    // deduplication window counts again), under the faults.
+    let publisher = &r.functions["publisher"];
+    assert!(
+        publisher["RequestsPublished"] >= r.requests_deduped,
+        "{text}"
+    );
+    let chaos = r.chaos.as_ref().expect("a chaos report");
+    assert!(
+        chaos.injected["sqs:SendMessage"].values().sum::<u64>() > 0,
+        "{text}"
+    );
 }
 
 /// A 5xx storm through the HTTP bridge (`--service http --outage 6+20`: the endpoint

@@ -3,6 +3,7 @@
 
 use crate::local::external::OutageMode;
 use clap::{Args, ValueEnum};
+use domain::decide::Delivery;
 use domain::defaults;
 use std::path::PathBuf;
 use testkit::oracle::ServiceDedup;
@@ -76,6 +77,17 @@ impl ServiceSpec {
         }
         Ok(spec)
     }
+}
+
+/// `--delivery`: `direct` or `outbox`; the error names the flag and the value.
+pub fn parse_delivery(value: &str) -> Result<Delivery, String> {
+    Delivery::parse(value).ok_or_else(|| {
+        format!(
+            "--delivery `{value}`: expected {} or {}",
+            Delivery::Direct.as_str(),
+            Delivery::Outbox.as_str()
+        )
+    })
 }
 
 // The demo's flags, as `retryctl demo` takes them (the subcommand's help is retryctl's).
@@ -162,6 +174,16 @@ pub struct DemoArgs {
     /// the report adds its runs and the attempts it executed twice.
     #[arg(long, value_name = "queue|http[,deduplicating|non-idempotent]", value_parser = ServiceSpec::parse, default_value = "queue")]
     pub service: ServiceSpec,
+    /// How requests reach the request queue (the stack's RequestDelivery): `direct`,
+    /// each function publishes right after its decision (the service must
+    /// deduplicate by idempotency key); or `outbox`, the decision leaves the record
+    /// SENDING and the publisher, on the transactions table's stream, publishes it
+    /// once to a FIFO request queue (for a service that cannot deduplicate: with
+    /// `--service non-idempotent` the report's "executed twice" must be 0). Every
+    /// request then goes through the publisher's pacer (MAX_REQUESTS_PER_SECOND, one
+    /// execution environment per stream shard).
+    #[arg(long, value_name = "direct|outbox", value_parser = parse_delivery, default_value = "direct")]
+    pub delivery: Delivery,
     /// Give up waiting for terminal states after this many seconds (then: stuck): a
     /// hard ceiling. Without it, the default — 240, or when longer the submission
     /// time plus twice the time the fleet needs to send one retry per transaction,

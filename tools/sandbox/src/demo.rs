@@ -9,6 +9,7 @@ use crate::report::{self, AuditWait, ChaosReport, Observations, Report};
 use aws::config::vars;
 use aws::dynamo::DynamoStore;
 use aws_sdk_sqs::types::QueueAttributeName;
+use domain::decide::Delivery;
 use domain::exec::{ResolvePorts, StartPorts};
 use domain::ports::{Clock, Records, SystemClock, Transitions};
 use domain::{MaxAttempts, Payload, RetryPolicy, Status, TransactionId};
@@ -261,12 +262,15 @@ impl DemoPlan {
         // One moto server per service, unless the stack is kept for the CLI, which
         // `--keep` points at one endpoint.
         stack.split_services = !a.keep;
+        // The environments that publish requests: the retry handler's, or in outbox
+        // delivery the publisher's (every request, first attempts included).
+        let publishers = match a.delivery {
+            Delivery::Direct => stack.retry_esm.max_concurrency,
+            Delivery::Outbox => crate::local::stack::template::PUBLISHER_ENVIRONMENTS,
+        };
+        stack.delivery = a.delivery;
         let reconcile_threshold = a.reconcile_threshold.unwrap_or_else(|| {
-            demo_threshold(
-                a.transactions,
-                stack.retry_esm.max_concurrency,
-                a.max_requests_per_second,
-            )
+            demo_threshold(a.transactions, publishers, a.max_requests_per_second)
         });
         stack.env = vec![
             (vars::BACKOFF_BASE_SECONDS.name, a.backoff_base.to_string()),
@@ -295,7 +299,10 @@ impl DemoPlan {
             demo_deadline(
                 a.transactions,
                 a.submit_rate,
-                template_retry_concurrency(),
+                match a.delivery {
+                    Delivery::Direct => template_retry_concurrency(),
+                    Delivery::Outbox => publishers,
+                },
                 a.max_requests_per_second,
             )
         }));
@@ -362,6 +369,8 @@ impl DemoPlan {
             settings: Settings {
                 reconcile_threshold: Duration::from_secs(reconcile_threshold),
                 answer_timeout: Duration::from_secs(answer_timeout),
+                // The workload's starts decide as the stack's functions do.
+                delivery: a.delivery,
                 ..Settings::default()
             },
             outage,
@@ -651,6 +660,21 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
         m.insert("FailedInvocations".into(), esm.get(&esm.failed_invocations));
         functions.insert(name.to_owned(), m);
     }
+    if let Some(esm) = &stack.publisher_esm {
+        let mut m = stack
+            .metrics
+            .get(publisher::FUNCTION)
+            .map(|m| m.snapshot())
+            .unwrap_or_default();
+        m.insert("Invocations".into(), esm.get(&esm.invocations));
+        m.insert("Records".into(), esm.get(&esm.records));
+        m.insert("FilteredOut".into(), esm.get(&esm.filtered_out));
+        m.insert("BatchItemFailures".into(), esm.get(&esm.reported_failures));
+        m.insert("FailedInvocations".into(), esm.get(&esm.failed_invocations));
+        m.insert("Killed".into(), esm.get(&esm.killed));
+        m.insert("SentToOnFailure".into(), esm.get(&esm.discarded));
+        functions.insert(publisher::FUNCTION.to_owned(), m);
+    }
     let s = &stack.scheduler;
     let scheduler = BTreeMap::from([
         ("fired".to_owned(), s.get(&s.fired)),
@@ -678,6 +702,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
         audit,
         service: stack.external.seen(),
         service_dedup: plan.service_dedup,
+        delivery: stack.delivery,
         runs: stack.external.runs(),
         drift_ms: stack.scheduler.drift_ms(),
         dlq,

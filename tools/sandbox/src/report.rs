@@ -7,6 +7,7 @@ use crate::local::external::{scripted_attempts, Outage, RunsSeen, Seen};
 use crate::local::scheduler::Delivery;
 use aws::breaker::BreakerLogEntry;
 use domain::audit::AuditEntry;
+use domain::decide::Delivery as RequestDelivery;
 use domain::{Status, TransactionRecord};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +28,8 @@ pub struct Observations {
     /// Whether the service deduplicates (`--service`): without, the report judges
     /// its runs.
     pub service_dedup: ServiceDedup,
+    /// How requests reached the request queue (`--delivery`).
+    pub delivery: RequestDelivery,
     /// The runs a service that does not deduplicate made.
     pub runs: RunsSeen,
     /// Fire-time drift of every schedule delivery, in milliseconds.
@@ -224,12 +227,13 @@ pub struct ChaosReport {
 /// Direct delivery relies on a service that deduplicates by idempotency key
 /// (docs/design.md#preconditions): an attempt it sends again is run again by this
 /// one. Such doubles are reported and warned about, not failed: the run's own checks
-/// decide the result.
+/// decide the result. Outbox delivery publishes each attempt once: a double there
+/// is a finding (`duplicated`) and fails the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServiceRuns {
     /// The service's name on the command line (`non-idempotent`).
     pub service: String,
-    /// How the demo delivers requests to the service (`direct`).
+    /// How the demo delivers requests to the service (`direct` or `outbox`).
     pub delivery: String,
     /// Attempts the service ran at least once.
     pub attempts_run: u64,
@@ -240,6 +244,8 @@ pub struct ServiceRuns {
     pub executed_twice: u64,
     /// Runs beyond the first of their attempt.
     pub runs_beyond_first: u64,
+    /// Executions per attempt: how many attempts ran once, twice, … (runs → attempts).
+    pub attempts_by_runs: BTreeMap<u32, u64>,
     /// Copies of one SQS message delivered again (same message id): not runs.
     pub redelivered_copies: u64,
     /// The attempts executed twice (`TX-000012#2`) and how many times each ran, by
@@ -248,7 +254,7 @@ pub struct ServiceRuns {
 }
 
 impl ServiceRuns {
-    fn of(dedup: ServiceDedup, runs: &RunsSeen) -> Self {
+    fn of(dedup: ServiceDedup, delivery: RequestDelivery, runs: &RunsSeen) -> Self {
         let doubles: Vec<(String, u32)> = runs
             .executed_twice
             .keys()
@@ -259,8 +265,12 @@ impl ServiceRuns {
             .collect();
         Self {
             service: dedup.name().to_owned(),
-            delivery: "direct".to_owned(),
+            delivery: delivery.as_str().to_owned(),
             attempts_run: runs.per_attempt.len() as u64,
+            attempts_by_runs: runs.per_attempt.values().fold(BTreeMap::new(), |mut m, n| {
+                *m.entry(*n).or_insert(0) += 1;
+                m
+            }),
             runs: runs.per_attempt.values().map(|n| u64::from(*n)).sum(),
             executed_twice: doubles.len() as u64,
             runs_beyond_first: runs.executed_twice.values().map(|n| u64::from(*n)).sum(),
@@ -320,6 +330,9 @@ pub struct Report {
     pub peak_retried_per_second: u32,
     pub peak_published_per_second: u32,
     pub rate_bound: f64,
+    /// How requests reached the request queue (`direct`, `outbox`): who publishes
+    /// them, the retry handlers or the publisher.
+    pub delivery: String,
     pub drift_ms: Option<Percentiles>,
     /// The emulator's own part of each delivery's drift (from the later of the
     /// instant and the schedule's creation).
@@ -563,6 +576,7 @@ pub fn build(obs: &Observations) -> Report {
         peak_requests_per_second: obs.peak_requests_per_second,
         peak_retried_per_second: obs.peak_retried_per_second,
         peak_published_per_second: obs.peak_published_per_second,
+        delivery: obs.delivery.as_str().to_owned(),
         rate_bound: obs.rate_bound,
         drift_ms: percentiles(&{
             let mut d = obs.drift_ms.clone();
@@ -612,8 +626,22 @@ pub fn build(obs: &Observations) -> Report {
         service_runs: obs
             .service_dedup
             .runs_every_message()
-            .then(|| ServiceRuns::of(obs.service_dedup, &obs.runs)),
+            .then(|| ServiceRuns::of(obs.service_dedup, obs.delivery, &obs.runs)),
     };
+    // Outbox delivery publishes each (transaction, attempt) once: an attempt a
+    // service that does not deduplicate ran twice broke that.
+    if obs.delivery.is_outbox() {
+        for ((id, attempt), again) in &obs.runs.executed_twice {
+            let runs = obs.runs.per_attempt.get(&(id.clone(), *attempt)).copied();
+            r.duplicated.push(Finding::ours(
+                id,
+                format!(
+                    "attempt {attempt} executed {} times by a service that does not deduplicate ({again} runs beyond the first): outbox delivery publishes each attempt once",
+                    runs.unwrap_or(0)
+                ),
+            ));
+        }
+    }
     let mut by_tx: HashMap<&str, BTreeMap<u32, Seen>> = HashMap::new();
     for ((id, attempt), s) in &obs.service {
         by_tx.entry(id.as_str()).or_default().insert(*attempt, *s);
@@ -914,8 +942,16 @@ pub fn render(r: &Report) -> String {
     }
     let _ = writeln!(
         s,
-        "outbound rate      retried requests in any 1 s: {} leaving the retry handlers (fleet bound {:.0}/s), {} as SQS stamped them; {} counting first attempts",
-        r.peak_published_per_second, r.rate_bound, r.peak_retried_per_second, r.peak_requests_per_second
+        "outbound rate      retried requests in any 1 s: {} leaving the {} (fleet bound {:.0}/s), {} as SQS stamped them; {} counting first attempts",
+        r.peak_published_per_second,
+        if r.delivery == RequestDelivery::Outbox.as_str() {
+            "publisher"
+        } else {
+            "retry handlers"
+        },
+        r.rate_bound,
+        r.peak_retried_per_second,
+        r.peak_requests_per_second
     );
     match &r.drift_ms {
         Some(p) => {
@@ -1045,7 +1081,11 @@ pub fn render(r: &Report) -> String {
             "FAILED: see the checks above"
         }
     );
-    if let Some(sr) = r.service_runs.as_ref().filter(|sr| sr.executed_twice > 0) {
+    if let Some(sr) = r
+        .service_runs
+        .as_ref()
+        .filter(|sr| sr.executed_twice > 0 && sr.delivery == RequestDelivery::Direct.as_str())
+    {
         let _ = writeln!(
             s,
             "warning            executed twice {}: {} delivery sent {} attempt(s) again ({} runs beyond the first) and a service that does not deduplicate ran them again; {} delivery needs a service that deduplicates by idempotency key (docs/design.md#preconditions)",
@@ -1075,6 +1115,24 @@ fn render_service_runs(s: &mut String, sr: &ServiceRuns) {
         sr.executed_twice,
         sr.runs_beyond_first,
         sr.redelivered_copies
+    );
+    let per_attempt: Vec<String> = sr
+        .attempts_by_runs
+        .iter()
+        .map(|(runs, attempts)| match runs {
+            1 => format!("once {attempts}"),
+            2 => format!("twice {attempts}"),
+            n => format!("{n} times {attempts}"),
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "  executions per attempt: {}",
+        if per_attempt.is_empty() {
+            "none".to_owned()
+        } else {
+            per_attempt.join(", ")
+        }
     );
     for (key, n) in sr.doubles.iter().take(10) {
         let _ = writeln!(s, "  {key} run {n} times");
@@ -1198,6 +1256,55 @@ mod tests {
     }
 
     use Outcome::{Cancelled as C, Success as OK};
+
+    /// GIVEN a service that does not deduplicate and one attempt it ran twice WHEN the
+    /// run delivered directly THEN the double is warned about and the run is OK; WHEN
+    /// it delivered through the outbox THEN it is a finding and the run fails. Either
+    /// way the executions per attempt are reported.
+    #[test]
+    fn a_double_is_a_warning_in_direct_delivery_and_a_finding_in_outbox_delivery() {
+        let mut o = obs_for(&[(
+            "A",
+            rec("A", Status::Succeeded, 2, 4),
+            trail("A", 1, Status::Succeeded),
+            seen(&[C, OK]),
+        )]);
+        o.service_dedup = ServiceDedup::NonIdempotent;
+        let key = |a: u32| ("A".to_owned(), a);
+        o.runs = RunsSeen {
+            per_attempt: BTreeMap::from([(key(1), 1), (key(2), 2)]),
+            executed_twice: BTreeMap::from([(key(2), 1)]),
+            redelivered: 0,
+        };
+        let direct = build(&o);
+        assert!(direct.ok(), "{:?}", direct.duplicated);
+        let text = render(&direct);
+        assert!(
+            text.contains("warning            executed twice 1: direct delivery"),
+            "{text}"
+        );
+        assert!(
+            text.contains("executions per attempt: once 1, twice 1"),
+            "{text}"
+        );
+
+        o.delivery = RequestDelivery::Outbox;
+        let outbox = build(&o);
+        assert!(!outbox.ok());
+        assert_eq!(outbox.duplicated.len(), 1);
+        assert!(outbox.duplicated[0]
+            .why
+            .contains("attempt 2 executed 2 times"));
+        let text = render(&outbox);
+        assert!(
+            text.contains("outbox delivery: 2 attempts run, 3 runs"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("warning            executed twice"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn consistent_transactions_pass_every_check() {

@@ -645,3 +645,141 @@ async fn scheduler_misfires_twice_late_or_never() {
         );
     }
 }
+
+/// GIVEN writes to the transactions table (outbox delivery's stack: its request queue
+/// and DLQ are FIFO) WHEN the stream mapping runs a function behind the publisher's
+/// filter, in batches of 2, retrying a batch twice THEN only unclaimed SENDING images
+/// reach it, in write order; a record reported failed once is delivered again (the
+/// records of its batch before it are done); a batch that always fails at its first
+/// record goes, whole, to the on-failure destination after three deliveries and the
+/// stream moves on.
+#[tokio::test(flavor = "multi_thread")]
+async fn stream_mapping_filters_keeps_order_retries_and_gives_up() {
+    use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse};
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use sandbox::local::stream_esm::{self, StreamEsmSettings, StreamFunction};
+    use std::collections::HashMap;
+
+    let endpoint = moto::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
+    let sdk = moto::sdk_config(&endpoint).await;
+    let names = StackNames::new(&moto::unique_prefix("sesm"));
+    let p = testkit::provision::provision_for(&sdk, &names, true)
+        .await
+        .expect("provision (outbox)");
+    assert!(p.request.name.ends_with(".fifo") && p.request_dlq.name.ends_with(".fifo"));
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let attrs = sqs
+        .get_queue_attributes()
+        .queue_url(&p.request.url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let fifo = attrs
+        .attributes()
+        .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::FifoQueue))
+        .cloned();
+    assert_eq!(fifo.as_deref(), Some("true"));
+
+    let ddb = aws_sdk_dynamodb::Client::new(&sdk);
+    let put = |id: &str, status: &str, claimed: bool| {
+        let mut r = ddb
+            .put_item()
+            .table_name(&names.transactions_table)
+            .item("transaction_id", AttributeValue::S(id.into()))
+            .item("status", AttributeValue::S(status.into()));
+        if claimed {
+            r = r.item(
+                "publishing_since",
+                AttributeValue::S("2026-12-05T10:00:00.000Z".into()),
+            );
+        }
+        r.send()
+    };
+    let writes = [
+        ("TX-A", "SENDING", false),
+        ("TX-B", "IN_PROGRESS", false),
+        ("TX-C", "SENDING", false),
+        ("TX-D", "SENDING", true),
+        ("TX-E", "SENDING", false),
+        ("TX-F", "SENDING", false),
+        ("TX-G", "SENDING", false),
+    ];
+    for (id, status, claimed) in writes {
+        put(id, status, claimed).await.unwrap();
+    }
+
+    let delivered: Arc<Mutex<Vec<String>>> = Arc::default();
+    // TX-C fails once; TX-E always.
+    let failures: Arc<Mutex<HashMap<String, u32>>> = Arc::new(Mutex::new(
+        [("TX-C".to_owned(), 1), ("TX-E".to_owned(), u32::MAX)].into(),
+    ));
+    let (log, fail) = (delivered.clone(), failures.clone());
+    let function: StreamFunction = Arc::new(move |event: aws_lambda_events::dynamodb::Event| {
+        let (log, fail) = (log.clone(), fail.clone());
+        Box::pin(async move {
+            let mut response = DynamoDbEventResponse::default();
+            for r in &event.records {
+                let image = serde_json::to_value(&r.change.new_image).unwrap();
+                let id = image["transaction_id"]["S"].as_str().unwrap().to_owned();
+                log.lock().unwrap().push(id.clone());
+                let mut f = fail.lock().unwrap();
+                if let Some(left) = f.get_mut(&id).filter(|n| **n > 0) {
+                    *left = left.saturating_sub(1);
+                    let mut failure = DynamoDbBatchItemFailure::default();
+                    failure.item_identifier = r.change.sequence_number.clone();
+                    response.batch_item_failures.push(failure);
+                    break;
+                }
+            }
+            Ok(response)
+        })
+    });
+    let (source, stop) = StopSource::new();
+    let (h, stats) = stream_esm::spawn(
+        aws_sdk_dynamodbstreams::Client::new(&sdk),
+        StreamEsmSettings {
+            function: "publisher".into(),
+            stream_arn: p.transactions_stream_arn.clone(),
+            region: moto::LOCAL_REGION.into(),
+            batch_size: 2,
+            max_retry_attempts: 2,
+            bisect_on_error: true,
+            filter: Some(
+                serde_json::from_str(sandbox::local::stack::template::PUBLISHER_FILTER).unwrap(),
+            ),
+            poll: Duration::from_millis(50),
+            kill_probability: 0.0,
+            seed: 1,
+        },
+        function,
+        stop,
+    );
+    let running = Running {
+        source,
+        handles: vec![h],
+    };
+    let log = delivered.clone();
+    let done = running
+        .stop_when(Duration::from_secs(20), || {
+            let log = log.clone();
+            async move { log.lock().unwrap().last().map(String::as_str) == Some("TX-G") }
+        })
+        .await;
+    assert!(done, "{:?}", delivered.lock().unwrap());
+    assert_eq!(
+        *delivered.lock().unwrap(),
+        [
+            "TX-A", "TX-C", // batch [A, C]: TX-C fails once
+            "TX-C", // retried from TX-C
+            "TX-E", "TX-E", "TX-E", // batch [E, F] fails at TX-E, retried twice, given up
+            "TX-G",
+        ]
+    );
+    assert_eq!(
+        stats.get(&stats.filtered_out),
+        2,
+        "TX-B and the claimed TX-D"
+    );
+    assert_eq!(stats.get(&stats.discarded), 2, "TX-E and TX-F, never run");
+}

@@ -61,3 +61,39 @@ fn esm_and_rate_settings_match_template_yaml() {
         "the HTTP bridge's batching window"
     );
 }
+
+/// The publisher's stream event source in the local stack (outbox delivery) is the
+/// template's: its filter pattern, batch size, retries and bisection.
+#[test]
+fn the_publishers_stream_mapping_matches_template_yaml() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml");
+    let text = std::fs::read_to_string(path).expect("template.yaml at the repository root");
+    let t: Value = serde_yaml::from_str(&text).expect("template.yaml parses");
+    let events = t["Resources"]["PublisherFunction"]["Properties"]["Events"]
+        .as_mapping()
+        .expect("PublisherFunction has Events");
+    let (_, event) = events.iter().next().expect("one event source");
+    let p = &event["Properties"];
+    let pattern = p["FilterCriteria"]["Filters"][0]["Pattern"]
+        .as_str()
+        .expect("a filter pattern");
+    let theirs: serde_json::Value = serde_json::from_str(pattern).expect("the pattern is JSON");
+    let ours: serde_json::Value = serde_json::from_str(template::PUBLISHER_FILTER).unwrap();
+    assert_eq!(theirs, ours);
+    assert_eq!(p["BisectBatchOnFunctionError"].as_bool(), Some(true));
+    // Both given by the audit writer's parameters.
+    let param = |v: &Value| -> String {
+        let Value::Tagged(tagged) = v else {
+            panic!("{v:?} is not a !Ref")
+        };
+        tagged.value.as_str().unwrap().to_owned()
+    };
+    assert_eq!(
+        default_of(&t, &param(&p["BatchSize"])),
+        template::PUBLISHER_BATCH_SIZE as f64
+    );
+    assert_eq!(
+        default_of(&t, &param(&p["MaximumRetryAttempts"])),
+        f64::from(template::PUBLISHER_MAX_RETRY_ATTEMPTS)
+    );
+}

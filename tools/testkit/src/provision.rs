@@ -92,6 +92,39 @@ pub struct QueueDef {
     pub visibility_timeout_seconds: Option<u32>,
     pub message_retention_seconds: Option<u32>,
     pub redrive: Option<RedriveDef>,
+    /// A FIFO queue (name ending `.fifo`): the request queue and its DLQ in outbox
+    /// delivery. Its attributes: [`QueueDef::fifo_attributes`].
+    pub fifo: bool,
+}
+
+/// The FIFO queue name of `name`: `.fifo` appended (SQS requires the suffix).
+pub fn fifo_name(name: &str) -> String {
+    if name.ends_with(FIFO_SUFFIX) {
+        name.to_owned()
+    } else {
+        format!("{name}{FIFO_SUFFIX}")
+    }
+}
+
+/// The suffix every FIFO queue name ends with.
+pub const FIFO_SUFFIX: &str = ".fifo";
+
+impl QueueDef {
+    /// The FIFO attributes of the queue as the template sets them in outbox delivery
+    /// (none for a standard queue): deduplication by the explicit
+    /// `MessageDeduplicationId` only, scoped to the message group, with the
+    /// per-group throughput limit (high-throughput FIFO).
+    pub fn fifo_attributes(&self) -> Vec<(QueueAttributeName, &'static str)> {
+        if !self.fifo {
+            return vec![];
+        }
+        vec![
+            (QueueAttributeName::FifoQueue, "true"),
+            (QueueAttributeName::ContentBasedDeduplication, "false"),
+            (QueueAttributeName::DeduplicationScope, "messageGroup"),
+            (QueueAttributeName::FifoThroughputLimit, "perMessageGroupId"),
+        ]
+    }
 }
 
 /// The three tables of a stack.
@@ -183,14 +216,29 @@ pub fn harness_table_definition(name: &str) -> TableDef {
     }
 }
 
-/// The queues of a stack, DLQs first (a redrive policy names an existing queue).
+/// The queues of a stack in direct delivery, DLQs first (a redrive policy names an
+/// existing queue).
 pub fn queue_definitions(names: &StackNames) -> Vec<QueueDef> {
+    queue_definitions_for(names, false)
+}
+
+/// The queues of a stack, DLQs first; `fifo_requests`: outbox delivery, whose request
+/// queue and request DLQ are FIFO queues (names ending `.fifo`, [`fifo_name`]).
+pub fn queue_definitions_for(names: &StackNames, fifo_requests: bool) -> Vec<QueueDef> {
     let dlq = |logical_id, name: &String| QueueDef {
         logical_id,
         name: name.clone(),
         visibility_timeout_seconds: None,
         message_retention_seconds: Some(DLQ_RETENTION_SECONDS),
         redrive: None,
+        fifo: false,
+    };
+    let request_name = |name: &String| {
+        if fifo_requests {
+            fifo_name(name)
+        } else {
+            name.clone()
+        }
     };
     let redrive = |dlq_logical_id| {
         Some(RedriveDef {
@@ -200,7 +248,10 @@ pub fn queue_definitions(names: &StackNames) -> Vec<QueueDef> {
     };
     let six_x = |t: u32| Some(timeouts::VISIBILITY_FACTOR * t);
     vec![
-        dlq("RequestDLQ", &names.request_dlq),
+        QueueDef {
+            fifo: fifo_requests,
+            ..dlq("RequestDLQ", &request_name(&names.request_dlq))
+        },
         dlq("ResponseDLQ", &names.response_dlq),
         dlq("RetryDLQ", &names.retry_dlq),
         dlq("SchedulerDLQ", &names.scheduler_dlq),
@@ -208,11 +259,12 @@ pub fn queue_definitions(names: &StackNames) -> Vec<QueueDef> {
         dlq("IntakeDLQ", &names.intake_dlq),
         QueueDef {
             logical_id: "RequestQueue",
-            name: names.request_queue.clone(),
+            name: request_name(&names.request_queue),
             // Consumed by the external service, not by a function of this stack.
             visibility_timeout_seconds: None,
             message_retention_seconds: None,
             redrive: redrive("RequestDLQ"),
+            fifo: fifo_requests,
         },
         QueueDef {
             logical_id: "ResponseQueue",
@@ -220,6 +272,7 @@ pub fn queue_definitions(names: &StackNames) -> Vec<QueueDef> {
             visibility_timeout_seconds: six_x(timeouts::RESPONSE_HANDLER_SECONDS),
             message_retention_seconds: None,
             redrive: redrive("ResponseDLQ"),
+            fifo: false,
         },
         QueueDef {
             logical_id: "RetryQueue",
@@ -227,6 +280,7 @@ pub fn queue_definitions(names: &StackNames) -> Vec<QueueDef> {
             visibility_timeout_seconds: six_x(timeouts::RETRY_HANDLER_SECONDS),
             message_retention_seconds: None,
             redrive: redrive("RetryDLQ"),
+            fifo: false,
         },
         QueueDef {
             logical_id: "IntakeQueue",
@@ -234,6 +288,7 @@ pub fn queue_definitions(names: &StackNames) -> Vec<QueueDef> {
             visibility_timeout_seconds: six_x(timeouts::STARTER_SECONDS),
             message_retention_seconds: None,
             redrive: redrive("IntakeDLQ"),
+            fifo: false,
         },
     ]
 }
@@ -273,7 +328,8 @@ pub struct Provisioned {
 impl Provisioned {
     /// Environment variables of a function for this stack (names as in `config`).
     /// `function` is `response-handler`, `retry-handler`, `reconciler`,
-    /// `audit-writer`, `starter` or `http-bridge` (its endpoint a loopback stand-in,
+    /// `audit-writer`, `starter`, `publisher` (outbox delivery's stream reader) or
+    /// `http-bridge` (its endpoint a loopback stand-in,
     /// [`LOCAL_HTTP_ENDPOINT`], that callers replace with their server's); anything
     /// else gets an empty list. The settings the
     /// template passes from a parameter are given their defaults.
@@ -315,6 +371,7 @@ impl Provisioned {
             "reconciler" => {
                 v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
                 v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
+                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
                 v.push((vars::RETRY_QUEUE_URL.name, self.retry.url.clone()));
                 v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
                 v.extend(sched());
@@ -336,6 +393,16 @@ impl Provisioned {
                 v.push((
                     vars::MAX_REQUESTS_PER_SECOND.name,
                     domain::defaults::INTAKE_STARTS_PER_SECOND.to_string(),
+                ));
+            }
+            "publisher" => {
+                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
+                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
+                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
+                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
+                v.push((
+                    vars::MAX_REQUESTS_PER_SECOND.name,
+                    domain::defaults::MAX_REQUESTS_PER_SECOND.to_string(),
                 ));
             }
             "http-bridge" => {
@@ -497,8 +564,18 @@ fn queue_arn(name: &str) -> String {
     format!("arn:aws:sqs:{LOCAL_REGION}:{LOCAL_ACCOUNT}:{name}")
 }
 
-/// Creates every resource of `names` on the endpoint of `sdk`.
+/// Creates every resource of `names` on the endpoint of `sdk` (direct delivery).
 pub async fn provision(sdk: &SdkConfig, names: &StackNames) -> Result<Provisioned, ProvisionError> {
+    provision_for(sdk, names, false).await
+}
+
+/// Creates every resource of `names` on the endpoint of `sdk`; `fifo_requests`:
+/// outbox delivery, the request queue and its DLQ FIFO ([`queue_definitions_for`]).
+pub async fn provision_for(
+    sdk: &SdkConfig,
+    names: &StackNames,
+    fifo_requests: bool,
+) -> Result<Provisioned, ProvisionError> {
     let ddb = aws_sdk_dynamodb::Client::new(sdk);
     let sqs = aws_sdk_sqs::Client::new(sdk);
     let sched = aws_sdk_scheduler::Client::new(sdk);
@@ -520,8 +597,12 @@ pub async fn provision(sdk: &SdkConfig, names: &StackNames) -> Result<Provisione
     })?;
 
     let mut queues: HashMap<&'static str, QueueRef> = HashMap::new();
-    for def in queue_definitions(names) {
-        let mut attrs: HashMap<QueueAttributeName, String> = HashMap::new();
+    for def in queue_definitions_for(names, fifo_requests) {
+        let mut attrs: HashMap<QueueAttributeName, String> = def
+            .fifo_attributes()
+            .into_iter()
+            .map(|(k, v)| (k, v.to_owned()))
+            .collect();
         if let Some(v) = def.visibility_timeout_seconds {
             attrs.insert(QueueAttributeName::VisibilityTimeout, v.to_string());
         }
@@ -614,6 +695,33 @@ mod tests {
         // DLQs come before the queues that name them.
         let pos = |id: &str| q.iter().position(|d| d.logical_id == id).unwrap();
         assert!(pos("RetryDLQ") < pos("RetryQueue"));
+    }
+
+    /// Outbox delivery changes the request queue and its DLQ alone: FIFO, `.fifo`
+    /// names, deduplication by explicit id per message group.
+    #[test]
+    fn outbox_delivery_makes_the_request_queue_and_its_dlq_fifo() {
+        let names = StackNames::new("p");
+        let direct = queue_definitions(&names);
+        let outbox = queue_definitions_for(&names, true);
+        assert_eq!(direct.len(), outbox.len());
+        for (d, o) in direct.iter().zip(&outbox) {
+            let request = ["RequestQueue", "RequestDLQ"].contains(&d.logical_id);
+            assert_eq!(o.fifo, request, "{}", o.logical_id);
+            assert!(!d.fifo && d.fifo_attributes().is_empty());
+            if request {
+                assert_eq!(o.name, format!("{}.fifo", d.name));
+                assert!(o
+                    .fifo_attributes()
+                    .contains(&(QueueAttributeName::ContentBasedDeduplication, "false")));
+                assert!(o
+                    .fifo_attributes()
+                    .contains(&(QueueAttributeName::DeduplicationScope, "messageGroup")));
+            } else {
+                assert_eq!(o, d);
+            }
+        }
+        assert_eq!(fifo_name("q.fifo"), "q.fifo");
     }
 
     #[test]

@@ -195,16 +195,69 @@ fn unclassifiable_answers_are_errors_with_status_and_body() {
     assert!(reason.ends_with("\u{fffd}\u{fffd}a"), "{reason}");
 }
 
+/// GIVEN a call that brought no answer THEN ERROR without `Retry-After`; NOT_RUN when
+/// nothing was sent (no connection, a failed handshake), UNKNOWN when the request may
+/// have run (a timeout, a connection lost after sending).
 #[test]
 fn transport_failures_are_errors_without_retry_after() {
-    for (t, reason) in [
-        (Transport::Timeout, "TIMEOUT"),
-        (Transport::Connect("refused".into()), "CONNECT"),
-        (Transport::Tls("unknown issuer".into()), "TLS"),
-        (Transport::Other("reset".into()), "TRANSPORT"),
+    for (t, reason, execution) in [
+        (Transport::Timeout, "TIMEOUT", Execution::Unknown),
+        (
+            Transport::Connect("refused".into()),
+            "CONNECT",
+            Execution::NotRun,
+        ),
+        (
+            Transport::Tls("unknown issuer".into()),
+            "TLS",
+            Execution::NotRun,
+        ),
+        (
+            Transport::Other("reset".into()),
+            "TRANSPORT",
+            Execution::Unknown,
+        ),
     ] {
-        let c = classify(&Rules::default(), &request(), Err(t), now());
-        assert_eq!(summary(c), (Outcome::Error, reason.to_owned(), None));
+        let r = expect_response(classify(&Rules::default(), &request(), Err(t), now()));
+        assert_eq!(r.execution, Some(execution), "{reason}");
+        assert_eq!(
+            summary(Classified::Answer(r)),
+            (Outcome::Error, reason.to_owned(), None)
+        );
+    }
+}
+
+/// GIVEN an HTTP answer classified ERROR THEN its `execution` is NOT_RUN only for a
+/// refusal before processing (408, 409, 423, 425, 429, a 503 with `Retry-After`),
+/// UNKNOWN for any other (500, 502, 504, a 503 without `Retry-After`, an unclassifiable
+/// status, a body rule's ERROR on 200); absent with every other outcome.
+#[test]
+fn an_error_says_whether_the_request_may_have_run() {
+    let execution = |c: Classified| expect_response(c).execution;
+    for (status, retry, want) in [
+        (408, None, Execution::NotRun),
+        (409, None, Execution::NotRun),
+        (423, None, Execution::NotRun),
+        (425, None, Execution::NotRun),
+        (429, None, Execution::NotRun),
+        (503, Some("30"), Execution::NotRun),
+        (503, None, Execution::Unknown),
+        (500, None, Execution::Unknown),
+        (502, Some("30"), Execution::Unknown),
+        (504, None, Execution::Unknown),
+        (302, None, Execution::Unknown),
+    ] {
+        assert_eq!(
+            execution(answer(status, retry)),
+            Some(want),
+            "{status} {retry:?}"
+        );
+    }
+    let down = rules(r#"{"body":[{"pointer":"/state","values":{"DOWN":{"outcome":"ERROR"}}}]}"#);
+    let c = answer_with(&down, 200, None, br#"{"state":"DOWN"}"#);
+    assert_eq!(execution(c), Some(Execution::Unknown));
+    for status in [200, 201] {
+        assert_eq!(execution(answer(status, None)), None);
     }
 }
 

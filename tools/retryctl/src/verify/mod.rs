@@ -2,12 +2,14 @@
 //! end to end? In order: no parameter still a documentation placeholder
 //! ([`placeholders`]); every resource as the code's own definitions expect it
 //! ([`resources`]); what each function's `live` alias runs and whether its releases
-//! are within the compatibility window ([`versions`]); then, only when the resources
+//! are within the compatibility window ([`versions`]); the request delivery mode the
+//! stack runs, parameter, queue and functions agreeing ([`delivery`]); then, only when the resources
 //! pass, three scripted transactions through the real queues and the staging harness,
 //! their states, audit trails and leftovers ([`flow`]). Outputs come from
 //! `describe-stacks` files ([`outputs`]); a failed check exits 6. The checks:
 //! `docs/deploy.md#deploy-to-staging-and-verify`.
 
+pub mod delivery;
 pub mod flow;
 pub mod outputs;
 pub mod placeholders;
@@ -33,7 +35,7 @@ pub enum CheckStatus {
 /// One check: what was looked at, and what was found.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
-    /// `parameters`, `resources`, `versions`, `transactions` or `after`.
+    /// `parameters`, `resources`, `versions`, `delivery`, `transactions` or `after`.
     pub phase: &'static str,
     /// The resource (logical id and physical name) or the transaction.
     pub subject: String,
@@ -173,6 +175,7 @@ pub async fn run(
         None
     };
     let versions = versions::check(sdk, outputs, &mut checks).await;
+    delivery::check(sdk, &env.sqs, outputs, &mut checks).await;
     match why_not {
         Some(reason) => checks.skip("transactions", "end-to-end run", reason),
         None => flow::run(&env, &mut checks).await?,

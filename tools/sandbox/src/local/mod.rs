@@ -6,6 +6,9 @@
 //! - [`external`]: the external service on the request and response queues.
 //! - [`http_service`]: the same service as an HTTP API on loopback, for the HTTP
 //!   bridge.
+//! - [`stream_esm`]: Lambda's DynamoDB-stream event source mapping (filter, batches
+//!   in order, retries of a failed batch, on-failure destination), for the outbox
+//!   publisher.
 //! - [`stack`]: all of them wired together with the handlers, the audit stream and
 //!   the reconciler's cron.
 
@@ -15,5 +18,6 @@ pub mod http_service;
 pub mod scheduler;
 pub mod stack;
 pub mod stop;
+pub mod stream_esm;
 
 pub use aws::sqs::SqsDirectory;

@@ -7,15 +7,17 @@ use super::external::{self, ExternalSettings, ExternalStats};
 use super::http_service;
 use super::scheduler::{self, SchedulerSettings, SchedulerStats};
 use super::stop::{Stop, StopSource};
+use super::stream_esm::{self, StreamEsmSettings, StreamEsmStats, StreamFunction};
 use super::SqsDirectory;
 use crate::args::ServiceVia;
 use crate::error::Error;
 use aws::audit::{AuditWriter, Retention};
 use aws::config::vars;
 use aws::config::{
-    AuditWriterConfig, HttpBridgeConfig, ReconcilerConfig, ResponseHandlerConfig,
+    AuditWriterConfig, HttpBridgeConfig, PublisherConfig, ReconcilerConfig, ResponseHandlerConfig,
     RetryHandlerConfig, StackNames, StarterConfig,
 };
+use domain::decide::Delivery;
 use domain::ports::SystemClock;
 use domain::ports::{Clock, PortError, RequestPublisher, RetryPublisher};
 use domain::RetryEvent;
@@ -53,6 +55,14 @@ pub mod template {
     /// The HTTP bridge's event source has no batching window.
     pub const HTTP_BRIDGE_BATCHING_WINDOW_SECONDS: u64 = 0;
     pub const HTTP_BRIDGE_MAX_CONCURRENCY: usize = 2;
+    /// The publisher's stream event source (outbox delivery): the audit writer's
+    /// BatchSize and MaximumRetryAttempts, bisect on error, and its filter.
+    pub const PUBLISHER_BATCH_SIZE: usize = 100;
+    pub const PUBLISHER_MAX_RETRY_ATTEMPTS: u32 = 10;
+    pub const PUBLISHER_FILTER: &str = r#"{"dynamodb":{"NewImage":{"status":{"S":["SENDING"]},"publishing_since":{"S":[{"exists":false}]}}}}"#;
+    /// Lambda invokes a stream's function once per shard at a time
+    /// (ParallelizationFactor 1): one publisher execution environment per shard.
+    pub const PUBLISHER_ENVIRONMENTS: usize = 1;
 }
 
 /// One event source mapping's tuning.
@@ -96,6 +106,11 @@ pub struct StackOptions {
     /// How the simulated service is reached: it reads the request queue itself, or
     /// it is an HTTP server on loopback and the HTTP bridge calls it.
     pub service: ServiceVia,
+    /// How requests reach the request queue: `Direct` (the deciding function
+    /// publishes) or `Outbox` (a FIFO request queue and DLQ, `REQUEST_DELIVERY=outbox`
+    /// in every function's environment, and the publisher on the transactions
+    /// table's stream behind an emulation of its event source).
+    pub delivery: Delivery,
     /// Faults injected between the functions (and the workload's starts) and the
     /// AWS endpoint, by the fault proxy. The emulators of what AWS runs (event source
     /// mappings, scheduler, stream) talk to the endpoint directly.
@@ -159,6 +174,7 @@ impl StackOptions {
             },
             external_service: true,
             service: ServiceVia::Queue,
+            delivery: Delivery::Direct,
             faults: None,
         }
     }
@@ -230,6 +246,10 @@ pub struct Stack {
     /// The simulated service's URL template, when it is reached over HTTP.
     pub http_endpoint: Option<String>,
     pub scheduler: Arc<SchedulerStats>,
+    /// How requests reach the request queue.
+    pub delivery: Delivery,
+    /// The publisher's stream event source (outbox delivery).
+    pub publisher_esm: Option<Arc<StreamEsmStats>>,
     pub external: Arc<ExternalStats>,
     pub reconciler: Arc<CronStats>,
     pub audit: Arc<AuditStats>,
@@ -344,7 +364,8 @@ impl Stack {
         let endpoint = endpoints.dynamodb.clone();
         let sdk = testkit::moto::sdk_config_for(&endpoints).await;
         let names = StackNames::new(&opts.prefix);
-        let provisioned = testkit::provision::provision(&sdk, &names)
+        let outbox = opts.delivery.is_outbox();
+        let provisioned = testkit::provision::provision_for(&sdk, &names, outbox)
             .await
             .map_err(|e| Error::Aws(e.to_string()))?;
 
@@ -371,12 +392,22 @@ impl Stack {
             "reconciler",
             "audit-writer",
             starter::FUNCTION,
+            publisher::FUNCTION,
         ] {
+            if f == publisher::FUNCTION && !outbox {
+                continue;
+            }
             let mut m: HashMap<String, String> = provisioned
                 .env_for(f)
                 .into_iter()
                 .map(|(k, v)| (k.to_owned(), v))
                 .collect();
+            if outbox {
+                m.insert(
+                    vars::REQUEST_DELIVERY.name.to_owned(),
+                    opts.delivery.as_str().to_owned(),
+                );
+            }
             for (k, v) in &opts.env {
                 m.insert((*k).to_owned(), v.clone());
             }
@@ -520,7 +551,7 @@ impl Stack {
             stop.clone(),
         );
         tasks.extend(h);
-        let rate_bound = pacers.first().map(|p| p.burst()).unwrap_or(1) as f64
+        let mut rate_bound = pacers.first().map(|p| p.burst()).unwrap_or(1) as f64
             * opts.retry_esm.max_concurrency.max(1) as f64;
 
         // The starter on the intake queue: one per execution environment (each with
@@ -588,6 +619,45 @@ impl Stack {
             cron.clone(),
             stop.clone(),
         )));
+
+        // Outbox delivery: the publisher on the transactions table's stream, the
+        // second reader beside the audit writer; it sends every request, so the
+        // bound on requests per second is its environments' pacers.
+        let mut publisher_esm = None;
+        if outbox {
+            let cfg = PublisherConfig::from_lookup(&lookup(env_of(publisher::FUNCTION)))
+                .map_err(|e| config_error(publisher::FUNCTION, e))?;
+            let (function, bound) =
+                publisher_function(&functions_sdk, &cfg, publish_times.clone(), max_wait)?;
+            let m = Arc::new(Metrics::new(&cfg.metrics_namespace, publisher::FUNCTION));
+            metrics.insert(publisher::FUNCTION, m.clone());
+            let invoke: StreamFunction = Arc::new(move |event| {
+                let (f, m) = (function.clone(), m.clone());
+                Box::pin(async move { Ok(f.handle_event(&event, &m).await) })
+            });
+            let filter = serde_json::from_str(template::PUBLISHER_FILTER)
+                .map_err(|e| Error::Missing(format!("the publisher's filter: {e}")))?;
+            let (h, stats) = stream_esm::spawn(
+                streams.clone(),
+                StreamEsmSettings {
+                    function: publisher::FUNCTION.into(),
+                    stream_arn: provisioned.transactions_stream_arn.clone(),
+                    region: testkit::moto::LOCAL_REGION.into(),
+                    batch_size: template::PUBLISHER_BATCH_SIZE,
+                    max_retry_attempts: template::PUBLISHER_MAX_RETRY_ATTEMPTS,
+                    bisect_on_error: true,
+                    filter: Some(filter),
+                    poll: opts.audit_poll,
+                    kill_probability: process.kill_invocation,
+                    seed: seed ^ 0x5eed_e5a5,
+                },
+                invoke,
+                stop.clone(),
+            );
+            tasks.push(h);
+            publisher_esm = Some(stats);
+            rate_bound = bound * template::PUBLISHER_ENVIRONMENTS as f64;
+        }
 
         // The transactions table's stream → the audit writer.
         let audit = Arc::new(AuditStats::default());
@@ -703,6 +773,8 @@ impl Stack {
             http_esm,
             http_endpoint,
             scheduler: scheduler_stats,
+            delivery: opts.delivery,
+            publisher_esm,
             external: external_stats,
             reconciler: cron,
             audit,
@@ -740,6 +812,7 @@ impl Stack {
                 self.transaction_deadline_seconds().to_string(),
             ),
             ("RetentionDays", self.retention_days().to_string()),
+            ("RequestDelivery", self.delivery.as_str().to_owned()),
         ]
     }
 
@@ -799,6 +872,48 @@ where
         .collect()
 }
 
+/// The publisher as its Lambda `main` builds it, its requests recorded (inside its
+/// pacer) when they leave, as the retry handler's are; and its pacer's bound on
+/// requests per second.
+fn publisher_function(
+    sdk: &aws_config::SdkConfig,
+    cfg: &PublisherConfig,
+    times: Arc<Mutex<Vec<i64>>>,
+    max_wait: Duration,
+) -> Result<(Arc<LocalPublisher>, f64), Error> {
+    let p =
+        publisher::wiring::publisher(sdk, cfg).map_err(|e| config_error(publisher::FUNCTION, e))?;
+    let pacer = p.requests.pacer.clone();
+    let bound = pacer.burst() as f64;
+    let handler = publisher::Publisher {
+        store: p.store,
+        requests: Paced {
+            inner: Timed {
+                inner: p.requests.inner,
+                times,
+            },
+            pacer: pacer.clone(),
+            max_wait,
+        },
+        notes: p.notes,
+        clock: p.clock,
+        settings: p.settings,
+        concurrency: p.concurrency,
+        seeds: p.seeds,
+        pacer: Some(pacer),
+        namespace: p.namespace,
+    };
+    Ok((Arc::new(handler), bound))
+}
+
+/// The publisher of the local stack: [`publisher::wiring::AwsPublisher`] with its
+/// requests timed.
+type LocalPublisher = publisher::Publisher<
+    aws::dynamo::DynamoStore<aws::dynamo::PayloadsTable>,
+    Paced<Timed<aws::sqs::SqsRequestPublisher>>,
+    AuditWriter,
+>;
+
 /// The `reason` of the simulated service's CANCELLED answers.
 pub const CANCEL_REASON: &str = "NOT_AVAILABLE";
 
@@ -826,8 +941,8 @@ fn http_bridge_env(
     m
 }
 
-async fn reconcile_cron<St, Sc, Rt, Rq, Br>(
-    reconciler: Reconciler<St, Sc, Rt, Rq, Br, SystemClock>,
+async fn reconcile_cron<St, Sc, Rt, Rq, Nt, Br>(
+    reconciler: Reconciler<St, Sc, Rt, Rq, Nt, Br, SystemClock>,
     metrics: Arc<Metrics>,
     every: Duration,
     stats: Arc<CronStats>,
@@ -837,6 +952,7 @@ async fn reconcile_cron<St, Sc, Rt, Rq, Br>(
     Sc: domain::ports::ScheduleCreator,
     Rt: domain::ports::RetryPublisher,
     Rq: domain::ports::RequestPublisher,
+    Nt: domain::ports::AuditNotes,
     Br: domain::ports::BreakerReads + domain::ports::BreakerWrites + domain::ports::BreakerCounts,
 {
     loop {

@@ -273,11 +273,13 @@ pub fn link(entries: &[AuditEntry]) -> (Vec<AuditEntry>, Vec<AuditEntry>) {
 }
 
 /// The entry leaving `status` (`None`: the creation) with the lowest attempt, then
-/// the earliest.
+/// the earliest, then a loop on the status before an exit from it (the outbox
+/// publisher's claim, SENDING → SENDING, and its mark, SENDING → IN_PROGRESS, are
+/// decided at one instant).
 fn next_leaving(entries: &[AuditEntry], status: Option<Status>) -> Option<usize> {
     let leaving = entries.iter().enumerate().filter(|(_, e)| e.from == status);
     leaving
-        .min_by_key(|(_, e)| (e.current_attempt, e.at))
+        .min_by_key(|(_, e)| (e.current_attempt, e.at, Some(e.to) != e.from))
         .map(|(i, _)| i)
 }
 

@@ -571,6 +571,25 @@ fn entries_out_of_time_order_link_and_are_noted() {
     assert_eq!(evidence::time_inversions(&chain).len(), 1);
 }
 
+/// An outbox start: the publisher's claim (SENDING → SENDING) and its mark
+/// (SENDING → IN_PROGRESS) carry one instant; in whatever order the audit holds them
+/// the claim links first and the chain has no gap.
+#[test]
+fn the_publishers_claim_and_mark_of_one_instant_link_in_order() {
+    use Status::{InProgress, Sending, Succeeded};
+    let trail = vec![
+        row(0, None, Sending, 1),
+        row(5, Some(Sending), InProgress, 1),
+        row(5, Some(Sending), Sending, 1),
+        row(9, Some(InProgress), Succeeded, 1),
+    ];
+    let (chain, rest) = evidence::link(&trail);
+    assert!(rest.is_empty(), "{rest:?}");
+    let arrows: Vec<_> = chain.iter().map(|e| (e.from, e.to)).collect();
+    assert_eq!(arrows[1], (Some(Sending), Sending));
+    assert_eq!(arrows[2], (Some(Sending), InProgress));
+}
+
 /// An operator resolved the transaction while it waited for its retry: SUCCEEDED by
 /// other means after the service answered CANCELLED is no disagreement; the same
 /// record not written by the operator's resolve is one.
