@@ -123,11 +123,11 @@ case "$mode" in
   debug) export SAM_BUILD_MODE=debug ;;
   *) fail "CHECK_TEMPLATE_BUILD must be release, debug or skip, not '$mode'" ;;
 esac
-# The main stack's six functions (an HttpEndpoint given, so the HTTP bridge is in
-# it), then the harness's one (its MainStackName only
-# names the imports; nothing is resolved at build time).
+# The main stack's seven functions (an HttpEndpoint given, so the HTTP bridge is in
+# it, and RequestDelivery=outbox, so the publisher is), then the harness's one (its
+# MainStackName only names the imports; nothing is resolved at build time).
 builds=(
-  "template.yaml|.aws-sam/check-x86_64|Architecture=x86_64 HttpEndpoint=https://api.example.com/pay"
+  "template.yaml|.aws-sam/check-x86_64|Architecture=x86_64 HttpEndpoint=https://api.example.com/pay RequestDelivery=outbox"
   "infra/template.yaml|.aws-sam/check-harness-x86_64|MainStackName=check Architecture=x86_64"
 )
 binaries=(
@@ -137,6 +137,7 @@ binaries=(
   ".aws-sam/check-x86_64|AuditWriterFunction|audit-writer"
   ".aws-sam/check-x86_64|StarterFunction|starter"
   ".aws-sam/check-x86_64|HttpBridgeFunction|http-bridge"
+  ".aws-sam/check-x86_64|PublisherFunction|publisher"
   ".aws-sam/check-harness-x86_64|HarnessFunction|harness"
 )
 start=$(date +%s)

@@ -175,7 +175,10 @@ pub mod vars {
     /// How requests reach the request queue: `direct` (each deciding function
     /// publishes) or `outbox` (the record is left SENDING and the publisher publishes
     /// it to a FIFO queue); `domain::decide::Delivery`.
-    pub const REQUEST_DELIVERY: Text = Text::or("REQUEST_DELIVERY", "direct");
+    pub const REQUEST_DELIVERY: Text = Text::or(
+        "REQUEST_DELIVERY",
+        domain::decide::Delivery::Direct.as_str(),
+    );
     /// Empty or unset: no circuit breaker, requests always go out.
     pub const BREAKER_TABLE: Text = Text::or("BREAKER_TABLE", "");
 

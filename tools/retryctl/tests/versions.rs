@@ -122,6 +122,8 @@ fn stack_entry(prefix: &str, with_bridge: bool) -> (Value, Vec<(&'static str, St
             format!("http://127.0.0.1:1/{ACCOUNT}/{prefix}{flag}")
         } else if flag.ends_with("-table") || flag.ends_with("-group") {
             format!("{prefix}{flag}")
+        } else if *flag == "--request-delivery" {
+            domain::decide::Delivery::Direct.as_str().to_owned()
         } else {
             "60".to_owned()
         };
