@@ -16,6 +16,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// `[("name", s.name), …]`: the probabilities of a rates struct by name, each written once.
+macro_rules! named {
+    ($s:ident: $($f:ident),+) => {
+        [$((stringify!($f), $s.$f)),+]
+    };
+}
+
 /// The probabilities of one operation (or of every operation of a service).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -32,12 +39,7 @@ pub struct Rates {
 
 impl Rates {
     fn fields(&self) -> [(&'static str, f64); 4] {
-        [
-            ("throttle", self.throttle),
-            ("server_error", self.server_error),
-            ("lost_response", self.lost_response),
-            ("latency", self.latency),
-        ]
+        named!(self: throttle, server_error, lost_response, latency)
     }
 }
 
@@ -59,12 +61,7 @@ pub struct ProcessRates {
 
 impl ProcessRates {
     fn fields(&self) -> [(&'static str, f64); 4] {
-        [
-            ("kill_invocation", self.kill_invocation),
-            ("fire_late", self.fire_late),
-            ("fire_twice", self.fire_twice),
-            ("never_fire", self.never_fire),
-        ]
+        named!(self: kill_invocation, fire_late, fire_twice, never_fire)
     }
 }
 
@@ -271,21 +268,9 @@ impl Faults {
 
     /// Checks every key and probability; the error names the field and its value.
     pub fn validate(&self) -> Result<(), FaultsError> {
-        if !(self.stall_share.is_finite() && (0.0..=1.0).contains(&self.stall_share)) {
-            return Err(FaultsError {
-                field: "stall_share".into(),
-                value: self.stall_share.to_string(),
-                why: "must be a probability between 0 and 1".into(),
-            });
-        }
+        probability("stall_share".into(), self.stall_share)?;
         for (name, p) in self.process.fields() {
-            if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
-                return Err(FaultsError {
-                    field: format!("process.{name}"),
-                    value: p.to_string(),
-                    why: "must be a probability between 0 and 1".into(),
-                });
-            }
+            probability(format!("process.{name}"), p)?;
         }
         for (key, rates) in &self.rates {
             let service = key.split(':').next().unwrap_or_default();
@@ -297,13 +282,7 @@ impl Faults {
                 });
             }
             for (name, p) in rates.fields() {
-                if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
-                    return Err(FaultsError {
-                        field: format!("rates.{key:?}.{name}"),
-                        value: p.to_string(),
-                        why: "must be a probability between 0 and 1".into(),
-                    });
-                }
+                probability(format!("rates.{key:?}.{name}"), p)?;
             }
         }
         Ok(())
@@ -314,6 +293,19 @@ impl Faults {
         self.rates
             .get(&format!("{service}:{operation}"))
             .or_else(|| self.rates.get(service))
+    }
+}
+
+/// `p` a probability, else the error naming `field` and its value.
+fn probability(field: String, p: f64) -> Result<(), FaultsError> {
+    if p.is_finite() && (0.0..=1.0).contains(&p) {
+        Ok(())
+    } else {
+        Err(FaultsError {
+            field,
+            value: p.to_string(),
+            why: "must be a probability between 0 and 1".into(),
+        })
     }
 }
 
