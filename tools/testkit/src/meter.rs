@@ -110,6 +110,18 @@ struct State {
     breaker_tables: BTreeSet<String>,
 }
 
+/// A `$service` client on `$sdk` with the adapters' retry policy, booking on `$meter`.
+macro_rules! metered {
+    ($service:ident, $meter:expr, $sdk:expr) => {
+        $service::Client::from_conf(
+            $service::config::Builder::from($sdk)
+                .retry_config(aws::clients::retry_config())
+                .interceptor(Tap($meter.clone()))
+                .build(),
+        )
+    };
+}
+
 /// Shared counters: every client built by one meter (or its clones) books here.
 #[derive(Debug, Clone, Default)]
 pub struct CallMeter {
@@ -134,8 +146,21 @@ impl CallMeter {
         self
     }
 
-    fn is_breaker(&self, table: Option<&String>) -> bool {
-        table.is_some_and(|t| self.lock().breaker_tables.contains(t))
+    /// The counter of an item call on `table`: `breaker` on a breaker's table, else
+    /// `special` when `is_special` (an audit item, a payload), else `state`.
+    fn item_call(
+        &self,
+        table: Option<&String>,
+        is_special: bool,
+        [breaker, special, state]: [Call; 3],
+    ) -> Call {
+        if table.is_some_and(|t| self.lock().breaker_tables.contains(t)) {
+            breaker
+        } else if is_special {
+            special
+        } else {
+            state
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -145,12 +170,7 @@ impl CallMeter {
     /// A DynamoDB client on `sdk` (the adapters' retry policy) whose calls this
     /// meter counts.
     pub fn dynamodb(&self, sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
-        aws_sdk_dynamodb::Client::from_conf(
-            aws_sdk_dynamodb::config::Builder::from(sdk)
-                .retry_config(aws::clients::retry_config())
-                .interceptor(Tap(self.clone()))
-                .build(),
-        )
+        metered!(aws_sdk_dynamodb, self, sdk)
     }
 
     /// The three clients of a function, metered.
@@ -164,22 +184,12 @@ impl CallMeter {
 
     /// An SQS client on `sdk` whose `SendMessage`s this meter counts.
     pub fn sqs(&self, sdk: &SdkConfig) -> aws_sdk_sqs::Client {
-        aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::config::Builder::from(sdk)
-                .retry_config(aws::clients::retry_config())
-                .interceptor(Tap(self.clone()))
-                .build(),
-        )
+        metered!(aws_sdk_sqs, self, sdk)
     }
 
     /// A Scheduler client on `sdk` whose creates and deletes this meter counts.
     pub fn scheduler(&self, sdk: &SdkConfig) -> aws_sdk_scheduler::Client {
-        aws_sdk_scheduler::Client::from_conf(
-            aws_sdk_scheduler::config::Builder::from(sdk)
-                .retry_config(aws::clients::retry_config())
-                .interceptor(Tap(self.clone()))
-                .build(),
-        )
+        metered!(aws_sdk_scheduler, self, sdk)
     }
 
     fn count(&self, call: Call) {
@@ -226,13 +236,9 @@ impl CallMeter {
                 Some(t) => add(table.clone(), t),
                 None => add(table.clone(), cc.capacity_units().unwrap_or(0.0)),
             }
-            for (name, ix) in cc.global_secondary_indexes().into_iter().flatten() {
-                add(
-                    format!("{table}/{name}"),
-                    ix.capacity_units().unwrap_or(0.0),
-                );
-            }
-            for (name, ix) in cc.local_secondary_indexes().into_iter().flatten() {
+            let global = cc.global_secondary_indexes().into_iter().flatten();
+            let local = cc.local_secondary_indexes().into_iter().flatten();
+            for (name, ix) in global.chain(local) {
                 add(
                     format!("{table}/{name}"),
                     ix.capacity_units().unwrap_or(0.0),
@@ -279,29 +285,20 @@ impl Intercept for Tap {
     ) -> Result<(), BoxError> {
         let indexes = Some(ReturnConsumedCapacity::Indexes);
         let input = context.input_mut();
+        let meter = &self.0;
         let call = if let Some(i) = input.downcast_mut::<UpdateItemInput>() {
             i.return_consumed_capacity = indexes;
             let audit = i.key.as_ref().is_some_and(|k| k.contains_key(AUDIT_KEY));
-            Some(if self.0.is_breaker(i.table_name.as_ref()) {
-                Call::BreakerWrite
-            } else if audit {
-                Call::AuditWrite
-            } else {
-                Call::Write
-            })
+            let calls = [Call::BreakerWrite, Call::AuditWrite, Call::Write];
+            Some(meter.item_call(i.table_name.as_ref(), audit, calls))
         } else if let Some(i) = input.downcast_mut::<GetItemInput>() {
             i.return_consumed_capacity = indexes;
             let payload = i
                 .table_name
                 .as_ref()
-                .is_some_and(|t| self.0.lock().payload_tables.contains(t));
-            Some(if self.0.is_breaker(i.table_name.as_ref()) {
-                Call::BreakerRead
-            } else if payload {
-                Call::PayloadRead
-            } else {
-                Call::Read
-            })
+                .is_some_and(|t| meter.lock().payload_tables.contains(t));
+            let calls = [Call::BreakerRead, Call::PayloadRead, Call::Read];
+            Some(meter.item_call(i.table_name.as_ref(), payload, calls))
         } else if let Some(i) = input.downcast_mut::<QueryInput>() {
             i.return_consumed_capacity = indexes;
             Some(Call::Query)
