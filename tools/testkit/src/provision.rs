@@ -334,85 +334,70 @@ impl Provisioned {
     /// else gets an empty list. The settings the
     /// template passes from a parameter are given their defaults.
     pub fn env_for(&self, function: &str) -> Vec<(&'static str, String)> {
+        use domain::defaults as d;
+        use vars::*;
         let n = &self.names;
-        let sched = || {
-            vec![
-                (vars::SCHEDULE_GROUP.name, n.schedule_group.clone()),
-                (vars::RETRY_QUEUE_ARN.name, self.retry.arn.clone()),
-                (
-                    vars::SCHEDULER_ROLE_ARN.name,
-                    self.scheduler_role_arn.clone(),
-                ),
-                (vars::SCHEDULER_DLQ_ARN.name, self.scheduler_dlq.arn.clone()),
-            ]
-        };
-        let mut v = vec![];
+        let var = |name: &'static str, value: &str| (name, value.to_owned());
+        let tx = var(TRANSACTIONS_TABLE.name, &n.transactions_table);
+        let payloads = var(PAYLOADS_TABLE.name, &n.payloads_table);
+        let audit = var(AUDIT_TABLE.name, &n.audit_table);
+        let breaker = var(BREAKER_TABLE.name, &n.breaker_table);
+        let requests = var(REQUEST_QUEUE_URL.name, &self.request.url);
+        let retries = var(RETRY_QUEUE_URL.name, &self.retry.url);
+        let rate = (
+            MAX_REQUESTS_PER_SECOND.name,
+            d::MAX_REQUESTS_PER_SECOND.to_string(),
+        );
+        let sched = [
+            var(SCHEDULE_GROUP.name, &n.schedule_group),
+            var(RETRY_QUEUE_ARN.name, &self.retry.arn),
+            var(SCHEDULER_ROLE_ARN.name, &self.scheduler_role_arn),
+            var(SCHEDULER_DLQ_ARN.name, &self.scheduler_dlq.arn),
+        ];
         match function {
-            "response-handler" => {
-                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
-                v.extend(sched());
-                v.push((vars::RESPONSE_DLQ_URL.name, self.response_dlq.url.clone()));
-                v.push((vars::RETRY_QUEUE_URL.name, self.retry.url.clone()));
-                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
-                v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
-            }
-            "retry-handler" => {
-                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
-                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
-                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
-                v.push((vars::RETRY_DLQ_URL.name, self.retry_dlq.url.clone()));
-                v.push((
-                    vars::MAX_REQUESTS_PER_SECOND.name,
-                    domain::defaults::MAX_REQUESTS_PER_SECOND.to_string(),
-                ));
-                v.push((vars::RETRY_QUEUE_URL.name, self.retry.url.clone()));
-                v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
-            }
-            "reconciler" => {
-                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
-                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
-                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
-                v.push((vars::RETRY_QUEUE_URL.name, self.retry.url.clone()));
-                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
-                v.extend(sched());
-                v.push((vars::BREAKER_TABLE.name, n.breaker_table.clone()));
-            }
-            "audit-writer" => {
-                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
-                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
-            }
-            "starter" => {
-                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
-                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
-                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
-                v.push((vars::INTAKE_DLQ_URL.name, self.intake_dlq.url.clone()));
-                v.push((
-                    vars::DEFAULT_MAX_ATTEMPTS.name,
-                    domain::defaults::MAX_ATTEMPTS.to_string(),
-                ));
-                v.push((
-                    vars::MAX_REQUESTS_PER_SECOND.name,
-                    domain::defaults::INTAKE_STARTS_PER_SECOND.to_string(),
-                ));
-            }
-            "publisher" => {
-                v.push((vars::TRANSACTIONS_TABLE.name, n.transactions_table.clone()));
-                v.push((vars::PAYLOADS_TABLE.name, n.payloads_table.clone()));
-                v.push((vars::REQUEST_QUEUE_URL.name, self.request.url.clone()));
-                v.push((vars::AUDIT_TABLE.name, n.audit_table.clone()));
-                v.push((
-                    vars::MAX_REQUESTS_PER_SECOND.name,
-                    domain::defaults::MAX_REQUESTS_PER_SECOND.to_string(),
-                ));
-            }
-            "http-bridge" => {
-                v.push((vars::RESPONSE_QUEUE_URL.name, self.response.url.clone()));
-                v.push((vars::REQUEST_DLQ_URL.name, self.request_dlq.url.clone()));
-                v.push((vars::HTTP_ENDPOINT.name, LOCAL_HTTP_ENDPOINT.to_owned()));
-            }
-            _ => {}
+            "response-handler" => [
+                &[tx][..],
+                &sched,
+                &[
+                    var(RESPONSE_DLQ_URL.name, &self.response_dlq.url),
+                    retries,
+                    audit,
+                    breaker,
+                ],
+            ]
+            .concat(),
+            "retry-handler" => vec![
+                tx,
+                payloads,
+                requests,
+                var(RETRY_DLQ_URL.name, &self.retry_dlq.url),
+                rate,
+                retries,
+                breaker,
+            ],
+            "reconciler" => [
+                &[tx, payloads, audit, retries, requests][..],
+                &sched,
+                &[breaker],
+            ]
+            .concat(),
+            "audit-writer" => vec![audit, payloads],
+            "starter" => vec![
+                tx,
+                payloads,
+                requests,
+                var(INTAKE_DLQ_URL.name, &self.intake_dlq.url),
+                (DEFAULT_MAX_ATTEMPTS.name, d::MAX_ATTEMPTS.to_string()),
+                (rate.0, d::INTAKE_STARTS_PER_SECOND.to_string()),
+            ],
+            "publisher" => vec![tx, payloads, requests, audit, rate],
+            "http-bridge" => vec![
+                var(RESPONSE_QUEUE_URL.name, &self.response.url),
+                var(REQUEST_DLQ_URL.name, &self.request_dlq.url),
+                var(HTTP_ENDPOINT.name, LOCAL_HTTP_ENDPOINT),
+            ],
+            _ => vec![],
         }
-        v
     }
 }
 
@@ -546,18 +531,33 @@ pub async fn read_item(
     table: &str,
     id: &str,
 ) -> Result<Option<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>, String> {
+    read_item_at(client, table, &[("transaction_id", id)]).await
+}
+
+/// The item of `table` whose key attributes have these string values (a consistent
+/// read), as stored.
+pub async fn read_item_at(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    key: &[(&str, &str)],
+) -> Result<Option<HashMap<String, aws_sdk_dynamodb::types::AttributeValue>>, String> {
+    let values: Vec<&str> = key.iter().map(|(_, v)| *v).collect();
+    let key = key
+        .iter()
+        .map(|(k, v)| {
+            let v = aws_sdk_dynamodb::types::AttributeValue::S((*v).to_owned());
+            ((*k).to_owned(), v)
+        })
+        .collect();
     client
         .get_item()
         .table_name(table)
-        .key(
-            "transaction_id",
-            aws_sdk_dynamodb::types::AttributeValue::S(id.to_owned()),
-        )
+        .set_key(Some(key))
         .consistent_read(true)
         .send()
         .await
         .map(|o| o.item)
-        .map_err(|e| format!("GetItem {table} {id}: {e}"))
+        .map_err(|e| format!("GetItem {table} {}: {e}", values.join(" ")))
 }
 
 fn queue_arn(name: &str) -> String {
