@@ -432,26 +432,41 @@ pub async fn take_all(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
 ) -> Result<Vec<String>, aws_sdk_sqs::Error> {
-    let mut bodies = Vec::new();
+    let taken = take_messages(sqs, url, 0).await?;
+    Ok(taken
+        .into_iter()
+        .map(|m| m.body.unwrap_or_default())
+        .collect())
+}
+
+/// Takes every message off `url` with its message attributes (received in batches,
+/// each waiting up to `wait_seconds`, then deleted), oldest first.
+pub async fn take_messages(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    wait_seconds: i32,
+) -> Result<Vec<aws_sdk_sqs::types::Message>, aws_sdk_sqs::Error> {
+    let mut taken = Vec::new();
     loop {
         let out = sqs
             .receive_message()
             .queue_url(url)
             .max_number_of_messages(10)
-            .wait_time_seconds(0)
+            .wait_time_seconds(wait_seconds)
+            .message_attribute_names("All")
             .send()
             .await?;
         if out.messages().is_empty() {
-            return Ok(bodies);
+            return Ok(taken);
         }
         for m in out.messages() {
-            bodies.push(m.body().unwrap_or_default().to_owned());
             sqs.delete_message()
                 .queue_url(url)
                 .set_receipt_handle(m.receipt_handle().map(str::to_owned))
                 .send()
                 .await?;
         }
+        taken.extend(out.messages.unwrap_or_default());
     }
 }
 
@@ -475,25 +490,15 @@ pub async fn schedule_names(
     scheduler: &aws_sdk_scheduler::Client,
     group: &str,
 ) -> Result<Vec<String>, aws_sdk_scheduler::Error> {
-    let mut names = Vec::new();
-    let mut token = None;
-    loop {
-        let page = scheduler
-            .list_schedules()
-            .group_name(group)
-            .set_next_token(token)
-            .send()
-            .await?;
-        names.extend(
-            page.schedules()
-                .iter()
-                .filter_map(|s| s.name().map(str::to_owned)),
-        );
-        match page.next_token() {
-            Some(t) if !t.is_empty() => token = Some(t.to_owned()),
-            _ => return Ok(names),
-        }
-    }
+    let schedules = scheduler
+        .list_schedules()
+        .group_name(group)
+        .into_paginator()
+        .items()
+        .send()
+        .try_collect()
+        .await?;
+    Ok(schedules.into_iter().filter_map(|s| s.name).collect())
 }
 
 #[cfg(test)]
