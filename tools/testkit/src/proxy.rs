@@ -643,14 +643,33 @@ mod tests {
     }
 
     const AUTH: &str = "Authorization: AWS4-HMAC-SHA256 Credential=reconciler/20261203/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0";
+    const FORM: &str = "content-type: application/x-www-form-urlencoded\r\n";
+
+    /// The call a request parses to: `request` (method and target), signed for
+    /// `service`, with `headers` (each line ending in CRLF) and `body`.
+    fn call(request: &str, service: &str, headers: &str, body: &[u8]) -> Call {
+        let auth = AUTH.replace("/dynamodb/", &format!("/{service}/"));
+        shared().parse(
+            &format!("{request} HTTP/1.1\r\n{auth}\r\n{headers}\r\n"),
+            body,
+        )
+    }
+
+    /// A call of a JSON protocol: `POST /` with `X-Amz-Target: target`.
+    fn json_call(service: &str, target: &str, body: &[u8]) -> Call {
+        call(
+            "POST /",
+            service,
+            &format!("X-Amz-Target: {target}\r\n"),
+            body,
+        )
+    }
 
     #[test]
     fn dynamodb_calls_name_table_index_and_transaction_items() {
-        let s = shared();
-        let head =
-            format!("POST / HTTP/1.1\r\n{AUTH}\r\nX-Amz-Target: DynamoDB_20120810.Query\r\n\r\n");
-        let c = s.parse(
-            &head,
+        let c = json_call(
+            "dynamodb",
+            "DynamoDB_20120810.Query",
             br#"{"TableName":"p-transactions","IndexName":"reconcile-index"}"#,
         );
         assert_eq!(c.caller, "reconciler");
@@ -662,9 +681,9 @@ mod tests {
             c.resources,
             vec!["arn:aws:dynamodb:us-east-1:123456789012:table/p-transactions/index/reconcile-index"]
         );
-        let head = head.replace("Query", "TransactWriteItems");
-        let c = s.parse(
-            &head,
+        let c = json_call(
+            "dynamodb",
+            "DynamoDB_20120810.TransactWriteItems",
             br#"{"TransactItems":[{"Put":{"TableName":"a"}},{"ConditionCheck":{"TableName":"b"}}]}"#,
         );
         assert_eq!(
@@ -684,13 +703,10 @@ mod tests {
 
     #[test]
     fn query_protocol_calls_name_the_stack() {
-        let s = shared();
-        let head = format!(
-            "POST / HTTP/1.1\r\n{}\r\ncontent-type: application/x-www-form-urlencoded\r\n\r\n",
-            AUTH.replace("/dynamodb/", "/cloudformation/")
-        );
-        let c = s.parse(
-            &head,
+        let c = call(
+            "POST /",
+            "cloudformation",
+            FORM,
             b"Action=DescribeStacks&Version=2010-05-15&StackName=dr%2Dprod",
         );
         assert_eq!(
@@ -701,17 +717,22 @@ mod tests {
             c.resource(),
             Some("arn:aws:cloudformation:us-east-1:123456789012:stack/dr-prod/*")
         );
-        let sns = head.replace("/cloudformation/", "/sns/");
-        let c = s.parse(
-            &sns,
+        let c = call(
+            "POST /",
+            "sns",
+            FORM,
             b"Action=ListSubscriptionsByTopic&TopicArn=arn%3Aaws%3Asns%3Aus-east-1%3A123456789012%3Ap-alarms",
         );
         assert_eq!(
             (c.service.as_str(), c.resource()),
             ("sns", Some("arn:aws:sns:us-east-1:123456789012:p-alarms"))
         );
-        let head = head.replace("/cloudformation/", "/sts/");
-        let c = s.parse(&head, b"Action=GetCallerIdentity&Version=2011-06-15");
+        let c = call(
+            "POST /",
+            "sts",
+            FORM,
+            b"Action=GetCallerIdentity&Version=2011-06-15",
+        );
         assert_eq!(
             (c.service.as_str(), c.operation.as_str()),
             ("sts", "GetCallerIdentity")
@@ -721,13 +742,9 @@ mod tests {
 
     #[test]
     fn sqs_and_scheduler_calls_name_queue_schedule_and_passed_role() {
-        let s = shared();
-        let head = format!(
-            "POST / HTTP/1.1\r\n{}\r\nX-Amz-Target: AmazonSQS.SendMessageBatch\r\n\r\n",
-            AUTH.replace("/dynamodb/", "/sqs/")
-        );
-        let c = s.parse(
-            &head,
+        let c = json_call(
+            "sqs",
+            "AmazonSQS.SendMessageBatch",
             br#"{"QueueUrl":"http://127.0.0.1:5000/123456789012/p-retry","Entries":[{"MessageBody":"a"},{"MessageBody":"b"}]}"#,
         );
         assert_eq!(c.service, "sqs");
@@ -737,12 +754,10 @@ mod tests {
         );
         assert_eq!(c.message_bodies, vec!["a", "b"]);
 
-        let head = format!(
-            "POST /schedules/retry-TX%2D1-2 HTTP/1.1\r\n{}\r\n\r\n",
-            AUTH.replace("/dynamodb/", "/scheduler/")
-        );
-        let c = s.parse(
-            &head,
+        let c = call(
+            "POST /schedules/retry-TX%2D1-2",
+            "scheduler",
+            "",
             br#"{"GroupName":"p-retries","Target":{"RoleArn":"arn:aws:iam::123456789012:role/s"}}"#,
         );
         assert_eq!(c.operation, "CreateSchedule");
@@ -754,11 +769,8 @@ mod tests {
             c.passed_role.as_deref(),
             Some("arn:aws:iam::123456789012:role/s")
         );
-        let head = format!(
-            "DELETE /schedules/x?groupName=g&clientToken=1 HTTP/1.1\r\n{}\r\n\r\n",
-            AUTH.replace("/dynamodb/", "/scheduler/")
-        );
-        let c = s.parse(&head, b"");
+        let request = "DELETE /schedules/x?groupName=g&clientToken=1";
+        let c = call(request, "scheduler", "", b"");
         assert_eq!(c.operation, "DeleteSchedule");
         assert_eq!(
             c.resource(),

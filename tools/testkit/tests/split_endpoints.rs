@@ -5,24 +5,16 @@
 
 use testkit::moto::{sdk_config, sdk_config_for, Endpoints, MotoServer};
 
-async fn queues(endpoint: &str) -> Vec<String> {
-    let sqs = aws_sdk_sqs::Client::new(&sdk_config(endpoint).await);
-    sqs.list_queues()
-        .send()
-        .await
-        .unwrap()
-        .queue_urls()
-        .to_vec()
-}
-
-async fn tables(endpoint: &str) -> Vec<String> {
-    let ddb = aws_sdk_dynamodb::Client::new(&sdk_config(endpoint).await);
-    ddb.list_tables()
-        .send()
-        .await
-        .unwrap()
-        .table_names()
-        .to_vec()
+/// The tables and the number of queues on the server at `endpoint`.
+async fn contents(endpoint: &str) -> (Vec<String>, usize) {
+    let sdk = sdk_config(endpoint).await;
+    let tables = aws_sdk_dynamodb::Client::new(&sdk).list_tables().send();
+    let queues = aws_sdk_sqs::Client::new(&sdk).list_queues().send();
+    let (tables, queues) = tokio::join!(tables, queues);
+    (
+        tables.unwrap().table_names().to_vec(),
+        queues.unwrap().queue_urls().len(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -49,10 +41,11 @@ async fn each_client_calls_its_own_server() {
     testkit::provision::create_table(&ddb, &testkit::provision::TableDef::keyed("split-t", "pk"))
         .await
         .unwrap();
-    assert_eq!(tables(&a.endpoint_url()).await, vec!["split-t".to_owned()]);
-    assert!(tables(&b.endpoint_url()).await.is_empty());
-    assert_eq!(queues(&b.endpoint_url()).await.len(), 1);
-    assert!(queues(&a.endpoint_url()).await.is_empty());
+    assert_eq!(
+        contents(&a.endpoint_url()).await,
+        (vec!["split-t".to_owned()], 0)
+    );
+    assert_eq!(contents(&b.endpoint_url()).await, (vec![], 1));
 
     let env = endpoints.env();
     assert!(env.contains(&("AWS_ENDPOINT_URL_SQS", b.endpoint_url())));

@@ -294,44 +294,31 @@ fn a_rejection_or_the_pending_event_dropped_is_a_violation() {
         attempt: a(2),
         status: Status::Scheduled,
     });
-    assert_eq!(
-        disposition(&drop, Some((2, None)), Some(&pending), Delivery::Direct),
-        Some(V::PendingRetryDropped)
-    );
-    assert_eq!(
-        disposition(&drop, Some((3, None)), Some(&pending), Delivery::Direct),
-        None
-    );
-    assert_eq!(
-        disposition(&drop, None, Some(&pending), Delivery::Direct),
-        None
-    );
     // An event of an earlier retry cycle of the pending attempt is not pending.
     let mut resent = pending.clone();
     resent.counts[Counter::Round] = 2;
-    assert_eq!(
-        disposition(&drop, Some((2, Some(1))), Some(&resent), Delivery::Direct),
-        None
-    );
-    assert_eq!(
-        disposition(&drop, Some((2, Some(2))), Some(&resent), Delivery::Direct),
-        Some(V::PendingRetryDropped)
-    );
     // Outbox delivery: a record SENDING holds the request; its event dropped loses
     // nothing, one dropped while SCHEDULED still does.
     let sending = rec(Status::Sending, 1, Some(2), 3);
-    assert_eq!(
-        disposition(&drop, Some((2, None)), Some(&sending), Delivery::Direct),
-        Some(V::PendingRetryDropped)
-    );
-    assert_eq!(
-        disposition(&drop, Some((2, None)), Some(&sending), Delivery::Outbox),
-        None
-    );
-    assert_eq!(
-        disposition(&drop, Some((2, None)), Some(&pending), Delivery::Outbox),
-        Some(V::PendingRetryDropped)
-    );
+    let dropped = Some(V::PendingRetryDropped);
+    let cases = [
+        (Some((2, None)), &pending, Delivery::Direct, dropped),
+        (Some((3, None)), &pending, Delivery::Direct, None),
+        (None, &pending, Delivery::Direct, None),
+        (Some((2, Some(1))), &resent, Delivery::Direct, None),
+        (Some((2, Some(2))), &resent, Delivery::Direct, dropped),
+        (Some((2, None)), &sending, Delivery::Direct, dropped),
+        (Some((2, None)), &sending, Delivery::Outbox, None),
+        (Some((2, None)), &pending, Delivery::Outbox, dropped),
+    ];
+    for (event, record, delivery, expected) in cases {
+        assert_eq!(
+            disposition(&drop, event, Some(record), delivery),
+            expected,
+            "{event:?} {:?} {delivery:?}",
+            record.status
+        );
+    }
     let reject = Disposition::Reject(Rejection::UnknownTransaction {
         transaction_id: id(),
     });
