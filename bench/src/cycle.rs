@@ -460,15 +460,15 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     let body = format!(
         r#"{{"transaction_id":"{tx_text}","attempt":1,"outcome":"CANCELLED","reason":"NOT_AVAILABLE"}}"#
     );
-    let mut response_first = CallCounts::default();
-    for n in 1..=deliveries {
-        let event = sqs_event(&body, &p.response.arn, n)?;
-        no_failures("response handler", a.handle_event(event, &metrics).await)?;
-        if n == 1 {
-            response_first = response_meter.snapshot();
-        }
-    }
-    let response = response_meter.snapshot();
+    let (response_first, response) = sqs_deliveries(
+        "response handler",
+        &response_meter,
+        &body,
+        &p.response.arn,
+        deliveries,
+        |event| a.handle_event(event, &metrics),
+    )
+    .await?;
     let a_changes = drain(&streams, &p, &mut position).await?;
     let after_a = a_changes.last().and_then(|c| c.new.clone());
     if status_of(after_a.as_ref()) != Status::Scheduled.as_str() {
@@ -490,15 +490,15 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     let metrics = Metrics::new("Bench", retry_handler::FUNCTION);
     let body =
         format!(r#"{{"transaction_id":"{tx_text}","origin":"RETRY_SCHEDULER","attempt":2}}"#);
-    let mut retry_first = CallCounts::default();
-    for n in 1..=deliveries {
-        let event = sqs_event(&body, &p.retry.arn, n)?;
-        no_failures("retry handler", b.handle_event(event, &metrics).await)?;
-        if n == 1 {
-            retry_first = retry_meter.snapshot();
-        }
-    }
-    let retry = retry_meter.snapshot();
+    let (retry_first, retry) = sqs_deliveries(
+        "retry handler",
+        &retry_meter,
+        &body,
+        &p.retry.arn,
+        deliveries,
+        |event| b.handle_event(event, &metrics),
+    )
+    .await?;
     let b_changes = drain(&streams, &p, &mut position).await?;
     let after_retry_handler = b_changes.last().and_then(|c| c.new.clone());
 
@@ -526,13 +526,12 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
             .collect();
         let event = stream_event(&passed, &p)?;
         let metrics = Metrics::new("Bench", publisher::FUNCTION);
-        for n in 1..=deliveries {
-            no_stream_failures("publisher", pb.handle_event(&event, &metrics).await)?;
-            publisher_records += passed.len() as u64;
-            if n == 1 {
-                publisher_first = publisher_meter.snapshot();
-            }
-        }
+        let (pb, event, metrics) = (&pb, &event, &metrics);
+        (publisher_first, _) = each_delivery(&publisher_meter, deliveries, |_| async move {
+            no_stream_failures("publisher", pb.handle_event(event, metrics).await)
+        })
+        .await?;
+        publisher_records = passed.len() as u64 * u64::from(deliveries);
         p_changes = drain(&streams, &p, &mut position).await?;
     }
     let publisher_calls = publisher_meter.snapshot();
@@ -738,6 +737,49 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
     })
 }
 
+/// Runs `deliver(n)` for each delivery `n` of `1..=deliveries`; the meter's counts
+/// after the first delivery and after all.
+async fn each_delivery<F, Fut>(
+    meter: &CallMeter,
+    deliveries: u32,
+    deliver: F,
+) -> Result<(CallCounts, CallCounts), CycleError>
+where
+    F: Fn(u32) -> Fut,
+    Fut: std::future::Future<Output = Result<(), CycleError>>,
+{
+    let mut first = CallCounts::default();
+    for n in 1..=deliveries {
+        deliver(n).await?;
+        if n == 1 {
+            first = meter.snapshot();
+        }
+    }
+    Ok((first, meter.snapshot()))
+}
+
+/// `body` on the queue `arn`, `deliveries` times, each time an SQS event through
+/// `handle` (a handler's `handle_event`) answered without a failed record; the
+/// meter's counts after the first delivery and after all.
+async fn sqs_deliveries<F, Fut>(
+    who: &'static str,
+    meter: &CallMeter,
+    body: &str,
+    arn: &str,
+    deliveries: u32,
+    handle: F,
+) -> Result<(CallCounts, CallCounts), CycleError>
+where
+    F: Fn(SqsEvent) -> Fut,
+    Fut: std::future::Future<Output = Result<SqsBatchResponse, runtime::batch::BatchError>>,
+{
+    let handle = &handle;
+    each_delivery(meter, deliveries, |n| async move {
+        no_failures(who, handle(sqs_event(body, arn, n)?).await)
+    })
+    .await
+}
+
 /// One count write (an `ADD` to a bucket item of `bytes`), billed.
 fn breaker_count_write(bytes: usize) -> Billed {
     dynamodb_billed_units(
@@ -755,11 +797,14 @@ async fn breaker_items(
     ddb: &aws_sdk_dynamodb::Client,
     table: &str,
 ) -> Result<(usize, Option<FlatItem>), CycleError> {
-    let out = ddb
+    let items: Vec<_> = ddb
         .scan()
         .table_name(table)
         .consistent_read(true)
+        .into_paginator()
+        .items()
         .send()
+        .try_collect()
         .await
         .map_err(|e| step("Scan", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
     let pk = |i: &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>| {
@@ -768,8 +813,7 @@ async fn breaker_items(
             .cloned()
             .unwrap_or_default()
     };
-    let count = out
-        .items()
+    let count = items
         .iter()
         .filter(|i| pk(i).ends_with("#window"))
         .map(testkit::size::item_size)
@@ -780,8 +824,7 @@ async fn breaker_items(
                 "no count item: the response handler counted nothing",
             )
         })?;
-    let own = out
-        .items()
+    let own = items
         .iter()
         .find(|i| pk(i) == aws::breaker::SERVICE)
         .map(flat_from_dynamodb);
@@ -833,18 +876,10 @@ async fn get_item(
     table: &str,
     tx: &TransactionId,
 ) -> Result<Option<FlatItem>, CycleError> {
-    let out = ddb
-        .get_item()
-        .table_name(table)
-        .key(
-            "transaction_id",
-            aws_sdk_dynamodb::types::AttributeValue::S(tx.as_str().to_owned()),
-        )
-        .consistent_read(true)
-        .send()
+    let item = testkit::provision::read_item(ddb, table, tx.as_str())
         .await
-        .map_err(|e| step("GetItem", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
-    Ok(out.item().map(flat_from_dynamodb))
+        .map_err(|e| step("GetItem", e))?;
+    Ok(item.as_ref().map(flat_from_dynamodb))
 }
 
 /// DynamoDB's size of the audit item (`tx`, `group`), read back strongly consistent.
@@ -854,64 +889,44 @@ async fn audit_item_size(
     tx: &str,
     group: &str,
 ) -> Result<usize, CycleError> {
-    use aws_sdk_dynamodb::types::AttributeValue;
-    let out = ddb
-        .get_item()
-        .table_name(table)
-        .key("transaction_id", AttributeValue::S(tx.to_owned()))
-        .key("audit_key", AttributeValue::S(group.to_owned()))
-        .consistent_read(true)
-        .send()
+    let key = [("transaction_id", tx), ("audit_key", group)];
+    let item = testkit::provision::read_item_at(ddb, table, &key)
         .await
-        .map_err(|e| step("GetItem", aws_sdk_dynamodb::error::DisplayErrorContext(e)))?;
-    out.item()
+        .map_err(|e| step("GetItem", e))?;
+    item.as_ref()
         .map(testkit::size::item_size)
         .ok_or_else(|| step("audit writer", format!("no audit item ({tx}, {group})")))
 }
 
-/// Receives every message of the request queue; returns how many are requests for
+/// Takes every message off the request queue; returns how many are requests for
 /// attempt 2 of `tx` and the size of the largest (body + message attributes).
 async fn request_messages(
     sqs: &aws_sdk_sqs::Client,
     url: &str,
     tx: &str,
 ) -> Result<(usize, usize), CycleError> {
+    let messages = testkit::moto::take_messages(sqs, url, 1)
+        .await
+        .map_err(|e| step("ReceiveMessage", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
     let mut count = 0;
     let mut bytes = 0;
-    loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .map_err(|e| step("ReceiveMessage", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
-        let messages = out.messages();
-        if messages.is_empty() {
-            break;
+    for m in &messages {
+        let body = m.body().unwrap_or("");
+        let request = Request::parse(body).map_err(|e| step("request queue", e))?;
+        if request.transaction_id.as_str() == tx && request.attempt.get() == 2 {
+            count += 1;
         }
-        for m in messages {
-            let body = m.body().unwrap_or("");
-            let request = Request::parse(body).map_err(|e| step("request queue", e))?;
-            if request.transaction_id.as_str() == tx && request.attempt.get() == 2 {
-                count += 1;
-            }
-            let attrs: usize = m
-                .message_attributes()
-                .map(|a| {
-                    a.iter()
-                        .map(|(k, v)| {
-                            k.len()
-                                + v.data_type().len()
-                                + v.string_value().map(str::len).unwrap_or(0)
-                        })
-                        .sum()
-                })
-                .unwrap_or(0);
-            bytes = bytes.max(body.len() + attrs);
-        }
+        let attrs: usize = m
+            .message_attributes()
+            .map(|a| {
+                a.iter()
+                    .map(|(k, v)| {
+                        k.len() + v.data_type().len() + v.string_value().map(str::len).unwrap_or(0)
+                    })
+                    .sum()
+            })
+            .unwrap_or(0);
+        bytes = bytes.max(body.len() + attrs);
     }
     Ok((count, bytes))
 }
