@@ -10,6 +10,7 @@ use crate::model::{self, Assumptions, Bill};
 use crate::prices::PriceTable;
 use crate::template::Deployment;
 use std::fmt::Write as _;
+use testkit::meter::CallCounts;
 
 /// The cost target at 4 KB payloads (dollars per million retries).
 pub const TARGET_USD_PER_MILLION_4KB: f64 = 8.0;
@@ -162,6 +163,11 @@ fn yes(ok: bool) -> &'static str {
 
 fn ms(d: std::time::Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// The seconds of a moment the run reached, or that it did not.
+fn reached(d: Option<std::time::Duration>) -> String {
+    d.map(secs).unwrap_or_else(|| "**not reached**".into())
 }
 
 fn secs(d: std::time::Duration) -> String {
@@ -374,6 +380,16 @@ pub fn targets(r: &Report) -> Vec<(String, String, bool)> {
     rows
 }
 
+/// A handler's state-item UpdateItems, "writes (of which condition failed)".
+fn updates(c: &CallCounts) -> String {
+    format!("{} ({})", c.writes, c.failed_conditions)
+}
+
+/// A handler's AWS round trips, "first delivery / all".
+fn trips(first: &CallCounts, all: &CallCounts) -> String {
+    format!("{} / {}", round_trips(first), round_trips(all))
+}
+
 fn cycle_table(r: &Report) -> String {
     let mut s = String::new();
     let cols: Vec<&CycleMeasurement> = {
@@ -396,8 +412,8 @@ fn cycle_table(r: &Report) -> String {
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "|---|{}", "---:|".repeat(cols.len()));
-    let d = &r.deployment;
     let a = &r.assumptions;
+    let q = |c: &CycleMeasurement| model::pattern_quantities(&c.billables(), &r.deployment, a);
     let mut row = |label: &str, f: &dyn Fn(&CycleMeasurement) -> String| {
         let _ = write!(s, "| {label} |");
         for c in &cols {
@@ -407,7 +423,7 @@ fn cycle_table(r: &Report) -> String {
     };
     row(
         "response handler: UpdateItem (of which condition failed)",
-        &|c| format!("{} ({})", c.response.writes, c.response.failed_conditions),
+        &|c| updates(&c.response),
     );
     row("response handler: CreateSchedule", &|c| {
         c.response.schedule_creates.to_string()
@@ -417,17 +433,11 @@ fn cycle_table(r: &Report) -> String {
     });
     row(
         "response handler: AWS round trips, first delivery / all",
-        &|c| {
-            format!(
-                "{} / {}",
-                round_trips(&c.response_first),
-                round_trips(&c.response)
-            )
-        },
+        &|c| trips(&c.response_first, &c.response),
     );
     row(
         "retry handler: UpdateItem (of which condition failed)",
-        &|c| format!("{} ({})", c.retry.writes, c.retry.failed_conditions),
+        &|c| updates(&c.retry),
     );
     row("retry handler: GetItem payload / GetItem state", &|c| {
         format!("{} / {}", c.retry.payload_reads, c.retry.reads)
@@ -437,13 +447,7 @@ fn cycle_table(r: &Report) -> String {
     });
     row(
         "retry handler: AWS round trips, first delivery / all",
-        &|c| {
-            format!(
-                "{} / {}",
-                round_trips(&c.retry_first),
-                round_trips(&c.retry)
-            )
-        },
+        &|c| trips(&c.retry_first, &c.retry),
     );
     row(
         "audit writer: UpdateItem (one per handler run × deliveries)",
@@ -473,33 +477,23 @@ fn cycle_table(r: &Report) -> String {
     );
     row(
         "DynamoDB WRU, circuit breaker per retry (count writes ÷ batch size)",
-        &|c| {
-            num(
-                model::pattern_quantities(&c.billables(), d, a).dynamodb_write_units
-                    - c.rules_write_units(),
-            )
-        },
+        &|c| num(q(c).dynamodb_write_units - c.rules_write_units()),
     );
     row(
         "DynamoDB RRU, circuit breaker per retry (reads per refresh period ÷ fleet rate)",
-        &|c| {
-            num(
-                model::pattern_quantities(&c.billables(), d, a).dynamodb_read_units
-                    - c.rules_read_units(),
-            )
-        },
+        &|c| num(q(c).dynamodb_read_units - c.rules_read_units()),
     );
     row("**DynamoDB WRU total (rules)** / moto reported", &|c| {
         format!(
             "**{}** / {}",
-            num(model::pattern_quantities(&c.billables(), d, a).dynamodb_write_units),
+            num(q(c).dynamodb_write_units),
             num(c.moto_write_units())
         )
     });
     row("**DynamoDB RRU (rules)** / moto reported", &|c| {
         format!(
             "**{}** / {}",
-            num(model::pattern_quantities(&c.billables(), d, a).dynamodb_read_units),
+            num(q(c).dynamodb_read_units),
             num(c.moto_read_units())
         )
     });
@@ -514,25 +508,16 @@ fn cycle_table(r: &Report) -> String {
         },
     );
     row("**SQS requests** (sends + ESM receive/delete)", &|c| {
-        format!(
-            "**{}**",
-            num(model::pattern_quantities(&c.billables(), d, a).sqs_requests)
-        )
+        format!("**{}**", num(q(c).sqs_requests))
     });
     row("**Scheduler invocations**", &|c| {
         format!("**{}**", c.response.schedule_creates)
     });
     row("**Lambda invocations** (at the batch sizes)", &|c| {
-        format!(
-            "**{}**",
-            num(model::pattern_quantities(&c.billables(), d, a).lambda_requests)
-        )
+        format!("**{}**", num(q(c).lambda_requests))
     });
     row("Lambda GB-seconds (model)", &|c| {
-        format!(
-            "{:.5}",
-            model::pattern_quantities(&c.billables(), d, a).lambda_gb_seconds
-        )
+        format!("{:.5}", q(c).lambda_gb_seconds)
     });
     row("**$ per million retries**", &|c| {
         format!(
@@ -903,15 +888,11 @@ pub fn render(r: &Report) -> String {
             ),
             (
                 "drain: first answer injected → every retried request at the service",
-                b.drain
-                    .map(secs)
-                    .unwrap_or_else(|| "**not reached**".into()),
+                reached(b.drain),
             ),
             (
                 "first answer injected → every retry event delivered by the scheduler",
-                b.all_fired
-                    .map(secs)
-                    .unwrap_or_else(|| "**not reached**".into()),
+                reached(b.all_fired),
             ),
             (
                 "retried requests published per second from then to the last",
@@ -921,9 +902,7 @@ pub fn render(r: &Report) -> String {
             ),
             (
                 "first answer injected → every transaction SUCCEEDED",
-                b.all_succeeded
-                    .map(secs)
-                    .unwrap_or_else(|| "**not reached**".into()),
+                reached(b.all_succeeded),
             ),
             (
                 "retried requests at the service (unique / raw)",
