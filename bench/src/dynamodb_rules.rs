@@ -229,29 +229,34 @@ mod tests {
         }
     }
 
+    /// What `op` bills on a table keyed by `id`, with the reconcile index or none.
+    fn bill(op: DynamoOp<'_>, indexed: bool) -> Billed {
+        let indexes = if indexed { vec![ix()] } else { vec![] };
+        dynamodb_billed_units(op, &indexes, &["id"])
+    }
+
+    /// An applied write from `before` to `after`.
+    fn write<'a>(
+        before: Option<&'a FlatItem>,
+        after: &'a FlatItem,
+        transactional: bool,
+    ) -> DynamoOp<'a> {
+        DynamoOp::Write {
+            before,
+            after: Some(after),
+            transactional,
+        }
+    }
+
     #[test]
     fn an_update_is_charged_by_the_larger_image_and_rounds_up_per_kilobyte() {
         let small = item(&[("id", s("a"))]);
         let big = item(&[("id", s("a")), ("v", s(&"x".repeat(1500)))]);
-        let b = dynamodb_billed_units(
-            DynamoOp::Write {
-                before: Some(&big),
-                after: Some(&small),
-                transactional: false,
-            },
-            &[],
-            &["id"],
+        assert_eq!(
+            bill(write(Some(&big), &small, false), false).table_write,
+            2.0
         );
-        assert_eq!(b.table_write, 2.0);
-        let t = dynamodb_billed_units(
-            DynamoOp::Write {
-                before: None,
-                after: Some(&small),
-                transactional: true,
-            },
-            &[],
-            &["id"],
-        );
+        let t = bill(write(None, &small, true), false);
         assert_eq!(t.table_write, 2.0, "transactional = 2×");
     }
 
@@ -266,18 +271,7 @@ mod tests {
             ("at", s("t2")),
             ("x", s("y")),
         ]);
-        let w = |b: &FlatItem, a: &FlatItem| {
-            dynamodb_billed_units(
-                DynamoOp::Write {
-                    before: Some(b),
-                    after: Some(a),
-                    transactional: false,
-                },
-                &[ix()],
-                &["id"],
-            )
-            .index_write
-        };
+        let w = |b: &FlatItem, a: &FlatItem| bill(write(Some(b), a, false), true).index_write;
         assert_eq!(w(&out, &k1), 1.0, "key appears: put");
         assert_eq!(w(&k1, &k2), 2.0, "key changes: delete + put");
         assert_eq!(w(&k2, &k2b), 1.0, "projected attribute changes: put");
@@ -289,14 +283,11 @@ mod tests {
     #[test]
     fn a_sized_write_bills_the_larger_image() {
         let w = |before_bytes, after_bytes| {
-            dynamodb_billed_units(
-                DynamoOp::SizedWrite {
-                    before_bytes,
-                    after_bytes,
-                },
-                &[ix()],
-                &["id"],
-            )
+            let op = DynamoOp::SizedWrite {
+                before_bytes,
+                after_bytes,
+            };
+            bill(op, true)
         };
         assert_eq!(
             w(0, 700),
@@ -313,31 +304,20 @@ mod tests {
     #[test]
     fn failed_conditions_and_reads() {
         let it = item(&[("id", s("a")), ("v", s(&"x".repeat(5000)))]);
-        let f = dynamodb_billed_units(
-            DynamoOp::FailedCondition {
-                existing: Some(&it),
-            },
-            &[ix()],
-            &["id"],
-        );
+        let existing = Some(&it);
+        let f = bill(DynamoOp::FailedCondition { existing }, true);
         assert_eq!((f.table_write, f.index_write), (5.0, 0.0));
-        let r = dynamodb_billed_units(
-            DynamoOp::Read {
-                item: Some(&it),
-                consistent: true,
-            },
-            &[],
-            &["id"],
-        );
-        assert_eq!(r.read, 2.0);
-        let e = dynamodb_billed_units(
-            DynamoOp::Read {
-                item: Some(&it),
-                consistent: false,
-            },
-            &[],
-            &["id"],
-        );
-        assert_eq!(e.read, 1.0);
+        let read = |consistent| {
+            bill(
+                DynamoOp::Read {
+                    item: existing,
+                    consistent,
+                },
+                false,
+            )
+            .read
+        };
+        assert_eq!(read(true), 2.0);
+        assert_eq!(read(false), 1.0);
     }
 }

@@ -26,6 +26,30 @@ fn deployment() -> Deployment {
     }
 }
 
+/// One retry cycle delivered directly, each message once, no breaker calls: the
+/// state item's `write_units`, a request message of `request_message_bytes`, the
+/// audit writer's `audit_round_trips`.
+fn direct_cycle(
+    write_units: f64,
+    request_message_bytes: usize,
+    audit_round_trips: u64,
+) -> CycleBillables {
+    CycleBillables {
+        deliveries: 1,
+        write_units,
+        read_units: 2.0,
+        request_sends: 1,
+        request_message_bytes,
+        scheduler_invocations: 1,
+        retry_event_bytes: 70,
+        response_round_trips: 3,
+        retry_round_trips: 4,
+        audit_round_trips,
+        stream_records: 4,
+        ..CycleBillables::default()
+    }
+}
+
 #[test]
 fn the_price_table_is_dated_and_sourced() {
     assert_eq!(PRICES.as_of, "2026-12");
@@ -87,23 +111,7 @@ fn a_known_count_vector_gives_known_dollars() {
 fn the_pattern_quantities_follow_the_batch_sizes() {
     let d = deployment();
     let a = Assumptions::new(&d);
-    let c = CycleBillables {
-        deliveries: 1,
-        write_units: 14.0,
-        read_units: 2.0,
-        request_sends: 1,
-        request_message_bytes: 4_200,
-        scheduler_invocations: 1,
-        retry_event_bytes: 70,
-        response_round_trips: 3,
-        retry_round_trips: 4,
-        audit_round_trips: 4,
-        stream_records: 4,
-        breaker_writes: 0,
-        breaker_write_units: 0.0,
-        breaker_read_units: 0.0,
-        ..CycleBillables::default()
-    };
+    let c = direct_cycle(14.0, 4_200, 4);
     let q = pattern_quantities(&c, &d, &a);
     // SQS: request 1 + scheduler delivery 1 + (receive + delete) / 10 on two queues.
     assert!(close(q.sqs_requests, 2.4), "{}", q.sqs_requests);
@@ -169,20 +177,7 @@ fn the_pattern_quantities_follow_the_batch_sizes() {
 fn outbox_delivery_prices_the_fifo_request_and_the_publisher() {
     let d = deployment();
     let a = Assumptions::new(&d);
-    let direct = CycleBillables {
-        deliveries: 1,
-        write_units: 8.0,
-        read_units: 2.0,
-        request_sends: 1,
-        request_message_bytes: 4_300,
-        scheduler_invocations: 1,
-        retry_event_bytes: 70,
-        response_round_trips: 3,
-        retry_round_trips: 4,
-        audit_round_trips: 2,
-        stream_records: 4,
-        ..CycleBillables::default()
-    };
+    let direct = direct_cycle(8.0, 4_300, 2);
     let outbox = CycleBillables {
         delivery: domain::decide::Delivery::Outbox,
         write_units: 10.0,
