@@ -126,47 +126,25 @@ fn respond(
 }
 
 fn event(bodies: impl Iterator<Item = String>) -> SqsEvent {
-    let records: Vec<serde_json::Value> = bodies
-        .enumerate()
-        .map(|(i, body)| {
-            serde_json::json!({
-                "messageId": format!("m-{i}"),
-                "receiptHandle": format!("r-{i}"),
-                "body": body,
-                "attributes": {"ApproximateReceiveCount": "1"},
-                "messageAttributes": {},
-                "eventSource": "aws:sqs",
-                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:bench",
-                "awsRegion": "us-east-1"
-            })
-        })
-        .collect();
-    serde_json::from_value(serde_json::json!({ "Records": records })).unwrap()
+    testkit::events::sqs(&bodies.collect::<Vec<_>>())
 }
 
-fn response_handler(
-    store: MemoryStore,
-) -> ResponseHandler<
-    MemoryStore,
-    MemoryScheduler,
-    MemoryQueue<RetryEvent>,
-    MemoryStore,
-    MemoryBreaker,
-    MemoryDeadLetter,
-> {
-    ResponseHandler {
-        store,
-        scheduler: MemoryScheduler::new(),
-        retries: MemoryQueue::new(),
-        notes: MemoryStore::new(),
-        breaker: Some(gate("response-handler")),
-        dead_letter: MemoryDeadLetter::new(),
-        clock: SystemClock,
-        settings: Settings::default(),
-        batch: BatchOptions { concurrency: BATCH },
-        seeds: Seeds::fixed(1),
-        namespace: "Bench".into(),
-    }
+/// `$handler { $field: $value, … }` with the parts both handlers share: the breaker
+/// as `$by` uses it, an in-memory dead letter, the system clock, default settings,
+/// batches of `BATCH`.
+macro_rules! in_memory {
+    ($handler:ident, $by:literal { $($field:ident: $value:expr),* $(,)? }) => {
+        $handler {
+            $($field: $value,)*
+            breaker: Some(gate($by)),
+            dead_letter: MemoryDeadLetter::new(),
+            clock: SystemClock,
+            settings: Settings::default(),
+            batch: BatchOptions { concurrency: BATCH },
+            seeds: Seeds::fixed(1),
+            namespace: "Bench".into(),
+        }
+    };
 }
 
 /// The breaker as the functions use it, CLOSED, cached for 5 s.
@@ -180,6 +158,24 @@ fn gate(by: &str) -> BreakerGate<MemoryBreaker> {
     )
 }
 
+fn response_handler(
+    store: MemoryStore,
+) -> ResponseHandler<
+    MemoryStore,
+    MemoryScheduler,
+    MemoryQueue<RetryEvent>,
+    MemoryStore,
+    MemoryBreaker,
+    MemoryDeadLetter,
+> {
+    in_memory!(ResponseHandler, "response-handler" {
+        store: store,
+        scheduler: MemoryScheduler::new(),
+        retries: MemoryQueue::new(),
+        notes: MemoryStore::new(),
+    })
+}
+
 fn retry_handler(
     store: MemoryStore,
 ) -> RetryHandler<
@@ -189,19 +185,12 @@ fn retry_handler(
     MemoryBreaker,
     MemoryDeadLetter,
 > {
-    RetryHandler {
-        store,
+    in_memory!(RetryHandler, "retry-handler" {
+        store: store,
         requests: MemoryQueue::new(),
         retries: MemoryQueue::new(),
-        breaker: Some(gate("retry-handler")),
-        dead_letter: MemoryDeadLetter::new(),
-        clock: SystemClock,
-        settings: Settings::default(),
-        batch: BatchOptions { concurrency: BATCH },
-        seeds: Seeds::fixed(1),
         pacer: None,
-        namespace: "Bench".into(),
-    }
+    })
 }
 
 /// Benchmarks `$name`: an event of `BATCH` records (`$record(i)`) through a fresh
