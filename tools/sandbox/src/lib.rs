@@ -11,6 +11,7 @@
 //!   they fail with.
 
 pub mod args;
+mod bad_argument;
 pub mod demo;
 pub mod error;
 pub mod local;
