@@ -94,34 +94,14 @@ impl Target {
                 .fill(args)?,
             None => args.clone(),
         };
-        if args.reconcile_shards == Some(0) {
-            return Err(CliError::bad(
-                "--reconcile-shards",
-                "0",
-                "must be at least 1",
-            ));
-        }
-        if args.answer_timeout_seconds == Some(0) {
-            return Err(CliError::bad(
-                "--answer-timeout-seconds",
-                "0",
-                "must be at least 1",
-            ));
-        }
-        if let Some(d @ (0..60)) = args.transaction_deadline_seconds {
-            return Err(CliError::bad(
-                "--transaction-deadline-seconds",
-                d.to_string(),
-                "must be at least 60",
-            ));
-        }
-        if args.reconcile_requeue_max == Some(0) {
-            return Err(CliError::bad(
-                "--reconcile-requeue-max",
-                "0",
-                "must be at least 1",
-            ));
-        }
+        at_least("--reconcile-shards", args.reconcile_shards, 1)?;
+        at_least("--answer-timeout-seconds", args.answer_timeout_seconds, 1)?;
+        at_least(
+            "--transaction-deadline-seconds",
+            args.transaction_deadline_seconds,
+            60,
+        )?;
+        at_least("--reconcile-requeue-max", args.reconcile_requeue_max, 1)?;
         let delivery = args
             .request_delivery
             .as_deref()
@@ -408,6 +388,18 @@ impl Target {
             },
             ..self.settings()
         })
+    }
+}
+
+/// Refuses a value of `flag` below `least`.
+fn at_least(flag: &'static str, given: Option<impl Into<u64>>, least: u64) -> Result<(), CliError> {
+    match given.map(Into::into) {
+        Some(v) if v < least => Err(CliError::bad(
+            flag,
+            v.to_string(),
+            format!("must be at least {least}"),
+        )),
+        _ => Ok(()),
     }
 }
 

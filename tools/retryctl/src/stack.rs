@@ -135,45 +135,19 @@ impl Described {
                     ),
                 )
             };
-            let number = |n: &str| -> Result<u64, CliError> {
-                n.parse().map_err(|e| {
-                    CliError::bad(
-                        flag,
-                        n,
-                        format!("stack {}'s value is not a number: {e}", self.name),
-                    )
-                })
-            };
+            // A number, in the type of the setting it fills.
+            macro_rules! number {
+                ($slot:expr) => {
+                    self.fill_number(&mut $slot, flag, value, conflict)?
+                };
+            }
             match flag {
-                "--reconcile-shards" => {
-                    let v =
-                        u16::try_from(number(value)?).map_err(|e| CliError::bad(flag, value, e))?;
-                    out.reconcile_shards = agree(out.reconcile_shards, v, conflict)?;
-                }
-                "--reconcile-requeue-max" => {
-                    let v =
-                        u32::try_from(number(value)?).map_err(|e| CliError::bad(flag, value, e))?;
-                    out.reconcile_requeue_max = agree(out.reconcile_requeue_max, v, conflict)?;
-                }
-                "--answer-timeout-seconds" => {
-                    let v = number(value)?;
-                    out.answer_timeout_seconds = agree(out.answer_timeout_seconds, v, conflict)?;
-                }
-                "--retention-days" => {
-                    let v =
-                        u32::try_from(number(value)?).map_err(|e| CliError::bad(flag, value, e))?;
-                    out.retention_days = agree(out.retention_days, v, conflict)?;
-                }
-                "--transaction-deadline-seconds" => {
-                    let v = number(value)?;
-                    out.transaction_deadline_seconds =
-                        agree(out.transaction_deadline_seconds, v, conflict)?;
-                }
-                "--reconcile-threshold-seconds" => {
-                    let v = number(value)?;
-                    out.reconcile_threshold_seconds =
-                        agree(out.reconcile_threshold_seconds, v, conflict)?;
-                }
+                "--reconcile-shards" => number!(out.reconcile_shards),
+                "--reconcile-requeue-max" => number!(out.reconcile_requeue_max),
+                "--answer-timeout-seconds" => number!(out.answer_timeout_seconds),
+                "--retention-days" => number!(out.retention_days),
+                "--transaction-deadline-seconds" => number!(out.transaction_deadline_seconds),
+                "--reconcile-threshold-seconds" => number!(out.reconcile_threshold_seconds),
                 _ => {
                     let slot = match flag {
                         "--transactions-table" => &mut out.transactions_table,
@@ -193,6 +167,31 @@ impl Described {
             }
         }
         Ok(out)
+    }
+
+    /// `slot` set to the stack's `value` for `flag`, a number of the slot's type, unless
+    /// the slot already holds another (then the error `conflict` makes).
+    fn fill_number<T>(
+        &self,
+        slot: &mut Option<T>,
+        flag: &'static str,
+        value: &str,
+        conflict: impl Fn(String) -> CliError,
+    ) -> Result<(), CliError>
+    where
+        T: TryFrom<u64> + PartialEq + ToString,
+        T::Error: std::fmt::Display,
+    {
+        let n: u64 = value.parse().map_err(|e| {
+            CliError::bad(
+                flag,
+                value,
+                format!("stack {}'s value is not a number: {e}", self.name),
+            )
+        })?;
+        let n = T::try_from(n).map_err(|e| CliError::bad(flag, value, e))?;
+        *slot = agree(slot.take(), n, conflict)?;
+        Ok(())
     }
 }
 

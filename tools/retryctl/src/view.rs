@@ -458,16 +458,21 @@ mod tests {
     use domain::machine::Counter;
     use domain::{MaxAttempts, Timestamp, TransactionId};
 
+    /// A record of `id` started at 1 s with at most `max` attempts.
+    fn started(id: &str, max: u32) -> TransactionRecord {
+        TransactionRecord::started(
+            TransactionId::parse(id).unwrap(),
+            MaxAttempts::new(max).unwrap(),
+            Timestamp::from_millis(1_000),
+        )
+    }
+
     /// GIVEN a record and its trail WHEN the trail holds its last write THEN the audit
     /// is up to date; WHEN the record moved on (or nothing is audited yet) THEN it is
     /// behind, by the time between the trail's end and the record's last write.
     #[test]
     fn the_audit_lag_is_said_not_guessed() {
-        let started = TransactionRecord::started(
-            TransactionId::parse("TX-LAG").unwrap(),
-            MaxAttempts::new(2).unwrap(),
-            Timestamp::from_millis(1_000),
-        );
+        let started = started("TX-LAG", 2);
         let first = AuditEntry::from_change(None, &started).unwrap();
         let lag = audit_lag(&started, std::slice::from_ref(&first));
         assert!(lag.up_to_date);
@@ -496,11 +501,7 @@ mod tests {
     /// and the audit is judged by the last transition, not by the notice.
     #[test]
     fn a_conflicting_success_is_shown_as_a_notice() {
-        let mut failed = TransactionRecord::started(
-            TransactionId::parse("TX-CS").unwrap(),
-            MaxAttempts::new(1).unwrap(),
-            Timestamp::from_millis(1_000),
-        );
+        let mut failed = started("TX-CS", 1);
         let first = AuditEntry::from_change(None, &failed).unwrap();
         failed.status = Status::Failed;
         failed.updated_at = Timestamp::from_millis(2_000);
@@ -531,11 +532,7 @@ mod tests {
     /// (compact, wide, JSON); a CANCELLED cycle's SCHEDULING is not a pause.
     #[test]
     fn a_pause_by_the_breaker_is_marked_in_the_timeline() {
-        let mut r = TransactionRecord::started(
-            TransactionId::parse("TX-PB").unwrap(),
-            MaxAttempts::new(3).unwrap(),
-            Timestamp::from_millis(1_000),
-        );
+        let mut r = started("TX-PB", 3);
         r.status = Status::Scheduled;
         r.next_attempt = Some(domain::Attempt::new(2).unwrap());
         r.last_reason = Some("NOT_AVAILABLE".into());
@@ -571,11 +568,7 @@ mod tests {
     /// counters, the operator note as two keys; bookkeeping left out.
     #[test]
     fn the_record_view_shows_its_attributes_and_counters() {
-        let mut r = TransactionRecord::started(
-            TransactionId::parse("TX-V").unwrap(),
-            MaxAttempts::new(3).unwrap(),
-            Timestamp::from_millis(1_000),
-        );
+        let mut r = started("TX-V", 3);
         r.counts[Counter::Republishes] = 1;
         r.counts[Counter::Requeues] = 2;
         r.counts[Counter::Round] = 3;

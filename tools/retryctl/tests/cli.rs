@@ -3,7 +3,9 @@
 mod common;
 
 use aws::config::vars;
-use common::{options, retryctl, retryctl_without, start_stack, submit, wait_status, Running};
+use common::{
+    options, retryctl, retryctl_without, start_stack, submit, wait_status, words, Running,
+};
 use domain::ports::{Clock, SystemClock};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -38,25 +40,10 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     let s = timeline();
     let r = retryctl(
         s,
-        &[
-            "submit",
-            "TX-SHOW-1",
-            "--payload",
-            r#"{"amount":42}"#,
-            "--max-attempts",
-            "4",
-            "--correlation-id",
-            "corr-show-1",
-        ],
+        &words(r#"submit TX-SHOW-1 --payload {"amount":42} --max-attempts 4 --correlation-id corr-show-1"#),
     )
     .await;
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(
-        r.stdout
-            .contains("TX-SHOW-1: started (request for attempt 1 published)"),
-        "{}",
-        r.stdout
-    );
+    r.prints(0, &["TX-SHOW-1: started (request for attempt 1 published)"]);
     wait_status(s, "TX-SHOW-1", "FAILED", LONG).await;
 
     // The compact view: a line per transition, times relative to the start and to the
@@ -215,13 +202,7 @@ async fn show_prints_the_full_timeline_of_three_retries_and_replay_extends_it() 
     let r = retryctl(s, &["submit", "TX-SHOW-2", "--payload", "{}"]).await;
     assert_eq!(r.code, 0);
     let r = retryctl(s, &["replay", "TX-SHOW-2"]).await;
-    assert_eq!(r.code, 4, "{r:?}");
-    assert!(
-        r.stderr
-            .contains("only FAILED transactions can be replayed"),
-        "{}",
-        r.stderr
-    );
+    r.fails(4, &["only FAILED transactions can be replayed"]);
     let r = retryctl(s, &["replay", "TX-SHOW-1", "--budget", "0"]).await;
     r.fails(2, &["--budget"]);
 
@@ -305,14 +286,7 @@ async fn submit_writes_the_first_answer_deadline_from_the_stacks_answer_timeout(
     // The flag gives it too.
     let r = retryctl_without(
         s,
-        &[
-            "submit",
-            "TX-DUE-3",
-            "--payload",
-            "{}",
-            "--answer-timeout-seconds",
-            "2",
-        ],
+        &words("submit TX-DUE-3 --payload {} --answer-timeout-seconds 2"),
         &[vars::ANSWER_TIMEOUT_SECONDS.name],
     )
     .await;
@@ -448,12 +422,9 @@ async fn one_flag_reaches_the_stack_and_a_missing_output_is_named() {
         .await
         .unwrap();
     let r = retryctl_without(s, &["--stack", &partial, "stats"], &BY_HAND).await;
-    assert_eq!(r.code, 2, "{r:?}");
-    assert!(
-        r.stderr
-            .contains(&format!("stack {partial} has no output `AuditDLQUrl`")),
-        "{}",
-        r.stderr
+    r.fails(
+        2,
+        &[&format!("stack {partial} has no output `AuditDLQUrl`")],
     );
     // --role-arn: AssumeRole at the same endpoint, then every call with its session:
     // the breaker's change log names the assumed role as the caller.
@@ -546,18 +517,7 @@ async fn submit_is_idempotent_and_refuses_bad_arguments_naming_them() {
     );
     let r = retryctl(s, &["submit", " padded", "--payload", "{}"]).await;
     r.fails(2, &["invalid value for <id>: ` padded`"]);
-    let r = retryctl(
-        s,
-        &[
-            "submit",
-            "TX-BAD",
-            "--payload",
-            "{}",
-            "--max-attempts",
-            "many",
-        ],
-    )
-    .await;
+    let r = retryctl(s, &words("submit TX-BAD --payload {} --max-attempts many")).await;
     assert_eq!(r.code, 2, "clap's own error");
     assert!(
         r.stderr.contains("--max-attempts") && r.stderr.contains("many"),
@@ -566,15 +526,7 @@ async fn submit_is_idempotent_and_refuses_bad_arguments_naming_them() {
     );
     let r = retryctl(
         s,
-        &[
-            "submit",
-            "TX-BAD",
-            "--payload",
-            "{}",
-            "--json",
-            "--max-attempts",
-            "0",
-        ],
+        &words("submit TX-BAD --payload {} --json --max-attempts 0"),
     )
     .await;
     assert_eq!(r.json()["error"], "bad-argument");
@@ -755,20 +707,7 @@ async fn redrive_moves_dlq_messages_back_to_their_source() {
     let s = fast();
     let sdk = testkit::moto::sdk_config(&s.endpoint).await;
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let url = |name: &str| {
-        let sqs = sqs.clone();
-        let name = format!("{}-{name}", s.prefix);
-        async move {
-            sqs.get_queue_url()
-                .queue_name(name)
-                .send()
-                .await
-                .unwrap()
-                .queue_url()
-                .unwrap()
-                .to_owned()
-        }
-    };
+    let url = |name: &'static str| queue_url(&sqs, s, name);
     let depth = |u: String| {
         let sqs = sqs.clone();
         async move {
@@ -827,12 +766,7 @@ async fn redrive_moves_dlq_messages_back_to_their_source() {
         "{peeked}"
     );
     let r = retryctl(s, &["redrive", "response", "--dry-run"]).await;
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(
-        r.stdout.contains("(dry run: nothing moved)"),
-        "{}",
-        r.stdout
-    );
+    r.prints(0, &["(dry run: nothing moved)"]);
     assert!(r.stdout.contains("body: not json at all"), "{}", r.stdout);
     assert_eq!(
         depth(url("response-dlq").await).await,
@@ -852,12 +786,7 @@ async fn redrive_moves_dlq_messages_back_to_their_source() {
         .await
         .unwrap();
     let r = retryctl(s, &["redrive", "scheduler"]).await;
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(
-        r.stdout.contains("scheduler: moved 1 message(s)"),
-        "{}",
-        r.stdout
-    );
+    r.prints(0, &["scheduler: moved 1 message(s)"]);
     assert_eq!(depth(url("scheduler-dlq").await).await, 0);
     // The retry handler saw it: unknown transaction → kept in the retry DLQ.
     assert!(wait_depth(url("retry-dlq").await, 1).await);
@@ -923,13 +852,7 @@ async fn help_shows_examples_and_keeps_the_stack_settings_apart() {
 async fn aws_failures_are_one_line_with_a_hint_and_a_kind() {
     let s = fast();
     // Nothing listens on port 1.
-    let nowhere = [
-        "--endpoint-url",
-        "http://127.0.0.1:1",
-        "--prefix",
-        "x",
-        "stats",
-    ];
+    let nowhere = words("--endpoint-url http://127.0.0.1:1 --prefix x stats");
     let (code, out, err) = bare(&[&nowhere[..], &["--json"]].concat(), &[]).await;
     assert_eq!(code, Some(1), "{err}");
     let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -951,13 +874,8 @@ async fn aws_failures_are_one_line_with_a_hint_and_a_kind() {
     assert!(err.contains("SDK detail: "), "{err}");
 
     // A prefix that names no table on a running endpoint.
-    let wrong = [
-        "--endpoint-url",
-        &s.endpoint,
-        "--prefix",
-        "wrongprefix",
-        "stats",
-    ];
+    let wrong = format!("--endpoint-url {} --prefix wrongprefix stats", s.endpoint);
+    let wrong = words(&wrong);
     let (code, out, err) = bare(&[&wrong[..], &["--json"]].concat(), &[]).await;
     assert_eq!(code, Some(1), "{err}");
     let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -1099,15 +1017,7 @@ async fn redrive_audit_reads_the_stream_range_again() {
             .await
             .unwrap();
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    let dlq = sqs
-        .get_queue_url()
-        .queue_name(format!("{}-audit-dlq", s.prefix))
-        .send()
-        .await
-        .unwrap()
-        .queue_url()
-        .unwrap()
-        .to_owned();
+    let dlq = queue_url(&sqs, s, "audit-dlq").await;
     send_all(&sqs, &dlq, [record, elsewhere]).await;
 
     let r = retryctl(s, &["redrive", "audit", "--json"]).await;
@@ -1128,6 +1038,16 @@ async fn redrive_audit_reads_the_stream_range_again() {
     // The unreadable record stays in the DLQ for a human.
     let st = retryctl(s, &["stats", "--json"]).await.json();
     assert_eq!(st["dlq_depths"]["audit"], 1, "{st}");
+}
+
+/// The URL of the stack's queue `name` (`PREFIX-name`).
+async fn queue_url(sqs: &aws_sdk_sqs::Client, s: &Running, name: &str) -> String {
+    let name = format!("{}-{name}", s.prefix);
+    let out = sqs.get_queue_url().queue_name(&name).send().await;
+    match out.map(|o| o.queue_url().map(str::to_owned)) {
+        Ok(Some(url)) => url,
+        other => panic!("GetQueueUrl {name}: {other:?}"),
+    }
 }
 
 /// Sends each body to `queue_url`.
@@ -1222,19 +1142,8 @@ async fn redrive_says_which_messages_came_back_within_its_wait() {
         ("AWS_SECRET_ACCESS_KEY", "testing"),
         ("AWS_REGION", "us-east-1"),
     ];
-    let (code, out, err) = bare(
-        &[
-            "redrive",
-            "response",
-            "--response-queue-url",
-            &src,
-            "--wait",
-            "15",
-            "--json",
-        ],
-        &env,
-    )
-    .await;
+    let argv = format!("redrive response --response-queue-url {src} --wait 15 --json");
+    let (code, out, err) = bare(&words(&argv), &env).await;
     consumer.abort();
     assert_eq!(code, Some(0), "{out}\n{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -1285,13 +1194,7 @@ async fn breaker_status_open_and_close_are_recorded() {
     let r = retryctl(s, &["breaker", "open", "--for", "0"]).await;
     r.fails(2, &["--for", "0"]);
 
-    let r = retryctl(
-        s,
-        &[
-            "breaker", "open", "--for", "600", "--reason", "INC-1", "--json",
-        ],
-    )
-    .await;
+    let r = retryctl(s, &words("breaker open --for 600 --reason INC-1 --json")).await;
     assert_eq!(r.code, 0, "{r:?}");
     let v = r.json();
     assert_eq!(
@@ -1301,12 +1204,7 @@ async fn breaker_status_open_and_close_are_recorded() {
     assert_eq!(v["detail"]["cooldown_ms"].as_i64(), Some(600_000));
 
     let r = retryctl(s, &["breaker", "status"]).await;
-    assert_eq!(r.code, 0, "{r:?}");
-    assert!(
-        r.stdout.contains("OPEN until") && r.stdout.contains("version 1"),
-        "{}",
-        r.stdout
-    );
+    r.prints(0, &["OPEN until", "version 1"]);
     assert!(
         r.stdout.contains("forced") && r.stdout.contains(": INC-1"),
         "{}",

@@ -10,39 +10,36 @@ use sandbox::report::render;
 use sandbox::DemoArgs;
 
 /// `retryctl demo` on the shared moto server with a stack of its own, no progress
-/// bar, retries after 1 s (at most 4 s), and `extra` flags.
-fn demo_args(tag: &str, extra: &[&str]) -> DemoArgs {
+/// bar, retries after 1 s (at most 4 s), and `extra` flags (separated by spaces).
+fn demo_args(tag: &str, extra: &str) -> DemoArgs {
     let moto = testkit::moto::shared_endpoint().expect("moto_server on PATH (. scripts/tools.sh)");
     let prefix = testkit::moto::unique_prefix(tag);
-    let mut argv = vec![
-        "retryctl",
-        "demo",
-        "--no-progress",
-        "--moto-endpoint",
-        &moto,
-        "--stack-prefix",
-        &prefix,
-        "--backoff-base",
-        "1",
-        "--backoff-cap",
-        "4",
-    ];
-    argv.extend_from_slice(extra);
-    let Command::Demo(args) = Cli::parse_from(argv).command else {
+    let common = format!(
+        "retryctl demo --no-progress --moto-endpoint {moto} --stack-prefix {prefix} \
+         --backoff-base 1 --backoff-cap 4 {extra}"
+    );
+    let Command::Demo(args) = Cli::parse_from(common.split_whitespace()).command else {
         unreachable!()
     };
     *args
 }
 
+/// The demo with `flags` (as [`demo_args`]): it ends, keeps no stack, and every check
+/// of its report passes. The report and its text.
+async fn demo_ok(tag: &str, flags: &str) -> (sandbox::report::Report, String) {
+    let (r, kept) = sandbox::demo::run(&demo_args(tag, flags))
+        .await
+        .expect("demo runs");
+    assert!(kept.is_none());
+    let text = render(&r);
+    assert!(r.ok(), "{flags}: {text}");
+    (r, text)
+}
+
 /// 20 transactions answered by the service seeded 23, with `extra` flags: every check
 /// of the report passes, every transaction ends, nothing is dead-lettered.
-async fn twenty_of_seed_23(tag: &str, extra: &[&str]) -> sandbox::report::Report {
-    let mut flags = vec!["--transactions", "20", "--seed", "23"];
-    flags.extend_from_slice(extra);
-    let args = demo_args(tag, &flags);
-    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
-    let text = render(&r);
-    assert!(r.ok(), "{extra:?}: {text}");
+async fn twenty_of_seed_23(tag: &str, extra: &str) -> sandbox::report::Report {
+    let (r, text) = demo_ok(tag, &format!("--transactions 20 --seed 23 {extra}")).await;
     assert_eq!(r.statuses.values().sum::<u64>(), 20, "{extra:?}: {text}");
     assert!(r.dlq.values().all(|n| *n == 0), "{extra:?}: {text}");
     r
@@ -50,21 +47,11 @@ async fn twenty_of_seed_23(tag: &str, extra: &[&str]) -> sandbox::report::Report
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
-    let args = demo_args(
+    let (r, text) = demo_ok(
         "demo",
-        &[
-            "--transactions",
-            "20",
-            "--duplicate-responses",
-            "0",
-            "--seed",
-            "11",
-        ],
-    );
-    let (r, kept) = sandbox::demo::run(&args).await.expect("demo runs");
-    assert!(kept.is_none());
-    let text = render(&r);
-    assert!(r.ok(), "{text}");
+        "--transactions 20 --duplicate-responses 0 --seed 11",
+    )
+    .await;
     assert_eq!(r.attempted, 20);
     assert_eq!(r.statuses.values().sum::<u64>(), 20, "{text}");
     assert_eq!(
@@ -119,16 +106,8 @@ async fn a_small_demo_ends_every_transaction_and_its_figures_agree() {
 /// intake the starter started each transaction exactly once, nothing dead-lettered.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_demo_started_through_the_intake_ends_as_one_started_by_the_library() {
-    let library = twenty_of_seed_23(
-        "via",
-        &["--duplicate-responses", "0", "--start-via", "library"],
-    )
-    .await;
-    let intake = twenty_of_seed_23(
-        "via",
-        &["--duplicate-responses", "0", "--start-via", "intake"],
-    )
-    .await;
+    let library = twenty_of_seed_23("via", "--duplicate-responses 0 --start-via library").await;
+    let intake = twenty_of_seed_23("via", "--duplicate-responses 0 --start-via intake").await;
     assert_eq!(intake.statuses, library.statuses, "{}", render(&intake));
     assert_eq!(
         intake.retries_histogram,
@@ -149,89 +128,66 @@ async fn a_demo_started_through_the_intake_ends_as_one_started_by_the_library() 
 async fn demo_flags_are_validated_naming_the_flag_and_value() {
     let dir = std::env::temp_dir().join(testkit::moto::unique_prefix("chaosfile"));
     std::fs::create_dir_all(&dir).unwrap();
-    let bad = dir.join("bad.json");
-    std::fs::write(
-        &bad,
+    let chaos_file = |name: &str, content: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, content).unwrap();
+        path.display().to_string()
+    };
+    let bad = chaos_file(
+        "bad.json",
         r#"{"rates":{"dynamodb:UpdateItem":{"lost_response":1.5}}}"#,
-    )
-    .unwrap();
-    let bad = bad.display().to_string();
-    let bad_needle = format!(
-        r#"invalid value for --chaos: `{bad}: rates."dynamodb:UpdateItem".lost_response = 1.5`"#
     );
-    let bad_toml = dir.join("bad.toml");
-    std::fs::write(&bad_toml, "[process]\nkill_invocation = -1\n").unwrap();
-    let bad_toml = bad_toml.display().to_string();
-    let bad_toml_needle =
-        format!("invalid value for --chaos: `{bad_toml}: process.kill_invocation = -1`");
-    let unknown = dir.join("unknown.json");
-    std::fs::write(&unknown, r#"{"rates":{"sqs":{"throttel":0.1}}}"#).unwrap();
-    let unknown = unknown.display().to_string();
-    for (args, needle) in [
+    let bad_toml = chaos_file("bad.toml", "[process]\nkill_invocation = -1\n");
+    let unknown = chaos_file("unknown.json", r#"{"rates":{"sqs":{"throttel":0.1}}}"#);
+    let files = [
         (
-            vec!["--chaos", "medium"],
+            format!("--chaos {bad}"),
+            format!(
+                r#"invalid value for --chaos: `{bad}: rates."dynamodb:UpdateItem".lost_response = 1.5`"#
+            ),
+        ),
+        (
+            format!("--chaos {bad_toml}"),
+            format!("invalid value for --chaos: `{bad_toml}: process.kill_invocation = -1`"),
+        ),
+        (
+            format!("--chaos {unknown}"),
+            "unknown field `throttel`".to_owned(),
+        ),
+    ];
+    let files = files.iter().map(|(f, n)| (f.as_str(), n.as_str()));
+    for (flags, needle) in files.chain([
+        (
+            "--chaos medium",
             "invalid value for --chaos: `medium`: not a profile (light, heavy) nor a .json or .toml file",
         ),
-        (vec!["--chaos", bad.as_str()], bad_needle.as_str()),
-        (vec!["--chaos", bad_toml.as_str()], bad_toml_needle.as_str()),
+        ("--transactions 0", "invalid value for --transactions: `0`"),
+        ("--cancel-probability 1.5", "invalid value for --cancel-probability: `1.5`"),
+        ("--backoff-factor 0.5", "invalid value for --backoff-factor: `0.5`"),
+        ("--latency-min-ms 500", "invalid value for --latency-min-ms: `500`"),
+        ("--outage 20-60", "invalid value for --outage: `20-60`: expected START+DURATION"),
+        ("--outage 20+0", "invalid value for --outage: `20+0`: DURATION must be > 0"),
+        ("--outage x+10", "invalid value for --outage: `x+10`: START `x`"),
         (
-            vec!["--chaos", unknown.as_str()],
-            "unknown field `throttel`",
-        ),
-        (
-            vec!["--transactions", "0"],
-            "invalid value for --transactions: `0`",
-        ),
-        (
-            vec!["--cancel-probability", "1.5"],
-            "invalid value for --cancel-probability: `1.5`",
-        ),
-        (
-            vec!["--backoff-factor", "0.5"],
-            "invalid value for --backoff-factor: `0.5`",
-        ),
-        (
-            vec!["--latency-min-ms", "500"],
-            "invalid value for --latency-min-ms: `500`",
-        ),
-        (
-            vec!["--outage", "20-60"],
-            "invalid value for --outage: `20-60`: expected START+DURATION",
-        ),
-        (
-            vec!["--outage", "20+0"],
-            "invalid value for --outage: `20+0`: DURATION must be > 0",
-        ),
-        (
-            vec!["--outage", "x+10"],
-            "invalid value for --outage: `x+10`: START `x`",
-        ),
-        (
-            vec!["--service", "queue,http"],
+            "--service queue,http",
             "--service `queue,http`: two transports; expected queue or http, and/or deduplicating or non-idempotent",
         ),
+        ("--service http,idempotent", "--service `http,idempotent`: unknown word `idempotent`"),
+        ("--delivery fifo", "--delivery `fifo`: expected direct or outbox"),
         (
-            vec!["--service", "http,idempotent"],
-            "--service `http,idempotent`: unknown word `idempotent`",
-        ),
-        (
-            vec!["--delivery", "fifo"],
-            "--delivery `fifo`: expected direct or outbox",
-        ),
-        (
-            vec!["--deadline", "60", "--outage", "30+40"],
+            "--deadline 60 --outage 30+40",
             "invalid value for --outage: `30+40`: the outage ends at 70 s, after the run's deadline (60 s",
         ),
-    ] {
+    ]) {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_retryctl"))
             .arg("demo")
-            .args(&args)
+            .args(flags.split_whitespace())
             .output()
             .await
             .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(out.status.code(), Some(2), "{flags}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(err.contains(needle), "{flags}: {err}");
     }
 }
 
@@ -312,23 +268,11 @@ fn todays_seed() -> u64 {
 /// --seed N` replays the same fault decisions.
 async fn chaos_run(seed: u64) {
     println!("chaos seed {seed}");
-    let seed_text = seed.to_string();
-    let args = demo_args(
+    let (r, text) = demo_ok(
         "chaos",
-        &[
-            "--transactions",
-            "40",
-            "--chaos",
-            "heavy",
-            "--seed",
-            &seed_text,
-            "--service",
-            "non-idempotent",
-        ],
-    );
-    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
-    let text = render(&r);
-    assert!(r.ok(), "chaos seed {seed}:\n{text}");
+        &format!("--transactions 40 --chaos heavy --seed {seed} --service non-idempotent"),
+    )
+    .await;
     assert_eq!(
         r.count(domain::Status::Succeeded) + r.count(domain::Status::Failed),
         40,
@@ -363,24 +307,11 @@ async fn chaos_heavy_with_todays_seed_ends_ok() {
 /// FAILED/UNANSWERED after ANSWER_REPUBLISH_MAX republishes, its budget untouched.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_silent_service_is_rescued_by_the_answer_deadline() {
-    let args = demo_args(
+    let (r, text) = demo_ok(
         "silent",
-        &[
-            "--transactions",
-            "12",
-            "--silent-probability",
-            "0.3",
-            "--answer-timeout",
-            "2",
-            "--reconcile-every",
-            "1",
-            "--seed",
-            "5",
-        ],
-    );
-    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
-    let text = render(&r);
-    assert!(r.ok(), "{text}");
+        "--transactions 12 --silent-probability 0.3 --answer-timeout 2 --reconcile-every 1 --seed 5",
+    )
+    .await;
     assert!(r.dropped_silently > 0, "{text}");
     let republished = r
         .reconciler
@@ -390,22 +321,11 @@ async fn a_silent_service_is_rescued_by_the_answer_deadline() {
     assert!(republished > 0, "{text}");
     assert!(text.contains("answer deadlines"), "{text}");
 
-    let args = demo_args(
+    let (r, text) = demo_ok(
         "mute",
-        &[
-            "--transactions",
-            "3",
-            "--silent-probability",
-            "1",
-            "--answer-timeout",
-            "2",
-            "--reconcile-every",
-            "1",
-        ],
-    );
-    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
-    let text = render(&r);
-    assert!(r.ok(), "{text}");
+        "--transactions 3 --silent-probability 1 --answer-timeout 2 --reconcile-every 1",
+    )
+    .await;
     assert_eq!(r.count(domain::Status::Failed), 3, "{text}");
     let max = u64::from(domain::defaults::ANSWER_REPUBLISH_MAX);
     assert_eq!(r.dropped_silently, 3 * (max + 1), "{text}");
@@ -429,20 +349,10 @@ async fn a_silent_service_is_rescued_by_the_answer_deadline() {
 async fn outage_run(tag: &str, service: &str) -> (sandbox::report::Report, String) {
     let mut args = demo_args(
         tag,
-        &[
-            "--transactions",
-            "60",
-            "--duplicate-responses",
-            "0",
-            "--seed",
-            "5",
-            "--submit-rate",
-            "3",
-            "--outage",
-            "6+20",
-            "--service",
-            service,
-        ],
+        &format!(
+            "--transactions 60 --duplicate-responses 0 --seed 5 --submit-rate 3 --outage 6+20 \
+             --service {service}"
+        ),
     );
     args.backoff_base = 10.0;
     args.backoff_cap = 20.0;
@@ -501,19 +411,10 @@ async fn an_outage_opens_the_breaker_and_fails_nothing() {
 /// those re-sends is an attempt it ran twice, reported with a warning.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_demo_through_the_http_bridge_ends_as_one_on_the_queues() {
-    let queue = twenty_of_seed_23(
-        "http",
-        &["--duplicate-responses", "0", "--service", "queue"],
-    )
-    .await;
+    let queue = twenty_of_seed_23("http", "--duplicate-responses 0 --service queue").await;
     let http = twenty_of_seed_23(
         "http",
-        &[
-            "--duplicate-responses",
-            "0.2",
-            "--service",
-            "http,non-idempotent",
-        ],
+        "--duplicate-responses 0.2 --service http,non-idempotent",
     )
     .await;
     let text = render(&http);
@@ -597,12 +498,7 @@ fn ledger_agrees(r: &sandbox::report::Report) -> u64 {
 async fn a_service_that_does_not_deduplicate_runs_each_attempt_once_without_faults() {
     let r = twenty_of_seed_23(
         "nonidem",
-        &[
-            "--duplicate-responses",
-            "0.2",
-            "--service",
-            "non-idempotent",
-        ],
+        "--duplicate-responses 0.2 --service non-idempotent",
     )
     .await;
     assert_eq!(ledger_agrees(&r), 0, "{}", render(&r));
@@ -616,24 +512,11 @@ async fn a_service_that_does_not_deduplicate_runs_each_attempt_once_without_faul
 /// transaction ended.
 #[tokio::test(flavor = "multi_thread")]
 async fn outbox_delivery_runs_each_attempt_once_under_heavy_chaos() {
-    let args = demo_args(
+    let (r, text) = demo_ok(
         "outbox",
-        &[
-            "--transactions",
-            "50",
-            "--chaos",
-            "heavy",
-            "--seed",
-            "7",
-            "--service",
-            "non-idempotent",
-            "--delivery",
-            "outbox",
-        ],
-    );
-    let (r, _) = sandbox::demo::run(&args).await.expect("demo runs");
-    let text = render(&r);
-    assert!(r.ok(), "{text}");
+        "--transactions 50 --chaos heavy --seed 7 --service non-idempotent --delivery outbox",
+    )
+    .await;
     assert_eq!(r.delivery, "outbox");
     assert_eq!(
         r.count(domain::Status::Succeeded) + r.count(domain::Status::Failed),

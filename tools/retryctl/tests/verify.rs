@@ -7,7 +7,7 @@
 mod common;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use common::{retryctl, start_stack_with_harness, Running};
+use common::{retryctl, start_stack_with_harness, words, Running};
 use sandbox::local::stack::StackOptions;
 use serde_json::Value;
 
@@ -34,6 +34,24 @@ fn check<'a>(report: &'a Value, subject_start: &str) -> &'a Value {
         .iter()
         .find(|c| c["subject"].as_str().unwrap().starts_with(subject_start))
         .unwrap_or_else(|| panic!("no check of {subject_start}: {report:#}"))
+}
+
+/// The detail of the check of `subject_start`.
+fn detail<'a>(report: &'a Value, subject_start: &str) -> &'a str {
+    check(report, subject_start)["detail"].as_str().unwrap()
+}
+
+/// The value of output `key` of the first stack in `outputs` (DescribeStacks' shape).
+fn output(outputs: &Value, key: &str) -> String {
+    outputs["Stacks"][0]["Outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["OutputKey"] == key)
+        .unwrap()["OutputValue"]
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// GIVEN the local stack as provisioned and the harness WHEN `retryctl verify` runs
@@ -75,13 +93,9 @@ async fn verify_passes_on_the_local_stack_with_the_harness() {
         assert_eq!(check(&v, subject)["status"], "pass", "{subject}: {v:#}");
     }
     assert_eq!(check(&v, "Parameters")["status"], "pass", "{v:#}");
-    let trust = check(&v, "SchedulerRole");
-    assert_eq!(trust["status"], "skip");
-    assert!(trust["detail"]
-        .as_str()
-        .unwrap()
-        .contains("moto enforces no IAM"));
-    let d = |s: &str| check(&v, s)["detail"].as_str().unwrap().to_owned();
+    assert_eq!(check(&v, "SchedulerRole")["status"], "skip");
+    assert!(detail(&v, "SchedulerRole").contains("moto enforces no IAM"));
+    let d = |s: &str| detail(&v, s);
     assert!(
         d("cancelled-then-success ").starts_with("SUCCEEDED at attempt 2 of 3"),
         "{v:#}"
@@ -120,15 +134,7 @@ async fn verify_fails_naming_the_queue_whose_redrive_policy_was_removed() {
     let (s, outputs) = start_stack_with_harness(options("vfyrd"), Some(vec![]));
     let file = write_outputs(&s, &outputs);
     let sqs = aws_sdk_sqs::Client::new(&testkit::moto::sdk_config(&s.endpoint).await);
-    let retry_url = outputs["Stacks"][0]["Outputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["OutputKey"] == "RetryQueueUrl")
-        .unwrap()["OutputValue"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let retry_url = output(&outputs, "RetryQueueUrl");
     sqs.set_queue_attributes()
         .queue_url(&retry_url)
         .attributes(QueueAttributeName::RedrivePolicy, "")
@@ -162,12 +168,8 @@ async fn verify_fails_naming_the_queue_whose_redrive_policy_was_removed() {
     );
     assert_eq!(check(&v, &queue)["status"], "fail");
     assert_eq!(check(&v, "ResponseQueue")["status"], "pass");
-    let run = check(&v, "end-to-end run");
-    assert_eq!(run["status"], "skip");
-    assert!(run["detail"]
-        .as_str()
-        .unwrap()
-        .contains("a resource check failed"));
+    assert_eq!(check(&v, "end-to-end run")["status"], "skip");
+    assert!(detail(&v, "end-to-end run").contains("a resource check failed"));
 }
 
 /// GIVEN the stack's alarm topic (output AlarmTopicArn) WHEN it has no subscription
@@ -192,25 +194,15 @@ async fn verify_fails_while_the_alarm_topic_pages_nobody() {
         .unwrap()
         .push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": topic}));
     let file = write_outputs(&s, &outputs);
-    let verify = [
-        "verify",
-        "--outputs",
-        &file,
-        "--resources-only",
-        "--quiet",
-        "--json",
-    ];
+    let verify = format!("verify --outputs {file} --resources-only --quiet --json");
+    let verify = words(&verify);
     let r = retryctl(&s, &verify).await;
     assert_eq!(r.code, 6, "{}\n{}", r.stdout, r.stderr);
     let v = r.json();
-    let alarm = check(&v, "AlarmTopic");
-    assert_eq!(alarm["status"], "fail", "{v:#}");
+    assert_eq!(check(&v, "AlarmTopic")["status"], "fail", "{v:#}");
     assert!(
-        alarm["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("no confirmed subscription"),
-        "{alarm}"
+        detail(&v, "AlarmTopic").starts_with("no confirmed subscription"),
+        "{v:#}"
     );
     let queue = aws_sdk_sqs::Client::new(&sdk)
         .create_queue()
@@ -233,10 +225,7 @@ async fn verify_fails_while_the_alarm_topic_pages_nobody() {
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     let v = r.json();
     assert_eq!(check(&v, "AlarmTopic")["status"], "pass", "{v:#}");
-    assert!(check(&v, "AlarmTopic")["detail"]
-        .as_str()
-        .unwrap()
-        .contains(&format!("sqs {pager}")));
+    assert!(detail(&v, "AlarmTopic").contains(&format!("sqs {pager}")));
 }
 
 /// GIVEN an `aws` command on PATH that answers `cloudformation describe-stacks` and
@@ -259,20 +248,9 @@ async fn the_deploy_script_reads_the_stacks_and_the_role_with_the_aws_cli() {
         )
         .unwrap();
     }
-    let out = |key: &str| {
-        stacks[0]["Outputs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|o| o["OutputKey"] == key)
-            .unwrap()["OutputValue"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
-    let role_arn = out("SchedulerRoleArn");
+    let role_arn = output(&outputs, "SchedulerRoleArn");
     std::fs::write(dir.join("role-arn"), &role_arn).unwrap();
-    let group = out("ScheduleGroupName");
+    let group = output(&outputs, "ScheduleGroupName");
     let trust = serde_json::json!({"Role": {"RoleName": role_arn.rsplit('/').next(), "AssumeRolePolicyDocument": {
         "Version": "2012-10-17",
         "Statement": [{"Effect": "Allow", "Principal": {"Service": "scheduler.amazonaws.com"},

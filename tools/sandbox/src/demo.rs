@@ -13,7 +13,6 @@ use domain::decide::Delivery;
 use domain::exec::{ResolvePorts, StartPorts};
 use domain::ports::{Clock, Records, SystemClock, Transitions};
 use domain::{MaxAttempts, Payload, RetryPolicy, Status, TransactionId};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runtime::Settings;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -438,20 +437,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
     let ddb = aws_sdk_dynamodb::Client::new(&stack.sdk);
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
     let names = stack.names().clone();
-    let bar = if plan.progress {
-        ProgressBar::with_draw_target(
-            Some(u64::from(plan.transactions)),
-            ProgressDrawTarget::stderr(),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} terminal  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = crate::progress::bar(plan.progress, u64::from(plan.transactions), "terminal");
 
     // The workload: start every transaction through the library operation, or with
     // one intake message each on the intake queue, as a service would (through the
@@ -639,7 +625,6 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
             ))
         })?;
 
-    let mut functions = BTreeMap::new();
     let mut esms = vec![
         (response_handler::FUNCTION, &stack.response_esm),
         (retry_handler::FUNCTION, &stack.retry_esm),
@@ -648,33 +633,40 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
     if let Some(esm) = &stack.http_esm {
         esms.push((http_bridge::FUNCTION, esm));
     }
-    for (name, esm) in esms {
+    // Each function's own metrics, and what its event source mapping counted.
+    let counted = |name: &str, counts: &[(&str, u64)]| {
         let mut m = stack
             .metrics
             .get(name)
             .map(|m| m.snapshot())
             .unwrap_or_default();
-        m.insert("Invocations".into(), esm.get(&esm.invocations));
-        m.insert("PeakConcurrency".into(), esm.get(&esm.peak_concurrency));
-        m.insert("BatchItemFailures".into(), esm.get(&esm.reported_failures));
-        m.insert("FailedInvocations".into(), esm.get(&esm.failed_invocations));
-        functions.insert(name.to_owned(), m);
-    }
-    if let Some(esm) = &stack.publisher_esm {
-        let mut m = stack
-            .metrics
-            .get(publisher::FUNCTION)
-            .map(|m| m.snapshot())
-            .unwrap_or_default();
-        m.insert("Invocations".into(), esm.get(&esm.invocations));
-        m.insert("Records".into(), esm.get(&esm.records));
-        m.insert("FilteredOut".into(), esm.get(&esm.filtered_out));
-        m.insert("BatchItemFailures".into(), esm.get(&esm.reported_failures));
-        m.insert("FailedInvocations".into(), esm.get(&esm.failed_invocations));
-        m.insert("Killed".into(), esm.get(&esm.killed));
-        m.insert("SentToOnFailure".into(), esm.get(&esm.discarded));
-        functions.insert(publisher::FUNCTION.to_owned(), m);
-    }
+        m.extend(counts.iter().map(|(k, n)| ((*k).to_owned(), *n)));
+        (name.to_owned(), m)
+    };
+    let mut functions: BTreeMap<_, _> = esms
+        .into_iter()
+        .map(|(name, esm)| {
+            let counts = [
+                ("Invocations", esm.get(&esm.invocations)),
+                ("PeakConcurrency", esm.get(&esm.peak_concurrency)),
+                ("BatchItemFailures", esm.get(&esm.reported_failures)),
+                ("FailedInvocations", esm.get(&esm.failed_invocations)),
+            ];
+            counted(name, &counts)
+        })
+        .collect();
+    functions.extend(stack.publisher_esm.as_ref().map(|esm| {
+        let counts = [
+            ("Invocations", esm.get(&esm.invocations)),
+            ("Records", esm.get(&esm.records)),
+            ("FilteredOut", esm.get(&esm.filtered_out)),
+            ("BatchItemFailures", esm.get(&esm.reported_failures)),
+            ("FailedInvocations", esm.get(&esm.failed_invocations)),
+            ("Killed", esm.get(&esm.killed)),
+            ("SentToOnFailure", esm.get(&esm.discarded)),
+        ];
+        counted(publisher::FUNCTION, &counts)
+    }));
     let s = &stack.scheduler;
     let scheduler = BTreeMap::from([
         ("fired".to_owned(), s.get(&s.fired)),
@@ -1254,25 +1246,41 @@ mod tests {
         );
     }
 
+    /// A watch of `deadline` s (`hard` or not, a stall of 120 s) asked in turn, with the
+    /// terminal count and the second it is asked at, expects each answer.
+    fn watch(deadline: u64, hard: bool, asked: &[(u64, u64, bool)]) {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut w = DeadlineWatch::new(t0, s(deadline), hard, s(120));
+        for &(terminal, at, expired) in asked {
+            assert_eq!(
+                w.expired(terminal, t0 + s(at)),
+                expired,
+                "{terminal} at {at} s"
+            );
+        }
+    }
+
     /// 240 s unless submitting and twice the fleet's drain time take longer.
     #[test]
     fn a_default_deadline_extends_while_transactions_become_terminal() {
-        let t0 = Instant::now();
-        let s = Duration::from_secs;
-        let mut w = DeadlineWatch::new(t0, s(100), false, s(120));
-        assert!(!w.expired(10, t0 + s(50)));
-        // Past the deadline, progress 60 s ago: still waiting.
-        assert!(!w.expired(10, t0 + s(110)));
-        // New terminal transactions keep it going well past the deadline.
-        assert!(!w.expired(20, t0 + s(160)));
-        assert!(!w.expired(30, t0 + s(270)));
-        assert!(!w.expired(30, t0 + s(389)));
-        // Nothing for the stall period: stuck.
-        assert!(w.expired(30, t0 + s(390)));
+        watch(
+            100,
+            false,
+            &[
+                (10, 50, false),
+                // Past the deadline, progress 60 s ago: still waiting.
+                (10, 110, false),
+                // New terminal transactions keep it going well past the deadline.
+                (20, 160, false),
+                (30, 270, false),
+                (30, 389, false),
+                // Nothing for the stall period: stuck.
+                (30, 390, true),
+            ],
+        );
         // Before the deadline a stall does not end the run.
-        let mut w = DeadlineWatch::new(t0, s(1000), false, s(120));
-        assert!(!w.expired(0, t0 + s(500)));
-        assert!(w.expired(0, t0 + s(1001)));
+        watch(1000, false, &[(0, 500, false), (0, 1001, true)]);
     }
 
     #[test]
@@ -1285,11 +1293,7 @@ mod tests {
 
     #[test]
     fn an_explicit_deadline_is_a_hard_ceiling() {
-        let t0 = Instant::now();
-        let s = Duration::from_secs;
-        let mut w = DeadlineWatch::new(t0, s(100), true, s(120));
-        assert!(!w.expired(10, t0 + s(100)));
-        assert!(w.expired(20, t0 + s(101)));
+        watch(100, true, &[(10, 100, false), (20, 101, true)]);
     }
 
     fn plan(flags: &[&str]) -> DemoPlan {

@@ -76,36 +76,32 @@ impl Counter {
     }
 }
 
+/// `aws::clients::$service(sdk)` (bounded retries, timeouts) with `tap` counting its
+/// calls: the SDKs' configs share no trait, so each is rebuilt by name.
+macro_rules! counted {
+    ($service:ident, $sdk_crate:ident, $sdk:expr, $tap:expr) => {
+        $sdk_crate::Client::from_conf(
+            aws::clients::$service($sdk)
+                .config()
+                .to_builder()
+                .interceptor(Tap($tap.clone()))
+                .build(),
+        )
+    };
+}
+
 impl ClientMeter {
     /// The DynamoDB client of `sdk` (bounded retries, timeouts), counted.
     pub fn dynamodb(&self, sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
-        let c = aws::clients::dynamodb(sdk);
-        aws_sdk_dynamodb::Client::from_conf(
-            c.config()
-                .to_builder()
-                .interceptor(Tap(self.dynamodb.clone()))
-                .build(),
-        )
+        counted!(dynamodb, aws_sdk_dynamodb, sdk, self.dynamodb)
     }
 
     pub fn sqs(&self, sdk: &SdkConfig) -> aws_sdk_sqs::Client {
-        let c = aws::clients::sqs(sdk);
-        aws_sdk_sqs::Client::from_conf(
-            c.config()
-                .to_builder()
-                .interceptor(Tap(self.sqs.clone()))
-                .build(),
-        )
+        counted!(sqs, aws_sdk_sqs, sdk, self.sqs)
     }
 
     pub fn scheduler(&self, sdk: &SdkConfig) -> aws_sdk_scheduler::Client {
-        let c = aws::clients::scheduler(sdk);
-        aws_sdk_scheduler::Client::from_conf(
-            c.config()
-                .to_builder()
-                .interceptor(Tap(self.scheduler.clone()))
-                .build(),
-        )
+        counted!(scheduler, aws_sdk_scheduler, sdk, self.scheduler)
     }
 
     /// Each service's calls so far: `dynamodb`, `sqs`, `scheduler`.

@@ -30,6 +30,11 @@ impl Running {
     }
 }
 
+/// The arguments of a command line written as one string, split at white space.
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 /// Starts a stack on a background runtime that lives as long as the test binary.
 pub fn start_stack(opts: StackOptions) -> Running {
     start_stack_with_harness(opts, None).0
@@ -123,13 +128,18 @@ pub struct Ran {
 impl Ran {
     /// Asserts the run ended with `code` and its stderr says each of `says`.
     pub fn fails(&self, code: i32, says: &[&str]) {
+        self.ended(code, &self.stderr, says);
+    }
+
+    /// Asserts the run ended with `code` and its stdout says each of `says`.
+    pub fn prints(&self, code: i32, says: &[&str]) {
+        self.ended(code, &self.stdout, says);
+    }
+
+    fn ended(&self, code: i32, out: &str, says: &[&str]) {
         assert_eq!(self.code, code, "{self:?}");
         for text in says {
-            assert!(
-                self.stderr.contains(text),
-                "no {text:?} in: {}",
-                self.stderr
-            );
+            assert!(out.contains(text), "no {text:?} in: {out}");
         }
     }
 

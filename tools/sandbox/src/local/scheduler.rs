@@ -794,6 +794,15 @@ mod tests {
         }
     }
 
+    /// An entry whose schedule (input `a`) was read at stamp 5 and fired.
+    fn fired_entry() -> Entry {
+        let mut e = Entry::default();
+        e.record_read(Some(5), Ok(Some(one_time("s", "a"))))
+            .unwrap();
+        e.fired = true;
+        e
+    }
+
     #[test]
     fn a_failed_read_is_made_again_until_one_succeeds() {
         let mut e = Entry::default();
@@ -815,10 +824,7 @@ mod tests {
 
     #[test]
     fn a_failed_reread_keeps_what_was_known() {
-        let mut e = Entry::default();
-        e.record_read(Some(5), Ok(Some(one_time("s", "a"))))
-            .unwrap();
-        e.fired = true;
+        let mut e = fired_entry();
         e.failures = 2;
         let r = e.record_read(Some(6), Err(ReadError::Call("reset".into())));
         assert!(r.is_err());
@@ -889,10 +895,7 @@ mod tests {
     /// nothing: a fired schedule does not fire again.
     #[test]
     fn a_version_read_twice_is_taken_once() {
-        let mut e = Entry::default();
-        e.record_read(Some(5), Ok(Some(one_time("s", "a"))))
-            .unwrap();
-        e.fired = true;
+        let mut e = fired_entry();
         assert_eq!(e.record_read(Some(5), Ok(Some(one_time("s", "b")))), Ok(()));
         assert!(e.fired, "still fired");
         assert_eq!(e.schedule.as_ref().map(|s| s.input.as_str()), Some("a"));

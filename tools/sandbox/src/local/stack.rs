@@ -18,6 +18,7 @@ use aws::config::{
     RetryHandlerConfig, StackNames, StarterConfig,
 };
 use domain::decide::Delivery;
+use domain::defaults as d;
 use domain::ports::SystemClock;
 use domain::ports::{Clock, PortError, RequestPublisher, RetryPublisher};
 use domain::RetryEvent;
@@ -274,6 +275,19 @@ fn config_error(function: &str, e: impl std::fmt::Display) -> Error {
     Error::Missing(format!("{function} configuration: {e}"))
 }
 
+/// Accessors of the settings the functions were given: each read from one function's
+/// configuration, `default` (the configuration's own) when the stack left it unset.
+macro_rules! given {
+    ($($(#[doc = $doc:expr])* $name:ident: $t:ty = $function:literal $var:ident, $default:expr;)*) => {
+        $(
+            $(#[doc = $doc])*
+            pub fn $name(&self) -> $t {
+                self.setting($function, vars::$var.name, $default)
+            }
+        )*
+    };
+}
+
 impl Stack {
     /// A setting `function` was given (its configuration's own default when the
     /// local stack left it unset).
@@ -285,52 +299,22 @@ impl Stack {
             .unwrap_or(default)
     }
 
-    /// The shard count of the reconciler index the functions were given.
-    pub fn reconcile_shards(&self) -> u16 {
-        let default = domain::defaults::RECONCILE_SHARDS;
-        self.setting("retry-handler", vars::RECONCILE_SHARDS.name, default)
-    }
-
-    /// The reconcile threshold the reconciler was given, in seconds.
-    pub fn reconcile_threshold_seconds(&self) -> u64 {
-        let default = domain::defaults::RECONCILE_THRESHOLD.as_secs();
-        self.setting(
-            "reconciler",
-            vars::RECONCILE_THRESHOLD_SECONDS.name,
-            default,
-        )
-    }
-
-    /// The requeue bound the reconciler was given.
-    pub fn reconcile_requeue_max(&self) -> u32 {
-        let default = domain::defaults::RECONCILE_REQUEUE_MAX;
-        self.setting("reconciler", vars::RECONCILE_REQUEUE_MAX.name, default)
-    }
-
-    /// The transaction deadline the functions were given, in seconds.
-    pub fn transaction_deadline_seconds(&self) -> u64 {
-        let default = domain::defaults::TRANSACTION_DEADLINE.as_secs();
-        self.setting(
-            "reconciler",
-            aws::config::vars::TRANSACTION_DEADLINE_SECONDS.name,
-            default,
-        )
-    }
-
-    /// The retention of finished transactions the functions were given, in days.
-    pub fn retention_days(&self) -> u32 {
-        let default = domain::defaults::RETENTION_DAYS;
-        self.setting("reconciler", vars::RETENTION_DAYS.name, default)
-    }
-
-    /// The answer timeout the functions were given, in seconds.
-    pub fn answer_timeout_seconds(&self) -> u64 {
-        let default = domain::defaults::ANSWER_TIMEOUT.as_secs();
-        self.setting(
-            "reconciler",
-            aws::config::vars::ANSWER_TIMEOUT_SECONDS.name,
-            default,
-        )
+    given! {
+        /// The shard count of the reconciler index the functions were given.
+        reconcile_shards: u16 = "retry-handler" RECONCILE_SHARDS, d::RECONCILE_SHARDS;
+        /// The reconcile threshold the reconciler was given, in seconds.
+        reconcile_threshold_seconds: u64 =
+            "reconciler" RECONCILE_THRESHOLD_SECONDS, d::RECONCILE_THRESHOLD.as_secs();
+        /// The requeue bound the reconciler was given.
+        reconcile_requeue_max: u32 = "reconciler" RECONCILE_REQUEUE_MAX, d::RECONCILE_REQUEUE_MAX;
+        /// The transaction deadline the functions were given, in seconds.
+        transaction_deadline_seconds: u64 =
+            "reconciler" TRANSACTION_DEADLINE_SECONDS, d::TRANSACTION_DEADLINE.as_secs();
+        /// The retention of finished transactions the functions were given, in days.
+        retention_days: u32 = "reconciler" RETENTION_DAYS, d::RETENTION_DAYS;
+        /// The answer timeout the functions were given, in seconds.
+        answer_timeout_seconds: u64 =
+            "reconciler" ANSWER_TIMEOUT_SECONDS, d::ANSWER_TIMEOUT.as_secs();
     }
 
     /// Starts moto (unless an endpoint is given), provisions every resource and starts
@@ -435,11 +419,11 @@ impl Stack {
         let mut metrics = BTreeMap::new();
 
         // Response handler behind its event source mapping.
-        let response_metrics = Arc::new(Metrics::new(
+        let response_metrics = registered(
+            &mut metrics,
             &response_cfg.metrics_namespace,
             response_handler::FUNCTION,
-        ));
-        metrics.insert(response_handler::FUNCTION, response_metrics.clone());
+        );
         // One handler per execution environment, built exactly as the Lambda `main` does.
         let make_response = |_: usize| -> SqsFunction {
             let handler = Arc::new(response_handler::wiring::response_handler(
@@ -473,11 +457,11 @@ impl Stack {
         tasks.extend(h);
 
         // Retry handler: one pacer per execution environment (poller).
-        let retry_metrics = Arc::new(Metrics::new(
+        let retry_metrics = registered(
+            &mut metrics,
             &retry_cfg.metrics_namespace,
             retry_handler::FUNCTION,
-        ));
-        metrics.insert(retry_handler::FUNCTION, retry_metrics.clone());
+        );
         let max_wait = opts
             .visibility_timeout
             .map(|v| Duration::from_secs(u64::try_from(v).unwrap_or(20) / 2))
@@ -556,18 +540,15 @@ impl Stack {
 
         // The starter on the intake queue: one per execution environment (each with
         // its own pacer), built exactly as the Lambda `main` does.
-        let starter_metrics = Arc::new(Metrics::new(
+        let m = registered(
+            &mut metrics,
             &starter_cfg.metrics_namespace,
             starter::FUNCTION,
-        ));
-        metrics.insert(starter::FUNCTION, starter_metrics.clone());
+        );
         let starters = per_environment(
+            (starter::FUNCTION, m),
             opts.intake_esm.max_concurrency,
-            || {
-                starter::wiring::starter(&functions_sdk, &starter_cfg)
-                    .map_err(|e| config_error(starter::FUNCTION, e))
-            },
-            starter_metrics,
+            || starter::wiring::starter(&functions_sdk, &starter_cfg),
             |h, event, m| async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) },
         )?;
         let (h, intake_esm) = esm::spawn(
@@ -605,11 +586,11 @@ impl Stack {
         tasks.push(h);
 
         // The reconciler on its cron.
-        let reconciler_metrics = Arc::new(Metrics::new(
+        let reconciler_metrics = registered(
+            &mut metrics,
             &reconciler_cfg.metrics_namespace,
             reconciler::FUNCTION,
-        ));
-        metrics.insert(reconciler::FUNCTION, reconciler_metrics.clone());
+        );
         let reconciler = reconciler::wiring::reconciler(&functions_sdk, &reconciler_cfg);
         let cron = Arc::new(CronStats::default());
         tasks.push(tokio::spawn(reconcile_cron(
@@ -629,8 +610,7 @@ impl Stack {
                 .map_err(|e| config_error(publisher::FUNCTION, e))?;
             let (function, bound) =
                 publisher_function(&functions_sdk, &cfg, publish_times.clone(), max_wait)?;
-            let m = Arc::new(Metrics::new(&cfg.metrics_namespace, publisher::FUNCTION));
-            metrics.insert(publisher::FUNCTION, m.clone());
+            let m = registered(&mut metrics, &cfg.metrics_namespace, publisher::FUNCTION);
             let invoke: StreamFunction = Arc::new(move |event| {
                 let (f, m) = (function.clone(), m.clone());
                 Box::pin(async move { Ok(f.handle_event(&event, &m).await) })
@@ -707,20 +687,17 @@ impl Stack {
                 let config = HttpBridgeConfig::from_lookup(&lookup(&bridge_env))
                     .map_err(|e| config_error(http_bridge::FUNCTION, e))?;
                 env.insert(http_bridge::FUNCTION, bridge_env);
-                let bridge_metrics = Arc::new(Metrics::new(
+                let m = registered(
+                    &mut metrics,
                     &config.metrics_namespace,
                     http_bridge::FUNCTION,
-                ));
-                metrics.insert(http_bridge::FUNCTION, bridge_metrics.clone());
+                );
                 // One bridge per execution environment, built exactly as the Lambda
                 // `main` does.
                 let bridges = per_environment(
+                    (http_bridge::FUNCTION, m),
                     opts.http_esm.max_concurrency,
-                    || {
-                        http_bridge::wiring::bridge(&functions_sdk, &config)
-                            .map_err(|e| config_error(http_bridge::FUNCTION, e))
-                    },
-                    bridge_metrics,
+                    || http_bridge::wiring::bridge(&functions_sdk, &config),
                     |b, event, m| async move {
                         b.handle_event(event, &m).await.map_err(|e| e.to_string())
                     },
@@ -848,22 +825,34 @@ impl Stack {
     }
 }
 
-/// One function per execution environment (`n` of them, at least one), each with
+/// `function`'s metrics, registered under its name for the report.
+fn registered(
+    metrics: &mut BTreeMap<&'static str, Arc<Metrics>>,
+    namespace: &str,
+    function: &'static str,
+) -> Arc<Metrics> {
+    let m = Arc::new(Metrics::new(namespace, function));
+    metrics.insert(function, m.clone());
+    m
+}
+
+/// `function` once per execution environment (`n` of them, at least one), each with
 /// its own handler built by `build` as the Lambda `main` builds it, invoked by
-/// `invoke` with the function's shared metrics.
-fn per_environment<H, Fut>(
+/// `invoke` with the function's shared `metrics`.
+fn per_environment<H, E, Fut>(
+    (function, metrics): (&str, Arc<Metrics>),
     n: usize,
-    build: impl Fn() -> Result<H, Error>,
-    metrics: Arc<Metrics>,
+    build: impl Fn() -> Result<H, E>,
     invoke: impl Fn(Arc<H>, runtime::SqsEvent, Arc<Metrics>) -> Fut + Clone + Send + Sync + 'static,
 ) -> Result<Vec<SqsFunction>, Error>
 where
     H: Send + Sync + 'static,
+    E: std::fmt::Display,
     Fut: std::future::Future<Output = Result<runtime::SqsBatchResponse, String>> + Send + 'static,
 {
     (0..n.max(1))
         .map(|_| -> Result<SqsFunction, Error> {
-            let handler = Arc::new(build()?);
+            let handler = Arc::new(build().map_err(|e| config_error(function, e))?);
             let (m, invoke) = (metrics.clone(), invoke.clone());
             Ok(Arc::new(move |event| {
                 Box::pin(invoke(handler.clone(), event, m.clone()))
