@@ -4,11 +4,6 @@ use domain::ports::{Cause, PortError};
 use std::fmt;
 use thiserror::Error;
 
-/// The sandbox's own definition (one file, see its header).
-#[path = "../../sandbox/src/bad_argument.rs"]
-mod bad_argument;
-pub use bad_argument::BadArgument;
-
 /// A failed AWS call, classified by what the operator can do about it: one line, a
 /// hint, and the SDK's detail for `--verbose`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,8 +78,12 @@ impl fmt::Display for AwsFailure {
 #[derive(Debug, Error)]
 pub enum CliError {
     /// An argument or setting has a value that cannot be used. Exit 2.
-    #[error("{0}")]
-    BadArgument(BadArgument),
+    #[error("invalid value for {name}: `{value}`: {reason}")]
+    BadArgument {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
     /// A setting the command needs is missing. Exit 2.
     #[error("{0}")]
     Missing(String),
@@ -130,7 +129,7 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Aws(_) | CliError::AwsCall(_) => 1,
-            CliError::BadArgument(_) | CliError::Missing(_) => 2,
+            CliError::BadArgument { .. } | CliError::Missing(_) => 2,
             CliError::UnknownTransaction(_) => 3,
             CliError::Refused(_) => 4,
             CliError::DemoFailed(_) => 5,
@@ -143,13 +142,17 @@ impl CliError {
     }
 
     pub fn bad(name: &'static str, value: impl Into<String>, reason: impl ToString) -> Self {
-        CliError::BadArgument(BadArgument::new(name, value, reason))
+        CliError::BadArgument {
+            name,
+            value: value.into(),
+            reason: reason.to_string(),
+        }
     }
 
     /// A short machine-readable kind for `--json` error output.
     pub fn kind(&self) -> &'static str {
         match self {
-            CliError::BadArgument(_) => "bad-argument",
+            CliError::BadArgument { .. } => "bad-argument",
             CliError::Missing(_) => "missing-setting",
             CliError::UnknownTransaction(_) => "unknown-transaction",
             CliError::Refused(_) => "refused",
@@ -188,7 +191,15 @@ impl From<PortError> for CliError {
 impl From<sandbox::Error> for CliError {
     fn from(e: sandbox::Error) -> Self {
         match e {
-            sandbox::Error::BadArgument(b) => CliError::bad(b.name, b.value, b.reason),
+            sandbox::Error::BadArgument {
+                name,
+                value,
+                reason,
+            } => CliError::BadArgument {
+                name,
+                value,
+                reason,
+            },
             sandbox::Error::Missing(m) => CliError::Missing(m),
             sandbox::Error::Aws(m) => CliError::Aws(m),
             sandbox::Error::AwsCall { resource, error } => CliError::AwsCall(AwsFailure {

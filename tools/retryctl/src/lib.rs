@@ -18,10 +18,6 @@ pub mod error;
 pub mod list;
 #[cfg(feature = "verify")]
 pub mod loadtest;
-/// The demo's progress bar, drawn by `loadtest` too (one file, see its header).
-#[cfg(feature = "verify")]
-#[path = "../../sandbox/src/progress.rs"]
-mod progress;
 pub mod run;
 pub mod stack;
 pub mod table;

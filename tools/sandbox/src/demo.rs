@@ -13,6 +13,7 @@ use domain::decide::Delivery;
 use domain::exec::{ResolvePorts, StartPorts};
 use domain::ports::{Clock, Records, SystemClock, Transitions};
 use domain::{MaxAttempts, Payload, RetryPolicy, Status, TransactionId};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runtime::Settings;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -437,7 +438,20 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
     let ddb = aws_sdk_dynamodb::Client::new(&stack.sdk);
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
     let names = stack.names().clone();
-    let bar = crate::progress::bar(plan.progress, u64::from(plan.transactions), "terminal");
+    let bar = if plan.progress {
+        ProgressBar::with_draw_target(
+            Some(u64::from(plan.transactions)),
+            ProgressDrawTarget::stderr(),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} terminal  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
 
     // The workload: start every transaction through the library operation, or with
     // one intake message each on the intake queue, as a service would (through the

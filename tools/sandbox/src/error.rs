@@ -1,15 +1,18 @@
 //! Errors of the local stack and the demo. `retryctl` turns each into its own error
 //! of the same kind (same message, same exit code).
 
-pub use crate::bad_argument::BadArgument;
 use domain::ports::PortError;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum Error {
     /// A flag or setting has a value that cannot be used.
-    #[error("{0}")]
-    BadArgument(BadArgument),
+    #[error("invalid value for {name}: `{value}`: {reason}")]
+    BadArgument {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
     /// A setting the local stack needs is missing or unusable.
     #[error("{0}")]
     Missing(String),
@@ -26,7 +29,11 @@ pub enum Error {
 
 impl Error {
     pub fn bad(name: &'static str, value: impl Into<String>, reason: impl ToString) -> Self {
-        Error::BadArgument(BadArgument::new(name, value, reason))
+        Error::BadArgument {
+            name,
+            value: value.into(),
+            reason: reason.to_string(),
+        }
     }
 
     /// A failed call, classified by [`aws::errors::classify`], about `resource`.

@@ -7,16 +7,13 @@
 //!   service; [`outputs`]: its outputs as CloudFormation describes a stack;
 //!   [`staging`]: the staging harness on it.
 //! - [`demo`]: the workload and its run ([`args`]: its flags); [`report`]: the
-//!   demo's report and its checks; [`progress`]: its progress bar. [`error`]: what
-//!   they fail with.
+//!   demo's report and its checks. [`error`]: what they fail with.
 
 pub mod args;
-mod bad_argument;
 pub mod demo;
 pub mod error;
 pub mod local;
 pub mod outputs;
-pub mod progress;
 pub mod report;
 pub mod staging;
 
