@@ -79,6 +79,13 @@ impl Flaws {
         retry_publishes_in_outbox: false,
     };
 
+    /// The designs `set` switches on, and no other.
+    pub fn only(set: impl FnOnce(&mut Flaws)) -> Flaws {
+        let mut flaws = Flaws::NONE;
+        set(&mut flaws);
+        flaws
+    }
+
     /// The known-bad designs by the names the command lines take.
     pub const NAMES: [&'static str; 14] = [
         "retry-rejects-scheduling",

@@ -2,8 +2,9 @@
 //! on in the model checker and in the simulator, must be caught, by the property that
 //! names its harm. The correct design passes the very same scopes (control).
 
+use domain::machine::Actor;
 use domain::message::Outcome;
-use verify::model::{check, Kind, ProtocolModel, Scope, Violation};
+use verify::model::{check, ProtocolModel, Scope, Violation};
 use verify::sim::{simulate, Report, SimConfig};
 use verify::Flaws;
 
@@ -61,10 +62,7 @@ fn sim_cfg() -> SimConfig {
 
 #[test]
 fn retry_handler_rejecting_scheduling_is_caught() {
-    let flaws = Flaws {
-        retry_rejects_scheduling: true,
-        ..Flaws::NONE
-    };
+    let flaws = Flaws::only(|f| f.retry_rejects_scheduling = true);
     // The event overtakes A: B drops it, A confirms SCHEDULED, no schedule is left.
     model_finds(flaws, Scope::quiet(1, 3), 12);
     // In the simulator the overtaking needs a fire instant shorter than the response
@@ -88,10 +86,7 @@ fn retry_handler_rejecting_scheduling_is_caught() {
 
 #[test]
 fn fire_time_computed_at_create_is_caught() {
-    let flaws = Flaws {
-        fire_time_at_create: true,
-        ..Flaws::NONE
-    };
+    let flaws = Flaws::only(|f| f.fire_time_at_create = true);
     // The schedule is created before its instant is persisted.
     model_finds(flaws, Scope::quiet(1, 3), 5);
     // Its consequence, scripted: a crash after creating, the clock moves, the
@@ -101,11 +96,11 @@ fn fire_time_computed_at_create_is_caught() {
     let s = m.service_receives_all(m.initial_state());
     let s = m.answer(&s, 0, 1, Outcome::Cancelled);
     let s = m.deliver_response(&s, 0, false);
-    let s = m.step_until(s, Kind::ResponseHandler, 0, "write ResponseCancelledRetry");
-    let s = m.crash(&s, Kind::ResponseHandler, 0);
+    let s = m.step_until(s, Actor::ResponseHandler, 0, "write ResponseCancelledRetry");
+    let s = m.crash(&s, Actor::ResponseHandler, 0);
     let s = m.tick(&s);
     let s = m.deliver_response(&s, 0, false);
-    let s = m.finish_run(s, Kind::ResponseHandler, 0);
+    let s = m.finish_run(s, Actor::ResponseHandler, 0);
     assert!(
         s.violations.contains(&Violation::TwoInstantsForOneAttempt),
         "{}",
@@ -122,13 +117,8 @@ fn fire_time_computed_at_create_is_caught() {
 
 #[test]
 fn retry_handler_discarding_a_redelivery_in_sending_is_caught() {
-    let flaws = Flaws {
-        retry_discards_sending: true,
-        ..Flaws::NONE
-    };
-    let mut scope = Scope::quiet(1, 3);
-    scope.faults.crashes = 1;
-    model_finds(flaws, scope, 9);
+    let flaws = Flaws::only(|f| f.retry_discards_sending = true);
+    model_finds(flaws, Scope::quiet(1, 3).with_faults(|b| b.crashes = 1), 9);
     // With the reconciler, which completes a stuck SENDING itself, nothing is lost in
     // the end: the dropped pending retry is what gives the flaw away.
     sim_finds(
@@ -141,13 +131,12 @@ fn retry_handler_discarding_a_redelivery_in_sending_is_caught() {
 
 #[test]
 fn counting_attempts_from_zero_is_caught() {
-    let flaws = Flaws {
-        attempts_from_zero: true,
-        ..Flaws::NONE
+    let flaws = Flaws::only(|f| f.attempts_from_zero = true);
+    let ordered = Scope {
+        interleave: false,
+        ..Scope::quiet(2, 3)
     };
-    let mut scope = Scope::quiet(2, 3);
-    scope.interleave = false;
-    model_finds(flaws, scope, 2);
+    model_finds(flaws, ordered, 2);
     sim_finds(flaws, sim_cfg(), |r| r.exceeded_max > 0, "exceeded max");
 }
 
@@ -158,10 +147,7 @@ fn counting_attempts_from_zero_is_caught() {
 /// ends every such transaction by a republish or FAILED/UNANSWERED.
 #[test]
 fn no_answer_deadline_is_caught() {
-    let flaws = Flaws {
-        no_answer_deadline: true,
-        ..Flaws::NONE
-    };
+    let flaws = Flaws::only(|f| f.no_answer_deadline = true);
     let cfg = SimConfig {
         start_crash_rate: 0.01,
         silent_rate: 0.02,
@@ -181,13 +167,12 @@ fn no_answer_deadline_is_caught() {
 /// IN_PROGRESS that no reconciler run ends.
 #[test]
 fn no_answer_deadline_is_caught_by_the_model_checker() {
-    let flaws = Flaws {
-        no_answer_deadline: true,
-        ..Flaws::NONE
-    };
-    let mut scope = Scope::quiet(1, 2);
-    scope.faults.lost_messages = 1;
-    model_finds(flaws, scope, 9);
+    let flaws = Flaws::only(|f| f.no_answer_deadline = true);
+    model_finds(
+        flaws,
+        Scope::quiet(1, 2).with_faults(|b| b.lost_messages = 1),
+        9,
+    );
 }
 
 /// A technical failure taken for a business rejection (ERROR handled as CANCELLED):
@@ -196,12 +181,8 @@ fn no_answer_deadline_is_caught_by_the_model_checker() {
 /// cancellation (`duplicated`).
 #[test]
 fn technical_failure_handled_as_cancelled_is_caught() {
-    let flaws = Flaws {
-        technical_as_cancelled: true,
-        ..Flaws::NONE
-    };
-    let mut scope = Scope::quiet(1, 3);
-    scope.faults.technical_answers = 1;
+    let flaws = Flaws::only(|f| f.technical_as_cancelled = true);
+    let scope = Scope::quiet(1, 3).with_faults(|b| b.technical_answers = 1);
     model_finds(flaws, scope, 13);
     model_finds(flaws, scope, 1);
     sim_finds(

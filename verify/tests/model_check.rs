@@ -3,9 +3,10 @@
 //! a passing check cannot be a vacuous one. Larger scopes run with the `model-check`
 //! binary (docs/verification.md).
 
+use domain::machine::Actor;
 use domain::machine::Status;
 use domain::message::Outcome;
-use verify::model::{check, CheckReport, Firing, Kind, ProtocolModel, Scope, State};
+use verify::model::{check, CheckReport, Firing, ProtocolModel, Scope, State};
 
 fn scope(f: impl FnOnce(&mut Scope)) -> Scope {
     let mut s = Scope::quiet(2, 3);
@@ -81,8 +82,7 @@ fn operators_resolving_and_replaying_race_the_handlers_without_breaking_a_guaran
     // one that failed, at any moment: read, then write guarded by what was read,
     // against handlers that crash between two effects or get a message twice.
     let operators = |f: fn(&mut Scope)| {
-        let mut s = Scope::quiet(1, 2);
-        s.faults.operator_actions = 1;
+        let mut s = Scope::quiet(1, 2).with_faults(|b| b.operator_actions = 1);
         f(&mut s);
         s
     };
@@ -102,9 +102,10 @@ fn operators_resolving_and_replaying_race_the_handlers_without_breaking_a_guaran
 
 #[test]
 fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
-    let mut s = Scope::quiet(1, 2);
-    s.faults.reconciler_runs = 1;
-    s.faults.undeliverable_fires = 1;
+    let s = Scope::quiet(1, 2).with_faults(|b| {
+        b.reconciler_runs = 1;
+        b.undeliverable_fires = 1;
+    });
     passes(s, 2_000, &[6, 7]);
 }
 
@@ -115,9 +116,10 @@ fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
 /// budget, never a second accepted request per attempt.
 #[test]
 fn lost_requests_and_answers_end_terminal_through_the_answer_deadline() {
-    let mut s = Scope::quiet(1, 2);
-    s.faults.lost_messages = 1;
-    s.faults.reconciler_runs = 1;
+    let s = Scope::quiet(1, 2).with_faults(|b| {
+        b.lost_messages = 1;
+        b.reconciler_runs = 1;
+    });
     passes(s, 1_000, &[0, 1]);
 }
 
@@ -128,11 +130,9 @@ fn lost_requests_and_answers_end_terminal_through_the_answer_deadline() {
 /// the re-sends (one in the model) are spent.
 #[test]
 fn technical_failures_never_consume_an_attempt_and_still_end() {
-    let mut s = Scope::quiet(1, 2);
-    s.faults.technical_answers = 2;
+    let s = Scope::quiet(1, 2).with_faults(|b| b.technical_answers = 2);
     passes(s, 1_000, &[0, 1, 8, 9]);
-    let mut s = Scope::quiet(1, 3);
-    s.faults.technical_answers = 1;
+    let s = Scope::quiet(1, 3).with_faults(|b| b.technical_answers = 1);
     passes(s, 5_000, &[0, 1, 8]);
 }
 
@@ -142,10 +142,11 @@ fn technical_failures_never_consume_an_attempt_and_still_end() {
 /// transaction ends FAILED/REJECTED, and that end is reached (witness 17).
 #[test]
 fn a_rejected_answer_ends_the_transaction_and_nothing_is_sent_after_it() {
-    let mut s = Scope::quiet(1, 2);
-    s.faults.rejected_answers = 1;
-    s.faults.crashes = 1;
-    s.faults.duplicate_deliveries = 1;
+    let mut s = Scope::quiet(1, 2).with_faults(|b| {
+        b.rejected_answers = 1;
+        b.crashes = 1;
+        b.duplicate_deliveries = 1;
+    });
     passes(s, 20_000, &[0, 1, 17]);
     s.faults.crashes = 0;
     s.faults.technical_answers = 1;
@@ -185,7 +186,7 @@ fn response_handler_running(m: &ProtocolModel) -> State {
     let s = m.answer(&s, TX, 1, Outcome::Cancelled);
     let s = m.deliver_response(&s, TX, false);
     assert_eq!(
-        ProtocolModel::next_effect(&s, Kind::ResponseHandler, TX).as_deref(),
+        ProtocolModel::next_effect(&s, Actor::ResponseHandler, TX).as_deref(),
         Some("write ResponseCancelledRetry")
     );
     s
@@ -194,7 +195,7 @@ fn response_handler_running(m: &ProtocolModel) -> State {
 /// Attempt 1 CANCELLED, schedule for attempt 2 confirmed (SCHEDULED).
 fn scheduled(m: &ProtocolModel) -> State {
     let s = response_handler_running(m);
-    let s = m.finish_run(s, Kind::ResponseHandler, TX);
+    let s = m.finish_run(s, Actor::ResponseHandler, TX);
     assert_eq!(status(&s), Status::Scheduled);
     s
 }
@@ -226,12 +227,12 @@ fn reconciler_resumes_scheduling_both_before_and_after_the_fire_instant() {
     let m = model();
     for late in [false, true] {
         let s = response_handler_running(&m);
-        let s = m.step_until(s, Kind::ResponseHandler, TX, "create-schedule");
-        let mut s = m.crash(&s, Kind::ResponseHandler, TX);
+        let s = m.step_until(s, Actor::ResponseHandler, TX, "create-schedule");
+        let mut s = m.crash(&s, Actor::ResponseHandler, TX);
         s.responses.clear(); // the response went to its DLQ
         assert_eq!(status(&s), Status::Scheduling);
         let s = m.reconcile(&s, TX, late);
-        let s = m.finish_run(s, Kind::Reconciler, TX);
+        let s = m.finish_run(s, Actor::Reconciler, TX);
         ok(&m, &s);
         if late {
             assert_eq!(
@@ -255,13 +256,13 @@ fn reconciler_resumes_scheduling_both_before_and_after_the_fire_instant() {
 fn reconciler_resumes_sending() {
     let m = model();
     let s = retry_handler_running(&m);
-    let s = m.step_until(s, Kind::RetryHandler, TX, "publish-request");
-    let mut s = m.crash(&s, Kind::RetryHandler, TX);
+    let s = m.step_until(s, Actor::RetryHandler, TX, "publish-request");
+    let mut s = m.crash(&s, Actor::RetryHandler, TX);
     s.retries.clear(); // the event went to the retry DLQ
     assert_eq!(status(&s), Status::Sending);
     let requests = s.requests.len();
     let s = m.reconcile(&s, TX, true);
-    let s = m.finish_run(s, Kind::Reconciler, TX);
+    let s = m.finish_run(s, Actor::Reconciler, TX);
     // The reconciler completes the send itself (same key): nothing requeued.
     assert!(s.retries.is_empty());
     assert_eq!(s.requests.len(), requests + 1);

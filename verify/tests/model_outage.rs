@@ -33,8 +33,9 @@ fn error_scope_two_attempts() -> Scope {
 /// One transaction, max_attempts 2, the service down and silent, one reconciler run
 /// (the answer deadline), one retry cycle per attempt.
 fn silent_scope() -> Scope {
-    let mut s = Scope::quiet(1, 2).with_outage(OutageMode::Silent);
-    s.faults.reconciler_runs = 1;
+    let mut s = Scope::quiet(1, 2)
+        .with_outage(OutageMode::Silent)
+        .with_faults(|b| b.reconciler_runs = 1);
     s.rounds = 1;
     s
 }
@@ -92,8 +93,9 @@ const ENDS_PAST_DEADLINE: usize = 19;
 /// half-open probe), one reconciler run (late: past every threshold and answer
 /// deadline).
 fn error_scope_reconciled() -> Scope {
-    let mut s = Scope::quiet(1, 1).with_outage(OutageMode::Error);
-    s.faults.reconciler_runs = 1;
+    let mut s = Scope::quiet(1, 1)
+        .with_outage(OutageMode::Error)
+        .with_faults(|b| b.reconciler_runs = 1);
     s.rounds = 2;
     s
 }
@@ -143,27 +145,25 @@ fn no_transaction_deadline_is_caught() {
         held_when_the_deadline_passes(Flaws::NONE),
         Vec::<&str>::new()
     );
-    let broken = held_when_the_deadline_passes(Flaws {
-        no_transaction_deadline: true,
-        ..Flaws::NONE
-    });
+    let broken = held_when_the_deadline_passes(Flaws::only(|f| f.no_transaction_deadline = true));
     assert_eq!(broken, [P[ENDS_PAST_DEADLINE]]);
 }
 
 /// The properties a state breaks once the deadline has passed over a transaction
 /// whose re-send the breaker held.
 fn held_when_the_deadline_passes(flaws: Flaws) -> Vec<&'static str> {
+    use domain::machine::Actor;
     use domain::message::Outcome;
-    use verify::model::{Action, Firing, Kind};
+    use verify::model::{Action, Firing};
     let m = ProtocolModel::new(with_deadline(error_scope_reconciled()).with_flaws(flaws));
     let s = m.service_receives_all(m.initial_state());
     let s = m.apply(&s, &Action::OutageStarts);
     let s = m.answer(&s, 0, 1, Outcome::Error);
     let s = m.deliver_response(&s, 0, false);
-    let s = m.finish_run(s, Kind::ResponseHandler, 0);
+    let s = m.finish_run(s, Actor::ResponseHandler, 0);
     let s = m.fire(&s, 0, Firing::Once);
     let s = m.deliver_retry(&s, 0, false);
-    let mut s = m.finish_run(s, Kind::RetryHandler, 0);
+    let mut s = m.finish_run(s, Actor::RetryHandler, 0);
     assert_eq!(s.held[0], 1, "{}", s.summary());
     // The held event lost on its way back (the property looks at a transaction with
     // nothing in flight): only the reconciler can end it now.
@@ -179,13 +179,11 @@ fn held_when_the_deadline_passes(flaws: Flaws) -> Vec<&'static str> {
 /// transaction, max_attempts 1, one ERROR answer, one duplicate delivery.
 #[test]
 fn an_error_counted_twice_is_caught() {
-    let flaws = Flaws {
-        error_round_ignored: true,
-        ..Flaws::NONE
-    };
-    let mut s = Scope::quiet(1, 1);
-    s.faults.technical_answers = 1;
-    s.faults.duplicate_deliveries = 1;
+    let flaws = Flaws::only(|f| f.error_round_ignored = true);
+    let s = Scope::quiet(1, 1).with_faults(|b| {
+        b.technical_answers = 1;
+        b.duplicate_deliveries = 1;
+    });
     model_finds(flaws, s, ONE_RESEND_PER_ERROR);
 }
 
@@ -193,10 +191,7 @@ fn an_error_counted_twice_is_caught() {
 /// the last re-send.
 #[test]
 fn a_probe_spending_a_resend_is_caught() {
-    let flaws = Flaws {
-        probe_spends_resend: true,
-        ..Flaws::NONE
-    };
+    let flaws = Flaws::only(|f| f.probe_spends_resend = true);
     model_finds(flaws, error_scope(), FAILED_BY_OUTAGE);
 }
 
@@ -218,10 +213,7 @@ fn model_finds(flaws: Flaws, scope: Scope, primary: usize) {
 
 #[test]
 fn technical_failure_handled_as_cancelled_is_caught_with_an_outage() {
-    let flaws = Flaws {
-        technical_as_cancelled: true,
-        ..Flaws::NONE
-    };
+    let flaws = Flaws::only(|f| f.technical_as_cancelled = true);
     let mut s = Scope::quiet(1, 2).with_outage(OutageMode::Error);
     s.rounds = 1;
     model_finds(flaws, s, 13);
@@ -229,19 +221,13 @@ fn technical_failure_handled_as_cancelled_is_caught_with_an_outage() {
 
 #[test]
 fn a_retry_handler_ignoring_the_breaker_is_caught() {
-    let flaws = Flaws {
-        ignores_breaker: true,
-        ..Flaws::NONE
-    };
+    let flaws = Flaws::only(|f| f.ignores_breaker = true);
     model_finds(flaws, error_scope(), 15);
 }
 
 #[test]
 fn a_held_event_beginning_its_send_is_caught() {
-    let flaws = Flaws {
-        held_event_begins_send: true,
-        ..Flaws::NONE
-    };
+    let flaws = Flaws::only(|f| f.held_event_begins_send = true);
     model_finds(flaws, error_scope(), 14);
 }
 
@@ -266,10 +252,7 @@ fn a_probe_answered_error_is_counted_a_pause() {
         (2, 1),
         "{paused:?}"
     );
-    let spent = probe_answered_error(Flaws {
-        probe_spends_resend: true,
-        ..Flaws::NONE
-    });
+    let spent = probe_answered_error(Flaws::only(|f| f.probe_spends_resend = true));
     assert_eq!(
         (spent.status, spent.last_reason.as_deref()),
         (
@@ -290,25 +273,26 @@ fn a_probe_answered_error_is_counted_a_pause() {
 /// The record after the probe's ERROR was decided (the run stopped before creating
 /// the next round's schedule, when there is one).
 fn probe_answered_error(flaws: Flaws) -> domain::TransactionRecord {
+    use domain::machine::Actor;
     use domain::message::Outcome;
-    use verify::model::{Action, Firing, Kind};
+    use verify::model::{Action, Firing};
     let m = ProtocolModel::new(error_scope().with_flaws(flaws));
     let s = m.service_receives_all(m.initial_state());
     let s = m.apply(&s, &Action::OutageStarts);
     let s = m.answer(&s, 0, 1, Outcome::Error);
     let s = m.deliver_response(&s, 0, false);
-    let s = m.finish_run(s, Kind::ResponseHandler, 0);
+    let s = m.finish_run(s, Actor::ResponseHandler, 0);
     assert_eq!(s.records[0].counts[Counter::Round], 1, "{}", s.summary());
     // The re-send's schedule fires while the breaker is OPEN: held, the event
     // deferred, the record untouched.
     let before = s.records[0].clone();
     let s = m.fire(&s, 0, Firing::Once);
     let s = m.deliver_retry(&s, 0, false);
-    let s = m.finish_run(s, Kind::RetryHandler, 0);
+    let s = m.finish_run(s, Actor::RetryHandler, 0);
     assert_eq!((s.held[0], &s.records[0]), (1, &before), "{}", s.summary());
     // The held event comes back after the cool-down: the probe goes out.
     let s = m.deliver_retry(&s, 0, false);
-    let s = m.finish_run(s, Kind::RetryHandler, 0);
+    let s = m.finish_run(s, Actor::RetryHandler, 0);
     assert!(
         s.breaker.as_ref().is_some_and(|b| !b.probes.is_empty()),
         "{}",
@@ -324,7 +308,7 @@ fn probe_answered_error(flaws: Flaws) -> domain::TransactionRecord {
     let s = m.answer(&s, 0, 1, Outcome::Error);
     let s = m.deliver_response(&s, 0, false);
     // Decided and written; the next round's schedule left for the run to create.
-    let s = m.step_until(s, Kind::ResponseHandler, 0, "create-schedule");
+    let s = m.step_until(s, Actor::ResponseHandler, 0, "create-schedule");
     s.records[0].clone()
 }
 
@@ -333,9 +317,6 @@ fn probe_answered_error(flaws: Flaws) -> domain::TransactionRecord {
 /// record the store found unmarked.
 #[test]
 fn any_answer_closing_the_breaker_is_caught() {
-    let flaws = Flaws {
-        any_answer_closes: true,
-        ..Flaws::NONE
-    };
+    let flaws = Flaws::only(|f| f.any_answer_closes = true);
     model_finds(flaws, error_scope_two_attempts(), 21);
 }

@@ -121,8 +121,9 @@ fn without_faults_every_attempt_runs_once_and_the_exploration_is_the_same() {
 /// (same attempt, same key) runs it for the first time.
 #[test]
 fn the_re_send_after_an_error_answer_is_no_second_run() {
-    let mut s = Scope::quiet(1, 3).non_idempotent();
-    s.faults.technical_answers = 1;
+    let s = Scope::quiet(1, 3)
+        .non_idempotent()
+        .with_faults(|b| b.technical_answers = 1);
     let r = check(s, 1, false);
     assert!(r.violations.is_empty(), "{:#?}", r.violations);
     // "a transaction succeeds after a technical re-send"

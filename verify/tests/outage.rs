@@ -27,6 +27,15 @@ fn outage(mode: OutageMode) -> SimConfig {
     }
 }
 
+/// `c` with `change`, run with `seed`: the guarantee called `name` must be broken.
+fn breaks(c: &SimConfig, seed: u64, name: &str, change: impl FnOnce(&mut SimConfig)) -> Report {
+    let mut changed = c.clone();
+    change(&mut changed);
+    let bad = simulate(&changed, seed);
+    assert!(bad.violates(name), "{name} not reported\n{bad}");
+    bad
+}
+
 /// A silent outage noticed within minutes: requests unanswered for two minutes are
 /// looked at every minute (the defaults wait six hours, long after this outage).
 fn silent() -> SimConfig {
@@ -96,10 +105,7 @@ fn a_silent_outage_is_waited_out_too() {
 fn technical_as_cancelled_is_caught_with_an_outage() {
     let bad = simulate(
         &SimConfig {
-            flaws: Flaws {
-                technical_as_cancelled: true,
-                ..Flaws::NONE
-            },
+            flaws: Flaws::only(|f| f.technical_as_cancelled = true),
             ..outage(OutageMode::Error)
         },
         1,
@@ -118,22 +124,11 @@ fn ignoring_the_breaker_fails_transactions_because_of_the_outage() {
         ..outage(OutageMode::Error)
     };
     valid(&simulate(&c, 3));
-    let bad = simulate(
-        &SimConfig {
-            flaws: Flaws {
-                ignores_breaker: true,
-                ..Flaws::NONE
-            },
-            ..c
-        },
-        3,
-    );
+    let bad = breaks(&c, 3, "failed-by-outage", |c| {
+        c.flaws = Flaws::only(|f| f.ignores_breaker = true);
+    });
     println!("{bad}");
     assert!(bad.failed_by_outage > 0, "{bad}");
-    assert!(bad
-        .violations()
-        .iter()
-        .any(|(n, _)| *n == "failed-by-outage"));
 }
 
 /// (d): a retry handler that lets probes out without writing them on the breaker
@@ -152,18 +147,8 @@ fn uncounted_probes_exceed_the_round_bound() {
     };
     let good = simulate(&c, 5);
     assert!(good.max_probes_per_round <= good.probe_limit, "{good}");
-    let bad = simulate(
-        &SimConfig {
-            count_probes: false,
-            ..c
-        },
-        5,
-    );
+    let bad = breaks(&c, 5, "probes-exceeded", |c| c.count_probes = false);
     assert!(bad.max_probes_per_round > bad.probe_limit, "{bad}");
-    assert!(bad
-        .violations()
-        .iter()
-        .any(|(n, _)| *n == "probes-exceeded"));
 }
 
 /// (e): without pacing the resumed retries leave faster than the limit once the
@@ -177,12 +162,10 @@ fn without_pacing_the_reopening_exceeds_the_rate_limit() {
     };
     let paced = simulate(&c, 4);
     assert!(paced.peak_after_reopening <= 1, "{paced}");
-    let bad = simulate(&SimConfig { pacing: false, ..c }, 4);
+    let bad = breaks(&c, 4, "rate-limit-exceeded-at-reopening", |c| {
+        c.pacing = false;
+    });
     assert!(bad.peak_after_reopening > 1, "{bad}");
-    assert!(bad
-        .violations()
-        .iter()
-        .any(|(n, _)| *n == "rate-limit-exceeded-at-reopening"));
 }
 
 /// An outage that outlasts the transaction deadline (an hour here; the service down
@@ -246,10 +229,7 @@ fn a_silent_outage_longer_than_the_deadline_ends_every_transaction() {
 #[test]
 fn without_a_deadline_an_endless_outage_holds_transactions_past_it() {
     let c = SimConfig {
-        flaws: Flaws {
-            no_transaction_deadline: true,
-            ..Flaws::NONE
-        },
+        flaws: Flaws::only(|f| f.no_transaction_deadline = true),
         ..endless(OutageMode::Error)
     };
     let r = simulate(&c, 1);

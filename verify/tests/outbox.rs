@@ -204,8 +204,9 @@ fn a_retry_handler_still_publishing_in_outbox_is_caught() {
 /// budget add nothing to them.
 #[test]
 fn direct_delivery_explores_what_it_did() {
-    let mut s = Scope::quiet(1, 2).non_idempotent();
-    s.faults.crashes = 1;
+    let s = Scope::quiet(1, 2)
+        .non_idempotent()
+        .with_faults(|b| b.crashes = 1);
     assert_eq!(s.delivery, Delivery::Direct);
     assert!(!ProtocolModel::new(s)
         .safety()

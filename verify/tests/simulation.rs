@@ -133,10 +133,7 @@ fn without_pacing_the_rate_check_fails() {
     };
     let r = simulate(&c, 7);
     assert!(r.max_requests_per_second > c.fleet_limit(), "{r}");
-    assert!(r
-        .violations()
-        .iter()
-        .any(|(k, _)| *k == "rate-limit-exceeded"));
+    assert!(r.violates("rate-limit-exceeded"), "{r}");
 }
 
 #[test]

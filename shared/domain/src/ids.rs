@@ -11,6 +11,44 @@ use thiserror::Error;
 /// Longest transaction id accepted, in characters.
 pub const MAX_TRANSACTION_ID_CHARS: usize = 128;
 
+/// Each newtype shows as its inner value.
+macro_rules! shown_as_inner {
+    ($($ty:ident),*) => {$(
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}", self.0)
+            }
+        }
+    )*};
+}
+
+/// Each newtype is read through its validating constructor, its error the reader's.
+macro_rules! read_checked {
+    ($($ty:ident from $raw:ty => $check:expr),* $(,)?) => {$(
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let check: fn($raw) -> Result<$ty, _> = $check;
+                check(<$raw>::deserialize(d)?).map_err(serde::de::Error::custom)
+            }
+        }
+    )*};
+}
+
+shown_as_inner!(
+    TransactionId,
+    Attempt,
+    MaxAttempts,
+    IdempotencyKey,
+    CorrelationId,
+    ScheduleName
+);
+read_checked!(
+    TransactionId from String => |raw| TransactionId::parse(&raw),
+    Attempt from u32 => Attempt::new,
+    MaxAttempts from u32 => MaxAttempts::new,
+    CorrelationId from String => |raw| CorrelationId::new(&raw),
+);
+
 /// A transaction id: 1 to [`MAX_TRANSACTION_ID_CHARS`] Unicode characters, no control
 /// characters, no leading or trailing white space. Any other character is accepted
 /// (`#`, `/`, spaces inside, non-ASCII): the schedule name hashes ids that do not fit
@@ -76,19 +114,6 @@ impl TransactionId {
     }
 }
 
-impl<'de> Deserialize<'de> for TransactionId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = String::deserialize(d)?;
-        TransactionId::parse(&raw).map_err(serde::de::Error::custom)
-    }
-}
-
-impl fmt::Display for TransactionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// An attempt number. Attempt 1 is the original request; the first retry is attempt 2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
@@ -112,18 +137,6 @@ impl Attempt {
     /// The attempt after this one (saturating; budgets are far below `u32::MAX`).
     pub fn next(self) -> Attempt {
         Attempt(self.0.saturating_add(1))
-    }
-}
-
-impl<'de> Deserialize<'de> for Attempt {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Attempt::new(u32::deserialize(d)?).map_err(serde::de::Error::custom)
-    }
-}
-
-impl fmt::Display for Attempt {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
     }
 }
 
@@ -158,18 +171,6 @@ impl MaxAttempts {
     }
 }
 
-impl<'de> Deserialize<'de> for MaxAttempts {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        MaxAttempts::new(u32::deserialize(d)?).map_err(serde::de::Error::custom)
-    }
-}
-
-impl fmt::Display for MaxAttempts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
-
 /// The key the external service deduplicates by: `<transaction_id>#<attempt>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -182,12 +183,6 @@ impl IdempotencyKey {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-}
-
-impl fmt::Display for IdempotencyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -225,19 +220,6 @@ impl CorrelationId {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-}
-
-impl<'de> Deserialize<'de> for CorrelationId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = String::deserialize(d)?;
-        CorrelationId::new(&raw).map_err(serde::de::Error::custom)
-    }
-}
-
-impl fmt::Display for CorrelationId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -316,12 +298,6 @@ pub fn is_schedule_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.'
 }
 
-impl fmt::Display for ScheduleName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
 /// A UTC instant with millisecond precision, written as RFC 3339 with a `Z` suffix
 /// and always three fractional digits (`2026-10-03T16:38:00.000Z`), so that stored
 /// times sort as text.
@@ -360,16 +336,10 @@ impl Timestamp {
 
     /// `2026-10-03T16:38:00.000Z`
     pub fn to_rfc3339(self) -> String {
-        let d = self.datetime();
         format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            d.year(),
-            u8::from(d.month()),
-            d.day(),
-            d.hour(),
-            d.minute(),
-            d.second(),
-            d.millisecond()
+            "{}.{:03}Z",
+            self.to_schedule_at(),
+            self.datetime().millisecond()
         )
     }
 

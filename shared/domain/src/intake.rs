@@ -134,34 +134,41 @@ fn unknown_field(body: &str) -> Result<(), MessageError> {
 
 fn schema_version(v: Option<Given<u32>>) -> Result<(), MessageError> {
     const FIELD: &str = "schema_version";
-    let unsupported = |value: String| MessageError::InvalidValue {
-        field: FIELD,
-        value,
-        reason: format!("this intake reads schema_version {SCHEMA_VERSION}"),
-    };
-    match v {
-        None => Err(MessageError::MissingField { field: FIELD }),
-        Some(Given::Expected(SCHEMA_VERSION)) => Ok(()),
-        Some(Given::Expected(n)) => Err(unsupported(n.to_string())),
-        Some(Given::Other(Value::Number(n))) => Err(unsupported(n.to_string())),
-        Some(Given::Other(other)) => Err(wrong_type(FIELD, "the number 1", &other)),
-    }
+    let v = v.ok_or(MessageError::MissingField { field: FIELD })?;
+    let reason = format!("this intake reads schema_version {SCHEMA_VERSION}");
+    number(FIELD, v, "the number 1", reason, |n| {
+        (n == SCHEMA_VERSION).then_some(())
+    })
 }
 
 fn max_attempts(v: Option<Given<u32>>) -> Result<Option<MaxAttempts>, MessageError> {
-    const FIELD: &str = "max_attempts";
+    v.map(|v| {
+        let reason = format!("must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT}");
+        number("max_attempts", v, "a whole number", reason, |n| {
+            MaxAttempts::new(n).ok()
+        })
+    })
+    .transpose()
+}
+
+/// A number field `check` accepts; any other number is refused for `reason`, any
+/// other JSON type as not `expected`.
+fn number<T>(
+    field: &'static str,
+    v: Given<u32>,
+    expected: &'static str,
+    reason: String,
+    check: impl FnOnce(u32) -> Option<T>,
+) -> Result<T, MessageError> {
     let invalid = |value: String| MessageError::InvalidValue {
-        field: FIELD,
+        field,
         value,
-        reason: format!("must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT}"),
+        reason,
     };
     match v {
-        None => Ok(None),
-        Some(Given::Expected(n)) => MaxAttempts::new(n)
-            .map(Some)
-            .map_err(|_| invalid(n.to_string())),
-        Some(Given::Other(Value::Number(n))) => Err(invalid(n.to_string())),
-        Some(Given::Other(other)) => Err(wrong_type(FIELD, "a whole number", &other)),
+        Given::Expected(n) => check(n).ok_or_else(|| invalid(n.to_string())),
+        Given::Other(Value::Number(n)) => Err(invalid(n.to_string())),
+        Given::Other(other) => Err(wrong_type(field, expected, &other)),
     }
 }
 

@@ -46,6 +46,13 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Success,
+        Outcome::Cancelled,
+        Outcome::Error,
+        Outcome::Rejected,
+    ];
+
     /// The outcome a name or an alias stands for.
     pub fn parse(raw: &str) -> Option<Self> {
         by_name(raw)

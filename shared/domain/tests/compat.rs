@@ -160,11 +160,7 @@ fn check_request(case: &Case, text: &str) {
         "{}: today's request differs",
         case.message
     );
-    assert!(
-        text.contains(r.payload.as_json()),
-        "{}: payload text",
-        case.message
-    );
+    keeps_payload_text(case, text, &r.payload);
     match case.expect.as_str() {
         "same-request" => {}
         // A start of this transaction with this payload publishes exactly this request.
@@ -195,6 +191,21 @@ fn check_request(case: &Case, text: &str) {
     }
 }
 
+/// The fixture's text holds `payload` exactly as it was written.
+fn keeps_payload_text(case: &Case, text: &str, payload: &domain::message::Payload) {
+    let kept = text.contains(payload.as_json());
+    assert!(kept, "{}: payload text", case.message);
+}
+
+/// The case's world after deciding `input`, which must end as the case expects, and
+/// the instant it decided at.
+fn decided(case: &Case, input: Input) -> (World, domain::ids::Timestamp) {
+    let mut w = given(&case.given, case.delivery.as_deref());
+    let now = w.now;
+    assert_eq!(label(&mut w, input), case.expect, "{}", case.message);
+    (w, now)
+}
+
 /// Decodes the case's fixture and decides it from its state; returns the decoded
 /// retry event or answer, for the coverage checks.
 fn run_case(case: &Case) -> Option<(String, bool)> {
@@ -207,25 +218,12 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
         }
         "retry-event" => {
             let ev = RetryEvent::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", case.message));
-            let mut w = given(&case.given, case.delivery.as_deref());
-            assert_eq!(
-                label(&mut w, Input::Retry(ev.clone())),
-                case.expect,
-                "{}",
-                case.message
-            );
+            decided(case, Input::Retry(ev.clone()));
             Some((ev.origin.as_str().to_owned(), ev.round.is_some()))
         }
         "response" => {
             let r = Response::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", case.message));
-            let mut w = given(&case.given, case.delivery.as_deref());
-            let now = w.now;
-            assert_eq!(
-                label(&mut w, Input::Response(r.clone())),
-                case.expect,
-                "{}",
-                case.message
-            );
+            let (w, now) = decided(case, Input::Response(r.clone()));
             if let Some(secs) = case.waits_at_least_seconds {
                 let schedule = w.scheduler.live();
                 assert_eq!(schedule.len(), 1, "{}: one re-send scheduled", case.message);
@@ -240,10 +238,9 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
         }
         "intake" => {
             let m = StartMessage::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", case.message));
-            let mut w = given(&case.given, case.delivery.as_deref());
             let default = MaxAttempts::new(domain::defaults::MAX_ATTEMPTS).unwrap();
-            let started = label(
-                &mut w,
+            let (w, _) = decided(
+                case,
                 Input::Start {
                     transaction_id: m.transaction_id.clone(),
                     payload: m.payload.clone(),
@@ -251,7 +248,6 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
                     correlation_id: m.correlation_id.clone(),
                 },
             );
-            assert_eq!(started, case.expect, "{}", case.message);
             let record = w.record(&m.transaction_id);
             assert_eq!(
                 Some(record.max_attempts.get()),
@@ -272,11 +268,7 @@ fn run_case(case: &Case) -> Option<(String, bool)> {
                 "{}",
                 case.message
             );
-            assert!(
-                text.contains(first.payload.as_json()),
-                "{}: payload text",
-                case.message
-            );
+            keeps_payload_text(case, &text, &first.payload);
             None
         }
         other => panic!("{}: unknown kind `{other}`", case.message),
@@ -320,12 +312,7 @@ fn every_committed_shape_is_decoded_and_decided_as_written() {
             assert!(decided.contains(&shape), "no fixture of {shape:?}");
         }
     }
-    for outcome in [
-        Outcome::Success,
-        Outcome::Cancelled,
-        Outcome::Error,
-        Outcome::Rejected,
-    ] {
+    for outcome in Outcome::ALL {
         for round in [false, true] {
             let shape = (format!("response {}", outcome.as_str()), round);
             assert!(decided.contains(&shape), "no fixture of {shape:?}");

@@ -2,9 +2,10 @@
 
 use super::breaker::{BreakerViolation, OutageMode};
 use super::step::ProtocolModel;
-use super::world::{Action, Firing, Held, Kind, State};
+use super::world::{Action, Firing, Held, State};
 use crate::fixture::Command;
 use domain::ids::Attempt;
+use domain::machine::Actor;
 use domain::machine::Counter;
 use domain::machine::{Mark, Status};
 use domain::message::Outcome;
@@ -106,6 +107,13 @@ fn has(s: &State, v: Violation) -> bool {
     s.violations.contains(&v)
 }
 
+/// Some transaction ended FAILED with `mark`.
+fn failed_with(s: &State, mark: Mark) -> bool {
+    s.records
+        .iter()
+        .any(|r| r.status == Status::Failed && r.mark == Some(mark))
+}
+
 impl Model for ProtocolModel {
     type State = State;
     type Action = Action;
@@ -138,52 +146,33 @@ impl Model for ProtocolModel {
             }
         }
         for (&(tx, attempt), answer) in s.service.accepted() {
+            let answers = |outcome, may_have_run| Action::ServiceAnswer {
+                tx,
+                attempt,
+                outcome,
+                may_have_run,
+            };
             match answer {
                 // Down: ERROR to every attempt (it did not run them), or silence.
                 None if s.down => {
                     if self.scope.outage_mode == OutageMode::Error {
-                        actions.push(Action::ServiceAnswer {
-                            tx,
-                            attempt,
-                            outcome: Outcome::Error,
-                            may_have_run: false,
-                        });
+                        actions.push(answers(Outcome::Error, false));
                     }
                 }
                 None => {
                     if b.technical_answers > 0 {
-                        actions.push(Action::ServiceAnswer {
-                            tx,
-                            attempt,
-                            outcome: Outcome::Error,
-                            may_have_run: false,
-                        });
+                        actions.push(answers(Outcome::Error, false));
                         // Outbox delivery: an ERROR may also say the call may have
                         // run (a timeout).
                         if self.scope.is_outbox() {
-                            actions.push(Action::ServiceAnswer {
-                                tx,
-                                attempt,
-                                outcome: Outcome::Error,
-                                may_have_run: true,
-                            });
+                            actions.push(answers(Outcome::Error, true));
                         }
                     }
                     if b.rejected_answers > 0 {
-                        actions.push(Action::ServiceAnswer {
-                            tx,
-                            attempt,
-                            outcome: Outcome::Rejected,
-                            may_have_run: false,
-                        });
+                        actions.push(answers(Outcome::Rejected, false));
                     }
                     for outcome in [Outcome::Success, Outcome::Cancelled] {
-                        actions.push(Action::ServiceAnswer {
-                            tx,
-                            attempt,
-                            outcome,
-                            may_have_run: false,
-                        });
+                        actions.push(answers(outcome, false));
                         if b.lost_messages > 0 {
                             actions.push(Action::LoseAnswer {
                                 tx,
@@ -193,12 +182,10 @@ impl Model for ProtocolModel {
                         }
                     }
                 }
-                Some(outcome) if b.extra_answers > 0 => actions.push(Action::ServiceAnswer {
-                    tx,
-                    attempt,
+                Some(outcome) if b.extra_answers > 0 => actions.push(answers(
                     outcome,
-                    may_have_run: outcome == Outcome::Error && s.service.may_have_run(&tx, attempt),
-                }),
+                    outcome == Outcome::Error && s.service.may_have_run(&tx, attempt),
+                )),
                 Some(_) => {}
             }
         }
@@ -457,7 +444,7 @@ impl Model for ProtocolModel {
             Property::sometimes(WITNESS[2], |_, s: &State| {
                 // A's run is still going while its retry already left SCHEDULING.
                 s.runs.iter().any(|r| {
-                    r.kind == Kind::ResponseHandler
+                    r.kind == Actor::ResponseHandler
                         && r.performed > 0
                         && matches!(r.held, Held::Response(resp)
                             if s.records[usize::from(resp.tx)].next_attempt
@@ -489,7 +476,7 @@ impl Model for ProtocolModel {
                     && s.records.iter().all(|r| r.status.is_terminal())
             }),
             Property::sometimes(WITNESS[7], |_, s: &State| {
-                s.runs.iter().any(|r| r.kind == Kind::Reconciler)
+                s.runs.iter().any(|r| r.kind == Actor::Reconciler)
                     && s.records.iter().any(|r| r.status == Status::Scheduling)
             }),
             Property::sometimes(WITNESS[8], |_, s: &State| {
@@ -498,9 +485,7 @@ impl Model for ProtocolModel {
                     .any(|r| r.status == Status::Succeeded && r.counts[Counter::Round] > 0)
             }),
             Property::sometimes(WITNESS[9], |_, s: &State| {
-                s.records
-                    .iter()
-                    .any(|r| r.status == Status::Failed && r.mark == Some(Mark::TechnicalExhausted))
+                failed_with(s, Mark::TechnicalExhausted)
             }),
             Property::sometimes(WITNESS[10], |_, s: &State| {
                 s.records
@@ -520,11 +505,7 @@ impl Model for ProtocolModel {
                         && r.current_attempt.get() == 1
                 })
             }),
-            Property::sometimes(WITNESS[13], |_, s: &State| {
-                s.records
-                    .iter()
-                    .any(|r| r.status == Status::Failed && r.mark == Some(Mark::Expired))
-            }),
+            Property::sometimes(WITNESS[13], |_, s: &State| failed_with(s, Mark::Expired)),
             Property::sometimes(WITNESS[15], |_, s: &State| {
                 // Resolved while a run or a message of the same transaction is out.
                 s.records.iter().enumerate().any(|(tx, r)| {
@@ -546,7 +527,7 @@ impl Model for ProtocolModel {
                 s.records.iter().any(|r| {
                     r.status == Status::Failed
                         && r.mark == Some(Mark::Expired)
-                        && r.last_actor != domain::machine::Actor::Reconciler
+                        && r.last_actor != Actor::Reconciler
                 })
             }),
         ];
@@ -562,16 +543,14 @@ impl Model for ProtocolModel {
             properties.push(Property::sometimes(OUTBOX_WITNESS[0], |_, s: &State| {
                 s.runs
                     .iter()
-                    .any(|r| r.kind == Kind::Publisher && r.performed > 0)
+                    .any(|r| r.kind == Actor::Publisher && r.performed > 0)
                     && s.records.iter().any(|r| r.publishing_since.is_some())
             }));
             properties.push(Property::sometimes(OUTBOX_WITNESS[1], |_, s: &State| {
                 s.fifo_dropped
             }));
             properties.push(Property::sometimes(OUTBOX_WITNESS[2], |_, s: &State| {
-                s.records
-                    .iter()
-                    .any(|r| r.status == Status::Failed && r.mark == Some(Mark::Ambiguous))
+                failed_with(s, Mark::Ambiguous)
             }));
             properties.push(Property::sometimes(OUTBOX_WITNESS[3], |_, s: &State| {
                 s.records
@@ -582,10 +561,7 @@ impl Model for ProtocolModel {
                 s.claim_expired
             }));
             properties.push(Property::sometimes(OUTBOX_WITNESS[4], |_, s: &State| {
-                s.records
-                    .iter()
-                    .any(|r| r.status == Status::Failed && r.mark == Some(Mark::Unanswered))
-                    && s.lost.iter().any(|n| *n > 0)
+                failed_with(s, Mark::Unanswered) && s.lost.iter().any(|n| *n > 0)
             }));
         }
         properties

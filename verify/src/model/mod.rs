@@ -26,4 +26,4 @@ pub use report::{check, CheckReport};
 pub use scope::{Budgets, Scope, TICK_MS};
 pub use step::ProtocolModel;
 pub use testkit::oracle::{ServiceDedup, Violation};
-pub use world::{Action, ActiveRun, Ev, Firing, Held, Img, Kind, Req, Resp, Sched, State};
+pub use world::{Action, ActiveRun, Ev, Firing, Held, Img, Req, Resp, Sched, State};

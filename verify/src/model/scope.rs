@@ -88,6 +88,12 @@ impl Scope {
         self
     }
 
+    /// The same scope with the fault budgets `set` gives.
+    pub fn with_faults(mut self, set: impl FnOnce(&mut Budgets)) -> Self {
+        set(&mut self.faults);
+        self
+    }
+
     /// One outage of the service (`mode`) with its circuit breaker, on `self`.
     pub fn with_outage(mut self, mode: OutageMode) -> Self {
         self.faults.outages = 1;

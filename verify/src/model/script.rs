@@ -1,21 +1,22 @@
 //! Driving the model by hand: the failure-table tests script executions with these.
 
 use super::step::{Next, ProtocolModel};
-use super::world::{Action, Firing, Kind, State};
+use super::world::{Action, Firing, State};
 use domain::decide::{Effect, Step};
+use domain::machine::Actor;
 use domain::message::Outcome;
 use stateright::Model;
 
 /// Scripting helpers: drive the model by hand (the failure-table tests use them).
 impl ProtocolModel {
     /// Index of the first run of `kind` on `tx`.
-    pub fn run_of(s: &State, kind: Kind, tx: u8) -> Option<usize> {
+    pub fn run_of(s: &State, kind: Actor, tx: u8) -> Option<usize> {
         s.runs.iter().position(|r| r.kind == kind && r.tx == tx)
     }
 
     /// The label of the next effect of the first run of `kind` on `tx`
     /// (`write <Event>` for writes).
-    pub fn next_effect(s: &State, kind: Kind, tx: u8) -> Option<String> {
+    pub fn next_effect(s: &State, kind: Actor, tx: u8) -> Option<String> {
         let r = &s.runs[Self::run_of(s, kind, tx)?];
         match r.run.step() {
             Step::Perform(Effect::Write(w)) => Some(format!("write {:?}", w.event())),
@@ -25,7 +26,7 @@ impl ProtocolModel {
     }
 
     /// Steps the first run of `kind` on `tx` until its next effect is `label` (or it ends).
-    pub fn step_until(&self, mut s: State, kind: Kind, tx: u8, label: &str) -> State {
+    pub fn step_until(&self, mut s: State, kind: Actor, tx: u8, label: &str) -> State {
         for _ in 0..64 {
             match Self::next_effect(&s, kind, tx) {
                 Some(l) if l != label => {
@@ -39,12 +40,12 @@ impl ProtocolModel {
     }
 
     /// Runs the first run of `kind` on `tx` to its end.
-    pub fn finish_run(&self, s: State, kind: Kind, tx: u8) -> State {
+    pub fn finish_run(&self, s: State, kind: Actor, tx: u8) -> State {
         self.step_until(s, kind, tx, "<end>")
     }
 
     /// Stops the first run of `kind` on `tx` before its next effect (a crash).
-    pub fn crash(&self, s: &State, kind: Kind, tx: u8) -> State {
+    pub fn crash(&self, s: &State, kind: Actor, tx: u8) -> State {
         let mut s = s.clone();
         s.budgets.crashes = s.budgets.crashes.max(1);
         match Self::run_of(&s, kind, tx) {

@@ -2,13 +2,14 @@
 //! through the real decisions and checked by the oracle where it happens.
 
 use super::breaker::{BreakerViolation, ModelBreaker, OutageMode, Verdict};
-use super::scope::{Scope, DEADLINE_JUMP_MS, DEADLINE_MS, LATE_MS, TICK_MS};
-use super::world::{Action, ActiveRun, Ev, Firing, Held, Img, Kind, Req, Resp, Sched, State};
+use super::scope::{Budgets, Scope, DEADLINE_JUMP_MS, DEADLINE_MS, LATE_MS, TICK_MS};
+use super::world::{Action, ActiveRun, Ev, Firing, Held, Img, Req, Resp, Sched, State};
 use crate::fixture;
 use domain::breaker::Tally;
 use domain::decide::{Ack, Disposition};
 use domain::decide::{Context, Effect, Input, Known, Observed, RequestHeader, Run, Step};
 use domain::ids::{Attempt, Timestamp, TransactionId};
+use domain::machine::Actor;
 use domain::machine::{Counter, TransactionRecord};
 use domain::machine::{Event, Status};
 use domain::message::{Execution, Origin, Outcome, Request, Response, RetryEvent};
@@ -137,7 +138,7 @@ impl ProtocolModel {
             };
             let tx = u8::try_from(n).unwrap_or(u8::MAX);
             let mut ar = self.begin(
-                Kind::Starter,
+                Actor::Starter,
                 tx,
                 Held::Nothing,
                 input,
@@ -188,7 +189,7 @@ impl ProtocolModel {
                 match w.apply(current) {
                     Ok(next) => {
                         let writer = match (run.kind, run.held) {
-                            (Kind::ResponseHandler, Held::Response(r)) => {
+                            (Actor::ResponseHandler, Held::Response(r)) => {
                                 Writer::Answering(r.attempt)
                             }
                             _ => Writer::Other,
@@ -257,7 +258,7 @@ impl ProtocolModel {
                 // no accepting write of its own before this publish) is no new
                 // request: request m may be out, and only its publish's completion or
                 // its answer leave SENDING.
-                let resumes_sending = run.kind == Kind::RetryHandler
+                let resumes_sending = run.kind == Actor::RetryHandler
                     && !run.run.trail().iter().any(|(e, _)| {
                         matches!(e, Effect::Write(w) if w.event() == Event::RetryEventAccepted)
                     });
@@ -383,7 +384,7 @@ impl ProtocolModel {
     /// and a probe's write is the probe let out.
     fn enqueued(&self, s: &mut State, run: &ActiveRun, event: Event) {
         if !self.scope.is_outbox()
-            || run.kind != Kind::RetryHandler
+            || run.kind != Actor::RetryHandler
             || event != Event::RetryEventAccepted
         {
             return;
@@ -433,7 +434,7 @@ impl ProtocolModel {
     /// from an unread record.
     fn begin(
         &self,
-        kind: Kind,
+        kind: Actor,
         tx: u8,
         held: Held,
         input: Input,
@@ -469,7 +470,7 @@ impl ProtocolModel {
                 // An answer deadline the reconciler saw fire (published again or
                 // abandoned), counted by the breaker; a probe's is no fresh silence.
                 if let (
-                    Kind::Reconciler,
+                    Actor::Reconciler,
                     Disposition::Ack(Ack::ReconcilerRepublished | Ack::Unanswered),
                     false,
                     Some(b),
@@ -489,7 +490,7 @@ impl ProtocolModel {
                 };
                 // An operator's command refused (the transaction moved on since it
                 // was read) is the command's answer, not a message dead-lettered.
-                let refused = ar.kind == Kind::Operator && matches!(d, Disposition::Reject(_));
+                let refused = ar.kind == Actor::Operator && matches!(d, Disposition::Reject(_));
                 if !refused {
                     s.violations.extend(oracle::disposition(
                         d,
@@ -507,7 +508,7 @@ impl ProtocolModel {
                     if !s.sends.accepted(&id) {
                         s.lost[usize::from(ar.tx)] += 1;
                     }
-                    if ar.kind == Kind::Publisher {
+                    if ar.kind == Actor::Publisher {
                         s.claim_expired = true;
                     }
                 }
@@ -621,12 +622,7 @@ impl ProtocolModel {
         let mut s = last.clone();
         match *action {
             Action::ServiceReceive { i, duplicate } => {
-                let req = if duplicate {
-                    s.budgets.duplicate_deliveries -= 1;
-                    s.requests[i].clone()
-                } else {
-                    s.requests.remove(i)
-                };
+                let req = deliver(&mut s.requests, i, duplicate, &mut s.budgets);
                 if s.down && self.scope.outage_mode == OutageMode::Silent {
                     // Down and silent: taken, never processed nor answered.
                     s.lost[usize::from(req.tx)] += 1;
@@ -697,16 +693,11 @@ impl ProtocolModel {
                 }
             }
             Action::DeliverResponse { i, duplicate } => {
-                let r = if duplicate {
-                    s.budgets.duplicate_deliveries -= 1;
-                    s.responses[i]
-                } else {
-                    s.responses.remove(i)
-                };
+                let r = deliver(&mut s.responses, i, duplicate, &mut s.budgets);
                 let now = self.now_of(&s);
                 let input = self.response_input(r);
                 let ar = self.begin(
-                    Kind::ResponseHandler,
+                    Actor::ResponseHandler,
                     r.tx,
                     Held::Response(r),
                     input,
@@ -716,12 +707,7 @@ impl ProtocolModel {
                 self.start_run(&mut s, ar);
             }
             Action::DeliverRetry { i, duplicate } => {
-                let e = if duplicate {
-                    s.budgets.duplicate_deliveries -= 1;
-                    s.retries[i]
-                } else {
-                    s.retries.remove(i)
-                };
+                let e = deliver(&mut s.retries, i, duplicate, &mut s.budgets);
                 let now = e.at.map_or(self.now_of(&s), |at| at.max(self.now_of(&s)));
                 // Real time is past the breaker's clock too (a late run moved it).
                 let now = s.breaker.as_mut().map_or(now, |b| b.clock(now));
@@ -741,7 +727,7 @@ impl ProtocolModel {
                     _ => Verdict::default(),
                 };
                 let ar = self.begin(
-                    Kind::RetryHandler,
+                    Actor::RetryHandler,
                     e.tx,
                     Held::Retry(e),
                     input,
@@ -760,7 +746,7 @@ impl ProtocolModel {
                     // An operator's command that dies midway is not run again by
                     // anyone: what it did not do (a replay's retry event) is the
                     // reconciler's to finish, as a lost message is.
-                    Held::Nothing if ar.kind == Kind::Operator => s.lost[usize::from(ar.tx)] += 1,
+                    Held::Nothing if ar.kind == Actor::Operator => s.lost[usize::from(ar.tx)] += 1,
                     Held::Nothing => {}
                     // The publisher's batch is retried: the stream record again.
                     Held::Stream { .. } => {
@@ -831,7 +817,7 @@ impl ProtocolModel {
                     s.floor_ms = s.floor_ms.max(now.millis());
                 }
                 let ar = self.begin(
-                    Kind::Reconciler,
+                    Actor::Reconciler,
                     tx,
                     Held::Nothing,
                     Input::Reconcile(rec),
@@ -854,19 +840,14 @@ impl ProtocolModel {
                 s.past_deadline = true;
             }
             Action::DeliverStream { i, duplicate } => {
-                let m = if duplicate {
-                    s.budgets.duplicate_deliveries -= 1;
-                    s.stream[i].clone()
-                } else {
-                    s.stream.remove(i)
-                };
+                let m = deliver(&mut s.stream, i, duplicate, &mut s.budgets);
                 let now = self.now_of(&s);
                 let held = Held::Stream {
                     attempt: m.image.next_attempt.map_or(0, Attempt::get),
                     round: m.image.counts[Counter::Round],
                 };
                 let ar = self.begin(
-                    Kind::Publisher,
+                    Actor::Publisher,
                     m.tx,
                     held,
                     Input::Publish(m.image),
@@ -888,7 +869,7 @@ impl ProtocolModel {
                 let input = act.input(self.id(tx).clone());
                 let now = self.now_of(&s);
                 let ar = self.begin(
-                    Kind::Operator,
+                    Actor::Operator,
                     tx,
                     Held::Nothing,
                     input,
@@ -1073,23 +1054,25 @@ pub(super) enum Next {
 
 impl Next {
     fn action(self, s: &State) -> Option<Action> {
-        let first = |queued: bool| queued.then_some(0);
+        let queued = match self {
+            Next::Step => !s.runs.is_empty(),
+            Next::Retry => !s.retries.is_empty(),
+            Next::Stream => !s.stream.is_empty(),
+            Next::Request => !s.requests.is_empty(),
+            Next::Answer(_) => true,
+            Next::Response => !s.responses.is_empty(),
+            Next::Fire => !s.schedules.is_empty(),
+        };
+        if !queued {
+            return None;
+        }
+        // The first of its queue, delivered once.
+        let (i, duplicate) = (0, false);
         Some(match self {
-            Next::Step => Action::Step {
-                run: first(!s.runs.is_empty())?,
-            },
-            Next::Retry => Action::DeliverRetry {
-                i: first(!s.retries.is_empty())?,
-                duplicate: false,
-            },
-            Next::Stream => Action::DeliverStream {
-                i: first(!s.stream.is_empty())?,
-                duplicate: false,
-            },
-            Next::Request => Action::ServiceReceive {
-                i: first(!s.requests.is_empty())?,
-                duplicate: false,
-            },
+            Next::Step => Action::Step { run: i },
+            Next::Retry => Action::DeliverRetry { i, duplicate },
+            Next::Stream => Action::DeliverStream { i, duplicate },
+            Next::Request => Action::ServiceReceive { i, duplicate },
             Next::Answer(outcome) => {
                 let (tx, attempt) = s.service.first_unanswered()?;
                 Action::ServiceAnswer {
@@ -1099,14 +1082,22 @@ impl Next {
                     may_have_run: false,
                 }
             }
-            Next::Response => Action::DeliverResponse {
-                i: first(!s.responses.is_empty())?,
-                duplicate: false,
-            },
+            Next::Response => Action::DeliverResponse { i, duplicate },
             Next::Fire => Action::Fire {
-                i: first(!s.schedules.is_empty())?,
+                i,
                 how: Firing::Once,
             },
         })
+    }
+}
+
+/// Message `i` of `queue`, delivered: taken off it, or, a duplicate delivery (one
+/// of the budget's), left there for another.
+fn deliver<T: Clone>(queue: &mut Vec<T>, i: usize, duplicate: bool, budgets: &mut Budgets) -> T {
+    if duplicate {
+        budgets.duplicate_deliveries -= 1;
+        queue[i].clone()
+    } else {
+        queue.remove(i)
     }
 }

@@ -8,7 +8,7 @@ use crate::Flaws;
 use domain::decide::{Effect, Run, Step};
 use domain::ids::{ScheduleName, Timestamp};
 use domain::machine::TransactionRecord;
-use domain::machine::{Counter, Mark, Status};
+use domain::machine::{Actor, Counter, Mark, Status};
 use domain::message::{Origin, Outcome};
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
@@ -67,20 +67,6 @@ pub struct Sched {
     pub round: Option<u32>,
 }
 
-/// Which executor a run belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// The library operation that starts a transaction (initial state only).
-    Starter,
-    ResponseHandler,
-    RetryHandler,
-    Reconciler,
-    /// An operator's `retryctl resolve` or `replay`.
-    Operator,
-    /// Outbox delivery: the publisher, handling one stream record.
-    Publisher,
-}
-
 /// The message a run holds (it goes back to its queue if the run crashes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Held {
@@ -99,7 +85,7 @@ pub enum Held {
 /// A handler execution in progress: a real [`Run`] plus what the model needs.
 #[derive(Debug, Clone)]
 pub struct ActiveRun {
-    pub kind: Kind,
+    pub kind: Actor,
     pub tx: u8,
     pub held: Held,
     /// The instant the run decides at.
@@ -117,7 +103,7 @@ pub struct ActiveRun {
 }
 
 impl ActiveRun {
-    pub(super) fn new(kind: Kind, tx: u8, held: Held, now: Timestamp, run: Run<Flaws>) -> Self {
+    pub(super) fn new(kind: Actor, tx: u8, held: Held, now: Timestamp, run: Run<Flaws>) -> Self {
         let mut r = Self {
             kind,
             tx,
@@ -193,7 +179,7 @@ impl ActiveRun {
     fn order(
         &self,
     ) -> (
-        Kind,
+        Actor,
         u8,
         (u32, Option<Outcome>, Option<Timestamp>, Option<u32>),
         Timestamp,

@@ -2,11 +2,12 @@
 //! reconciler's cron.
 
 use super::breaker::OutageMode;
-use super::world::{ts, Ev, Kind, Proc, QueueId, World};
+use super::world::{ts, Answer, Ev, Proc, QueueId, World};
 use crate::fixture;
 use domain::decide::Input;
 use domain::defaults;
 use domain::ids::{Attempt, ScheduleName};
+use domain::machine::Actor;
 use domain::machine::Status;
 use domain::machine::{ReconcileKey, TransactionRecord};
 use domain::message::{Execution, Origin, Outcome, Response, RetryEvent};
@@ -109,30 +110,19 @@ impl World<'_> {
             self.report.answers_lost += 1;
             return;
         }
-        let answer = self.now + self.service.range(50, 2_000);
-        self.at(
-            answer,
-            Ev::Answer {
-                tx,
-                attempt,
-                outcome,
-                round,
-                execution,
-            },
-        );
+        let at = self.now + self.service.range(50, 2_000);
+        let answer = Answer {
+            tx,
+            attempt,
+            outcome,
+            round,
+            execution,
+        };
+        self.at(at, Ev::Answer(answer.clone()));
         if self.service.chance(self.cfg.late_response_rate) {
             self.report.late_responses += 1;
             let late = self.now + self.service.range(3_600_000, 6 * 3_600_000);
-            self.at(
-                late,
-                Ev::Answer {
-                    tx,
-                    attempt,
-                    outcome,
-                    round,
-                    execution,
-                },
-            );
+            self.at(late, Ev::Answer(answer));
         }
     }
 
@@ -163,26 +153,21 @@ impl World<'_> {
         }
     }
 
-    pub(super) fn answer(
-        &mut self,
-        tx: usize,
-        attempt: u32,
-        outcome: Outcome,
-        round: Option<u32>,
-        execution: Option<Execution>,
-    ) {
-        let Ok(a) = Attempt::new(attempt) else { return };
+    pub(super) fn answer(&mut self, answer: Answer) {
+        let Ok(attempt) = Attempt::new(answer.attempt) else {
+            return;
+        };
         let body = Response {
-            transaction_id: self.ids[tx].clone(),
-            attempt: a,
-            outcome,
-            reason: match outcome {
+            transaction_id: self.ids[answer.tx].clone(),
+            attempt,
+            outcome: answer.outcome,
+            reason: match answer.outcome {
                 Outcome::Cancelled => Some(fixture::CANCEL_REASON.to_owned()),
                 Outcome::Success | Outcome::Error | Outcome::Rejected => None,
             },
             retry_after_seconds: None,
-            round,
-            execution,
+            round: answer.round,
+            execution: answer.execution,
         };
         self.seq += 1;
         let id = self.seq;
@@ -229,22 +214,13 @@ impl World<'_> {
             return;
         };
         let attempt = image.next_attempt.map(Attempt::get).unwrap_or(0);
-        let local = self.now + self.skew.of(Kind::Publisher, 0);
+        let local = self.now + self.skew.of(Actor::Publisher, 0);
         let now = ts(local);
         let ctx = self.ctx(now);
         let run = self.decide(Input::Publish(image), &ctx);
         self.spawn(Proc {
-            kind: Kind::Publisher,
-            worker: 0,
             msg: Some(id),
-            tx,
-            attempt,
-            run,
-            now,
-            hold: None,
-            probe: false,
-            backlog: VecDeque::new(),
-            after_rejection: false,
+            ..Proc::new(Actor::Publisher, tx, attempt, run, now)
         });
     }
 
@@ -303,22 +279,7 @@ impl World<'_> {
         let now = ts(self.now + delay);
         let ctx = self.ctx(now);
         let run = self.decide(input, &ctx);
-        self.spawn_after(
-            delay,
-            Proc {
-                kind: Kind::Operator,
-                worker: 0,
-                msg: None,
-                tx,
-                attempt: 0,
-                run,
-                now,
-                hold: None,
-                probe: false,
-                backlog: VecDeque::new(),
-                after_rejection: false,
-            },
-        );
+        self.spawn_after(delay, Proc::new(Actor::Operator, tx, 0, run, now));
     }
 
     // -- the reconciler ----------------------------------------------------
@@ -354,7 +315,7 @@ impl World<'_> {
             return;
         };
         self.report.reconciler_actions += 1;
-        let local = self.now + self.skew.of(Kind::Reconciler, 0);
+        let local = self.now + self.skew.of(Actor::Reconciler, 0);
         let now = ts(local);
         let (hold, probe) = self.reconcile_verdict(&first, local);
         let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
@@ -362,17 +323,10 @@ impl World<'_> {
         let attempt = first.next_attempt.map(Attempt::get).unwrap_or(0);
         let run = self.decide(Input::Reconcile(first), &ctx);
         self.spawn(Proc {
-            kind: Kind::Reconciler,
-            worker: 0,
-            msg: None,
-            tx,
-            attempt,
-            run,
-            now,
             hold,
             probe,
             backlog,
-            after_rejection: false,
+            ..Proc::new(Actor::Reconciler, tx, attempt, run, now)
         });
     }
 }

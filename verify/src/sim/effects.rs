@@ -1,7 +1,8 @@
 //! A run's effects on the world, each checked by the oracle where it happens.
 
-use super::world::{Ev, Kind, LiveSchedule, Proc, QueueId, World};
+use super::world::{Ev, LiveSchedule, Proc, QueueId, World};
 use domain::decide::{Effect, Observed};
+use domain::machine::Actor;
 use domain::machine::Event;
 use domain::message::Request;
 use testkit::oracle::{self, Writer};
@@ -42,7 +43,7 @@ impl World<'_> {
                 match w.apply(&current) {
                     Ok(next) => {
                         let writer = match p.kind {
-                            Kind::ResponseHandler => Writer::Answering(p.attempt),
+                            Actor::ResponseHandler => Writer::Answering(p.attempt),
                             _ => Writer::Other,
                         };
                         for v in oracle::change(Some(&current), w.event(), &next, writer) {
@@ -55,7 +56,7 @@ impl World<'_> {
                         // send (the publisher sends what it wrote), counted in a
                         // HALF_OPEN round as a probe.
                         if self.cfg.outbox()
-                            && p.kind == Kind::RetryHandler
+                            && p.kind == Actor::RetryHandler
                             && w.event() == Event::RetryEventAccepted
                         {
                             if let (Some(b), Some(n)) = (self.breaker.as_mut(), next.next_attempt) {
@@ -151,7 +152,7 @@ impl World<'_> {
                 }
                 let request = Request::new(h.transaction_id.clone(), h.attempt, payload);
                 self.report.requests_published += 1;
-                if p.kind == Kind::RetryHandler {
+                if p.kind == Actor::RetryHandler {
                     self.report.retry_requests_published += 1;
                     self.retry_publish_times.push(self.now);
                     if let Some(b) = self.breaker.as_mut() {
@@ -165,7 +166,7 @@ impl World<'_> {
                         self.report.technical_resends += 1;
                     }
                 }
-                if p.kind == Kind::Reconciler {
+                if p.kind == Actor::Reconciler {
                     self.report.republished += 1;
                 }
                 let key = request.idempotency_key.as_str().to_owned();
@@ -173,8 +174,8 @@ impl World<'_> {
                 self.last_msg += 1;
                 let msg = self.last_msg;
                 let by = match p.kind {
-                    Kind::ResponseHandler if p.msg.is_none() => "start",
-                    kind => kind.name(),
+                    Actor::ResponseHandler if p.msg.is_none() => "start",
+                    kind => kind.as_str(),
                 };
                 self.at(
                     arrive,

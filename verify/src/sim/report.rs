@@ -340,6 +340,11 @@ impl Report {
         v
     }
 
+    /// True when the guarantee called `name` is among [`Report::violations`].
+    pub fn violates(&self, name: &str) -> bool {
+        self.violations().iter().any(|(n, _)| *n == name)
+    }
+
     /// Runs beyond an attempt's first per million attempts run, rounded (0 when
     /// nothing ran).
     pub fn extra_runs_per_million(&self) -> u64 {

@@ -11,39 +11,16 @@ use domain::breaker::Hold;
 use domain::breaker::Tally;
 use domain::decide::{Ack, Context, Disposition, DropReason, Effect, Input, Known, Run, Step};
 use domain::ids::{Attempt, ScheduleName, Timestamp, TransactionId};
-use domain::machine::{Status, TransactionRecord};
+use domain::machine::{Actor, Status, TransactionRecord};
 use domain::message::{Execution, Outcome, Payload, Response, RetryEvent};
 use domain::policy::PolicySet;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 use testkit::oracle::{self, Instants, Service, Violation};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Kind {
-    ResponseHandler,
-    RetryHandler,
-    Reconciler,
-    /// An operator's `retryctl resolve` or `replay`.
-    Operator,
-    /// Outbox delivery: the publisher, handling one stream record.
-    Publisher,
-}
-
-impl Kind {
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Kind::ResponseHandler => "response-handler",
-            Kind::RetryHandler => "retry-handler",
-            Kind::Reconciler => "reconciler",
-            Kind::Operator => "operator",
-            Kind::Publisher => "publisher",
-        }
-    }
-}
-
 #[derive(Debug)]
 pub(super) struct Proc {
-    pub(super) kind: Kind,
+    pub(super) kind: Actor,
     pub(super) worker: usize,
     /// The queue message this run handles (none for the reconciler).
     pub(super) msg: Option<u64>,
@@ -63,6 +40,32 @@ pub(super) struct Proc {
     pub(super) after_rejection: bool,
 }
 
+impl Proc {
+    /// A run of `kind` on transaction `tx`: no message, no breaker verdict, nothing
+    /// queued behind it.
+    pub(super) fn new(
+        kind: Actor,
+        tx: usize,
+        attempt: u32,
+        run: Run<Flaws>,
+        now: Timestamp,
+    ) -> Self {
+        Self {
+            kind,
+            worker: 0,
+            msg: None,
+            tx,
+            attempt,
+            run,
+            now,
+            hold: None,
+            probe: false,
+            backlog: VecDeque::new(),
+            after_rejection: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Ev {
     Start(usize),
@@ -78,14 +81,7 @@ pub(super) enum Ev {
         /// Who published it.
         by: &'static str,
     },
-    Answer {
-        tx: usize,
-        attempt: u32,
-        outcome: Outcome,
-        round: Option<u32>,
-        /// Outbox delivery, an ERROR: what it says of the call.
-        execution: Option<Execution>,
-    },
+    Answer(Answer),
     Fire {
         name: ScheduleName,
         generation: u64,
@@ -95,6 +91,17 @@ pub(super) enum Ev {
     Operate(usize),
     /// Outbox delivery: stream record `id` reaches the publisher.
     Stream(u64),
+}
+
+/// The service's answer to an attempt, on its way to the response queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Answer {
+    pub(super) tx: usize,
+    pub(super) attempt: u32,
+    pub(super) outcome: Outcome,
+    pub(super) round: Option<u32>,
+    /// Outbox delivery, an ERROR: what it says of the call.
+    pub(super) execution: Option<Execution>,
 }
 
 #[derive(Debug, Clone)]
@@ -204,14 +211,14 @@ impl Skew {
     }
 
     /// The offset of `kind`'s environment `worker`.
-    pub(super) fn of(&self, kind: Kind, worker: usize) -> i64 {
+    pub(super) fn of(&self, kind: Actor, worker: usize) -> i64 {
         let at = |v: &Vec<i64>| v.get(worker).copied().unwrap_or(0);
         match kind {
-            Kind::ResponseHandler => at(&self.response),
-            Kind::RetryHandler => at(&self.retry),
-            Kind::Reconciler => self.reconciler,
-            Kind::Operator => 0,
-            Kind::Publisher => self.publisher,
+            Actor::ResponseHandler => at(&self.response),
+            Actor::RetryHandler => at(&self.retry),
+            Actor::Reconciler => self.reconciler,
+            Actor::Starter | Actor::Operator => 0,
+            Actor::Publisher => self.publisher,
         }
     }
 }
@@ -330,7 +337,7 @@ impl<'a> World<'a> {
             Ev::ServiceReceive { tx, attempt, .. } => {
                 4 ^ (*tx as u64) << 8 ^ u64::from(*attempt) << 40
             }
-            Ev::Answer { tx, attempt, .. } => 5 ^ (*tx as u64) << 8 ^ u64::from(*attempt) << 40,
+            Ev::Answer(a) => 5 ^ (a.tx as u64) << 8 ^ u64::from(a.attempt) << 40,
             Ev::Fire { generation, .. } => 6 ^ generation << 8,
             Ev::ReconcilerTick => 7,
             Ev::Operate(tx) => 8 ^ (*tx as u64) << 8,
@@ -397,7 +404,7 @@ impl World<'_> {
             Step::Perform(e) => e.clone(),
         };
         let paced = matches!(effect, Effect::PublishRequest(_))
-            && p.kind == Kind::RetryHandler
+            && p.kind == Actor::RetryHandler
             && self.cfg.pacing;
         if paced && self.now < self.pacer[p.worker] {
             let slot = self.pacer[p.worker];
@@ -450,7 +457,7 @@ impl World<'_> {
         *self
             .report
             .failure_points
-            .entry(format!("{what} {} before {label}", p.kind.name()))
+            .entry(format!("{what} {} before {label}", p.kind.as_str()))
             .or_default() += 1;
     }
 
@@ -459,21 +466,21 @@ impl World<'_> {
     /// visibility timeout.
     pub(super) fn finish(&mut self, pid: u64, mut p: Proc, done: Option<Disposition>) {
         let _ = pid;
-        if let (Some(Disposition::Ack(ack)), Kind::RetryHandler) = (&done, p.kind) {
+        if let (Some(Disposition::Ack(ack)), Actor::RetryHandler) = (&done, p.kind) {
             if *ack == Ack::Paused {
                 self.report.retries_paused += 1;
             }
         }
         if let (
             Some(Disposition::Ack(Ack::ReconcilerRepublished | Ack::Unanswered)),
-            Kind::Reconciler,
+            Actor::Reconciler,
             false,
         ) = (&done, p.kind, p.probe)
         {
             self.deadline_fired();
         }
         if let Some(d) = &done {
-            if let (Kind::ResponseHandler, Disposition::Drop(DropReason::LateResponse { .. })) =
+            if let (Actor::ResponseHandler, Disposition::Drop(DropReason::LateResponse { .. })) =
                 (p.kind, d)
             {
                 self.report.late_dropped += 1;
@@ -486,7 +493,7 @@ impl World<'_> {
             };
             // An operator's command refused (the transaction moved on since it was
             // read) is the command's answer, not a message dead-lettered.
-            let refused = p.kind == Kind::Operator && matches!(d, Disposition::Reject(_));
+            let refused = p.kind == Actor::Operator && matches!(d, Disposition::Reject(_));
             if refused {
                 self.report.operator_refused += 1;
             } else if let Some(v) =
@@ -499,8 +506,8 @@ impl World<'_> {
             }
         }
         match p.kind {
-            Kind::ResponseHandler | Kind::RetryHandler => {
-                let q = if p.kind == Kind::ResponseHandler {
+            Actor::ResponseHandler | Actor::RetryHandler => {
+                let q = if p.kind == Actor::ResponseHandler {
                     QueueId::Response
                 } else {
                     QueueId::Retry
@@ -545,7 +552,7 @@ impl World<'_> {
             // The event source mapping retries a failed batch a few times, then gives
             // the record to its on-failure destination: the reconciler rescues the
             // intent.
-            Kind::Publisher => {
+            Actor::Publisher => {
                 let Some(id) = p.msg else { return };
                 if let Some(Disposition::Ack(Ack::PublishUnconfirmed)) = &done {
                     self.report.publish_unconfirmed += 1;
@@ -569,7 +576,7 @@ impl World<'_> {
             }
             // A command that dies midway is not run again: the reconciler finishes
             // what it did not do (a replay's retry event).
-            Kind::Operator => {
+            Actor::Operator => {
                 if let Some(Disposition::Ack(ack)) = &done {
                     match ack {
                         Ack::Resolved => self.report.operator_resolved += 1,
@@ -578,7 +585,7 @@ impl World<'_> {
                     }
                 }
             }
-            Kind::Reconciler => {
+            Actor::Reconciler => {
                 if done.is_none() {
                     self.reconciler_busy = false;
                     return;
@@ -589,7 +596,7 @@ impl World<'_> {
                 match p.backlog.pop_front() {
                     Some(rec) => {
                         self.report.reconciler_actions += 1;
-                        let local = self.now + self.skew.of(Kind::Reconciler, 0);
+                        let local = self.now + self.skew.of(Actor::Reconciler, 0);
                         let now = ts(local);
                         let (hold, probe) = self.reconcile_verdict(&rec, local);
                         (p.hold, p.probe) = (hold, probe);
@@ -603,6 +610,8 @@ impl World<'_> {
                     None => self.reconciler_busy = false,
                 }
             }
+            // The starter runs outside the simulated handlers.
+            Actor::Starter => {}
         }
     }
 
@@ -637,29 +646,15 @@ impl World<'_> {
             };
             let Some(worker) = worker else { break };
             let duplicate = self.faults.chance(self.cfg.duplicate_rate);
-            let mut dead: Vec<TransactionId> = Vec::new();
-            let got = match q {
+            let (now, rng) = (self.now, &mut self.queue_rng);
+            let (got, dead) = match q {
                 QueueId::Response => {
-                    let mut bodies = Vec::new();
-                    let got = self
-                        .responses
-                        .receive(self.now, &mut self.queue_rng, duplicate, &mut bodies)
-                        .map(|(id, body)| (id, Input::Response(body)));
-                    dead.extend(bodies.into_iter().map(|b| b.transaction_id));
-                    got
+                    receive(&mut self.responses, now, rng, duplicate, Input::Response)
                 }
-                QueueId::Retry => {
-                    let mut bodies = Vec::new();
-                    let got = self
-                        .retries
-                        .receive(self.now, &mut self.queue_rng, duplicate, &mut bodies)
-                        .map(|(id, body)| (id, Input::Retry(body)));
-                    dead.extend(bodies.into_iter().map(|b| b.transaction_id));
-                    got
-                }
+                QueueId::Retry => receive(&mut self.retries, now, rng, duplicate, Input::Retry),
             };
-            for id in dead {
-                if let Some(tx) = self.tx_of(&id) {
+            for input in dead {
+                if let Some(tx) = self.tx_of(input.transaction_id()) {
                     self.dlq_by_tx[tx] += 1;
                 }
             }
@@ -669,12 +664,12 @@ impl World<'_> {
             }
             let (kind, tx, attempt) = match &input {
                 Input::Response(r) => (
-                    Kind::ResponseHandler,
+                    Actor::ResponseHandler,
                     self.tx_of(&r.transaction_id),
                     r.attempt.get(),
                 ),
                 Input::Retry(e) => (
-                    Kind::RetryHandler,
+                    Actor::RetryHandler,
                     self.tx_of(&e.transaction_id),
                     e.attempt.get(),
                 ),
@@ -691,17 +686,11 @@ impl World<'_> {
             let ctx = self.ctx(now).with_hold(hold).with_probe(probe);
             let run = self.decide(input, &ctx);
             self.spawn(Proc {
-                kind,
                 worker,
                 msg: Some(id),
-                tx,
-                attempt,
-                run,
-                now,
                 hold,
                 probe,
-                backlog: VecDeque::new(),
-                after_rejection: false,
+                ..Proc::new(kind, tx, attempt, run, now)
             });
         }
         self.schedule_wake(q);
@@ -786,19 +775,7 @@ impl World<'_> {
         // start) — unless the caller itself dies after the create, before the publish,
         // and never repeats it.
         let crash_after_create = self.faults.chance(self.cfg.start_crash_rate);
-        let starter = Proc {
-            kind: Kind::ResponseHandler,
-            worker: 0,
-            msg: None,
-            tx: i,
-            attempt: u32::MAX,
-            run: run.clone(),
-            now,
-            hold: None,
-            probe: false,
-            backlog: VecDeque::new(),
-            after_rejection: false,
-        };
+        let starter = Proc::new(Actor::ResponseHandler, i, u32::MAX, run.clone(), now);
         while let Step::Perform(e) = run.step() {
             let e = e.clone();
             if crash_after_create && matches!(e, Effect::PublishRequest(_)) {
@@ -865,13 +842,7 @@ impl World<'_> {
                     msg,
                     by,
                 } => self.service_receive(tx, attempt, key, round, (msg, by)),
-                Ev::Answer {
-                    tx,
-                    attempt,
-                    outcome,
-                    round,
-                    execution,
-                } => self.answer(tx, attempt, outcome, round, execution),
+                Ev::Answer(a) => self.answer(a),
                 Ev::Fire { name, generation } => self.fire(name, generation),
                 Ev::Operate(tx) => self.operate(tx),
                 Ev::Stream(id) => self.publish(id),
@@ -1003,4 +974,21 @@ impl World<'_> {
             self.report.peak_after_reopening = self.report.peak_after_reopening.max(peak);
         }
     }
+}
+
+/// The next message `queue` delivers, as the handler's input, and the messages it
+/// moved to its DLQ meanwhile.
+fn receive<T: Clone>(
+    queue: &mut SimQueue<T>,
+    now: i64,
+    rng: &mut Rng,
+    duplicate: bool,
+    input: fn(T) -> Input,
+) -> (Option<(u64, Input)>, Vec<Input>) {
+    let mut dead = Vec::new();
+    let got = queue.receive(now, rng, duplicate, &mut dead);
+    (
+        got.map(|(id, body)| (id, input(body))),
+        dead.into_iter().map(input).collect(),
+    )
 }

@@ -54,10 +54,5 @@ pub(super) fn expire(r: &TransactionRecord, ctx: &Context, actor: Actor) -> Plan
 /// The business alert of transaction `id` ended (or found ended) past its deadline,
 /// at attempt `n`.
 pub(super) fn expired_alert(id: &TransactionId, n: Attempt) -> Effect {
-    Effect::Alert(Alert {
-        kind: AlertKind::Expired,
-        transaction_id: id.clone(),
-        attempts: n,
-        last_reason: Some(EXPIRED_REASON.to_owned()),
-    })
+    Alert::raise(AlertKind::Expired, id, n, Some(EXPIRED_REASON.to_owned()))
 }

@@ -407,6 +407,23 @@ pub struct Alert {
     pub last_reason: Option<String>,
 }
 
+impl Alert {
+    /// The effect raising alert `kind` for transaction `id`, ended at `attempts`.
+    pub(crate) fn raise(
+        kind: AlertKind,
+        id: &TransactionId,
+        attempts: Attempt,
+        last_reason: Option<String>,
+    ) -> Effect {
+        Effect::Alert(Alert {
+            kind,
+            transaction_id: id.clone(),
+            attempts,
+            last_reason,
+        })
+    }
+}
+
 /// Why a transaction ended FAILED.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]

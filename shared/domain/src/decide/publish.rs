@@ -267,6 +267,19 @@ mod tests {
     /// Drives a publisher's run on `image`; before each write, `race` may change the
     /// stored record (another publisher, an answer). Returns the disposition and the
     /// requests published.
+    /// A race that changes the stored record, when there is one, just before the
+    /// run's write number `n`.
+    fn before_write(
+        n: usize,
+        change: impl Fn(&mut TransactionRecord),
+    ) -> impl FnMut(usize, &mut Option<TransactionRecord>) {
+        move |i, stored| {
+            if let Some(r) = stored.as_mut().filter(|_| i == n) {
+                change(r);
+            }
+        }
+    }
+
     fn run_racing(
         image: &TransactionRecord,
         mut race: impl FnMut(usize, &mut Option<TransactionRecord>),
@@ -315,58 +328,34 @@ mod tests {
     #[test]
     fn every_failed_condition_is_decided_again_from_the_record() {
         let image = sending(1, None);
-        let claim_by_other = |at: i64| {
-            move |i: usize, r: &mut Option<TransactionRecord>| {
-                if i == 0 {
-                    if let Some(r) = r {
-                        r.publishing_since = Some(Timestamp::from_millis(at));
-                    }
-                }
-            }
+        let claimed_at = |at: i64| {
+            before_write(0, move |r| {
+                r.publishing_since = Some(Timestamp::from_millis(at))
+            })
         };
         assert_eq!(
-            run_racing(&image, claim_by_other(NOW - 1_000)),
+            run_racing(&image, claimed_at(NOW - 1_000)),
             (Disposition::Ack(Ack::Published), 1)
         );
         assert_eq!(
-            run_racing(&image, claim_by_other(NOW - WINDOW)),
+            run_racing(&image, claimed_at(NOW - WINDOW)),
             (Disposition::Ack(Ack::PublishUnconfirmed), 0)
         );
-        let recorded = |i: usize, r: &mut Option<TransactionRecord>| {
-            if let Some(r) = r.as_mut().filter(|_| i == 0) {
-                r.status = Status::InProgress;
-                r.current_attempt = Attempt::new(3).unwrap();
-                r.next_attempt = None;
-            }
+        let recorded = |r: &mut TransactionRecord| {
+            r.status = Status::InProgress;
+            r.current_attempt = Attempt::new(3).unwrap();
+            r.next_attempt = None;
         };
+        let already = |status| Disposition::Drop(DropReason::AlreadyPublished { status });
         assert_eq!(
-            run_racing(&image, recorded),
-            (
-                Disposition::Drop(DropReason::AlreadyPublished {
-                    status: Status::InProgress
-                }),
-                0
-            )
+            run_racing(&image, before_write(0, recorded)),
+            (already(Status::InProgress), 0)
         );
-        let new_round = |i: usize, r: &mut Option<TransactionRecord>| {
-            if let Some(r) = r.as_mut().filter(|_| i == 0) {
-                r.counts[Counter::Round] = 2;
-            }
-        };
         assert_eq!(
-            run_racing(&image, new_round),
-            (
-                Disposition::Drop(DropReason::AlreadyPublished {
-                    status: Status::Sending
-                }),
-                0
-            )
+            run_racing(&image, before_write(0, |r| r.counts[Counter::Round] = 2)),
+            (already(Status::Sending), 0)
         );
-        let new_attempt = |i: usize, r: &mut Option<TransactionRecord>| {
-            if let Some(r) = r.as_mut().filter(|_| i == 0) {
-                r.next_attempt = Some(Attempt::new(4).unwrap());
-            }
-        };
+        let new_attempt = before_write(0, |r| r.next_attempt = Some(Attempt::new(4).unwrap()));
         assert_eq!(run_racing(&image, new_attempt).1, 0);
         let gone = |i: usize, r: &mut Option<TransactionRecord>| {
             if i == 0 {
@@ -384,22 +373,13 @@ mod tests {
         );
         // The claim taken, the request published; another copy records IN_PROGRESS
         // before this one's last write.
-        let recorded_after = |i: usize, r: &mut Option<TransactionRecord>| {
-            if let Some(r) = r.as_mut().filter(|_| i == 1) {
-                r.status = Status::InProgress;
-                r.current_attempt = Attempt::new(3).unwrap();
-                r.next_attempt = None;
-                r.publishing_since = None;
-            }
-        };
+        let recorded_after = before_write(1, |r| {
+            recorded(r);
+            r.publishing_since = None;
+        });
         assert_eq!(
             run_racing(&image, recorded_after),
-            (
-                Disposition::Drop(DropReason::AlreadyPublished {
-                    status: Status::InProgress
-                }),
-                1
-            )
+            (already(Status::InProgress), 1)
         );
         // Unraced: claimed, published once, recorded.
         assert_eq!(

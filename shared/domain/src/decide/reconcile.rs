@@ -266,12 +266,12 @@ fn abandon(r: &TransactionRecord, ctx: &Context) -> Plan {
     let w = w.listed_failed(ctx.rules.shards);
     let w = w.marked(Mark::Unanswered);
     vec![
-        Effect::Alert(Alert {
-            kind: AlertKind::Unanswered,
-            transaction_id: id.clone(),
-            attempts: n,
-            last_reason: Some(UNANSWERED_REASON.to_owned()),
-        }),
+        Alert::raise(
+            AlertKind::Unanswered,
+            id,
+            n,
+            Some(UNANSWERED_REASON.to_owned()),
+        ),
         Effect::Write(w),
         Effect::Ack(Ack::Unanswered),
     ]

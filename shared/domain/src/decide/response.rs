@@ -293,12 +293,12 @@ fn decide_answer(
         {
             let attempts = rec.map(|r| r.current_attempt).unwrap_or(n);
             vec![
-                Effect::Alert(Alert {
-                    kind: AlertKind::AttemptsExhausted,
-                    transaction_id: id.clone(),
+                Alert::raise(
+                    AlertKind::AttemptsExhausted,
+                    id,
                     attempts,
-                    last_reason: resp.reason.clone(),
-                }),
+                    resp.reason.clone(),
+                ),
                 Effect::Ack(Ack::Failed),
             ]
         }
@@ -400,12 +400,7 @@ fn fail(id: &TransactionId, n: Attempt, resp: &Response, ctx: &Context) -> Plan 
     w.set.last_outcome = Some(Outcome::Cancelled);
     vec![
         Effect::Write(w),
-        Effect::Alert(Alert {
-            kind: AlertKind::AttemptsExhausted,
-            transaction_id: id.clone(),
-            attempts: n,
-            last_reason: resp.reason.clone(),
-        }),
+        Alert::raise(AlertKind::AttemptsExhausted, id, n, resp.reason.clone()),
         Effect::Ack(Ack::Failed),
     ]
 }
@@ -455,23 +450,18 @@ fn ambiguous_failure(
 /// The business alert of a transaction ended by an ambiguous ERROR: the request may
 /// have run and was not sent again.
 fn ambiguous_alert(id: &TransactionId, n: Attempt) -> Effect {
-    Effect::Alert(Alert {
-        kind: AlertKind::Ambiguous,
-        transaction_id: id.clone(),
-        attempts: n,
-        last_reason: Some(AMBIGUOUS_REASON.to_owned()),
-    })
+    Alert::raise(
+        AlertKind::Ambiguous,
+        id,
+        n,
+        Some(AMBIGUOUS_REASON.to_owned()),
+    )
 }
 
 /// The business alert of a transaction the service rejected, with its reason (for
 /// the operator to read; nothing decides on it).
 fn rejected_alert(id: &TransactionId, n: Attempt, resp: &Response) -> Effect {
-    Effect::Alert(Alert {
-        kind: AlertKind::Rejected,
-        transaction_id: id.clone(),
-        attempts: n,
-        last_reason: resp.reason.clone(),
-    })
+    Alert::raise(AlertKind::Rejected, id, n, resp.reason.clone())
 }
 
 /// ERROR for attempt `n` of a record with these `counts` (0 when unread: the writes
@@ -572,12 +562,12 @@ fn open_cycle_plan(
 
 /// The business alert of a transaction whose technical re-sends are spent.
 fn technical_alert(id: &TransactionId, n: Attempt) -> Effect {
-    Effect::Alert(Alert {
-        kind: AlertKind::TechnicalExhausted,
-        transaction_id: id.clone(),
-        attempts: n,
-        last_reason: Some(TECHNICAL_EXHAUSTED_REASON.to_owned()),
-    })
+    Alert::raise(
+        AlertKind::TechnicalExhausted,
+        id,
+        n,
+        Some(TECHNICAL_EXHAUSTED_REASON.to_owned()),
+    )
 }
 
 fn schedule_retry(

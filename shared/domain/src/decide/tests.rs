@@ -682,11 +682,25 @@ fn known_name(k: &Known<'_>) -> String {
     match k {
         Known::Unread => "unread".into(),
         Known::Missing => "missing".into(),
-        Known::Record(r) => format!(
-            "{} c={} max={}",
-            r.status, r.current_attempt, r.max_attempts
-        ),
+        Known::Record(r) => rec_name(r),
     }
+}
+
+fn rec_name(r: &TransactionRecord) -> String {
+    format!(
+        "{} c={} max={}",
+        r.status, r.current_attempt, r.max_attempts
+    )
+}
+
+/// The plan of case `name` of the table: only effects the function handling its
+/// input performs.
+fn row(name: &str, input: &Input, known: Known<'_>, same: Option<bool>, ctx: &Context) -> Plan {
+    let plan = decide(input, known, same, ctx, &mut FixedRandom(0.5));
+    for e in &plan {
+        assert!(crate::exec::performs(input, e), "{name}: {e:?}");
+    }
+    plan
 }
 
 /// Every (case, plan) of the table.
@@ -694,12 +708,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     let ctx = table_ctx();
     let mut out = Vec::new();
     let mut push = |name: String, input: &Input, known: Known<'_>, same: Option<bool>| {
-        let plan = decide(input, known, same, &ctx, &mut FixedRandom(0.5));
-        // Only effects the function handling this input performs.
-        for e in &plan {
-            assert!(crate::exec::performs(input, e), "{name}: {e:?}");
-        }
-        out.push((name, plan));
+        out.push((name.clone(), row(&name, input, known, same, &ctx)));
     };
 
     // Records a message can meet: every status with budget remaining (current 2 of
@@ -715,12 +724,7 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // Response handler (A): SUCCESS / CANCELLED for the matching attempt (2), a late
     // one (1) and a future one (3 = the pending attempt of intermediate states).
-    for outcome in [
-        Outcome::Success,
-        Outcome::Cancelled,
-        Outcome::Error,
-        Outcome::Rejected,
-    ] {
+    for outcome in Outcome::ALL {
         for n in [1, 2, 3] {
             let resp = answer(n, outcome, Some("NOT_AVAILABLE"), None);
             let mut knowns = vec![Known::Unread, Known::Missing];
@@ -738,18 +742,10 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // The last attempt answered while B has not yet written IN_PROGRESS.
     let last = rec_in(Status::Sending, 3, 4);
-    for outcome in [
-        Outcome::Success,
-        Outcome::Cancelled,
-        Outcome::Error,
-        Outcome::Rejected,
-    ] {
+    for outcome in Outcome::ALL {
         let resp = answer(4, outcome, None, None);
         push(
-            format!(
-                "response {outcome} n=4 / {}",
-                known_name(&Known::Record(&last))
-            ),
+            format!("response {outcome} n=4 / {}", rec_name(&last)),
             &resp,
             Known::Record(&last),
             None,
@@ -763,19 +759,11 @@ fn all_cases() -> Vec<(String, Plan)> {
         .iter()
         .map(|s| rec_resending(*s, 2, 1))
         .collect();
-    for outcome in [
-        Outcome::Success,
-        Outcome::Cancelled,
-        Outcome::Error,
-        Outcome::Rejected,
-    ] {
+    for outcome in Outcome::ALL {
         let resp = answer(2, outcome, None, None);
         for r in &resend_records {
             push(
-                format!(
-                    "response {outcome} n=2 / {} resend=1",
-                    known_name(&Known::Record(r))
-                ),
+                format!("response {outcome} n=2 / {} resend=1", rec_name(r)),
                 &resp,
                 Known::Record(r),
                 None,
@@ -803,12 +791,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     rejected.last_outcome = Some(Outcome::Rejected);
     rejected.mark = Some(Mark::Rejected);
     for (r, reason) in [(&exhausted, None), (&rejected, Some("HTTP_422"))] {
-        for outcome in [
-            Outcome::Success,
-            Outcome::Cancelled,
-            Outcome::Error,
-            Outcome::Rejected,
-        ] {
+        for outcome in Outcome::ALL {
             push(
                 format!(
                     "response {outcome} n=2 / FAILED c=2 max=4 {}",
@@ -835,10 +818,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     let resend_event = retry(2);
     for r in &resend_records {
         push(
-            format!(
-                "retry m=2 RETRY_SCHEDULER / {} resend=1",
-                known_name(&Known::Record(r))
-            ),
+            format!("retry m=2 RETRY_SCHEDULER / {} resend=1", rec_name(r)),
             &resend_event,
             Known::Record(r),
             None,
@@ -988,7 +968,7 @@ fn all_cases() -> Vec<(String, Plan)> {
             push(
                 format!(
                     "start / {} payload={}",
-                    known_name(&Known::Record(r)),
+                    rec_name(r),
                     if same { "same" } else { "different" }
                 ),
                 &start,
@@ -1010,7 +990,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         for s in Status::ALL {
             let r = rec_in(s, 2, if s == Status::Failed { 2 } else { 4 });
             push(
-                format!("{name} / {}", known_name(&Known::Record(&r))),
+                format!("{name} / {}", rec_name(&r)),
                 input,
                 Known::Record(&r),
                 None,
@@ -1065,7 +1045,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     let resend_event = retry(2);
     for r in &resend_records {
         push_held(
-            format!("retry m=2 / {} resend=1", known_name(&Known::Record(r))),
+            format!("retry m=2 / {} resend=1", rec_name(r)),
             &resend_event,
             Known::Record(r),
         );
@@ -1075,7 +1055,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         let mut due = rec_in(st, 2, 4);
         due.next_fire_at = Some(at(-60));
         push_held(
-            format!("retry m=3 / {} due", known_name(&Known::Record(&due))),
+            format!("retry m=3 / {} due", rec_name(&due)),
             &retry(3),
             Known::Record(&due),
         );
@@ -1291,11 +1271,10 @@ fn outbox_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
     let outbox = ctx.clone().with_delivery(Delivery::Outbox);
     let probing = outbox.clone().with_probe(true);
     let mut push = |name: String, input: &Input, known: Known<'_>, same: Option<bool>| {
-        let plan = decide(input, known, same, &outbox, &mut FixedRandom(0.5));
-        for e in &plan {
-            assert!(crate::exec::performs(input, e), "{name}: {e:?}");
-        }
-        out.push((format!("outbox: {name}"), plan));
+        out.push((
+            format!("outbox: {name}"),
+            row(&name, input, known, same, &outbox),
+        ));
     };
     let records: Vec<TransactionRecord> = Status::ALL.iter().map(|s| rec_in(*s, 2, 4)).collect();
 
@@ -1395,7 +1374,7 @@ fn outbox_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
     );
     for r in records.iter().filter(|r| r.status != Status::Sending) {
         push(
-            format!("publish {} / itself", known_name(&Known::Record(r))),
+            format!("publish {} / itself", rec_name(r)),
             &Input::Publish(r.clone()),
             Known::Record(r),
             None,
@@ -1466,12 +1445,7 @@ fn outbox_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
     let mut ambiguous = rec_in(Status::Failed, 2, 4);
     ambiguous.last_outcome = Some(Outcome::Error);
     ambiguous.mark = Some(Mark::Ambiguous);
-    for outcome in [
-        Outcome::Success,
-        Outcome::Cancelled,
-        Outcome::Error,
-        Outcome::Rejected,
-    ] {
+    for outcome in Outcome::ALL {
         push(
             format!("response {outcome} n=2 / FAILED c=2 max=4 AMBIGUOUS"),
             &answer(2, outcome, None, None),
@@ -1519,11 +1493,10 @@ fn expiry_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
         },
     }));
     let mut push = |name: String, input: &Input, known: Known<'_>, c: &Context| {
-        let plan = decide(input, known, None, c, &mut FixedRandom(0.5));
-        for e in &plan {
-            assert!(crate::exec::performs(input, e), "{name}: {e:?}");
-        }
-        out.push((format!("expired: {name}"), plan));
+        out.push((
+            format!("expired: {name}"),
+            row(&name, input, known, None, c),
+        ));
     };
     let working = rec_in(Status::InProgress, 2, 4);
     let last = rec_in(Status::InProgress, 2, 2);

@@ -16,6 +16,13 @@ mod runs;
 mod schedule_names;
 mod world;
 
+/// Attempts 1 to `small` mostly, and any attempt at all.
+pub fn attempts(small: u32) -> impl proptest::strategy::Strategy<Value = domain::ids::Attempt> {
+    use proptest::prelude::*;
+    prop_oneof![1u32..=small, any::<u32>().prop_map(|n| n.max(1))]
+        .prop_map(|n| domain::ids::Attempt::new(n).unwrap())
+}
+
 /// A property run of `cases` cases, failures not persisted to files.
 pub fn cases(cases: u32) -> proptest::test_runner::Config {
     proptest::test_runner::Config {

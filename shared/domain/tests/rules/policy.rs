@@ -50,16 +50,11 @@ fn any_unit() -> impl Strategy<Value = f64> {
     ]
 }
 
-fn attempt() -> impl Strategy<Value = Attempt> {
-    prop_oneof![1u32..=12, any::<u32>().prop_map(|n| n.max(1))]
-        .prop_map(|n| Attempt::new(n).unwrap())
-}
-
 proptest! {
     #![proptest_config(crate::cases(4000))]
 
     #[test]
-    fn wait_is_always_within_bounds(p in valid_policy(), k in attempt(), u in any_unit()) {
+    fn wait_is_always_within_bounds(p in valid_policy(), k in crate::attempts(12), u in any_unit()) {
         let (lo, hi) = p.bounds(k);
         prop_assert!(lo <= hi);
         let nominal = p.nominal(k);
@@ -80,7 +75,7 @@ proptest! {
     #[test]
     fn fire_at_is_a_whole_second_not_before_now_and_within_bounds(
         p in valid_policy(),
-        k in attempt(),
+        k in crate::attempts(12),
         u in any_unit(),
         now_ms in -10_000_000_000_000i64..10_000_000_000_000,
     ) {

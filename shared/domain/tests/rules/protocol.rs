@@ -484,23 +484,24 @@ proptest! {
 
     /// Genuine messages: safety after every operation, and every transaction settles.
     #[test]
-    fn interleavings_never_exceed_the_budget_and_always_settle(
-        max in 1u32..=5,
-        seed in any::<u64>(),
-        ops in prop::collection::vec(op(false), 0..80),
-    ) {
+    fn interleavings_never_exceed_the_budget_and_always_settle((max, seed, ops) in runs(false)) {
         run_ops(max, seed, &ops, false)?;
     }
 
     /// Hostile messages too (any attempt, outcome, origin): safety after every operation.
     #[test]
-    fn hostile_messages_never_exceed_the_budget(
-        max in 1u32..=5,
-        seed in any::<u64>(),
-        ops in prop::collection::vec(op(true), 0..80),
-    ) {
+    fn hostile_messages_never_exceed_the_budget((max, seed, ops) in runs(true)) {
         run_ops(max, seed, &ops, true)?;
     }
+}
+
+/// A budget of 1 to 5, a seed and up to 80 operations (`hostile` ones among them).
+fn runs(hostile: bool) -> impl Strategy<Value = (u32, u64, Vec<Op>)> {
+    (
+        1u32..=5,
+        any::<u64>(),
+        prop::collection::vec(op(hostile), 0..80),
+    )
 }
 
 /// The drain alone (no interleaving at all) settles FAILED after exactly max attempts:

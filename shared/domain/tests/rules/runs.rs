@@ -28,12 +28,15 @@ fn summary(w: &World, id: &domain::TransactionId) -> (Status, u32, Option<u32>) 
     )
 }
 
-/// Start, then answer attempt 1 CANCELLED: returns the response message.
-fn cancelled_in_flight(w: &mut World, id: &domain::TransactionId, max: u32) -> Input {
-    assert_eq!(w.start(id, max), Disposition::Ack(Ack::Started));
+/// A new world where transaction `name` (budget `max`) started and attempt 1 was
+/// answered CANCELLED: the world, the id and the response message.
+fn cancelled_in_flight(name: &str, max: u32) -> (World, domain::TransactionId, Input) {
+    let (mut w, id) = (World::new(), tx(name));
+    assert_eq!(w.start(&id, max), Disposition::Ack(Ack::Started));
     let responses = w.serve(|_| Outcome::Cancelled);
     assert_eq!(responses.len(), 1);
-    Input::Response(responses[0].clone())
+    let resp = Input::Response(responses[0].clone());
+    (w, id, resp)
 }
 
 fn ports(w: &World) -> MemPorts<'_> {
@@ -46,12 +49,13 @@ fn ports(w: &World) -> MemPorts<'_> {
     }
 }
 
-/// Up to the retry event of attempt 2 being due.
-fn scheduled_and_due(w: &mut World, id: &domain::TransactionId) -> RetryEvent {
-    let resp = cancelled_in_flight(w, id, 4);
+/// A new world with transaction `name` up to its retry event of attempt 2 being due.
+fn scheduled_and_due(name: &str) -> (World, domain::TransactionId, RetryEvent) {
+    let (mut w, id, resp) = cancelled_in_flight(name, 4);
     assert_eq!(w.run(resp), Disposition::Ack(Ack::Scheduled));
-    w.now = w.record(id).next_fire_at.unwrap();
-    w.fire_due().pop().unwrap()
+    w.now = w.record(&id).next_fire_at.unwrap();
+    let ev = w.fire_due().pop().unwrap();
+    (w, id, ev)
 }
 
 /// GIVEN max_attempts = 4 WHEN attempts 1, 2, 3 are CANCELLED and attempt 4 succeeds
@@ -157,9 +161,7 @@ fn three_retries_then_success() {
 /// max_attempts = 1 means the original request only: CANCELLED fails at once.
 #[test]
 fn a_budget_of_one_never_retries() {
-    let mut w = World::new();
-    let id = tx("TX-1");
-    let resp = cancelled_in_flight(&mut w, &id, 1);
+    let (mut w, id, resp) = cancelled_in_flight("TX-1", 1);
     assert_eq!(w.run(resp), Disposition::Ack(Ack::Failed));
     assert_eq!(summary(&w, &id), (Failed, 1, None));
     assert_eq!(w.scheduler.created(), 0);
@@ -436,9 +438,7 @@ fn reconciler_resumes_scheduling() {
     // The index keys a cycle by its fire time: while the fire time is ahead (or
     // passed by less than the threshold) the reconciler does not see it, even long
     // after the crash.
-    let mut w = World::new();
-    let id = tx("TX-R2");
-    let resp = cancelled_in_flight(&mut w, &id, 4);
+    let (mut w, id, resp) = cancelled_in_flight("TX-R2", 4);
     let _ = w.run_crashing(resp, Some(1)); // SCHEDULING, response lost to its DLQ
     let stored = w.record(&id).next_fire_at.unwrap();
     past_threshold(&mut w);
@@ -464,9 +464,7 @@ fn reconciler_resumes_scheduling() {
 /// so there is no half-done pause for a crash to leave behind.
 #[test]
 fn a_held_event_crashed_before_its_ack_is_held_again_and_sent_once() {
-    let mut w = World::new();
-    let id = tx("TX-R9");
-    let ev = scheduled_and_due(&mut w, &id);
+    let (mut w, id, ev) = scheduled_and_due("TX-R9");
     let before = w.record(&id);
     w.hold = Some(domain::breaker::Hold {
         until: w.now.plus_millis(120_000),
@@ -506,9 +504,7 @@ fn a_held_event_crashed_before_its_ack_is_held_again_and_sent_once() {
 
 #[test]
 fn reconciler_resumes_sending() {
-    let mut w = World::new();
-    let id = tx("TX-R3");
-    let ev = scheduled_and_due(&mut w, &id);
+    let (mut w, id, ev) = scheduled_and_due("TX-R3");
     let _ = w.run_crashing(retry_input(ev), Some(1)); // SENDING; event lost to its DLQ
     assert!(w.reconcile().is_empty());
     past_threshold(&mut w);
@@ -537,9 +533,7 @@ fn reconciler_resumes_sending() {
 /// actions are conditional or go through B, so acting on a stale copy changes nothing.
 #[test]
 fn reconciler_acting_on_a_stale_record_is_harmless() {
-    let mut w = World::new();
-    let id = tx("TX-R4");
-    let resp = cancelled_in_flight(&mut w, &id, 4);
+    let (mut w, id, resp) = cancelled_in_flight("TX-R4", 4);
     let _ = w.run_crashing(resp.clone(), Some(1));
     w.now = w.record(&id).next_fire_at.unwrap();
     past_threshold(&mut w);
@@ -599,9 +593,7 @@ fn reconciler_acting_on_a_stale_record_is_harmless() {
 /// retry event that still arrives is dropped.
 #[test]
 fn resolve_while_waiting_deletes_the_schedule() {
-    let mut w = World::new();
-    let id = tx("TX-R5");
-    let resp = cancelled_in_flight(&mut w, &id, 4);
+    let (mut w, id, resp) = cancelled_in_flight("TX-R5", 4);
     w.run(resp);
     let ev = w.scheduler.live()[0].event.clone();
     assert_eq!(
@@ -629,9 +621,7 @@ fn resolve_while_waiting_deletes_the_schedule() {
 /// out through B, and the new budget is respected.
 #[test]
 fn replay_reopens_with_a_fresh_budget() {
-    let mut w = World::new();
-    let id = tx("TX-R6");
-    let resp = cancelled_in_flight(&mut w, &id, 1);
+    let (mut w, id, resp) = cancelled_in_flight("TX-R6", 1);
     w.run(resp);
     assert_eq!(summary(&w, &id), (Failed, 1, None));
     let replay = Input::Replay {

@@ -119,16 +119,11 @@ fn any_id() -> impl Strategy<Value = TransactionId> {
     })
 }
 
-fn any_attempt() -> impl Strategy<Value = Attempt> {
-    prop_oneof![1u32..=20, any::<u32>().prop_map(|n| n.max(1))]
-        .prop_map(|n| Attempt::new(n).unwrap())
-}
-
 proptest! {
     #![proptest_config(crate::cases(3000))]
 
     #[test]
-    fn every_name_is_valid_and_deterministic(id in any_id(), n in any_attempt()) {
+    fn every_name_is_valid_and_deterministic(id in any_id(), n in crate::attempts(20)) {
         let got = ScheduleName::for_retry(&id, n);
         let s = got.as_str();
         prop_assert!(valid_name(s), "{s:?} for {id:?}");
@@ -150,8 +145,8 @@ proptest! {
     fn names_differ_per_id_and_attempt(
         a in any_id(),
         b in any_id(),
-        n in any_attempt(),
-        m in any_attempt(),
+        n in crate::attempts(20),
+        m in crate::attempts(20),
     ) {
         let same = a == b && n == m;
         prop_assert_eq!(
