@@ -111,6 +111,35 @@ fn retry_handler<'a, Rq: RequestPublisher>(
     }
 }
 
+type Cron<'a> = Reconciler<
+    &'a MemoryStore,
+    &'a MemoryScheduler,
+    &'a MemoryQueue<RetryEvent>,
+    &'a MemoryQueue<Request>,
+    &'a MemoryStore,
+    Arc<MemoryBreaker>,
+    &'a ManualClock,
+>;
+
+fn reconciler(
+    w: &World,
+    breaker: Option<runtime::breaker::BreakerGate<Arc<MemoryBreaker>>>,
+) -> Cron<'_> {
+    Reconciler {
+        store: &w.store,
+        scheduler: &w.scheduler,
+        retries: &w.retries,
+        requests: &w.requests,
+        notes: &w.store,
+        breaker,
+        clock: &w.clock,
+        settings: w.settings.clone(),
+        limits: Limits::default(),
+        seeds: Seeds::fixed(3),
+        namespace: "DeferredRetry".into(),
+    }
+}
+
 /// Every event file through the functions, in the order the smoke test sends them
 /// to the binaries, with the state, the DLQs, the requests and the metrics checked
 /// after each.
@@ -263,19 +292,7 @@ async fn the_event_files_through_the_three_functions() {
     // its instant is past the threshold the reconciler requeues its retry event.
     let fire = w.record("TX-100500").await.next_fire_at.unwrap();
     w.set_time(fire.plus_millis(16 * 60 * 1000));
-    let reconciler = Reconciler {
-        store: &w.store,
-        scheduler: &w.scheduler,
-        retries: &w.retries,
-        requests: &w.requests,
-        notes: &w.store,
-        breaker: None::<runtime::breaker::BreakerGate<Arc<MemoryBreaker>>>,
-        clock: &w.clock,
-        settings: w.settings.clone(),
-        limits: Limits::default(),
-        seeds: Seeds::fixed(3),
-        namespace: "DeferredRetry".into(),
-    };
+    let reconciler = reconciler(&w, None);
     let cron: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(format!(
             "{}/events/{}",
@@ -623,19 +640,7 @@ async fn unanswered_requests_probe_an_open_breaker() {
     // Both deadlines and the cool-down are past.
     w.advance(Duration::from_secs(2 * 86_400));
     let published = w.keys().await.len();
-    let reconciler = Reconciler {
-        store: &w.store,
-        scheduler: &w.scheduler,
-        retries: &w.retries,
-        requests: &w.requests,
-        notes: &w.store,
-        breaker: Some(gate(&shared, settings, "reconciler")),
-        clock: &w.clock,
-        settings: w.settings.clone(),
-        limits: Limits::default(),
-        seeds: Seeds::fixed(3),
-        namespace: "DeferredRetry".into(),
-    };
+    let reconciler = reconciler(&w, Some(gate(&shared, settings, "reconciler")));
     let m = Metrics::new("DeferredRetry", "reconciler");
     let report = reconciler.run(&m).await;
     let held = report.count(

@@ -396,6 +396,16 @@ fn requests_of(stack: &Stack, calls: &[Call], schedule_group_arn: &str) -> Vec<(
 // What AWS does around the functions, under their roles
 // ---------------------------------------------------------------------------------
 
+/// [`event_source`] of `queue` for `handler`, whose `handle_event` counts into
+/// `metrics`.
+macro_rules! round {
+    ($sqs:expr, $queue:expr, $handler:expr, $metrics:expr) => {
+        event_source(&$sqs, &$queue.url, &$queue.arn, |e| async move {
+            $handler.handle_event(e, $metrics).await.unwrap()
+        })
+    };
+}
+
 /// The intake queue's event source mapping, once, under the starter's role: how many
 /// messages it handed the starter, and the starter's metrics.
 async fn intake(
@@ -405,13 +415,7 @@ async fn intake(
 ) -> (usize, Metrics) {
     let metrics = Metrics::new("DeferredRetry", "starter");
     let m = &metrics;
-    let n = event_source(
-        &aws::clients::sqs(sdk),
-        &p.intake.url,
-        &p.intake.arn,
-        |e| async move { starter.handle_event(e, m).await.unwrap() },
-    )
-    .await;
+    let n = round!(aws::clients::sqs(sdk), p.intake, starter, m).await;
     (n, metrics)
 }
 
@@ -690,14 +694,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     .await;
     let harness_metrics = Metrics::new("DeferredRetryHarness", "harness");
     let (harness, harness_metrics) = (&harness, &harness_metrics);
-    let harness_round = || {
-        event_source(
-            &harness_sqs,
-            &p.request.url,
-            &p.request.arn,
-            |e| async move { harness.handle_event(e, harness_metrics).await.unwrap() },
-        )
-    };
+    let harness_round = || round!(harness_sqs, p.request, harness, harness_metrics);
     assert_eq!(harness_round().await, 7);
     let answer = |tx: &str, n: u32, outcome: &str| {
         format!(
@@ -712,13 +709,11 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     }
     let metrics = Metrics::new("DeferredRetry", "response-handler");
     let (response, metrics) = (&response, &metrics);
-    let response_round = || {
-        event_source(
-            &response_sqs,
-            &p.response.url,
-            &p.response.arn,
-            |e| async move { response.handle_event(e, metrics).await.unwrap() },
-        )
+    let response_round = || round!(response_sqs, p.response, response, metrics);
+    // An answer from `sqs` on the response queue, then the response handler's round.
+    let answered = async |sqs: &aws_sdk_sqs::Client, tx: &str, n: u32, outcome: &str| {
+        send(sqs, &p.response.url, &answer(tx, n, outcome)).await;
+        response_round().await
     };
     let n = response_round().await;
     assert_eq!(n, 8);
@@ -745,22 +740,10 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     .await;
     assert_eq!(harness_round().await, 1);
     // A late answer (attempt 1 again, TX-B done): a failed condition, dropped.
-    send(
-        &external_sqs,
-        &p.response.url,
-        &answer("TX-B", 1, "CANCELLED"),
-    )
-    .await;
-    response_round().await;
+    answered(&external_sqs, "TX-B", 1, "CANCELLED").await;
     // A SUCCESS for TX-C's attempt 1, answered CANCELLED before (FAILED): a
     // conflicting success, which the response handler notes in the audit table.
-    send(
-        &external_sqs,
-        &p.response.url,
-        &answer("TX-C", 1, "SUCCESS"),
-    )
-    .await;
-    response_round().await;
+    answered(&external_sqs, "TX-C", 1, "SUCCESS").await;
     let noted = aws::clients::dynamodb(&setup_sdk)
         .query()
         .table_name(&p.names.audit_table)
@@ -817,13 +800,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         .send()
         .await
         .unwrap();
-    send(
-        &operator_sqs,
-        &p.response.url,
-        &answer("TX-P", 1, "CANCELLED"),
-    )
-    .await;
-    response_round().await;
+    answered(&operator_sqs, "TX-P", 1, "CANCELLED").await;
     assert_eq!(store_status(&store, "TX-P").await, Status::Scheduled);
 
     // The scheduler fires TX-A's schedule; a failed delivery goes to its DLQ.
@@ -850,10 +827,8 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     .await;
     let retry_metrics = Metrics::new("DeferredRetry", "retry-handler");
     let (retry, retry_metrics) = (&retry, &retry_metrics);
-    event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
-        retry.handle_event(e, retry_metrics).await.unwrap()
-    })
-    .await;
+    let retry_round = || round!(retry_sqs, p.retry, retry, retry_metrics);
+    retry_round().await;
     assert_eq!(store_status(&store, "TX-A").await, Status::InProgress);
 
     // TX-G starts after the service has read its requests and is never answered
@@ -939,10 +914,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     // queue, delayed (SendMessage under the retry handler's role), the record
     // untouched.
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
-        retry.handle_event(e, retry_metrics).await.unwrap()
-    })
-    .await;
+    retry_round().await;
     let e = store.get(&id("TX-E")).await.unwrap().unwrap();
     assert_eq!(
         (
@@ -965,19 +937,10 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         r#"{"transaction_id":"TX-E","origin":"OPERATOR","attempt":2}"#,
     )
     .await;
-    event_source(&retry_sqs, &p.retry.url, &p.retry.arn, |e| async move {
-        retry.handle_event(e, retry_metrics).await.unwrap()
-    })
-    .await;
+    retry_round().await;
     assert_eq!(store_status(&store, "TX-E").await, Status::InProgress);
     // The probe is answered: the response handler closes the breaker.
-    send(
-        &external_sqs,
-        &p.response.url,
-        &answer("TX-E", 2, "SUCCESS"),
-    )
-    .await;
-    response_round().await;
+    answered(&external_sqs, "TX-E", 2, "SUCCESS").await;
     assert_eq!(store_status(&store, "TX-E").await, Status::Succeeded);
     let closed = BreakerReads::load(&breaker, SystemClock.now(), false)
         .await

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use domain::decide::{Ack, Rejection};
 use domain::exec::{ReplayPorts, ResolvePorts, StartPorts};
-use domain::{MaxAttempts, Outcome, Payload, Status};
+use domain::{MaxAttempts, Outcome, Payload, Status, TransactionId};
 use runtime::ops::{replay, resolve, start_transaction, OpError};
 
 fn payload(s: &str) -> Payload {
@@ -76,6 +76,15 @@ async fn start_after_progress_publishes_nothing() {
     assert_eq!(w.requests.len(), before);
 }
 
+/// `resolve` of `tx` over the world's store and scheduler, now.
+async fn resolved(w: &World, tx: TransactionId) -> Result<runtime::ops::Done, OpError> {
+    let ports = ResolvePorts {
+        store: &w.store,
+        scheduler: &w.scheduler,
+    };
+    resolve(&ports, tx, &w.settings.context(w.now())).await
+}
+
 /// Resolved by other means: SCHEDULED → SUCCEEDED and the schedule deleted; a second
 /// call says "already resolved"; an unknown transaction is refused.
 #[tokio::test]
@@ -84,18 +93,13 @@ async fn resolve_by_other_means() {
     w.start("TX-9", 3).await;
     w.respond("TX-9", 1, Outcome::Cancelled).await;
     assert_eq!(w.scheduler.live().len(), 1);
-    let ports = ResolvePorts {
-        store: &w.store,
-        scheduler: &w.scheduler,
-    };
-    let ctx = w.settings.context(w.now());
-    let done = resolve(&ports, id("TX-9"), &ctx).await.unwrap();
+    let done = resolved(&w, id("TX-9")).await.unwrap();
     assert_eq!(done.ack, Ack::Resolved);
     assert_eq!(w.status("TX-9").await, Status::Succeeded);
     assert!(w.scheduler.live().is_empty(), "schedule deleted");
-    let again = resolve(&ports, id("TX-9"), &ctx).await.unwrap();
+    let again = resolved(&w, id("TX-9")).await.unwrap();
     assert_eq!(again.ack, Ack::AlreadyResolved);
-    let unknown = resolve(&ports, id("TX-NOPE"), &ctx).await.unwrap_err();
+    let unknown = resolved(&w, id("TX-NOPE")).await.unwrap_err();
     assert!(matches!(
         unknown,
         OpError::Rejected(Rejection::UnknownTransaction { .. })
@@ -111,12 +115,7 @@ async fn resolve_by_other_means() {
 async fn resolve_from_scheduling_with_no_schedule() {
     let w = World::new();
     w.start_and_crash_responding("TX-10", 1).await;
-    let ports = ResolvePorts {
-        store: &w.store,
-        scheduler: &w.scheduler,
-    };
-    let ctx = w.settings.context(w.now());
-    let done = resolve(&ports, id("TX-10"), &ctx).await.unwrap();
+    let done = resolved(&w, id("TX-10")).await.unwrap();
     assert_eq!(done.ack, Ack::Resolved);
     assert_eq!(w.status("TX-10").await, Status::Succeeded);
 }

@@ -1155,6 +1155,11 @@ fn mentions(problems: &[String], texts: &[&str]) {
     }
 }
 
+/// Asserts some problem of `problems` is one `is` recognises.
+fn some_problem(problems: &[String], is: impl Fn(&str) -> bool) {
+    assert!(problems.iter().any(|m| is(m)), "{problems:?}");
+}
+
 fn assert_none(problems: Vec<String>) {
     assert!(
         problems.is_empty(),
@@ -1280,20 +1285,14 @@ fn env_check_detects_a_missing_and_an_unread_variable() {
     let mut t = template();
     env_mut(&mut t, "RetryHandlerFunction").remove(vars::MAX_REQUESTS_PER_SECOND.name);
     let p = env_problems(&t);
-    assert!(
-        p.iter()
-            .any(|m| m.contains(vars::MAX_REQUESTS_PER_SECOND.name)),
-        "{p:?}"
-    );
+    some_problem(&p, |m| m.contains(vars::MAX_REQUESTS_PER_SECOND.name));
 
     let mut t = template();
     env_mut(&mut t, "AuditWriterFunction").insert("DEBUG_MODE".into(), "1".into());
     let p = env_problems(&t);
-    assert!(
-        p.iter()
-            .any(|m| m.contains("DEBUG_MODE") && m.contains("no code reads")),
-        "{p:?}"
-    );
+    some_problem(&p, |m| {
+        m.contains("DEBUG_MODE") && m.contains("no code reads")
+    });
 }
 
 #[test]
@@ -1454,11 +1453,7 @@ fn business_alarm_check_detects_a_metric_the_code_does_not_emit() {
         .expect("Metrics");
     metrics[0]["Expression"] = Value::from("MAX(METRICS())");
     let p = business_alarm_problems(&t);
-    assert!(
-        p.iter()
-            .any(|m| m.starts_with("BreakerErrorsAlarm: expression")),
-        "{p:?}"
-    );
+    some_problem(&p, |m| m.starts_with("BreakerErrorsAlarm: expression"));
 }
 
 // ---------------------------------------------------------------------------------
@@ -1528,27 +1523,20 @@ fn function_alarm_problems(t: &Value) -> Vec<String> {
         if !watched("Errors", &id) {
             p.push(format!("{id} ({bin}): no alarm on its Errors"));
         }
-        let sqs = props(r, "Events")
-            .and_then(Value::as_mapping)
-            .is_some_and(|m| {
-                m.values()
-                    .any(|e| get(e, "Type").and_then(Value::as_str) == Some("SQS"))
-            });
-        if sqs && !watched("Throttles", &id) {
-            p.push(format!(
-                "{id} ({bin}): SQS-triggered, no alarm on its Throttles"
-            ));
-        }
-        let stream = props(r, "Events")
-            .and_then(Value::as_mapping)
-            .is_some_and(|m| {
-                m.values()
-                    .any(|e| get(e, "Type").and_then(Value::as_str) == Some("DynamoDB"))
-            });
-        if stream && !watched("Throttles", &id) {
-            p.push(format!(
-                "{id} ({bin}): stream-triggered, no alarm on its Throttles"
-            ));
+        let triggered_by = |kind: &str| {
+            props(r, "Events")
+                .and_then(Value::as_mapping)
+                .is_some_and(|m| {
+                    m.values()
+                        .any(|e| get(e, "Type").and_then(Value::as_str) == Some(kind))
+                })
+        };
+        for (kind, trigger) in [("SQS", "SQS"), ("DynamoDB", "stream")] {
+            if triggered_by(kind) && !watched("Throttles", &id) {
+                p.push(format!(
+                    "{id} ({bin}): {trigger}-triggered, no alarm on its Throttles"
+                ));
+            }
         }
         // The stream keeps records 24 h: its age must page well before (ms).
         let behind = alarms.iter().any(|(_, a)| {
@@ -1563,7 +1551,7 @@ fn function_alarm_problems(t: &Value) -> Vec<String> {
                     .and_then(Value::as_sequence)
                     .is_some_and(|v| !v.is_empty())
         });
-        if stream && !behind {
+        if triggered_by("DynamoDB") && !behind {
             p.push(format!(
                 "{id} ({bin}): stream-triggered, no alarm on its IteratorAge within 12 h of the stream's 24 h"
             ));
@@ -1987,11 +1975,9 @@ fn the_key_policy_scopes_every_use() {
     );
     let t: Value = serde_yaml::from_str(&broken).expect("yaml");
     let p = key_policy_problems(&t);
-    assert!(
-        p.iter()
-            .any(|m| m.contains("AccountAdministersTheKey") && m.contains("kms:Decrypt")),
-        "{p:?}"
-    );
+    some_problem(&p, |m| {
+        m.contains("AccountAdministersTheKey") && m.contains("kms:Decrypt")
+    });
     let broken = text.replacen(
         "              - kms:Decrypt\n              - kms:GenerateDataKey\n              - kms:DescribeKey\n",
         "              - kms:Decrypt\n              - kms:Encrypt\n              - kms:GenerateDataKey\n              - kms:DescribeKey\n",
@@ -1999,12 +1985,9 @@ fn the_key_policy_scopes_every_use() {
     );
     assert_ne!(broken, text, "the statement this test changes has changed");
     let p = key_policy_problems(&serde_yaml::from_str(&broken).expect("yaml"));
-    assert!(
-        p.iter()
-            .any(|m| m.contains("AllowSqsAndDynamoDbOnBehalfOfThisAccount")
-                && m.contains("kms:Encrypt")),
-        "{p:?}"
-    );
+    some_problem(&p, |m| {
+        m.contains("AllowSqsAndDynamoDbOnBehalfOfThisAccount") && m.contains("kms:Encrypt")
+    });
     let broken = text.replace("                aws:SourceAccount: !Ref AWS::AccountId\n              ArnLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch", "                aws:SourceAccount: !Ref AWS::AccountId\n              ArnNotLike:\n                aws:SourceArn: !Sub \"arn:${AWS::Partition}:cloudwatch");
     mentions(
         &key_policy_problems(&serde_yaml::from_str(&broken).expect("yaml")),
@@ -2973,16 +2956,12 @@ fn every_function_is_published_behind_live_and_rolled_back_by_its_alarms() {
     let p = upgrade_problems(&broken);
     assert_eq!(p.len(), 3, "{p:?}");
     assert!(p[0].contains("DeploymentType"), "{p:?}");
-    assert!(
-        p.iter()
-            .any(|x| x.starts_with("StarterFunction") && x.contains("AutoPublishAlias")),
-        "{p:?}"
-    );
-    assert!(
-        p.iter()
-            .any(|x| x.starts_with("RetryHandlerFunction") && x.contains("RetryDLQAlarm")),
-        "{p:?}"
-    );
+    some_problem(&p, |x| {
+        x.starts_with("StarterFunction") && x.contains("AutoPublishAlias")
+    });
+    some_problem(&p, |x| {
+        x.starts_with("RetryHandlerFunction") && x.contains("RetryDLQAlarm")
+    });
 }
 
 #[test]

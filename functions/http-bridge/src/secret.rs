@@ -96,7 +96,6 @@ pub struct AwsSecret {
 
 impl SecretSource for AwsSecret {
     async fn read(&self) -> Result<Secret, String> {
-        use aws_sdk_secretsmanager::error::DisplayErrorContext;
         match &self.reference {
             SecretRef::SecretsManager(id) => {
                 let out = self
@@ -105,7 +104,7 @@ impl SecretSource for AwsSecret {
                     .secret_id(id)
                     .send()
                     .await
-                    .map_err(|e| format!("GetSecretValue: {}", DisplayErrorContext(&e)))?;
+                    .map_err(aws::errors::sdk_error("GetSecretValue"))?;
                 out.secret_string()
                     .map(Secret::new)
                     .ok_or_else(|| "GetSecretValue: the secret has no SecretString".to_owned())
@@ -118,7 +117,7 @@ impl SecretSource for AwsSecret {
                     .with_decryption(true)
                     .send()
                     .await
-                    .map_err(|e| format!("GetParameter: {}", DisplayErrorContext(&e)))?;
+                    .map_err(aws::errors::sdk_error("GetParameter"))?;
                 out.parameter()
                     .and_then(|p| p.value())
                     .map(Secret::new)

@@ -5,12 +5,12 @@
 // The handler's batch future nests the SDK call futures deeper than the default limit.
 #![recursion_limit = "256"]
 
-use lambda_runtime::Error;
-
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    let (config, sdk) = runtime::lambda::start(aws::config::PublisherConfig::from_env).await?;
-    let publisher = publisher::wiring::publisher(&sdk, &config)
-        .inspect_err(runtime::lambda::invalid_configuration)?;
-    runtime::lambda::serve(|event| publisher.invoke(event)).await
+async fn main() -> Result<(), lambda_runtime::Error> {
+    runtime::lambda::run(
+        aws::config::PublisherConfig::from_env,
+        publisher::wiring::publisher,
+        publisher::wiring::AwsPublisher::invoke,
+    )
+    .await
 }

@@ -13,10 +13,9 @@ use aws_config::SdkConfig;
 use domain::decide::Delivery;
 use domain::policy::PolicySet;
 use domain::ports::SystemClock;
-use runtime::rate::{Paced, Pacer, RateError};
+use runtime::rate::{Paced, RateError};
 use runtime::settings::{Seeds, Settings};
-use runtime::wiring::settings;
-use std::sync::Arc;
+use runtime::wiring::{paced_requests, settings};
 
 /// The publisher on AWS (its requests paced by its own pacer).
 pub type AwsPublisher =
@@ -30,14 +29,15 @@ pub fn publisher(sdk: &SdkConfig, c: &PublisherConfig) -> Result<AwsPublisher, R
 
 /// The publisher from its configuration, on given clients.
 pub fn publisher_on(clients: &Clients, c: &PublisherConfig) -> Result<AwsPublisher, RateError> {
-    let pacer = Arc::new(Pacer::per_second(c.max_requests_per_second)?);
+    let (requests, pacer) = paced_requests(
+        &clients.sqs,
+        &c.request_queue_url,
+        c.max_requests_per_second,
+    )?;
     Ok(Publisher {
         store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
             .with_payloads_table(&c.payloads_table),
-        requests: Paced::new(
-            SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
-            Arc::clone(&pacer),
-        ),
+        requests,
         notes: AuditWriter::new(
             clients.dynamodb.clone(),
             &c.audit_table,

@@ -5,13 +5,12 @@
 // The handler's batch future nests the SDK call futures deeper than the default limit.
 #![recursion_limit = "256"]
 
-use lambda_runtime::Error;
-use runtime::SqsEvent;
-
 #[tokio::main]
-async fn main() -> Result<(), Error> {
-    let (config, sdk) = runtime::lambda::start(aws::config::RetryHandlerConfig::from_env).await?;
-    let handler = retry_handler::wiring::retry_handler(&sdk, &config)
-        .inspect_err(runtime::lambda::invalid_configuration)?;
-    runtime::lambda::serve(|event: SqsEvent| handler.invoke(event)).await
+async fn main() -> Result<(), lambda_runtime::Error> {
+    runtime::lambda::run(
+        aws::config::RetryHandlerConfig::from_env,
+        retry_handler::wiring::retry_handler,
+        retry_handler::wiring::AwsRetryHandler::invoke,
+    )
+    .await
 }

@@ -14,10 +14,9 @@ use aws_config::SdkConfig;
 use domain::policy::PolicySet;
 use domain::ports::SystemClock;
 use runtime::batch::BatchOptions;
-use runtime::rate::{Paced, Pacer, RateError};
+use runtime::rate::{Paced, RateError};
 use runtime::settings::{Seeds, Settings};
-use runtime::wiring::{breaker_gate, settings};
-use std::sync::Arc;
+use runtime::wiring::{breaker_gate, paced_requests, settings};
 
 /// The retry handler on AWS (its publisher paced by the handler's own pacer).
 pub type AwsRetryHandler = RetryHandler<
@@ -28,8 +27,8 @@ pub type AwsRetryHandler = RetryHandler<
     SqsDeadLetter,
 >;
 
-/// The retry handler from its configuration, its publisher paced by a [`Pacer`] of
-/// its own at `MAX_REQUESTS_PER_SECOND`: built once per execution environment, the
+/// The retry handler from its configuration, its publisher paced by a pacer of its
+/// own at `MAX_REQUESTS_PER_SECOND`: built once per execution environment, the
 /// handler keeps it across warm invocations and shares it among the records a batch
 /// processes concurrently.
 pub fn retry_handler(
@@ -44,15 +43,16 @@ pub fn retry_handler_on(
     clients: &Clients,
     c: &RetryHandlerConfig,
 ) -> Result<AwsRetryHandler, RateError> {
-    let pacer = Arc::new(Pacer::per_second(c.max_requests_per_second)?);
+    let (requests, pacer) = paced_requests(
+        &clients.sqs,
+        &c.request_queue_url,
+        c.max_requests_per_second,
+    )?;
     Ok(RetryHandler {
         store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
             .with_payloads_table(&c.payloads_table)
             .retaining(c.retention),
-        requests: Paced::new(
-            SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
-            Arc::clone(&pacer),
-        ),
+        requests,
         retries: SqsRetryPublisher::new(clients.sqs.clone(), &c.retry_queue_url),
         breaker: breaker_gate(&clients.dynamodb, c.breaker.as_ref(), FUNCTION),
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.retry_dlq_url),

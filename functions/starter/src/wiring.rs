@@ -15,10 +15,9 @@ use domain::policy::PolicySet;
 use domain::ports::SystemClock;
 use domain::MaxAttempts;
 use runtime::batch::BatchOptions;
-use runtime::rate::{Paced, Pacer, RateError};
+use runtime::rate::{Paced, RateError};
 use runtime::settings::{Seeds, Settings};
-use runtime::wiring::settings;
-use std::sync::Arc;
+use runtime::wiring::{paced_requests, settings};
 use thiserror::Error;
 
 /// The starter on AWS (its publisher paced by its own pacer).
@@ -34,7 +33,7 @@ pub enum WiringError {
     DefaultMaxAttempts { value: u32, source: IdError },
 }
 
-/// The starter from its configuration, its publisher paced by a [`Pacer`] of its own
+/// The starter from its configuration, its publisher paced by a pacer of its own
 /// at `MAX_REQUESTS_PER_SECOND`, kept across warm invocations.
 pub fn starter(sdk: &SdkConfig, c: &StarterConfig) -> Result<AwsStarter, WiringError> {
     starter_on(&Clients::new(sdk), c)
@@ -42,7 +41,11 @@ pub fn starter(sdk: &SdkConfig, c: &StarterConfig) -> Result<AwsStarter, WiringE
 
 /// The starter from its configuration, on given clients.
 pub fn starter_on(clients: &Clients, c: &StarterConfig) -> Result<AwsStarter, WiringError> {
-    let pacer = Arc::new(Pacer::per_second(c.max_requests_per_second)?);
+    let (requests, pacer) = paced_requests(
+        &clients.sqs,
+        &c.request_queue_url,
+        c.max_requests_per_second,
+    )?;
     let default_max_attempts = MaxAttempts::new(c.default_max_attempts).map_err(|source| {
         WiringError::DefaultMaxAttempts {
             value: c.default_max_attempts,
@@ -52,10 +55,7 @@ pub fn starter_on(clients: &Clients, c: &StarterConfig) -> Result<AwsStarter, Wi
     Ok(Starter {
         store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
             .with_payloads_table(&c.payloads_table),
-        requests: Paced::new(
-            SqsRequestPublisher::new(clients.sqs.clone(), &c.request_queue_url),
-            Arc::clone(&pacer),
-        ),
+        requests,
         dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.intake_dlq_url),
         clock: SystemClock,
         settings: Settings {

@@ -430,6 +430,11 @@ mod tests {
         }
     }
 
+    /// The plan of `r` for `b` with the draws `reply` and `delay`.
+    fn planned(b: &Behaviour, r: Request, reply: f64, delay: f64) -> Result<Plan, RuleError> {
+        plan(b, &r, Draws { reply, delay })
+    }
+
     const CANCELLED: Reply = Reply::Answer(Outcome::Cancelled);
     const SUCCESS: Reply = Reply::Answer(Outcome::Success);
 
@@ -440,29 +445,10 @@ mod tests {
         let b = behaviour("NONE:1");
         let payload = r#"{"order":1,"harness":{"answers":["CANCELLED","SUCCESS"]}}"#;
         let replies: Vec<Reply> = (1..=3)
-            .map(|n| {
-                plan(
-                    &b,
-                    &request(n, payload),
-                    Draws {
-                        reply: 0.0,
-                        delay: 0.0,
-                    },
-                )
-                .unwrap()
-                .reply
-            })
+            .map(|n| planned(&b, request(n, payload), 0.0, 0.0).unwrap().reply)
             .collect();
         assert_eq!(replies, vec![CANCELLED, SUCCESS, SUCCESS]);
-        let p = plan(
-            &b,
-            &request(1, payload),
-            Draws {
-                reply: 0.0,
-                delay: 0.0,
-            },
-        )
-        .unwrap();
+        let p = planned(&b, request(1, payload), 0.0, 0.0).unwrap();
         assert!(p.scripted);
         assert_eq!(p.reason.as_deref(), Some("NOT_AVAILABLE"));
     }
@@ -472,26 +458,10 @@ mod tests {
         let b = behaviour("SUCCESS:1");
         let payload =
             r#"{"harness":{"answers":["NONE","CANCELLED"],"delay_seconds":0,"reason":"BUSY"}}"#;
-        let first = plan(
-            &b,
-            &request(1, payload),
-            Draws {
-                reply: 0.5,
-                delay: 0.99,
-            },
-        )
-        .unwrap();
+        let first = planned(&b, request(1, payload), 0.5, 0.99).unwrap();
         assert_eq!(first.reply, Reply::Silent);
         assert_eq!(first.response(&request(1, payload)), None);
-        let second = plan(
-            &b,
-            &request(2, payload),
-            Draws {
-                reply: 0.5,
-                delay: 0.99,
-            },
-        )
-        .unwrap();
+        let second = planned(&b, request(2, payload), 0.5, 0.99).unwrap();
         assert_eq!(second.delay_seconds, 0);
         let r = second.response(&request(2, payload)).unwrap();
         assert_eq!(r.outcome, Outcome::Cancelled);
@@ -502,17 +472,7 @@ mod tests {
     #[test]
     fn without_a_script_the_mix_decides_and_success_carries_no_reason() {
         let b = behaviour("SUCCESS:0.5,CANCELLED:0.25,NONE:0.25");
-        let pick = |u: f64| {
-            plan(
-                &b,
-                &request(1, r#"{"order":1}"#),
-                Draws {
-                    reply: u,
-                    delay: 0.0,
-                },
-            )
-            .unwrap()
-        };
+        let pick = |u: f64| planned(&b, request(1, r#"{"order":1}"#), u, 0.0).unwrap();
         assert_eq!(pick(0.0).reply, SUCCESS);
         assert_eq!(pick(0.49).reply, SUCCESS);
         assert_eq!(pick(0.5).reply, CANCELLED);
@@ -586,16 +546,9 @@ mod tests {
             .contains("above the max delay"));
         let b = behaviour("SUCCESS:1");
         let bad = |payload: &str| {
-            plan(
-                &b,
-                &request(1, payload),
-                Draws {
-                    reply: 0.0,
-                    delay: 0.0,
-                },
-            )
-            .unwrap_err()
-            .to_string()
+            planned(&b, request(1, payload), 0.0, 0.0)
+                .unwrap_err()
+                .to_string()
         };
         assert_eq!(
             bad(r#"{"harness":{"answers":["MAYBE"]}}"#),
@@ -618,17 +571,7 @@ mod tests {
     fn a_mix_can_fail_technically() {
         let b = behaviour("SUCCESS:0.5,ERROR:0.5");
         let error = Reply::Answer(Outcome::Error);
-        let at = |u: f64| {
-            plan(
-                &b,
-                &request(1, "{}"),
-                Draws {
-                    reply: u,
-                    delay: 0.0,
-                },
-            )
-            .unwrap()
-        };
+        let at = |u: f64| planned(&b, request(1, "{}"), u, 0.0).unwrap();
         assert_eq!(at(0.2).reply, SUCCESS);
         let failed = at(0.7);
         assert_eq!((failed.reply, failed.reason), (error, None));

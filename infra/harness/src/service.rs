@@ -95,12 +95,7 @@ pub async fn received(
         .consistent_read(true)
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "GetItem {key} on {table}: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(e)
-            )
-        })?;
+        .map_err(aws::errors::sdk_error(format!("GetItem {key} on {table}")))?;
     Ok(out.item().and_then(Received::from_item))
 }
 
@@ -226,10 +221,7 @@ impl Harness {
                 Verdict::Handled("answered")
             }
             Err(e) => Verdict::Retry {
-                error: format!(
-                    "SendMessage (answer {key}): {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(e)
-                ),
+                error: aws::errors::sdk_error(format!("SendMessage (answer {key})"))(e),
             },
         }
     }
@@ -263,12 +255,7 @@ impl Harness {
                 PutItemError::ConditionalCheckFailedException(c) => {
                     c.item().and_then(Received::from_item)
                 }
-                other => {
-                    return Err(format!(
-                        "PutItem {key}: {}",
-                        aws_sdk_dynamodb::error::DisplayErrorContext(other)
-                    ))
-                }
+                other => return Err(aws::errors::sdk_error(format!("PutItem {key}"))(other)),
             },
         };
         self.ddb
@@ -282,12 +269,7 @@ impl Harness {
             .expression_attribute_values(":now", s(now.to_rfc3339()))
             .send()
             .await
-            .map_err(|e| {
-                format!(
-                    "UpdateItem {key}: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                )
-            })?;
+            .map_err(aws::errors::sdk_error(format!("UpdateItem {key}")))?;
         Ok(Recorded::Again(previous))
     }
 }

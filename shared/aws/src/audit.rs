@@ -13,7 +13,7 @@
 
 use crate::errors::classify;
 use crate::item::{
-    flat_from_dynamodb, flat_from_streams, record_from_flat, s, CodecError, FlatItem,
+    flat_from_dynamodb, flat_from_streams, n, record_from_flat, s, CodecError, FlatItem,
 };
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -21,7 +21,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use domain::audit::{AuditEntry, Notice};
 use domain::machine::Actor;
-use domain::ports::{AuditNotes, ErrorKind, PortError};
+use domain::ports::{AuditNotes, PortError};
 use domain::retention::{Erased, ErasedSet};
 use domain::{Attempt, Origin, Outcome, ScheduleName, Status, Timestamp, TransactionId};
 use futures::StreamExt;
@@ -153,10 +153,6 @@ pub fn expires_at(entry: &AuditEntry, retention: impl Into<Retention>) -> i64 {
     retention.into().expires_at(entry.at)
 }
 
-fn n(v: impl ToString) -> AttributeValue {
-    AttributeValue::N(v.to_string())
-}
-
 /// The attribute an entry is stored under in its group's item: `e#<sort_key>`.
 pub fn entry_attribute(entry: &AuditEntry) -> String {
     format!("{}{}", attr::ENTRY_PREFIX, entry.sort_key())
@@ -166,55 +162,41 @@ pub fn entry_attribute(entry: &AuditEntry) -> String {
 /// item's key and is not repeated.
 fn entry_fields(entry: &AuditEntry) -> HashMap<String, AttributeValue> {
     use attr::*;
-    let mut m = HashMap::new();
-    m.insert(AT.into(), s(entry.at.to_rfc3339()));
-    m.insert(ACTOR.into(), s(entry.actor.as_str()));
-    if let Some(f) = entry.from {
-        m.insert(FROM_STATUS.into(), s(f.as_str()));
-    }
-    m.insert(TO_STATUS.into(), s(entry.to.as_str()));
-    m.insert(CURRENT_ATTEMPT.into(), n(entry.current_attempt.get()));
-    if let Some(a) = entry.next_attempt {
-        m.insert(NEXT_ATTEMPT.into(), n(a.get()));
-    }
-    m.insert(MAX_ATTEMPTS.into(), n(entry.max_attempts));
-    if let Some(x) = &entry.schedule_name {
-        m.insert(SCHEDULE_NAME.into(), s(x.as_str()));
-    }
-    if let Some(t) = entry.next_fire_at {
-        m.insert(NEXT_FIRE_AT.into(), s(t.to_rfc3339()));
-    }
-    if let Some(o) = entry.outcome {
-        m.insert(OUTCOME.into(), s(o.as_str()));
-    }
-    if let Some(r) = &entry.reason {
-        m.insert(REASON.into(), s(r.clone()));
-    }
-    if let Some(x) = entry.mark {
-        m.insert(MARK.into(), s(x.as_str()));
-    }
-    if let Some(o) = entry.origin {
-        m.insert(ORIGIN.into(), s(o.as_str()));
-    }
-    if entry.resends > 0 {
-        m.insert(RESENDS.into(), n(entry.resends));
-    }
-    if let Some(o) = &entry.operator {
-        m.insert(OPERATOR_CALLER.into(), s(o.caller.clone()));
-        if let Some(r) = &o.reason {
-            m.insert(OPERATOR_REASON.into(), s(r.clone()));
-        }
-    }
-    if let Some(x) = entry.notice {
-        m.insert(NOTICE.into(), s(x.as_str()));
-    }
-    if !entry.erased.is_empty() {
-        m.insert(ERASED.into(), s(entry.erased.names().join(",")));
-    }
-    if let Some(c) = &entry.correlation_id {
-        m.insert(CORRELATION_ID.into(), s(c.as_str()));
-    }
-    m
+    let operator = entry.operator.as_ref();
+    let erased = Some(&entry.erased).filter(|e| !e.is_empty());
+    [
+        (AT, Some(s(entry.at.to_rfc3339()))),
+        (ACTOR, Some(s(entry.actor.as_str()))),
+        (FROM_STATUS, entry.from.map(|f| s(f.as_str()))),
+        (TO_STATUS, Some(s(entry.to.as_str()))),
+        (CURRENT_ATTEMPT, Some(n(entry.current_attempt.get()))),
+        (NEXT_ATTEMPT, entry.next_attempt.map(|a| n(a.get()))),
+        (MAX_ATTEMPTS, Some(n(entry.max_attempts))),
+        (
+            SCHEDULE_NAME,
+            entry.schedule_name.as_ref().map(|x| s(x.as_str())),
+        ),
+        (NEXT_FIRE_AT, entry.next_fire_at.map(|t| s(t.to_rfc3339()))),
+        (OUTCOME, entry.outcome.map(|o| s(o.as_str()))),
+        (REASON, entry.reason.clone().map(s)),
+        (MARK, entry.mark.map(|x| s(x.as_str()))),
+        (ORIGIN, entry.origin.map(|o| s(o.as_str()))),
+        (RESENDS, (entry.resends > 0).then(|| n(entry.resends))),
+        (OPERATOR_CALLER, operator.map(|o| s(o.caller.clone()))),
+        (
+            OPERATOR_REASON,
+            operator.and_then(|o| o.reason.clone()).map(s),
+        ),
+        (NOTICE, entry.notice.map(|x| s(x.as_str()))),
+        (ERASED, erased.map(|e| s(e.names().join(",")))),
+        (
+            CORRELATION_ID,
+            entry.correlation_id.as_ref().map(|c| s(c.as_str())),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k.to_owned(), v?)))
+    .collect()
 }
 
 /// The audit table item of one group of entries (one transaction, one
@@ -388,15 +370,12 @@ fn decode_entry(id: &TransactionId, f: &FlatItem) -> Result<AuditEntry, CodecErr
     })
 }
 
-fn query_kind(e: &QueryError) -> Option<ErrorKind> {
-    match e {
-        QueryError::ProvisionedThroughputExceededException(_)
-        | QueryError::RequestLimitExceeded(_)
-        | QueryError::ThrottlingException(_)
-        | QueryError::InternalServerError(_) => Some(ErrorKind::Retryable),
-        _ => None,
+crate::errors::error_kinds!(dynamodb
+    fn query_kind(QueryError) {
+        retryable: [],
+        permanent: [],
     }
-}
+);
 
 /// What auditing one change did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,7 @@
 //! `docs/design.md#the-circuit-breaker-an-outage-pauses-retries`.
 
 use crate::errors::classify;
+use crate::item::{n, s};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
@@ -72,14 +73,6 @@ pub struct DynamoBreaker {
     settings: BreakerSettings,
     shards: u8,
     next_shard: AtomicU64,
-}
-
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
-
-fn n(v: impl ToString) -> AttributeValue {
-    AttributeValue::N(v.to_string())
 }
 
 /// A whole number; absent is 0 (the window's counts, written by `ADD`).

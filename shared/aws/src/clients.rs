@@ -70,44 +70,33 @@ pub fn retry_config() -> RetryConfig {
         .with_max_backoff(MAX_BACKOFF)
 }
 
-pub fn dynamodb(sdk: &SdkConfig) -> aws_sdk_dynamodb::Client {
-    dynamodb_with(sdk, retry_config())
+/// `$name(sdk)`: the service's client with the bounded retry policy and its
+/// timeouts; `$with(sdk, retry)`: the same with another retry policy.
+macro_rules! bounded_client {
+    ($name:ident, $with:ident, $sdk:ident, $timeouts:ident) => {
+        pub fn $name(sdk: &SdkConfig) -> $sdk::Client {
+            $with(sdk, retry_config())
+        }
+
+        pub fn $with(sdk: &SdkConfig, retry: RetryConfig) -> $sdk::Client {
+            $sdk::Client::from_conf(
+                $sdk::config::Builder::from(sdk)
+                    .retry_config(retry)
+                    .timeout_config($timeouts.config())
+                    .build(),
+            )
+        }
+    };
 }
 
-pub fn dynamodb_with(sdk: &SdkConfig, retry: RetryConfig) -> aws_sdk_dynamodb::Client {
-    aws_sdk_dynamodb::Client::from_conf(
-        aws_sdk_dynamodb::config::Builder::from(sdk)
-            .retry_config(retry)
-            .timeout_config(DYNAMODB_TIMEOUTS.config())
-            .build(),
-    )
-}
-
-pub fn scheduler(sdk: &SdkConfig) -> aws_sdk_scheduler::Client {
-    scheduler_with(sdk, retry_config())
-}
-
-pub fn scheduler_with(sdk: &SdkConfig, retry: RetryConfig) -> aws_sdk_scheduler::Client {
-    aws_sdk_scheduler::Client::from_conf(
-        aws_sdk_scheduler::config::Builder::from(sdk)
-            .retry_config(retry)
-            .timeout_config(SCHEDULER_TIMEOUTS.config())
-            .build(),
-    )
-}
-
-pub fn sqs(sdk: &SdkConfig) -> aws_sdk_sqs::Client {
-    sqs_with(sdk, retry_config())
-}
-
-pub fn sqs_with(sdk: &SdkConfig, retry: RetryConfig) -> aws_sdk_sqs::Client {
-    aws_sdk_sqs::Client::from_conf(
-        aws_sdk_sqs::config::Builder::from(sdk)
-            .retry_config(retry)
-            .timeout_config(SQS_TIMEOUTS.config())
-            .build(),
-    )
-}
+bounded_client!(dynamodb, dynamodb_with, aws_sdk_dynamodb, DYNAMODB_TIMEOUTS);
+bounded_client!(
+    scheduler,
+    scheduler_with,
+    aws_sdk_scheduler,
+    SCHEDULER_TIMEOUTS
+);
+bounded_client!(sqs, sqs_with, aws_sdk_sqs, SQS_TIMEOUTS);
 
 pub fn dynamodbstreams(sdk: &SdkConfig) -> aws_sdk_dynamodbstreams::Client {
     aws_sdk_dynamodbstreams::Client::from_conf(

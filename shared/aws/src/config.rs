@@ -1228,29 +1228,22 @@ mod tests {
             v
         }
         let owned = |s: Vec<&str>| -> Vec<String> { s.into_iter().map(str::to_owned).collect() };
-        assert_eq!(
-            asked(&|l| drop(ResponseHandlerConfig::from_lookup(l))),
-            owned(ResponseHandlerConfig::env_vars())
-        );
-        assert_eq!(
-            asked(&|l| drop(RetryHandlerConfig::from_lookup(l))),
-            owned(RetryHandlerConfig::env_vars())
-        );
-        assert_eq!(
-            asked(&|l| drop(ReconcilerConfig::from_lookup(l))),
-            owned(ReconcilerConfig::env_vars())
-        );
-        assert_eq!(
-            asked(&|l| drop(AuditWriterConfig::from_lookup(l))),
-            owned(AuditWriterConfig::env_vars())
-        );
-        assert_eq!(
-            asked(&|l| drop(StarterConfig::from_lookup(l))),
-            owned(StarterConfig::env_vars())
-        );
-        assert_eq!(
-            asked(&|l| drop(PublisherConfig::from_lookup(l))),
-            owned(PublisherConfig::env_vars())
+        macro_rules! reads_its_env_vars {
+            ($($config:ident),*) => {$(
+                assert_eq!(
+                    asked(&|l| drop($config::from_lookup(l))),
+                    owned($config::env_vars()),
+                    stringify!($config)
+                );
+            )*};
+        }
+        reads_its_env_vars!(
+            ResponseHandlerConfig,
+            RetryHandlerConfig,
+            ReconcilerConfig,
+            AuditWriterConfig,
+            StarterConfig,
+            PublisherConfig
         );
         assert_eq!(
             AuditWriterConfig::env_vars(),

@@ -13,7 +13,7 @@
 use crate::config::{FAILED_INDEX, RECONCILE_INDEX};
 use crate::errors::classify;
 use crate::item::{
-    self, attr, flat_from_dynamodb, n, record_from_flat, record_to_item, s, CodecError,
+    self, attr, flat_from_dynamodb, key, n, record_from_flat, record_to_item, s, CodecError,
 };
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -29,8 +29,8 @@ use aws_sdk_dynamodb::Client;
 use domain::machine::{BudgetGuard, Change, Mark, Write};
 use domain::machine::{FailedKey, ReconcileKey};
 use domain::ports::{
-    CreateOutcome, Creates, ErrorKind, Payloads, PortError, Records, StuckIndex, StuckPage,
-    StuckQuery, Transitions, Undecodable, WriteOutcome,
+    CreateOutcome, Creates, Payloads, PortError, Records, StuckIndex, StuckPage, StuckQuery,
+    Transitions, Undecodable, WriteOutcome,
 };
 use domain::{Payload, Timestamp, TransactionId, TransactionRecord};
 use sha2::{Digest, Sha256};
@@ -79,6 +79,9 @@ pub struct UpdateExpr {
 struct Builder {
     names: HashMap<String, String>,
     values: HashMap<String, AttributeValue>,
+    /// The update's `SET` and `REMOVE` clauses, in order.
+    set: Vec<String>,
+    remove: Vec<String>,
 }
 
 impl Builder {
@@ -93,6 +96,28 @@ impl Builder {
         let p = format!(":{key}");
         self.values.insert(p.clone(), v);
         p
+    }
+
+    /// `SET <attribute> = v`.
+    fn put(&mut self, a: &str, v: AttributeValue) {
+        let name = self.name(a);
+        let val = self.value(&format!("v_{a}"), v);
+        self.set.push(format!("{name} = {val}"));
+    }
+
+    /// `REMOVE <attribute>`.
+    fn clear(&mut self, a: &str) {
+        let name = self.name(a);
+        self.remove.push(name);
+    }
+
+    /// The attribute as `ch` says: kept, set (encoded by `enc`) or removed.
+    fn change<T>(&mut self, a: &str, ch: &Change<T>, enc: impl Fn(&T) -> AttributeValue) {
+        match ch {
+            Change::Keep => {}
+            Change::Set(v) => self.put(a, enc(v)),
+            Change::Clear => self.clear(a),
+        }
     }
 }
 
@@ -192,165 +217,67 @@ pub fn update_expression(w: &Write) -> UpdateExpr {
 
     // Update.
     let c = &w.set;
-    let mut set: Vec<String> = Vec::new();
-    let mut remove: Vec<String> = Vec::new();
-    let put = |b: &mut Builder, set: &mut Vec<String>, a: &str, v: AttributeValue| {
-        let name = b.name(a);
-        let val = b.value(&format!("v_{a}"), v);
-        set.push(format!("{name} = {val}"));
-    };
-    put(&mut b, &mut set, attr::STATUS, s(w.to().as_str()));
+    b.put(attr::STATUS, s(w.to().as_str()));
     if let Some(a) = c.current_attempt {
-        put(&mut b, &mut set, attr::CURRENT_ATTEMPT, n(a.get()));
+        b.put(attr::CURRENT_ATTEMPT, n(a.get()));
     }
     if let Some(m) = c.max_attempts {
-        put(&mut b, &mut set, attr::MAX_ATTEMPTS, n(m.get()));
+        b.put(attr::MAX_ATTEMPTS, n(m.get()));
     }
-    fn change<T>(
-        b: &mut Builder,
-        set: &mut Vec<String>,
-        remove: &mut Vec<String>,
-        a: &str,
-        ch: &Change<T>,
-        enc: impl Fn(&T) -> AttributeValue,
-    ) {
-        match ch {
-            Change::Keep => {}
-            Change::Set(v) => {
-                let name = b.name(a);
-                let val = b.value(&format!("v_{a}"), enc(v));
-                set.push(format!("{name} = {val}"));
-            }
-            Change::Clear => remove.push(b.name(a)),
-        }
-    }
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::NEXT_ATTEMPT,
-        &c.next_attempt,
-        |a| n(a.get()),
-    );
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::NEXT_FIRE_AT,
-        &c.next_fire_at,
-        |t| s(t.to_rfc3339()),
-    );
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::SCHEDULE_NAME,
-        &c.schedule_name,
-        |x| s(x.as_str()),
-    );
+    b.change(attr::NEXT_ATTEMPT, &c.next_attempt, |a| n(a.get()));
+    b.change(attr::NEXT_FIRE_AT, &c.next_fire_at, |t| s(t.to_rfc3339()));
+    b.change(attr::SCHEDULE_NAME, &c.schedule_name, |x| s(x.as_str()));
     if let Some(o) = c.last_outcome {
-        put(&mut b, &mut set, attr::LAST_OUTCOME, s(o.as_str()));
+        b.put(attr::LAST_OUTCOME, s(o.as_str()));
     }
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::LAST_REASON,
-        &c.last_reason,
-        |x| s(x.clone()),
-    );
+    b.change(attr::LAST_REASON, &c.last_reason, |x| s(x.clone()));
     // Cleared as `NONE`, never removed: an item without `mark` is the previous
     // release's.
     match c.mark {
         Change::Keep => {}
-        Change::Set(m) => put(&mut b, &mut set, attr::MARK, item::mark_value(Some(m))),
-        Change::Clear => put(&mut b, &mut set, attr::MARK, item::mark_value(None)),
+        Change::Set(m) => b.put(attr::MARK, item::mark_value(Some(m))),
+        Change::Clear => b.put(attr::MARK, item::mark_value(None)),
     }
-    put(
-        &mut b,
-        &mut set,
-        attr::UPDATED_AT,
-        s(c.updated_at.to_rfc3339()),
-    );
-    put(&mut b, &mut set, attr::LAST_ACTOR, s(c.actor.as_str()));
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::LAST_ORIGIN,
-        &c.origin,
-        |o| s(o.as_str()),
-    );
+    b.put(attr::UPDATED_AT, s(c.updated_at.to_rfc3339()));
+    b.put(attr::LAST_ACTOR, s(c.actor.as_str()));
+    b.change(attr::LAST_ORIGIN, &c.origin, |o| s(o.as_str()));
     match &c.reconcile {
         Change::Keep => {}
         Change::Set(k) => {
-            put(&mut b, &mut set, attr::RECONCILE_PK, s(k.partition.clone()));
-            put(&mut b, &mut set, attr::RECONCILE_AT, s(k.at.to_rfc3339()));
+            b.put(attr::RECONCILE_PK, s(k.partition.clone()));
+            b.put(attr::RECONCILE_AT, s(k.at.to_rfc3339()));
         }
         Change::Clear => {
-            remove.push(b.name(attr::RECONCILE_PK));
-            remove.push(b.name(attr::RECONCILE_AT));
+            b.clear(attr::RECONCILE_PK);
+            b.clear(attr::RECONCILE_AT);
         }
     }
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::ANSWER_DUE_AT,
-        &c.answer_due_at,
-        |t| s(t.to_rfc3339()),
-    );
+    b.change(attr::ANSWER_DUE_AT, &c.answer_due_at, |t| s(t.to_rfc3339()));
     for (counter, count) in c.counts.iter() {
-        change(
-            &mut b,
-            &mut set,
-            &mut remove,
-            counter.attribute(),
-            count,
-            |k| n(*k),
-        );
+        b.change(counter.attribute(), count, |k| n(*k));
     }
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::EXPIRES_AT,
-        &c.expires_at,
-        |t| s(t.to_rfc3339()),
-    );
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::FAILED_PK,
-        &c.failed,
-        |k| s(k.partition.clone()),
-    );
-    change(
-        &mut b,
-        &mut set,
-        &mut remove,
-        attr::PUBLISHING_SINCE,
-        &c.publishing_since,
-        |t| s(t.to_rfc3339()),
-    );
+    b.change(attr::EXPIRES_AT, &c.expires_at, |t| s(t.to_rfc3339()));
+    b.change(attr::FAILED_PK, &c.failed, |k| s(k.partition.clone()));
+    b.change(attr::PUBLISHING_SINCE, &c.publishing_since, |t| {
+        s(t.to_rfc3339())
+    });
     match &c.operator {
         Change::Keep => {}
         Change::Set(o) => {
-            put(&mut b, &mut set, attr::OPERATOR_CALLER, s(o.caller.clone()));
+            b.put(attr::OPERATOR_CALLER, s(o.caller.clone()));
             match &o.reason {
-                Some(r) => put(&mut b, &mut set, attr::OPERATOR_REASON, s(r.clone())),
-                None => remove.push(b.name(attr::OPERATOR_REASON)),
+                Some(r) => b.put(attr::OPERATOR_REASON, s(r.clone())),
+                None => b.clear(attr::OPERATOR_REASON),
             }
         }
         Change::Clear => {
-            remove.push(b.name(attr::OPERATOR_CALLER));
-            remove.push(b.name(attr::OPERATOR_REASON));
+            b.clear(attr::OPERATOR_CALLER);
+            b.clear(attr::OPERATOR_REASON);
         }
     }
-    let mut update = format!("SET {}", set.join(", "));
-    if !remove.is_empty() {
-        update.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    let mut update = format!("SET {}", b.set.join(", "));
+    if !b.remove.is_empty() {
+        update.push_str(&format!(" REMOVE {}", b.remove.join(", ")));
     }
     UpdateExpr {
         condition: cond.join(" AND "),
@@ -399,10 +326,6 @@ pub struct NoPayloads;
 /// The payloads table of a [`DynamoStore`].
 #[derive(Debug, Clone)]
 pub struct PayloadsTable(String);
-
-fn key(id: &TransactionId) -> HashMap<String, AttributeValue> {
-    HashMap::from([(attr::TRANSACTION_ID.to_owned(), s(id.as_str()))])
-}
 
 fn codec(operation: &'static str, e: CodecError) -> PortError {
     PortError::permanent(operation, e.to_string())
@@ -468,10 +391,19 @@ impl<P> DynamoStore<P> {
         &self,
         id: &TransactionId,
     ) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
+        self.get_item(&self.transactions_table, id).await
+    }
+
+    /// The item of `id` in `table`, read consistently.
+    async fn get_item(
+        &self,
+        table: &str,
+        id: &TransactionId,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
         let out = self
             .client
             .get_item()
-            .table_name(&self.transactions_table)
+            .table_name(table)
             .set_key(Some(key(id)))
             .consistent_read(true)
             .send()
@@ -486,77 +418,41 @@ impl DynamoStore<PayloadsTable> {
         &self,
         id: &TransactionId,
     ) -> Result<Option<HashMap<String, AttributeValue>>, PortError> {
-        let table = &self.payloads_table.0;
-        let out = self
-            .client
-            .get_item()
-            .table_name(table)
-            .set_key(Some(key(id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| classify("GetItem", &e, get_item_kind))?;
-        Ok(out.item)
+        self.get_item(&self.payloads_table.0, id).await
     }
 }
 
-/// How a GetItem error is classified.
-pub(crate) fn get_item_kind(e: &GetItemError) -> Option<ErrorKind> {
-    match e {
-        GetItemError::ProvisionedThroughputExceededException(_)
-        | GetItemError::RequestLimitExceeded(_)
-        | GetItemError::ThrottlingException(_)
-        | GetItemError::InternalServerError(_) => Some(ErrorKind::Retryable),
-        GetItemError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
-        _ => None,
+crate::errors::error_kinds!(dynamodb
+    /// How a GetItem error is classified.
+    pub(crate) fn get_item_kind(GetItemError) {
+        retryable: [],
+        permanent: [ResourceNotFoundException],
     }
-}
+);
 
-/// How an UpdateItem error is classified (state and audit tables alike).
-pub(crate) fn update_item_kind(e: &UpdateItemError) -> Option<ErrorKind> {
-    match e {
-        UpdateItemError::ProvisionedThroughputExceededException(_)
-        | UpdateItemError::RequestLimitExceeded(_)
-        | UpdateItemError::ThrottlingException(_)
-        | UpdateItemError::InternalServerError(_)
-        | UpdateItemError::TransactionConflictException(_)
-        | UpdateItemError::ReplicatedWriteConflictException(_) => Some(ErrorKind::Retryable),
-        UpdateItemError::ResourceNotFoundException(_)
-        | UpdateItemError::ItemCollectionSizeLimitExceededException(_) => {
-            Some(ErrorKind::Permanent)
-        }
-        _ => None,
+crate::errors::error_kinds!(dynamodb
+    /// How an UpdateItem error is classified (state and audit tables alike).
+    pub(crate) fn update_item_kind(UpdateItemError) {
+        retryable: [TransactionConflictException, ReplicatedWriteConflictException],
+        permanent: [ResourceNotFoundException, ItemCollectionSizeLimitExceededException],
     }
-}
+);
 
-/// How a TransactWriteItems error is classified.
-pub(crate) fn transact_kind(e: &TransactWriteItemsError) -> Option<ErrorKind> {
-    match e {
-        TransactWriteItemsError::ProvisionedThroughputExceededException(_)
-        | TransactWriteItemsError::RequestLimitExceeded(_)
-        | TransactWriteItemsError::ThrottlingException(_)
-        | TransactWriteItemsError::InternalServerError(_)
-        | TransactWriteItemsError::TransactionInProgressException(_)
-        | TransactWriteItemsError::TransactionCanceledException(_) => Some(ErrorKind::Retryable),
-        TransactWriteItemsError::ResourceNotFoundException(_)
-        | TransactWriteItemsError::IdempotentParameterMismatchException(_) => {
-            Some(ErrorKind::Permanent)
-        }
-        _ => None,
+crate::errors::error_kinds!(dynamodb
+    /// How a TransactWriteItems error is classified.
+    pub(crate) fn transact_kind(TransactWriteItemsError) {
+        retryable: [TransactionInProgressException, TransactionCanceledException],
+        permanent: [ResourceNotFoundException, IdempotentParameterMismatchException],
     }
-}
+);
 
-/// How a Query error is classified.
-pub(crate) fn query_kind(e: &QueryError) -> Option<ErrorKind> {
-    match e {
-        QueryError::ProvisionedThroughputExceededException(_)
-        | QueryError::RequestLimitExceeded(_)
-        | QueryError::ThrottlingException(_)
-        | QueryError::InternalServerError(_) => Some(ErrorKind::Retryable),
-        QueryError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
-        _ => None,
+crate::errors::error_kinds!(dynamodb
+    /// How a Query error is classified.
+    pub(crate) fn query_kind(QueryError) {
+        retryable: [],
+        permanent: [ResourceNotFoundException],
     }
-}
+);
 
 /// The opaque pagination cursor: the index's LastEvaluatedKey as a JSON object of
 /// strings (every key attribute of the index and table is a string).

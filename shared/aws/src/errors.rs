@@ -54,6 +54,42 @@ where
     }
 }
 
+/// A `map_err` adapter for a failed SDK call whose caller only reports it:
+/// `"<what>: <the error and all its sources>"`.
+pub fn sdk_error<E: std::error::Error>(what: impl std::fmt::Display) -> impl FnOnce(E) -> String {
+    move |e| format!("{what}: {}", DisplayErrorContext(e))
+}
+
+/// Defines `fn name(e: &OpError) -> Option<ErrorKind>` for [`classify`]: the variants
+/// listed as retryable or permanent, `None` (the HTTP status decides) for the rest.
+/// `dynamodb` counts DynamoDB's throttling and internal-error variants as retryable.
+macro_rules! error_kinds {
+    (dynamodb $(#[$m:meta])* $vis:vis fn $name:ident($e:ident) {
+        retryable: [$($r:ident),* $(,)?], permanent: [$($p:ident),* $(,)?] $(,)?
+    }) => {
+        $crate::errors::error_kinds!($(#[$m])* $vis fn $name($e) {
+            retryable: [
+                ProvisionedThroughputExceededException, RequestLimitExceeded,
+                ThrottlingException, InternalServerError $(, $r)*
+            ],
+            permanent: [$($p),*],
+        });
+    };
+    ($(#[$m:meta])* $vis:vis fn $name:ident($e:ident) {
+        retryable: [$($r:ident),* $(,)?], permanent: [$($p:ident),* $(,)?] $(,)?
+    }) => {
+        $(#[$m])*
+        $vis fn $name(e: &$e) -> Option<::domain::ports::ErrorKind> {
+            match e {
+                $($e::$r(_) => Some(::domain::ports::ErrorKind::Retryable),)*
+                $($e::$p(_) => Some(::domain::ports::ErrorKind::Permanent),)*
+                _ => None,
+            }
+        }
+    };
+}
+pub(crate) use error_kinds;
+
 /// Error codes that name a missing resource, across DynamoDB, SQS and Scheduler.
 const NOT_FOUND: &[&str] = &[
     "ResourceNotFoundException",

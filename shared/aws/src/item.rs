@@ -10,6 +10,7 @@
 //! decoded once.
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodbstreams::types::AttributeValue as StreamValue;
 use domain::machine::{Actor, Counter, FailedKey, Mark, OperatorNote, PerCounter, ReconcileKey};
 use domain::{
     Attempt, CorrelationId, MaxAttempts, Origin, Outcome, ScheduleName, Status, Timestamp,
@@ -115,40 +116,35 @@ pub enum Scalar {
 /// An item in any of its three shapes, flattened.
 pub type FlatItem = BTreeMap<String, Scalar>;
 
-/// Flattens an item from the DynamoDB SDK.
-pub fn flat_from_dynamodb(item: &HashMap<String, AttributeValue>) -> FlatItem {
-    item.iter()
-        .map(|(k, v)| {
-            let s = match v {
-                AttributeValue::S(s) => Scalar::S(s.clone()),
-                AttributeValue::N(n) => Scalar::N(n.clone()),
-                AttributeValue::Null(_) => Scalar::Other("NULL"),
-                AttributeValue::Bool(_) => Scalar::Other("BOOL"),
-                _ => Scalar::Other("non-scalar"),
-            };
-            (k.clone(), s)
-        })
-        .collect()
+/// `$name(item)`: an item of the SDK whose attribute value type is `$value`, flattened.
+macro_rules! flat_from {
+    ($(#[$m:meta])* $name:ident($value:ident)) => {
+        $(#[$m])*
+        pub fn $name(item: &HashMap<String, $value>) -> FlatItem {
+            item.iter()
+                .map(|(k, v)| {
+                    let s = match v {
+                        $value::S(s) => Scalar::S(s.clone()),
+                        $value::N(n) => Scalar::N(n.clone()),
+                        $value::Null(_) => Scalar::Other("NULL"),
+                        $value::Bool(_) => Scalar::Other("BOOL"),
+                        _ => Scalar::Other("non-scalar"),
+                    };
+                    (k.clone(), s)
+                })
+                .collect()
+        }
+    };
 }
 
-/// Flattens an item from the DynamoDB Streams SDK.
-pub fn flat_from_streams(
-    item: &HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>,
-) -> FlatItem {
-    use aws_sdk_dynamodbstreams::types::AttributeValue as A;
-    item.iter()
-        .map(|(k, v)| {
-            let s = match v {
-                A::S(s) => Scalar::S(s.clone()),
-                A::N(n) => Scalar::N(n.clone()),
-                A::Null(_) => Scalar::Other("NULL"),
-                A::Bool(_) => Scalar::Other("BOOL"),
-                _ => Scalar::Other("non-scalar"),
-            };
-            (k.clone(), s)
-        })
-        .collect()
-}
+flat_from!(
+    /// Flattens an item from the DynamoDB SDK.
+    flat_from_dynamodb(AttributeValue)
+);
+flat_from!(
+    /// Flattens an item from the DynamoDB Streams SDK.
+    flat_from_streams(StreamValue)
+);
 
 /// Flattens an item written in DynamoDB JSON (`{"status": {"S": "SCHEDULED"}, ...}`),
 /// as Lambda stream events carry images.
@@ -351,8 +347,13 @@ pub(crate) fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
-pub(crate) fn n(v: u32) -> AttributeValue {
+pub(crate) fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
+}
+
+/// The key of the transaction `id`'s item (the transactions and payloads tables).
+pub(crate) fn key(id: &TransactionId) -> HashMap<String, AttributeValue> {
+    HashMap::from([(attr::TRANSACTION_ID.to_owned(), s(id.as_str()))])
 }
 
 /// Encodes a record as a DynamoDB item (optional fields absent when `None`).
@@ -437,6 +438,13 @@ impl TryFrom<&RecordItem> for TransactionRecord {
 mod tests {
     use super::*;
 
+    /// Decoding [`sample`]'s item with `attribute` set to `value`: the error.
+    fn sample_with(attribute: &str, value: AttributeValue) -> CodecError {
+        let mut item = RecordItem::from(&sample());
+        item.0.insert(attribute.into(), value);
+        TransactionRecord::try_from(&item).unwrap_err()
+    }
+
     fn sample() -> TransactionRecord {
         let id = TransactionId::parse("TX-100200").unwrap();
         let mut r = TransactionRecord::started(
@@ -520,18 +528,14 @@ mod tests {
 
     #[test]
     fn decoding_errors_name_attribute_and_value() {
-        let mut item = RecordItem::from(&sample());
-        item.0.insert("status".into(), s("SLEEPING"));
-        let e = TransactionRecord::try_from(&item).unwrap_err();
+        let e = sample_with("status", s("SLEEPING"));
         assert_eq!(e.attribute, "status");
         assert_eq!(
             e.to_string(),
             "item attribute `status` = \"SLEEPING\": unknown status"
         );
 
-        let mut item = RecordItem::from(&sample());
-        item.0.insert("current_attempt".into(), s("1"));
-        let e = TransactionRecord::try_from(&item).unwrap_err();
+        let e = sample_with("current_attempt", s("1"));
         assert!(e.to_string().contains("expected a number"), "{e}");
 
         let mut item = RecordItem::from(&sample());
@@ -566,9 +570,7 @@ mod tests {
             let r = record_from_flat(&flat_from_dynamodb(&this_release)).unwrap();
             assert_eq!(r.mark, None, "{}", case["item"]);
         }
-        let mut item = RecordItem::from(&sample());
-        item.0.insert(attr::MARK.into(), s("PAUSED"));
-        let e = TransactionRecord::try_from(&item).unwrap_err();
+        let e = sample_with(attr::MARK, s("PAUSED"));
         assert_eq!(
             e.to_string(),
             "item attribute `mark` = \"PAUSED\": unknown mark"
@@ -601,9 +603,7 @@ mod tests {
             assert_eq!(r.correlation_id, None, "{}", case["item"]);
             assert!(!record_to_item(&r).contains_key(attr::CORRELATION_ID));
         }
-        let mut item = RecordItem::from(&sample());
-        item.0.insert(attr::CORRELATION_ID.into(), s(""));
-        let e = TransactionRecord::try_from(&item).unwrap_err();
+        let e = sample_with(attr::CORRELATION_ID, s(""));
         assert_eq!(
             e.to_string(),
             "item attribute `correlation_id` = \"\": must not be empty"

@@ -11,25 +11,20 @@
 //! Why and what is kept: `docs/deploy.md#data-we-keep`.
 
 use crate::errors::classify;
-use crate::item::{attr, s};
+use crate::item::{attr, key, s};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
-use domain::ports::{ErrorKind, PortError};
+use domain::ports::PortError;
 use domain::retention::{Erased, ErasedSet};
 use domain::{Status, Timestamp, TransactionId};
-use std::collections::HashMap;
 
 pub use crate::purge::{with_purge, PURGE_AT};
 
 /// A Number attribute of epoch seconds.
 fn epoch(t: Timestamp) -> AttributeValue {
     AttributeValue::N(t.epoch_seconds().to_string())
-}
-
-fn key(id: &TransactionId) -> HashMap<String, AttributeValue> {
-    HashMap::from([(attr::TRANSACTION_ID.to_owned(), s(id.as_str()))])
 }
 
 fn is_condition_failed(e: &UpdateItemError) -> bool {
@@ -129,19 +124,13 @@ pub async fn scrub_record(
     }
 }
 
-/// How a DeleteItem error is classified.
-fn delete_item_kind(e: &DeleteItemError) -> Option<ErrorKind> {
-    match e {
-        DeleteItemError::ProvisionedThroughputExceededException(_)
-        | DeleteItemError::RequestLimitExceeded(_)
-        | DeleteItemError::ThrottlingException(_)
-        | DeleteItemError::InternalServerError(_)
-        | DeleteItemError::TransactionConflictException(_)
-        | DeleteItemError::ReplicatedWriteConflictException(_) => Some(ErrorKind::Retryable),
-        DeleteItemError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
-        _ => None,
+crate::errors::error_kinds!(dynamodb
+    /// How a DeleteItem error is classified.
+    fn delete_item_kind(DeleteItemError) {
+        retryable: [TransactionConflictException, ReplicatedWriteConflictException],
+        permanent: [ResourceNotFoundException],
     }
-}
+);
 
 #[cfg(test)]
 mod tests {

@@ -21,8 +21,8 @@ use aws_sdk_scheduler::types::{
 use aws_sdk_scheduler::Client;
 use domain::decide::ScheduleSpec;
 use domain::ports::{
-    Clock, ErrorKind, PortError, ScheduleCreated, ScheduleCreator, ScheduleDeleted,
-    ScheduleDeleter, SystemClock,
+    Clock, PortError, ScheduleCreated, ScheduleCreator, ScheduleDeleted, ScheduleDeleter,
+    SystemClock,
 };
 use domain::{ScheduleName, Timestamp};
 use std::sync::Arc;
@@ -53,28 +53,21 @@ impl std::fmt::Debug for EventBridgeScheduler {
     }
 }
 
-fn create_kind(e: &CreateScheduleError) -> Option<ErrorKind> {
-    match e {
-        // A used-up quota of active schedules frees up as schedules fire and delete
-        // themselves: the message comes back after its visibility timeout.
-        CreateScheduleError::ThrottlingException(_)
-        | CreateScheduleError::InternalServerException(_)
-        | CreateScheduleError::ServiceQuotaExceededException(_) => Some(ErrorKind::Retryable),
-        CreateScheduleError::ValidationException(_)
-        | CreateScheduleError::ResourceNotFoundException(_) => Some(ErrorKind::Permanent),
-        _ => None,
+crate::errors::error_kinds!(
+    // A used-up quota of active schedules frees up as schedules fire and delete
+    // themselves: the message comes back after its visibility timeout.
+    fn create_kind(CreateScheduleError) {
+        retryable: [ThrottlingException, InternalServerException, ServiceQuotaExceededException],
+        permanent: [ValidationException, ResourceNotFoundException],
     }
-}
+);
 
-fn delete_kind(e: &DeleteScheduleError) -> Option<ErrorKind> {
-    match e {
-        DeleteScheduleError::ThrottlingException(_)
-        | DeleteScheduleError::InternalServerException(_)
-        | DeleteScheduleError::ConflictException(_) => Some(ErrorKind::Retryable),
-        DeleteScheduleError::ValidationException(_) => Some(ErrorKind::Permanent),
-        _ => None,
+crate::errors::error_kinds!(
+    fn delete_kind(DeleteScheduleError) {
+        retryable: [ThrottlingException, InternalServerException, ConflictException],
+        permanent: [ValidationException],
     }
-}
+);
 
 impl EventBridgeScheduler {
     /// `client` should come from [`crate::clients::scheduler`] (bounded retries).

@@ -21,8 +21,7 @@ use aws_sdk_sqs::types::{
 };
 use aws_sdk_sqs::Client;
 use domain::ports::{
-    DeadLetter, ErrorKind, MessageAttribute, PortError, RequestPublisher, RetryPublisher,
-    Undeliverable,
+    DeadLetter, MessageAttribute, PortError, RequestPublisher, RetryPublisher, Undeliverable,
 };
 use domain::{Request, Response, RetryEvent};
 use std::collections::HashMap;
@@ -34,25 +33,16 @@ pub const IDEMPOTENCY_KEY_ATTRIBUTE: &str = "idempotency_key";
 /// messages (absent when it has none).
 pub const CORRELATION_ID_ATTRIBUTE: &str = "correlation_id";
 
-fn send_kind(e: &SendMessageError) -> Option<ErrorKind> {
-    match e {
-        SendMessageError::RequestThrottled(_) | SendMessageError::KmsThrottled(_) => {
-            Some(ErrorKind::Retryable)
-        }
-        SendMessageError::QueueDoesNotExist(_)
-        | SendMessageError::InvalidMessageContents(_)
-        | SendMessageError::InvalidAddress(_)
-        | SendMessageError::InvalidSecurity(_)
-        | SendMessageError::UnsupportedOperation(_)
-        | SendMessageError::KmsAccessDenied(_)
-        | SendMessageError::KmsDisabled(_)
-        | SendMessageError::KmsInvalidKeyUsage(_)
-        | SendMessageError::KmsInvalidState(_)
-        | SendMessageError::KmsNotFound(_)
-        | SendMessageError::KmsOptInRequired(_) => Some(ErrorKind::Permanent),
-        _ => None,
+crate::errors::error_kinds!(
+    fn send_kind(SendMessageError) {
+        retryable: [RequestThrottled, KmsThrottled],
+        permanent: [
+            QueueDoesNotExist, InvalidMessageContents, InvalidAddress, InvalidSecurity,
+            UnsupportedOperation, KmsAccessDenied, KmsDisabled, KmsInvalidKeyUsage,
+            KmsInvalidState, KmsNotFound, KmsOptInRequired,
+        ],
     }
-}
+);
 
 /// A `String` message attribute.
 pub fn string_attribute(value: impl Into<String>) -> Result<MessageAttributeValue, PortError> {
@@ -386,12 +376,7 @@ impl SqsDirectory {
             .queue_owner_aws_account_id(account)
             .send()
             .await
-            .map_err(|e| {
-                format!(
-                    "GetQueueUrl for `{arn}`: {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(e)
-                )
-            })?;
+            .map_err(crate::errors::sdk_error(format!("GetQueueUrl for `{arn}`")))?;
         let url = out
             .queue_url()
             .ok_or_else(|| format!("GetQueueUrl for `{arn}` returned no URL"))?

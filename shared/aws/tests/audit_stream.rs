@@ -168,22 +168,13 @@ async fn one_entry_per_successful_transition_none_for_failed_conditions() {
     );
 
     // TTL: every item expires 365 days after its latest transition.
-    let raw = s
-        .ddb()
-        .query()
-        .table_name(&s.p.names.audit_table)
-        .key_condition_expression("#id = :id")
-        .expression_attribute_names("#id", "transaction_id")
-        .expression_attribute_values(":id", aws_sdk_dynamodb::types::AttributeValue::S(tx.into()))
-        .send()
-        .await
-        .unwrap();
+    let raw = audit_items(&s, tx).await;
     // One item per handler run: the creation, the response handler's run, the retry
     // handler's run and the final answer; and the notice's own.
-    assert_eq!(raw.items().len(), 5);
+    assert_eq!(raw.len(), 5);
     assert_eq!(report.items, 4);
     let mut flattened = Vec::new();
-    for item in raw.items() {
+    for item in &raw {
         let entries = aws::audit::entries_from_item(item).unwrap();
         let latest = entries.iter().map(|e| e.at.epoch_seconds()).max().unwrap();
         let exp: i64 = item["expires_at"].as_n().unwrap().parse().unwrap();

@@ -13,9 +13,10 @@ use common::*;
 use domain::decide::ScheduleSpec;
 use domain::machine::{Actor, Event, Write};
 use domain::ports::{
-    ErrorKind, Records, RetryPublisher, ScheduleCreated, ScheduleCreator, Transitions, WriteOutcome,
+    ErrorKind, PortError, Records, RetryPublisher, ScheduleCreated, ScheduleCreator, Transitions,
+    WriteOutcome,
 };
-use domain::{Origin, RetryEvent, ScheduleName, Status, Timestamp};
+use domain::{ScheduleName, Status, Timestamp};
 
 fn settings() -> SchedulerSettings {
     SchedulerSettings {
@@ -33,12 +34,7 @@ fn spec() -> ScheduleSpec {
     ScheduleSpec {
         name: ScheduleName::for_retry(&tx, at(2)),
         fire_at: Timestamp::from_millis(T0),
-        event: RetryEvent {
-            transaction_id: tx,
-            origin: Origin::RetryScheduler,
-            attempt: at(2),
-            round: None,
-        },
+        event: scheduled_retry("TX-T1", 2),
     }
 }
 
@@ -53,13 +49,20 @@ fn confirm_write(tx: &str) -> Write {
     w
 }
 
-/// Throttling is retried a bounded number of times, then surfaced as Retryable.
-#[tokio::test(flavor = "multi_thread")]
-async fn scheduler_throttling_is_retried_then_retryable() {
-    let server = CannedServer::start(429, "ThrottlingException").await;
+/// CreateSchedule against a server that answers every call `status` with `code`:
+/// the server (for its hit count) and the adapter's error.
+async fn create_schedule_against(status: u16, code: &'static str) -> (CannedServer, PortError) {
+    let server = CannedServer::start(status, code).await;
     let sdk = testkit::moto::sdk_config(&server.endpoint).await;
     let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
     let err = scheduler.create(&spec()).await.unwrap_err();
+    (server, err)
+}
+
+/// Throttling is retried a bounded number of times, then surfaced as Retryable.
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduler_throttling_is_retried_then_retryable() {
+    let (server, err) = create_schedule_against(429, "ThrottlingException").await;
     assert_eq!(err.kind, ErrorKind::Retryable, "{err}");
     assert_eq!(err.operation, "CreateSchedule");
     assert_eq!(
@@ -74,18 +77,12 @@ async fn scheduler_throttling_is_retried_then_retryable() {
 /// to a DLQ at once; its cause says which limit, for the metric and the operator.
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduler_quota_exceeded_is_retryable_and_named() {
-    let server = CannedServer::start(402, "ServiceQuotaExceededException").await;
-    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
-    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
-    let err = scheduler.create(&spec()).await.unwrap_err();
+    let (_, err) = create_schedule_against(402, "ServiceQuotaExceededException").await;
     assert_eq!(err.kind, ErrorKind::Retryable, "{err}");
     assert_eq!(err.cause, domain::ports::Cause::QuotaExceeded, "{err}");
     assert_eq!(err.operation, "CreateSchedule");
 
-    let server = CannedServer::start(429, "ThrottlingException").await;
-    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
-    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
-    let err = scheduler.create(&spec()).await.unwrap_err();
+    let (_, err) = create_schedule_against(429, "ThrottlingException").await;
     assert_eq!(err.cause, domain::ports::Cause::Throttled, "{err}");
 }
 
@@ -102,18 +99,10 @@ async fn dynamodb_throttling_is_retried_then_retryable() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn server_errors_are_retryable_and_validation_is_permanent() {
-    let server = CannedServer::start(500, "InternalServerException").await;
-    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
-    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
-    assert_eq!(
-        scheduler.create(&spec()).await.unwrap_err().kind,
-        ErrorKind::Retryable
-    );
+    let (_, err) = create_schedule_against(500, "InternalServerException").await;
+    assert_eq!(err.kind, ErrorKind::Retryable);
 
-    let server = CannedServer::start(400, "ValidationException").await;
-    let sdk = testkit::moto::sdk_config(&server.endpoint).await;
-    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(&sdk), settings());
-    let err = scheduler.create(&spec()).await.unwrap_err();
+    let (server, err) = create_schedule_against(400, "ValidationException").await;
     assert_eq!(err.kind, ErrorKind::Permanent, "{err}");
     assert_eq!(server.hits(), 1, "a permanent error is not retried");
 

@@ -16,8 +16,8 @@ use domain::exec::{execute, ResponsePorts, RetryPorts, StartPorts};
 use domain::policy::FixedRandom;
 use domain::ports::Records;
 use domain::{
-    Context, MaxAttempts, Origin, Outcome, Payload, PolicySet, Response, RetryEvent, Run, Status,
-    Timestamp, TransactionId,
+    Context, MaxAttempts, Outcome, Payload, PolicySet, Response, Run, Status, Timestamp,
+    TransactionId,
 };
 use std::time::Duration;
 use testkit::faults::{FaultKind, Faults, Rates};
@@ -49,7 +49,7 @@ async fn respond(
     outcome: Outcome,
 ) -> Disposition {
     let store = store_on(s, sdk);
-    let scheduler = EventBridgeScheduler::new(aws::clients::scheduler(sdk), s.scheduler_settings());
+    let scheduler = s.retry_scheduler(sdk);
     let retries = SqsRetryPublisher::new(aws::clients::sqs(sdk), &s.p.retry.url);
     let notes = AuditWriter::new(aws::clients::dynamodb(sdk), &s.p.names.audit_table, 365);
     let ports = ResponsePorts {
@@ -67,19 +67,23 @@ async fn respond(
 }
 
 /// A stack of its own holding `tx` IN_PROGRESS at attempt 1 of 4, then `outcome` for
-/// it through a proxy losing the first answer of `operation`, which it lost once: the
-/// stack, the proxy and the run's disposition.
+/// it through a proxy losing the first answer of `operation`, which it lost once; the
+/// run acknowledges `acked` after `sent.1` calls of `sent.0`. The stack.
 async fn respond_losing_once(
     tx: &str,
     operation: &str,
     outcome: Outcome,
-) -> (Stack, Proxy, Disposition) {
+    acked: Ack,
+    sent: (&str, usize),
+) -> Stack {
     let tag = tx.to_lowercase();
     let s = stack_holding(&tag, &record(tx, Status::InProgress, 1, 4, T0)).await;
     let (proxy, sdk) = losing_once(operation).await;
     let d = respond(&s, &sdk, tx, outcome).await;
     assert_eq!(lost(&proxy, operation), 1);
-    (s, proxy, d)
+    assert_eq!(d, Disposition::Ack(acked));
+    assert_eq!(calls(&proxy, sent.0), sent.1, "calls of {}", sent.0);
+    s
 }
 
 fn lost(proxy: &Proxy, operation: &str) -> u64 {
@@ -136,10 +140,9 @@ fn response(tx: &str, attempt: u32, outcome: Outcome) -> Response {
 /// condition with ALL_OLD showing that very write. Succeeded, not a duplicate.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_update_answer_is_done_not_a_duplicate() {
-    let (s, proxy, d) =
-        respond_losing_once("TX-LU1", "dynamodb:UpdateItem", Outcome::Success).await;
-    assert_eq!(d, Disposition::Ack(Ack::Succeeded));
-    assert_eq!(calls(&proxy, "UpdateItem"), 2, "the SDK sent it again");
+    // The SDK sent the update again.
+    let (op, outcome) = ("dynamodb:UpdateItem", Outcome::Success);
+    let s = respond_losing_once("TX-LU1", op, outcome, Ack::Succeeded, ("UpdateItem", 2)).await;
     let rec = s.store().get(&id("TX-LU1")).await.unwrap().unwrap();
     assert_eq!(rec.status, Status::Succeeded);
 }
@@ -148,10 +151,8 @@ async fn a_lost_update_answer_is_done_not_a_duplicate() {
 /// (schedule, confirm) and acknowledges `scheduled`, one schedule created.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_scheduling_answer_still_schedules_once() {
-    let (s, proxy, d) =
-        respond_losing_once("TX-LS1", "dynamodb:UpdateItem", Outcome::Cancelled).await;
-    assert_eq!(d, Disposition::Ack(Ack::Scheduled));
-    assert_eq!(calls(&proxy, "CreateSchedule"), 1);
+    let (op, outcome) = ("dynamodb:UpdateItem", Outcome::Cancelled);
+    let s = respond_losing_once("TX-LS1", op, outcome, Ack::Scheduled, ("CreateSchedule", 1)).await;
     let rec = s.store().get(&id("TX-LS1")).await.unwrap().unwrap();
     assert_eq!(rec.status, Status::Scheduled);
 }
@@ -160,10 +161,8 @@ async fn a_lost_scheduling_answer_still_schedules_once() {
 /// (ConflictException), which the adapter reads as "already exists".
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_create_schedule_answer_is_already_created() {
-    let (s, proxy, d) =
-        respond_losing_once("TX-LC1", "scheduler:CreateSchedule", Outcome::Cancelled).await;
-    assert_eq!(d, Disposition::Ack(Ack::Scheduled));
-    assert_eq!(calls(&proxy, "CreateSchedule"), 2);
+    let (op, outcome) = ("scheduler:CreateSchedule", Outcome::Cancelled);
+    let s = respond_losing_once("TX-LC1", op, outcome, Ack::Scheduled, ("CreateSchedule", 2)).await;
     assert_eq!(schedules(&s).await, 1);
 }
 
@@ -197,12 +196,7 @@ async fn a_lost_send_answer_publishes_twice_under_one_key() {
         retries: &retries,
     };
     let (ctx, mut rng) = (ctx(), FixedRandom(0.5));
-    let event = RetryEvent {
-        transaction_id: id("TX-LM1"),
-        origin: Origin::RetryScheduler,
-        attempt: at(2),
-        round: None,
-    };
+    let event = scheduled_retry("TX-LM1", 2);
     let mut run = Run::new(Input::Retry(event), Known::Unread, &ctx, &mut rng);
     let d = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
         .await
@@ -298,18 +292,12 @@ async fn a_lost_delete_schedule_answer_is_resolved() {
     let spec = domain::decide::ScheduleSpec {
         name: rec.schedule_name.clone().unwrap(),
         fire_at: Timestamp::from_millis(T0 + 86_400_000 * 365),
-        event: RetryEvent {
-            transaction_id: id("TX-LD1"),
-            origin: Origin::RetryScheduler,
-            attempt: at(2),
-            round: None,
-        },
+        event: scheduled_retry("TX-LD1", 2),
     };
     direct.create(&spec).await.unwrap();
     let (proxy, sdk) = losing_once("scheduler:DeleteSchedule").await;
     let store = store_on(&s, &sdk);
-    let scheduler =
-        EventBridgeScheduler::new(aws::clients::scheduler(&sdk), s.scheduler_settings());
+    let scheduler = s.retry_scheduler(&sdk);
     let ports = domain::exec::ResolvePorts {
         store: &store,
         scheduler: &scheduler,

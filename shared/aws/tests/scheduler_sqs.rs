@@ -4,7 +4,6 @@
 
 mod common;
 
-use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::{SqsDeadLetter, SqsRequestPublisher, SqsRetryPublisher};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use common::*;
@@ -22,15 +21,9 @@ use std::collections::BTreeMap;
 #[tokio::test(flavor = "multi_thread")]
 async fn schedule_settings_and_idempotent_create_delete() {
     let s = stack("sc").await;
-    let scheduler =
-        EventBridgeScheduler::new(aws::clients::scheduler(&s.sdk), s.scheduler_settings());
+    let scheduler = s.retry_scheduler(&s.sdk);
     let tx = id("TX-100200");
-    let event = RetryEvent {
-        transaction_id: tx.clone(),
-        origin: Origin::RetryScheduler,
-        attempt: at(2),
-        round: None,
-    };
+    let event = scheduled_retry("TX-100200", 2);
     // The article's example instant, ten years on (an instant in the past is moved:
     // see the next test).
     let fire_at = Timestamp::parse("2036-10-03T16:38:00.000Z").unwrap();
@@ -95,8 +88,7 @@ async fn schedule_settings_and_idempotent_create_delete() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_schedule_is_never_created_for_an_instant_in_the_past() {
     let s = stack("sp").await;
-    let scheduler =
-        EventBridgeScheduler::new(aws::clients::scheduler(&s.sdk), s.scheduler_settings());
+    let scheduler = s.retry_scheduler(&s.sdk);
     let tx = id("TX-100300");
     let wall = || domain::ports::Clock::now(&domain::ports::SystemClock);
     let before = wall();
@@ -234,24 +226,6 @@ async fn request_retry_and_dlq_messages_round_trip() {
     assert_eq!(got["idempotency_key"].string_value(), Some("TX-9#1"));
 }
 
-/// A FIFO queue as the template makes outbox mode's request queue and its DLQ.
-async fn fifo_queue(s: &Stack, name: &str) -> String {
-    use aws_sdk_sqs::types::QueueAttributeName as A;
-    s.sqs()
-        .create_queue()
-        .queue_name(format!("{}-{name}.fifo", s.p.names.prefix))
-        .attributes(A::FifoQueue, "true")
-        .attributes(A::ContentBasedDeduplication, "false")
-        .attributes(A::DeduplicationScope, "messageGroup")
-        .attributes(A::FifoThroughputLimit, "perMessageGroupId")
-        .send()
-        .await
-        .unwrap()
-        .queue_url()
-        .unwrap()
-        .to_owned()
-}
-
 /// GIVEN outbox mode's FIFO request queue WHEN one (transaction, attempt, round) is
 /// published twice THEN the service receives it once, with the header's deduplication
 /// id and the transaction as its group; the next round of the same attempt (a re-send
@@ -261,9 +235,9 @@ async fn fifo_queue(s: &Stack, name: &str) -> String {
 /// twice.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fifo_request_queue_drops_a_repeat_and_keeps_a_new_round() {
-    let s = stack("fifo").await;
+    let s = stack_for("fifo", true).await;
     let sqs = aws::clients::sqs(&s.sdk);
-    let url = fifo_queue(&s, "request").await;
+    let url = s.p.request.url.clone();
     let requests = SqsRequestPublisher::new(sqs.clone(), &url);
     let payload = Payload::from_json(r#"{"amount":1}"#).unwrap();
     let send = |tx: &str, attempt: u32, round: u32| {
@@ -316,7 +290,7 @@ async fn a_fifo_request_queue_drops_a_repeat_and_keeps_a_new_round() {
     want.sort();
     assert_eq!(seen, want);
 
-    let dlq = fifo_queue(&s, "request-dlq").await;
+    let dlq = s.p.request_dlq.url.clone();
     let kept = Undeliverable {
         body: "parked".into(),
         attributes: BTreeMap::new(),

@@ -47,41 +47,25 @@ pub trait Inbound: Sized + Send {
     fn attempt(&self) -> Attempt;
 }
 
-impl Inbound for Response {
-    fn parse(body: &str) -> Result<Self, MessageError> {
-        Response::parse(body)
-    }
-    fn transaction_id(&self) -> &TransactionId {
-        &self.transaction_id
-    }
-    fn attempt(&self) -> Attempt {
-        self.attempt
-    }
+/// `Inbound` for messages that parse themselves and carry their transaction id and
+/// attempt as fields.
+macro_rules! inbound {
+    ($($message:ty),*) => {$(
+        impl Inbound for $message {
+            fn parse(body: &str) -> Result<Self, MessageError> {
+                <$message>::parse(body)
+            }
+            fn transaction_id(&self) -> &TransactionId {
+                &self.transaction_id
+            }
+            fn attempt(&self) -> Attempt {
+                self.attempt
+            }
+        }
+    )*};
 }
 
-impl Inbound for Request {
-    fn parse(body: &str) -> Result<Self, MessageError> {
-        Request::parse(body)
-    }
-    fn transaction_id(&self) -> &TransactionId {
-        &self.transaction_id
-    }
-    fn attempt(&self) -> Attempt {
-        self.attempt
-    }
-}
-
-impl Inbound for RetryEvent {
-    fn parse(body: &str) -> Result<Self, MessageError> {
-        RetryEvent::parse(body)
-    }
-    fn transaction_id(&self) -> &TransactionId {
-        &self.transaction_id
-    }
-    fn attempt(&self) -> Attempt {
-        self.attempt
-    }
-}
+inbound!(Response, Request, RetryEvent);
 
 impl Inbound for domain::intake::StartMessage {
     fn parse(body: &str) -> Result<Self, MessageError> {

@@ -25,6 +25,28 @@ pub async fn start<C, E: Display>(
     Ok((config, aws::config::load_sdk_config().await))
 }
 
+/// A function's whole `main`: [`start`] with `read`, the handler built by `wire`
+/// (a configuration it cannot be built with is logged, then returned), then
+/// [`serve`] with every invocation's payload going to `invoke`.
+pub async fn run<C, CE, H, WE, A, R, E>(
+    read: impl FnOnce() -> Result<C, CE>,
+    wire: impl FnOnce(&SdkConfig, &C) -> Result<H, WE>,
+    invoke: impl AsyncFn(&H, A) -> Result<R, E>,
+) -> Result<(), Error>
+where
+    CE: Display,
+    WE: Display,
+    Error: From<CE> + From<WE>,
+    A: DeserializeOwned,
+    R: Serialize,
+    E: Into<Error>,
+{
+    let (config, sdk) = start(read).await?;
+    let handler = wire(&sdk, &config).inspect_err(invalid_configuration)?;
+    let (handler, invoke) = (&handler, &invoke);
+    serve(move |event: A| invoke(handler, event)).await
+}
+
 /// Runs the Lambda event loop: every invocation's payload goes to `handle`.
 pub async fn serve<A, R, E, F, Fut>(handle: F) -> Result<(), Error>
 where

@@ -5,10 +5,13 @@
 //! (`docs/functions.md`, "Ports").
 
 use crate::breaker::BreakerGate;
+use crate::rate::{Paced, Pacer, RateError};
 use crate::settings::Settings;
 use aws::breaker::DynamoBreaker;
 use aws::config::BreakerConfig;
+use aws::sqs::SqsRequestPublisher;
 use domain::policy::PolicySet;
+use std::sync::Arc;
 
 /// Write shards of the breaker's window counts per bucket: a burst of technical
 /// failures spreads over this many items.
@@ -45,4 +48,17 @@ pub fn settings(policies: PolicySet, shards: u16) -> Settings {
         shards,
         ..Settings::default()
     }
+}
+
+/// The request queue at `url` behind a [`Pacer`] of the function's own at `rate`
+/// requests per second (kept across warm invocations), and that pacer, for its
+/// counters.
+pub fn paced_requests(
+    sqs: &aws_sdk_sqs::Client,
+    url: &str,
+    rate: f64,
+) -> Result<(Paced<SqsRequestPublisher>, Arc<Pacer>), RateError> {
+    let pacer = Arc::new(Pacer::per_second(rate)?);
+    let requests = SqsRequestPublisher::new(sqs.clone(), url);
+    Ok((Paced::new(requests, Arc::clone(&pacer)), pacer))
 }

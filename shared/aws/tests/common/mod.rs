@@ -12,7 +12,7 @@ use domain::{
 };
 use testkit::meter::CallMeter;
 use testkit::moto;
-use testkit::provision::{provision, Provisioned};
+use testkit::provision::{provision_for, Provisioned};
 
 pub struct Stack {
     pub sdk: SdkConfig,
@@ -38,6 +38,13 @@ impl Stack {
         )
         .with_payloads_table(&self.p.names.payloads_table)
     }
+    /// The scheduler adapter on the stack's group, its calls through `sdk`.
+    pub fn retry_scheduler(&self, sdk: &SdkConfig) -> aws::scheduler::EventBridgeScheduler {
+        aws::scheduler::EventBridgeScheduler::new(
+            aws::clients::scheduler(sdk),
+            self.scheduler_settings(),
+        )
+    }
     /// The stack's schedule group and targets, with the article's retry settings.
     pub fn scheduler_settings(&self) -> SchedulerSettings {
         SchedulerSettings {
@@ -53,10 +60,18 @@ impl Stack {
 
 /// A new stack with its own names on the shared server.
 pub async fn stack(tag: &str) -> Stack {
+    stack_for(tag, false).await
+}
+
+/// A new stack; `fifo_requests`: outbox delivery's, its request queue and request DLQ
+/// FIFO queues as the template makes them.
+pub async fn stack_for(tag: &str, fifo_requests: bool) -> Stack {
     let endpoint = moto::shared_endpoint().expect("moto server (. scripts/tools.sh)");
     let sdk = moto::sdk_config(&endpoint).await;
     let names = StackNames::new(&moto::unique_prefix(tag));
-    let p = provision(&sdk, &names).await.expect("provision");
+    let p = provision_for(&sdk, &names, fifo_requests)
+        .await
+        .expect("provision");
     let meter = CallMeter::new().with_payloads_table(&p.names.payloads_table);
     Stack { sdk, p, meter }
 }
@@ -94,6 +109,16 @@ pub fn id(s: &str) -> TransactionId {
 
 pub fn at(n: u32) -> Attempt {
     Attempt::new(n).unwrap()
+}
+
+/// The retry event the scheduler fires for attempt `n` of `tx` (no re-send round).
+pub fn scheduled_retry(tx: &str, n: u32) -> domain::RetryEvent {
+    domain::RetryEvent {
+        transaction_id: id(tx),
+        origin: Origin::RetryScheduler,
+        attempt: at(n),
+        round: None,
+    }
 }
 
 pub const T0: i64 = 1_790_000_000_000;

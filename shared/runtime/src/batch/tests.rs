@@ -37,6 +37,14 @@ fn failures(r: &SqsBatchResponse) -> Vec<String> {
         .collect()
 }
 
+/// The batch of responses, each one that parses handled with success.
+async fn all_succeed(e: SqsEvent, dlq: &impl DeadLetter, metrics: &Metrics) -> SqsBatchResponse {
+    let done = |_: Response| async { Verdict::Done(Ack::Succeeded) };
+    process_batch(e, &BatchOptions::default(), dlq, metrics, done)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn only_the_records_to_retry_are_reported() {
     let dlq = MemoryDeadLetter::new();
@@ -131,15 +139,7 @@ async fn a_failed_dlq_send_turns_into_a_batch_item_failure() {
     dlq.set_failing(true);
     let metrics = Metrics::new("NS", "test");
     let e = event(&[("m1", "{}"), ("m2", &ok("TX-1", 1, "SUCCESS"))]);
-    let r = process_batch(
-        e,
-        &BatchOptions::default(),
-        &dlq,
-        &metrics,
-        |_: Response| async { Verdict::Done(Ack::Succeeded) },
-    )
-    .await
-    .unwrap();
+    let r = all_succeed(e, &dlq, &metrics).await;
     assert_eq!(failures(&r), ["m1"], "never lost: SQS redelivers it");
     assert_eq!(metrics.count(names::DEAD_LETTER_FAILURES), 1);
 }
@@ -251,15 +251,7 @@ impl DeadLetter for PanickingDeadLetter {
 async fn a_panic_while_dead_lettering_fails_only_that_record() {
     let metrics = Metrics::new("NS", "test");
     let e = event(&[("m1", "{"), ("m2", &ok("TX-1", 1, "SUCCESS"))]);
-    let r = process_batch(
-        e,
-        &BatchOptions::default(),
-        &PanickingDeadLetter,
-        &metrics,
-        |_: Response| async { Verdict::Done(Ack::Succeeded) },
-    )
-    .await
-    .unwrap();
+    let r = all_succeed(e, &PanickingDeadLetter, &metrics).await;
     assert_eq!(failures(&r), ["m1"]);
     assert_eq!(metrics.count(names::RECORD_PANICS), 1);
     assert_eq!(metrics.count(names::DEAD_LETTER_FAILURES), 1);

@@ -158,12 +158,9 @@ async fn function_delivery(
         .qualifier(crate::versions::ALIAS)
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "GetFunctionConfiguration {name}: {}",
-                aws_sdk_lambda::error::DisplayErrorContext(e)
-            )
-        })?;
+        .map_err(aws::errors::sdk_error(format!(
+            "GetFunctionConfiguration {name}"
+        )))?;
     Ok(c.environment()
         .and_then(|e| e.variables())
         .and_then(|v| v.get(aws::config::vars::REQUEST_DELIVERY.name))

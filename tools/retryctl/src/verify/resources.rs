@@ -64,12 +64,7 @@ pub async fn queue_attributes(
         .send()
         .await
         .map(|o| o.attributes().cloned().unwrap_or_default())
-        .map_err(|e| {
-            format!(
-                "GetQueueAttributes: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(e)
-            )
-        })
+        .map_err(aws::errors::sdk_error("GetQueueAttributes"))
 }
 
 async fn queues(env: &Env<'_>, out: &mut Checks) {
@@ -230,12 +225,7 @@ async fn table_problems(env: &Env<'_>, def: &TableDef) -> Result<(Vec<String>, S
         .table_name(&def.name)
         .send()
         .await
-        .map_err(|e| {
-            format!(
-                "cannot be described: {}",
-                aws_sdk_dynamodb::error::DisplayErrorContext(e)
-            )
-        })?;
+        .map_err(aws::errors::sdk_error("cannot be described"))?;
     let t = d.table().ok_or("DescribeTable returned no table")?;
     let keys = |k: &[aws_sdk_dynamodb::types::KeySchemaElement]| -> Vec<String> {
         k.iter()
@@ -308,12 +298,7 @@ async fn table_problems(env: &Env<'_>, def: &TableDef) -> Result<(Vec<String>, S
             .table_name(&def.name)
             .send()
             .await
-            .map_err(|e| {
-                format!(
-                    "DescribeTimeToLive: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                )
-            })?;
+            .map_err(aws::errors::sdk_error("DescribeTimeToLive"))?;
         let d = ttl.time_to_live_description();
         let status = d
             .and_then(|d| d.time_to_live_status())

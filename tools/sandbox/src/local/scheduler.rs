@@ -369,12 +369,7 @@ async fn discover(
             .set_next_token(token.take())
             .send()
             .await
-            .map_err(|e| {
-                format!(
-                    "ListSchedules: {}",
-                    aws_sdk_scheduler::error::DisplayErrorContext(e)
-                )
-            })?;
+            .map_err(aws::errors::sdk_error("ListSchedules"))?;
         let mut reached_known = false;
         {
             let known = shared.known();
@@ -711,12 +706,7 @@ async fn deliver(sqs: &SqsDirectory, s: &OneTime) -> Result<(), String> {
         .send()
         .await
         .map(|_| ())
-        .map_err(|e| {
-            format!(
-                "SendMessage: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(e)
-            )
-        })
+        .map_err(aws::errors::sdk_error("SendMessage"))
 }
 
 async fn dead_letter(sqs: &SqsDirectory, s: &OneTime, error: &str, attempts: u32) {
@@ -749,12 +739,10 @@ async fn dead_letter(sqs: &SqsDirectory, s: &OneTime, error: &str, attempts: u32
                 req = req.message_attributes(k, a);
             }
         }
-        req.send().await.map(|_| ()).map_err(|e| {
-            format!(
-                "SendMessage: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(e)
-            )
-        })
+        req.send()
+            .await
+            .map(|_| ())
+            .map_err(aws::errors::sdk_error("SendMessage"))
     }
     .await;
     if let Err(e) = result {
