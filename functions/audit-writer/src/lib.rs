@@ -179,6 +179,23 @@ pub fn metrics(namespace: &str) -> Metrics {
     Metrics::new(namespace, FUNCTION)
 }
 
+/// The audit writer with its tables, built once per process.
+pub struct AuditFunction {
+    pub writer: AuditWriter,
+    /// METRICS_NAMESPACE.
+    pub namespace: String,
+}
+
+impl AuditFunction {
+    /// One invocation: the batch, then the metrics line on stdout.
+    pub async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, BatchError> {
+        let metrics = metrics(&self.namespace);
+        let result = handle(&self.writer, &event, &metrics).await;
+        metrics.emit();
+        result
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,12 +4,8 @@
 // The handler's batch future nests the HTTP and SDK call futures deeply.
 #![recursion_limit = "256"]
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    runtime::lambda::run(
-        aws::config::HttpBridgeConfig::from_env,
-        http_bridge::wiring::bridge,
-        http_bridge::wiring::AwsBridge::invoke,
-    )
-    .await
-}
+runtime::lambda_main!(
+    aws::config::HttpBridgeConfig::from_env,
+    http_bridge::wiring::bridge,
+    http_bridge::wiring::AwsBridge::invoke,
+);

@@ -5,12 +5,8 @@
 // The handler's batch future nests the SDK call futures deeper than the default limit.
 #![recursion_limit = "256"]
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    runtime::lambda::run(
-        aws::config::PublisherConfig::from_env,
-        publisher::wiring::publisher,
-        publisher::wiring::AwsPublisher::invoke,
-    )
-    .await
-}
+runtime::lambda_main!(
+    aws::config::PublisherConfig::from_env,
+    publisher::wiring::publisher,
+    publisher::wiring::AwsPublisher::invoke,
+);

@@ -6,11 +6,8 @@
 // lints do) goes deeper than the default limit of 128.
 #![recursion_limit = "256"]
 
-use lambda_runtime::Error;
-
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    let (config, sdk) = runtime::lambda::start(aws::config::ReconcilerConfig::from_env).await?;
-    let reconciler = reconciler::wiring::reconciler(&sdk, &config);
-    runtime::lambda::serve(|event: serde_json::Value| reconciler.invoke(event)).await
-}
+runtime::lambda_main!(
+    aws::config::ReconcilerConfig::from_env,
+    runtime::lambda::infallible(reconciler::wiring::reconciler),
+    reconciler::wiring::AwsReconciler::invoke,
+);

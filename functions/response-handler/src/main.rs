@@ -4,13 +4,8 @@
 // The handler's batch future nests the SDK call futures deeper than the default limit.
 #![recursion_limit = "256"]
 
-use lambda_runtime::Error;
-use runtime::SqsEvent;
-
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    let (config, sdk) =
-        runtime::lambda::start(aws::config::ResponseHandlerConfig::from_env).await?;
-    let handler = response_handler::wiring::response_handler(&sdk, &config);
-    runtime::lambda::serve(|event: SqsEvent| handler.invoke(event)).await
-}
+runtime::lambda_main!(
+    aws::config::ResponseHandlerConfig::from_env,
+    runtime::lambda::infallible(response_handler::wiring::response_handler),
+    response_handler::wiring::AwsResponseHandler::invoke,
+);

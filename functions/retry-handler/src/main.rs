@@ -5,12 +5,8 @@
 // The handler's batch future nests the SDK call futures deeper than the default limit.
 #![recursion_limit = "256"]
 
-#[tokio::main]
-async fn main() -> Result<(), lambda_runtime::Error> {
-    runtime::lambda::run(
-        aws::config::RetryHandlerConfig::from_env,
-        retry_handler::wiring::retry_handler,
-        retry_handler::wiring::AwsRetryHandler::invoke,
-    )
-    .await
-}
+runtime::lambda_main!(
+    aws::config::RetryHandlerConfig::from_env,
+    retry_handler::wiring::retry_handler,
+    retry_handler::wiring::AwsRetryHandler::invoke,
+);

@@ -2,11 +2,13 @@
 //! configuration (logged when invalid), the SDK configuration, then the event loop
 //! handing each invocation's payload to the handler.
 
-use aws_config::SdkConfig;
+pub use aws_config::SdkConfig;
 use lambda_runtime::streaming::Body;
-use lambda_runtime::{service_fn, Error, LambdaEvent};
+pub use lambda_runtime::Error;
+use lambda_runtime::{service_fn, LambdaEvent};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::convert::Infallible;
 use std::fmt::Display;
 use std::future::Future;
 
@@ -23,6 +25,26 @@ pub async fn start<C, E: Display>(
     crate::telemetry::init();
     let config = read().inspect_err(invalid_configuration)?;
     Ok((config, aws::config::load_sdk_config().await))
+}
+
+/// A function binary's `main`, written once: `runtime::lambda_main!(read, wire, invoke)`
+/// expands to a `#[tokio::main]` main returning [`run`]`(read, wire, invoke)` (the
+/// function's crate depends on `tokio`).
+#[macro_export]
+macro_rules! lambda_main {
+    ($read:expr, $wire:expr, $invoke:expr $(,)?) => {
+        #[::tokio::main]
+        async fn main() -> ::core::result::Result<(), $crate::lambda::Error> {
+            $crate::lambda::run($read, $wire, $invoke).await
+        }
+    };
+}
+
+/// A wiring that cannot fail, as the fallible one [`run`] takes.
+pub fn infallible<C, H>(
+    wire: impl FnOnce(&SdkConfig, &C) -> H,
+) -> impl FnOnce(&SdkConfig, &C) -> Result<H, Infallible> {
+    move |sdk: &SdkConfig, config: &C| Ok(wire(sdk, config))
 }
 
 /// A function's whole `main`: [`start`] with `read`, the handler built by `wire`
