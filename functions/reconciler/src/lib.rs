@@ -16,12 +16,12 @@ use domain::decide::{Ack, DropReason, Input};
 use domain::exec::ReconcilePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    AuditNotes, BreakerCounts, BreakerReads, BreakerWrites, Clock, Payloads, RequestPublisher,
-    RetryPublisher, ScheduleCreator, StuckIndex, StuckQuery, SystemClock, Transitions,
+    AuditNotes, Clock, Payloads, RequestPublisher, RetryPublisher, ScheduleCreator, StuckIndex,
+    StuckQuery, SystemClock, Transitions,
 };
 use domain::{Status, Timestamp, TransactionRecord};
 use futures::StreamExt;
-use runtime::breaker::BreakerGate;
+use runtime::breaker::{BreakerGate, BreakerStore};
 use runtime::drive::{drive, run_all, verdict};
 use runtime::metric::{invocation, Metric};
 use runtime::metrics::{names, Metrics};
@@ -141,6 +141,11 @@ impl Serialize for Action {
     }
 }
 
+/// The store a reconciler run queries and changes: the stuck index, the records'
+/// transitions and the payloads republished.
+pub trait ReconcileStore: StuckIndex + Transitions + Payloads {}
+impl<S: StuckIndex + Transitions + Payloads> ReconcileStore for S {}
+
 /// One reconciler run at `now`: the index queried through `ports.store`, each record
 /// found decided and its plan performed over `ports`. `breaker`: the circuit breaker
 /// an unanswered request past its deadline asks before it goes out again.
@@ -158,12 +163,12 @@ pub async fn run_once<St, Sc, Rt, Rq, Nt, Br>(
     metrics: &Metrics,
 ) -> Report
 where
-    St: StuckIndex + Transitions + Payloads,
+    St: ReconcileStore,
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
     Rq: RequestPublisher,
     Nt: AuditNotes,
-    Br: BreakerReads + BreakerWrites + BreakerCounts,
+    Br: BreakerStore,
 {
     let ctx = settings.context(now);
     let threshold_ms = i64::try_from(settings.reconcile_threshold.as_millis()).unwrap_or(i64::MAX);
@@ -348,12 +353,12 @@ pub struct Reconciler<St, Sc, Rt, Rq, Nt, Br, C = SystemClock> {
 
 impl<St, Sc, Rt, Rq, Nt, Br, C> Reconciler<St, Sc, Rt, Rq, Nt, Br, C>
 where
-    St: StuckIndex + Transitions + Payloads,
+    St: ReconcileStore,
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
     Rq: RequestPublisher,
     Nt: AuditNotes,
-    Br: BreakerReads + BreakerWrites + BreakerCounts,
+    Br: BreakerStore,
     C: Clock,
 {
     /// One run, counting into `metrics`.

@@ -16,12 +16,11 @@ use domain::decide::Input;
 use domain::exec::ResponsePorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    AuditNotes, BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, RetryPublisher,
-    ScheduleCreator, SystemClock, Transitions,
+    AuditNotes, Clock, DeadLetter, RetryPublisher, ScheduleCreator, SystemClock, Transitions,
 };
 use domain::{Context, Effect, Observed, Outcome, Response};
 use runtime::batch::{process_batch, BatchError, BatchOptions};
-use runtime::breaker::BreakerGate;
+use runtime::breaker::{BreakerGate, BreakerStore};
 use runtime::drive::{drive, run_all, verdict};
 use runtime::metric::invocation;
 use runtime::metrics::{names, Metrics};
@@ -88,7 +87,7 @@ where
     Sc: ScheduleCreator,
     Rt: RetryPublisher,
     Nt: AuditNotes,
-    Br: BreakerReads + BreakerWrites + BreakerCounts,
+    Br: BreakerStore,
     D: DeadLetter,
     C: Clock,
 {

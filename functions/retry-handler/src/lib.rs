@@ -13,12 +13,12 @@ use domain::decide::{retry_asks_breaker, Input, Rules};
 use domain::exec::RetryPorts;
 use domain::policy::RandomSource;
 use domain::ports::{
-    BreakerCounts, BreakerReads, BreakerWrites, Clock, DeadLetter, Payloads, Records,
-    RequestPublisher, RetryPublisher, SystemClock, Transitions,
+    Clock, DeadLetter, Payloads, Records, RequestPublisher, RetryPublisher, SystemClock,
+    Transitions,
 };
 use domain::{Context, Effect, Known, RetryEvent};
 use runtime::batch::{process_batch, BatchError, BatchOptions};
-use runtime::breaker::BreakerGate;
+use runtime::breaker::{BreakerGate, BreakerStore};
 use runtime::drive::{drive_from, run_all, verdict};
 use runtime::metric::invocation;
 use runtime::metrics::Metrics;
@@ -75,7 +75,7 @@ where
     St: Transitions + Payloads + Records,
     Rq: RequestPublisher,
     Rt: RetryPublisher,
-    Br: BreakerReads + BreakerWrites + BreakerCounts,
+    Br: BreakerStore,
     D: DeadLetter,
     C: Clock,
 {

@@ -22,6 +22,10 @@ use std::time::Duration;
 /// Tries of a change whose conditional write lost to another writer.
 const TRIES: u32 = 3;
 
+/// The breaker's store as a gate uses it: read, written and counted.
+pub trait BreakerStore: BreakerReads + BreakerWrites + BreakerCounts {}
+impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerStore for S {}
+
 /// The breaker of one execution environment.
 #[derive(Debug)]
 pub struct BreakerGate<S> {
@@ -33,7 +37,7 @@ pub struct BreakerGate<S> {
     cache: Mutex<Option<(Timestamp, BreakerView)>>,
 }
 
-impl<S: BreakerReads + BreakerWrites + BreakerCounts> BreakerGate<S> {
+impl<S: BreakerStore> BreakerGate<S> {
     /// A gate over `store`, reading it again after `refresh`.
     pub fn new(
         store: S,
