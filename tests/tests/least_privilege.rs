@@ -507,6 +507,39 @@ async fn fire(
         .unwrap();
 }
 
+/// `r` waiting in SCHEDULING for attempt 2 at `fire_at`, its index entry (8 shards)
+/// due from `index_at`: a record a crash left before its schedule was created.
+fn scheduling(
+    mut r: TransactionRecord,
+    fire_at: Timestamp,
+    index_at: Timestamp,
+) -> TransactionRecord {
+    let next = Attempt::new(2).unwrap();
+    r.status = Status::Scheduling;
+    r.next_attempt = Some(next);
+    r.next_fire_at = Some(fire_at);
+    r.schedule_name = Some(ScheduleName::for_retry(&r.transaction_id, next));
+    r.reconcile = ReconcileKey::derive(
+        Status::Scheduling,
+        &r.transaction_id,
+        8,
+        r.updated_at,
+        Some(index_at),
+    );
+    r
+}
+
+/// Writes `r` as it is, past the store's conditions.
+async fn put_raw(sdk: &aws_config::SdkConfig, table: &str, r: &TransactionRecord) {
+    aws::clients::dynamodb(sdk)
+        .put_item()
+        .table_name(table)
+        .set_item(Some(aws::item::record_to_item(r)))
+        .send()
+        .await
+        .unwrap();
+}
+
 async fn send(sqs: &aws_sdk_sqs::Client, url: &str, body: &str) {
     sqs.send_message()
         .queue_url(url)
@@ -538,16 +571,39 @@ fn env_lookup(map: &BTreeMap<String, String>) -> impl Fn(&str) -> Option<String>
     move |k| map.get(k).cloned()
 }
 
+/// moto behind the recording proxy.
+struct Recording {
+    moto: MotoServer,
+    proxy: Proxy,
+}
+
+impl Recording {
+    /// Starts moto and the proxy, and provisions the main stack as the setup identity:
+    /// the recording, the setup identity's SDK configuration, the stack.
+    async fn start() -> (Self, aws_config::SdkConfig, Provisioned) {
+        let moto = MotoServer::launch(MotoServer::PROGRAM)
+            .await
+            .expect("moto_server (. scripts/tools.sh)");
+        let proxy = Proxy::start(&moto.endpoint_url()).await.unwrap();
+        let setup_sdk = sdk_config_as(&proxy.endpoint, SETUP).await;
+        let p = provision(&setup_sdk, &StackNames::new(MAIN)).await.unwrap();
+        (Self { moto, proxy }, setup_sdk, p)
+    }
+
+    /// The calls recorded, once moto is stopped.
+    async fn stop(self) -> Vec<Call> {
+        let calls = self.proxy.calls();
+        drop(self.proxy);
+        self.moto.stop().await;
+        calls
+    }
+}
+
 /// Runs the scenario; returns the recorded calls and the provisioned stack.
 async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
-    let moto = MotoServer::launch(MotoServer::PROGRAM)
-        .await
-        .expect("moto_server (. scripts/tools.sh)");
-    let proxy = Proxy::start(&moto.endpoint_url()).await.unwrap();
-    let endpoint = proxy.endpoint.clone();
-    let setup_sdk = sdk_config_as(&endpoint, SETUP).await;
+    let (recording, setup_sdk, p) = Recording::start().await;
+    let endpoint = recording.proxy.endpoint.clone();
     let names = StackNames::new(MAIN);
-    let p = provision(&setup_sdk, &names).await.unwrap();
     let harness_table = format!("{MAIN}-harness-table");
     testkit::provision::create_table(
         &aws::clients::dynamodb(&setup_sdk),
@@ -780,26 +836,9 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     domain::ports::Creates::create(&store, &started, &payload("TX-P", "SUCCESS"))
         .await
         .unwrap();
-    let mut waiting = started.clone();
-    let p_next = Attempt::new(2).unwrap();
-    waiting.status = Status::Scheduling;
-    waiting.next_attempt = Some(p_next);
-    waiting.next_fire_at = Some(now.plus_millis(-3_600_000).ceil_to_second());
-    waiting.schedule_name = Some(ScheduleName::for_retry(&id("TX-P"), p_next));
-    waiting.reconcile = ReconcileKey::derive(
-        Status::Scheduling,
-        &id("TX-P"),
-        8,
-        waiting.updated_at,
-        waiting.next_fire_at,
-    );
-    aws::clients::dynamodb(&setup_sdk)
-        .put_item()
-        .table_name(&names.transactions_table)
-        .set_item(Some(aws::item::record_to_item(&waiting)))
-        .send()
-        .await
-        .unwrap();
+    let fire_p = now.plus_millis(-3_600_000).ceil_to_second();
+    let waiting = scheduling(started, fire_p, fire_p);
+    put_raw(&setup_sdk, &names.transactions_table, &waiting).await;
     answered(&operator_sqs, "TX-P", 1, "CANCELLED").await;
     assert_eq!(store_status(&store, "TX-P").await, Status::Scheduled);
 
@@ -852,30 +891,13 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
     // SCHEDULING with a fire time still ahead although its index entry is late (it
     // changed between the index query and the read): its schedule is created.
     let now = SystemClock.now();
-    let mut f = TransactionRecord::started(
+    let f = TransactionRecord::started(
         id("TX-F"),
         MaxAttempts::new(3).unwrap(),
         now.plus_millis(-600_000),
     );
-    let next = Attempt::new(2).unwrap();
-    f.status = Status::Scheduling;
-    f.next_attempt = Some(next);
-    f.next_fire_at = Some(now.plus_millis(3_600_000));
-    f.schedule_name = Some(ScheduleName::for_retry(&id("TX-F"), next));
-    f.reconcile = ReconcileKey::derive(
-        Status::Scheduling,
-        &id("TX-F"),
-        8,
-        f.updated_at,
-        Some(now.plus_millis(-300_000)),
-    );
-    aws::clients::dynamodb(&setup_sdk)
-        .put_item()
-        .table_name(&names.transactions_table)
-        .set_item(Some(aws::item::record_to_item(&f)))
-        .send()
-        .await
-        .unwrap();
+    let f = scheduling(f, now.plus_millis(3_600_000), now.plus_millis(-300_000));
+    put_raw(&setup_sdk, &names.transactions_table, &f).await;
     let fire_e = store
         .get(&id("TX-E"))
         .await
@@ -1010,9 +1032,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             .unwrap();
     assert!(report.items > 0, "the replay's entries: {report:?}");
 
-    let calls = proxy.calls();
-    drop(proxy);
-    moto.stop().await;
+    let calls = recording.stop().await;
     (calls, p, stack)
 }
 
@@ -2307,15 +2327,10 @@ fn the_read_role_reads_only_this_stacks_aliases_and_versions() {
 #[tokio::test(flavor = "multi_thread")]
 async fn outbox_mode_calls_are_allowed_and_its_grants_used() {
     use aws_sdk_sqs::types::QueueAttributeName as A;
-    let moto = MotoServer::launch(MotoServer::PROGRAM)
-        .await
-        .expect("moto_server (. scripts/tools.sh)");
-    let proxy = Proxy::start(&moto.endpoint_url()).await.unwrap();
-    let endpoint = proxy.endpoint.clone();
-    let setup_sdk = sdk_config_as(&endpoint, SETUP).await;
-    let setup_sqs = aws::clients::sqs(&setup_sdk);
+    let (recording, setup_sdk, mut p) = Recording::start().await;
+    let endpoint = recording.proxy.endpoint.clone();
     let names = StackNames::new(MAIN);
-    let mut p = provision(&setup_sdk, &names).await.unwrap();
+    let setup_sqs = aws::clients::sqs(&setup_sdk);
     // The queues outbox mode has: the FIFO request queue and DLQ, the publisher's DLQ.
     let create = |name: String, fifo: bool| {
         let sqs = setup_sqs.clone();
@@ -2464,9 +2479,7 @@ async fn outbox_mode_calls_are_allowed_and_its_grants_used() {
         .unwrap();
     assert_eq!(sent.len(), 3, "TX-O1, TX-O2, TX-O4 once each: {sent:?}");
 
-    let calls = proxy.calls();
-    drop(proxy);
-    moto.stop().await;
+    let calls = recording.stop().await;
     let requests = requests_of(&stack, &calls, "");
     let mut requests = requests;
     requests.extend(

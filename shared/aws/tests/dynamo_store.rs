@@ -405,16 +405,8 @@ async fn gsi_query_returns_exactly_the_stuck_transactions_across_shards() {
     let shards = 8u16;
     let cutoff = T0 + 1_000_000;
     let mut expected = BTreeSet::new();
-    let statuses = [
-        Status::InProgress,
-        Status::Scheduling,
-        Status::Scheduled,
-        Status::Sending,
-        Status::Succeeded,
-        Status::Failed,
-    ];
     for i in 0..48u32 {
-        let status = statuses[(i % 6) as usize];
+        let status = Status::ALL[(i % 6) as usize];
         let old = i % 4 != 3;
         let updated = if old {
             T0 + i64::from(i)

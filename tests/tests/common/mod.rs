@@ -65,15 +65,7 @@ pub fn payload_of(tx: &str) -> Payload {
 
 /// The service's answer for attempt `n`, with the reason every test uses.
 pub fn response(tx: &str, n: u32, outcome: Outcome) -> Response {
-    Response {
-        transaction_id: id(tx),
-        attempt: a(n),
-        outcome,
-        reason: Some("NOT_AVAILABLE".into()),
-        retry_after_seconds: None,
-        round: None,
-        execution: None,
-    }
+    testkit::answers::response(id(tx), a(n), outcome)
 }
 
 /// Where a world's ports live, and how a test looks at them: the record, the live

@@ -4,12 +4,14 @@
 //! - [`moto`]: the moto launcher and loopback SDK configuration; [`provision`]: every
 //!   table, queue and schedule group of a stack, as data; [`drain`]: a stream into the
 //!   audit writer.
-//! - [`memory`]: in-memory adapters of every port; [`meter`]: an SDK call counter.
+//! - [`memory`]: in-memory adapters of every port; [`meter`]: an SDK call counter;
+//!   [`answers`]: the service's answers.
 //! - [`proxy`]: a recording pass-through in front of moto, injecting [`faults`];
 //!   [`trail`], [`size`], [`events`]: audit trails, item sizes, Lambda's SQS events.
 //!
 //! `docs/adapters.md#local-server-and-provisioning`.
 
+pub mod answers;
 pub mod drain;
 pub mod events;
 pub mod faults;

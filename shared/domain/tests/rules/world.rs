@@ -164,15 +164,11 @@ impl World {
         let mut out = Vec::new();
         for req in &all[self.served..] {
             if self.answered.insert(req.idempotency_key.clone()) || !once_per_key {
-                out.push(Response {
-                    transaction_id: req.transaction_id.clone(),
-                    attempt: req.attempt,
-                    outcome: outcome(req),
-                    reason: Some("NOT_AVAILABLE".into()),
-                    retry_after_seconds: None,
-                    round: None,
-                    execution: None,
-                });
+                out.push(testkit::answers::response(
+                    req.transaction_id.clone(),
+                    req.attempt,
+                    outcome(req),
+                ));
             }
         }
         self.served = all.len();
@@ -259,15 +255,7 @@ pub fn start_input(id: &TransactionId, max: u32) -> Input {
 }
 
 pub fn response_input(id: &TransactionId, n: u32, outcome: Outcome) -> Input {
-    Input::Response(Response {
-        transaction_id: id.clone(),
-        attempt: a(n),
-        outcome,
-        reason: Some("NOT_AVAILABLE".into()),
-        retry_after_seconds: None,
-        round: None,
-        execution: None,
-    })
+    Input::Response(testkit::answers::response(id.clone(), a(n), outcome))
 }
 
 pub fn retry_input(event: RetryEvent) -> Input {

@@ -12,14 +12,13 @@ fn t(ms: i64) -> Timestamp {
 }
 
 fn settings() -> BreakerSettings {
+    // The defaults' window (60 s), failure ratio (0.5) and first cool-down (30 s).
     BreakerSettings {
-        window: Duration::from_secs(60),
         min_calls: 10,
-        failure_ratio: 0.5,
         deadline_burst: 5,
-        cooldown: Duration::from_secs(30),
         cooldown_max: Duration::from_secs(120),
         probes: 2,
+        ..BreakerSettings::default()
     }
 }
 
