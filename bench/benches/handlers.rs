@@ -23,6 +23,7 @@ use retry_bench::cycle::payload_of;
 use retry_handler::RetryHandler;
 use runtime::breaker::BreakerGate;
 use runtime::drive::run_all;
+use runtime::function::SqsFunction;
 use runtime::settings::Seeds;
 use runtime::{BatchOptions, Metrics, Settings, SqsEvent, Verdict};
 use std::time::Duration;
@@ -137,12 +138,14 @@ macro_rules! in_memory {
         $handler {
             $($field: $value,)*
             breaker: Some(gate($by)),
-            dead_letter: MemoryDeadLetter::new(),
-            clock: SystemClock,
-            settings: Settings::default(),
-            batch: BatchOptions { concurrency: BATCH },
-            seeds: Seeds::fixed(1),
-            namespace: "Bench".into(),
+            function: SqsFunction {
+                dead_letter: MemoryDeadLetter::new(),
+                clock: SystemClock,
+                settings: Settings::default(),
+                batch: BatchOptions { concurrency: BATCH },
+                seeds: Seeds::fixed(1),
+                namespace: "Bench".into(),
+            },
         }
     };
 }

@@ -13,6 +13,7 @@ use reconciler::{Limits, Reconciler};
 use response_handler::ResponseHandler;
 use retry_handler::RetryHandler;
 use runtime::batch::undeliverable;
+use runtime::function::SqsFunction;
 use runtime::metrics::{names, Metrics};
 use runtime::rate::{Paced, Pacer};
 use runtime::settings::Seeds;
@@ -82,12 +83,14 @@ fn response_handler<'a>(w: &'a World, dlq: &'a MemoryDeadLetter) -> A<'a> {
         retries: &w.retries,
         notes: &w.store,
         breaker: None,
-        dead_letter: dlq,
-        clock: &w.clock,
-        settings: w.settings.clone(),
-        batch: BatchOptions::default(),
-        seeds: Seeds::fixed(1),
-        namespace: "DeferredRetry".into(),
+        function: SqsFunction {
+            dead_letter: dlq,
+            clock: &w.clock,
+            settings: w.settings.clone(),
+            batch: BatchOptions::default(),
+            seeds: Seeds::fixed(1),
+            namespace: "DeferredRetry".into(),
+        },
     }
 }
 
@@ -101,13 +104,15 @@ fn retry_handler<'a, Rq: RequestPublisher>(
         requests,
         retries: &w.retries,
         breaker: None,
-        dead_letter: dlq,
-        clock: &w.clock,
-        settings: w.settings.clone(),
-        batch: BatchOptions::default(),
-        seeds: Seeds::fixed(2),
         pacer: None,
-        namespace: "DeferredRetry".into(),
+        function: SqsFunction {
+            dead_letter: dlq,
+            clock: &w.clock,
+            settings: w.settings.clone(),
+            batch: BatchOptions::default(),
+            seeds: Seeds::fixed(2),
+            namespace: "DeferredRetry".into(),
+        },
     }
 }
 
@@ -732,12 +737,14 @@ async fn retryable_errors_and_panics_fail_only_their_records() {
         retries: &w.retries,
         notes: &w.store,
         breaker: None::<runtime::breaker::BreakerGate<Arc<MemoryBreaker>>>,
-        dead_letter: &dlq,
-        clock: &w.clock,
-        settings: w.settings.clone(),
-        batch: BatchOptions { concurrency: 2 },
-        seeds: Seeds::fixed(1),
-        namespace: "DeferredRetry".into(),
+        function: SqsFunction {
+            dead_letter: &dlq,
+            clock: &w.clock,
+            settings: w.settings.clone(),
+            batch: BatchOptions { concurrency: 2 },
+            seeds: Seeds::fixed(1),
+            namespace: "DeferredRetry".into(),
+        },
     };
     let m = Metrics::new("DeferredRetry", "response-handler");
     let mixed = event("response-mixed.json");

@@ -19,12 +19,12 @@ use domain::ports::{
     AuditNotes, Clock, DeadLetter, RetryPublisher, ScheduleCreator, SystemClock, Transitions,
 };
 use domain::{Context, Effect, Observed, Outcome, Response};
-use runtime::batch::{process_batch, BatchError, BatchOptions};
+use runtime::batch::BatchError;
 use runtime::breaker::{BreakerGate, BreakerStore};
 use runtime::drive::{drive, run_all, verdict};
+use runtime::function::SqsFunction;
 use runtime::metric::invocation;
 use runtime::metrics::{names, Metrics};
-use runtime::settings::{Seeds, Settings};
 use runtime::verdict::Verdict;
 use runtime::{SqsBatchResponse, SqsEvent};
 use std::sync::Mutex;
@@ -72,13 +72,8 @@ pub struct ResponseHandler<St, Sc, Rt, Nt, Br, D, C = SystemClock> {
     pub notes: Nt,
     /// The circuit breaker the answers feed (`None`: no breaker).
     pub breaker: Option<BreakerGate<Br>>,
-    pub dead_letter: D,
-    pub clock: C,
-    pub settings: Settings,
-    pub batch: BatchOptions,
-    pub seeds: Seeds,
-    /// METRICS_NAMESPACE.
-    pub namespace: String,
+    /// Its dead-letter queue is the response DLQ.
+    pub function: SqsFunction<D, C>,
 }
 
 impl<St, Sc, Rt, Nt, Br, D, C> ResponseHandler<St, Sc, Rt, Nt, Br, D, C>
@@ -99,31 +94,29 @@ where
     ) -> Result<SqsBatchResponse, BatchError> {
         let signals = Mutex::new(Tally::default());
         let signals = &signals;
-        let result = process_batch(
-            event,
-            &self.batch,
-            &self.dead_letter,
-            metrics,
-            |response: Response| async move {
-                let ctx = self.settings.context(self.clock.now());
-                let mut rng = self.seeds.next();
-                let ports = ResponsePorts {
-                    store: &self.store,
-                    scheduler: &self.scheduler,
-                    retries: &self.retries,
-                    notes: &self.notes,
-                };
-                let (verdict, given) =
-                    handle(&ports, &response, &ctx, &mut rng, &mut run_all, metrics).await;
-                let mut tally = signals.lock().unwrap_or_else(|e| e.into_inner());
-                *tally = tally.plus(given);
-                verdict
-            },
-        )
-        .await;
+        let result = self
+            .function
+            .each(
+                event,
+                metrics,
+                |response: Response, ctx, mut rng| async move {
+                    let ports = ResponsePorts {
+                        store: &self.store,
+                        scheduler: &self.scheduler,
+                        retries: &self.retries,
+                        notes: &self.notes,
+                    };
+                    let (verdict, given) =
+                        handle(&ports, &response, &ctx, &mut rng, &mut run_all, metrics).await;
+                    let mut tally = signals.lock().unwrap_or_else(|e| e.into_inner());
+                    *tally = tally.plus(given);
+                    verdict
+                },
+            )
+            .await;
         if let Some(gate) = &self.breaker {
             let tally = *signals.lock().unwrap_or_else(|e| e.into_inner());
-            let now = self.clock.now();
+            let now = self.function.clock.now();
             gate.observe_counted(&tally, now, metrics).await;
             gate.gauge(now, metrics).await;
         }
@@ -132,7 +125,7 @@ where
 
     /// One invocation: the batch, then the metrics line on stdout.
     pub async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, BatchError> {
-        invocation(&self.namespace, FUNCTION, async |m| {
+        invocation(&self.function.namespace, FUNCTION, async |m| {
             self.handle_event(event, m).await
         })
         .await

@@ -13,10 +13,8 @@ use aws::dynamo::DynamoStore;
 use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::{SqsDeadLetter, SqsRetryPublisher};
 use aws_config::SdkConfig;
-use domain::ports::SystemClock;
-use runtime::batch::BatchOptions;
-use runtime::settings::{Seeds, Settings};
-use runtime::wiring::{breaker_gate, settings};
+use runtime::settings::Settings;
+use runtime::wiring::{breaker_gate, settings, sqs_function};
 
 /// The response handler on AWS.
 pub type AwsResponseHandler = ResponseHandler<
@@ -46,19 +44,18 @@ pub fn response_handler_on(clients: &Clients, c: &ResponseHandlerConfig) -> AwsR
             Retention::new(c.audit_retention_days, c.transaction_deadline),
         ),
         breaker: breaker_gate(&clients.dynamodb, c.breaker.as_ref(), FUNCTION),
-        dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.response_dlq_url),
-        clock: SystemClock,
-        settings: Settings {
-            delivery: c.delivery,
-            answer_timeout: c.answer_timeout,
-            technical_resend_max: c.technical_resend_max,
-            transaction_deadline: c.transaction_deadline,
-            ..settings(c.policies.clone(), c.reconcile_shards)
-        },
-        batch: BatchOptions {
-            concurrency: c.batch_concurrency,
-        },
-        seeds: Seeds::from_entropy(),
-        namespace: c.metrics_namespace.clone(),
+        function: sqs_function(
+            &clients.sqs,
+            &c.response_dlq_url,
+            Settings {
+                delivery: c.delivery,
+                answer_timeout: c.answer_timeout,
+                technical_resend_max: c.technical_resend_max,
+                transaction_deadline: c.transaction_deadline,
+                ..settings(c.policies.clone(), c.reconcile_shards)
+            },
+            c.batch_concurrency,
+            &c.metrics_namespace,
+        ),
     }
 }

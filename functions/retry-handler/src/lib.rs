@@ -17,13 +17,13 @@ use domain::ports::{
     Transitions,
 };
 use domain::{Context, Effect, Known, RetryEvent};
-use runtime::batch::{process_batch, BatchError, BatchOptions};
+use runtime::batch::BatchError;
 use runtime::breaker::{BreakerGate, BreakerStore};
 use runtime::drive::{drive_from, run_all, verdict};
+use runtime::function::SqsFunction;
 use runtime::metric::invocation;
 use runtime::metrics::Metrics;
 use runtime::rate::{self, Pacer};
-use runtime::settings::{Seeds, Settings};
 use runtime::verdict::Verdict;
 use runtime::{SqsBatchResponse, SqsEvent};
 use std::sync::Arc;
@@ -60,14 +60,9 @@ pub struct RetryHandler<St, Rq, Rt, Br, D, C = SystemClock> {
     /// The retry queue, for an event the breaker holds back (deferred).
     pub retries: Rt,
     pub breaker: Option<BreakerGate<Br>>,
-    pub dead_letter: D,
-    pub clock: C,
-    pub settings: Settings,
-    pub batch: BatchOptions,
-    pub seeds: Seeds,
     pub pacer: Option<Arc<Pacer>>,
-    /// METRICS_NAMESPACE.
-    pub namespace: String,
+    /// Its dead-letter queue is the retry DLQ.
+    pub function: SqsFunction<D, C>,
 }
 
 impl<St, Rq, Rt, Br, D, C> RetryHandler<St, Rq, Rt, Br, D, C>
@@ -85,15 +80,11 @@ where
         event: SqsEvent,
         metrics: &Metrics,
     ) -> Result<SqsBatchResponse, BatchError> {
-        let batch = process_batch(
+        let batch = self.function.each(
             event,
-            &self.batch,
-            &self.dead_letter,
             metrics,
-            |retry: RetryEvent| async move {
-                let now = self.clock.now();
-                let mut rng = self.seeds.next();
-                let ctx = self.settings.context(now);
+            |retry: RetryEvent, ctx, mut rng| async move {
+                let now = ctx.now;
                 // While the breaker may let this request out as a probe, the record is
                 // read first: only an event that would publish asks (a stale or
                 // duplicate one, or one past its deadline, spends no probe of the
@@ -130,14 +121,14 @@ where
         );
         let result = rate::counted(self.pacer.as_deref(), metrics, batch).await;
         if let Some(gate) = &self.breaker {
-            gate.gauge(self.clock.now(), metrics).await;
+            gate.gauge(self.function.clock.now(), metrics).await;
         }
         result
     }
 
     /// One invocation: the batch, then the metrics line on stdout.
     pub async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, BatchError> {
-        invocation(&self.namespace, FUNCTION, async |m| {
+        invocation(&self.function.namespace, FUNCTION, async |m| {
             self.handle_event(event, m).await
         })
         .await

@@ -12,11 +12,9 @@ use aws::dynamo::{DynamoStore, PayloadsTable};
 use aws::sqs::{SqsDeadLetter, SqsRequestPublisher, SqsRetryPublisher};
 use aws_config::SdkConfig;
 use domain::policy::PolicySet;
-use domain::ports::SystemClock;
-use runtime::batch::BatchOptions;
 use runtime::rate::{Paced, RateError};
-use runtime::settings::{Seeds, Settings};
-use runtime::wiring::{breaker_gate, paced_requests, settings};
+use runtime::settings::Settings;
+use runtime::wiring::{breaker_gate, paced_requests, settings, sqs_function};
 
 /// The retry handler on AWS (its publisher paced by the handler's own pacer).
 pub type AwsRetryHandler = RetryHandler<
@@ -55,19 +53,18 @@ pub fn retry_handler_on(
         requests,
         retries: SqsRetryPublisher::new(clients.sqs.clone(), &c.retry_queue_url),
         breaker: breaker_gate(&clients.dynamodb, c.breaker.as_ref(), FUNCTION),
-        dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.retry_dlq_url),
-        clock: SystemClock,
-        settings: Settings {
-            delivery: c.delivery,
-            answer_timeout: c.answer_timeout,
-            transaction_deadline: c.transaction_deadline,
-            ..settings(PolicySet::default(), c.reconcile_shards)
-        },
-        batch: BatchOptions {
-            concurrency: c.batch_concurrency,
-        },
-        seeds: Seeds::from_entropy(),
         pacer: Some(pacer),
-        namespace: c.metrics_namespace.clone(),
+        function: sqs_function(
+            &clients.sqs,
+            &c.retry_dlq_url,
+            Settings {
+                delivery: c.delivery,
+                answer_timeout: c.answer_timeout,
+                transaction_deadline: c.transaction_deadline,
+                ..settings(PolicySet::default(), c.reconcile_shards)
+            },
+            c.batch_concurrency,
+            &c.metrics_namespace,
+        ),
     })
 }

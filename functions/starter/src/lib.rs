@@ -17,12 +17,12 @@ use domain::intake::StartMessage;
 use domain::policy::RandomSource;
 use domain::ports::{Clock, Creates, DeadLetter, Payloads, RequestPublisher, SystemClock};
 use domain::{Context, Effect, MaxAttempts};
-use runtime::batch::{process_batch, BatchError, BatchOptions};
+use runtime::batch::BatchError;
 use runtime::drive::{drive, run_all, verdict};
+use runtime::function::SqsFunction;
 use runtime::metric::invocation;
 use runtime::metrics::Metrics;
 use runtime::rate::{self, Pacer};
-use runtime::settings::{Seeds, Settings};
 use runtime::verdict::Verdict;
 use runtime::{SqsBatchResponse, SqsEvent};
 use std::sync::Arc;
@@ -68,17 +68,11 @@ pub async fn handle<St: Creates + Payloads, Rq: RequestPublisher>(
 pub struct Starter<St, Rq, D, C = SystemClock> {
     pub store: St,
     pub requests: Rq,
-    /// The intake DLQ.
-    pub dead_letter: D,
-    pub clock: C,
-    pub settings: Settings,
     /// DEFAULT_MAX_ATTEMPTS.
     pub default_max_attempts: MaxAttempts,
-    pub batch: BatchOptions,
-    pub seeds: Seeds,
     pub pacer: Option<Arc<Pacer>>,
-    /// METRICS_NAMESPACE.
-    pub namespace: String,
+    /// Its dead-letter queue is the intake DLQ.
+    pub function: SqsFunction<D, C>,
 }
 
 impl<St, Rq, D, C> Starter<St, Rq, D, C>
@@ -94,14 +88,10 @@ where
         event: SqsEvent,
         metrics: &Metrics,
     ) -> Result<SqsBatchResponse, BatchError> {
-        let batch = process_batch(
+        let batch = self.function.each(
             event,
-            &self.batch,
-            &self.dead_letter,
             metrics,
-            |message: StartMessage| async move {
-                let ctx = self.settings.context(self.clock.now());
-                let mut rng = self.seeds.next();
+            |message: StartMessage, ctx, mut rng| async move {
                 let ports = StartPorts {
                     store: &self.store,
                     requests: &self.requests,
@@ -115,7 +105,7 @@ where
 
     /// One invocation: the batch, then the metrics line on stdout.
     pub async fn invoke(&self, event: SqsEvent) -> Result<SqsBatchResponse, BatchError> {
-        invocation(&self.namespace, FUNCTION, async |m| {
+        invocation(&self.function.namespace, FUNCTION, async |m| {
             self.handle_event(event, m).await
         })
         .await

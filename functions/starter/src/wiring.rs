@@ -12,12 +12,10 @@ use aws::sqs::{SqsDeadLetter, SqsRequestPublisher};
 use aws_config::SdkConfig;
 use domain::ids::IdError;
 use domain::policy::PolicySet;
-use domain::ports::SystemClock;
 use domain::MaxAttempts;
-use runtime::batch::BatchOptions;
 use runtime::rate::{Paced, RateError};
-use runtime::settings::{Seeds, Settings};
-use runtime::wiring::{paced_requests, settings};
+use runtime::settings::Settings;
+use runtime::wiring::{paced_requests, settings, sqs_function};
 use thiserror::Error;
 
 /// The starter on AWS (its publisher paced by its own pacer).
@@ -56,20 +54,19 @@ pub fn starter_on(clients: &Clients, c: &StarterConfig) -> Result<AwsStarter, Wi
         store: DynamoStore::new(clients.dynamodb.clone(), &c.transactions_table)
             .with_payloads_table(&c.payloads_table),
         requests,
-        dead_letter: SqsDeadLetter::new(clients.sqs.clone(), &c.intake_dlq_url),
-        clock: SystemClock,
-        settings: Settings {
-            delivery: c.delivery,
-            reconcile_threshold: c.reconcile_threshold,
-            answer_timeout: c.answer_timeout,
-            ..settings(PolicySet::default(), c.reconcile_shards)
-        },
         default_max_attempts,
-        batch: BatchOptions {
-            concurrency: c.batch_concurrency,
-        },
-        seeds: Seeds::from_entropy(),
         pacer: Some(pacer),
-        namespace: c.metrics_namespace.clone(),
+        function: sqs_function(
+            &clients.sqs,
+            &c.intake_dlq_url,
+            Settings {
+                delivery: c.delivery,
+                reconcile_threshold: c.reconcile_threshold,
+                answer_timeout: c.answer_timeout,
+                ..settings(PolicySet::default(), c.reconcile_shards)
+            },
+            c.batch_concurrency,
+            &c.metrics_namespace,
+        ),
     })
 }

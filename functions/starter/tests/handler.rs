@@ -6,6 +6,7 @@
 use domain::exec::StartPorts;
 use domain::ports::{Clock, PortError, RequestPublisher};
 use domain::{MaxAttempts, Payload, Request, Status, Timestamp, TransactionId};
+use runtime::function::SqsFunction;
 use runtime::metrics::{names, Metrics};
 use runtime::settings::{Seeds, Settings};
 use runtime::{BatchOptions, SqsBatchResponse};
@@ -34,14 +35,16 @@ fn starter<'a, Rq: RequestPublisher>(
     Starter {
         store,
         requests,
-        dead_letter: dlq,
-        clock,
-        settings: settings(),
         default_max_attempts: MaxAttempts::new(DEFAULT_MAX).unwrap(),
-        batch: BatchOptions::default(),
-        seeds: Seeds::fixed(1),
         pacer: None,
-        namespace: "DeferredRetry".into(),
+        function: SqsFunction {
+            dead_letter: dlq,
+            clock,
+            settings: settings(),
+            batch: BatchOptions::default(),
+            seeds: Seeds::fixed(1),
+            namespace: "DeferredRetry".into(),
+        },
     }
 }
 

@@ -7,13 +7,15 @@
 //!   [`drive`]: one [`domain::Run`] through [`domain::exec::execute`] into a
 //!   [`Verdict`], logs and metrics; [`ops`]: start, resolve, replay; [`rate`]: the
 //!   outbound pacing; [`breaker`]: the circuit breaker as the functions read, count
-//!   and move it; [`settings`]: what a handler decides with.
+//!   and move it; [`settings`]: what a handler decides with; [`function`]: what every
+//!   SQS-driven function holds besides its ports.
 //! - [`metrics`], [`metric`]: EMF, one JSON line per invocation; [`telemetry`]: tracing;
 //!   [`lambda`]: start-up and event loop; [`wiring`]: what the functions' wirings share.
 
 pub mod batch;
 pub mod breaker;
 pub mod drive;
+pub mod function;
 pub mod lambda;
 pub mod metric;
 pub mod metrics;

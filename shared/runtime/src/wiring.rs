@@ -4,13 +4,17 @@
 //! `reconciler::wiring`), for the Lambda `main`s and the local stack alike
 //! (`docs/functions.md`, "Ports").
 
+use crate::batch::BatchOptions;
 use crate::breaker::BreakerGate;
+use crate::function::SqsFunction;
 use crate::rate::{Paced, Pacer, RateError};
+use crate::settings::Seeds;
 use crate::settings::Settings;
 use aws::breaker::DynamoBreaker;
 use aws::config::BreakerConfig;
-use aws::sqs::SqsRequestPublisher;
+use aws::sqs::{SqsDeadLetter, SqsRequestPublisher};
 use domain::policy::PolicySet;
+use domain::ports::SystemClock;
 use std::sync::Arc;
 
 /// Write shards of the breaker's window counts per bucket: a burst of technical
@@ -61,4 +65,24 @@ pub fn paced_requests(
     let pacer = Arc::new(Pacer::per_second(rate)?);
     let requests = SqsRequestPublisher::new(sqs.clone(), url);
     Ok((Paced::new(requests, Arc::clone(&pacer)), pacer))
+}
+
+/// The part every SQS-driven function shares, deployed: its dead-letter queue at
+/// `dlq_url`, the system clock, `settings`, `concurrency` records at a time
+/// (BATCH_CONCURRENCY), draws seeded from entropy, metrics in `namespace`.
+pub fn sqs_function(
+    sqs: &aws_sdk_sqs::Client,
+    dlq_url: &str,
+    settings: Settings,
+    concurrency: usize,
+    namespace: &str,
+) -> SqsFunction<SqsDeadLetter> {
+    SqsFunction {
+        dead_letter: SqsDeadLetter::new(sqs.clone(), dlq_url),
+        clock: SystemClock,
+        settings,
+        batch: BatchOptions { concurrency },
+        seeds: Seeds::from_entropy(),
+        namespace: namespace.to_owned(),
+    }
 }

@@ -499,13 +499,8 @@ impl Stack {
                     held: held.clone(),
                 },
                 breaker: h.breaker,
-                dead_letter: h.dead_letter,
-                clock: h.clock,
-                settings: h.settings,
-                batch: h.batch,
-                seeds: h.seeds,
                 pacer: Some(pacer),
-                namespace: h.namespace,
+                function: h.function,
             });
             let m = retry_metrics.clone();
             Ok(Arc::new(move |event| {
@@ -937,12 +932,12 @@ async fn reconcile_cron<St, Sc, Rt, Rq, Nt, Br>(
     stats: Arc<CronStats>,
     mut stop: Stop,
 ) where
-    St: domain::ports::StuckIndex + domain::ports::Transitions + domain::ports::Payloads,
+    St: reconciler::ReconcileStore,
     Sc: domain::ports::ScheduleCreator,
     Rt: domain::ports::RetryPublisher,
     Rq: domain::ports::RequestPublisher,
     Nt: domain::ports::AuditNotes,
-    Br: domain::ports::BreakerReads + domain::ports::BreakerWrites + domain::ports::BreakerCounts,
+    Br: runtime::breaker::BreakerStore,
 {
     loop {
         if stop.sleep(every).await {
