@@ -809,11 +809,27 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
             dashboards.len()
         )];
     };
-    let body = props(d, "DashboardBody")
+    // `!Sub body` or `!Sub [body, variables]`.
+    let sub = props(d, "DashboardBody")
         .and_then(intrinsic)
-        .and_then(|(f, v)| (f == "Sub").then_some(v).and_then(Value::as_str));
+        .and_then(|(f, v)| (f == "Sub").then_some(v));
+    let (body, variables) = match sub {
+        Some(Value::Sequence(s)) if s.len() == 2 => (s[0].as_str(), s[1].as_mapping()),
+        Some(v) => (v.as_str(), None),
+        None => (None, None),
+    };
     let Some(body) = body else {
         return vec!["DashboardBody is not a !Sub of a JSON string".to_owned()];
+    };
+    // A variable that names a queue only in one mode (`!If [C, !GetAtt Q.QueueName,
+    // …]`) stands for Q.
+    let variable_queue = |name: &str| -> Option<String> {
+        let v = variables?.get(name)?;
+        let (f, args) = intrinsic(v)?;
+        let args = args.as_sequence().filter(|_| f == "If")?;
+        get_att(args.get(1)?)
+            .filter(|(_, attr)| attr == "QueueName")
+            .map(|(q, _)| q)
     };
     let json: serde_json::Value = match serde_json::from_str(body) {
         Ok(v) => v,
@@ -892,11 +908,11 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
                     }
                 }
                 ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", q, ..] => {
-                    queues_shown.insert(
-                        q.trim_start_matches("${")
-                            .trim_end_matches(".QueueName}")
-                            .to_owned(),
-                    );
+                    let named = q.trim_start_matches("${").trim_end_matches('}');
+                    queues_shown.insert(match named.strip_suffix(".QueueName") {
+                        Some(queue) => queue.to_owned(),
+                        None => variable_queue(named).unwrap_or_else(|| named.to_owned()),
+                    });
                 }
                 ["AWS/SQS", ..] => {}
                 [] => {} // an expression
@@ -906,11 +922,8 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
             }
         }
     }
-    // A DLQ that exists in one mode only (the publisher's, outbox mode) cannot be
-    // named by the dashboard's one `!Sub` body; its alarm pages.
-    let conditional = |q: &str| path(t, &["Resources", q, "Condition"]).is_some();
     for q in dead_letter_queues(t) {
-        if !queues_shown.contains(&q) && !conditional(&q) {
+        if !queues_shown.contains(&q) {
             p.push(format!("the dashboard does not show the depth of DLQ {q}"));
         }
     }
@@ -1357,7 +1370,8 @@ fn dashboard_check_detects_a_metric_nobody_emits_and_a_missing_dlq() {
     let body = serde_yaml::to_string(&*d).unwrap();
     let broken = body
         .replace("\"EnteredSending\"", "\"EnteredLimbo\"")
-        .replace("${AuditDLQ.QueueName}", "${AuditQueue.QueueName}");
+        .replace("${AuditDLQ.QueueName}", "${AuditQueue.QueueName}")
+        .replace("PublisherDLQ.QueueName", "RequestDLQ.QueueName");
     *d = serde_yaml::from_str(&broken).unwrap();
     let p = dashboard_problems(&t);
     assert_eq!(
@@ -1365,6 +1379,7 @@ fn dashboard_check_detects_a_metric_nobody_emits_and_a_missing_dlq() {
         vec![
             "dashboard metric EnteredLimbo (Function=audit-writer) is not emitted".to_owned(),
             "the dashboard does not show the depth of DLQ AuditDLQ".to_owned(),
+            "the dashboard does not show the depth of DLQ PublisherDLQ".to_owned(),
         ]
     );
 }
