@@ -2,7 +2,7 @@
 //! for the functions. Each variable is declared once, in [`vars`] (name, default from
 //! `domain::defaults`, accepted values); one struct per function reads through one
 //! reader that parses each value with an error naming the variable and the value, keeps
-//! the first error, and records the names asked for (`env_vars()`, compared with
+//! every error (a deployment sees all its bad variables at once), and records the names asked for (`env_vars()`, compared with
 //! `template.yaml` by the template test). `from_env()` reads the process environment,
 //! `from_lookup(f)` any lookup (tests, the local stack). Other code names a variable by
 //! its descriptor (`vars::TRANSACTIONS_TABLE.name`), never by a string of its own.
@@ -30,6 +30,27 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// More than one variable is missing or invalid: each, in the order read.
+    #[error("{} environment variables are missing or invalid: {}", .0.len(), list(.0))]
+    Several(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    /// The variable at fault (the first one read, for [`ConfigError::Several`]).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Missing { name } | Self::Invalid { name, .. } => name,
+            Self::Several(all) => all.first().map_or("", ConfigError::name),
+        }
+    }
+}
+
+fn list(errors: &[ConfigError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Function timeouts in seconds (template.yaml sets the same values); queue
@@ -344,13 +365,13 @@ pub mod vars {
     );
 }
 
-/// The one reader of variables: reads through a lookup function, keeps the first
-/// error and carries on (so every variable is read whatever the values), and
-/// records every name it was asked for.
+/// The one reader of variables: reads through a lookup function, keeps every error
+/// (one per variable) and carries on (so every variable is read whatever the values),
+/// and records every name it was asked for.
 struct Env<'a> {
     lookup: &'a dyn Fn(&str) -> Option<String>,
     asked: RefCell<Vec<&'static str>>,
-    error: RefCell<Option<ConfigError>>,
+    errors: RefCell<Vec<ConfigError>>,
 }
 
 impl<'a> Env<'a> {
@@ -358,20 +379,23 @@ impl<'a> Env<'a> {
         Self {
             lookup,
             asked: RefCell::new(Vec::new()),
-            error: RefCell::new(None),
+            errors: RefCell::new(Vec::new()),
         }
     }
 
-    /// A configuration read with `read`, or the first error met.
+    /// A configuration read with `read`, or its error: the one met, or
+    /// [`ConfigError::Several`] in the order read.
     fn read<C>(
         lookup: &dyn Fn(&str) -> Option<String>,
         read: fn(&Env<'_>) -> C,
     ) -> Result<C, ConfigError> {
         let env = Env::new(lookup);
         let value = read(&env);
-        match env.error.into_inner() {
-            Some(e) => Err(e),
-            None => Ok(value),
+        let mut errors = env.errors.into_inner();
+        match errors.len() {
+            0 => Ok(value),
+            1 => Err(errors.remove(0)),
+            _ => Err(ConfigError::Several(errors)),
         }
     }
 
@@ -382,8 +406,13 @@ impl<'a> Env<'a> {
         env.asked.into_inner()
     }
 
+    /// Keeps `e`, unless its variable already failed (a value refused once is not
+    /// refused again by a check that uses it).
     fn fail(&self, e: ConfigError) {
-        self.error.borrow_mut().get_or_insert(e);
+        let mut errors = self.errors.borrow_mut();
+        if errors.iter().all(|known| known.name() != e.name()) {
+            errors.push(e);
+        }
     }
 
     /// The variable's text, absent when unset or blank.
@@ -1175,14 +1204,43 @@ mod tests {
             }
         );
 
-        let e = ResponseHandlerConfig::from_lookup(&lookup(&[(TRANSACTIONS_TABLE.name, "t")]))
-            .unwrap_err();
+        // Every bad variable at once, in the order read: here each required one
+        // missing, and a bad value among them.
+        let e = ResponseHandlerConfig::from_lookup(&lookup(&[
+            (TRANSACTIONS_TABLE.name, "t"),
+            (BACKOFF_FACTOR.name, "0.5"),
+        ]))
+        .unwrap_err();
+        let ConfigError::Several(all) = &e else {
+            panic!("expected every error, got {e:?}");
+        };
+        let names: Vec<&str> = all.iter().map(ConfigError::name).collect();
         assert_eq!(
-            e,
-            ConfigError::Missing {
-                name: SCHEDULE_GROUP.name
-            }
+            names,
+            [
+                SCHEDULE_GROUP.name,
+                RETRY_QUEUE_ARN.name,
+                SCHEDULER_ROLE_ARN.name,
+                SCHEDULER_DLQ_ARN.name,
+                BACKOFF_FACTOR.name,
+                RESPONSE_DLQ_URL.name,
+                RETRY_QUEUE_URL.name,
+                AUDIT_TABLE.name,
+            ]
         );
+        assert_eq!(e.name(), SCHEDULE_GROUP.name);
+        let shown = e.to_string();
+        let first_two = format!(
+            "8 environment variables are missing or invalid: environment variable {} is \
+             required but not set; environment variable {} is required but not set; ",
+            SCHEDULE_GROUP.name, RETRY_QUEUE_ARN.name
+        );
+        assert!(shown.starts_with(&first_two), "{shown}");
+        let bad = format!(
+            "environment variable {}=\"0.5\" is invalid",
+            BACKOFF_FACTOR.name
+        );
+        assert!(shown.contains(&bad), "{shown}");
     }
 
     #[test]
