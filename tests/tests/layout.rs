@@ -1,6 +1,7 @@
 //! The layout a newcomer walks: within each crate of the workspace, every module
 //! stands above what it uses — no two modules reach each other through `crate::` or
-//! `super::` paths, directly or around a circle (`docs/design.md#repository-layout`).
+//! `super::` paths, directly or around a circle (`docs/design.md#repository-layout`) —
+//! and opens with a header of at most [`HEADER_LINES`] lines (the why is in `docs/`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is the failure report
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -323,4 +324,47 @@ fn a_circle_of_modules_is_found() {
     assert_eq!(found.len(), 1, "{found:?}");
     let members: BTreeSet<Module> = found[0].iter().cloned().collect();
     assert_eq!(members, BTreeSet::from([m("a"), m("b::inner"), m("c")]));
+}
+
+/// The most `//!` lines a module opens with.
+const HEADER_LINES: usize = 12;
+
+/// The lines of the `//!` block a file opens with.
+fn header_lines(text: &str) -> usize {
+    text.lines().take_while(|l| l.starts_with("//!")).count()
+}
+
+#[test]
+fn every_module_header_is_short() {
+    let root = workspace_root();
+    let mut sources = Vec::new();
+    crate_sources(&root, &mut sources);
+    let mut files = Vec::new();
+    for src in &sources {
+        rust_files(src, &mut files);
+    }
+    assert!(
+        files.len() > 100,
+        "the workspace's modules: {}",
+        files.len()
+    );
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = header_lines(&std::fs::read_to_string(f).ok()?);
+            (n > HEADER_LINES).then(|| {
+                format!(
+                    "{} ({n} lines)",
+                    f.strip_prefix(&root).unwrap_or(f).display()
+                )
+            })
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "module headers longer than {HEADER_LINES} lines (move the why to docs/):\n{}",
+        long.join("\n")
+    );
+    let thirteen = "//! a\n".repeat(13) + "\n//! not the header\nfn f() {}\n";
+    assert_eq!(header_lines(&thirteen), 13);
 }

@@ -1,18 +1,14 @@
 //! What an HTTP answer means for the transaction: pure, no I/O. An answer (status,
 //! headers, body bytes) or a transport failure (timeout, connection, TLS) becomes a
-//! [`Response`] for the response queue (`SUCCESS`, `CANCELLED`, `ERROR` or `REJECTED`,
-//! a reason, `retry_after_seconds`, the request's `round` echoed, and with `ERROR` its
-//! `execution`: `NOT_RUN` when the request never reached the service or was refused
-//! before running, `UNKNOWN` when it may have run, [`Transport::execution`],
-//! [`default_execution`]) or an
-//! [`OperatorCase`]: an answer that says the request as it is can never succeed (422
-//! "key reused with another payload", 413, other 4xx), which the bridge sends
-//! unchanged to the request DLQ instead of answering — or, with [`OperatorCases::Reject`],
-//! answers `REJECTED`. The defaults are the table in `docs/http-bridge.md`;
-//! [`Rules`] (the `HTTP_CLASSIFICATION` JSON) add status ranges and JSON-pointer body
-//! values ahead of them. A decision reads the status, a configured body value or the
-//! `Retry-After` header: never free text from the service (the body only reaches a
-//! reason, cut short, for an answer no rule knows).
+//! [`Response`] for the response queue (outcome, reason, `retry_after_seconds`, the
+//! request's `round` echoed; with `ERROR` its `execution`, `NOT_RUN` or `UNKNOWN`:
+//! [`Transport::execution`], [`default_execution`]) or an [`OperatorCase`]: an answer
+//! saying the request can never succeed (422 key reused, 413, other 4xx), sent
+//! unchanged to the request DLQ, or answered `REJECTED` with [`OperatorCases::Reject`].
+//! The defaults are the table in `docs/http-bridge.md`; [`Rules`] (`HTTP_CLASSIFICATION`)
+//! add status ranges and JSON-pointer body values ahead of them. A decision reads the
+//! status, a configured body value or `Retry-After`: never free text from the service
+//! (the body only reaches a reason, cut short, for an answer no rule knows).
 
 use domain::message::{Execution, MAX_REASON_CHARS, MAX_RETRY_AFTER_SECONDS};
 use domain::{Outcome, Request, Response};

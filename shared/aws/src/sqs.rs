@@ -1,17 +1,13 @@
-//! SQS adapters: the request publisher (body `Request::to_json()`, message attributes
-//! `idempotency_key` and, when the transaction has one, `correlation_id`), the retry-event publisher (body `RetryEvent::to_json()`), the
-//! response publisher of the HTTP bridge (body `Response::to_json()`), and
-//! the dead-letter adapter [`SqsDeadLetter`], which the handlers use to park a message
-//! that can never succeed (body and attributes unchanged) before acknowledging it.
-//! Every message a function sends carries the invocation's X-Ray trace header as its
-//! `AWSTraceHeader` system attribute ([`trace_attribute`]).
-//! A FIFO queue (its name, hence its URL, ends in `.fifo`: outbox mode's request queue
-//! and its DLQ) gets each request with `MessageDeduplicationId` =
-//! `RequestHeader::deduplication_id()` and `MessageGroupId` = `RequestHeader::group_id()`,
-//! both made to fit SQS's rules by [`fifo_id`]; a dead letter gets its own
-//! never-repeated id, so a message dead-lettered twice is kept twice.
-//! [`SqsDirectory`] resolves queue ARNs to URLs (`retryctl redrive`, the local
-//! stack's Scheduler emulator); no function needs it.
+//! SQS adapters: the request publisher (body `Request::to_json()`, attributes
+//! `idempotency_key` and `correlation_id` when there is one), the retry-event publisher,
+//! the HTTP bridge's response publisher, and [`SqsDeadLetter`], where a handler parks a
+//! message that can never succeed (body and attributes unchanged) before acknowledging
+//! it. Every message carries the invocation's X-Ray trace header ([`trace_attribute`]).
+//! A FIFO queue (URL ending `.fifo`: outbox mode's request queue and DLQ) gets
+//! `MessageDeduplicationId` and `MessageGroupId` from `RequestHeader`, made to fit by
+//! [`fifo_id`]; a dead letter gets a never-repeated id, so a message dead-lettered twice
+//! is kept twice. [`SqsDirectory`] resolves queue ARNs to URLs (`retryctl redrive`, the
+//! local stack's Scheduler emulator). Why and how: `docs/adapters.md`.
 
 use crate::errors::classify;
 use aws_sdk_sqs::operation::send_message::SendMessageError;

@@ -1,14 +1,13 @@
 //! What the Lambda functions share, over the domain's ports. No rule of the pattern is
 //! written here: every decision comes from the domain crate as a plan, and this crate
-//! only performs plans and reports what happened (`docs/functions.md`). The functions'
-//! cores live in their own crates (`functions/*`).
+//! only performs plans and reports what happened (`docs/functions.md`).
 //!
-//! - [`batch`]: the SQS batch processor; [`verdict`]: what became of a record;
-//!   [`drive`]: one [`domain::Run`] through [`domain::exec::execute`] into a
-//!   [`Verdict`], logs and metrics; [`ops`]: start, resolve, replay; [`rate`]: the
-//!   outbound pacing; [`breaker`]: the circuit breaker as the functions read, count
-//!   and move it; [`settings`]: what a handler decides with; [`function`]: what every
-//!   SQS-driven function holds besides its ports.
+//! - [`batch`]: the SQS batch processor; [`function`]: what every SQS-driven function
+//!   holds besides its ports; [`verdict`]: what became of a record; [`drive`]: one
+//!   [`domain::Run`] through [`domain::exec::execute`] into a [`Verdict`], logs and
+//!   metrics; [`ops`]: start, resolve, replay; [`rate`]: the outbound pacing;
+//!   [`breaker`]: the circuit breaker as the functions read, count and move it;
+//!   [`settings`]: what a handler decides with.
 //! - [`metrics`], [`metric`]: EMF, one JSON line per invocation; [`telemetry`]: tracing;
 //!   [`lambda`]: start-up and event loop; [`wiring`]: what the functions' wirings share.
 

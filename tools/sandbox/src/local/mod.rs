@@ -3,12 +3,10 @@
 //! - [`esm`]: Lambda's SQS event source mapping (batches, partial batch failures,
 //!   visibility timeouts, maximum concurrency).
 //! - [`scheduler`]: EventBridge Scheduler delivering one-time schedules.
-//! - [`external`]: the external service on the request and response queues.
-//! - [`http_service`]: the same service as an HTTP API on loopback, for the HTTP
-//!   bridge.
-//! - [`stream_esm`]: Lambda's DynamoDB-stream event source mapping (filter, batches
-//!   in order, retries of a failed batch, on-failure destination), for the outbox
-//!   publisher.
+//! - [`external`]: the external service on the request and response queues;
+//!   [`http_service`]: the same service as an HTTP API on loopback, for the bridge.
+//! - [`stream_esm`]: Lambda's DynamoDB-stream event source mapping (filter, ordered
+//!   batches, retries, on-failure destination), for the outbox publisher.
 //! - [`stack`]: all of them wired together with the handlers, the audit stream and
 //!   the reconciler's cron.
 
