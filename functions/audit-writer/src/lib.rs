@@ -18,6 +18,7 @@ use aws_lambda_events::streams::{DynamoDbBatchItemFailure, DynamoDbEventResponse
 use domain::audit::AuditEntry;
 use domain::machine::Actor;
 use domain::Outcome;
+use runtime::metric::invocation;
 use runtime::metrics::Metrics;
 use thiserror::Error;
 
@@ -189,10 +190,10 @@ pub struct AuditFunction {
 impl AuditFunction {
     /// One invocation: the batch, then the metrics line on stdout.
     pub async fn invoke(&self, event: Event) -> Result<DynamoDbEventResponse, BatchError> {
-        let metrics = metrics(&self.namespace);
-        let result = handle(&self.writer, &event, &metrics).await;
-        metrics.emit();
-        result
+        invocation(&self.namespace, FUNCTION, async |m| {
+            handle(&self.writer, &event, m).await
+        })
+        .await
     }
 }
 

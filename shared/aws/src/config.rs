@@ -2,8 +2,8 @@
 //! for the functions. Each variable is declared once, in [`vars`] (name, default from
 //! `domain::defaults`, accepted values); one struct per function reads through one
 //! reader that parses each value with an error naming the variable and the value, keeps
-//! every error (a deployment sees all its bad variables at once), and records the names asked for (`env_vars()`, compared with
-//! `template.yaml` by the template test). `from_env()` reads the process environment,
+//! every error (a deployment sees all its bad variables at once), and records the names
+//! asked for (`env_vars()`, compared with `template.yaml` by the template test). `from_env()` reads the process environment,
 //! `from_lookup(f)` any lookup (tests, the local stack). Other code names a variable by
 //! its descriptor (`vars::TRANSACTIONS_TABLE.name`), never by a string of its own.
 //! Logging variables are read by the tracing initialisation, `AWS_ENDPOINT_URL` and the
