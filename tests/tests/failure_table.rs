@@ -27,7 +27,6 @@ use runtime::drive::{drive, verdict};
 use runtime::metrics::{names, Metrics};
 use runtime::Verdict;
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use testkit::trail::TO_ATTEMPT_2;
 
@@ -645,54 +644,6 @@ async fn row9_in_every_state_a_response_from_an_earlier_attempt_is_dropped<B: Ba
 const EXHAUSTED: &str = "business alert: attempts exhausted";
 const UNANSWERED: &str = "business alert: request never answered";
 
-/// A writer that keeps what the logs say.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self) -> Vec<serde_json::Value> {
-        String::from_utf8(self.0.lock().unwrap().clone())
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    /// The business alerts logged so far whose message starts with `message`.
-    fn alerts(&self, message: &str) -> Vec<serde_json::Value> {
-        self.lines()
-            .into_iter()
-            .filter(|l| {
-                l["message"]
-                    .as_str()
-                    .is_some_and(|m| m.starts_with(message))
-            })
-            .collect()
-    }
-}
-
-fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
-    let out = Captured::default();
-    let writer = out.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(true)
-        .with_writer(move || writer.clone())
-        .finish();
-    (out, tracing::subscriber::set_default(subscriber))
-}
-
 /// Row 10: CANCELLED for the last allowed attempt → FAILED + business alert: an ERROR
 /// line `business alert: attempts exhausted` with the transaction, the attempts and
 /// the reason, and the AttemptsExhausted metric. A crash right after the FAILED write
@@ -700,7 +651,7 @@ fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
 /// after that writes nothing and alerts again; nothing more is ever published or
 /// scheduled.
 async fn row10_attempts_exhausted_fail_and_alert<B: Backend>() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testkit::logs::capture();
     let w = scheduled_world::<B>(2).await;
     let ev = fire(&w).await;
     w.retry(&ev).await;
@@ -733,7 +684,7 @@ async fn row10_attempts_exhausted_fail_and_alert<B: Backend>() {
     let v = w.respond(TX, 2, Outcome::Cancelled).await;
     assert_eq!(v, Verdict::Done(Ack::Failed));
     assert_eq!(w.metrics.count(names::ATTEMPTS_EXHAUSTED), 1);
-    let alerts = logs.alerts(EXHAUSTED);
+    let alerts = logs.starting(EXHAUSTED);
     assert_eq!(alerts.len(), 1, "{:?}", logs.lines());
     assert_eq!(alerts[0]["level"], "ERROR");
     assert_eq!(alerts[0]["transaction_id"], TX);
@@ -760,7 +711,7 @@ async fn row10_attempts_exhausted_fail_and_alert<B: Backend>() {
     );
     assert_eq!(w.change_count().await, changes);
     assert_eq!(w.metrics.count(names::ATTEMPTS_EXHAUSTED), 2);
-    assert_eq!(logs.alerts(EXHAUSTED).len(), 2);
+    assert_eq!(logs.starting(EXHAUSTED).len(), 2);
     assert_eq!(w.keys().await.len(), 2, "never a third request");
 }
 
@@ -934,7 +885,7 @@ async fn a_record_requeued_without_progress_is_parked<B: Backend>() {
 /// shows every republish and the abandonment. An answer arriving afterwards changes
 /// nothing: a SUCCESS is a conflicting success, a CANCELLED is dropped.
 async fn an_unanswered_request_is_republished_then_abandoned<B: Backend>() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testkit::logs::capture();
     let w = B::world().await;
     w.start(TX, 3).await;
     let max = domain::defaults::ANSWER_REPUBLISH_MAX;
@@ -979,7 +930,7 @@ async fn an_unanswered_request_is_republished_then_abandoned<B: Backend>() {
         0,
         "no retry was spent"
     );
-    assert_eq!(logs.alerts(UNANSWERED).len(), 1, "one business alert");
+    assert_eq!(logs.starting(UNANSWERED).len(), 1, "one business alert");
     let keys = w.keys().await;
     assert_eq!(keys.len(), usize::try_from(max).unwrap() + 1, "{keys:?}");
     assert!(keys.iter().all(|k| k == "TX-100200#1"), "{keys:?}");
@@ -1024,7 +975,7 @@ async fn past_transaction_deadline<B: Backend>(w: &World<B>) {
 /// expiry is decided from it), the reconciler's request past its answer deadline —
 /// and a SUCCESS arriving after the expiry is kept as a conflicting success.
 async fn a_transaction_past_its_deadline_ends_expired<B: Backend>() {
-    let (logs, _guard) = capture_logs();
+    let (logs, _guard) = testkit::logs::capture();
     // The retry handler: the retry fires after the deadline.
     let w = scheduled_world::<B>(4).await;
     let fire_at = w.record(TX).await.next_fire_at.unwrap();
@@ -1078,7 +1029,7 @@ async fn a_transaction_past_its_deadline_ends_expired<B: Backend>() {
     ));
     assert_eq!(w.status(TX).await, Status::Failed);
     assert_eq!(
-        logs.alerts(EXPIRED).len(),
+        logs.starting(EXPIRED).len(),
         4,
         "one per expiry, one per redelivery"
     );

@@ -88,67 +88,7 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
                     "retry event published"
                 );
             }
-            (Effect::Alert(a), Observed::Alerted) => match a.kind {
-                AlertKind::AttemptsExhausted => {
-                    metrics.incr(names::ATTEMPTS_EXHAUSTED);
-                    tracing::error!(
-                        alert = a.kind.label(),
-                        transaction_id = %a.transaction_id,
-                        attempts = a.attempts.get(),
-                        reason = a.last_reason.as_deref().unwrap_or(""),
-                        "business alert: attempts exhausted"
-                    );
-                }
-                AlertKind::Unanswered => {
-                    metrics.incr(names::TRANSACTIONS_UNANSWERED);
-                    tracing::error!(
-                        alert = a.kind.label(),
-                        transaction_id = %a.transaction_id,
-                        attempt = a.attempts.get(),
-                        idempotency_key = %domain::IdempotencyKey::new(&a.transaction_id, a.attempts),
-                        "business alert: request never answered, republishes spent; transaction FAILED (UNANSWERED)"
-                    );
-                }
-                AlertKind::TechnicalExhausted => {
-                    metrics.incr(names::TECHNICAL_EXHAUSTED);
-                    tracing::error!(
-                        alert = a.kind.label(),
-                        transaction_id = %a.transaction_id,
-                        attempt = a.attempts.get(),
-                        idempotency_key = %domain::IdempotencyKey::new(&a.transaction_id, a.attempts),
-                        "business alert: every technical re-send answered ERROR; transaction FAILED (TECHNICAL_EXHAUSTED)"
-                    );
-                }
-                AlertKind::Expired => {
-                    metrics.incr(names::TRANSACTIONS_EXPIRED);
-                    tracing::error!(
-                        alert = a.kind.label(),
-                        transaction_id = %a.transaction_id,
-                        attempt = a.attempts.get(),
-                        "business alert: transaction deadline passed; transaction FAILED (EXPIRED)"
-                    );
-                }
-                AlertKind::Ambiguous => {
-                    metrics.incr(names::TRANSACTIONS_AMBIGUOUS);
-                    tracing::error!(
-                        alert = a.kind.label(),
-                        transaction_id = %a.transaction_id,
-                        attempt = a.attempts.get(),
-                        "business alert: an ERROR that may have run, not sent again (resolve or replay); transaction FAILED (AMBIGUOUS)"
-                    );
-                }
-                AlertKind::Rejected => {
-                    metrics.incr(names::TRANSACTIONS_REJECTED);
-                    tracing::error!(
-                        alert = a.kind.label(),
-                        transaction_id = %a.transaction_id,
-                        attempt = a.attempts.get(),
-                        idempotency_key = %domain::IdempotencyKey::new(&a.transaction_id, a.attempts),
-                        reason = a.last_reason.as_deref().unwrap_or(""),
-                        "business alert: the service rejected the request, never retried; transaction FAILED (REJECTED)"
-                    );
-                }
-            },
+            (Effect::Alert(a), Observed::Alerted) => raise(a, metrics),
             (Effect::Write(w), Observed::Written(r)) => {
                 tracing::debug!(
                     transaction_id = %r.transaction_id,
@@ -160,6 +100,60 @@ pub fn report_trail(run: &Run, metrics: &Metrics) {
             _ => {}
         }
     }
+}
+
+/// The metric and the ERROR log line of each business alert.
+fn alert_line(kind: AlertKind) -> (&'static str, &'static str) {
+    match kind {
+        AlertKind::AttemptsExhausted => (
+            names::ATTEMPTS_EXHAUSTED,
+            "business alert: attempts exhausted",
+        ),
+        AlertKind::Unanswered => (
+            names::TRANSACTIONS_UNANSWERED,
+            "business alert: request never answered, republishes spent; transaction FAILED (UNANSWERED)",
+        ),
+        AlertKind::TechnicalExhausted => (
+            names::TECHNICAL_EXHAUSTED,
+            "business alert: every technical re-send answered ERROR; transaction FAILED (TECHNICAL_EXHAUSTED)",
+        ),
+        AlertKind::Expired => (
+            names::TRANSACTIONS_EXPIRED,
+            "business alert: transaction deadline passed; transaction FAILED (EXPIRED)",
+        ),
+        AlertKind::Ambiguous => (
+            names::TRANSACTIONS_AMBIGUOUS,
+            "business alert: an ERROR that may have run, not sent again (resolve or replay); transaction FAILED (AMBIGUOUS)",
+        ),
+        AlertKind::Rejected => (
+            names::TRANSACTIONS_REJECTED,
+            "business alert: the service rejected the request, never retried; transaction FAILED (REJECTED)",
+        ),
+    }
+}
+
+/// Counts a business alert and logs it: the transaction, its attempt (`attempts` when
+/// they are exhausted), the idempotency key of a request left unanswered, sent in vain
+/// or rejected, and the service's reason where it ended the transaction.
+fn raise(a: &domain::decide::Alert, metrics: &Metrics) {
+    let (metric, message) = alert_line(a.kind);
+    metrics.incr(metric);
+    let exhausted = a.kind == AlertKind::AttemptsExhausted;
+    let keyed = matches!(
+        a.kind,
+        AlertKind::Unanswered | AlertKind::TechnicalExhausted | AlertKind::Rejected
+    );
+    let reasoned = exhausted || a.kind == AlertKind::Rejected;
+    let count = a.attempts.get();
+    tracing::error!(
+        alert = a.kind.label(),
+        transaction_id = %a.transaction_id,
+        attempts = exhausted.then_some(count),
+        attempt = (!exhausted).then_some(count),
+        idempotency_key = keyed.then(|| tracing::field::display(domain::IdempotencyKey::new(&a.transaction_id, a.attempts))),
+        reason = reasoned.then(|| a.last_reason.as_deref().unwrap_or("")),
+        "{message}"
+    );
 }
 
 /// Turns a finished run into a verdict, counting its disposition (`Ack<Label>`,
@@ -335,5 +329,76 @@ mod tests {
         assert_eq!(m.count(names::CONFLICTING_SUCCESS), 1);
         assert_eq!(m.count("DropConflictingSuccess"), 1);
         assert_eq!(m.count("DropLateResponse"), 1);
+    }
+
+    /// Each business alert counts its metric and logs one ERROR line with the fields
+    /// an operator searches by (docs/functions.md shows the exhausted one).
+    #[test]
+    fn each_alert_counts_its_metric_and_logs_its_fields() {
+        let cases = [
+            (
+                AlertKind::AttemptsExhausted,
+                names::ATTEMPTS_EXHAUSTED,
+                "attempts reason",
+            ),
+            (
+                AlertKind::Unanswered,
+                names::TRANSACTIONS_UNANSWERED,
+                "attempt idempotency_key",
+            ),
+            (
+                AlertKind::TechnicalExhausted,
+                names::TECHNICAL_EXHAUSTED,
+                "attempt idempotency_key",
+            ),
+            (AlertKind::Expired, names::TRANSACTIONS_EXPIRED, "attempt"),
+            (
+                AlertKind::Ambiguous,
+                names::TRANSACTIONS_AMBIGUOUS,
+                "attempt",
+            ),
+            (
+                AlertKind::Rejected,
+                names::TRANSACTIONS_REJECTED,
+                "attempt idempotency_key reason",
+            ),
+        ];
+        for (kind, metric, fields) in cases {
+            let m = Metrics::new("NS", "f");
+            let alert = domain::decide::Alert {
+                kind,
+                transaction_id: TransactionId::parse("TX-7").unwrap(),
+                attempts: domain::Attempt::FIRST.next(),
+                last_reason: Some("NOT_AVAILABLE".into()),
+            };
+            let (logs, guard) = testkit::logs::capture();
+            raise(&alert, &m);
+            drop(guard);
+            assert_eq!(m.count(metric), 1, "{kind:?}");
+            let line = &logs.lines()[0];
+            for field in ["attempts", "attempt", "idempotency_key", "reason"] {
+                let expected = fields.split(' ').any(|f| f == field);
+                assert_eq!(
+                    line.get(field).is_some(),
+                    expected,
+                    "{kind:?} {field}: {line}"
+                );
+            }
+            assert_eq!(line["alert"], kind.label());
+            assert_eq!(line["level"], "ERROR");
+            assert!(line["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("business alert: "));
+            if let Some(count) = line.get("attempts").or(line.get("attempt")) {
+                assert_eq!(count, 2);
+            }
+            if let Some(key) = line.get("idempotency_key") {
+                assert_eq!(key, "TX-7#2");
+            }
+            if let Some(reason) = line.get("reason") {
+                assert_eq!(reason, "NOT_AVAILABLE");
+            }
+        }
     }
 }

@@ -166,9 +166,13 @@ where
     St: Records + Transitions,
     Rt: RetryPublisher,
 {
-    let input = Input::Replay {
-        transaction_id: id,
-        budget,
-    };
-    run_op(input, ports, ctx).await
+    run_op(
+        Input::Replay {
+            transaction_id: id,
+            budget,
+        },
+        ports,
+        ctx,
+    )
+    .await
 }

@@ -5,7 +5,7 @@
 //!   table, queue and schedule group of a stack, as data; [`drain`]: a stream into the
 //!   audit writer.
 //! - [`memory`]: in-memory adapters of every port; [`meter`]: an SDK call counter;
-//!   [`answers`]: the service's answers.
+//!   [`answers`]: the service's answers; [`logs`]: captured log lines.
 //! - [`proxy`]: a recording pass-through in front of moto, injecting [`faults`];
 //!   [`trail`], [`size`], [`events`]: audit trails, item sizes, Lambda's SQS events.
 //!
@@ -15,6 +15,7 @@ pub mod answers;
 pub mod drain;
 pub mod events;
 pub mod faults;
+pub mod logs;
 pub mod memory;
 pub mod meter;
 pub mod moto;
