@@ -6,13 +6,16 @@
 use domain::machine::Actor;
 use domain::machine::Status;
 use domain::message::Outcome;
-use verify::model::{check, CheckReport, Firing, ProtocolModel, Scope, State};
+use verify::faults;
+use verify::model::{check, Budgets, CheckReport, Firing, ProtocolModel, Scope, State};
 
-fn scope(f: impl FnOnce(&mut Scope)) -> Scope {
-    let mut s = Scope::quiet(2, 3);
-    s.interleave = false;
-    f(&mut s);
-    s
+/// Two transactions, max_attempts 3, in transaction order, with the budgets `f` sets.
+fn scope(f: impl FnOnce(&mut Budgets)) -> Scope {
+    let s = Scope::quiet(2, 3).with_faults(f);
+    Scope {
+        interleave: false,
+        ..s
+    }
 }
 
 fn passes(scope: Scope, min_states: usize, witnesses: &[usize]) -> CheckReport {
@@ -46,34 +49,27 @@ fn two_transactions_every_interleaving_one_attempt_budget() {
 
 #[test]
 fn two_transactions_crash_between_any_two_effects() {
-    passes(scope(|s| s.faults.crashes = 1), 10_000, &[0, 1, 2, 3, 5]);
+    passes(scope(faults!(crashes)), 10_000, &[0, 1, 2, 3, 5]);
 }
 
 #[test]
 fn two_transactions_duplicated_and_reordered_deliveries() {
-    passes(
-        scope(|s| s.faults.duplicate_deliveries = 1),
-        50_000,
-        &[0, 1, 2, 5],
-    );
+    passes(scope(faults!(duplicate_deliveries)), 50_000, &[0, 1, 2, 5]);
 }
 
 #[test]
 fn two_transactions_late_and_repeated_answers() {
-    passes(scope(|s| s.faults.extra_answers = 1), 50_000, &[0, 1, 4]);
+    passes(scope(faults!(extra_answers)), 50_000, &[0, 1, 4]);
 }
 
 #[test]
 fn two_transactions_scheduler_fires_twice_or_cannot_deliver_and_clock_moves() {
     passes(
-        scope(|s| {
-            s.faults.double_fires = 1;
-            s.faults.undeliverable_fires = 1;
-        }),
+        scope(faults!(double_fires, undeliverable_fires)),
         10_000,
         &[0, 1, 2],
     );
-    passes(scope(|s| s.faults.ticks = 1), 5_000, &[0, 1]);
+    passes(scope(faults!(ticks)), 5_000, &[0, 1]);
 }
 
 #[test]
@@ -81,31 +77,24 @@ fn operators_resolving_and_replaying_race_the_handlers_without_breaking_a_guaran
     // An operator's `resolve` of a transaction waiting for its retry, or `replay` of
     // one that failed, at any moment: read, then write guarded by what was read,
     // against handlers that crash between two effects or get a message twice.
-    let operators = |f: fn(&mut Scope)| {
-        let mut s = Scope::quiet(1, 2).with_faults(|b| b.operator_actions = 1);
-        f(&mut s);
-        s
+    let operators = |f: fn(&mut Budgets)| {
+        Scope::quiet(1, 2)
+            .with_faults(faults!(operator_actions))
+            .with_faults(f)
     };
-    passes(operators(|s| s.faults.crashes = 1), 10_000, &[0, 1, 15, 16]);
+    passes(operators(faults!(crashes)), 10_000, &[0, 1, 15, 16]);
     passes(
-        operators(|s| s.faults.duplicate_deliveries = 1),
+        operators(faults!(duplicate_deliveries)),
         30_000,
         &[0, 1, 15, 16],
     );
     // Two commands: a replay, then a resolve of the replayed transaction.
-    passes(
-        operators(|s| s.faults.operator_actions = 2),
-        5_000,
-        &[15, 16],
-    );
+    passes(operators(|b| b.operator_actions = 2), 5_000, &[15, 16]);
 }
 
 #[test]
 fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
-    let s = Scope::quiet(1, 2).with_faults(|b| {
-        b.reconciler_runs = 1;
-        b.undeliverable_fires = 1;
-    });
+    let s = Scope::quiet(1, 2).with_faults(faults!(reconciler_runs, undeliverable_fires));
     passes(s, 2_000, &[6, 7]);
 }
 
@@ -116,10 +105,7 @@ fn reconciler_at_any_moment_rescues_an_undeliverable_event() {
 /// budget, never a second accepted request per attempt.
 #[test]
 fn lost_requests_and_answers_end_terminal_through_the_answer_deadline() {
-    let s = Scope::quiet(1, 2).with_faults(|b| {
-        b.lost_messages = 1;
-        b.reconciler_runs = 1;
-    });
+    let s = Scope::quiet(1, 2).with_faults(faults!(lost_messages, reconciler_runs));
     passes(s, 1_000, &[0, 1]);
 }
 
@@ -142,11 +128,8 @@ fn technical_failures_never_consume_an_attempt_and_still_end() {
 /// transaction ends FAILED/REJECTED, and that end is reached (witness 17).
 #[test]
 fn a_rejected_answer_ends_the_transaction_and_nothing_is_sent_after_it() {
-    let mut s = Scope::quiet(1, 2).with_faults(|b| {
-        b.rejected_answers = 1;
-        b.crashes = 1;
-        b.duplicate_deliveries = 1;
-    });
+    let mut s =
+        Scope::quiet(1, 2).with_faults(faults!(rejected_answers, crashes, duplicate_deliveries));
     passes(s, 20_000, &[0, 1, 17]);
     s.faults.crashes = 0;
     s.faults.technical_answers = 1;

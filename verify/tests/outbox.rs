@@ -11,16 +11,17 @@
 //! known-bad outbox designs (`Flaws`) are caught.
 
 use domain::decide::Delivery;
-use verify::model::{check, CheckReport, OutageMode, ProtocolModel, Scope, OUTBOX_WITNESS};
+use verify::faults;
+use verify::model::{
+    check, Budgets, CheckReport, OutageMode, ProtocolModel, Scope, OUTBOX_WITNESS,
+};
 use verify::sim::{simulate, Report, ServiceDedup, SimConfig};
 use verify::Flaws;
 
 /// One transaction, max_attempts 2, every interleaving, outbox delivery, a service
-/// that does not deduplicate, with the faults `f` sets.
-fn outbox(f: impl FnOnce(&mut Scope)) -> Scope {
-    let mut s = Scope::quiet(1, 2).outbox().non_idempotent();
-    f(&mut s);
-    s
+/// that does not deduplicate, with the fault budgets `f` sets.
+fn outbox(f: impl FnOnce(&mut Budgets)) -> Scope {
+    Scope::quiet(1, 2).outbox().non_idempotent().with_faults(f)
 }
 
 /// Checks `scope`: no violation, both outbox properties among those checked; prints
@@ -59,14 +60,14 @@ fn no_fault_every_interleaving_of_two_transactions() {
 /// drops it.
 #[test]
 fn crashes_of_the_publisher_and_the_handlers() {
-    let r = holds(outbox(|s| s.faults.crashes = 1));
+    let r = holds(outbox(faults!(crashes)));
     assert!(reached(&r, 1), "a repeated send dropped by the queue");
 }
 
 /// A stream record, a retry event or an answer delivered twice.
 #[test]
 fn duplicate_deliveries() {
-    let r = holds(outbox(|s| s.faults.duplicate_deliveries = 1));
+    let r = holds(outbox(faults!(duplicate_deliveries)));
     assert!(reached(&r, 1), "a repeated send dropped by the queue");
 }
 
@@ -74,29 +75,23 @@ fn duplicate_deliveries() {
 /// never republishes an unanswered request.
 #[test]
 fn reconciler_runs_and_lost_messages() {
-    let r = holds(outbox(|s| {
-        s.faults.reconciler_runs = 1;
-        s.faults.lost_messages = 1;
-    }));
+    let r = holds(outbox(faults!(reconciler_runs, lost_messages)));
     assert!(reached(&r, 4), "an unconfirmed intent ends UNANSWERED");
 }
 
 #[test]
 fn reconciler_run_and_a_crash() {
-    holds(outbox(|s| {
-        s.faults.reconciler_runs = 1;
-        s.faults.crashes = 1;
-    }));
+    holds(outbox(faults!(reconciler_runs, crashes)));
 }
 
 #[test]
 fn extra_answers_double_and_undeliverable_fires_ticks() {
-    holds(outbox(|s| {
-        s.faults.extra_answers = 1;
-        s.faults.double_fires = 1;
-        s.faults.undeliverable_fires = 1;
-        s.faults.ticks = 1;
-    }));
+    holds(outbox(faults!(
+        extra_answers,
+        double_fires,
+        undeliverable_fires,
+        ticks
+    )));
 }
 
 /// ERROR NOT_RUN sends the attempt again in a new round (a new deduplication id, its
@@ -105,7 +100,7 @@ fn extra_answers_double_and_undeliverable_fires_ticks() {
 fn technical_answers_of_both_kinds() {
     let r = holds(Scope {
         max_attempts: 3,
-        ..outbox(|s| s.faults.technical_answers = 2)
+        ..outbox(|b| b.technical_answers = 2)
     });
     assert!(reached(&r, 2), "FAILED/AMBIGUOUS after an ERROR UNKNOWN");
     assert!(reached(&r, 3), "a success after a NOT_RUN re-send");
@@ -113,17 +108,17 @@ fn technical_answers_of_both_kinds() {
 
 #[test]
 fn rejected_answers_deadline_and_operators() {
-    holds(outbox(|s| {
-        s.faults.rejected_answers = 1;
-        s.faults.deadlines = 1;
-        s.faults.operator_actions = 1;
-    }));
+    holds(outbox(faults!(
+        rejected_answers,
+        deadlines,
+        operator_actions
+    )));
 }
 
 #[test]
 fn outages_with_the_breaker() {
     for mode in [OutageMode::Error, OutageMode::Silent] {
-        let mut s = outbox(|s| s.faults.reconciler_runs = 1).with_outage(mode);
+        let mut s = outbox(faults!(reconciler_runs)).with_outage(mode);
         s.rounds = 1;
         holds(s);
     }
@@ -135,23 +130,9 @@ fn outages_with_the_breaker() {
 /// ends FAILED/UNANSWERED.
 #[test]
 fn one_window_expiry_still_publishes_each_round_once() {
-    let r = holds(outbox(|s| {
-        s.faults.crashes = 1;
-        s.faults.window_expiries = 1;
-    }));
+    let r = holds(outbox(faults!(crashes, window_expiries)));
     assert!(reached(&r, 5), "an old claim not sent again");
-    holds(outbox(|s| {
-        s.faults.reconciler_runs = 1;
-        s.faults.window_expiries = 1;
-    }));
-}
-
-#[test]
-fn one_window_expiry_with_a_duplicate_delivery() {
-    holds(outbox(|s| {
-        s.faults.duplicate_deliveries = 1;
-        s.faults.window_expiries = 1;
-    }));
+    holds(outbox(faults!(reconciler_runs, window_expiries)));
 }
 
 // -- known-bad designs ----------------------------------------------------------
@@ -178,10 +159,7 @@ fn caught(scope: Scope, flaw: &str, property: &str) -> usize {
 /// the queue accepts the repeat and the service runs the attempt twice.
 #[test]
 fn a_publisher_resending_an_old_claim_is_caught() {
-    let scope = outbox(|s| {
-        s.faults.crashes = 1;
-        s.faults.window_expiries = 1;
-    });
+    let scope = outbox(faults!(crashes, window_expiries));
     caught(scope, "resends-old-claim", ProtocolModel::PUBLISHED_ONCE);
 }
 
@@ -189,10 +167,7 @@ fn a_publisher_resending_an_old_claim_is_caught() {
 /// publisher's share an id the queue forgets once the window passed.
 #[test]
 fn a_retry_handler_still_publishing_in_outbox_is_caught() {
-    let scope = outbox(|s| {
-        s.faults.duplicate_deliveries = 1;
-        s.faults.window_expiries = 1;
-    });
+    let scope = outbox(faults!(duplicate_deliveries, window_expiries));
     caught(
         scope,
         "retry-publishes-in-outbox",

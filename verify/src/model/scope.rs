@@ -219,6 +219,15 @@ pub struct Budgets {
     pub window_expiries: u8,
 }
 
+/// A closure for [`Scope::with_faults`] allowing one fault of each kind named:
+/// `faults!(crashes, window_expiries)`.
+#[macro_export]
+macro_rules! faults {
+    ($($kind:ident),+ $(,)?) => {
+        |b: &mut $crate::model::Budgets| { $(b.$kind = 1;)+ }
+    };
+}
+
 impl Budgets {
     /// `n` faults of every kind but outages (which bring the breaker in), rejected
     /// answers, deadlines and operator actions.
