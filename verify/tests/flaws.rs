@@ -53,6 +53,12 @@ fn sim_finds(flaws: Flaws, cfg: SimConfig, check: impl Fn(&Report) -> bool, what
     );
 }
 
+/// [`model_finds`] on `scope`, then [`sim_finds`] on [`sim_cfg`].
+fn both_find(flaws: Flaws, scope: Scope, primary: usize, check: fn(&Report) -> bool, what: &str) {
+    model_finds(flaws, scope, primary);
+    sim_finds(flaws, sim_cfg(), check, what);
+}
+
 fn sim_cfg() -> SimConfig {
     SimConfig {
         transactions: 2_000,
@@ -117,13 +123,12 @@ fn fire_time_computed_at_create_is_caught() {
 
 #[test]
 fn retry_handler_discarding_a_redelivery_in_sending_is_caught() {
-    let flaws = Flaws::only(|f| f.retry_discards_sending = true);
-    model_finds(flaws, Scope::quiet(1, 3).with_faults(|b| b.crashes = 1), 9);
     // With the reconciler, which completes a stuck SENDING itself, nothing is lost in
     // the end: the dropped pending retry is what gives the flaw away.
-    sim_finds(
-        flaws,
-        sim_cfg(),
+    both_find(
+        Flaws::only(|f| f.retry_discards_sending = true),
+        Scope::quiet(1, 3).with_faults(|b| b.crashes = 1),
+        9,
         |r| r.pending_retries_dropped > 0,
         "pending retries dropped",
     );
@@ -131,13 +136,12 @@ fn retry_handler_discarding_a_redelivery_in_sending_is_caught() {
 
 #[test]
 fn counting_attempts_from_zero_is_caught() {
-    let flaws = Flaws::only(|f| f.attempts_from_zero = true);
     let ordered = Scope {
         interleave: false,
         ..Scope::quiet(2, 3)
     };
-    model_finds(flaws, ordered, 2);
-    sim_finds(flaws, sim_cfg(), |r| r.exceeded_max > 0, "exceeded max");
+    let flaws = Flaws::only(|f| f.attempts_from_zero = true);
+    both_find(flaws, ordered, 2, |r| r.exceeded_max > 0, "exceeded max");
 }
 
 /// Without an answer deadline, a start that crashed before its publish, a request the
