@@ -454,6 +454,14 @@ impl ProtocolModel {
         ar
     }
 
+    /// [`Self::begin`] and [`Self::start_run`] a run at the model's clock, with no
+    /// breaker verdict.
+    fn start_now(&self, s: &mut State, kind: Actor, tx: u8, held: Held, input: Input) {
+        let now = self.now_of(s);
+        let ar = self.begin(kind, tx, held, input, now, Verdict::default());
+        self.start_run(s, ar);
+    }
+
     /// A new run: it notes whether its record already ended REJECTED, then is kept or
     /// finished as [`Self::settle_run`] says.
     fn start_run(&self, s: &mut State, mut ar: ActiveRun) {
@@ -694,17 +702,14 @@ impl ProtocolModel {
             }
             Action::DeliverResponse { i, duplicate } => {
                 let r = deliver(&mut s.responses, i, duplicate, &mut s.budgets);
-                let now = self.now_of(&s);
                 let input = self.response_input(r);
-                let ar = self.begin(
+                self.start_now(
+                    &mut s,
                     Actor::ResponseHandler,
                     r.tx,
                     Held::Response(r),
                     input,
-                    now,
-                    Verdict::default(),
                 );
-                self.start_run(&mut s, ar);
             }
             Action::DeliverRetry { i, duplicate } => {
                 let e = deliver(&mut s.retries, i, duplicate, &mut s.budgets);
@@ -841,20 +846,17 @@ impl ProtocolModel {
             }
             Action::DeliverStream { i, duplicate } => {
                 let m = deliver(&mut s.stream, i, duplicate, &mut s.budgets);
-                let now = self.now_of(&s);
                 let held = Held::Stream {
                     attempt: m.image.next_attempt.map_or(0, Attempt::get),
                     round: m.image.counts[Counter::Round],
                 };
-                let ar = self.begin(
+                self.start_now(
+                    &mut s,
                     Actor::Publisher,
                     m.tx,
                     held,
                     Input::Publish(m.image),
-                    now,
-                    Verdict::default(),
                 );
-                self.start_run(&mut s, ar);
             }
             Action::WindowPasses => {
                 s.budgets.window_expiries -= 1;
@@ -867,16 +869,7 @@ impl ProtocolModel {
             Action::Operate { tx, act } => {
                 s.budgets.operator_actions -= 1;
                 let input = act.input(self.id(tx).clone());
-                let now = self.now_of(&s);
-                let ar = self.begin(
-                    Actor::Operator,
-                    tx,
-                    Held::Nothing,
-                    input,
-                    now,
-                    Verdict::default(),
-                );
-                self.start_run(&mut s, ar);
+                self.start_now(&mut s, Actor::Operator, tx, Held::Nothing, input);
             }
         }
         s.canonicalize();
