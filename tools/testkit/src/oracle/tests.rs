@@ -411,8 +411,19 @@ fn seen(answers: &[Outcome]) -> BTreeMap<u32, Seen> {
         .collect()
 }
 
+/// What the evidence shows for the item `r`, the trail `t` and the service's `answers`.
+fn found(r: TransactionRecord, t: &[AuditEntry], answers: &[Outcome]) -> Vec<evidence::Finding> {
+    evidence::check(Some(&r), t, &seen(answers))
+}
+
 fn violations(f: &[evidence::Finding]) -> Vec<V> {
     f.iter().map(|f| f.violation).collect()
+}
+
+/// The findings are `expected`, the first one's reason saying `why`.
+fn shows(f: &[evidence::Finding], expected: &[V], why: &str) {
+    assert_eq!(violations(f), expected, "{f:?}");
+    assert!(f[0].why.contains(why), "{f:?}");
 }
 
 use Outcome::{Cancelled as C, Success as OK};
@@ -448,16 +459,12 @@ fn each_broken_guarantee_is_found_with_its_reason() {
         [V::Lost]
     );
     // FAILED before the budget was spent: a retry lost.
-    let f = evidence::check(
-        Some(&rec(Status::Failed, 2, None, 4)),
-        &trail(1, Status::Failed),
-        &seen(&[C, C]),
-    );
-    assert_eq!(violations(&f), [V::Lost]);
-    assert!(
-        f[0].why
-            .contains("FAILED at attempt 2 with 4 attempts allowed"),
-        "{f:?}"
+    let t = trail(1, Status::Failed);
+    let f = found(rec(Status::Failed, 2, None, 4), &t, &[C, C]);
+    shows(
+        &f,
+        &[V::Lost],
+        "FAILED at attempt 2 with 4 attempts allowed",
     );
     // A request the state never accounts for, and a doubled publish.
     let mut s = seen(&[C, OK]);
@@ -471,12 +478,8 @@ fn each_broken_guarantee_is_found_with_its_reason() {
     let mut t = trail(1, Status::Succeeded);
     t.push(row(2, Some(Status::Sending), Status::InProgress, 2));
     let f = evidence::check(Some(&rec(Status::Succeeded, 2, None, 4)), &t, &s);
-    assert_eq!(
-        violations(&f),
-        [V::DuplicateAccepted, V::AuditGap, V::DuplicateAccepted],
-        "{f:?}"
-    );
-    assert!(f[0].why.contains("attempt 3"));
+    let expected = [V::DuplicateAccepted, V::AuditGap, V::DuplicateAccepted];
+    shows(&f, &expected, "attempt 3");
     assert!(f[2].why.contains("published 2 times"));
     // The same attempt published again in a new technical round (an ERROR answer, a
     // breaker pause) is no duplicate; twice in one round is.
@@ -499,31 +502,21 @@ fn each_broken_guarantee_is_found_with_its_reason() {
         "{f:?}"
     );
     // Stuck in SCHEDULED.
-    let f = evidence::check(
-        Some(&rec(Status::Scheduled, 1, Some(2), 4)),
-        &trail(0, Status::InProgress),
-        &seen(&[C]),
-    );
+    let t = trail(0, Status::InProgress);
+    let f = found(rec(Status::Scheduled, 1, Some(2), 4), &t, &[C]);
     assert_eq!(violations(&f), [V::Stuck]);
     assert!(f[0].why.starts_with("SCHEDULED"));
     // The audit trail misses its first row.
-    let f = evidence::check(
-        Some(&rec(Status::Succeeded, 2, None, 4)),
-        &trail(1, Status::Succeeded)[1..],
-        &seen(&[C, OK]),
-    );
-    assert_eq!(violations(&f), [V::AuditGap]);
-    assert!(
-        f[0].why
-            .contains("audit row IN_PROGRESS → SCHEDULING (attempt 1"),
-        "{f:?}"
+    let t = trail(1, Status::Succeeded);
+    let f = found(rec(Status::Succeeded, 2, None, 4), &t[1..], &[C, OK]);
+    shows(
+        &f,
+        &[V::AuditGap],
+        "audit row IN_PROGRESS → SCHEDULING (attempt 1",
     );
     // The service and the state disagree; an attempt over the budget.
-    let f = evidence::check(
-        Some(&rec(Status::Succeeded, 1, None, 1)),
-        &trail(0, Status::Succeeded),
-        &seen(&[C, C]),
-    );
+    let t = trail(0, Status::Succeeded);
+    let f = found(rec(Status::Succeeded, 1, None, 1), &t, &[C, C]);
     assert_eq!(
         violations(&f),
         [
@@ -537,7 +530,7 @@ fn each_broken_guarantee_is_found_with_its_reason() {
     let mut t = trail(0, Status::Succeeded);
     t[1].from = Some(Status::Sending);
     t.insert(1, row(1, Some(Status::InProgress), Status::Sending, 1));
-    let f = evidence::check(Some(&rec(Status::Succeeded, 1, None, 4)), &t, &seen(&[OK]));
+    let f = found(rec(Status::Succeeded, 1, None, 4), &t, &[OK]);
     assert_eq!(
         violations(&f),
         [V::IllegalTransition, V::IllegalTransition],
@@ -582,13 +575,11 @@ fn the_publishers_claim_and_mark_of_one_instant_link_in_order() {
 /// record not written by the operator's resolve is one.
 #[test]
 fn a_resolved_transaction_is_no_disagreement() {
-    use Status::{InProgress, Scheduled, Scheduling, Succeeded};
-    let trail = vec![
-        row(0, None, InProgress, 1),
-        row(1, Some(InProgress), Scheduling, 1),
-        row(2, Some(Scheduling), Scheduled, 1),
-        row(3, Some(Scheduled), Succeeded, 1),
-    ];
+    use Status::{Scheduled, Succeeded};
+    // Created, then the first retry cycle up to SCHEDULED, then resolved.
+    let mut trail = trail(1, Succeeded);
+    trail.truncate(3);
+    trail.push(row(3, Some(Scheduled), Succeeded, 1));
     let mut r = rec(Succeeded, 1, None, 4);
     r.last_actor = domain::machine::Actor::Operator;
     r.mark = Some(domain::machine::Mark::Resolved);
