@@ -12,7 +12,7 @@ use aws::scheduler::EventBridgeScheduler;
 use aws::sqs::{SqsRequestPublisher, SqsRetryPublisher};
 use common::*;
 use domain::decide::{Ack, Disposition, Input, Known};
-use domain::exec::{execute, ResponsePorts, RetryPorts, StartPorts};
+use domain::exec::{execute, Perform, ResponsePorts, RetryPorts, StartPorts};
 use domain::policy::FixedRandom;
 use domain::ports::Records;
 use domain::{
@@ -26,12 +26,16 @@ use testkit::proxy::Proxy;
 /// A proxy losing the first answer of `operation` (`service:Operation`), and the SDK
 /// configuration through it.
 async fn losing_once(operation: &str) -> (Proxy, aws_config::SdkConfig) {
-    let once = Rates {
+    proxy_with(Faults::none(1).with(operation, once())).await
+}
+
+/// The first answer lost, no other.
+fn once() -> Rates {
+    Rates {
         lost_response: 1.0,
         limit: Some(1),
         ..Rates::default()
-    };
-    proxy_with(Faults::none(1).with(operation, once)).await
+    }
 }
 
 async fn proxy_with(faults: Faults) -> (Proxy, aws_config::SdkConfig) {
@@ -58,10 +62,14 @@ async fn respond(
         retries: &retries,
         notes: &notes,
     };
+    run(Input::Response(response(tx, 1, outcome)), &ports).await
+}
+
+/// The run of `input` over `ports`, from nothing known: how it ended.
+async fn run(input: Input, ports: &impl Perform) -> Disposition {
     let (ctx, mut rng) = (ctx(), FixedRandom(0.5));
-    let input = Input::Response(response(tx, 1, outcome));
     let mut run = Run::new(input, Known::Unread, &ctx, &mut rng);
-    execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
+    execute(&mut run, ports, &ctx, &mut rng, &mut |_| true)
         .await
         .unwrap()
 }
@@ -136,34 +144,61 @@ fn response(tx: &str, attempt: u32, outcome: Outcome) -> Response {
     }
 }
 
-/// The key case: SUCCESS → SUCCEEDED applied, answer lost, the SDK's retry fails its
-/// condition with ALL_OLD showing that very write. Succeeded, not a duplicate.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lost_update_answer_is_done_not_a_duplicate() {
-    // The SDK sent the update again.
-    let (op, outcome) = ("dynamodb:UpdateItem", Outcome::Success);
-    let s = respond_losing_once("TX-LU1", op, outcome, Ack::Succeeded, ("UpdateItem", 2)).await;
-    let rec = s.store().get(&id("TX-LU1")).await.unwrap().unwrap();
-    assert_eq!(rec.status, Status::Succeeded);
+/// What a run losing an answer left behind.
+enum Left {
+    /// The record in this status.
+    Record(Status),
+    /// This many schedules in the group.
+    Schedules(usize),
 }
 
-/// CANCELLED with attempts left: the SCHEDULING write's answer lost. The run goes on
-/// (schedule, confirm) and acknowledges `scheduled`, one schedule created.
+/// GIVEN a response run losing one answer of the operation WHEN the SDK sends it
+/// again THEN the run ends as without the loss:
+/// - the key case: SUCCESS → SUCCEEDED applied, answer lost, the SDK's retry fails
+///   its condition with ALL_OLD showing that very write: succeeded, not a duplicate;
+/// - CANCELLED with attempts left, the SCHEDULING write's answer lost: the run goes on
+///   (schedule, confirm) and acknowledges `scheduled`, one schedule created;
+/// - a lost CreateSchedule answer: the SDK's retry meets the schedule it created
+///   (ConflictException), which the adapter reads as "already exists".
 #[tokio::test(flavor = "multi_thread")]
-async fn a_lost_scheduling_answer_still_schedules_once() {
-    let (op, outcome) = ("dynamodb:UpdateItem", Outcome::Cancelled);
-    let s = respond_losing_once("TX-LS1", op, outcome, Ack::Scheduled, ("CreateSchedule", 1)).await;
-    let rec = s.store().get(&id("TX-LS1")).await.unwrap().unwrap();
-    assert_eq!(rec.status, Status::Scheduled);
-}
-
-/// A lost CreateSchedule answer: the SDK's retry meets the schedule it created
-/// (ConflictException), which the adapter reads as "already exists".
-#[tokio::test(flavor = "multi_thread")]
-async fn a_lost_create_schedule_answer_is_already_created() {
-    let (op, outcome) = ("scheduler:CreateSchedule", Outcome::Cancelled);
-    let s = respond_losing_once("TX-LC1", op, outcome, Ack::Scheduled, ("CreateSchedule", 2)).await;
-    assert_eq!(schedules(&s).await, 1);
+async fn a_lost_answer_of_a_response_run_ends_as_without_the_loss() {
+    let (update, create) = ("dynamodb:UpdateItem", "scheduler:CreateSchedule");
+    let (succeeded, scheduled) = (Ack::Succeeded, Ack::Scheduled);
+    for (tx, op, outcome, acked, sent, left) in [
+        (
+            "TX-LU1",
+            update,
+            Outcome::Success,
+            succeeded,
+            ("UpdateItem", 2),
+            Left::Record(Status::Succeeded),
+        ),
+        (
+            "TX-LS1",
+            update,
+            Outcome::Cancelled,
+            scheduled,
+            ("CreateSchedule", 1),
+            Left::Record(Status::Scheduled),
+        ),
+        (
+            "TX-LC1",
+            create,
+            Outcome::Cancelled,
+            scheduled,
+            ("CreateSchedule", 2),
+            Left::Schedules(1),
+        ),
+    ] {
+        let s = respond_losing_once(tx, op, outcome, acked, sent).await;
+        match left {
+            Left::Record(status) => {
+                let rec = s.store().get(&id(tx)).await.unwrap().unwrap();
+                assert_eq!(rec.status, status, "{tx}");
+            }
+            Left::Schedules(n) => assert_eq!(schedules(&s).await, n, "{tx}"),
+        }
+    }
 }
 
 /// A lost SendMessage answer: the request goes out twice with one idempotency key
@@ -195,12 +230,7 @@ async fn a_lost_send_answer_publishes_twice_under_one_key() {
         requests: &requests,
         retries: &retries,
     };
-    let (ctx, mut rng) = (ctx(), FixedRandom(0.5));
-    let event = scheduled_retry("TX-LM1", 2);
-    let mut run = Run::new(Input::Retry(event), Known::Unread, &ctx, &mut rng);
-    let d = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
-        .await
-        .unwrap();
+    let d = run(Input::Retry(scheduled_retry("TX-LM1", 2)), &ports).await;
     assert_eq!(d, Disposition::Ack(Ack::Published));
     assert_eq!(lost(&proxy, "sqs:SendMessage"), 1);
     let got = s
@@ -237,17 +267,13 @@ async fn a_lost_create_answer_is_started() {
         store: &store,
         requests: &requests,
     };
-    let (ctx, mut rng) = (ctx(), FixedRandom(0.5));
     let input = Input::Start {
         transaction_id: TransactionId::parse("TX-LT1").unwrap(),
         payload: Payload::from_json(r#"{"order":7}"#).unwrap(),
         max_attempts: MaxAttempts::new(3).unwrap(),
         correlation_id: None,
     };
-    let mut run = Run::new(input, Known::Unread, &ctx, &mut rng);
-    let d = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
-        .await
-        .unwrap();
+    let d = run(input, &ports).await;
     assert_eq!(d, Disposition::Ack(Ack::Started));
     assert_eq!(lost(&proxy, "dynamodb:TransactWriteItems"), 1);
     assert_eq!(calls(&proxy, "SendMessage"), 1);
@@ -260,14 +286,7 @@ async fn a_lost_create_answer_is_started() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_answer_times_out_the_attempt_and_is_done() {
     let s = stack_holding("stall", &record("TX-ST1", Status::InProgress, 1, 4, T0)).await;
-    let mut faults = Faults::none(1).with(
-        "dynamodb:UpdateItem",
-        Rates {
-            lost_response: 1.0,
-            limit: Some(1),
-            ..Rates::default()
-        },
-    );
+    let mut faults = Faults::none(1).with("dynamodb:UpdateItem", once());
     faults.stall = Duration::from_secs(30);
     faults.stall_share = 1.0;
     let (proxy, sdk) = proxy_with(faults).await;
@@ -302,11 +321,7 @@ async fn a_lost_delete_schedule_answer_is_resolved() {
         store: &store,
         scheduler: &scheduler,
     };
-    let (ctx, mut rng) = (ctx(), FixedRandom(0.5));
-    let mut run = Run::new(Input::Resolve(id("TX-LD1")), Known::Unread, &ctx, &mut rng);
-    let d = execute(&mut run, &ports, &ctx, &mut rng, &mut |_| true)
-        .await
-        .unwrap();
+    let d = run(Input::Resolve(id("TX-LD1")), &ports).await;
     assert_eq!(d, Disposition::Ack(Ack::Resolved));
     assert_eq!(lost(&proxy, "scheduler:DeleteSchedule"), 1);
     assert_eq!(calls(&proxy, "DeleteSchedule"), 2);

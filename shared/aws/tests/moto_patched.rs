@@ -42,17 +42,22 @@ async fn stream_arn(ddb: &Client) -> String {
         .to_owned()
 }
 
+/// A transaction update of `key` setting `#v` to `value` if `cond` holds.
+fn conditional_update(key: &str, cond: &str, value: &str) -> Update {
+    Update::builder()
+        .table_name(TABLE)
+        .key("pk", s(key))
+        .update_expression("SET #v = :v")
+        .condition_expression(cond)
+        .expression_attribute_names("#v", "v")
+        .expression_attribute_values(":v", s(value))
+        .build()
+        .unwrap()
+}
+
 /// A transaction whose condition fails: it is cancelled.
 async fn cancelled_transaction(ddb: &Client, round: usize) {
-    let update = Update::builder()
-        .table_name(TABLE)
-        .key("pk", s(&format!("other-{round}")))
-        .update_expression("SET #v = :v")
-        .condition_expression("attribute_exists(#v)")
-        .expression_attribute_names("#v", "v")
-        .expression_attribute_values(":v", s("x"))
-        .build()
-        .unwrap();
+    let update = conditional_update(&format!("other-{round}"), "attribute_exists(#v)", "x");
     let r = ddb
         .transact_write_items()
         .transact_items(TransactWriteItem::builder().update(update).build())
@@ -65,27 +70,23 @@ async fn cancelled_transaction(ddb: &Client, round: usize) {
 /// transactions on the same table. Returns the counter's final value.
 async fn increments_racing_cancellations(ddb: &Client, round: usize) -> usize {
     let key = format!("counter-{round}");
-    let adds = (0..INCREMENTS).map(|_| {
-        let ddb = ddb.clone();
-        let key = key.clone();
-        tokio::spawn(async move {
-            update_of(
-                &ddb,
-                &key,
-                "ADD #n :value",
-                "n",
-                AttributeValue::N("1".into()),
-            )
-            .send()
-            .await
-            .unwrap();
-        })
-    });
+    let adds = racing_updates(
+        ddb,
+        &key,
+        "ADD #n :value",
+        "n",
+        |_| AttributeValue::N("1".into()),
+        None,
+    );
     let cancels = (0..INCREMENTS).map(|_| {
         let ddb = ddb.clone();
-        tokio::spawn(async move { cancelled_transaction(&ddb, round).await })
+        tokio::spawn(async move {
+            cancelled_transaction(&ddb, round).await;
+            true
+        })
     });
-    joined(adds.chain(cancels).collect()).await;
+    let acknowledged = joined(adds.chain(cancels).collect()).await;
+    assert!(acknowledged.iter().all(|ok| *ok), "every ADD acknowledged");
     let item = ddb
         .get_item()
         .table_name(TABLE)
@@ -104,26 +105,38 @@ async fn increments_racing_cancellations(ddb: &Client, round: usize) -> usize {
 /// Concurrent "claim if unclaimed" updates of one item: how many succeeded.
 async fn concurrent_claims(ddb: &Client, round: usize) -> usize {
     let key = format!("claim-{round}");
-    let tasks = (0..INCREMENTS)
-        .map(|i| {
-            let ddb = ddb.clone();
-            let key = key.clone();
-            tokio::spawn(async move {
-                update_of(
-                    &ddb,
-                    &key,
-                    "SET #owner = :value",
-                    "owner",
-                    s(&i.to_string()),
-                )
-                .condition_expression("attribute_not_exists(#owner)")
-                .send()
-                .await
-                .is_ok()
-            })
-        })
-        .collect();
-    joined(tasks).await.into_iter().filter(|won| *won).count()
+    let claim = Some("attribute_not_exists(#owner)");
+    let tasks = racing_updates(
+        ddb,
+        &key,
+        "SET #owner = :value",
+        "owner",
+        |i| s(&i.to_string()),
+        claim,
+    );
+    joined(tasks.collect())
+        .await
+        .into_iter()
+        .filter(|won| *won)
+        .count()
+}
+
+/// INCREMENTS concurrent UpdateItems of `key` (the i-th setting `#attr` from
+/// `value(i)`, under `condition` if any): tasks answering whether each succeeded.
+fn racing_updates(
+    ddb: &Client,
+    key: &str,
+    expression: &'static str,
+    attr: &'static str,
+    value: fn(usize) -> AttributeValue,
+    condition: Option<&'static str>,
+) -> impl Iterator<Item = tokio::task::JoinHandle<bool>> {
+    let (ddb, key) = (ddb.clone(), key.to_owned());
+    (0..INCREMENTS).map(move |i| {
+        let update = update_of(&ddb, &key, expression, attr, value(i))
+            .set_condition_expression(condition.map(str::to_owned));
+        tokio::spawn(async move { update.send().await.is_ok() })
+    })
 }
 
 /// Waits for every task, in order; their results.
@@ -237,42 +250,19 @@ async fn observe(program: &str) -> Vec<String> {
     let ddb = Client::new(&sdk);
     table(&ddb).await;
     let mut seen = Vec::new();
-    let update = |key: &str, cond: &str| {
-        Update::builder()
-            .table_name(TABLE)
-            .key("pk", s(key))
-            .update_expression("SET #v = :v")
-            .condition_expression(cond)
-            .expression_attribute_names("#v", "v")
-            .expression_attribute_values(":v", s(key))
-            .build()
-            .unwrap()
-    };
     for (key, cond) in [
         ("a", "attribute_not_exists(#v)"),
         ("a", "attribute_not_exists(#v)"),
-        ("a", "#v = :v"),
+        ("a", "#v = :value"),
     ] {
-        let r = ddb
-            .update_item()
-            .table_name(TABLE)
-            .key("pk", s(key))
-            .update_expression("SET #v = :v")
+        let r = update_of(&ddb, key, "SET #v = :value", "v", s(key))
             .condition_expression(cond)
-            .expression_attribute_names("#v", "v")
-            .expression_attribute_values(":v", s(key))
             .return_values_on_condition_check_failure(
                 aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure::AllOld,
             )
             .send()
             .await;
-        seen.push(match r {
-            Ok(_) => format!("update {key} if {cond}: ok"),
-            Err(e) => format!(
-                "update {key} if {cond}: {:?}",
-                e.as_service_error().map(|x| x.to_string())
-            ),
-        });
+        seen.push(answered(format!("update {key} if {cond}"), r));
     }
     for items in [
         vec![
@@ -288,17 +278,11 @@ async fn observe(program: &str) -> Vec<String> {
         for (key, cond) in &items {
             t = t.transact_items(
                 TransactWriteItem::builder()
-                    .update(update(key, cond))
+                    .update(conditional_update(key, cond, key))
                     .build(),
             );
         }
-        seen.push(match t.send().await {
-            Ok(_) => format!("transaction {items:?}: ok"),
-            Err(e) => format!(
-                "transaction {items:?}: {:?}",
-                e.as_service_error().map(|x| x.to_string())
-            ),
-        });
+        seen.push(answered(format!("transaction {items:?}"), t.send().await));
     }
     let scan = ddb.scan().table_name(TABLE).send().await.unwrap();
     let mut keys: Vec<String> = scan
@@ -322,6 +306,17 @@ async fn observe(program: &str) -> Vec<String> {
     ));
     moto.stop().await;
     seen
+}
+
+/// `<what>: ok`, or `<what>: ` and the service error the call answered.
+fn answered<O, E: std::fmt::Display, R>(
+    what: String,
+    r: Result<O, aws_sdk_dynamodb::error::SdkError<E, R>>,
+) -> String {
+    match r {
+        Ok(_) => format!("{what}: ok"),
+        Err(e) => format!("{what}: {:?}", e.as_service_error().map(|x| x.to_string())),
+    }
 }
 
 /// GIVEN the same DynamoDB calls, one at a time WHEN run on stock moto and on the
