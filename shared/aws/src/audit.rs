@@ -16,7 +16,7 @@ use crate::item::{
     flat_from_dynamodb, flat_from_streams, n, record_from_flat, s, CodecError, FlatItem,
 };
 use aws_sdk_dynamodb::operation::query::QueryError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodbstreams::types::ShardIteratorType;
 use domain::audit::{AuditEntry, Notice};
@@ -499,10 +499,7 @@ impl AuditWriter {
             names.insert(format!("#{p}"), name);
             values.insert(format!(":{p}"), value);
         }
-        self.client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key))
+        self.update(key)
             .update_expression(format!("SET {}", sets.join(", ")))
             .set_expression_attribute_names(Some(names))
             .set_expression_attribute_values(Some(values))
@@ -510,6 +507,18 @@ impl AuditWriter {
             .await
             .map_err(|e| classify("UpdateItem", &e, crate::dynamo::update_item_kind))?;
         Ok(())
+    }
+
+    /// An UpdateItem of the audit item keyed as `item` (its other attributes unused).
+    fn update(&self, item: HashMap<String, AttributeValue>) -> UpdateItemFluentBuilder {
+        let key = item
+            .into_iter()
+            .filter(|(k, _)| k == attr::TRANSACTION_ID || k == attr::AUDIT_KEY)
+            .collect();
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key))
     }
 
     async fn write_owned<T>(&self, tag: T, group: Vec<AuditEntry>) -> (T, Result<(), PortError>) {
@@ -685,15 +694,8 @@ impl AuditWriter {
             if current.is_some_and(|c| c >= expires) {
                 continue;
             }
-            let key: HashMap<String, AttributeValue> = item
-                .into_iter()
-                .filter(|(k, _)| k == attr::TRANSACTION_ID || k == attr::AUDIT_KEY)
-                .collect();
             let written = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key))
+                .update(item)
                 .update_expression("SET #x = :x")
                 .condition_expression(
                     "attribute_exists(#k) AND (attribute_not_exists(#x) OR #x < :x)",
@@ -703,15 +705,7 @@ impl AuditWriter {
                 .expression_attribute_values(":x", n(expires))
                 .send()
                 .await;
-            match written {
-                Ok(_) => raised += 1,
-                Err(e)
-                    if matches!(
-                        e.as_service_error(),
-                        Some(UpdateItemError::ConditionalCheckFailedException(_))
-                    ) => {}
-                Err(e) => return Err(classify("UpdateItem", &e, crate::dynamo::update_item_kind)),
-            }
+            raised += usize::from(crate::dynamo::condition_held(written)?);
         }
         Ok(raised)
     }
@@ -788,14 +782,7 @@ impl AuditWriter {
             if removes.is_empty() {
                 continue;
             }
-            let key: HashMap<String, AttributeValue> = item
-                .into_iter()
-                .filter(|(k, _)| k == attr::TRANSACTION_ID || k == attr::AUDIT_KEY)
-                .collect();
-            self.client
-                .update_item()
-                .table_name(&self.table)
-                .set_key(Some(key))
+            self.update(item)
                 .update_expression(format!("REMOVE {}", removes.join(", ")))
                 .set_expression_attribute_names(Some(names))
                 .send()

@@ -9,9 +9,10 @@
 
 use crate::errors::classify;
 use crate::item::{n, s};
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::AttributeValue;
-use aws_sdk_dynamodb::types::{Put, TransactWriteItem};
+use aws_sdk_dynamodb::types::Put;
 use aws_sdk_dynamodb::Client;
 use domain::breaker::{
     bucket_of, window_total, Breaker, BreakerSettings, BreakerState, Change, Tally,
@@ -208,6 +209,16 @@ impl DynamoBreaker {
         }
     }
 
+    /// A Query of the table on `condition`, its partition `#pk` being `pk`.
+    fn query(&self, condition: &str, pk: String) -> QueryFluentBuilder {
+        self.client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression(condition)
+            .expression_attribute_names("#pk", attr::PK)
+            .expression_attribute_values(":pk", s(pk))
+    }
+
     fn window_pk(&self) -> String {
         format!("{}#window", self.service)
     }
@@ -254,13 +265,8 @@ impl BreakerReads for DynamoBreaker {
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
             let page = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("#pk = :pk AND #sk >= :from")
-                .expression_attribute_names("#pk", attr::PK)
+                .query("#pk = :pk AND #sk >= :from", self.window_pk())
                 .expression_attribute_names("#sk", attr::SK)
-                .expression_attribute_values(":pk", s(self.window_pk()))
                 .expression_attribute_values(":from", s(Self::bucket_sk(oldest, 0)))
                 .consistent_read(true)
                 .set_exclusive_start_key(start.take())
@@ -414,19 +420,11 @@ impl DynamoBreaker {
             .set_item(Some(item))
             .condition_expression(condition)
             .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values((!values.is_empty()).then_some(values))
-            .build()
-            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+            .set_expression_attribute_values((!values.is_empty()).then_some(values));
         let put_log = Put::builder()
             .table_name(&self.table)
-            .set_item(Some(self.log_item(from_state, new, note)))
-            .build()
-            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
-        let sent = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put_breaker).build())
-            .transact_items(TransactWriteItem::builder().put(put_log).build())
+            .set_item(Some(self.log_item(from_state, new, note)));
+        let sent = crate::dynamo::transact_puts(&self.client, [put_breaker, put_log])?
             .send()
             .await;
         match sent {
@@ -513,12 +511,7 @@ impl DynamoBreaker {
     /// The breaker's latest `limit` changes, newest first.
     pub async fn history(&self, limit: i32) -> Result<Vec<BreakerLogEntry>, PortError> {
         let page = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .key_condition_expression("#pk = :pk")
-            .expression_attribute_names("#pk", attr::PK)
-            .expression_attribute_values(":pk", s(self.log_pk()))
+            .query("#pk = :pk", self.log_pk())
             .scan_index_forward(false)
             .limit(limit.max(1))
             .send()

@@ -15,15 +15,18 @@ use crate::errors::classify;
 use crate::item::{
     self, attr, flat_from_dynamodb, key, n, record_from_flat, record_to_item, s, CodecError,
 };
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::error::{BoxError, SdkError};
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
 use aws_sdk_dynamodb::operation::query::QueryError;
+use aws_sdk_dynamodb::operation::transact_write_items::builders::TransactWriteItemsFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    builders::PutBuilder, AttributeValue, Put, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem,
 };
 use aws_sdk_dynamodb::Client;
 use domain::machine::{BudgetGuard, Change, Mark, Write};
@@ -438,6 +441,36 @@ crate::errors::error_kinds!(dynamodb
     }
 );
 
+/// A TransactWriteItems of `puts`, each built (one that does not build is a
+/// permanent error).
+pub(crate) fn transact_puts(
+    client: &Client,
+    puts: impl IntoIterator<Item = PutBuilder>,
+) -> Result<TransactWriteItemsFluentBuilder, PortError> {
+    let mut call = client.transact_write_items();
+    for put in puts {
+        let put = put
+            .build()
+            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+        call = call.transact_items(TransactWriteItem::builder().put(put).build());
+    }
+    Ok(call)
+}
+
+/// Whether a conditional UpdateItem (of a table other than the record's) wrote:
+/// `false` when its condition failed, else its error classified.
+pub(crate) fn condition_held<O>(
+    result: Result<O, SdkError<UpdateItemError, HttpResponse>>,
+) -> Result<bool, PortError> {
+    crate::errors::settled(
+        "UpdateItem",
+        result,
+        (true, false),
+        UpdateItemError::is_conditional_check_failed_exception,
+        update_item_kind,
+    )
+}
+
 crate::errors::error_kinds!(dynamodb
     /// How a TransactWriteItems error is classified.
     pub(crate) fn transact_kind(TransactWriteItemsError) {
@@ -492,9 +525,7 @@ impl Creates for DynamoStore<PayloadsTable> {
             .table_name(&self.transactions_table)
             .set_item(Some(record_to_item(record)))
             .condition_expression("attribute_not_exists(#id)")
-            .set_expression_attribute_names(Some(id_name.clone()))
-            .build()
-            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+            .set_expression_attribute_names(Some(id_name.clone()));
         let mut payload_item = key(&record.transaction_id);
         payload_item.insert(attr::PAYLOAD.to_owned(), s(payload.as_json()));
         payload_item.insert(
@@ -509,15 +540,9 @@ impl Creates for DynamoStore<PayloadsTable> {
             .table_name(payloads)
             .set_item(Some(payload_item))
             .condition_expression("attribute_not_exists(#id)")
-            .set_expression_attribute_names(Some(id_name))
-            .build()
-            .map_err(|e| PortError::permanent("TransactWriteItems", e.to_string()))?;
+            .set_expression_attribute_names(Some(id_name));
         let attempts = Attempts::default();
-        let result = self
-            .client
-            .transact_write_items()
-            .transact_items(TransactWriteItem::builder().put(put_record).build())
-            .transact_items(TransactWriteItem::builder().put(put_payload).build())
+        let result = transact_puts(&self.client, [put_record, put_payload])?
             .customize()
             .interceptor(attempts.clone())
             .send()

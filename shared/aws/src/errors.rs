@@ -54,6 +54,26 @@ where
     }
 }
 
+/// The answer of a call where one modeled error means its effect is already there (a
+/// retry meeting the call's own result): `done` on success, `already` on an error
+/// `is_already` names, else the error classified as [`classify`] does.
+pub fn settled<T, O, E>(
+    operation: &'static str,
+    result: Result<O, SdkError<E, HttpResponse>>,
+    (done, already): (T, T),
+    is_already: impl FnOnce(&E) -> bool,
+    typed: impl FnOnce(&E) -> Option<ErrorKind>,
+) -> Result<T, PortError>
+where
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+{
+    match result {
+        Ok(_) => Ok(done),
+        Err(e) if e.as_service_error().is_some_and(is_already) => Ok(already),
+        Err(e) => Err(classify(operation, &e, typed)),
+    }
+}
+
 /// A `map_err` adapter for a failed SDK call whose caller only reports it:
 /// `"<what>: <the error and all its sources>"`.
 pub fn sdk_error<E: std::error::Error>(what: impl std::fmt::Display) -> impl FnOnce(E) -> String {

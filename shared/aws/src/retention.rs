@@ -13,7 +13,9 @@
 use crate::errors::classify;
 use crate::item::{attr, key, s};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::{
+    builders::UpdateItemFluentBuilder, UpdateItemError,
+};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use aws_sdk_dynamodb::Client;
 use domain::ports::PortError;
@@ -27,8 +29,12 @@ fn epoch(t: Timestamp) -> AttributeValue {
     AttributeValue::N(t.epoch_seconds().to_string())
 }
 
-fn is_condition_failed(e: &UpdateItemError) -> bool {
-    matches!(e, UpdateItemError::ConditionalCheckFailedException(_))
+/// An UpdateItem of the item of `id` in `table`.
+fn update(client: &Client, table: &str, id: &TransactionId) -> UpdateItemFluentBuilder {
+    client
+        .update_item()
+        .table_name(table)
+        .set_key(Some(key(id)))
 }
 
 /// Sets (`Some`) or removes (`None`) the TTL of the payload of `id` in `table`, if
@@ -39,10 +45,7 @@ pub async fn set_payload_purge(
     id: &TransactionId,
     at: Option<Timestamp>,
 ) -> Result<bool, PortError> {
-    let mut call = client
-        .update_item()
-        .table_name(table)
-        .set_key(Some(key(id)))
+    let mut call = update(client, table, id)
         .condition_expression("attribute_exists(#id)")
         .expression_attribute_names("#id", attr::TRANSACTION_ID)
         .expression_attribute_names("#x", PURGE_AT);
@@ -52,11 +55,7 @@ pub async fn set_payload_purge(
             .expression_attribute_values(":x", epoch(t)),
         None => call.update_expression("REMOVE #x"),
     };
-    match call.send().await {
-        Ok(_) => Ok(true),
-        Err(e) if e.as_service_error().is_some_and(is_condition_failed) => Ok(false),
-        Err(e) => Err(classify("UpdateItem", &e, crate::dynamo::update_item_kind)),
-    }
+    crate::dynamo::condition_held(call.send().await)
 }
 
 /// Deletes the payload of `id` from `table`. Returns whether there was one.
@@ -86,10 +85,7 @@ pub async fn scrub_record(
     table: &str,
     id: &TransactionId,
 ) -> Result<ErasedSet, PortError> {
-    let out = client
-        .update_item()
-        .table_name(table)
-        .set_key(Some(key(id)))
+    let out = update(client, table, id)
         .update_expression("REMOVE #r, #o")
         .condition_expression("attribute_exists(#id) AND #st IN (:ok, :failed)")
         .expression_attribute_names("#r", attr::LAST_REASON)
@@ -114,7 +110,10 @@ pub async fn scrub_record(
             }
             Ok(erased)
         }
-        Err(e) if e.as_service_error().is_some_and(is_condition_failed) => {
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(UpdateItemError::is_conditional_check_failed_exception) =>
+        {
             Err(PortError::permanent(
                 "UpdateItem",
                 format!("transaction `{id}` is no longer SUCCEEDED or FAILED: nothing erased from its record"),

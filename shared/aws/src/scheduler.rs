@@ -11,7 +11,7 @@
 //! the client's bounded strategy ([`crate::clients::retry_config`]), then `Retryable`.
 
 use crate::config::SchedulerSettings;
-use crate::errors::classify;
+use crate::errors::settled;
 use aws_sdk_scheduler::operation::create_schedule::CreateScheduleError;
 use aws_sdk_scheduler::operation::delete_schedule::DeleteScheduleError;
 use aws_sdk_scheduler::types::{
@@ -133,15 +133,13 @@ impl ScheduleCreator for EventBridgeScheduler {
             .target(target)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(ScheduleCreated::Created),
-            Err(e) => match e.as_service_error() {
-                Some(CreateScheduleError::ConflictException(_)) => {
-                    Ok(ScheduleCreated::AlreadyExists)
-                }
-                _ => Err(classify("CreateSchedule", &e, create_kind)),
-            },
-        }
+        settled(
+            "CreateSchedule",
+            result,
+            (ScheduleCreated::Created, ScheduleCreated::AlreadyExists),
+            CreateScheduleError::is_conflict_exception,
+            create_kind,
+        )
     }
 }
 
@@ -154,14 +152,12 @@ impl ScheduleDeleter for EventBridgeScheduler {
             .group_name(&self.settings.group)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(ScheduleDeleted::Deleted),
-            Err(e) => match e.as_service_error() {
-                Some(DeleteScheduleError::ResourceNotFoundException(_)) => {
-                    Ok(ScheduleDeleted::NotFound)
-                }
-                _ => Err(classify("DeleteSchedule", &e, delete_kind)),
-            },
-        }
+        settled(
+            "DeleteSchedule",
+            result,
+            (ScheduleDeleted::Deleted, ScheduleDeleted::NotFound),
+            DeleteScheduleError::is_resource_not_found_exception,
+            delete_kind,
+        )
     }
 }

@@ -22,8 +22,11 @@ fn settings() -> BreakerSettings {
 }
 
 async fn breaker(tag: &str, shards: u8) -> DynamoBreaker {
-    // The breaker table as the stack provisions it (the template's definition).
-    let s = common::stack(tag).await;
+    breaker_on(&common::stack(tag).await, shards)
+}
+
+/// The breaker on the stack's table (as the template defines it), in `shards` shards.
+fn breaker_on(s: &common::Stack, shards: u8) -> DynamoBreaker {
     DynamoBreaker::new(
         aws_sdk_dynamodb::Client::new(&s.sdk),
         &s.p.names.breaker_table,
@@ -165,13 +168,7 @@ async fn a_corrupt_breaker_item_is_an_error_and_an_override_repairs_it() {
     use aws::breaker::Found;
     use aws_sdk_dynamodb::types::AttributeValue as V;
     let s = common::stack("brc").await;
-    let b = DynamoBreaker::new(
-        aws_sdk_dynamodb::Client::new(&s.sdk),
-        &s.p.names.breaker_table,
-        "external",
-        settings(),
-        1,
-    );
+    let b = breaker_on(&s, 1);
     let put = |attrs: Vec<(&str, V)>| {
         let mut item: std::collections::HashMap<String, V> =
             attrs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
@@ -183,11 +180,11 @@ async fn a_corrupt_breaker_item_is_an_error_and_an_override_repairs_it() {
             .set_item(Some(item))
             .send()
     };
-    let n = |v: &str| V::N(v.into());
+    let (n, st) = (|v: &str| V::N(v.into()), |v: &str| V::S(v.into()));
     let cases: Vec<(Vec<(&str, V)>, &str)> = vec![
         (
             vec![
-                ("state", V::S("HALF_OPEN".into())),
+                ("state", st("HALF_OPEN")),
                 ("version", n("4")),
                 ("since", n("1")),
                 ("admitted", n("0")),
@@ -200,15 +197,15 @@ async fn a_corrupt_breaker_item_is_an_error_and_an_override_repairs_it() {
         ),
         (
             vec![
-                ("state", V::S("OPEN".into())),
-                ("version", V::S("four".into())),
+                ("state", st("OPEN")),
+                ("version", st("four")),
                 ("cooldown_ms", n("30000")),
             ],
             "version = S(\"four\")",
         ),
         (
             vec![
-                ("state", V::S("OPEN".into())),
+                ("state", st("OPEN")),
                 ("version", n("4")),
                 ("cooldown_ms", n("0")),
                 ("until", n("1")),
