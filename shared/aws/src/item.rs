@@ -359,62 +359,53 @@ pub(crate) fn key(id: &TransactionId) -> HashMap<String, AttributeValue> {
 /// Encodes a record as a DynamoDB item (optional fields absent when `None`).
 pub fn record_to_item(r: &TransactionRecord) -> HashMap<String, AttributeValue> {
     use attr::*;
-    let mut m = HashMap::new();
-    m.insert(TRANSACTION_ID.to_owned(), s(r.transaction_id.as_str()));
-    m.insert(STATUS.to_owned(), s(r.status.as_str()));
-    m.insert(CURRENT_ATTEMPT.to_owned(), n(r.current_attempt.get()));
-    if let Some(a) = r.next_attempt {
-        m.insert(NEXT_ATTEMPT.to_owned(), n(a.get()));
-    }
-    m.insert(MAX_ATTEMPTS.to_owned(), n(r.max_attempts.get()));
-    if let Some(t) = r.next_fire_at {
-        m.insert(NEXT_FIRE_AT.to_owned(), s(t.to_rfc3339()));
-    }
-    if let Some(name) = &r.schedule_name {
-        m.insert(SCHEDULE_NAME.to_owned(), s(name.as_str()));
-    }
-    if let Some(o) = r.last_outcome {
-        m.insert(LAST_OUTCOME.to_owned(), s(o.as_str()));
-    }
-    if let Some(reason) = &r.last_reason {
-        m.insert(LAST_REASON.to_owned(), s(reason.clone()));
-    }
-    m.insert(MARK.to_owned(), mark_value(r.mark));
-    m.insert(CREATED_AT.to_owned(), s(r.created_at.to_rfc3339()));
-    m.insert(UPDATED_AT.to_owned(), s(r.updated_at.to_rfc3339()));
-    m.insert(LAST_ACTOR.to_owned(), s(r.last_actor.as_str()));
-    if let Some(o) = r.last_origin {
-        m.insert(LAST_ORIGIN.to_owned(), s(o.as_str()));
-    }
-    if let Some(k) = &r.reconcile {
-        m.insert(RECONCILE_PK.to_owned(), s(k.partition.clone()));
-        m.insert(RECONCILE_AT.to_owned(), s(k.at.to_rfc3339()));
-    }
-    if let Some(t) = r.answer_due_at {
-        m.insert(ANSWER_DUE_AT.to_owned(), s(t.to_rfc3339()));
-    }
-    if let Some(t) = r.expires_at {
-        m.insert(EXPIRES_AT.to_owned(), s(t.to_rfc3339()));
-    }
-    if let Some(c) = &r.correlation_id {
-        m.insert(CORRELATION_ID.to_owned(), s(c.as_str()));
-    }
-    if let Some(t) = r.publishing_since {
-        m.insert(PUBLISHING_SINCE.to_owned(), s(t.to_rfc3339()));
-    }
-    for (c, k) in r.counts.iter().filter(|(_, k)| **k > 0) {
-        m.insert(c.attribute().to_owned(), n(*k));
-    }
-    if let Some(k) = &r.failed {
-        m.insert(FAILED_PK.to_owned(), s(k.partition.clone()));
-    }
-    if let Some(o) = &r.operator {
-        m.insert(OPERATOR_CALLER.to_owned(), s(o.caller.clone()));
-        if let Some(reason) = &o.reason {
-            m.insert(OPERATOR_REASON.to_owned(), s(reason.clone()));
-        }
-    }
-    m
+    let time = |t: Option<Timestamp>| t.map(|t| s(t.to_rfc3339()));
+    let reconcile = r.reconcile.as_ref();
+    let operator = r.operator.as_ref();
+    let fields = [
+        (TRANSACTION_ID, Some(s(r.transaction_id.as_str()))),
+        (STATUS, Some(s(r.status.as_str()))),
+        (CURRENT_ATTEMPT, Some(n(r.current_attempt.get()))),
+        (NEXT_ATTEMPT, r.next_attempt.map(|a| n(a.get()))),
+        (MAX_ATTEMPTS, Some(n(r.max_attempts.get()))),
+        (NEXT_FIRE_AT, time(r.next_fire_at)),
+        (
+            SCHEDULE_NAME,
+            r.schedule_name.as_ref().map(|x| s(x.as_str())),
+        ),
+        (LAST_OUTCOME, r.last_outcome.map(|o| s(o.as_str()))),
+        (LAST_REASON, r.last_reason.clone().map(s)),
+        (MARK, Some(mark_value(r.mark))),
+        (CREATED_AT, time(Some(r.created_at))),
+        (UPDATED_AT, time(Some(r.updated_at))),
+        (LAST_ACTOR, Some(s(r.last_actor.as_str()))),
+        (LAST_ORIGIN, r.last_origin.map(|o| s(o.as_str()))),
+        (RECONCILE_PK, reconcile.map(|k| s(k.partition.clone()))),
+        (RECONCILE_AT, time(reconcile.map(|k| k.at))),
+        (ANSWER_DUE_AT, time(r.answer_due_at)),
+        (EXPIRES_AT, time(r.expires_at)),
+        (
+            CORRELATION_ID,
+            r.correlation_id.as_ref().map(|c| s(c.as_str())),
+        ),
+        (PUBLISHING_SINCE, time(r.publishing_since)),
+        (FAILED_PK, r.failed.as_ref().map(|k| s(k.partition.clone()))),
+        (OPERATOR_CALLER, operator.map(|o| s(o.caller.clone()))),
+        (
+            OPERATOR_REASON,
+            operator.and_then(|o| o.reason.clone()).map(s),
+        ),
+    ];
+    let counts = r
+        .counts
+        .iter()
+        .filter(|(_, k)| **k > 0)
+        .map(|(c, k)| (c.attribute(), Some(n(*k))));
+    fields
+        .into_iter()
+        .chain(counts)
+        .filter_map(|(name, value)| Some((name.to_owned(), value?)))
+        .collect()
 }
 
 /// A transaction item as the DynamoDB SDK holds it.
