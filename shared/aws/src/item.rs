@@ -172,16 +172,7 @@ fn get_s<'a>(item: &'a FlatItem, name: &'static str) -> Result<Option<&'a str>, 
     match item.get(name) {
         None => Ok(None),
         Some(Scalar::S(s)) => Ok(Some(s)),
-        Some(Scalar::N(n)) => Err(CodecError::new(
-            name,
-            Some(n),
-            "expected a string (S), found a number",
-        )),
-        Some(Scalar::Other(t)) => Err(CodecError::new(
-            name,
-            None,
-            format!("expected a string (S), found {t}"),
-        )),
+        Some(other) => Err(found_instead(name, "a string (S)", other)),
     }
 }
 
@@ -196,17 +187,18 @@ fn get_n(item: &FlatItem, name: &'static str) -> Result<Option<u32>, CodecError>
             .parse()
             .map(Some)
             .map_err(|_| CodecError::new(name, Some(n), "not a whole number")),
-        Some(Scalar::S(s)) => Err(CodecError::new(
-            name,
-            Some(s),
-            "expected a number (N), found a string",
-        )),
-        Some(Scalar::Other(t)) => Err(CodecError::new(
-            name,
-            None,
-            format!("expected a number (N), found {t}"),
-        )),
+        Some(other) => Err(found_instead(name, "a number (N)", other)),
     }
+}
+
+/// `name` holds `found` where `expected` was wanted.
+fn found_instead(name: &'static str, expected: &str, found: &Scalar) -> CodecError {
+    let (value, found) = match found {
+        Scalar::S(s) => (Some(s.as_str()), "a string"),
+        Scalar::N(n) => (Some(n.as_str()), "a number"),
+        Scalar::Other(t) => (None, *t),
+    };
+    CodecError::new(name, value, format!("expected {expected}, found {found}"))
 }
 
 fn need_n(item: &FlatItem, name: &'static str) -> Result<u32, CodecError> {

@@ -154,10 +154,9 @@ mod tests {
     fn only_a_terminal_write_sets_the_ttl_and_only_a_reopening_removes_it() {
         let r = Some(Retention::days(30).unwrap());
         let at = Timestamp::from_millis(86_400_000);
-        let end = Write::new(
-            id(),
+        let write = |arrow, actor| Write::new(id(), arrow, at, actor);
+        let end = write(
             arrow!([Status::InProgress], Event::Success),
-            at,
             Actor::ResponseHandler,
         );
         let x = sent(&end, r);
@@ -173,18 +172,14 @@ mod tests {
         // Without a retention the terminal write is unchanged.
         assert_eq!(sent(&end, None), update_expression(&end));
 
-        let live = Write::new(
-            id(),
+        let live = write(
             arrow!([Status::InProgress], Event::ResponseCancelledRetry),
-            at,
             Actor::ResponseHandler,
         );
         assert_eq!(sent(&live, r), update_expression(&live));
 
-        let replay = Write::new(
-            id(),
+        let replay = write(
             arrow!([Status::Failed], Event::OperatorReplay),
-            at,
             Actor::Operator,
         );
         let x = sent(&replay, r);
