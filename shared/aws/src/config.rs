@@ -483,9 +483,18 @@ fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-/// `env_vars()`, `from_env()` and `from_lookup()` of a configuration with a reader.
-macro_rules! read_from_env {
-    ($config:ty) => {
+/// Declares a function's configuration: each field with the expression reading it
+/// through `$env` (after the statements of `first`, if any), read in the order
+/// written; and its `env_vars()`, `from_env()` and `from_lookup()`.
+macro_rules! config {
+    ($(#[$m:meta])* pub struct $config:ident |$env:ident| $(first { $($first:tt)* })? {
+        $($(#[$fm:meta])* pub $field:ident: $ty:ty = $read:expr,)+
+    }) => {
+        $(#[$m])*
+        pub struct $config {
+            $($(#[$fm])* pub $field: $ty,)+
+        }
+
         impl $config {
             /// Every environment variable the function reads.
             pub fn env_vars() -> Vec<&'static str> {
@@ -500,6 +509,11 @@ macro_rules! read_from_env {
                 lookup: &dyn Fn(&str) -> Option<String>,
             ) -> Result<Self, ConfigError> {
                 Env::read(lookup, Self::read)
+            }
+
+            fn read($env: &Env<'_>) -> Self {
+                $($($first)*)?
+                Self { $($field: $read,)+ }
             }
         }
     };
@@ -686,341 +700,203 @@ fn policies(env: &Env<'_>) -> PolicySet {
         })
 }
 
-/// The response handler (A).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ResponseHandlerConfig {
-    pub transactions_table: String,
-    pub reconcile_shards: u16,
-    pub scheduler: SchedulerSettings,
-    pub policies: PolicySet,
-    pub response_dlq_url: String,
-    /// The retry queue: a retry whose instant has already passed goes there at once.
-    pub retry_queue_url: String,
-    /// ANSWER_TIMEOUT_SECONDS: the deadline of a request this handler records as sent.
-    pub answer_timeout: Duration,
-    /// AUDIT_TABLE: where a conflicting SUCCESS is noted (it changes no record, so
-    /// the stream never carries it).
-    pub audit_table: String,
-    /// AUDIT_RETENTION_DAYS: the notes expire with the rest of the trail.
-    pub audit_retention_days: u32,
-    /// TECHNICAL_RESEND_MAX: technical re-sends of a transaction before an ERROR ends
-    /// it FAILED.
-    pub technical_resend_max: u32,
-    /// TRANSACTION_DEADLINE_SECONDS: past it, an answer that would open a wait ends
-    /// the transaction FAILED/EXPIRED.
-    pub transaction_deadline: Duration,
-    /// The circuit breaker its answers feed.
-    pub breaker: Option<BreakerConfig>,
-    pub batch_concurrency: usize,
-    pub metrics_namespace: String,
-    /// RETENTION_DAYS: a transaction it ends is kept that long.
-    pub retention: domain::retention::Retention,
-    /// REQUEST_DELIVERY: how a technical re-send goes out.
-    pub delivery: Delivery,
-}
-
-read_from_env!(ResponseHandlerConfig);
-
-impl ResponseHandlerConfig {
-    fn read(env: &Env<'_>) -> Self {
-        Self {
-            transactions_table: env.text(&TRANSACTIONS_TABLE),
-            reconcile_shards: env.get(&RECONCILE_SHARDS),
-            scheduler: SchedulerSettings::read(env),
-            policies: policies(env),
-            response_dlq_url: env.text(&RESPONSE_DLQ_URL),
-            retry_queue_url: env.text(&RETRY_QUEUE_URL),
-            answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
-            audit_table: env.text(&AUDIT_TABLE),
-            audit_retention_days: env.get(&AUDIT_RETENTION_DAYS),
-            technical_resend_max: env.get(&TECHNICAL_RESEND_MAX),
-            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
-            breaker: BreakerConfig::read(env),
-            batch_concurrency: env.get(&BATCH_CONCURRENCY),
-            metrics_namespace: env.text(&METRICS_NAMESPACE),
-            retention: retention(env),
-            delivery: delivery(env),
-        }
+config! {
+    /// The response handler (A).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct ResponseHandlerConfig |env| {
+        pub transactions_table: String = env.text(&TRANSACTIONS_TABLE),
+        pub reconcile_shards: u16 = env.get(&RECONCILE_SHARDS),
+        pub scheduler: SchedulerSettings = SchedulerSettings::read(env),
+        pub policies: PolicySet = policies(env),
+        pub response_dlq_url: String = env.text(&RESPONSE_DLQ_URL),
+        /// The retry queue: a retry whose instant has already passed goes there at once.
+        pub retry_queue_url: String = env.text(&RETRY_QUEUE_URL),
+        /// ANSWER_TIMEOUT_SECONDS: the deadline of a request this handler records as sent.
+        pub answer_timeout: Duration = env.seconds(&ANSWER_TIMEOUT_SECONDS),
+        /// AUDIT_TABLE: where a conflicting SUCCESS is noted (it changes no record, so
+        /// the stream never carries it).
+        pub audit_table: String = env.text(&AUDIT_TABLE),
+        /// AUDIT_RETENTION_DAYS: the notes expire with the rest of the trail.
+        pub audit_retention_days: u32 = env.get(&AUDIT_RETENTION_DAYS),
+        /// TECHNICAL_RESEND_MAX: technical re-sends of a transaction before an ERROR ends
+        /// it FAILED.
+        pub technical_resend_max: u32 = env.get(&TECHNICAL_RESEND_MAX),
+        /// TRANSACTION_DEADLINE_SECONDS: past it, an answer that would open a wait ends
+        /// the transaction FAILED/EXPIRED.
+        pub transaction_deadline: Duration = env.seconds(&TRANSACTION_DEADLINE_SECONDS),
+        /// The circuit breaker its answers feed.
+        pub breaker: Option<BreakerConfig> = BreakerConfig::read(env),
+        pub batch_concurrency: usize = env.get(&BATCH_CONCURRENCY),
+        pub metrics_namespace: String = env.text(&METRICS_NAMESPACE),
+        /// RETENTION_DAYS: a transaction it ends is kept that long.
+        pub retention: domain::retention::Retention = retention(env),
+        /// REQUEST_DELIVERY: how a technical re-send goes out.
+        pub delivery: Delivery = delivery(env),
     }
 }
 
-/// The retry handler (B).
-#[derive(Debug, Clone, PartialEq)]
-pub struct RetryHandlerConfig {
-    pub transactions_table: String,
-    pub payloads_table: String,
-    pub request_queue_url: String,
-    pub retry_dlq_url: String,
-    pub reconcile_shards: u16,
-    /// Per concurrent execution; the fleet bound is ESM MaximumConcurrency × this.
-    pub max_requests_per_second: f64,
-    /// ANSWER_TIMEOUT_SECONDS: the deadline of each request this handler publishes.
-    pub answer_timeout: Duration,
-    /// TRANSACTION_DEADLINE_SECONDS: past it, a retry event ends the transaction
-    /// FAILED/EXPIRED instead of sending.
-    pub transaction_deadline: Duration,
-    /// The retry queue: an event the breaker holds back goes back on it, delayed.
-    pub retry_queue_url: String,
-    /// The circuit breaker that holds requests back.
-    pub breaker: Option<BreakerConfig>,
-    pub batch_concurrency: usize,
-    pub metrics_namespace: String,
-    /// RETENTION_DAYS: a transaction it ends (past its deadline) is kept that long.
-    pub retention: domain::retention::Retention,
-    /// REQUEST_DELIVERY: `outbox`, the accepted retry is left SENDING for the
-    /// publisher instead of published here.
-    pub delivery: Delivery,
+config! {
+    /// The retry handler (B).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct RetryHandlerConfig |env| first {
+        // Read first, as `env_vars()` lists it.
+        let max_requests_per_second = env.get(&MAX_REQUESTS_PER_SECOND);
+    } {
+        pub transactions_table: String = env.text(&TRANSACTIONS_TABLE),
+        pub payloads_table: String = env.text(&PAYLOADS_TABLE),
+        pub request_queue_url: String = env.text(&REQUEST_QUEUE_URL),
+        pub retry_dlq_url: String = env.text(&RETRY_DLQ_URL),
+        pub reconcile_shards: u16 = env.get(&RECONCILE_SHARDS),
+        /// Per concurrent execution; the fleet bound is ESM MaximumConcurrency × this.
+        pub max_requests_per_second: f64 = max_requests_per_second,
+        /// ANSWER_TIMEOUT_SECONDS: the deadline of each request this handler publishes.
+        pub answer_timeout: Duration = env.seconds(&ANSWER_TIMEOUT_SECONDS),
+        /// TRANSACTION_DEADLINE_SECONDS: past it, a retry event ends the transaction
+        /// FAILED/EXPIRED instead of sending.
+        pub transaction_deadline: Duration = env.seconds(&TRANSACTION_DEADLINE_SECONDS),
+        /// The retry queue: an event the breaker holds back goes back on it, delayed.
+        pub retry_queue_url: String = env.text(&RETRY_QUEUE_URL),
+        /// The circuit breaker that holds requests back.
+        pub breaker: Option<BreakerConfig> = BreakerConfig::read(env),
+        pub batch_concurrency: usize = env.get(&BATCH_CONCURRENCY),
+        pub metrics_namespace: String = env.text(&METRICS_NAMESPACE),
+        /// RETENTION_DAYS: a transaction it ends (past its deadline) is kept that long.
+        pub retention: domain::retention::Retention = retention(env),
+        /// REQUEST_DELIVERY: `outbox`, the accepted retry is left SENDING for the
+        /// publisher instead of published here.
+        pub delivery: Delivery = delivery(env),
+    }
 }
-
-read_from_env!(RetryHandlerConfig);
 
 impl RetryHandlerConfig {
-    fn read(env: &Env<'_>) -> Self {
-        let max_requests_per_second = env.get(&MAX_REQUESTS_PER_SECOND);
-        Self {
-            transactions_table: env.text(&TRANSACTIONS_TABLE),
-            payloads_table: env.text(&PAYLOADS_TABLE),
-            request_queue_url: env.text(&REQUEST_QUEUE_URL),
-            retry_dlq_url: env.text(&RETRY_DLQ_URL),
-            reconcile_shards: env.get(&RECONCILE_SHARDS),
-            max_requests_per_second,
-            answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
-            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
-            retry_queue_url: env.text(&RETRY_QUEUE_URL),
-            breaker: BreakerConfig::read(env),
-            batch_concurrency: env.get(&BATCH_CONCURRENCY),
-            metrics_namespace: env.text(&METRICS_NAMESPACE),
-            retention: retention(env),
-            delivery: delivery(env),
-        }
-    }
-
     /// Minimum interval between two publishes of one process.
     pub fn min_publish_interval(&self) -> Duration {
         Duration::from_secs_f64(1.0 / self.max_requests_per_second)
     }
 }
 
-/// The reconciler (cron).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReconcilerConfig {
-    pub transactions_table: String,
-    /// PAYLOADS_TABLE: an unanswered request is published again with its payload.
-    pub payloads_table: String,
-    pub reconcile_shards: u16,
-    pub retry_queue_url: String,
-    /// REQUEST_QUEUE_URL: where an unanswered request is published again.
-    pub request_queue_url: String,
-    pub answer: AnswerDeadline,
-    /// RECONCILE_REQUEUE_MAX: requeues without progress before a record is parked.
-    pub requeue_max: u32,
-    /// TRANSACTION_DEADLINE_SECONDS: a stuck or unanswered record past it ends
-    /// FAILED/EXPIRED.
-    pub transaction_deadline: Duration,
-    pub scheduler: SchedulerSettings,
-    pub reconcile_threshold: Duration,
-    pub reconcile_max_items: u32,
-    /// The circuit breaker: answer deadlines feed it, and while it holds requests
-    /// back an unanswered request waits instead of going out again.
-    pub breaker: Option<BreakerConfig>,
-    pub metrics_namespace: String,
-    /// RETENTION_DAYS: a transaction it ends is kept that long.
-    pub retention: domain::retention::Retention,
-    /// REQUEST_DELIVERY: `outbox`, a stuck SENDING is published as the publisher
-    /// does, and an unanswered request is never published again.
-    pub delivery: Delivery,
-    /// AUDIT_TABLE and AUDIT_RETENTION_DAYS: where a send it does not repeat (outbox
-    /// mode, claimed too long ago) is noted, kept as long as the rest of the trail.
-    pub audit_table: String,
-    pub audit_retention_days: u32,
-}
-
-read_from_env!(ReconcilerConfig);
-
-impl ReconcilerConfig {
-    fn read(env: &Env<'_>) -> Self {
-        Self {
-            transactions_table: env.text(&TRANSACTIONS_TABLE),
-            payloads_table: env.text(&PAYLOADS_TABLE),
-            reconcile_shards: env.get(&RECONCILE_SHARDS),
-            retry_queue_url: env.text(&RETRY_QUEUE_URL),
-            request_queue_url: env.text(&REQUEST_QUEUE_URL),
-            answer: AnswerDeadline {
-                timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
-                republish_max: env.get(&ANSWER_REPUBLISH_MAX),
-            },
-            requeue_max: env.get(&RECONCILE_REQUEUE_MAX),
-            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
-            scheduler: SchedulerSettings::read(env),
-            reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
-            reconcile_max_items: env.get(&RECONCILE_MAX_ITEMS),
-            breaker: BreakerConfig::read(env),
-            metrics_namespace: env.text(&METRICS_NAMESPACE),
-            retention: retention(env),
-            delivery: delivery(env),
-            audit_table: env.text(&AUDIT_TABLE),
-            audit_retention_days: env.get(&AUDIT_RETENTION_DAYS),
-        }
+config! {
+    /// The reconciler (cron).
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct ReconcilerConfig |env| {
+        pub transactions_table: String = env.text(&TRANSACTIONS_TABLE),
+        /// PAYLOADS_TABLE: an unanswered request is published again with its payload.
+        pub payloads_table: String = env.text(&PAYLOADS_TABLE),
+        pub reconcile_shards: u16 = env.get(&RECONCILE_SHARDS),
+        pub retry_queue_url: String = env.text(&RETRY_QUEUE_URL),
+        /// REQUEST_QUEUE_URL: where an unanswered request is published again.
+        pub request_queue_url: String = env.text(&REQUEST_QUEUE_URL),
+        pub answer: AnswerDeadline = AnswerDeadline {
+            timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
+            republish_max: env.get(&ANSWER_REPUBLISH_MAX),
+        },
+        /// RECONCILE_REQUEUE_MAX: requeues without progress before a record is parked.
+        pub requeue_max: u32 = env.get(&RECONCILE_REQUEUE_MAX),
+        /// TRANSACTION_DEADLINE_SECONDS: a stuck or unanswered record past it ends
+        /// FAILED/EXPIRED.
+        pub transaction_deadline: Duration = env.seconds(&TRANSACTION_DEADLINE_SECONDS),
+        pub scheduler: SchedulerSettings = SchedulerSettings::read(env),
+        pub reconcile_threshold: Duration = env.seconds(&RECONCILE_THRESHOLD_SECONDS),
+        pub reconcile_max_items: u32 = env.get(&RECONCILE_MAX_ITEMS),
+        /// The circuit breaker: answer deadlines feed it, and while it holds requests
+        /// back an unanswered request waits instead of going out again.
+        pub breaker: Option<BreakerConfig> = BreakerConfig::read(env),
+        pub metrics_namespace: String = env.text(&METRICS_NAMESPACE),
+        /// RETENTION_DAYS: a transaction it ends is kept that long.
+        pub retention: domain::retention::Retention = retention(env),
+        /// REQUEST_DELIVERY: `outbox`, a stuck SENDING is published as the publisher
+        /// does, and an unanswered request is never published again.
+        pub delivery: Delivery = delivery(env),
+        /// AUDIT_TABLE and AUDIT_RETENTION_DAYS: where a send it does not repeat (outbox
+        /// mode, claimed too long ago) is noted, kept as long as the rest of the trail.
+        pub audit_table: String = env.text(&AUDIT_TABLE),
+        pub audit_retention_days: u32 = env.get(&AUDIT_RETENTION_DAYS),
     }
 }
 
-/// The audit writer (DynamoDB stream consumer).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditWriterConfig {
-    pub audit_table: String,
-    pub retention_days: u32,
-    /// TRANSACTION_DEADLINE_SECONDS: rows are kept the retention past the last
-    /// instant their transaction may be open (`audit::Retention`).
-    pub transaction_deadline: Duration,
-    pub metrics_namespace: String,
-    /// PAYLOADS_TABLE and RETENTION_DAYS: a finished transaction's payload expires
-    /// with its record (`AuditWriter::with_payloads`).
-    pub payloads_table: String,
-    pub retention: domain::retention::Retention,
-}
-
-read_from_env!(AuditWriterConfig);
-
-impl AuditWriterConfig {
-    fn read(env: &Env<'_>) -> Self {
-        Self {
-            audit_table: env.text(&AUDIT_TABLE),
-            retention_days: env.get(&AUDIT_RETENTION_DAYS),
-            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
-            metrics_namespace: env.text(&METRICS_NAMESPACE),
-            payloads_table: env.text(&PAYLOADS_TABLE),
-            retention: retention(env),
-        }
+config! {
+    /// The audit writer (DynamoDB stream consumer).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AuditWriterConfig |env| {
+        pub audit_table: String = env.text(&AUDIT_TABLE),
+        pub retention_days: u32 = env.get(&AUDIT_RETENTION_DAYS),
+        /// TRANSACTION_DEADLINE_SECONDS: rows are kept the retention past the last
+        /// instant their transaction may be open (`audit::Retention`).
+        pub transaction_deadline: Duration = env.seconds(&TRANSACTION_DEADLINE_SECONDS),
+        pub metrics_namespace: String = env.text(&METRICS_NAMESPACE),
+        /// PAYLOADS_TABLE and RETENTION_DAYS: a finished transaction's payload expires
+        /// with its record (`AuditWriter::with_payloads`).
+        pub payloads_table: String = env.text(&PAYLOADS_TABLE),
+        pub retention: domain::retention::Retention = retention(env),
     }
 }
 
-/// The starter: start messages from the intake queue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StarterConfig {
-    pub transactions_table: String,
-    /// PAYLOADS_TABLE: the payload is stored with the record.
-    pub payloads_table: String,
-    /// REQUEST_QUEUE_URL: where attempt 1 is published.
-    pub request_queue_url: String,
-    /// INTAKE_DLQ_URL: where a message that can never start goes.
-    pub intake_dlq_url: String,
-    /// DEFAULT_MAX_ATTEMPTS: the budget of a message without `max_attempts`.
-    pub default_max_attempts: u32,
-    /// RECONCILE_SHARDS and RECONCILE_THRESHOLD_SECONDS: the new record's index entry
-    /// (watched from its answer deadline minus the threshold).
-    pub reconcile_shards: u16,
-    pub reconcile_threshold: Duration,
-    /// ANSWER_TIMEOUT_SECONDS: the deadline of attempt 1.
-    pub answer_timeout: Duration,
-    /// MAX_REQUESTS_PER_SECOND: first requests one execution environment publishes
-    /// at most (the template's IntakeStartsPerSecond).
-    pub max_requests_per_second: f64,
-    pub batch_concurrency: usize,
-    pub metrics_namespace: String,
-    /// REQUEST_DELIVERY: `outbox`, the record is created SENDING for the publisher
-    /// instead of attempt 1 published here.
-    pub delivery: Delivery,
-}
-
-read_from_env!(StarterConfig);
-
-impl StarterConfig {
-    fn read(env: &Env<'_>) -> Self {
-        Self {
-            transactions_table: env.text(&TRANSACTIONS_TABLE),
-            payloads_table: env.text(&PAYLOADS_TABLE),
-            request_queue_url: env.text(&REQUEST_QUEUE_URL),
-            intake_dlq_url: env.text(&INTAKE_DLQ_URL),
-            default_max_attempts: env.get(&DEFAULT_MAX_ATTEMPTS),
-            reconcile_shards: env.get(&RECONCILE_SHARDS),
-            reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
-            answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
-            max_requests_per_second: env.get(&MAX_REQUESTS_PER_SECOND),
-            batch_concurrency: env.get(&BATCH_CONCURRENCY),
-            metrics_namespace: env.text(&METRICS_NAMESPACE),
-            delivery: delivery(env),
-        }
+config! {
+    /// The starter: start messages from the intake queue.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct StarterConfig |env| {
+        pub transactions_table: String = env.text(&TRANSACTIONS_TABLE),
+        /// PAYLOADS_TABLE: the payload is stored with the record.
+        pub payloads_table: String = env.text(&PAYLOADS_TABLE),
+        /// REQUEST_QUEUE_URL: where attempt 1 is published.
+        pub request_queue_url: String = env.text(&REQUEST_QUEUE_URL),
+        /// INTAKE_DLQ_URL: where a message that can never start goes.
+        pub intake_dlq_url: String = env.text(&INTAKE_DLQ_URL),
+        /// DEFAULT_MAX_ATTEMPTS: the budget of a message without `max_attempts`.
+        pub default_max_attempts: u32 = env.get(&DEFAULT_MAX_ATTEMPTS),
+        /// RECONCILE_SHARDS and RECONCILE_THRESHOLD_SECONDS: the new record's index entry
+        /// (watched from its answer deadline minus the threshold).
+        pub reconcile_shards: u16 = env.get(&RECONCILE_SHARDS),
+        pub reconcile_threshold: Duration = env.seconds(&RECONCILE_THRESHOLD_SECONDS),
+        /// ANSWER_TIMEOUT_SECONDS: the deadline of attempt 1.
+        pub answer_timeout: Duration = env.seconds(&ANSWER_TIMEOUT_SECONDS),
+        /// MAX_REQUESTS_PER_SECOND: first requests one execution environment publishes
+        /// at most (the template's IntakeStartsPerSecond).
+        pub max_requests_per_second: f64 = env.get(&MAX_REQUESTS_PER_SECOND),
+        pub batch_concurrency: usize = env.get(&BATCH_CONCURRENCY),
+        pub metrics_namespace: String = env.text(&METRICS_NAMESPACE),
+        /// REQUEST_DELIVERY: `outbox`, the record is created SENDING for the publisher
+        /// instead of attempt 1 published here.
+        pub delivery: Delivery = delivery(env),
     }
 }
 
-/// The publisher (outbox mode): SENDING records from the transactions table's
-/// stream, each request published once to the FIFO request queue. It runs only in
-/// outbox mode, so it reads no REQUEST_DELIVERY.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PublisherConfig {
-    pub transactions_table: String,
-    /// PAYLOADS_TABLE: the request carries the payload the transaction started with.
-    pub payloads_table: String,
-    /// REQUEST_QUEUE_URL: the FIFO request queue.
-    pub request_queue_url: String,
-    /// RECONCILE_SHARDS and RECONCILE_THRESHOLD_SECONDS: the index entry of the
-    /// record it marks IN_PROGRESS (watched from its answer deadline).
-    pub reconcile_shards: u16,
-    pub reconcile_threshold: Duration,
-    /// ANSWER_TIMEOUT_SECONDS: the deadline of each request it publishes.
-    pub answer_timeout: Duration,
-    /// MAX_REQUESTS_PER_SECOND: requests one execution environment publishes at most
-    /// (in outbox mode the publisher, not the retry handler, sends them).
-    pub max_requests_per_second: f64,
-    /// AUDIT_TABLE, AUDIT_RETENTION_DAYS and TRANSACTION_DEADLINE_SECONDS: where a
-    /// send it does not repeat (claimed too long ago) is noted, kept as long as the
-    /// rest of the trail.
-    pub audit_table: String,
-    pub audit_retention_days: u32,
-    pub transaction_deadline: Duration,
-    pub batch_concurrency: usize,
-    pub metrics_namespace: String,
-}
-
-read_from_env!(PublisherConfig);
-
-impl PublisherConfig {
-    fn read(env: &Env<'_>) -> Self {
-        Self {
-            transactions_table: env.text(&TRANSACTIONS_TABLE),
-            payloads_table: env.text(&PAYLOADS_TABLE),
-            request_queue_url: env.text(&REQUEST_QUEUE_URL),
-            reconcile_shards: env.get(&RECONCILE_SHARDS),
-            reconcile_threshold: env.seconds(&RECONCILE_THRESHOLD_SECONDS),
-            answer_timeout: env.seconds(&ANSWER_TIMEOUT_SECONDS),
-            max_requests_per_second: env.get(&MAX_REQUESTS_PER_SECOND),
-            audit_table: env.text(&AUDIT_TABLE),
-            audit_retention_days: env.get(&AUDIT_RETENTION_DAYS),
-            transaction_deadline: env.seconds(&TRANSACTION_DEADLINE_SECONDS),
-            batch_concurrency: env.get(&BATCH_CONCURRENCY),
-            metrics_namespace: env.text(&METRICS_NAMESPACE),
-        }
+config! {
+    /// The publisher (outbox mode): SENDING records from the transactions table's
+    /// stream, each request published once to the FIFO request queue. It runs only in
+    /// outbox mode, so it reads no REQUEST_DELIVERY.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct PublisherConfig |env| {
+        pub transactions_table: String = env.text(&TRANSACTIONS_TABLE),
+        /// PAYLOADS_TABLE: the request carries the payload the transaction started with.
+        pub payloads_table: String = env.text(&PAYLOADS_TABLE),
+        /// REQUEST_QUEUE_URL: the FIFO request queue.
+        pub request_queue_url: String = env.text(&REQUEST_QUEUE_URL),
+        /// RECONCILE_SHARDS and RECONCILE_THRESHOLD_SECONDS: the index entry of the
+        /// record it marks IN_PROGRESS (watched from its answer deadline).
+        pub reconcile_shards: u16 = env.get(&RECONCILE_SHARDS),
+        pub reconcile_threshold: Duration = env.seconds(&RECONCILE_THRESHOLD_SECONDS),
+        /// ANSWER_TIMEOUT_SECONDS: the deadline of each request it publishes.
+        pub answer_timeout: Duration = env.seconds(&ANSWER_TIMEOUT_SECONDS),
+        /// MAX_REQUESTS_PER_SECOND: requests one execution environment publishes at most
+        /// (in outbox mode the publisher, not the retry handler, sends them).
+        pub max_requests_per_second: f64 = env.get(&MAX_REQUESTS_PER_SECOND),
+        /// AUDIT_TABLE, AUDIT_RETENTION_DAYS and TRANSACTION_DEADLINE_SECONDS: where a
+        /// send it does not repeat (claimed too long ago) is noted, kept as long as the
+        /// rest of the trail.
+        pub audit_table: String = env.text(&AUDIT_TABLE),
+        pub audit_retention_days: u32 = env.get(&AUDIT_RETENTION_DAYS),
+        pub transaction_deadline: Duration = env.seconds(&TRANSACTION_DEADLINE_SECONDS),
+        pub batch_concurrency: usize = env.get(&BATCH_CONCURRENCY),
+        pub metrics_namespace: String = env.text(&METRICS_NAMESPACE),
     }
 }
 
-/// The HTTP bridge: requests from the request queue to an HTTP endpoint, answers to
-/// the response queue.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpBridgeConfig {
-    /// RESPONSE_QUEUE_URL: where each classified answer goes.
-    pub response_queue_url: String,
-    /// REQUEST_DLQ_URL: where a request the endpoint says can never succeed goes.
-    pub request_dlq_url: String,
-    pub endpoint: String,
-    pub method: String,
-    pub headers_json: String,
-    pub idempotency_header: String,
-    pub auth_header: String,
-    pub auth_secret: String,
-    pub classification_json: String,
-    /// HTTP_OPERATOR_CASES, unchecked (the bridge's wiring checks it).
-    pub operator_cases: String,
-    pub connect_timeout: Duration,
-    /// At most the function's timeout minus 5 s (checked here).
-    pub timeout: Duration,
-    pub batch_concurrency: usize,
-    pub metrics_namespace: String,
-}
-
-read_from_env!(HttpBridgeConfig);
-
-impl HttpBridgeConfig {
-    fn read(env: &Env<'_>) -> Self {
+config! {
+    /// The HTTP bridge: requests from the request queue to an HTTP endpoint, answers to
+    /// the response queue.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct HttpBridgeConfig |env| first {
         let connect_timeout = env.seconds(&HTTP_CONNECT_TIMEOUT_SECONDS);
         let timeout = env.seconds(&HTTP_TIMEOUT_SECONDS);
         env.at_most(
@@ -1029,22 +905,25 @@ impl HttpBridgeConfig {
             &HTTP_TIMEOUT_SECONDS,
             timeout,
         );
-        Self {
-            response_queue_url: env.text(&RESPONSE_QUEUE_URL),
-            request_dlq_url: env.text(&REQUEST_DLQ_URL),
-            endpoint: env.text(&HTTP_ENDPOINT),
-            method: env.text(&HTTP_METHOD),
-            headers_json: env.text(&HTTP_HEADERS),
-            idempotency_header: env.text(&HTTP_IDEMPOTENCY_HEADER),
-            auth_header: env.text(&HTTP_AUTH_HEADER),
-            auth_secret: env.text(&HTTP_AUTH_SECRET),
-            classification_json: env.text(&HTTP_CLASSIFICATION),
-            operator_cases: env.text(&HTTP_OPERATOR_CASES),
-            connect_timeout,
-            timeout,
-            batch_concurrency: env.get(&BATCH_CONCURRENCY),
-            metrics_namespace: env.text(&METRICS_NAMESPACE),
-        }
+    } {
+        /// RESPONSE_QUEUE_URL: where each classified answer goes.
+        pub response_queue_url: String = env.text(&RESPONSE_QUEUE_URL),
+        /// REQUEST_DLQ_URL: where a request the endpoint says can never succeed goes.
+        pub request_dlq_url: String = env.text(&REQUEST_DLQ_URL),
+        pub endpoint: String = env.text(&HTTP_ENDPOINT),
+        pub method: String = env.text(&HTTP_METHOD),
+        pub headers_json: String = env.text(&HTTP_HEADERS),
+        pub idempotency_header: String = env.text(&HTTP_IDEMPOTENCY_HEADER),
+        pub auth_header: String = env.text(&HTTP_AUTH_HEADER),
+        pub auth_secret: String = env.text(&HTTP_AUTH_SECRET),
+        pub classification_json: String = env.text(&HTTP_CLASSIFICATION),
+        /// HTTP_OPERATOR_CASES, unchecked (the bridge's wiring checks it).
+        pub operator_cases: String = env.text(&HTTP_OPERATOR_CASES),
+        pub connect_timeout: Duration = connect_timeout,
+        /// At most the function's timeout minus 5 s (checked here).
+        pub timeout: Duration = timeout,
+        pub batch_concurrency: usize = env.get(&BATCH_CONCURRENCY),
+        pub metrics_namespace: String = env.text(&METRICS_NAMESPACE),
     }
 }
 
