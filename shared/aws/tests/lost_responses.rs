@@ -162,41 +162,24 @@ enum Left {
 ///   (ConflictException), which the adapter reads as "already exists".
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lost_answer_of_a_response_run_ends_as_without_the_loss() {
+    use Left::{Record, Schedules};
     let (update, create) = ("dynamodb:UpdateItem", "scheduler:CreateSchedule");
+    let (success, cancelled) = (Outcome::Success, Outcome::Cancelled);
     let (succeeded, scheduled) = (Ack::Succeeded, Ack::Scheduled);
-    for (tx, op, outcome, acked, sent, left) in [
-        (
-            "TX-LU1",
-            update,
-            Outcome::Success,
-            succeeded,
-            ("UpdateItem", 2),
-            Left::Record(Status::Succeeded),
-        ),
-        (
-            "TX-LS1",
-            update,
-            Outcome::Cancelled,
-            scheduled,
-            ("CreateSchedule", 1),
-            Left::Record(Status::Scheduled),
-        ),
-        (
-            "TX-LC1",
-            create,
-            Outcome::Cancelled,
-            scheduled,
-            ("CreateSchedule", 2),
-            Left::Schedules(1),
-        ),
-    ] {
+    #[rustfmt::skip]
+    let cases = [
+        ("TX-LU1", update, success, succeeded, ("UpdateItem", 2), Record(Status::Succeeded)),
+        ("TX-LS1", update, cancelled, scheduled, ("CreateSchedule", 1), Record(Status::Scheduled)),
+        ("TX-LC1", create, cancelled, scheduled, ("CreateSchedule", 2), Schedules(1)),
+    ];
+    for (tx, op, outcome, acked, sent, left) in cases {
         let s = respond_losing_once(tx, op, outcome, acked, sent).await;
         match left {
-            Left::Record(status) => {
+            Record(status) => {
                 let rec = s.store().get(&id(tx)).await.unwrap().unwrap();
                 assert_eq!(rec.status, status, "{tx}");
             }
-            Left::Schedules(n) => assert_eq!(schedules(&s).await, n, "{tx}"),
+            Schedules(n) => assert_eq!(schedules(&s).await, n, "{tx}"),
         }
     }
 }
