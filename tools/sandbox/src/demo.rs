@@ -428,6 +428,24 @@ fn status_line(by_status: &BTreeMap<Status, u64>) -> String {
         .join(" · ")
 }
 
+/// A bar on stderr counting `total` transactions as they become `counted` (hidden
+/// unless `shown`), ticking by itself; the demo's and `retryctl loadtest`'s.
+pub fn progress_bar(shown: bool, total: u32, counted: &str) -> ProgressBar {
+    let bar = if shown {
+        ProgressBar::with_draw_target(Some(u64::from(total)), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    let template = format!("{{elapsed:>4}} [{{bar:30}}] {{pos}}/{{len}} {counted}  {{msg}}");
+    bar.set_style(
+        ProgressStyle::with_template(&template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
 /// Starts the workload, follows it to the end and gathers what every witness saw.
 pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
     let started = Instant::now();
@@ -438,20 +456,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
     let ddb = aws_sdk_dynamodb::Client::new(&stack.sdk);
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
     let names = stack.names().clone();
-    let bar = if plan.progress {
-        ProgressBar::with_draw_target(
-            Some(u64::from(plan.transactions)),
-            ProgressDrawTarget::stderr(),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} terminal  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = progress_bar(plan.progress, plan.transactions, "terminal");
 
     // The workload: start every transaction through the library operation, or with
     // one intake message each on the intake queue, as a service would (through the

@@ -28,7 +28,6 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use domain::exec::{ExecError, StartPorts};
 use domain::ports::{Clock, SystemClock};
 use domain::{Attempt, Payload, ScheduleName, Status, TransactionRecord};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use meter::ClientMeter;
 use report::{Capacity, DlqDepth, Report, Spread, StartFailure, Unexpected, Unfinished};
 use runtime::ops::OpError;
@@ -214,20 +213,7 @@ pub async fn run(
         before.push(dlq_depth(&sqs, id, url).await?);
     }
 
-    let bar = if plan.progress {
-        ProgressBar::with_draw_target(
-            Some(u64::from(plan.transactions)),
-            ProgressDrawTarget::stderr(),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} ended  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = sandbox::demo::progress_bar(plan.progress, plan.transactions, "ended");
 
     // Submitting: one start every 1/rate s, at most STARTS_AT_ONCE in progress, until
     // every one is started or the ceiling stops it.
