@@ -14,17 +14,14 @@ use super::stop::Stop;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use domain::policy::{RandomSource, SplitMix64};
-use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The function an ESM invokes: an `SqsEvent` in, an `SqsBatchResponse` (or an
-/// invocation error) out.
-pub type SqsFunction =
-    Arc<dyn Fn(SqsEvent) -> BoxFuture<'static, Result<SqsBatchResponse, String>> + Send + Sync>;
+/// The function an ESM invokes: an `SqsEvent` in, an `SqsBatchResponse` out.
+pub type SqsFunction = super::Invoke<SqsEvent, SqsBatchResponse>;
 
 /// One event source mapping, with the settings of the template's `Events: … Type: SQS`.
 #[derive(Debug, Clone)]
@@ -274,17 +271,7 @@ async fn invoke_and_settle(
         .filter(|m| m.message_id().is_some_and(|id| !failed.contains(id)))
         .collect();
     for chunk in to_delete.chunks(10) {
-        let entries: Vec<DeleteMessageBatchRequestEntry> = chunk
-            .iter()
-            .enumerate()
-            .filter_map(|(i, m)| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(format!("m{i}"))
-                    .receipt_handle(m.receipt_handle().unwrap_or_default())
-                    .build()
-                    .ok()
-            })
-            .collect();
+        let entries = delete_entries(chunk);
         match sqs
             .delete_message_batch()
             .queue_url(&s.queue_url)
@@ -305,6 +292,21 @@ async fn invoke_and_settle(
             }
         }
     }
+}
+
+/// The entries of one `DeleteMessageBatch` of `messages` (ten at most).
+pub fn delete_entries(messages: &[&Message]) -> Vec<DeleteMessageBatchRequestEntry> {
+    messages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            DeleteMessageBatchRequestEntry::builder()
+                .id(format!("m{i}"))
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .build()
+                .ok()
+        })
+        .collect()
 }
 
 /// The `SqsEvent` Lambda would send for these messages, built from Lambda's JSON shape.

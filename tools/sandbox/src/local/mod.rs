@@ -19,3 +19,21 @@ pub mod stop;
 pub mod stream_esm;
 
 pub use aws::sqs::SqsDirectory;
+
+use futures::future::BoxFuture;
+use std::future::Future;
+use std::sync::Arc;
+
+/// The function an emulated event source mapping invokes: its event in, its response
+/// (or an invocation error) out.
+pub type Invoke<E, R> = Arc<dyn Fn(E) -> BoxFuture<'static, Result<R, String>> + Send + Sync>;
+
+/// Spawns the task `run` makes from fresh counters, and hands back both.
+fn spawn_counted<S, F>(run: impl FnOnce(Arc<S>) -> F) -> (tokio::task::JoinHandle<()>, Arc<S>)
+where
+    S: Default,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let stats = Arc::new(S::default());
+    (tokio::spawn(run(stats.clone())), stats)
+}

@@ -254,10 +254,7 @@ pub fn spawn(
     settings: SchedulerSettings,
     stop: Stop,
 ) -> (tokio::task::JoinHandle<()>, Arc<SchedulerStats>) {
-    let stats = Arc::new(SchedulerStats::default());
-    let st = stats.clone();
-    let handle = tokio::spawn(async move { run(scheduler, sqs, settings, stop, st).await });
-    (handle, stats)
+    super::spawn_counted(|stats| run(scheduler, sqs, settings, stop, stats))
 }
 
 /// What the two tasks share: every listed schedule, and a wake-up for the deliverer

@@ -418,40 +418,34 @@ impl Stack {
         let mut tasks = Vec::new();
         let mut metrics = BTreeMap::new();
 
-        // Response handler behind its event source mapping.
-        let response_metrics = registered(
-            &mut metrics,
-            &response_cfg.metrics_namespace,
-            response_handler::FUNCTION,
-        );
-        // One handler per execution environment, built exactly as the Lambda `main` does.
-        let make_response = |_: usize| -> SqsFunction {
-            let handler = Arc::new(response_handler::wiring::response_handler(
-                &functions_sdk,
-                &response_cfg,
-            ));
-            let m = response_metrics.clone();
-            Arc::new(move |event| {
-                let (h, m) = (handler.clone(), m.clone());
-                Box::pin(async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) })
-            })
-        };
+        // Response handler behind its event source mapping: one handler per execution
+        // environment, built exactly as the Lambda `main` does.
+        let responders = per_environment(
+            (
+                &mut metrics,
+                &response_cfg.metrics_namespace,
+                response_handler::FUNCTION,
+            ),
+            opts.response_esm.max_concurrency,
+            || {
+                Ok::<_, std::convert::Infallible>(response_handler::wiring::response_handler(
+                    &functions_sdk,
+                    &response_cfg,
+                ))
+            },
+            |h, event, m| async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) },
+        )?;
         let (h, response_esm) = esm::spawn(
             sqs.clone(),
-            EsmSettings {
-                function: response_handler::FUNCTION.into(),
-                queue_url: provisioned.response.url.clone(),
-                queue_arn: provisioned.response.arn.clone(),
-                region: testkit::moto::LOCAL_REGION.into(),
-                batch_size: opts.response_esm.batch_size,
-                batching_window: opts.response_esm.batching_window,
-                max_concurrency: opts.response_esm.max_concurrency,
-                poll_wait_seconds: 1,
-                visibility_timeout: opts.visibility_timeout,
-                kill_probability: process.kill_invocation,
-                seed: seed ^ 0x5eed_e5a1,
-            },
-            make_response,
+            esm_on(
+                response_handler::FUNCTION,
+                &provisioned.response,
+                &opts.response_esm,
+                opts.visibility_timeout,
+                process.kill_invocation,
+                seed ^ 0x5eed_e5a1,
+            ),
+            |i| responders[i % responders.len()].clone(),
             stop.clone(),
         );
         tasks.extend(h);
@@ -513,19 +507,14 @@ impl Stack {
             .collect::<Result<Vec<SqsFunction>, Error>>()?;
         let (h, retry_esm) = esm::spawn(
             sqs.clone(),
-            EsmSettings {
-                function: retry_handler::FUNCTION.into(),
-                queue_url: provisioned.retry.url.clone(),
-                queue_arn: provisioned.retry.arn.clone(),
-                region: testkit::moto::LOCAL_REGION.into(),
-                batch_size: opts.retry_esm.batch_size,
-                batching_window: opts.retry_esm.batching_window,
-                max_concurrency: opts.retry_esm.max_concurrency,
-                poll_wait_seconds: 1,
-                visibility_timeout: opts.visibility_timeout,
-                kill_probability: process.kill_invocation,
-                seed: seed ^ 0x5eed_e5a2,
-            },
+            esm_on(
+                retry_handler::FUNCTION,
+                &provisioned.retry,
+                &opts.retry_esm,
+                opts.visibility_timeout,
+                process.kill_invocation,
+                seed ^ 0x5eed_e5a2,
+            ),
             |i| retry_functions[i % retry_functions.len()].clone(),
             stop.clone(),
         );
@@ -535,32 +524,26 @@ impl Stack {
 
         // The starter on the intake queue: one per execution environment (each with
         // its own pacer), built exactly as the Lambda `main` does.
-        let m = registered(
-            &mut metrics,
-            &starter_cfg.metrics_namespace,
-            starter::FUNCTION,
-        );
         let starters = per_environment(
-            (starter::FUNCTION, m),
+            (
+                &mut metrics,
+                &starter_cfg.metrics_namespace,
+                starter::FUNCTION,
+            ),
             opts.intake_esm.max_concurrency,
             || starter::wiring::starter(&functions_sdk, &starter_cfg),
             |h, event, m| async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) },
         )?;
         let (h, intake_esm) = esm::spawn(
             sqs.clone(),
-            EsmSettings {
-                function: starter::FUNCTION.into(),
-                queue_url: provisioned.intake.url.clone(),
-                queue_arn: provisioned.intake.arn.clone(),
-                region: testkit::moto::LOCAL_REGION.into(),
-                batch_size: opts.intake_esm.batch_size,
-                batching_window: opts.intake_esm.batching_window,
-                max_concurrency: opts.intake_esm.max_concurrency,
-                poll_wait_seconds: 1,
-                visibility_timeout: opts.visibility_timeout,
-                kill_probability: process.kill_invocation,
-                seed: seed ^ 0x5eed_e5a3,
-            },
+            esm_on(
+                starter::FUNCTION,
+                &provisioned.intake,
+                &opts.intake_esm,
+                opts.visibility_timeout,
+                process.kill_invocation,
+                seed ^ 0x5eed_e5a3,
+            ),
             |i| starters[i % starters.len()].clone(),
             stop.clone(),
         );
@@ -682,15 +665,14 @@ impl Stack {
                 let config = HttpBridgeConfig::from_lookup(&lookup(&bridge_env))
                     .map_err(|e| config_error(http_bridge::FUNCTION, e))?;
                 env.insert(http_bridge::FUNCTION, bridge_env);
-                let m = registered(
-                    &mut metrics,
-                    &config.metrics_namespace,
-                    http_bridge::FUNCTION,
-                );
                 // One bridge per execution environment, built exactly as the Lambda
                 // `main` does.
                 let bridges = per_environment(
-                    (http_bridge::FUNCTION, m),
+                    (
+                        &mut metrics,
+                        &config.metrics_namespace,
+                        http_bridge::FUNCTION,
+                    ),
                     opts.http_esm.max_concurrency,
                     || http_bridge::wiring::bridge(&functions_sdk, &config),
                     |b, event, m| async move {
@@ -699,27 +681,22 @@ impl Stack {
                 )?;
                 let (h, esm_stats) = esm::spawn(
                     sqs.clone(),
-                    EsmSettings {
-                        function: http_bridge::FUNCTION.into(),
-                        queue_url: provisioned.request.url.clone(),
-                        queue_arn: provisioned.request.arn.clone(),
-                        region: testkit::moto::LOCAL_REGION.into(),
-                        batch_size: opts.http_esm.batch_size,
-                        batching_window: opts.http_esm.batching_window,
-                        max_concurrency: opts.http_esm.max_concurrency,
-                        poll_wait_seconds: 1,
+                    esm_on(
+                        http_bridge::FUNCTION,
+                        &provisioned.request,
+                        &opts.http_esm,
                         // A call may take the whole function timeout: a compressed
                         // visibility timeout shorter than it would redeliver requests
                         // still being sent.
-                        visibility_timeout: opts.visibility_timeout.map(|v| {
+                        opts.visibility_timeout.map(|v| {
                             v.max(
                                 i32::try_from(aws::config::timeouts::HTTP_BRIDGE_SECONDS)
                                     .unwrap_or(30),
                             )
                         }),
-                        kill_probability: process.kill_invocation,
-                        seed: seed ^ 0x5eed_e5a4,
-                    },
+                        process.kill_invocation,
+                        seed ^ 0x5eed_e5a4,
+                    ),
                     |i| bridges[i % bridges.len()].clone(),
                     stop,
                 );
@@ -820,6 +797,31 @@ impl Stack {
     }
 }
 
+/// `function`'s event source mapping on `queue`, tuned as `tuning` says, polling for
+/// 1 s at a time.
+fn esm_on(
+    function: &str,
+    queue: &testkit::provision::QueueRef,
+    tuning: &EsmTuning,
+    visibility_timeout: Option<i32>,
+    kill_probability: f64,
+    seed: u64,
+) -> EsmSettings {
+    EsmSettings {
+        function: function.into(),
+        queue_url: queue.url.clone(),
+        queue_arn: queue.arn.clone(),
+        region: testkit::moto::LOCAL_REGION.into(),
+        batch_size: tuning.batch_size,
+        batching_window: tuning.batching_window,
+        max_concurrency: tuning.max_concurrency,
+        poll_wait_seconds: 1,
+        visibility_timeout,
+        kill_probability,
+        seed,
+    }
+}
+
 /// `function`'s metrics, registered under its name for the report.
 fn registered(
     metrics: &mut BTreeMap<&'static str, Arc<Metrics>>,
@@ -833,9 +835,13 @@ fn registered(
 
 /// `function` once per execution environment (`n` of them, at least one), each with
 /// its own handler built by `build` as the Lambda `main` builds it, invoked by
-/// `invoke` with the function's shared `metrics`.
+/// `invoke` with the function's metrics, registered in `metrics` under `namespace`.
 fn per_environment<H, E, Fut>(
-    (function, metrics): (&str, Arc<Metrics>),
+    (metrics, namespace, function): (
+        &mut BTreeMap<&'static str, Arc<Metrics>>,
+        &str,
+        &'static str,
+    ),
     n: usize,
     build: impl Fn() -> Result<H, E>,
     invoke: impl Fn(Arc<H>, runtime::SqsEvent, Arc<Metrics>) -> Fut + Clone + Send + Sync + 'static,
@@ -845,6 +851,7 @@ where
     E: std::fmt::Display,
     Fut: std::future::Future<Output = Result<runtime::SqsBatchResponse, String>> + Send + 'static,
 {
+    let metrics = registered(metrics, namespace, function);
     (0..n.max(1))
         .map(|_| -> Result<SqsFunction, Error> {
             let handler = Arc::new(build().map_err(|e| config_error(function, e))?);

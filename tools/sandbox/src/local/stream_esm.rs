@@ -18,7 +18,6 @@ use aws::item::{FlatItem, Scalar};
 use aws_lambda_events::dynamodb::{Event, EventRecord};
 use aws_lambda_events::streams::DynamoDbEventResponse;
 use domain::policy::{RandomSource, SplitMix64};
-use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,10 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use testkit::drain::{drain_stream, StreamPosition};
 
-/// The function a stream mapping invokes: an `Event` in, a `DynamoDbEventResponse`
-/// (or an invocation error) out.
-pub type StreamFunction =
-    Arc<dyn Fn(Event) -> BoxFuture<'static, Result<DynamoDbEventResponse, String>> + Send + Sync>;
+/// The function a stream mapping invokes: an `Event` in, a `DynamoDbEventResponse` out.
+pub type StreamFunction = super::Invoke<Event, DynamoDbEventResponse>;
 
 /// One stream event source mapping, with the settings of the template's
 /// `Events: … Type: DynamoDB`.
@@ -177,9 +174,7 @@ pub fn spawn(
     function: StreamFunction,
     stop: Stop,
 ) -> (tokio::task::JoinHandle<()>, Arc<StreamEsmStats>) {
-    let stats = Arc::new(StreamEsmStats::default());
-    let h = tokio::spawn(run(streams, settings, function, stats.clone(), stop));
-    (h, stats)
+    super::spawn_counted(|stats| run(streams, settings, function, stats, stop))
 }
 
 async fn run(
