@@ -16,7 +16,7 @@ use aws::config::vars;
 use aws::config::{
     ReconcilerConfig, ResponseHandlerConfig, RetryHandlerConfig, StackNames, StarterConfig,
 };
-use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+use aws_sdk_sqs::types::Message;
 use deferred_retry_tests::cfn::{self, HARNESS_TEMPLATE_PATH, TEMPLATE_PATH};
 use deferred_retry_tests::iam::{Decision, Physical, Principal, Request, Stack};
 use domain::exec::StartPorts;
@@ -457,18 +457,11 @@ where
             .iter()
             .map(|f| f.item_identifier.clone())
             .collect();
-        let entries: Vec<DeleteMessageBatchRequestEntry> = messages
+        let handled: Vec<&Message> = messages
             .iter()
             .filter(|m| m.message_id().is_some_and(|i| !failed.contains(i)))
-            .enumerate()
-            .map(|(i, m)| {
-                DeleteMessageBatchRequestEntry::builder()
-                    .id(format!("m{i}"))
-                    .receipt_handle(m.receipt_handle().unwrap())
-                    .build()
-                    .unwrap()
-            })
             .collect();
+        let entries = sandbox::local::esm::delete_entries(&handled);
         if !entries.is_empty() {
             sqs.delete_message_batch()
                 .queue_url(url)
@@ -2145,15 +2138,53 @@ fn principal_lists_hold_no_empty_arn() {
     );
 }
 
+/// The template, and its stack with every function.
+fn every_function_stack() -> (Value, Stack) {
+    let text = template_text();
+    let template: Value = serde_yaml::from_str(&text).unwrap();
+    let stack = offline_with(&text, &every_function());
+    (template, stack)
+}
+
+/// The template's functions: all seven.
+fn functions_of(template: &Value) -> Vec<(String, &Value)> {
+    let functions = cfn::of_type(template, "AWS::Serverless::Function");
+    assert_eq!(
+        functions.len(),
+        7,
+        "the bridge and the publisher are in this stack"
+    );
+    functions
+}
+
+/// Every request of `allowed` is allowed, and every grant of the role `role` whose
+/// action starts with `actions` is used by one of them.
+fn allowed_and_every_grant_used(stack: &Stack, role: &str, allowed: &[Request], actions: &str) {
+    for r in allowed {
+        assert!(stack.evaluate(r).unwrap().is_allowed(), "{r:?}");
+    }
+    for (grant, st) in stack.grants(&stack.role(role)) {
+        if !grant.action.starts_with(actions) {
+            continue;
+        }
+        assert!(
+            allowed
+                .iter()
+                .any(|r| Stack::covers(&grant, st, r).unwrap()),
+            "unused grant of {role}: {} on {}",
+            grant.action,
+            grant.resource
+        );
+    }
+}
+
 /// CodeDeploy, shifting each function's `live` alias under CodeDeployRole, reads the
 /// rollback alarms the functions name and moves their aliases: every such request is
 /// allowed, every grant of the role is used by one, and another function's alias,
 /// another alarm or another service assuming the role is not allowed.
 #[test]
 fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
-    let text = template_text();
-    let template: Value = serde_yaml::from_str(&text).unwrap();
-    let stack = offline_with(&text, &every_function());
+    let (template, stack) = every_function_stack();
     let role = stack.role("CodeDeployRole");
     let arn = |rest: String| format!("arn:aws:{rest}");
     let mut allowed = vec![stack.request(
@@ -2161,13 +2192,7 @@ fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
         "sts:AssumeRole",
         &stack.physical.role_arn("CodeDeployRole"),
     )];
-    let functions = cfn::of_type(&template, "AWS::Serverless::Function");
-    assert_eq!(
-        functions.len(),
-        7,
-        "the bridge and the publisher are in this stack"
-    );
-    for (id, f) in &functions {
+    for (id, f) in &functions_of(&template) {
         let function = arn(format!(
             "lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{MAIN}-{id}"
         ));
@@ -2201,19 +2226,7 @@ fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
             ));
         }
     }
-    for r in &allowed {
-        assert!(stack.evaluate(r).unwrap().is_allowed(), "{r:?}");
-    }
-    for (grant, st) in stack.grants(&role) {
-        assert!(
-            allowed
-                .iter()
-                .any(|r| deferred_retry_tests::iam::Stack::covers(&grant, st, r).unwrap()),
-            "unused grant of CodeDeployRole: {} on {}",
-            grant.action,
-            grant.resource
-        );
-    }
+    allowed_and_every_grant_used(&stack, "CodeDeployRole", &allowed, "");
     let refused = [
         stack.request(
             &role,
@@ -2254,42 +2267,19 @@ fn the_deploy_role_moves_only_this_stacks_aliases_and_reads_their_alarms() {
 /// these calls; `tools/retryctl/tests/versions.rs` makes them against moto.
 #[test]
 fn the_read_role_reads_only_this_stacks_aliases_and_versions() {
-    let text = template_text();
-    let template: Value = serde_yaml::from_str(&text).unwrap();
-    let stack = offline_with(&text, &every_function());
+    let (template, stack) = every_function_stack();
     let role = stack.role("OperatorReadRole");
     let function =
         |id: &str| format!("arn:aws:lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:{MAIN}-{id}");
-    let functions = cfn::of_type(&template, "AWS::Serverless::Function");
-    assert_eq!(
-        functions.len(),
-        7,
-        "the bridge and the publisher are in this stack"
-    );
     let mut allowed = vec![];
-    for (id, _) in &functions {
+    for (id, _) in &functions_of(&template) {
         let f = function(id);
         for r in [f.clone(), format!("{f}:live")] {
             allowed.push(stack.request(&role, "lambda:GetAlias", &r));
         }
         allowed.push(stack.request(&role, "lambda:GetFunctionConfiguration", &format!("{f}:7")));
     }
-    for r in &allowed {
-        assert!(stack.evaluate(r).unwrap().is_allowed(), "{r:?}");
-    }
-    for (grant, st) in stack.grants(&role) {
-        if !grant.action.starts_with("lambda:") {
-            continue;
-        }
-        assert!(
-            allowed
-                .iter()
-                .any(|r| deferred_retry_tests::iam::Stack::covers(&grant, st, r).unwrap()),
-            "unused grant of OperatorReadRole: {} on {}",
-            grant.action,
-            grant.resource
-        );
-    }
+    allowed_and_every_grant_used(&stack, "OperatorReadRole", &allowed, "lambda:");
     let retry = function("RetryHandlerFunction");
     let other = format!(
         "arn:aws:lambda:{LOCAL_REGION}:{LOCAL_ACCOUNT}:function:other-stack-RetryHandlerFunction"

@@ -221,34 +221,7 @@ impl Stack {
 
     /// Every message now on a queue (received, then deleted).
     async fn drain(&self, url: &str) -> Vec<Message> {
-        let mut all = Vec::new();
-        for _ in 0..20 {
-            let r = self
-                .sqs
-                .receive_message()
-                .queue_url(url)
-                .max_number_of_messages(10)
-                .message_attribute_names("All")
-                .wait_time_seconds(0)
-                .send()
-                .await
-                .unwrap();
-            let msgs = r.messages().to_vec();
-            if msgs.is_empty() {
-                break;
-            }
-            for m in &msgs {
-                self.sqs
-                    .delete_message()
-                    .queue_url(url)
-                    .receipt_handle(m.receipt_handle().unwrap())
-                    .send()
-                    .await
-                    .unwrap();
-            }
-            all.extend(msgs);
-        }
-        all
+        moto::take_messages(&self.sqs, url, 0).await.unwrap()
     }
 }
 

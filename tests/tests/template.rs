@@ -135,17 +135,22 @@ fn env_problems(t: &Value) -> Vec<String> {
 /// (index name, key schema, projection type).
 type IndexShape = (String, Vec<(String, String)>, String);
 
-fn key_schema(v: Option<&Value>) -> Vec<(String, String)> {
+/// The (`first`, `second`) strings of each mapping in the sequence `v`.
+fn pairs(v: Option<&Value>, first: &str, second: &str) -> Vec<(String, String)> {
     v.and_then(Value::as_sequence)
         .map(|s| {
             s.iter()
                 .map(|k| {
                     let f = |n| get(k, n).and_then(Value::as_str).unwrap_or("").to_owned();
-                    (f("AttributeName"), f("KeyType"))
+                    (f(first), f(second))
                 })
                 .collect()
         })
         .unwrap_or_default()
+}
+
+fn key_schema(v: Option<&Value>) -> Vec<(String, String)> {
+    pairs(v, "AttributeName", "KeyType")
 }
 
 fn expected_keys(hash: &str, range: Option<&str>) -> Vec<(String, String)> {
@@ -165,17 +170,13 @@ fn table_problems_for(id: &str, r: &Value, def: &TableDef) -> Vec<String> {
             def.hash_key, def.range_key
         ));
     }
-    let attrs: BTreeSet<(String, String)> = props(r, "AttributeDefinitions")
-        .and_then(Value::as_sequence)
-        .map(|s| {
-            s.iter()
-                .map(|a| {
-                    let f = |n| get(a, n).and_then(Value::as_str).unwrap_or("").to_owned();
-                    (f("AttributeName"), f("AttributeType"))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let attrs: BTreeSet<(String, String)> = pairs(
+        props(r, "AttributeDefinitions"),
+        "AttributeName",
+        "AttributeType",
+    )
+    .into_iter()
+    .collect();
     let want: BTreeSet<(String, String)> = def
         .attributes
         .iter()
@@ -1278,11 +1279,26 @@ fn resource_mut<'a>(t: &'a mut Value, id: &str) -> &'a mut Value {
         .unwrap_or_else(|| panic!("no resource {id}"))
 }
 
+/// `check` on the template as it is (no problem), then what it finds in the template
+/// `edit` breaks.
+fn broken(check: fn(&Value) -> Vec<String>, edit: impl FnOnce(&mut Value)) -> Vec<String> {
+    assert_none(check(&template()));
+    let mut t = template();
+    edit(&mut t);
+    check(&t)
+}
+
 fn props_mut<'a>(t: &'a mut Value, id: &str) -> &'a mut Mapping {
     resource_mut(t, id)
         .get_mut("Properties")
         .and_then(Value::as_mapping_mut)
         .unwrap_or_else(|| panic!("{id} has no Properties"))
+}
+
+fn prop_mut<'a>(t: &'a mut Value, id: &str, key: &str) -> &'a mut Value {
+    props_mut(t, id)
+        .get_mut(key)
+        .unwrap_or_else(|| panic!("{id} has no {key}"))
 }
 
 fn env_mut<'a>(t: &'a mut Value, id: &str) -> &'a mut Mapping {
@@ -1311,9 +1327,8 @@ fn env_check_detects_a_missing_and_an_unread_variable() {
 #[test]
 fn table_check_detects_a_changed_index_and_ttl() {
     let mut t = template();
-    let gsi = props_mut(&mut t, "TransactionsTable")
-        .get_mut("GlobalSecondaryIndexes")
-        .and_then(|g| g.get_mut(0))
+    let gsi = prop_mut(&mut t, "TransactionsTable", "GlobalSecondaryIndexes")
+        .get_mut(0)
         .and_then(|g| g.get_mut("Projection"))
         .and_then(Value::as_mapping_mut)
         .expect("the reconcile index has a projection");
@@ -1333,9 +1348,8 @@ fn queue_and_timeout_checks_detect_a_short_visibility() {
     mentions(&timeout_problems(&t), &["RetryHandlerFunction"]);
 
     let mut t = template();
-    let rp = props_mut(&mut t, "ResponseQueue")
-        .get_mut("RedrivePolicy")
-        .and_then(Value::as_mapping_mut)
+    let rp = prop_mut(&mut t, "ResponseQueue", "RedrivePolicy")
+        .as_mapping_mut()
         .expect("the response queue has a redrive policy");
     rp.insert("maxReceiveCount".into(), 1.into());
     mentions(&queue_problems(&t), &["maxReceiveCount"]);
@@ -1412,9 +1426,8 @@ fn dlq_alarm_check_detects_a_missing_alarm() {
 #[test]
 fn wiring_and_role_checks_detect_regressions() {
     let mut t = template();
-    let ev = props_mut(&mut t, "ResponseHandlerFunction")
-        .get_mut("Events")
-        .and_then(Value::as_mapping_mut)
+    let ev = prop_mut(&mut t, "ResponseHandlerFunction", "Events")
+        .as_mapping_mut()
         .and_then(|e| e.values_mut().next())
         .and_then(|e| e.get_mut("Properties"))
         .and_then(Value::as_mapping_mut)
@@ -1423,9 +1436,8 @@ fn wiring_and_role_checks_detect_regressions() {
     mentions(&wiring_problems(&t), &["ReportBatchItemFailures"]);
 
     let mut t = template();
-    let st = props_mut(&mut t, "SchedulerRole")
-        .get_mut("AssumeRolePolicyDocument")
-        .and_then(|d| d.get_mut("Statement"))
+    let st = prop_mut(&mut t, "SchedulerRole", "AssumeRolePolicyDocument")
+        .get_mut("Statement")
         .and_then(|s| s.get_mut(0))
         .and_then(Value::as_mapping_mut)
         .expect("one trust statement");
@@ -1451,9 +1463,8 @@ fn business_alarm_check_detects_a_metric_the_code_does_not_emit() {
 
     // A metric-math alarm that leaves one function out.
     let mut t = template();
-    let metrics = props_mut(&mut t, "SchedulerThrottledAlarm")
-        .get_mut("Metrics")
-        .and_then(Value::as_sequence_mut)
+    let metrics = prop_mut(&mut t, "SchedulerThrottledAlarm", "Metrics")
+        .as_sequence_mut()
         .expect("Metrics");
     metrics.retain(|q| get(q, "Id").and_then(Value::as_str) != Some("retryhandler"));
     assert_eq!(
@@ -1462,9 +1473,8 @@ fn business_alarm_check_detects_a_metric_the_code_does_not_emit() {
     );
     // An expression that is not the sum of its metrics is refused, not guessed.
     let mut t = template();
-    let metrics = props_mut(&mut t, "BreakerErrorsAlarm")
-        .get_mut("Metrics")
-        .and_then(Value::as_sequence_mut)
+    let metrics = prop_mut(&mut t, "BreakerErrorsAlarm", "Metrics")
+        .as_sequence_mut()
         .expect("Metrics");
     metrics[0]["Expression"] = Value::from("MAX(METRICS())");
     let p = business_alarm_problems(&t);
@@ -1928,14 +1938,14 @@ fn log_level_check_detects_a_level_above_info() {
 
 #[test]
 fn every_function_has_error_and_throttle_alarms() {
-    assert_none(function_alarm_problems(&template()));
-    let mut t = template();
-    props_mut(&mut t, "ReconcilerErrorsAlarm").insert("MetricName".into(), "Invocations".into());
-    props_mut(&mut t, "RetryHandlerThrottlesAlarm").insert("Threshold".into(), 5.into());
-    props_mut(&mut t, "AuditWriterIteratorAgeAlarm").insert("Threshold".into(), 86_400_000.into());
-    props_mut(&mut t, "AuditWriterThrottlesAlarm").insert("MetricName".into(), "Duration".into());
+    let p = broken(function_alarm_problems, |t| {
+        props_mut(t, "ReconcilerErrorsAlarm").insert("MetricName".into(), "Invocations".into());
+        props_mut(t, "RetryHandlerThrottlesAlarm").insert("Threshold".into(), 5.into());
+        props_mut(t, "AuditWriterIteratorAgeAlarm").insert("Threshold".into(), 86_400_000.into());
+        props_mut(t, "AuditWriterThrottlesAlarm").insert("MetricName".into(), "Duration".into());
+    });
     assert_eq!(
-        function_alarm_problems(&t),
+        p,
         vec![
             "AuditWriterFunction (audit-writer): stream-triggered, no alarm on its IteratorAge within 12 h of the stream's 24 h",
             "AuditWriterFunction (audit-writer): stream-triggered, no alarm on its Throttles",
@@ -1947,14 +1957,13 @@ fn every_function_has_error_and_throttle_alarms() {
 
 #[test]
 fn queues_allow_redrive_only_from_their_source() {
-    assert_none(redrive_allow_problems(&template()));
-    let mut t = template();
-    props_mut(&mut t, "RetryQueue").remove("RedriveAllowPolicy");
-    props_mut(&mut t, "ResponseDLQ").insert(
-        "RedriveAllowPolicy".into(),
-        serde_yaml::from_str("{redrivePermission: allowAll}").expect("yaml"),
-    );
-    let p = redrive_allow_problems(&t);
+    let p = broken(redrive_allow_problems, |t| {
+        props_mut(t, "RetryQueue").remove("RedriveAllowPolicy");
+        props_mut(t, "ResponseDLQ").insert(
+            "RedriveAllowPolicy".into(),
+            serde_yaml::from_str("{redrivePermission: allowAll}").expect("yaml"),
+        );
+    });
     assert_eq!(p.len(), 2, "{p:?}");
     assert!(
         p.iter().any(|m| m.starts_with("RetryQueue:"))
@@ -1965,17 +1974,14 @@ fn queues_allow_redrive_only_from_their_source() {
 
 #[test]
 fn queues_and_the_alarm_topic_refuse_plain_http() {
-    assert_none(transport_problems(&template()));
-    let mut t = template();
-    t.get_mut("Resources")
-        .and_then(Value::as_mapping_mut)
-        .expect("resources")
-        .remove("DeadLetterQueuesPolicy");
-    t.get_mut("Resources")
-        .and_then(Value::as_mapping_mut)
-        .expect("resources")
-        .remove("AlarmTopicPolicy");
-    let p = transport_problems(&t);
+    let p = broken(transport_problems, |t| {
+        let resources = t
+            .get_mut("Resources")
+            .and_then(Value::as_mapping_mut)
+            .expect("resources");
+        resources.remove("DeadLetterQueuesPolicy");
+        resources.remove("AlarmTopicPolicy");
+    });
     assert_eq!(p.len(), 7, "six DLQs and the topic: {p:?}");
 }
 
@@ -2040,10 +2046,10 @@ fn samconfig_builds_and_deploys_one_architecture() {
 
 #[test]
 fn rules_refuse_large_batches_without_a_window() {
-    assert_none(rules_problems(&template()));
-    let mut t = template();
-    t.as_mapping_mut().expect("template").remove("Rules");
-    assert_eq!(rules_problems(&t).len(), 2);
+    let p = broken(rules_problems, |t| {
+        t.as_mapping_mut().expect("template").remove("Rules");
+    });
+    assert_eq!(p.len(), 2);
 }
 
 #[test]
@@ -2147,10 +2153,9 @@ fn the_outputs_and_parameters_stack_reads_are_declared() {
 
 #[test]
 fn parameter_defaults_are_the_code_defaults() {
-    assert_none(default_problems(&template()));
-    let mut t = template();
-    t["Parameters"]["MaxRequestsPerSecond"]["Default"] = Value::from(10);
-    let p = default_problems(&t);
+    let p = broken(default_problems, |t| {
+        t["Parameters"]["MaxRequestsPerSecond"]["Default"] = Value::from(10);
+    });
     assert!(
         p.len() == 1 && p[0].contains("MaxRequestsPerSecond"),
         "{p:?}"
@@ -2649,11 +2654,7 @@ async fn each_ending_in_failed_raises_only_its_own_alarm() {
     stage
         .respond(1, domain::Outcome::Cancelled, T0.plus_millis(1_000))
         .await;
-    assert_eq!(stage.record().status, domain::Status::Failed);
-    assert_eq!(
-        raised(&template(), &stage.emitted()),
-        vec![("TransactionsExhaustedAlarm".to_owned(), 1)]
-    );
+    failed_raising(&stage, "TransactionsExhaustedAlarm");
 
     // ERROR with no technical re-send left.
     let stage = Stage::new(runtime::settings::Settings {
@@ -2664,16 +2665,11 @@ async fn each_ending_in_failed_raises_only_its_own_alarm() {
     stage
         .respond(1, domain::Outcome::Error, T0.plus_millis(1_000))
         .await;
-    let rec = stage.record();
-    assert_eq!(rec.status, domain::Status::Failed);
     assert_eq!(
-        rec.last_reason.as_deref(),
+        stage.record().last_reason.as_deref(),
         Some(domain::decide::TECHNICAL_EXHAUSTED_REASON)
     );
-    assert_eq!(
-        raised(&template(), &stage.emitted()),
-        vec![("TechnicalExhaustedAlarm".to_owned(), 1)]
-    );
+    failed_raising(&stage, "TechnicalExhaustedAlarm");
 
     // Outbox mode: an ERROR that does not say the call did not run, once the
     // publisher published the SENDING record.
@@ -2703,10 +2699,15 @@ async fn each_ending_in_failed_raises_only_its_own_alarm() {
     stage
         .respond(1, domain::Outcome::Error, T0.plus_millis(2_000))
         .await;
+    failed_raising(&stage, "TransactionsAmbiguousAlarm");
+}
+
+/// The transaction ended FAILED, and only `alarm` went off, once.
+fn failed_raising(stage: &Stage, alarm: &str) {
     assert_eq!(stage.record().status, domain::Status::Failed);
     assert_eq!(
         raised(&template(), &stage.emitted()),
-        vec![("TransactionsAmbiguousAlarm".to_owned(), 1)]
+        vec![(alarm.to_owned(), 1)]
     );
 }
 

@@ -997,23 +997,12 @@ async fn redrive_audit_reads_the_stream_range_again() {
     assert_eq!(shown["timeline"].as_array().unwrap().len(), 0);
 
     // The on-failure record of the batch: the whole shard so far.
-    let stream_arn = ddb
-        .describe_table()
-        .table_name(format!("{}-transactions", s.prefix))
-        .send()
-        .await
-        .unwrap()
-        .table()
-        .unwrap()
-        .latest_stream_arn()
-        .unwrap()
-        .to_owned();
     let streams = aws_sdk_dynamodbstreams::Client::new(&sdk);
-    let (record, _) = testkit::drain::failure_record(&streams, &stream_arn, None)
+    let (record, _) = testkit::drain::failure_record(&streams, &s.stream_arn, None)
         .await
         .unwrap();
     let (elsewhere, _) =
-        testkit::drain::failure_record(&streams, &stream_arn, Some("shardId-nope"))
+        testkit::drain::failure_record(&streams, &s.stream_arn, Some("shardId-nope"))
             .await
             .unwrap();
     let sqs = aws_sdk_sqs::Client::new(&sdk);

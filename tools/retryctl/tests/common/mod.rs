@@ -15,6 +15,8 @@ use std::time::Duration;
 pub struct Running {
     pub endpoint: String,
     pub prefix: String,
+    /// The transactions table's stream.
+    pub stream_arn: String,
     pub env: HashMap<&'static str, HashMap<String, String>>,
 }
 
@@ -74,6 +76,7 @@ pub fn start_stack_with_harness(
                         Running {
                             endpoint: stack.endpoint.clone(),
                             prefix: stack.names().prefix.clone(),
+                            stream_arn: stack.provisioned.transactions_stream_arn.clone(),
                             env: stack.env.clone(),
                         },
                         outputs,
