@@ -406,10 +406,8 @@ async fn send_start(
             Ok(_) => return Ok(()),
             Err(_) if tries < 5 => tries += 1,
             Err(e) => {
-                return Err(Error::Aws(format!(
-                    "SendMessage of the start of {id}: {}",
-                    aws_sdk_sqs::error::DisplayErrorContext(e)
-                )))
+                let what = format!("SendMessage of the start of {id}");
+                return Err(Error::Aws(aws::errors::sdk_error(what)(e)));
             }
         }
     }
@@ -637,12 +635,8 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
         .send()
         .await
         .map(|o| o.schedules().len() as u64)
-        .map_err(|e| {
-            Error::Aws(format!(
-                "ListSchedules: {}",
-                aws_sdk_scheduler::error::DisplayErrorContext(e)
-            ))
-        })?;
+        .map_err(aws::errors::sdk_error("ListSchedules"))
+        .map_err(Error::Aws)?;
 
     let mut esms = vec![
         (response_handler::FUNCTION, &stack.response_esm),
@@ -1075,12 +1069,8 @@ pub async fn queue_counts(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<(u64, 
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
         .send()
         .await
-        .map_err(|e| {
-            Error::Aws(format!(
-                "GetQueueAttributes {url}: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(e)
-            ))
-        })?;
+        .map_err(aws::errors::sdk_error(format!("GetQueueAttributes {url}")))
+        .map_err(Error::Aws)?;
     let attrs = out.attributes();
     let get = |k: QueueAttributeName| -> u64 {
         attrs

@@ -549,12 +549,8 @@ async fn schedules_of_run(
             .set_next_token(token)
             .send()
             .await
-            .map_err(|e| {
-                CliError::Aws(format!(
-                    "ListSchedules `{group}`: {}",
-                    aws_sdk_scheduler::error::DisplayErrorContext(e)
-                ))
-            })?;
+            .map_err(aws::errors::sdk_error(format!("ListSchedules `{group}`")))
+            .map_err(CliError::Aws)?;
         names.extend(
             page.schedules()
                 .iter()

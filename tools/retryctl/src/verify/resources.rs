@@ -371,10 +371,7 @@ async fn alarm_destination(env: &Env<'_>, out: &mut Checks) {
         Err(e) => out.fail(
             PHASE,
             subject,
-            format!(
-                "cannot be read (every alarm publishes to it): {}",
-                aws_sdk_sns::error::DisplayErrorContext(e)
-            ),
+            aws::errors::sdk_error("cannot be read (every alarm publishes to it)")(e),
         ),
     }
 }
@@ -405,10 +402,9 @@ async fn schedule_group(env: &Env<'_>, out: &mut Checks) {
         Err(e) => out.fail(
             PHASE,
             subject,
-            format!(
-                "cannot be read (the handlers create every retry schedule in it): {}",
-                aws_sdk_scheduler::error::DisplayErrorContext(e)
-            ),
+            aws::errors::sdk_error(
+                "cannot be read (the handlers create every retry schedule in it)",
+            )(e),
         ),
     }
 }

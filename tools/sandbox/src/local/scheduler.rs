@@ -646,10 +646,7 @@ async fn read(
             {
                 return Ok(None);
             }
-            return Err(ReadError::Call(format!(
-                "GetSchedule: {}",
-                aws_sdk_scheduler::error::DisplayErrorContext(e)
-            )));
+            return Err(ReadError::Call(aws::errors::sdk_error("GetSchedule")(e)));
         }
     };
     let expression = out.schedule_expression().unwrap_or_default();
