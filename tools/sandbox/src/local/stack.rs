@@ -427,7 +427,7 @@ impl Stack {
                 response_handler::FUNCTION,
             ),
             opts.response_esm.max_concurrency,
-            || {
+            |_| {
                 Ok::<_, std::convert::Infallible>(response_handler::wiring::response_handler(
                     &functions_sdk,
                     &response_cfg,
@@ -451,11 +451,6 @@ impl Stack {
         tasks.extend(h);
 
         // Retry handler: one pacer per execution environment (poller).
-        let retry_metrics = registered(
-            &mut metrics,
-            &retry_cfg.metrics_namespace,
-            retry_handler::FUNCTION,
-        );
         let max_wait = opts
             .visibility_timeout
             .map(|v| Duration::from_secs(u64::try_from(v).unwrap_or(20) / 2))
@@ -472,39 +467,40 @@ impl Stack {
         // share one, so the process-wide pacer is replaced per environment).
         let publish_times: Arc<Mutex<Vec<i64>>> = Arc::default();
         let held: Arc<Mutex<Vec<(String, i64)>>> = Arc::default();
-        let make_retry = |i: usize| -> Result<SqsFunction, Error> {
-            let pacer = pacers[i % pacers.len()].clone();
-            let h = retry_handler::wiring::retry_handler(&functions_sdk, &retry_cfg)
-                .map_err(|e| config_error("retry-handler", e))?;
-            // The same handler, its publisher wrapped (inside the pacer) to record when
-            // each request leaves.
-            let handler = Arc::new(RetryHandler {
-                store: h.store,
-                requests: Paced {
-                    inner: Timed {
-                        inner: h.requests.inner,
-                        times: publish_times.clone(),
-                    },
-                    pacer: pacer.clone(),
-                    max_wait,
-                },
-                retries: Held {
-                    inner: h.retries,
-                    held: held.clone(),
-                },
-                breaker: h.breaker,
-                pacer: Some(pacer),
-                function: h.function,
-            });
-            let m = retry_metrics.clone();
-            Ok(Arc::new(move |event| {
-                let (h, m) = (handler.clone(), m.clone());
-                Box::pin(async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) })
-            }))
-        };
-        let retry_functions = (0..opts.retry_esm.max_concurrency.max(1))
-            .map(make_retry)
-            .collect::<Result<Vec<SqsFunction>, Error>>()?;
+        let retry_functions = per_environment(
+            (
+                &mut metrics,
+                &retry_cfg.metrics_namespace,
+                retry_handler::FUNCTION,
+            ),
+            opts.retry_esm.max_concurrency,
+            |i| {
+                let pacer = pacers[i].clone();
+                // The same handler, its publisher wrapped (inside the pacer) to record
+                // when each request leaves.
+                retry_handler::wiring::retry_handler(&functions_sdk, &retry_cfg).map(|h| {
+                    RetryHandler {
+                        store: h.store,
+                        requests: Paced {
+                            inner: Timed {
+                                inner: h.requests.inner,
+                                times: publish_times.clone(),
+                            },
+                            pacer: pacer.clone(),
+                            max_wait,
+                        },
+                        retries: Held {
+                            inner: h.retries,
+                            held: held.clone(),
+                        },
+                        breaker: h.breaker,
+                        pacer: Some(pacer),
+                        function: h.function,
+                    }
+                })
+            },
+            |h, event, m| async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) },
+        )?;
         let (h, retry_esm) = esm::spawn(
             sqs.clone(),
             esm_on(
@@ -531,7 +527,7 @@ impl Stack {
                 starter::FUNCTION,
             ),
             opts.intake_esm.max_concurrency,
-            || starter::wiring::starter(&functions_sdk, &starter_cfg),
+            |_| starter::wiring::starter(&functions_sdk, &starter_cfg),
             |h, event, m| async move { h.handle_event(event, &m).await.map_err(|e| e.to_string()) },
         )?;
         let (h, intake_esm) = esm::spawn(
@@ -674,7 +670,7 @@ impl Stack {
                         http_bridge::FUNCTION,
                     ),
                     opts.http_esm.max_concurrency,
-                    || http_bridge::wiring::bridge(&functions_sdk, &config),
+                    |_| http_bridge::wiring::bridge(&functions_sdk, &config),
                     |b, event, m| async move {
                         b.handle_event(event, &m).await.map_err(|e| e.to_string())
                     },
@@ -834,8 +830,9 @@ fn registered(
 }
 
 /// `function` once per execution environment (`n` of them, at least one), each with
-/// its own handler built by `build` as the Lambda `main` builds it, invoked by
-/// `invoke` with the function's metrics, registered in `metrics` under `namespace`.
+/// its own handler built by `build` (given the environment's index) as the Lambda
+/// `main` builds it, invoked by `invoke` with the function's metrics, registered in
+/// `metrics` under `namespace`.
 fn per_environment<H, E, Fut>(
     (metrics, namespace, function): (
         &mut BTreeMap<&'static str, Arc<Metrics>>,
@@ -843,7 +840,7 @@ fn per_environment<H, E, Fut>(
         &'static str,
     ),
     n: usize,
-    build: impl Fn() -> Result<H, E>,
+    build: impl Fn(usize) -> Result<H, E>,
     invoke: impl Fn(Arc<H>, runtime::SqsEvent, Arc<Metrics>) -> Fut + Clone + Send + Sync + 'static,
 ) -> Result<Vec<SqsFunction>, Error>
 where
@@ -853,8 +850,8 @@ where
 {
     let metrics = registered(metrics, namespace, function);
     (0..n.max(1))
-        .map(|_| -> Result<SqsFunction, Error> {
-            let handler = Arc::new(build().map_err(|e| config_error(function, e))?);
+        .map(|i| -> Result<SqsFunction, Error> {
+            let handler = Arc::new(build(i).map_err(|e| config_error(function, e))?);
             let (m, invoke) = (metrics.clone(), invoke.clone());
             Ok(Arc::new(move |event| {
                 Box::pin(invoke(handler.clone(), event, m.clone()))
