@@ -705,6 +705,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             id(tx),
             payload(tx, answer),
             MaxAttempts::new(max).unwrap(),
+            None,
             ctx.rules.answer_timeout,
             &ctx,
         )
@@ -874,6 +875,7 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         id("TX-G"),
         payload("TX-G", "SUCCESS"),
         MaxAttempts::new(3).unwrap(),
+        None,
         ctx.rules.answer_timeout,
         &ctx,
     )

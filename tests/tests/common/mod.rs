@@ -264,6 +264,7 @@ impl<B: Backend> World<B> {
             id(tx),
             payload_of(tx),
             MaxAttempts::new(max).unwrap(),
+            None,
             self.settings.answer_timeout,
             &ctx,
         )

@@ -507,6 +507,7 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
                     id.clone(),
                     payload.clone(),
                     max,
+                    None,
                     answer_timeout,
                     &ctx,
                 )

@@ -268,6 +268,7 @@ pub async fn run(
                         id.clone(),
                         payload,
                         max,
+                        None,
                         answer_timeout,
                         &ctx,
                     )
