@@ -1044,27 +1044,13 @@ async fn operators(
     let mut entry = sandbox::outputs::local(p, domain::defaults::RECONCILE_SHARDS, 3600);
     // The alarm topic (as the template names it here), with a destination: verify
     // reads its subscriptions.
-    let sns = aws_sdk_sns::Client::new(setup_sdk);
-    let topic = sns
-        .create_topic()
-        .name(format!("{MAIN}-AlarmTopic"))
-        .send()
-        .await
-        .unwrap()
-        .topic_arn()
-        .unwrap()
-        .to_owned();
-    sns.subscribe()
-        .topic_arn(&topic)
-        .protocol("sqs")
-        .endpoint(&p.request_dlq.arn)
-        .send()
+    let outputs = entry["Outputs"].as_array_mut().unwrap();
+    let topic = testkit::moto::alarm_topic(setup_sdk, &format!("{MAIN}-AlarmTopic"), outputs)
         .await
         .unwrap();
-    entry["Outputs"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": topic}));
+    testkit::moto::page_queue(setup_sdk, &topic, &p.request_dlq.arn)
+        .await
+        .unwrap();
     let params = vec![
         (
             "ReconcileShards",

@@ -179,20 +179,10 @@ async fn verify_fails_naming_the_queue_whose_redrive_policy_was_removed() {
 async fn verify_fails_while_the_alarm_topic_pages_nobody() {
     let (s, mut outputs) = start_stack_with_harness(options("vfyal"), Some(vec![]));
     let sdk = testkit::moto::sdk_config(&s.endpoint).await;
-    let sns = aws_sdk_sns::Client::new(&sdk);
-    let topic = sns
-        .create_topic()
-        .name(format!("{}-alarms", s.prefix))
-        .send()
+    let stack_outputs = outputs["Stacks"][0]["Outputs"].as_array_mut().unwrap();
+    let topic = testkit::moto::alarm_topic(&sdk, &format!("{}-alarms", s.prefix), stack_outputs)
         .await
-        .unwrap()
-        .topic_arn()
-        .unwrap()
-        .to_owned();
-    outputs["Stacks"][0]["Outputs"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": topic}));
+        .unwrap();
     let file = write_outputs(&s, &outputs);
     let verify = format!("verify --outputs {file} --resources-only --quiet --json");
     let verify = words(&verify);
@@ -214,11 +204,7 @@ async fn verify_fails_while_the_alarm_topic_pages_nobody() {
         "arn:aws:sqs:us-east-1:123456789012:{}",
         queue.queue_url().unwrap().rsplit('/').next().unwrap()
     );
-    sns.subscribe()
-        .topic_arn(&topic)
-        .protocol("sqs")
-        .endpoint(&pager)
-        .send()
+    testkit::moto::page_queue(&sdk, &topic, &pager)
         .await
         .unwrap();
     let r = retryctl(&s, &verify).await;

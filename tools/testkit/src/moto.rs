@@ -501,6 +501,40 @@ pub async fn schedule_names(
     Ok(schedules.into_iter().filter_map(|s| s.name).collect())
 }
 
+/// Creates the SNS topic `name` and adds it to a stack's `outputs` (its `Outputs`
+/// array, or the `Stacks[0].Outputs` of `describe-stacks`) as `AlarmTopicArn`: the
+/// topic the deploy check reads the subscriptions of. Its ARN.
+pub async fn alarm_topic(
+    sdk: &SdkConfig,
+    name: &str,
+    outputs: &mut Vec<serde_json::Value>,
+) -> Result<String, aws_sdk_sns::Error> {
+    let created = aws_sdk_sns::Client::new(sdk)
+        .create_topic()
+        .name(name)
+        .send()
+        .await?;
+    let arn = created.topic_arn().unwrap_or_default().to_owned();
+    outputs.push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": arn}));
+    Ok(arn)
+}
+
+/// Subscribes the SQS queue `queue_arn` to `topic`: the alarms page it.
+pub async fn page_queue(
+    sdk: &SdkConfig,
+    topic: &str,
+    queue_arn: &str,
+) -> Result<(), aws_sdk_sns::Error> {
+    aws_sdk_sns::Client::new(sdk)
+        .subscribe()
+        .topic_arn(topic)
+        .protocol("sqs")
+        .endpoint(queue_arn)
+        .send()
+        .await?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
