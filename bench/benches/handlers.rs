@@ -60,7 +60,6 @@ fn started(n: usize) -> MemoryStore {
             TransactionId::parse(&tx(i)).unwrap(),
             payload(),
             MaxAttempts::new(3).unwrap(),
-            None,
             domain::defaults::ANSWER_TIMEOUT,
             &ctx,
         ))

@@ -407,7 +407,6 @@ pub async fn measure(sdk: &SdkConfig, spec: CycleSpec) -> Result<CycleMeasuremen
         tx.clone(),
         payload.clone(),
         max,
-        None,
         domain::defaults::ANSWER_TIMEOUT,
         &ctx,
     )
@@ -992,7 +991,6 @@ pub async fn measure_technical_burst(
             tx,
             payload_of(256, id)?,
             max,
-            None,
             domain::defaults::ANSWER_TIMEOUT,
             &ctx,
         )

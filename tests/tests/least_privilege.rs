@@ -705,7 +705,6 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
             id(tx),
             payload(tx, answer),
             MaxAttempts::new(max).unwrap(),
-            None,
             ctx.rules.answer_timeout,
             &ctx,
         )
@@ -875,7 +874,6 @@ async fn scenario() -> (Vec<Call>, Provisioned, Stack) {
         id("TX-G"),
         payload("TX-G", "SUCCESS"),
         MaxAttempts::new(3).unwrap(),
-        None,
         ctx.rules.answer_timeout,
         &ctx,
     )

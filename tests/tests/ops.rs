@@ -27,12 +27,12 @@ async fn start_is_idempotent_and_never_publishes_a_different_payload() {
     let max = MaxAttempts::new(4).unwrap();
     let p = payload(r#"{"sku":"A-1","qty":2}"#);
     let timeout = ctx.rules.answer_timeout;
-    let first = start_transaction(&ports, id("TX-7"), p.clone(), max, None, timeout, &ctx)
+    let first = start_transaction(&ports, id("TX-7"), p.clone(), max, timeout, &ctx)
         .await
         .unwrap();
     assert_eq!(first.ack, Ack::Started);
     assert!(first.published());
-    let again = start_transaction(&ports, id("TX-7"), p.clone(), max, None, timeout, &ctx)
+    let again = start_transaction(&ports, id("TX-7"), p.clone(), max, timeout, &ctx)
         .await
         .unwrap();
     assert_eq!(again.ack, Ack::AlreadyStarted);
@@ -41,7 +41,6 @@ async fn start_is_idempotent_and_never_publishes_a_different_payload() {
         id("TX-7"),
         payload(r#"{"sku":"B-2"}"#),
         max,
-        None,
         timeout,
         &ctx,
     )

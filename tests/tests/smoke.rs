@@ -325,7 +325,6 @@ async fn the_lambda_binaries_under_cargo_lambda_watch_against_moto() {
             id(tx),
             Payload::from_json(&format!(r#"{{"order":"{tx}","amount":12.5}}"#)).unwrap(),
             MaxAttempts::new(3).unwrap(),
-            None,
             ctx.rules.answer_timeout,
             &ctx,
         )

@@ -2526,7 +2526,6 @@ impl Stage {
             domain::Payload::from_json(r#"{"order":1}"#).unwrap_or_else(|e| panic!("payload: {e}")),
             domain::MaxAttempts::new(max_attempts)
                 .unwrap_or_else(|e| panic!("max_attempts {max_attempts}: {e}")),
-            None,
             self.settings.answer_timeout,
             &self.settings.context(T0),
         )

@@ -65,7 +65,6 @@ async fn started(store: &MemoryStore, ids: &[&str]) -> Vec<TransactionRecord> {
             id(tx),
             payload,
             MaxAttempts::new(3).unwrap(),
-            None,
             Duration::from_secs(3600),
             &ctx,
         )

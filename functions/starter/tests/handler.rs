@@ -125,7 +125,7 @@ async fn a_message_starts_the_transaction_as_the_library_does() {
         let payload =
             Payload::from_json(&format!(r#"{{"order":"{tx}", "amount": 12.50}}"#)).unwrap();
         let correlation = correlation.map(|c| domain::CorrelationId::new(c).unwrap());
-        runtime::ops::start_transaction(
+        runtime::ops::start_correlated(
             &ports,
             id(tx),
             payload,

@@ -1,8 +1,9 @@
 //! Library operations for the services around the pattern (and `retryctl`): thin
 //! wrappers that build a domain [`Run`] and execute it through the given ports.
 //!
-//! - [`start_transaction`]: conditional create of IN_PROGRESS attempt 1 with its
-//!   payload, then the publish of attempt 1 with key `<id>#1`. Repeating it is
+//! - [`start_transaction`] ([`start_correlated`] with a correlation id): conditional
+//!   create of IN_PROGRESS attempt 1 with its payload, then the publish of attempt 1
+//!   with key `<id>#1`. Repeating it is
 //!   harmless; a repeat with a *different* payload publishes nothing and is refused.
 //!   In outbox mode (the context's delivery) the record is created SENDING and nothing
 //!   is published here: the publisher sends attempt 1.
@@ -94,13 +95,28 @@ async fn run_op<P: Perform>(input: Input, ports: &P, ctx: &Context) -> Result<Do
 /// one: same key, the service dedupes). A repeat with another payload is
 /// `Err(Rejected(PayloadMismatch))` and publishes nothing.
 ///
-/// `correlation_id` is the producer's reference: stored on the record and carried in
-/// every request of the transaction (a repeat keeps the first start's).
 /// `answer_timeout` is the deployment's answer timeout (`AnswerTimeoutSeconds`, the
 /// functions' `ANSWER_TIMEOUT_SECONDS`): the record's first answer deadline is the
 /// start plus it, whatever `ctx` carries, so no starter writes the built-in default
-/// without naming it.
+/// without naming it. No correlation id: [`start_correlated`] takes one.
 pub async fn start_transaction<St, Rq>(
+    ports: &StartPorts<'_, St, Rq>,
+    id: TransactionId,
+    payload: Payload,
+    max_attempts: MaxAttempts,
+    answer_timeout: Duration,
+    ctx: &Context,
+) -> Result<Done, OpError>
+where
+    St: Creates + Payloads,
+    Rq: RequestPublisher,
+{
+    start_correlated(ports, id, payload, max_attempts, None, answer_timeout, ctx).await
+}
+
+/// [`start_transaction`] with the producer's `correlation_id`: stored on the record
+/// and carried in every request of the transaction (a repeat keeps the first start's).
+pub async fn start_correlated<St, Rq>(
     ports: &StartPorts<'_, St, Rq>,
     id: TransactionId,
     payload: Payload,

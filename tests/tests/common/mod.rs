@@ -264,7 +264,6 @@ impl<B: Backend> World<B> {
             id(tx),
             payload_of(tx),
             MaxAttempts::new(max).unwrap(),
-            None,
             self.settings.answer_timeout,
             &ctx,
         )

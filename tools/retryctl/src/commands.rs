@@ -464,7 +464,7 @@ pub async fn submit(
         requests: &requests,
     };
     let ctx = t.settings().context(SystemClock.now());
-    let done = runtime::ops::start_transaction(
+    let done = runtime::ops::start_correlated(
         &ports,
         id.clone(),
         payload,

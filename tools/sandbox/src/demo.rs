@@ -507,7 +507,6 @@ pub async fn drive(stack: &Stack, plan: &DemoPlan) -> Result<Report, Error> {
                     id.clone(),
                     payload.clone(),
                     max,
-                    None,
                     answer_timeout,
                     &ctx,
                 )

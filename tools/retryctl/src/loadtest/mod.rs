@@ -268,7 +268,6 @@ pub async fn run(
                         id.clone(),
                         payload,
                         max,
-                        None,
                         answer_timeout,
                         &ctx,
                     )

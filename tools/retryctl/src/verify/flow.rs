@@ -187,7 +187,6 @@ pub async fn run(env: &Env<'_>, out: &mut Checks) -> Result<(), CliError> {
             id.clone(),
             payload,
             max,
-            None,
             Duration::from_secs(answer_timeout),
             &settings.context(SystemClock.now()),
         )
