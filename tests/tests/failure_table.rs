@@ -594,7 +594,7 @@ async fn row9_response_from_an_earlier_attempt_changes_nothing<B: Backend>() {
 /// nothing, publishes nothing, schedules nothing.
 async fn row9_in_every_state_a_response_from_an_earlier_attempt_is_dropped<B: Backend>() {
     let w = B::world().await;
-    for status in Status::ALL {
+    for &status in Status::ALL {
         let mut state = TransactionRecord::started(id(TX), MaxAttempts::new(4).unwrap(), w.now());
         state.status = status;
         state.current_attempt = a(2);

@@ -885,7 +885,7 @@ fn dashboard_problems(t: &Value) -> Vec<String> {
     .into_iter()
     .map(|(m, f)| (m.to_owned(), f))
     .collect();
-    for status in domain::machine::Status::ALL {
+    for &status in domain::machine::Status::ALL {
         emitted.insert((audit_writer::entered(status), audit));
     }
     let mut queues_shown = BTreeSet::new();

@@ -354,7 +354,7 @@ mod tests {
             }));
         }
         let mut records = Vec::new();
-        for status in Status::ALL {
+        for &status in Status::ALL {
             let mut r = TransactionRecord::started(
                 id.clone(),
                 MaxAttempts::new(2).unwrap(),

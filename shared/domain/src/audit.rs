@@ -16,6 +16,7 @@ use crate::machine::{Actor, Counter, Mark, OperatorNote, Status, TransactionReco
 use crate::message::{Origin, Outcome};
 use crate::retention::ErasedSet;
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 
 /// One transition, as kept in the audit table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,7 +62,10 @@ pub struct AuditEntry {
 }
 
 /// An event the audit trail keeps although the record did not change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, IntoStaticStr, EnumString,
+)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Notice {
     /// The service answered SUCCESS for an attempt already answered CANCELLED, or for
     /// a transaction an operator resolved: it executed something the transaction
@@ -81,20 +85,11 @@ pub enum Notice {
 
 impl Notice {
     pub fn as_str(&self) -> &'static str {
-        match self {
-            Notice::ConflictingSuccess => "CONFLICTING_SUCCESS",
-            Notice::Erased => "ERASED",
-            Notice::PublishUnconfirmed => "PUBLISH_UNCONFIRMED",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "CONFLICTING_SUCCESS" => Some(Notice::ConflictingSuccess),
-            "ERASED" => Some(Notice::Erased),
-            "PUBLISH_UNCONFIRMED" => Some(Notice::PublishUnconfirmed),
-            _ => None,
-        }
+        s.parse().ok()
     }
 }
 
@@ -492,7 +487,7 @@ mod tests {
 
     #[test]
     fn group_key_of_every_status() {
-        for to in Status::ALL {
+        for &to in Status::ALL {
             let expected = match to {
                 Status::InProgress => "0003#1-send",
                 Status::Sending => "0004#1-send",
@@ -505,7 +500,7 @@ mod tests {
         // Without a next attempt, SENDING falls back to the current one; the other
         // statuses never look at it.
         assert_eq!(entry(Status::Sending, 3, None).group_key(), "0003#1-send");
-        for to in Status::ALL {
+        for &to in Status::ALL {
             if to != Status::Sending {
                 assert_eq!(
                     entry(to, 3, None).group_key(),

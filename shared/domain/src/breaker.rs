@@ -15,6 +15,7 @@ use crate::ids::Timestamp;
 use crate::policy::RandomSource;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use strum::IntoStaticStr;
 use thiserror::Error;
 
 /// Buckets of the sliding window: the window moves by `window / BUCKETS`.
@@ -222,6 +223,8 @@ pub fn window_total<'a>(
 /// Where the breaker stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum BreakerState {
     Closed,
     /// No request goes out before `until`; `cooldown_ms` is this round's cool-down.
@@ -248,16 +251,13 @@ impl BreakerState {
     }
 
     pub fn name(&self) -> &'static str {
-        match self {
-            BreakerState::Closed => "CLOSED",
-            BreakerState::Open { .. } => "OPEN",
-            BreakerState::HalfOpen { .. } => "HALF_OPEN",
-        }
+        self.into()
     }
 }
 
 /// A change of state, for metrics, logs and the audit of pauses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Change {
     /// CLOSED → OPEN: the window's counts when it tripped.
     Opened(Tally),
@@ -271,20 +271,14 @@ pub enum Change {
     Forced,
     /// A HALF_OPEN breaker let a probe out (counted on it, so the round's bound holds
     /// across every execution environment).
+    #[strum(serialize = "probe")]
     ProbeAdmitted,
 }
 
 impl Change {
     /// Its name in logs and the breaker's change log.
     pub fn label(&self) -> &'static str {
-        match self {
-            Change::Opened(_) => "opened",
-            Change::HalfOpened => "half-opened",
-            Change::Reopened { .. } => "reopened",
-            Change::Closed => "closed",
-            Change::Forced => "forced",
-            Change::ProbeAdmitted => "probe",
-        }
+        self.into()
     }
 }
 

@@ -14,11 +14,14 @@ use crate::ids::{Attempt, CorrelationId, MaxAttempts, ScheduleName, Timestamp, T
 use crate::message::{Origin, Outcome};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use strum::{EnumString, IntoStaticStr, VariantArray};
 use thiserror::Error;
 
 /// The six statuses of a transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(IntoStaticStr, VariantArray, EnumString)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Status {
     /// Request for attempt n is out at the external service (article: EN_CURSO).
     InProgress,
@@ -35,31 +38,18 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 6] = [
-        Status::InProgress,
-        Status::Scheduling,
-        Status::Scheduled,
-        Status::Sending,
-        Status::Succeeded,
-        Status::Failed,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Status] = <Self as VariantArray>::VARIANTS;
 
     /// The states of the retry cycle, between an answer CANCELLED and the next request.
     pub const INTERMEDIATE: [Status; 3] = [Status::Scheduling, Status::Scheduled, Status::Sending];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Status::InProgress => "IN_PROGRESS",
-            Status::Scheduling => "SCHEDULING",
-            Status::Scheduled => "SCHEDULED",
-            Status::Sending => "SENDING",
-            Status::Succeeded => "SUCCEEDED",
-            Status::Failed => "FAILED",
-        }
+        self.into()
     }
 
-    pub fn parse(raw: &str) -> Option<Status> {
-        Status::ALL.into_iter().find(|s| s.as_str() == raw)
+    pub fn parse(raw: &str) -> Option<Self> {
+        raw.parse().ok()
     }
 
     pub fn is_terminal(self) -> bool {
@@ -87,6 +77,7 @@ impl fmt::Display for Status {
 /// What happened, as far as the state machine is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(VariantArray)]
 pub enum Event {
     Start,
     /// The transaction's work is done: the service answered SUCCESS, or (mark
@@ -116,22 +107,8 @@ pub enum Event {
 }
 
 impl Event {
-    pub const ALL: [Event; 14] = [
-        Event::Start,
-        Event::Success,
-        Event::Exhausted,
-        Event::ResponseCancelledRetry,
-        Event::ResponseTechnicalRetry,
-        Event::ScheduleConfirmed,
-        Event::RetryEventAccepted,
-        Event::RequestPublished,
-        Event::OperatorReplay,
-        Event::AnswerAwaited,
-        Event::AnswerRepublished,
-        Event::ReconcilerRequeued,
-        Event::StartQueued,
-        Event::PublishClaimed,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Event] = <Self as VariantArray>::VARIANTS;
 }
 
 /// An event that has no arrow from the given state.
@@ -216,7 +193,10 @@ impl StatusSet {
     }
 
     pub fn iter(self) -> impl Iterator<Item = Status> {
-        Status::ALL.into_iter().filter(move |s| self.contains(*s))
+        Status::ALL
+            .iter()
+            .copied()
+            .filter(move |s| self.contains(*s))
     }
 
     pub fn len(self) -> usize {
@@ -397,6 +377,8 @@ macro_rules! arrow {
 /// Who wrote a record (kept on the item and copied into the audit trail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(IntoStaticStr, VariantArray, EnumString)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Actor {
     /// The library operation "start a transaction" (services and `retryctl submit`).
     Starter,
@@ -410,28 +392,15 @@ pub enum Actor {
 }
 
 impl Actor {
-    pub const ALL: [Actor; 6] = [
-        Actor::Starter,
-        Actor::ResponseHandler,
-        Actor::RetryHandler,
-        Actor::Reconciler,
-        Actor::Operator,
-        Actor::Publisher,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Actor] = <Self as VariantArray>::VARIANTS;
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Actor::Starter => "starter",
-            Actor::ResponseHandler => "response-handler",
-            Actor::RetryHandler => "retry-handler",
-            Actor::Reconciler => "reconciler",
-            Actor::Operator => "operator",
-            Actor::Publisher => "publisher",
-        }
+        self.into()
     }
 
-    pub fn parse(raw: &str) -> Option<Actor> {
-        Actor::ALL.into_iter().find(|a| a.as_str() == raw)
+    pub fn parse(raw: &str) -> Option<Self> {
+        raw.parse().ok()
     }
 }
 
@@ -520,6 +489,8 @@ impl FailedKey {
 /// record").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(IntoStaticStr, VariantArray, EnumString)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Mark {
     /// The request in flight went out as a half-open round's probe: its ERROR or its
     /// silence spends nothing of the transaction's own budgets.
@@ -546,17 +517,8 @@ pub enum Mark {
 }
 
 impl Mark {
-    pub const ALL: [Mark; 9] = [
-        Mark::Probe,
-        Mark::HeldOpen,
-        Mark::HeldHalfOpen,
-        Mark::TechnicalExhausted,
-        Mark::Unanswered,
-        Mark::Resolved,
-        Mark::Expired,
-        Mark::Rejected,
-        Mark::Ambiguous,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Mark] = <Self as VariantArray>::VARIANTS;
 
     /// The marks the previous release wrote into `last_reason` (before the `mark`
     /// attribute existed). Later marks were never written there by that release, so a
@@ -571,22 +533,12 @@ impl Mark {
     ];
 
     /// The stored form (the `mark` attribute).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Mark::Probe => "PROBE",
-            Mark::HeldOpen => "HELD_OPEN",
-            Mark::HeldHalfOpen => "HELD_HALF_OPEN",
-            Mark::TechnicalExhausted => "TECHNICAL_EXHAUSTED",
-            Mark::Unanswered => "UNANSWERED",
-            Mark::Resolved => "RESOLVED",
-            Mark::Expired => "EXPIRED",
-            Mark::Rejected => "REJECTED",
-            Mark::Ambiguous => "AMBIGUOUS",
-        }
+    pub fn as_str(self) -> &'static str {
+        self.into()
     }
 
-    pub fn parse(s: &str) -> Option<Mark> {
-        Mark::ALL.into_iter().find(|m| m.as_str() == s)
+    pub fn parse(s: &str) -> Option<Self> {
+        s.parse().ok()
     }
 
     /// The `last_reason` the mark was written as before the `mark` attribute existed
@@ -1451,10 +1403,10 @@ mod tests {
             .collect();
         assert_eq!(expected.len(), 22);
         let mut states = vec![None];
-        states.extend(Status::ALL.map(Some));
+        states.extend(Status::ALL.iter().copied().map(Some));
         let mut legal = 0;
         for from in &states {
-            for event in Event::ALL {
+            for &event in Event::ALL {
                 let want = expected
                     .iter()
                     .find(|(f, e, _)| f == from && *e == event)
@@ -1479,7 +1431,7 @@ mod tests {
 
     #[test]
     fn terminal_states_have_no_way_out_but_operator_replay() {
-        for event in Event::ALL {
+        for &event in Event::ALL {
             assert!(transition(Some(S::Succeeded), event).is_err());
             if event != E::OperatorReplay {
                 assert!(transition(Some(S::Failed), event).is_err());
@@ -1497,7 +1449,7 @@ mod tests {
 
     #[test]
     fn status_names_round_trip() {
-        for s in Status::ALL {
+        for &s in Status::ALL {
             assert_eq!(Status::parse(s.as_str()), Some(s));
             assert_eq!(
                 serde_json::to_string(&s).unwrap(),
@@ -1613,10 +1565,11 @@ mod tests {
         let mut arrows = 0;
         for bits in 0u8..64 {
             let from: Vec<Status> = Status::ALL
-                .into_iter()
+                .iter()
+                .copied()
                 .filter(|s| bits & (1 << (*s as u8)) != 0)
                 .collect();
-            for event in Event::ALL {
+            for &event in Event::ALL {
                 let targets: Vec<Result<Status, IllegalTransition>> =
                     from.iter().map(|s| transition(Some(*s), event)).collect();
                 let got = Arrow::new(&from, event);
@@ -1838,7 +1791,7 @@ mod tests {
     #[test]
     fn failed_key_is_sparse_and_sharded() {
         let id = TransactionId::parse("TX-1").unwrap();
-        for s in Status::ALL {
+        for &s in Status::ALL {
             let k = FailedKey::derive(s, &id, 8);
             assert_eq!(k.is_some(), s == S::Failed, "{s}");
         }
@@ -1860,9 +1813,9 @@ mod size {
     /// fields. A change to any of them fails here until the document says it.
     #[test]
     fn the_published_size_of_the_protocol_is_the_machines() {
-        let froms = std::iter::once(None).chain(Status::ALL.into_iter().map(Some));
+        let froms = std::iter::once(None).chain(Status::ALL.iter().copied().map(Some));
         let arrows = froms
-            .flat_map(|from| Event::ALL.into_iter().map(move |e| (from, e)))
+            .flat_map(|from| Event::ALL.iter().copied().map(move |e| (from, e)))
             .filter(|(from, e)| transition(*from, *e).is_ok())
             .count();
         let record = TransactionRecord::started(

@@ -15,6 +15,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::fmt;
+use strum::{IntoStaticStr, VariantArray};
 use thiserror::Error;
 
 /// Largest message body accepted, in bytes (SQS's limit is 256 KiB).
@@ -29,6 +30,8 @@ pub const MAX_RETRY_AFTER_SECONDS: u32 = 86_400;
 /// What the external service answered for an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Outcome {
     #[serde(alias = "EXITOSO")]
     Success,
@@ -46,12 +49,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 4] = [
-        Outcome::Success,
-        Outcome::Cancelled,
-        Outcome::Error,
-        Outcome::Rejected,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Outcome] = <Self as VariantArray>::VARIANTS;
 
     /// The outcome a name or an alias stands for.
     pub fn parse(raw: &str) -> Option<Self> {
@@ -59,12 +58,7 @@ impl Outcome {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Success => "SUCCESS",
-            Self::Cancelled => "CANCELLED",
-            Self::Error => "ERROR",
-            Self::Rejected => "REJECTED",
-        }
+        self.into()
     }
 }
 
@@ -76,6 +70,8 @@ impl Outcome {
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Execution {
     /// The service did not execute the request (refused before running it).
     #[serde(alias = "NO_EJECUTADA")]
@@ -94,16 +90,15 @@ impl Execution {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NotRun => "NOT_RUN",
-            Self::Unknown => "UNKNOWN",
-        }
+        self.into()
     }
 }
 
 /// Who put a retry event on the retry queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum Origin {
     #[serde(alias = "PLANIFICADOR_REINTENTO")]
     RetryScheduler,
@@ -120,11 +115,7 @@ impl Origin {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::RetryScheduler => "RETRY_SCHEDULER",
-            Self::Reconciler => "RECONCILER",
-            Self::Operator => "OPERATOR",
-        }
+        self.into()
     }
 }
 

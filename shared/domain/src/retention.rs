@@ -11,6 +11,7 @@
 use crate::ids::Timestamp;
 use crate::machine::Status;
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr, VariantArray};
 
 const DAY_MS: i64 = 86_400_000;
 
@@ -64,6 +65,8 @@ pub fn purge_at(status: Status, at: Timestamp, retention: Retention) -> Option<T
 
 /// A piece of a transaction's data an erasure removes. Never its key, status,
 /// attempts or instants: the audit trail and the guarantees rest on those.
+#[derive(IntoStaticStr, VariantArray, EnumString)]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Erased {
     /// The request payload (payloads table): the caller's data.
@@ -77,22 +80,15 @@ pub enum Erased {
 }
 
 impl Erased {
-    pub const ALL: [Erased; 3] = [
-        Erased::Payload,
-        Erased::ServiceReason,
-        Erased::OperatorReason,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Erased] = <Self as VariantArray>::VARIANTS;
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Erased::Payload => "PAYLOAD",
-            Erased::ServiceReason => "SERVICE_REASON",
-            Erased::OperatorReason => "OPERATOR_REASON",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|e| e.as_str() == s)
+        s.parse().ok()
     }
 }
 
@@ -119,7 +115,10 @@ impl ErasedSet {
     }
 
     pub fn iter(self) -> impl Iterator<Item = Erased> {
-        Erased::ALL.into_iter().filter(move |e| self.contains(*e))
+        Erased::ALL
+            .iter()
+            .copied()
+            .filter(move |e| self.contains(*e))
     }
 
     /// The names, in order (`PAYLOAD`, `SERVICE_REASON`, …).
@@ -168,7 +167,7 @@ mod tests {
     fn finished_transactions_expire_after_the_retention_live_ones_never() {
         let r = Retention::days(30).unwrap();
         let at = Timestamp::from_millis(1_000);
-        for status in Status::ALL {
+        for &status in Status::ALL {
             let expected = status
                 .is_terminal()
                 .then(|| Timestamp::from_millis(1_000 + 30 * DAY_MS));
@@ -189,7 +188,7 @@ mod tests {
 
     #[test]
     fn erased_fields_round_trip_by_name() {
-        for e in Erased::ALL {
+        for &e in Erased::ALL {
             assert_eq!(Erased::parse(e.as_str()), Some(e));
         }
         assert_eq!(Erased::parse("payload"), None);

@@ -312,7 +312,7 @@ fn every_committed_shape_is_decoded_and_decided_as_written() {
             assert!(decided.contains(&shape), "no fixture of {shape:?}");
         }
     }
-    for outcome in Outcome::ALL {
+    for &outcome in Outcome::ALL {
         for round in [false, true] {
             let shape = (format!("response {}", outcome.as_str()), round);
             assert!(decided.contains(&shape), "no fixture of {shape:?}");

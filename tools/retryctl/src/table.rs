@@ -11,7 +11,7 @@ pub use aws::scan::Item;
 pub async fn scan_stats(ddb: &aws_sdk_dynamodb::Client, table: &str) -> Result<Stats, CliError> {
     // Every status is a key, zeros included: scripts read the counts without guessing.
     let mut st = Stats {
-        by_status: Status::ALL.into_iter().map(|s| (s, 0)).collect(),
+        by_status: Status::ALL.iter().copied().map(|s| (s, 0)).collect(),
         ..Stats::default()
     };
     aws::scan::scan_each(ddb, table, &["status", "current_attempt"], false, |item| {

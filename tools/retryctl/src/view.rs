@@ -432,7 +432,7 @@ pub fn stats_text(st: &Stats) -> String {
         let _ = write!(s, " {:>7}", format!("att {a}"));
     }
     let _ = writeln!(s);
-    for status in Status::ALL {
+    for &status in Status::ALL {
         let total = st.by_status.get(&status).copied().unwrap_or(0);
         let _ = write!(s, "{:<12} {:>7}", status.as_str(), total);
         for a in 1..=max_attempt {

@@ -42,6 +42,7 @@ use crate::message::{Outcome, Payload, Response, RetryEvent};
 use crate::policy::{PolicySet, RandomSource, RetryPolicy};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use strum::{IntoStaticStr, VariantArray};
 
 /// How a deployment's requests reach the external service (`REQUEST_DELIVERY`,
 /// template parameter `RequestDelivery`; `docs/design.md#outbox-mode`).
@@ -427,6 +428,8 @@ impl Alert {
 /// Why a transaction ended FAILED.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum AlertKind {
     /// Every attempt was answered CANCELLED.
     AttemptsExhausted,
@@ -446,19 +449,13 @@ pub enum AlertKind {
 
 impl AlertKind {
     pub fn label(self) -> &'static str {
-        match self {
-            AlertKind::AttemptsExhausted => "attempts-exhausted",
-            AlertKind::Unanswered => "unanswered",
-            AlertKind::TechnicalExhausted => "technical-exhausted",
-            AlertKind::Expired => "expired",
-            AlertKind::Rejected => "rejected",
-            AlertKind::Ambiguous => "ambiguous",
-        }
+        self.into()
     }
 }
 
 /// One thing to do.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Effect {
     /// Read the record (only where no write can be tried blind).
     Read(TransactionId),
@@ -496,28 +493,15 @@ impl Effect {
 
     /// A short name for logs, metrics and crash-point labels.
     pub fn label(&self) -> &'static str {
-        match self {
-            Effect::Read(_) => "read",
-            Effect::Create { .. } => "create",
-            Effect::Write(_) => "write",
-            Effect::CreateSchedule(_) => "create-schedule",
-            Effect::DeleteSchedule(_) => "delete-schedule",
-            Effect::PublishRequest(_) => "publish-request",
-            Effect::PublishRetry(_) => "publish-retry",
-            Effect::DeferRetry(_) => "defer-retry",
-            Effect::Signal(_) => "signal",
-            Effect::Alert(_) => "alert",
-            Effect::Note(_) => "note",
-            Effect::Ack(_) => "ack",
-            Effect::Drop(_) => "drop",
-            Effect::Reject(_) => "reject",
-        }
+        self.into()
     }
 }
 
 /// Why a message was acknowledged: the work it asked for is done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Ack {
     Started,
     AlreadyStarted,
@@ -567,63 +551,12 @@ pub enum Ack {
 }
 
 impl Ack {
-    pub const ALL: [Ack; 25] = [
-        Ack::Started,
-        Ack::AlreadyStarted,
-        Ack::Succeeded,
-        Ack::Failed,
-        Ack::Scheduled,
-        Ack::Resend,
-        Ack::AlreadyHandled,
-        Ack::Published,
-        Ack::Resumed,
-        Ack::ReconcilerScheduled,
-        Ack::ReconcilerRequeued,
-        Ack::ReconcilerAwaiting,
-        Ack::ReconcilerRepublished,
-        Ack::Unanswered,
-        Ack::Expired,
-        Ack::Rejected,
-        Ack::Resolved,
-        Ack::AlreadyResolved,
-        Ack::Replayed,
-        Ack::Paused,
-        Ack::ReconcilerHeld,
-        Ack::ReconcilerRepublishedAfterHold,
-        Ack::ReconcilerProbed,
-        Ack::Enqueued,
-        Ack::PublishUnconfirmed,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Ack] = <Self as VariantArray>::VARIANTS;
 
     /// The kebab-case name (as serialized): `already-handled`.
     pub fn label(self) -> &'static str {
-        match self {
-            Ack::Started => "started",
-            Ack::AlreadyStarted => "already-started",
-            Ack::Succeeded => "succeeded",
-            Ack::Failed => "failed",
-            Ack::Scheduled => "scheduled",
-            Ack::Resend => "resend",
-            Ack::AlreadyHandled => "already-handled",
-            Ack::Published => "published",
-            Ack::Resumed => "resumed",
-            Ack::ReconcilerScheduled => "reconciler-scheduled",
-            Ack::ReconcilerRequeued => "reconciler-requeued",
-            Ack::ReconcilerAwaiting => "reconciler-awaiting",
-            Ack::ReconcilerRepublished => "reconciler-republished",
-            Ack::Unanswered => "unanswered",
-            Ack::Expired => "expired",
-            Ack::Rejected => "rejected",
-            Ack::Resolved => "resolved",
-            Ack::AlreadyResolved => "already-resolved",
-            Ack::Replayed => "replayed",
-            Ack::Paused => "paused",
-            Ack::ReconcilerHeld => "reconciler-held",
-            Ack::ReconcilerRepublishedAfterHold => "reconciler-republished-after-hold",
-            Ack::ReconcilerProbed => "reconciler-probed",
-            Ack::Enqueued => "enqueued",
-            Ack::PublishUnconfirmed => "publish-unconfirmed",
-        }
+        self.into()
     }
 }
 
@@ -641,6 +574,8 @@ impl Disposition {
 /// Why a message changed nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "reason", rename_all = "kebab-case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum DropReason {
     /// A response for an attempt that is no longer the current one.
     LateResponse { attempt: Attempt, current: Attempt },
@@ -690,26 +625,15 @@ pub enum DropReason {
 
 impl DropReason {
     pub fn label(&self) -> &'static str {
-        match self {
-            DropReason::LateResponse { .. } => "late-response",
-            DropReason::StaleError { .. } => "stale-error",
-            DropReason::ConflictingOutcome { .. } => "conflicting-outcome",
-            DropReason::ConflictingSuccess { .. } => "conflicting-success",
-            DropReason::DuplicateResponse { .. } => "duplicate-response",
-            DropReason::StaleRetry { .. } => "stale-retry",
-            DropReason::StaleCycle { .. } => "stale-cycle",
-            DropReason::DuplicateRetry { .. } => "duplicate-retry",
-            DropReason::NotStuck { .. } => "not-stuck",
-            DropReason::Parked { .. } => "parked",
-            DropReason::HeldByBreaker { .. } => "held-by-breaker",
-            DropReason::AlreadyPublished { .. } => "already-published",
-        }
+        self.into()
     }
 }
 
 /// Why a message can never succeed as it is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "reason", rename_all = "kebab-case")]
+#[derive(IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Rejection {
     UnknownTransaction {
         transaction_id: TransactionId,
@@ -736,13 +660,7 @@ pub enum Rejection {
 
 impl Rejection {
     pub fn label(&self) -> &'static str {
-        match self {
-            Rejection::UnknownTransaction { .. } => "unknown-transaction",
-            Rejection::PayloadMismatch { .. } => "payload-mismatch",
-            Rejection::NotResolvable { .. } => "not-resolvable",
-            Rejection::NotReplayable { .. } => "not-replayable",
-            Rejection::TooManyRedecisions { .. } => "too-many-redecisions",
-        }
+        self.into()
     }
 }
 

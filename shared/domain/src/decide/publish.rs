@@ -209,7 +209,11 @@ mod tests {
     /// GIVEN a record that is not SENDING WHEN decided THEN nothing is published.
     #[test]
     fn only_a_sending_record_is_published() {
-        for status in Status::ALL.into_iter().filter(|s| *s != Status::Sending) {
+        for status in Status::ALL
+            .iter()
+            .copied()
+            .filter(|s| *s != Status::Sending)
+        {
             let mut r = sending(0, None);
             r.status = status;
             assert_eq!(

@@ -715,7 +715,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     // 4); and with the budget spent (current 2 of 2) for the states that can carry it
     // (an intermediate state always has next_attempt <= max_attempts).
     let mut records = Vec::new();
-    for s in Status::ALL {
+    for &s in Status::ALL {
         records.push(rec_in(s, 2, 4));
         if !s.is_intermediate() {
             records.push(rec_in(s, 2, 2));
@@ -724,7 +724,7 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // Response handler (A): SUCCESS / CANCELLED for the matching attempt (2), a late
     // one (1) and a future one (3 = the pending attempt of intermediate states).
-    for outcome in Outcome::ALL {
+    for &outcome in Outcome::ALL {
         for n in [1, 2, 3] {
             let resp = answer(n, outcome, Some("NOT_AVAILABLE"), None);
             let mut knowns = vec![Known::Unread, Known::Missing];
@@ -742,7 +742,7 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // The last attempt answered while B has not yet written IN_PROGRESS.
     let last = rec_in(Status::Sending, 3, 4);
-    for outcome in Outcome::ALL {
+    for &outcome in Outcome::ALL {
         let resp = answer(4, outcome, None, None);
         push(
             format!("response {outcome} n=4 / {}", rec_name(&last)),
@@ -759,7 +759,7 @@ fn all_cases() -> Vec<(String, Plan)> {
         .iter()
         .map(|s| rec_resending(*s, 2, 1))
         .collect();
-    for outcome in Outcome::ALL {
+    for &outcome in Outcome::ALL {
         let resp = answer(2, outcome, None, None);
         for r in &resend_records {
             push(
@@ -791,7 +791,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     rejected.last_outcome = Some(Outcome::Rejected);
     rejected.mark = Some(Mark::Rejected);
     for (r, reason) in [(&exhausted, None), (&rejected, Some("HTTP_422"))] {
-        for outcome in Outcome::ALL {
+        for &outcome in Outcome::ALL {
             push(
                 format!(
                     "response {outcome} n=2 / FAILED c=2 max=4 {}",
@@ -877,7 +877,7 @@ fn all_cases() -> Vec<(String, Plan)> {
 
     // Reconciler: every status, stuck or not; decided from the query's record
     // (unread), from the current record, and when the record is gone.
-    for s in Status::ALL {
+    for &s in Status::ALL {
         let mut variants: Vec<(&str, TransactionRecord)> = Vec::new();
         let mut fresh = rec_in(s, 2, 4);
         fresh.updated_at = at(-60);
@@ -987,7 +987,7 @@ fn all_cases() -> Vec<(String, Plan)> {
     for (name, input) in [("resolve", &resolve), ("replay", &replay)] {
         push(format!("{name} / unread"), input, Known::Unread, None);
         push(format!("{name} / missing"), input, Known::Missing, None);
-        for s in Status::ALL {
+        for &s in Status::ALL {
             let r = rec_in(s, 2, if s == Status::Failed { 2 } else { 4 });
             push(
                 format!("{name} / {}", rec_name(&r)),
@@ -1445,7 +1445,7 @@ fn outbox_cases(ctx: &Context, out: &mut Vec<(String, Plan)>) {
     let mut ambiguous = rec_in(Status::Failed, 2, 4);
     ambiguous.last_outcome = Some(Outcome::Error);
     ambiguous.mark = Some(Mark::Ambiguous);
-    for outcome in Outcome::ALL {
+    for &outcome in Outcome::ALL {
         push(
             format!("response {outcome} n=2 / FAILED c=2 max=4 AMBIGUOUS"),
             &answer(2, outcome, None, None),
@@ -1731,7 +1731,7 @@ fn writes_never_carry_a_time_before_the_record_they_replace() {
 /// Every acknowledgement's label is its serialized name.
 #[test]
 fn ack_labels_are_their_serialized_names() {
-    for a in Ack::ALL {
+    for &a in Ack::ALL {
         assert_eq!(serde_json::to_value(a).unwrap(), a.label(), "{a:?}");
     }
     let labels: std::collections::BTreeSet<&str> = Ack::ALL.iter().map(|a| a.label()).collect();
@@ -2068,7 +2068,7 @@ fn a_held_event_finding_sending_completes_the_send() {
     assert_eq!(w.apply(&sent).unwrap().status, Status::Succeeded);
     // By construction: the only arrow from SENDING to another status is the
     // publish's completion.
-    for e in Event::ALL {
+    for &e in Event::ALL {
         if let Ok(to) = arrow(Some(Status::Sending), e) {
             assert!(
                 to == Status::Sending || e == Event::RequestPublished,

@@ -246,7 +246,8 @@ fn trail(rec: &TransactionRecord, audit: &[AuditEntry]) -> Vec<Finding> {
 /// True when some event takes the entry's `from` to its `to`.
 pub fn is_arrow(e: &AuditEntry) -> bool {
     Event::ALL
-        .into_iter()
+        .iter()
+        .copied()
         .any(|ev| transition(e.from, ev) == Ok(e.to))
 }
 
