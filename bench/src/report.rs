@@ -10,6 +10,7 @@ use crate::model::{self, Assumptions, Bill};
 use crate::prices::PriceTable;
 use crate::template::Deployment;
 use std::fmt::Write as _;
+use strum::VariantArray;
 use testkit::meter::CallCounts;
 
 /// The cost target at 4 KB payloads (dollars per million retries).
@@ -45,7 +46,7 @@ pub struct Report {
 }
 
 /// The four ways of waiting the model prices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, VariantArray)]
 pub enum Alternative {
     Pattern,
     StepFunctions,
@@ -54,12 +55,8 @@ pub enum Alternative {
 }
 
 impl Alternative {
-    pub const ALL: [Alternative; 4] = [
-        Alternative::Pattern,
-        Alternative::StepFunctions,
-        Alternative::Durable,
-        Alternative::Sleeping,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Alternative] = <Self as VariantArray>::VARIANTS;
 
     pub fn label(self) -> &'static str {
         match self {
@@ -189,7 +186,7 @@ pub fn summary(r: &Report) -> String {
     }
     let _ = writeln!(s);
     let _ = writeln!(s, "|---|{}", "---:|".repeat(sizes.len()));
-    for alt in Alternative::ALL {
+    for &alt in Alternative::ALL {
         let _ = write!(s, "| {} |", alt.label());
         for b in &sizes {
             match r.cycle(*b, 1) {
@@ -577,7 +574,7 @@ fn bills_table(r: &Report) -> String {
         "| line (4 KB payload, happy path) | quantity per retry | $ per million retries |"
     );
     let _ = writeln!(s, "|---|---:|---:|");
-    for alt in Alternative::ALL {
+    for &alt in Alternative::ALL {
         let bill = r.bill(alt, c, &r.assumptions);
         for l in &bill.lines {
             let _ = writeln!(

@@ -22,7 +22,7 @@ fn small() -> StudyConfig {
 #[test]
 fn the_oracle_is_never_worse_than_the_configured_curve() {
     let cfg = small();
-    for profile in Profile::ALL {
+    for &profile in Profile::ALL {
         let r = run_profile(profile, &cfg);
         for x in &r.by_reason {
             assert!(
@@ -108,7 +108,7 @@ fn a_transaction_never_gets_more_than_max_attempts() {
         false,
     )
     .unwrap();
-    for profile in Profile::ALL {
+    for &profile in Profile::ALL {
         let txs = profile.workload(7, cfg.transactions, cfg.days);
         for policy in [&cfg.configured, &tiny] {
             let mut rng = SplitMix64::new(7);
@@ -150,7 +150,7 @@ fn a_transaction_never_gets_more_than_max_attempts() {
 fn keeping_the_horizon_adds_no_failed() {
     let mut cfg = small();
     cfg.adaptive.epsilon = 0.5;
-    for profile in Profile::ALL {
+    for &profile in Profile::ALL {
         let r = run_profile(profile, &cfg);
         assert!(
             r.adaptive.failed <= r.configured.failed,

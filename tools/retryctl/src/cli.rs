@@ -4,6 +4,7 @@ use aws::config::vars;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use domain::defaults;
 use std::path::PathBuf;
+use strum::{IntoStaticStr, VariantArray};
 
 #[derive(Debug, Parser)]
 #[command(name = "retryctl", version, propagate_version = true)]
@@ -458,7 +459,8 @@ pub struct LoadtestArgs {
     pub no_progress: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum QueueName {
     Request,
     Response,
@@ -469,21 +471,10 @@ pub enum QueueName {
 }
 
 impl QueueName {
-    pub const ALL: [QueueName; 5] = [
-        QueueName::Request,
-        QueueName::Response,
-        QueueName::Retry,
-        QueueName::Scheduler,
-        QueueName::Audit,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [QueueName] = <Self as VariantArray>::VARIANTS;
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            QueueName::Request => "request",
-            QueueName::Response => "response",
-            QueueName::Retry => "retry",
-            QueueName::Scheduler => "scheduler",
-            QueueName::Audit => "audit",
-        }
+        self.into()
     }
 }

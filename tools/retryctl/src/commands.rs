@@ -828,7 +828,7 @@ async fn dlq_of(t: &Target, q: QueueName) -> Result<(String, String), CliError> 
 /// read.
 async fn dlq_depths(t: &Target) -> BTreeMap<&'static str, Result<u64, String>> {
     let mut out = BTreeMap::new();
-    for q in QueueName::ALL {
+    for &q in QueueName::ALL {
         let depth = async {
             let (dlq, _) = dlq_of(t, q).await?;
             let attrs = t

@@ -957,7 +957,7 @@ fn chaos_report(chaos: &Chaos, stack: &Stack, resolved: u64) -> ChaosReport {
     }
     let not_injected = testkit::faults::MUTATING
         .iter()
-        .flat_map(|op| FaultKind::ALL.map(|k| (*op, k)))
+        .flat_map(|op| FaultKind::ALL.iter().map(|&k| (*op, k)))
         .filter(|(op, k)| !tally.contains_key(&((*op).to_owned(), *k)))
         .map(|(op, k)| format!("{op} {}", k.label()))
         .collect();

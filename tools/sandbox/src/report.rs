@@ -1148,15 +1148,15 @@ fn render_chaos(s: &mut String, c: &ChaosReport) {
         "chaos              profile {}, seed {}; {} transaction(s) resolved by an operator",
         c.profile, c.seed, c.resolved
     );
-    let kinds = testkit::faults::FaultKind::ALL.map(|k| k.label());
+    let kinds = testkit::faults::FaultKind::ALL.iter().map(|k| k.label());
     let _ = write!(s, "  {:<30}", "faults injected");
-    for k in kinds {
+    for k in kinds.clone() {
         let _ = write!(s, " {k:>13}");
     }
     let _ = writeln!(s);
     for (op, by_kind) in &c.injected {
         let _ = write!(s, "  {op:<30}");
-        for k in kinds {
+        for k in kinds.clone() {
             let _ = write!(s, " {:>13}", by_kind.get(k).copied().unwrap_or(0));
         }
         let _ = writeln!(s);

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
+use strum::{IntoStaticStr, VariantArray};
 
 /// `[("name", s.name), …]`: the probabilities of a rates struct by name, each written once.
 macro_rules! named {
@@ -68,28 +69,22 @@ impl ProcessRates {
 /// A kind of injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[derive(IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum FaultKind {
     Throttle,
+    #[strum(serialize = "5xx")]
     ServerError,
     LostResponse,
     Latency,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 4] = [
-        FaultKind::Throttle,
-        FaultKind::ServerError,
-        FaultKind::LostResponse,
-        FaultKind::Latency,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [FaultKind] = <Self as VariantArray>::VARIANTS;
 
     pub fn label(self) -> &'static str {
-        match self {
-            FaultKind::Throttle => "throttle",
-            FaultKind::ServerError => "5xx",
-            FaultKind::LostResponse => "lost-response",
-            FaultKind::Latency => "latency",
-        }
+        self.into()
     }
 }
 

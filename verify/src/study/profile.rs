@@ -2,6 +2,7 @@
 //! "not available now", and when that service will accept it again.
 
 use crate::sim::Rng;
+use strum::{IntoStaticStr, VariantArray};
 
 pub const MINUTE: f64 = 60.0;
 pub const HOUR: f64 = 3600.0;
@@ -20,7 +21,8 @@ pub struct Tx {
 }
 
 /// A service's recovery times, by reason and time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, IntoStaticStr, VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Profile {
     /// Two reasons, stationary: one recovers in minutes, the other in hours.
     TwoReasons,
@@ -33,20 +35,11 @@ pub enum Profile {
 }
 
 impl Profile {
-    pub const ALL: [Profile; 4] = [
-        Profile::TwoReasons,
-        Profile::DayNight,
-        Profile::Shift,
-        Profile::Stationary,
-    ];
+    /// Every variant, in declaration order.
+    pub const ALL: &'static [Profile] = <Self as VariantArray>::VARIANTS;
 
     pub fn name(self) -> &'static str {
-        match self {
-            Profile::TwoReasons => "two-reasons",
-            Profile::DayNight => "day-night",
-            Profile::Shift => "shift",
-            Profile::Stationary => "stationary",
-        }
+        self.into()
     }
 
     pub fn reasons(self) -> &'static [&'static str] {

@@ -72,28 +72,6 @@ pub enum Violation {
 }
 
 impl Violation {
-    pub const ALL: [Violation; 19] = [
-        Violation::DuplicateAccepted,
-        Violation::RetryWithoutCancellation,
-        Violation::ExceededMaxAttempts,
-        Violation::LateResponseApplied,
-        Violation::IllegalTransition,
-        Violation::ScheduleNotFromPersistedInstant,
-        Violation::TwoInstantsForOneAttempt,
-        Violation::PendingRetryDropped,
-        Violation::MessageRejected,
-        Violation::ImpossibleObservation,
-        Violation::Lost,
-        Violation::AlertMissing,
-        Violation::RateExceeded,
-        Violation::Stuck,
-        Violation::Disagreement,
-        Violation::AuditGap,
-        Violation::RecordInconsistent,
-        Violation::ExecutedTwice,
-        Violation::PublishedTwice,
-    ];
-
     /// The guarantee, as a sentence.
     pub const fn guarantee(self) -> &'static str {
         match self {
