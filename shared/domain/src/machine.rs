@@ -1314,6 +1314,10 @@ mod tests {
     use Event as E;
     use Status as S;
 
+    /// GIVEN each counter WHEN a write expects it, sets it and clears it THEN the guard,
+    /// the change and `produced` treat it as every other, and no other counter moves
+    /// but those a write clears when it does not name them: a new counter is its line
+    /// of `counters!` and needs nothing here.
     #[test]
     fn every_counter_is_guarded_set_and_cleared_alike() {
         let arrow = Arrow::new(&[S::InProgress], E::AnswerRepublished).unwrap();
