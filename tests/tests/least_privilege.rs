@@ -1045,7 +1045,8 @@ async fn operators(
     let outputs = entry["Outputs"].as_array_mut().unwrap();
     let topic = testkit::moto::alarm_topic(setup_sdk, &format!("{MAIN}-AlarmTopic"), outputs)
         .await
-        .unwrap();
+        .unwrap()
+        .expect("CreateTopic returns the topic's ARN");
     testkit::moto::page_queue(setup_sdk, &topic, &p.request_dlq.arn)
         .await
         .unwrap();

@@ -182,7 +182,8 @@ async fn verify_fails_while_the_alarm_topic_pages_nobody() {
     let stack_outputs = outputs["Stacks"][0]["Outputs"].as_array_mut().unwrap();
     let topic = testkit::moto::alarm_topic(&sdk, &format!("{}-alarms", s.prefix), stack_outputs)
         .await
-        .unwrap();
+        .unwrap()
+        .expect("CreateTopic returns the topic's ARN");
     let file = write_outputs(&s, &outputs);
     let verify = format!("verify --outputs {file} --resources-only --quiet --json");
     let verify = words(&verify);

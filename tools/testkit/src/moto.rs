@@ -503,19 +503,22 @@ pub async fn schedule_names(
 
 /// Creates the SNS topic `name` and adds it to a stack's `outputs` (its `Outputs`
 /// array, or the `Stacks[0].Outputs` of `describe-stacks`) as `AlarmTopicArn`: the
-/// topic the deploy check reads the subscriptions of. Its ARN.
+/// topic the deploy check reads the subscriptions of. Its ARN, or `None` (and no
+/// output added) where CreateTopic answered without one.
 pub async fn alarm_topic(
     sdk: &SdkConfig,
     name: &str,
     outputs: &mut Vec<serde_json::Value>,
-) -> Result<String, aws_sdk_sns::Error> {
+) -> Result<Option<String>, aws_sdk_sns::Error> {
     let created = aws_sdk_sns::Client::new(sdk)
         .create_topic()
         .name(name)
         .send()
         .await?;
-    let arn = created.topic_arn().unwrap_or_default().to_owned();
-    outputs.push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": arn}));
+    let arn = created.topic_arn().map(str::to_owned);
+    if let Some(arn) = &arn {
+        outputs.push(serde_json::json!({"OutputKey": "AlarmTopicArn", "OutputValue": arn}));
+    }
     Ok(arn)
 }
 
